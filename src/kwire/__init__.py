@@ -1,0 +1,73 @@
+"""kwire: a Kafka wire-protocol client for Python with a compiled Cython core.
+
+The record codec (:mod:`kwire._codec`) is compiled; there is no pure-Python
+fallback, so importing kwire fails loudly if the extension cannot load.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+try:
+    from kwire import _codec
+except ImportError as _e:  # pragma: no cover - only on a broken install
+    raise ImportError(
+        "kwire's compiled codec (kwire._codec) could not be loaded: "
+        f"{_e}. kwire has no slow pure-Python fallback; install a kwire wheel "
+        "for this platform, or build from source with a C compiler "
+        "(pip install kwire --no-binary kwire)."
+    ) from _e
+
+from kwire._codec import (
+    BatchInfo,
+    ColumnarDecoder,
+    ColumnarResult,
+    Decoder,
+    DecodeResult,
+    LegacyMessageSetBuilder,
+    Record,
+    RecordBatchBuilder,
+    SplitResult,
+    decode,
+    decode_columnar,
+    decode_v07,
+    encode_v07,
+    parse_control_key,
+    split_batches,
+)
+from kwire.compression import CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED_BYTES
+from kwire.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    DecompressionBombError,
+    DecompressionError,
+    KwireError,
+    UnsupportedCodecError,
+)
+
+__all__ = [
+    "__version__",
+    "BatchInfo",
+    "ColumnarDecoder",
+    "ColumnarResult",
+    "Decoder",
+    "DecodeResult",
+    "LegacyMessageSetBuilder",
+    "Record",
+    "RecordBatchBuilder",
+    "SplitResult",
+    "decode",
+    "decode_columnar",
+    "decode_v07",
+    "encode_v07",
+    "parse_control_key",
+    "split_batches",
+    "CODEC_NAMES",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "CorruptRecordError",
+    "CrcMismatchError",
+    "DecompressionBombError",
+    "DecompressionError",
+    "KwireError",
+    "UnsupportedCodecError",
+]

@@ -1,0 +1,2038 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, embedsignature=True
+"""kwire's compiled record codec.
+
+Reads and writes every Kafka record format from untrusted bytes:
+
+* RecordBatch v2 (magic 2), the format of Kafka 0.11 and later;
+* the legacy message sets, magic 0 and 1, including compressed wrappers;
+* Kafka 0.7 messages (byte offsets, optional compression byte).
+
+Design
+------
+All reads of input go through :c:type:`Reader`, a cursor over a byte range
+whose every read is bounds checked and whose first error sticks (later reads
+return zero and leave the error in place), so parsing code checks ``r.err``
+once per record rather than after every field. Errors are codes; they become
+Python exceptions only at the driver level, which is what lets the columnar
+decoder parse records with the GIL released.
+
+A single driver (:class:`_Driver`) walks batch boundaries, handles a cut at the
+end of the buffer, checks CRCs, decompresses and unwraps legacy wrappers. It
+hands each batch to a sink: Python :class:`Record` objects
+(:class:`Decoder`) or Arrow column buffers (:class:`ColumnarDecoder`).
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
+from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
+                          uint8_t, uint16_t, uint32_t, uint64_t)
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
+
+import google_crc32c as _google_crc32c
+
+from kwire import compression as _compression
+from kwire.errors import (CorruptRecordError, CrcMismatchError, DecompressionError, KwireError,
+                          UnsupportedCodecError)
+
+cdef extern from "zlib.h" nogil:
+    unsigned long _zlib_crc32 "crc32"(unsigned long crc, const unsigned char* buf, unsigned int n)
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+cdef extern from *:
+    """
+    #include <sys/time.h>
+    static long long kwire_now_ms(void) {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    }
+    """
+    long long kwire_now_ms() nogil
+
+# CRC32C comes from google-crc32c's C library (hardware CRC instructions where
+# the CPU has them). Its Python functions take only ``bytes`` and keep the GIL
+# for inputs under 1 MiB, so kwire calls the library's C function directly,
+# found through the extension module that links it: no copy, no GIL.
+ctypedef uint32_t (*crc32c_extend_t)(uint32_t crc, const uint8_t* data, size_t n) noexcept nogil
+cdef crc32c_extend_t _crc32c_extend = NULL
+
+
+def _crc32c_address():
+    import ctypes
+    if _google_crc32c.implementation != "c":
+        raise ImportError(
+            "kwire needs google-crc32c's compiled extension for CRC32C at hardware "
+            "speed, but it loaded its pure-Python fallback; reinstall google-crc32c "
+            "from a wheel for this platform")
+    from google_crc32c import _crc32c as ext
+    try:
+        return ctypes.cast(ctypes.CDLL(ext.__file__).crc32c_extend, ctypes.c_void_p).value
+    except (OSError, AttributeError) as e:
+        raise ImportError(f"kwire could not find crc32c_extend in google-crc32c's library: {e}") from e
+
+
+_crc32c_extend = <crc32c_extend_t><size_t>_crc32c_address()
+if _crc32c_extend(0, <const uint8_t*>b"123456789", 9) != 0xE3069283:
+    raise ImportError("google-crc32c's crc32c_extend gave a wrong check value")
+
+
+cdef inline uint32_t crc32c(const void* p, Py_ssize_t n) noexcept nogil:
+    return _crc32c_extend(0, <const uint8_t*>p, <size_t>n)
+
+
+cdef object _decompress = _compression.decompress
+cdef object _compress = _compression.compress
+cdef object _codec_id = _compression.codec_id
+
+# ----------------------------------------------------------------- constants
+cdef enum:
+    LOG_OVERHEAD = 12      # offset int64 + size int32 before every batch/message
+    V2_HEADER = 61         # whole v2 batch header, LOG_OVERHEAD included
+    V2_CRC_START = 21      # CRC32C covers attributes .. end of batch
+    MAGIC_POS = 16         # the magic byte is at the same place in v0, v1, v2
+    V0_MIN_SIZE = 14       # crc + magic + attributes + key len + value len
+    V1_MIN_SIZE = 22       # v0 + timestamp
+    V2_MIN_SIZE = 49       # V2_HEADER - LOG_OVERHEAD
+
+cdef enum:
+    ATTR_CODEC = 0x07
+    ATTR_LOG_APPEND_TIME = 0x08
+    ATTR_TRANSACTIONAL = 0x10
+    ATTR_CONTROL = 0x20
+
+NO_TIMESTAMP_TYPE = -1
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+# error codes carried through nogil code
+cdef enum:
+    E_OK = 0
+    E_TRUNC           # a field runs past the end of its batch / record
+    E_VARINT          # a varint longer than its type allows
+    E_NEG_LENGTH      # a length below -1 (or below 0 where null is not allowed)
+    E_SIZE            # a batch / message size field that cannot be right
+    E_MAGIC           # unknown magic byte
+    E_COUNT           # a negative or impossible count
+    E_RECORD_SIZE     # a v2 record whose fields do not fill its length
+    E_TRAILING        # bytes left after the last record of a batch
+    E_NESTED          # a compressed message inside a compressed wrapper
+    E_EMPTY_WRAPPER   # a compressed wrapper with no inner messages
+    E_INNER_MAGIC     # inner message magic differs from its wrapper
+    E_NULL_PAYLOAD    # compressed wrapper without a value
+    E_TIMESTAMP       # a timestamp out of range for the requested unit
+    E_NOMEM
+
+cdef dict _MESSAGES = {
+    E_TRUNC: "truncated record data: a field runs past the end of its batch",
+    E_VARINT: "invalid varint: longer than its type allows",
+    E_NEG_LENGTH: "invalid negative length",
+    E_SIZE: "invalid batch size",
+    E_MAGIC: "unknown magic byte",
+    E_COUNT: "invalid count",
+    E_RECORD_SIZE: "record fields do not match the record's declared length",
+    E_TRAILING: "bytes left over after the last record",
+    E_NESTED: "compressed message nested inside a compressed wrapper",
+    E_EMPTY_WRAPPER: "compressed wrapper message holds no inner messages",
+    E_INNER_MAGIC: "inner message magic differs from its wrapper's",
+    E_NULL_PAYLOAD: "compressed wrapper message has a null value",
+    E_TIMESTAMP: "timestamp out of range for the microsecond unit",
+}
+
+
+# ------------------------------------------------------------------- reader
+cdef struct Reader:
+    const uint8_t* p
+    Py_ssize_t pos
+    Py_ssize_t end
+    int err
+
+
+cdef inline void rd_init(Reader* r, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    r.p = p
+    r.pos = pos
+    r.end = end
+    r.err = E_OK
+
+
+cdef inline bint rd_need(Reader* r, Py_ssize_t n) noexcept nogil:
+    """True if ``n`` more bytes can be read; otherwise sets E_TRUNC."""
+    if r.err:
+        return False
+    if n < 0 or r.end - r.pos < n:
+        r.err = E_TRUNC
+        return False
+    return True
+
+
+cdef inline uint32_t load_be32(const uint8_t* q) noexcept nogil:
+    return (<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3]
+
+
+cdef inline uint64_t load_be64(const uint8_t* q) noexcept nogil:
+    return (<uint64_t>load_be32(q) << 32) | load_be32(q + 4)
+
+
+cdef inline int8_t rd_i8(Reader* r) noexcept nogil:
+    if not rd_need(r, 1):
+        return 0
+    r.pos += 1
+    return <int8_t>r.p[r.pos - 1]
+
+
+cdef inline int16_t rd_i16(Reader* r) noexcept nogil:
+    if not rd_need(r, 2):
+        return 0
+    r.pos += 2
+    return <int16_t>((<uint32_t>r.p[r.pos - 2] << 8) | r.p[r.pos - 1])
+
+
+cdef inline uint32_t rd_u32(Reader* r) noexcept nogil:
+    if not rd_need(r, 4):
+        return 0
+    r.pos += 4
+    return load_be32(r.p + r.pos - 4)
+
+
+cdef inline int32_t rd_i32(Reader* r) noexcept nogil:
+    return <int32_t>rd_u32(r)
+
+
+cdef inline int64_t rd_i64(Reader* r) noexcept nogil:
+    if not rd_need(r, 8):
+        return 0
+    r.pos += 8
+    return <int64_t>load_be64(r.p + r.pos - 8)
+
+
+cdef inline int32_t rd_varint(Reader* r) noexcept nogil:
+    """A zigzag varint of at most 5 bytes whose value fits 32 bits."""
+    cdef uint32_t v = 0
+    cdef uint8_t b
+    cdef int i
+    if r.err:
+        return 0
+    if r.pos < r.end and r.p[r.pos] < 0x80:      # one-byte fast path
+        b = r.p[r.pos]
+        r.pos += 1
+        return <int32_t>(b >> 1) ^ -<int32_t>(b & 1)
+    for i in range(5):
+        if r.pos >= r.end:
+            r.err = E_TRUNC
+            return 0
+        b = r.p[r.pos]
+        r.pos += 1
+        if i == 4 and b > 0x0F:
+            r.err = E_VARINT
+            return 0
+        v |= <uint32_t>(b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
+    r.err = E_VARINT
+    return 0
+
+
+cdef inline int64_t rd_varlong(Reader* r) noexcept nogil:
+    """A zigzag varint of at most 10 bytes whose value fits 64 bits."""
+    cdef uint64_t v = 0
+    cdef uint8_t b
+    cdef int i
+    if r.err:
+        return 0
+    if r.pos < r.end and r.p[r.pos] < 0x80:
+        b = r.p[r.pos]
+        r.pos += 1
+        return <int64_t>(b >> 1) ^ -<int64_t>(b & 1)
+    for i in range(10):
+        if r.pos >= r.end:
+            r.err = E_TRUNC
+            return 0
+        b = r.p[r.pos]
+        r.pos += 1
+        if i == 9 and b > 0x01:
+            r.err = E_VARINT
+            return 0
+        v |= <uint64_t>(b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return <int64_t>(v >> 1) ^ -<int64_t>(v & 1)
+    r.err = E_VARINT
+    return 0
+
+
+cdef inline const uint8_t* rd_bytes(Reader* r, int32_t n) noexcept nogil:
+    """``n`` bytes (a length already read; -1 means null and returns NULL)."""
+    if n < 0:
+        if n < -1 and not r.err:
+            r.err = E_NEG_LENGTH
+        return NULL
+    if not rd_need(r, n):
+        return NULL
+    r.pos += n
+    return r.p + r.pos - n
+
+
+cdef inline int64_t add_wrap(int64_t a, int64_t b) noexcept nogil:
+    # hostile offsets/timestamps must not be signed-overflow UB
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+# --------------------------------------------------------------- batch walk
+cdef struct Batch:
+    Py_ssize_t pos            # start of the batch in the buffer
+    Py_ssize_t total          # whole size, LOG_OVERHEAD included
+    int64_t base_offset
+    int64_t last_offset
+    int magic
+    uint32_t crc
+    int attributes
+    int32_t leader_epoch
+    int32_t last_offset_delta
+    int64_t first_ts
+    int64_t max_ts
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+    int32_t count
+    # legacy message fields
+    int64_t timestamp
+    Py_ssize_t key_pos
+    int32_t key_len
+    Py_ssize_t value_pos
+    int32_t value_len
+
+
+cdef int parse_legacy_message(Reader* r, Batch* b) noexcept nogil:
+    """Parse crc .. value of one legacy message filling [r.pos, r.end)."""
+    cdef const uint8_t* q
+    b.crc = rd_u32(r)
+    b.magic = rd_i8(r)
+    b.attributes = <uint8_t>rd_i8(r)
+    if r.err:
+        return -1
+    if b.magic != 0 and b.magic != 1:
+        r.err = E_MAGIC
+        return -1
+    b.timestamp = rd_i64(r) if b.magic == 1 else -1
+    b.key_len = rd_i32(r)
+    b.key_pos = r.pos
+    rd_bytes(r, b.key_len)
+    b.value_len = rd_i32(r)
+    b.value_pos = r.pos
+    rd_bytes(r, b.value_len)
+    if r.err:
+        return -1
+    if r.pos != r.end:
+        r.err = E_SIZE
+        return -1
+    return 0
+
+
+cdef int read_batch(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Batch* b, int* err) noexcept nogil:
+    """Read the batch (or legacy message) header at ``pos``.
+
+    Returns 1 with ``b`` filled when the whole batch lies in the buffer, 0 when
+    the buffer ends inside it (``b.total`` is its size, or LOG_OVERHEAD when
+    even the size is cut), -1 with ``err`` set when the bytes cannot be a
+    batch.
+    """
+    cdef Reader r
+    cdef int32_t size
+    cdef int magic = -1
+    b.pos = pos
+    b.total = LOG_OVERHEAD
+    b.base_offset = -1
+    if end - pos < LOG_OVERHEAD:
+        return 0
+    rd_init(&r, buf, pos, end)
+    b.base_offset = rd_i64(&r)
+    size = rd_i32(&r)
+    if size < V0_MIN_SIZE:
+        err[0] = E_SIZE
+        return -1
+    b.total = LOG_OVERHEAD + <Py_ssize_t>size
+    if end - pos > MAGIC_POS:
+        magic = buf[pos + MAGIC_POS]
+        if magic > 2 or magic < 0:
+            err[0] = E_MAGIC
+            return -1
+        if (magic == 2 and size < V2_MIN_SIZE) or (magic == 1 and size < V1_MIN_SIZE):
+            err[0] = E_SIZE
+            return -1
+    if b.total > end - pos:
+        return 0
+    r.end = pos + b.total
+    b.magic = magic
+    if magic == 2:
+        b.leader_epoch = rd_i32(&r)
+        rd_i8(&r)
+        b.crc = rd_u32(&r)
+        b.attributes = <uint16_t>rd_i16(&r)
+        b.last_offset_delta = rd_i32(&r)
+        b.first_ts = rd_i64(&r)
+        b.max_ts = rd_i64(&r)
+        b.producer_id = rd_i64(&r)
+        b.producer_epoch = rd_i16(&r)
+        b.base_sequence = rd_i32(&r)
+        b.count = rd_i32(&r)
+        if b.count < 0:
+            err[0] = E_COUNT
+            return -1
+        b.last_offset = add_wrap(b.base_offset, b.last_offset_delta)
+        return 1
+    b.leader_epoch = -1
+    b.producer_id = -1
+    b.producer_epoch = -1
+    b.base_sequence = -1
+    b.count = 1
+    b.last_offset = b.base_offset
+    if parse_legacy_message(&r, b) < 0:
+        err[0] = r.err
+        return -1
+    b.first_ts = b.max_ts = b.timestamp
+    return 1
+
+
+# ---------------------------------------------------------------- v2 record
+cdef struct Rec:
+    int64_t offset
+    int64_t timestamp
+    const uint8_t* key
+    int32_t key_len
+    const uint8_t* value
+    int32_t value_len
+    Py_ssize_t headers_pos
+    Py_ssize_t end
+    int32_t header_count
+
+
+cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
+    """Parse and validate one v2 record; its headers are checked, not kept."""
+    cdef int32_t length = rd_varint(r)
+    cdef Py_ssize_t outer_end = r.end
+    cdef int32_t i, n
+    cdef int64_t ts_delta
+    cdef int32_t off_delta
+    if r.err:
+        return -1
+    if length < 0:
+        r.err = E_NEG_LENGTH
+        return -1
+    if length > r.end - r.pos:
+        r.err = E_TRUNC
+        return -1
+    rec.end = r.pos + length
+    r.end = rec.end
+    rd_i8(r)                        # record attributes: unused
+    ts_delta = rd_varlong(r)
+    off_delta = rd_varint(r)
+    rec.key_len = rd_varint(r)
+    rec.key = rd_bytes(r, rec.key_len)
+    rec.value_len = rd_varint(r)
+    rec.value = rd_bytes(r, rec.value_len)
+    rec.header_count = rd_varint(r)
+    if r.err:
+        return -1
+    if rec.header_count < 0 or rec.header_count > (r.end - r.pos) // 2:
+        r.err = E_COUNT
+        return -1
+    rec.headers_pos = r.pos
+    for i in range(rec.header_count):
+        n = rd_varint(r)
+        if n < 0 and not r.err:
+            r.err = E_NEG_LENGTH
+        rd_bytes(r, n)
+        rd_bytes(r, rd_varint(r))
+    if r.err:
+        return -1
+    if r.pos != r.end:
+        r.err = E_RECORD_SIZE
+        return -1
+    r.end = outer_end
+    rec.offset = add_wrap(base_offset, off_delta)
+    rec.timestamp = add_wrap(base_ts, ts_delta)
+    return 0
+
+
+# -------------------------------------------------------------------- UTF-8
+cdef Py_ssize_t utf8_invalid_at(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    """Index of the first byte that makes ``s`` invalid UTF-8, or -1."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    cdef int need
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+        else:
+            return i
+        if n - i <= need:
+            return i
+        c1 = s[i + 1]
+        if (c1 & 0xC0) != 0x80:
+            return i
+        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+            return i                 # overlong / surrogate
+        if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+            return i                 # overlong / past U+10FFFF
+        if need >= 2 and (s[i + 2] & 0xC0) != 0x80:
+            return i
+        if need == 3 and (s[i + 3] & 0xC0) != 0x80:
+            return i
+        i += need + 1
+    return -1
+
+
+cdef inline object header_key_str(const uint8_t* p, int32_t n):
+    # Invalid UTF-8 is replaced (U+FFFD), like Java's String decoding does.
+    return PyUnicode_DecodeUTF8(<const char*>p, n, "replace")
+
+
+# ------------------------------------------------------------ record objects
+@cython.final
+cdef class BatchInfo:
+    """Metadata of the batch (or legacy message / wrapper) a record came from."""
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t last_offset
+    cdef readonly int magic
+    cdef readonly int attributes
+    cdef readonly uint32_t crc
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int64_t first_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int16_t producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t record_count
+    cdef readonly Py_ssize_t size_in_bytes
+    cdef readonly bint kafka07      # a Kafka 0.7 message (byte offsets)
+
+    @property
+    def compression(self):
+        """Kafka codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return self.attributes & ATTR_CODEC
+
+    @property
+    def timestamp_type(self):
+        """-1 (magic 0 or Kafka 0.7: none), 0 CreateTime, 1 LogAppendTime."""
+        if self.magic == 0 or self.kafka07:
+            return -1
+        return 1 if self.attributes & ATTR_LOG_APPEND_TIME else 0
+
+    @property
+    def is_transactional(self):
+        return self.magic == 2 and bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self):
+        return self.magic == 2 and bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def next_offset(self):
+        return self.last_offset + 1
+
+    def __repr__(self):
+        return (f"BatchInfo(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"magic={self.magic}, compression={self.compression}, records={self.record_count}, "
+                f"producer_id={self.producer_id}, transactional={self.is_transactional}, "
+                f"control={self.is_control})")
+
+
+cdef BatchInfo make_batch_info(Batch* b):
+    cdef BatchInfo bi = BatchInfo.__new__(BatchInfo)
+    bi.base_offset = b.base_offset
+    bi.last_offset = b.last_offset
+    bi.magic = b.magic
+    bi.attributes = b.attributes
+    bi.crc = b.crc
+    bi.partition_leader_epoch = b.leader_epoch
+    bi.first_timestamp = b.first_ts
+    bi.max_timestamp = b.max_ts
+    bi.producer_id = b.producer_id
+    bi.producer_epoch = b.producer_epoch
+    bi.base_sequence = b.base_sequence
+    bi.record_count = b.count
+    bi.size_in_bytes = b.total
+    return bi
+
+
+@cython.final
+@cython.freelist(512)
+cdef class Record:
+    """One Kafka record.
+
+    ``key`` and ``value`` are bytes or None; ``headers`` is a tuple of
+    ``(str, bytes | None)`` pairs (empty when the record has none);
+    ``timestamp_type`` is -1 (none), 0 (CreateTime) or 1 (LogAppendTime);
+    ``batch`` is the :class:`BatchInfo` of the batch it came from.
+    """
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly tuple headers
+    cdef readonly BatchInfo batch
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+                f"timestamp_type={self.timestamp_type}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        o = <Record>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp
+                and self.timestamp_type == o.timestamp_type and self.key == o.key
+                and self.value == o.value and self.headers == o.headers)
+
+    __hash__ = None
+
+
+cdef inline object bytes_or_none(const uint8_t* p, int32_t n):
+    if n < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
+# ------------------------------------------------------------------ results
+cdef class DecodeResult:
+    """What :meth:`Decoder.decode` found in a buffer.
+
+    ``records``: the records, in order. ``batches``: :class:`BatchInfo` of each
+    complete batch (control batches included). ``consumed``: bytes of whole
+    batches read; the rest of the buffer is a cut batch to fetch again.
+    ``next_offset``: the offset to fetch next (None if no batch was complete).
+    ``incomplete_size``: the size of the cut batch at the end of the buffer (0
+    if the buffer ends on a batch boundary; 12 if even its length is cut). When
+    ``consumed`` is 0 and ``incomplete_size`` exceeds the buffer, the first
+    batch is bigger than the fetch returned: fetch more bytes.
+    """
+    cdef readonly list records
+    cdef readonly list batches
+    cdef readonly Py_ssize_t consumed
+    cdef readonly object next_offset
+    cdef readonly Py_ssize_t incomplete_size
+
+    def __repr__(self):
+        return (f"DecodeResult(records={len(self.records)}, batches={len(self.batches)}, "
+                f"consumed={self.consumed}, next_offset={self.next_offset}, "
+                f"incomplete_size={self.incomplete_size})")
+
+
+# ------------------------------------------------------------------- driver
+@cython.auto_pickle(False)
+cdef class _Driver:
+    """Walks a buffer batch by batch; subclasses receive the records."""
+    cdef bint check_crcs
+    cdef bint include_control
+    cdef Py_ssize_t max_decompressed
+    # per call
+    cdef object topic
+    cdef object partition
+    cdef int64_t min_offset
+    cdef Py_ssize_t consumed
+    cdef int64_t next_offset
+    cdef bint any_batch
+    cdef Py_ssize_t incomplete_size
+    cdef const uint8_t* buf
+    cdef object view            # memoryview over the input, for per-batch slices
+
+    def __init__(self, *, bint check_crcs=True, bint include_control=False,
+                 Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
+        if max_decompressed_bytes <= 0:
+            raise ValueError("max_decompressed_bytes must be positive")
+        self.check_crcs = check_crcs
+        self.include_control = include_control
+        self.max_decompressed = max_decompressed_bytes
+
+    # --- hooks for sinks ---------------------------------------------------
+    cdef int begin_batch(self, Batch* b) except -1:
+        return 0
+
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
+        """Return 1 to stop before this batch (the sink rolled it back)."""
+        return 0
+
+    cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
+                        const uint8_t* key, int32_t key_len,
+                        const uint8_t* value, int32_t value_len) except -1:
+        return 0
+
+    cdef int abort_batch(self) except -1:
+        return 0
+
+    # --- errors ------------------------------------------------------------
+    cdef raise_code(self, int code, int64_t offset):
+        raise CorruptRecordError(_MESSAGES.get(code, "corrupt record data"),
+                                 self.topic, self.partition, offset)
+
+    cdef object payload(self, Batch* b, Py_ssize_t start, Py_ssize_t length, int codec):
+        """Decompressed bytes of ``length`` bytes at ``start`` of the input."""
+        try:
+            return _decompress(codec, self.view[start:start + length], self.max_decompressed, b.magic)
+        except CorruptRecordError as e:
+            raise e.at(self.topic, self.partition, b.base_offset) from None
+        except KwireError:
+            raise
+        except Exception as e:  # a codec library's own exception type
+            raise DecompressionError(f"codec {codec}: {e}", self.topic, self.partition,
+                                     b.base_offset) from e
+
+    # --- the walk ----------------------------------------------------------
+    cdef int run(self, object data, object topic, object partition, int64_t min_offset) except -1:
+        cdef Py_buffer pybuf
+        cdef Batch b
+        cdef int st, err = 0
+        cdef Py_ssize_t pos = 0, n
+        self.topic = topic
+        self.partition = partition
+        self.min_offset = min_offset
+        self.consumed = 0
+        self.any_batch = False
+        self.next_offset = -1
+        self.incomplete_size = 0
+        PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+        try:
+            self.buf = <const uint8_t*>pybuf.buf
+            n = pybuf.len
+            self.view = memoryview(data).cast("B")
+            while pos < n:
+                st = read_batch(self.buf, pos, n, &b, &err)
+                if st < 0:
+                    self.raise_code(err, b.base_offset)
+                if st == 0:
+                    self.incomplete_size = b.total
+                    break
+                if b.magic == 2:
+                    st = self.run_v2(&b)
+                else:
+                    st = self.run_legacy(&b)
+                if st == 1:
+                    break
+                pos += b.total
+                self.consumed = pos
+                self.next_offset = add_wrap(b.last_offset, 1)
+                self.any_batch = True
+        finally:
+            self.view = None
+            self.buf = NULL
+            PyBuffer_Release(&pybuf)
+        return 0
+
+    cdef int run_v2(self, Batch* b) except -1:
+        cdef int codec = b.attributes & ATTR_CODEC
+        cdef Py_ssize_t body = b.pos + V2_HEADER
+        cdef Py_ssize_t body_len = b.total - V2_HEADER
+        cdef uint32_t crc
+        cdef object plain
+        cdef int st
+        if self.check_crcs:
+            with nogil:
+                crc = crc32c(self.buf + b.pos + V2_CRC_START, b.total - V2_CRC_START)
+            if crc != b.crc:
+                raise CrcMismatchError(
+                    f"record batch CRC32C mismatch (stored {b.crc:#010x}, computed {crc:#010x})",
+                    self.topic, self.partition, b.base_offset)
+        if codec > 4:
+            raise UnsupportedCodecError(f"unknown compression codec id {codec}",
+                                        self.topic, self.partition, b.base_offset)
+        self.begin_batch(b)
+        if (b.attributes & ATTR_CONTROL) and not self.include_control:
+            return 0
+        if b.count == 0 and codec == 0:
+            if body_len:
+                self.raise_code(E_TRAILING, b.base_offset)
+            return 0
+        if codec == 0:
+            st = self.on_v2_records(b, self.buf + body, body_len)
+        else:
+            plain = self.payload(b, body, body_len, codec)
+            st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
+        return st
+
+    cdef int check_legacy_crc(self, const uint8_t* msg, Py_ssize_t n, Batch* b, int64_t offset) except -1:
+        # ``msg`` starts at the crc field; the CRC32 covers magic .. end.
+        cdef uint32_t crc
+        if not self.check_crcs:
+            return 0
+        crc = _zlib_crc32(0, msg + 4, <unsigned int>(n - 4)) & 0xFFFFFFFF
+        if crc != b.crc:
+            raise CrcMismatchError(
+                f"message CRC32 mismatch (stored {b.crc:#010x}, computed {crc:#010x})",
+                self.topic, self.partition, offset)
+        return 0
+
+    cdef int run_legacy(self, Batch* b) except -1:
+        cdef int codec = b.attributes & ATTR_CODEC
+        cdef int ts_type
+        cdef object plain
+        cdef const uint8_t* p
+        cdef Py_ssize_t n, pos
+        cdef Reader r
+        cdef Batch inner
+        cdef int err = 0, st, count = 0
+        cdef int64_t last_rel = 0, offset, ts
+        self.check_legacy_crc(self.buf + b.pos + LOG_OVERHEAD, b.total - LOG_OVERHEAD, b, b.base_offset)
+        if b.magic == 0:
+            ts_type = -1
+        else:
+            ts_type = 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
+        if codec == 0:
+            self.begin_batch(b)
+            return self.on_message(b, b.base_offset, b.timestamp, ts_type,
+                                   self.buf + b.key_pos, b.key_len,
+                                   self.buf + b.value_pos, b.value_len)
+        if codec > 4:
+            raise UnsupportedCodecError(f"unknown compression codec id {codec}",
+                                        self.topic, self.partition, b.base_offset)
+        if b.value_len < 0:
+            self.raise_code(E_NULL_PAYLOAD, b.base_offset)
+        plain = self.payload(b, b.value_pos, b.value_len, codec)
+        p = <const uint8_t*>PyBytes_AS_STRING(plain)
+        n = PyBytes_GET_SIZE(plain)
+        # pass 1: frame the inner messages, find the last (relative) offset
+        pos = 0
+        while pos < n:
+            st = read_batch(p, pos, n, &inner, &err)
+            if st == 0:
+                err = E_TRUNC
+            if st <= 0:
+                self.raise_code(err, b.base_offset)
+            last_rel = inner.base_offset
+            count += 1
+            pos += inner.total
+        if count == 0:
+            self.raise_code(E_EMPTY_WRAPPER, b.base_offset)
+        b.count = count
+        if b.magic > 0:
+            b.last_offset = b.base_offset
+        else:
+            b.last_offset = last_rel if last_rel > b.base_offset else b.base_offset
+        self.begin_batch(b)
+        # pass 2: the messages themselves
+        pos = 0
+        while pos < n:
+            read_batch(p, pos, n, &inner, &err)
+            if inner.magic != b.magic:
+                self.abort_batch()
+                self.raise_code(E_INNER_MAGIC, b.base_offset)
+            if inner.attributes & ATTR_CODEC:
+                self.abort_batch()
+                self.raise_code(E_NESTED, b.base_offset)
+            if b.magic > 0:   # v1 inner offsets are relative to the wrapper
+                offset = add_wrap(b.base_offset, inner.base_offset - last_rel)
+            else:
+                offset = inner.base_offset
+            if self.check_crcs:
+                try:
+                    self.check_legacy_crc(p + pos + LOG_OVERHEAD, inner.total - LOG_OVERHEAD, &inner, offset)
+                except CrcMismatchError:
+                    self.abort_batch()
+                    raise
+            if b.magic == 1 and (b.attributes & ATTR_LOG_APPEND_TIME):
+                ts = b.timestamp
+            else:
+                ts = inner.timestamp
+            st = self.on_message(b, offset, ts, ts_type, p + inner.key_pos, inner.key_len,
+                                 p + inner.value_pos, inner.value_len)
+            if st == 1:
+                return 1
+            pos += inner.total
+        return 0
+
+
+# ----------------------------------------------------------- object decoder
+cdef class Decoder(_Driver):
+    """Decodes buffers of record batches into :class:`Record` objects.
+
+    ``check_crcs`` verifies CRC32C (v2) and CRC32 (v0/v1) checksums;
+    ``include_control`` also returns the records of control batches (commit
+    and abort markers), which are skipped by default;
+    ``max_decompressed_bytes`` caps the decompressed size of one batch.
+    A decoder holds no state between calls and may be reused; it is not
+    thread-safe (use one per thread).
+    """
+    cdef list records
+    cdef list batches
+    cdef BatchInfo cur
+    cdef object last_hkey          # last header key str, reused when bytes match
+    cdef bytes last_hkey_raw
+    cdef tuple last_headers        # last headers tuple, reused when bytes match
+    cdef bytes last_headers_raw
+
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1):
+        """Decode every complete batch in ``data`` (any bytes-like object).
+
+        Records before ``min_offset`` are validated but not returned (a
+        fetch returns whole batches, which may start before the fetch offset).
+        ``topic`` and ``partition`` only label errors. Returns a
+        :class:`DecodeResult`.
+        """
+        cdef DecodeResult res = DecodeResult.__new__(DecodeResult)
+        self.records = []
+        self.batches = []
+        try:
+            self.run(data, topic, partition, min_offset)
+            res.records = self.records
+            res.batches = self.batches
+        finally:
+            self.records = self.batches = None
+            self.cur = None
+        res.consumed = self.consumed
+        res.next_offset = self.next_offset if self.any_batch else None
+        res.incomplete_size = self.incomplete_size
+        return res
+
+    cdef int begin_batch(self, Batch* b) except -1:
+        self.cur = make_batch_info(b)
+        self.batches.append(self.cur)
+        return 0
+
+    cdef int abort_batch(self) except -1:
+        # drop the records of a wrapper that turned out corrupt midway
+        while self.records and (<Record>self.records[len(self.records) - 1]).batch is self.cur:
+            self.records.pop()
+        return 0
+
+    cdef object header_key(self, const uint8_t* p, int32_t n):
+        cdef bytes raw = self.last_hkey_raw
+        if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
+            return self.last_hkey
+        self.last_hkey = header_key_str(p, n)
+        self.last_hkey_raw = PyBytes_FromStringAndSize(<const char*>p, n)
+        return self.last_hkey
+
+    cdef tuple headers(self, Rec* rec, const uint8_t* base):
+        cdef Reader r
+        cdef int32_t i, kn, vn
+        cdef const uint8_t* k
+        cdef const uint8_t* v
+        cdef tuple out
+        cdef bytes raw = self.last_headers_raw
+        cdef Py_ssize_t nbytes = rec.end - rec.headers_pos
+        if rec.header_count == 0:
+            return ()
+        if (raw is not None and PyBytes_GET_SIZE(raw) == nbytes
+                and memcmp(PyBytes_AS_STRING(raw), base + rec.headers_pos, nbytes) == 0):
+            return self.last_headers
+        rd_init(&r, base, rec.headers_pos, rec.end)
+        out = PyTuple_New_(rec.header_count)
+        for i in range(rec.header_count):
+            kn = rd_varint(&r)
+            k = rd_bytes(&r, kn)
+            vn = rd_varint(&r)
+            v = rd_bytes(&r, vn)
+            set_tuple_item(out, i, (self.header_key(k, kn), bytes_or_none(v, vn)))
+        self.last_headers = out
+        self.last_headers_raw = PyBytes_FromStringAndSize(<const char*>(base + rec.headers_pos), nbytes)
+        return out
+
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
+        cdef Reader r
+        cdef Rec rec
+        cdef Record o
+        cdef int32_t i
+        cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
+        cdef int ts_type = 1 if log_append else 0
+        cdef list out = self.records
+        cdef BatchInfo bi = self.cur
+        rd_init(&r, p, 0, n)
+        for i in range(b.count):
+            if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
+                self.abort_batch()
+                self.raise_code(r.err, b.base_offset)
+            if rec.offset < self.min_offset:
+                continue
+            o = Record.__new__(Record)
+            o.offset = rec.offset
+            o.timestamp = b.max_ts if log_append else rec.timestamp
+            o.timestamp_type = ts_type
+            o.key = bytes_or_none(rec.key, rec.key_len)
+            o.value = bytes_or_none(rec.value, rec.value_len)
+            o.headers = self.headers(&rec, p)
+            o.batch = bi
+            out.append(o)
+        if r.pos != n:
+            self.abort_batch()
+            self.raise_code(E_TRAILING, b.base_offset)
+        return 0
+
+    cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
+                        const uint8_t* key, int32_t key_len,
+                        const uint8_t* value, int32_t value_len) except -1:
+        cdef Record o
+        if offset < self.min_offset:
+            return 0
+        o = Record.__new__(Record)
+        o.offset = offset
+        o.timestamp = ts
+        o.timestamp_type = ts_type
+        o.key = bytes_or_none(key, key_len)
+        o.value = bytes_or_none(value, value_len)
+        o.headers = ()
+        o.batch = self.cur
+        self.records.append(o)
+        return 0
+
+
+cdef extern from "Python.h":
+    tuple PyTuple_New_ "PyTuple_New"(Py_ssize_t n)
+    void PyTuple_SET_ITEM_ "PyTuple_SET_ITEM"(object t, Py_ssize_t i, object o)
+    void Py_INCREF_ "Py_INCREF"(object o)
+
+
+cdef inline void set_tuple_item(tuple t, Py_ssize_t i, object o):
+    Py_INCREF_(o)                   # SET_ITEM steals a reference
+    PyTuple_SET_ITEM_(t, i, o)
+
+
+# -------------------------------------------------------- columnar decoder
+cdef struct GBuf:
+    char* data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef int gbuf_grow(GBuf* g, Py_ssize_t extra) noexcept nogil:
+    cdef Py_ssize_t want = g.len + extra
+    cdef Py_ssize_t cap = g.cap if g.cap else 4096
+    cdef char* p
+    while cap < want:
+        cap *= 2
+    p = <char*>realloc(g.data, cap)
+    if p == NULL:
+        return -1
+    g.data = p
+    g.cap = cap
+    return 0
+
+
+cdef inline int gbuf_reserve(GBuf* g, Py_ssize_t extra) noexcept nogil:
+    if g.len + extra <= g.cap:
+        return 0
+    return gbuf_grow(g, extra)
+
+
+cdef inline void put_i32(GBuf* g, int32_t v) noexcept nogil:   # native order (Arrow)
+    memcpy(g.data + g.len, &v, 4)
+    g.len += 4
+
+
+cdef inline void put_i64(GBuf* g, int64_t v) noexcept nogil:
+    memcpy(g.data + g.len, &v, 8)
+    g.len += 8
+
+
+cdef inline int put_bit(GBuf* g, int64_t i, bint v) noexcept nogil:
+    cdef Py_ssize_t need = (i >> 3) + 1
+    if need > g.len:
+        if gbuf_reserve(g, need - g.len) < 0:
+            return -1
+        g.len = need
+    if v:
+        g.data[i >> 3] |= <char>(1 << (i & 7))
+    else:
+        g.data[i >> 3] &= <char>~(1 << (i & 7))
+    return 0
+
+
+cdef enum:
+    C_OFFSET, C_TS, C_TS_TYPE
+    C_KEY_OFF, C_KEY_DATA, C_KEY_VALID
+    C_VAL_OFF, C_VAL_DATA, C_VAL_VALID
+    C_HDR_OFF, C_HDR_VALID
+    C_HK_OFF, C_HK_DATA
+    C_HV_OFF, C_HV_DATA, C_HV_VALID
+    NCOLS
+
+cdef tuple _COL_NAMES = ("offset", "timestamp", "timestamp_type",
+                         "key_offsets", "key_data", "key_validity",
+                         "value_offsets", "value_data", "value_validity",
+                         "header_offsets", "header_validity",
+                         "header_key_offsets", "header_key_data",
+                         "header_value_offsets", "header_value_data", "header_value_validity")
+
+cdef enum:
+    NULLS_KEY, NULLS_VAL, NULLS_HDR, NULLS_HV, NNULLS
+
+
+cdef struct Cols:
+    GBuf b[NCOLS]
+    int64_t rows
+    int64_t header_rows
+    int64_t nulls[NNULLS]
+
+
+cdef struct ColsMark:          # enough to roll a batch back
+    Py_ssize_t lens[NCOLS]
+    int64_t rows
+    int64_t header_rows
+    int64_t nulls[NNULLS]
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Memory:
+    """Owns one malloc'd column buffer and exposes it to pyarrow, zero copy."""
+    cdef char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t shape[1]
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        view.buf = self.data
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        self.shape[0] = self.size
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        free(self.data)
+
+
+cdef class ColumnarResult:
+    """What :meth:`ColumnarDecoder.decode` found: ``record_batch`` (a
+    ``pyarrow.RecordBatch``), and ``consumed``, ``next_offset``,
+    ``incomplete_size`` as in :class:`DecodeResult`; ``batch_count`` is the
+    number of complete batches read."""
+    cdef readonly object record_batch
+    cdef readonly Py_ssize_t consumed
+    cdef readonly object next_offset
+    cdef readonly Py_ssize_t incomplete_size
+    cdef readonly Py_ssize_t batch_count
+
+    @property
+    def num_records(self):
+        return self.record_batch.num_rows
+
+    def __repr__(self):
+        return (f"ColumnarResult(records={self.record_batch.num_rows}, batches={self.batch_count}, "
+                f"consumed={self.consumed}, next_offset={self.next_offset}, "
+                f"incomplete_size={self.incomplete_size})")
+
+
+cdef class ColumnarDecoder(_Driver):
+    """Decodes buffers of record batches straight into Arrow columns.
+
+    No Python object is made per record: the records of each batch are
+    parsed with the GIL released into C buffers that become the Arrow arrays
+    without a copy, so threads decoding different buffers run in parallel.
+    The result is a ``pyarrow.RecordBatch`` with columns ``offset`` int64,
+    ``timestamp`` timestamp[ms or us, UTC], ``timestamp_type`` int32, ``key``
+    and ``value`` binary, ``headers`` list<struct<key string, value binary>>
+    (null for a record without headers).
+
+    The decoder keeps the sizes of its last result and preallocates that much
+    for the next call. One decoder per thread.
+    """
+    cdef Cols c
+    cdef ColsMark mark
+    cdef Py_ssize_t hint[NCOLS]
+    cdef bint micros
+    cdef Py_ssize_t nbatches
+    cdef object ts_unit
+
+    def __init__(self, *, bint check_crcs=True, bint include_control=False,
+                 Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 timestamp_unit="ms"):
+        super().__init__(check_crcs=check_crcs, include_control=include_control,
+                         max_decompressed_bytes=max_decompressed_bytes)
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError("timestamp_unit must be 'ms' or 'us'")
+        self.ts_unit = timestamp_unit
+        self.micros = timestamp_unit == "us"
+
+    def __dealloc__(self):
+        self.release()
+
+    cdef void release(self) noexcept:
+        cdef int i
+        for i in range(NCOLS):
+            free(self.c.b[i].data)
+            self.c.b[i].data = NULL
+            self.c.b[i].len = self.c.b[i].cap = 0
+
+    cdef int start(self) except -1:
+        cdef int i
+        self.release()
+        self.c.rows = self.c.header_rows = 0
+        for i in range(NNULLS):
+            self.c.nulls[i] = 0
+        for i in range(NCOLS):
+            if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
+                raise MemoryError()
+        for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
+            put_i32(&self.c.b[i], 0)
+        return 0
+
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1):
+        """Decode every complete batch in ``data`` into one Arrow record batch.
+
+        Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`.
+        A call stops early, at a batch boundary, rather than let a binary
+        column pass 2 GiB (``consumed`` tells where).
+        """
+        cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
+        self.start()
+        self.nbatches = 0
+        try:
+            self.run(data, topic, partition, min_offset)
+            res.record_batch = self.finish()
+        finally:
+            self.release()
+        res.consumed = self.consumed
+        res.next_offset = self.next_offset if self.any_batch else None
+        res.incomplete_size = self.incomplete_size
+        res.batch_count = self.nbatches
+        return res
+
+    cdef object finish(self):
+        from kwire._arrow import record_batch_from_columns
+        cdef dict cols = {}
+        cdef _Memory m
+        cdef int i
+        for i in range(NCOLS):
+            self.hint[i] = self.c.b[i].len
+            m = _Memory.__new__(_Memory)
+            m.size = self.c.b[i].len
+            m.data = <char*>realloc(self.c.b[i].data, m.size if m.size else 1)
+            if m.data == NULL:
+                m.data = self.c.b[i].data
+            self.c.b[i].data = NULL
+            self.c.b[i].len = self.c.b[i].cap = 0
+            cols[_COL_NAMES[i]] = m
+        return record_batch_from_columns(
+            self.c.rows, self.c.header_rows, cols,
+            self.c.nulls[NULLS_KEY], self.c.nulls[NULLS_VAL],
+            self.c.nulls[NULLS_HDR], self.c.nulls[NULLS_HV], self.ts_unit)
+
+    cdef int begin_batch(self, Batch* b) except -1:
+        cdef int i
+        self.nbatches += 1
+        for i in range(NCOLS):
+            self.mark.lens[i] = self.c.b[i].len
+        self.mark.rows = self.c.rows
+        self.mark.header_rows = self.c.header_rows
+        for i in range(NNULLS):
+            self.mark.nulls[i] = self.c.nulls[i]
+        return 0
+
+    cdef int abort_batch(self) except -1:
+        cdef int i
+        self.nbatches -= 1
+        for i in range(NCOLS):
+            self.c.b[i].len = self.mark.lens[i]
+        self.c.rows = self.mark.rows
+        self.c.header_rows = self.mark.header_rows
+        for i in range(NNULLS):
+            self.c.nulls[i] = self.mark.nulls[i]
+        return 0
+
+    cdef int check(self, int st, Batch* b) except -1:
+        """Turn a fill status into: 0 go on, 1 stop (rolled back), or raise."""
+        if st == 0:
+            return 0
+        self.abort_batch()
+        if st == 1:
+            if self.c.rows == 0:
+                raise CorruptRecordError("a single batch holds more than 2 GiB of keys, values "
+                                         "or headers", self.topic, self.partition, b.base_offset)
+            return 1
+        if st == -E_NOMEM:
+            raise MemoryError()
+        self.raise_code(-st, b.base_offset)
+
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
+        cdef int st
+        with nogil:
+            st = self.fill_v2(b, p, n)
+        return self.check(st, b)
+
+    cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
+                        const uint8_t* key, int32_t key_len,
+                        const uint8_t* value, int32_t value_len) except -1:
+        cdef int st
+        if offset < self.min_offset:
+            return 0
+        st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len)
+        if st == 0:
+            st = self.add_headers(NULL, 0, 0)
+        return self.check(st, b)
+
+    cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+        cdef Reader r
+        cdef Rec rec
+        cdef int32_t i
+        cdef int st
+        cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
+        cdef int ts_type = 1 if log_append else 0
+        rd_init(&r, p, 0, n)
+        for i in range(b.count):
+            if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
+                return -r.err
+            if rec.offset < self.min_offset:
+                continue
+            st = self.add_row(rec.offset, b.max_ts if log_append else rec.timestamp, ts_type,
+                              rec.key, rec.key_len, rec.value, rec.value_len)
+            if st == 0:
+                st = self.add_headers(p, rec.headers_pos, rec.header_count)
+            if st:
+                return st
+        if r.pos != n:
+            return -E_TRAILING
+        return 0
+
+    cdef inline int add_binary(self, int off_col, int data_col, int valid_col, int nulls,
+                               int64_t row, const uint8_t* p, int32_t n) noexcept nogil:
+        cdef GBuf* data = &self.c.b[data_col]
+        cdef GBuf* offs = &self.c.b[off_col]
+        if n > 0:
+            if data.len + n > INT32_MAX:
+                return 1
+            if gbuf_reserve(data, n) < 0:
+                return -E_NOMEM
+            memcpy(data.data + data.len, p, n)
+            data.len += n
+        if gbuf_reserve(offs, 4) < 0:
+            return -E_NOMEM
+        if valid_col >= 0:          # header keys have no validity buffer
+            if put_bit(&self.c.b[valid_col], row, n >= 0) < 0:
+                return -E_NOMEM
+            if n < 0:
+                self.c.nulls[nulls] += 1
+        put_i32(offs, <int32_t>data.len)
+        return 0
+
+    cdef int add_row(self, int64_t offset, int64_t ts, int ts_type,
+                     const uint8_t* key, int32_t key_len,
+                     const uint8_t* value, int32_t value_len) noexcept nogil:
+        cdef int64_t row = self.c.rows
+        cdef int st
+        if row >= INT32_MAX:
+            return 1
+        if self.micros:
+            if ts > INT64_MAX // 1000 or ts < INT64_MIN // 1000:
+                return -E_TIMESTAMP
+            ts *= 1000
+        if (gbuf_reserve(&self.c.b[C_OFFSET], 8) < 0 or gbuf_reserve(&self.c.b[C_TS], 8) < 0
+                or gbuf_reserve(&self.c.b[C_TS_TYPE], 4) < 0):
+            return -E_NOMEM
+        put_i64(&self.c.b[C_OFFSET], offset)
+        put_i64(&self.c.b[C_TS], ts)
+        put_i32(&self.c.b[C_TS_TYPE], ts_type)
+        st = self.add_binary(C_KEY_OFF, C_KEY_DATA, C_KEY_VALID, NULLS_KEY, row, key, key_len)
+        if st == 0:
+            st = self.add_binary(C_VAL_OFF, C_VAL_DATA, C_VAL_VALID, NULLS_VAL, row, value, value_len)
+        self.c.rows += 1
+        return st
+
+    cdef int add_headers(self, const uint8_t* p, Py_ssize_t pos, int32_t count) noexcept nogil:
+        """Append the (already validated) headers of the current row."""
+        cdef Reader r
+        cdef int32_t i, kn, vn
+        cdef const uint8_t* k
+        cdef const uint8_t* v
+        cdef int st
+        cdef int64_t row = self.c.rows - 1
+        if put_bit(&self.c.b[C_HDR_VALID], row, count > 0) < 0 or gbuf_reserve(&self.c.b[C_HDR_OFF], 4) < 0:
+            return -E_NOMEM
+        if count == 0:
+            self.c.nulls[NULLS_HDR] += 1
+        else:
+            if self.c.header_rows + count > INT32_MAX:
+                return 1
+            rd_init(&r, p, pos, INT64_MAX)
+            for i in range(count):
+                kn = rd_varint(&r)
+                k = rd_bytes(&r, kn)
+                vn = rd_varint(&r)
+                v = rd_bytes(&r, vn)
+                if utf8_invalid_at(k, kn) >= 0:
+                    st = self.add_replaced_key(k, kn)
+                else:
+                    st = self.add_binary(C_HK_OFF, C_HK_DATA, -1, -1, -1, k, kn)
+                if st == 0:
+                    st = self.add_binary(C_HV_OFF, C_HV_DATA, C_HV_VALID, NULLS_HV,
+                                         self.c.header_rows, v, vn)
+                if st:
+                    return st
+                self.c.header_rows += 1
+        put_i32(&self.c.b[C_HDR_OFF], <int32_t>self.c.header_rows)
+        return 0
+
+    cdef int add_replaced_key(self, const uint8_t* k, int32_t kn) noexcept with gil:
+        # rare: decode with U+FFFD replacement exactly as the object path does
+        cdef bytes enc = header_key_str(k, kn).encode("utf-8")
+        return self.add_binary(C_HK_OFF, C_HK_DATA, -1, -1, -1,
+                               <const uint8_t*>PyBytes_AS_STRING(enc), <int32_t>PyBytes_GET_SIZE(enc))
+
+
+# ------------------------------------------------------------------ splitting
+cdef class SplitResult:
+    """Batch boundaries of a buffer: ``batches`` is a list of zero-copy
+    memoryviews, one per complete batch (or legacy message); ``consumed``,
+    ``next_offset`` and ``incomplete_size`` as in :class:`DecodeResult`."""
+    cdef readonly list batches
+    cdef readonly Py_ssize_t consumed
+    cdef readonly object next_offset
+    cdef readonly Py_ssize_t incomplete_size
+
+    def __repr__(self):
+        return (f"SplitResult(batches={len(self.batches)}, consumed={self.consumed}, "
+                f"next_offset={self.next_offset}, incomplete_size={self.incomplete_size})")
+
+
+def split_batches(data, *, topic=None, partition=None):
+    """Walk the batch boundaries of ``data`` without decoding records.
+
+    Each complete batch comes back as a memoryview into ``data`` (no copy), so
+    batches can be handed on or decoded in parallel. Headers are validated
+    (sizes, magic); CRCs and records are checked when a batch is decoded.
+    """
+    cdef Py_buffer pybuf
+    cdef Batch b
+    cdef int st, err = 0
+    cdef Py_ssize_t pos = 0
+    cdef SplitResult res = SplitResult.__new__(SplitResult)
+    cdef object view = memoryview(data).cast("B")
+    res.batches = []
+    res.next_offset = None
+    PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+    try:
+        while pos < pybuf.len:
+            st = read_batch(<const uint8_t*>pybuf.buf, pos, pybuf.len, &b, &err)
+            if st < 0:
+                raise CorruptRecordError(_MESSAGES.get(err, "corrupt record data"), topic, partition,
+                                         b.base_offset)
+            if st == 0:
+                res.incomplete_size = b.total
+                break
+            res.batches.append(view[pos:pos + b.total])
+            pos += b.total
+            res.next_offset = add_wrap(b.last_offset, 1)
+    finally:
+        PyBuffer_Release(&pybuf)
+    res.consumed = pos
+    return res
+
+
+# ------------------------------------------------------------ Kafka 0.7
+cdef struct Msg07:
+    Py_ssize_t total
+    int magic
+    int codec
+    uint32_t crc
+    Py_ssize_t payload_pos
+    Py_ssize_t payload_len
+
+
+cdef int read_v07(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Msg07* m, int* err) noexcept nogil:
+    """Like :c:func:`read_batch`, for one 0.7 message: LENGTH MAGIC
+    [COMPRESSION if MAGIC is 1] CHECKSUM PAYLOAD."""
+    cdef int32_t length
+    cdef Py_ssize_t head
+    m.total = 4
+    if end - pos < 4:
+        return 0
+    length = <int32_t>load_be32(buf + pos)
+    if length < 5:
+        err[0] = E_SIZE
+        return -1
+    m.total = 4 + <Py_ssize_t>length
+    if end - pos > 4:
+        m.magic = buf[pos + 4]
+        if m.magic > 1:
+            err[0] = E_MAGIC
+            return -1
+        if m.magic == 1 and length < 6:
+            err[0] = E_SIZE
+            return -1
+    if m.total > end - pos:
+        return 0
+    head = 5 + m.magic              # LENGTH, MAGIC and COMPRESSION if present
+    m.codec = buf[pos + 5] if m.magic == 1 else 0
+    m.crc = load_be32(buf + pos + head)
+    m.payload_pos = pos + head + 4
+    m.payload_len = m.total - head - 4
+    return 1
+
+
+cdef Record record_v07(BatchInfo bi, const uint8_t* p, Py_ssize_t n):
+    cdef Record o = Record.__new__(Record)
+    o.offset = bi.base_offset
+    o.timestamp = -1
+    o.timestamp_type = -1
+    o.key = None
+    o.value = PyBytes_FromStringAndSize(<const char*>p, n)
+    o.headers = ()
+    o.batch = bi
+    return o
+
+
+def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
+               Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+               topic=None, partition=None):
+    """Decode Kafka 0.7 messages fetched from byte offset ``start_offset``.
+
+    0.7 offsets are byte positions: a message at buffer position ``p`` has
+    offset ``start_offset + p`` and the next one starts at offset + 4 +
+    LENGTH. The messages inside a compressed message all carry the offset of
+    their wrapper, since 0.7 can only resume at a wrapper boundary.
+    ``next_offset`` is ``start_offset + consumed``. Returns a
+    :class:`DecodeResult`.
+    """
+    cdef Py_buffer pybuf
+    cdef Msg07 m, inner
+    cdef int st, err = 0
+    cdef Py_ssize_t pos = 0, ipos, n
+    cdef const uint8_t* buf
+    cdef const uint8_t* ip
+    cdef object plain
+    cdef BatchInfo bi
+    cdef int64_t offset
+    cdef DecodeResult res = DecodeResult.__new__(DecodeResult)
+    cdef object view = memoryview(data).cast("B")
+    res.records = []
+    res.batches = []
+    res.next_offset = None
+    PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>pybuf.buf
+        n = pybuf.len
+        while pos < n:
+            offset = add_wrap(start_offset, pos)
+            st = read_v07(buf, pos, n, &m, &err)
+            if st < 0:
+                raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
+            if st == 0:
+                res.incomplete_size = m.total
+                break
+            if check_crcs and (_zlib_crc32(0, buf + m.payload_pos, <unsigned int>m.payload_len)
+                               & 0xFFFFFFFF) != m.crc:
+                raise CrcMismatchError("message CRC32 mismatch", topic, partition, offset)
+            bi = BatchInfo.__new__(BatchInfo)
+            bi.kafka07 = True
+            bi.base_offset = offset
+            bi.last_offset = add_wrap(offset, m.total - 1)
+            bi.magic = m.magic
+            bi.attributes = m.codec
+            bi.crc = m.crc
+            bi.first_timestamp = bi.max_timestamp = -1
+            bi.producer_id = bi.partition_leader_epoch = bi.base_sequence = -1
+            bi.producer_epoch = -1
+            bi.size_in_bytes = m.total
+            if m.codec == 0:
+                bi.record_count = 1
+                res.records.append(record_v07(bi, buf + m.payload_pos, m.payload_len))
+            else:
+                if m.codec > 2:
+                    raise UnsupportedCodecError(f"unknown 0.7 compression codec {m.codec}",
+                                                topic, partition, offset)
+                try:
+                    plain = _decompress(m.codec, view[m.payload_pos:m.payload_pos + m.payload_len],
+                                        max_decompressed_bytes, 0)
+                except CorruptRecordError as e:
+                    raise e.at(topic, partition, offset) from None
+                ip = <const uint8_t*>PyBytes_AS_STRING(plain)
+                ipos = 0
+                first = len(res.records)
+                while ipos < PyBytes_GET_SIZE(plain):
+                    st = read_v07(ip, ipos, PyBytes_GET_SIZE(plain), &inner, &err)
+                    if st == 0:
+                        err = E_TRUNC
+                    if st <= 0:
+                        raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
+                    if inner.codec:
+                        raise CorruptRecordError(_MESSAGES[E_NESTED], topic, partition, offset)
+                    if check_crcs and (_zlib_crc32(0, ip + inner.payload_pos, <unsigned int>inner.payload_len)
+                                       & 0xFFFFFFFF) != inner.crc:
+                        raise CrcMismatchError("inner message CRC32 mismatch", topic, partition, offset)
+                    res.records.append(record_v07(bi, ip + inner.payload_pos, inner.payload_len))
+                    ipos += inner.total
+                bi.record_count = len(res.records) - first
+                if bi.record_count == 0:
+                    raise CorruptRecordError(_MESSAGES[E_EMPTY_WRAPPER], topic, partition, offset)
+            res.batches.append(bi)
+            pos += m.total
+            res.next_offset = add_wrap(start_offset, pos)
+    finally:
+        PyBuffer_Release(&pybuf)
+    res.consumed = pos
+    return res
+
+
+# ------------------------------------------------------------------ writing
+cdef inline void put_be16(GBuf* g, int16_t v) noexcept nogil:
+    cdef uint8_t* q = <uint8_t*>g.data + g.len
+    q[0] = <uint8_t>(<uint16_t>v >> 8)
+    q[1] = <uint8_t>v
+    g.len += 2
+
+
+cdef inline void store_be32(char* dst, uint32_t v) noexcept nogil:
+    cdef uint8_t* q = <uint8_t*>dst
+    q[0] = <uint8_t>(v >> 24)
+    q[1] = <uint8_t>(v >> 16)
+    q[2] = <uint8_t>(v >> 8)
+    q[3] = <uint8_t>v
+
+
+cdef inline void put_be32(GBuf* g, int32_t v) noexcept nogil:
+    store_be32(g.data + g.len, <uint32_t>v)
+    g.len += 4
+
+
+cdef inline void put_be64(GBuf* g, int64_t v) noexcept nogil:
+    store_be32(g.data + g.len, <uint32_t>(<uint64_t>v >> 32))
+    store_be32(g.data + g.len + 4, <uint32_t>v)
+    g.len += 8
+
+
+cdef inline uint64_t zigzag(int64_t v) noexcept nogil:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+cdef inline Py_ssize_t varint_size(int64_t v) noexcept nogil:
+    cdef uint64_t u = zigzag(v)
+    cdef Py_ssize_t n = 1
+    while u >= 0x80:
+        u >>= 7
+        n += 1
+    return n
+
+
+cdef inline void put_varint(GBuf* g, int64_t v) noexcept nogil:
+    cdef uint64_t u = zigzag(v)
+    cdef uint8_t* q = <uint8_t*>g.data + g.len
+    while u >= 0x80:
+        q[0] = <uint8_t>(u | 0x80)
+        q += 1
+        u >>= 7
+    q[0] = <uint8_t>u
+    g.len = <char*>q + 1 - g.data
+
+
+cdef inline void put_raw(GBuf* g, const char* p, Py_ssize_t n) noexcept nogil:
+    if n > 0:
+        memcpy(g.data + g.len, p, n)
+        g.len += n
+
+
+cdef struct Bytes:           # a borrowed view of a bytes-like argument
+    const char* p
+    Py_ssize_t n             # -1 for None
+    bint release
+    Py_buffer view
+
+
+cdef inline int borrow(object o, Bytes* b, str what) except -1:
+    b.release = False
+    if o is None:
+        b.p = NULL
+        b.n = -1
+    elif PyBytes_Check(o):
+        b.p = PyBytes_AS_STRING(o)
+        b.n = PyBytes_GET_SIZE(o)
+    elif PyUnicode_Check(o):
+        raise TypeError(f"{what} must be bytes-like or None, not str")
+    else:
+        PyObject_GetBuffer(o, &b.view, PyBUF_SIMPLE)
+        b.release = True
+        b.p = <const char*>b.view.buf
+        b.n = b.view.len
+    if b.n > INT32_MAX:
+        unborrow(b)
+        raise ValueError(f"{what} is longer than Kafka allows (2 GiB)")
+    return 0
+
+
+cdef inline void unborrow(Bytes* b) noexcept:
+    if b.release:
+        PyBuffer_Release(&b.view)
+        b.release = False
+
+
+cdef inline int64_t timestamp_arg(object ts) except? -1:
+    return kwire_now_ms() if ts is None else <int64_t>ts
+
+
+@cython.auto_pickle(False)
+cdef class _Builder:
+    cdef GBuf buf
+    cdef int codec
+    cdef int32_t count
+    cdef int64_t first_ts
+    cdef int64_t max_ts
+    cdef object level
+
+    def __dealloc__(self):
+        free(self.buf.data)
+
+    def __len__(self):
+        return self.count
+
+    cdef bytes take(self):
+        return PyBytes_FromStringAndSize(self.buf.data, self.buf.len)
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        if gbuf_reserve(&self.buf, n) < 0:
+            raise MemoryError()
+        return 0
+
+
+cdef class RecordBatchBuilder(_Builder):
+    """Builds one RecordBatch v2 (magic 2).
+
+    ``compression``: None/"none", "gzip", "snappy", "lz4", "zstd" or a codec id.
+    ``base_offset``, ``producer_id``, ``producer_epoch``, ``base_sequence``,
+    ``partition_leader_epoch``: the batch header fields (producers leave the
+    defaults unless idempotent). ``transactional`` and ``is_control`` set the
+    attribute bits; ``log_append_time`` marks the batch LogAppendTime with
+    ``max_timestamp`` as every record's time (what a broker writes).
+    """
+    cdef int64_t base_offset
+    cdef int64_t producer_id
+    cdef int16_t producer_epoch
+    cdef int32_t base_sequence
+    cdef int32_t leader_epoch
+    cdef int attributes
+    cdef object log_append_max_ts
+    cdef GBuf hbuf
+
+    def __init__(self, compression=None, *, int64_t base_offset=0, int64_t producer_id=-1,
+                 int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
+                 bint is_control=False, int32_t partition_leader_epoch=-1,
+                 bint log_append_time=False, max_timestamp=None, compression_level=None):
+        self.codec = _codec_id(compression)
+        self.level = compression_level
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.leader_epoch = partition_leader_epoch
+        self.attributes = (self.codec | (ATTR_TRANSACTIONAL if transactional else 0)
+                           | (ATTR_CONTROL if is_control else 0)
+                           | (ATTR_LOG_APPEND_TIME if log_append_time else 0))
+        if log_append_time and max_timestamp is None:
+            raise ValueError("a LogAppendTime batch needs max_timestamp")
+        self.log_append_max_ts = max_timestamp
+
+    def __dealloc__(self):
+        free(self.hbuf.data)
+
+    @property
+    def size_in_bytes(self):
+        """Size of the batch so far, before compression."""
+        return V2_HEADER + self.buf.len
+
+    cdef int encode_headers(self, object headers) except -1:
+        cdef Bytes v
+        cdef const char* k
+        cdef Py_ssize_t kn
+        cdef bytes kb
+        self.hbuf.len = 0
+        if isinstance(headers, dict):
+            headers = headers.items()
+        for hk, hv in headers:
+            if PyUnicode_Check(hk):
+                k = PyUnicode_AsUTF8AndSize(hk, &kn)
+            elif PyBytes_Check(hk):
+                k = PyBytes_AS_STRING(hk)
+                kn = PyBytes_GET_SIZE(hk)
+            else:
+                raise TypeError(f"header key must be str, not {type(hk).__name__}")
+            borrow(hv, &v, "header value")
+            try:
+                if gbuf_reserve(&self.hbuf, 20 + kn + max(v.n, 0)) < 0:
+                    raise MemoryError()
+                put_varint(&self.hbuf, kn)
+                put_raw(&self.hbuf, k, kn)
+                put_varint(&self.hbuf, v.n)
+                put_raw(&self.hbuf, v.p, v.n)
+            finally:
+                unborrow(&v)
+        return 0
+
+    cpdef int append(self, value, key=None, headers=None, timestamp=None) except -1:
+        """Add a record; returns its offset delta in the batch. ``timestamp``
+        is milliseconds since the epoch (now if None); ``headers`` is a
+        sequence of ``(str, bytes | None)`` pairs or a dict."""
+        cdef Bytes k, v
+        cdef int64_t ts = timestamp_arg(timestamp)
+        cdef int64_t ts_delta
+        cdef int32_t hcount = 0
+        cdef Py_ssize_t body, hlen = 0
+        if self.count == INT32_MAX:
+            raise OverflowError("a batch holds at most 2**31 - 1 records")
+        if headers:
+            self.encode_headers(headers)
+            hcount = len(headers)
+            hlen = self.hbuf.len
+        if self.count == 0:
+            self.first_ts = self.max_ts = ts
+        elif ts > self.max_ts:
+            self.max_ts = ts
+        ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>self.first_ts)
+        borrow(key, &k, "key")
+        try:
+            borrow(value, &v, "value")
+            try:
+                body = (1 + varint_size(ts_delta) + varint_size(self.count)
+                        + varint_size(k.n) + max(k.n, 0) + varint_size(v.n) + max(v.n, 0)
+                        + varint_size(hcount) + hlen)
+                if body > INT32_MAX:
+                    raise ValueError("record is larger than Kafka allows (2 GiB)")
+                self.reserve(body + 5)
+                put_varint(&self.buf, body)
+                self.buf.data[self.buf.len] = 0
+                self.buf.len += 1
+                put_varint(&self.buf, ts_delta)
+                put_varint(&self.buf, self.count)
+                put_varint(&self.buf, k.n)
+                put_raw(&self.buf, k.p, k.n)
+                put_varint(&self.buf, v.n)
+                put_raw(&self.buf, v.p, v.n)
+                put_varint(&self.buf, hcount)
+                put_raw(&self.buf, self.hbuf.data, hlen)
+            finally:
+                unborrow(&v)
+        finally:
+            unborrow(&k)
+        self.count += 1
+        return self.count - 1
+
+    def build(self, *, last_offset_delta=None):
+        """The encoded batch as bytes. ``last_offset_delta`` overrides the
+        default (record count - 1), e.g. to write what compaction leaves."""
+        cdef object payload
+        cdef const char* pp
+        cdef Py_ssize_t pn, total
+        cdef GBuf out
+        cdef bytes result
+        cdef int64_t max_ts = self.max_ts if self.count else -1
+        if self.log_append_max_ts is not None:
+            max_ts = self.log_append_max_ts
+        if self.codec:
+            payload = _compress(self.codec, memoryview(self.take()), 2, self.level)
+            pp = PyBytes_AS_STRING(payload)
+            pn = PyBytes_GET_SIZE(payload)
+        else:
+            pp = self.buf.data
+            pn = self.buf.len
+        total = V2_HEADER + pn
+        if total - LOG_OVERHEAD > INT32_MAX:
+            raise ValueError("batch is larger than Kafka allows (2 GiB)")
+        result = PyBytes_FromStringAndSize(NULL, total)
+        out.data = PyBytes_AS_STRING(result)
+        out.len = 0
+        out.cap = total
+        put_be64(&out, self.base_offset)
+        put_be32(&out, <int32_t>(total - LOG_OVERHEAD))
+        put_be32(&out, self.leader_epoch)
+        out.data[out.len] = 2
+        out.len += 5                  # magic, then the CRC written below
+        put_be16(&out, <int16_t>self.attributes)
+        put_be32(&out, <int32_t>(self.count - 1 if last_offset_delta is None else last_offset_delta))
+        put_be64(&out, self.first_ts if self.count else -1)
+        put_be64(&out, max_ts)
+        put_be64(&out, self.producer_id)
+        put_be16(&out, self.producer_epoch)
+        put_be32(&out, self.base_sequence)
+        put_be32(&out, self.count)
+        put_raw(&out, pp, pn)
+        store_be32(out.data + 17, crc32c(out.data + V2_CRC_START, total - V2_CRC_START))
+        return result
+
+
+cdef int put_legacy_message(GBuf* g, int64_t offset, int magic, int attributes, int64_t ts,
+                            Bytes* k, Bytes* v) except -1:
+    cdef Py_ssize_t size = V0_MIN_SIZE + (8 if magic == 1 else 0) + max(k.n, 0) + max(v.n, 0)
+    cdef Py_ssize_t start
+    if size > INT32_MAX:
+        raise ValueError("message is larger than Kafka allows (2 GiB)")
+    if gbuf_reserve(g, LOG_OVERHEAD + size) < 0:
+        raise MemoryError()
+    put_be64(g, offset)
+    put_be32(g, <int32_t>size)
+    start = g.len
+    g.len += 4                        # CRC, written below
+    g.data[g.len] = magic
+    g.data[g.len + 1] = attributes
+    g.len += 2
+    if magic == 1:
+        put_be64(g, ts)
+    put_be32(g, <int32_t>k.n)
+    put_raw(g, k.p, k.n)
+    put_be32(g, <int32_t>v.n)
+    put_raw(g, v.p, v.n)
+    store_be32(g.data + start, _zlib_crc32(0, <const unsigned char*>g.data + start + 4,
+                                           <unsigned int>(size - 4)) & 0xFFFFFFFF)
+    return 0
+
+
+cdef class LegacyMessageSetBuilder(_Builder):
+    """Builds a legacy message set, magic 0 or 1 (brokers before 0.11).
+
+    Uncompressed messages get offsets ``base_offset``, ``base_offset + 1``...
+    Compressed ones are wrapped in one message whose offset is the last inner
+    offset; inner offsets are relative (0, 1, ...) for magic 1 and absolute
+    for magic 0, as a broker stores them; a magic 1 wrapper carries the
+    largest inner timestamp.
+    """
+    cdef int magic
+    cdef int64_t base_offset
+
+    def __init__(self, int magic=1, compression=None, *, int64_t base_offset=0, compression_level=None):
+        if magic not in (0, 1):
+            raise ValueError("legacy message sets have magic 0 or 1")
+        self.magic = magic
+        self.codec = _codec_id(compression)
+        if self.codec == 4:
+            raise ValueError("zstd needs message format v2 (magic 2)")
+        self.level = compression_level
+        self.base_offset = base_offset
+
+    cpdef int append(self, value, key=None, timestamp=None) except -1:
+        """Add a message; returns its index. ``timestamp`` (magic 1) is
+        milliseconds since the epoch, now if None."""
+        cdef Bytes k, v
+        cdef int64_t ts = timestamp_arg(timestamp) if self.magic == 1 else -1
+        cdef int64_t offset = self.count if (self.codec and self.magic == 1) else self.base_offset + self.count
+        if self.count == 0 or ts > self.max_ts:
+            self.max_ts = ts
+        borrow(key, &k, "key")
+        try:
+            borrow(value, &v, "value")
+            try:
+                put_legacy_message(&self.buf, offset, self.magic, 0, ts, &k, &v)
+            finally:
+                unborrow(&v)
+        finally:
+            unborrow(&k)
+        self.count += 1
+        return self.count - 1
+
+    def build(self):
+        """The encoded message set as bytes."""
+        cdef Bytes k, v
+        cdef GBuf out
+        cdef bytes payload
+        if not self.codec:
+            return self.take()
+        if self.count == 0:
+            raise ValueError("a compressed message set needs at least one message")
+        payload = _compress(self.codec, memoryview(self.take()), self.magic, self.level)
+        borrow(None, &k, "key")
+        borrow(payload, &v, "value")
+        out.data = NULL
+        out.len = out.cap = 0
+        try:
+            put_legacy_message(&out, self.base_offset + self.count - 1, self.magic, self.codec,
+                               self.max_ts, &k, &v)
+            return PyBytes_FromStringAndSize(out.data, out.len)
+        finally:
+            free(out.data)
+
+
+cdef int put_v07(GBuf* g, int magic, int codec, const char* p, Py_ssize_t n) except -1:
+    cdef Py_ssize_t head = 5 + magic
+    if n + head > INT32_MAX:
+        raise ValueError("message is larger than Kafka allows (2 GiB)")
+    if gbuf_reserve(g, n + head + 4) < 0:
+        raise MemoryError()
+    put_be32(g, <int32_t>(n + head))
+    g.data[g.len] = magic
+    g.len += 1
+    if magic == 1:
+        g.data[g.len] = codec
+        g.len += 1
+    store_be32(g.data + g.len, <uint32_t>_zlib_crc32(0, <const unsigned char*>p, <unsigned int>n))
+    g.len += 4
+    put_raw(g, p, n)
+    return 0
+
+
+def encode_v07(payloads, compression=None, *, int magic=1):
+    """Encode Kafka 0.7 messages. ``payloads`` are bytes-like; with
+    ``compression`` ("gzip" or "snappy") they are wrapped in one compressed
+    message (magic 1), which the seed's 0.7 format requires."""
+    cdef Bytes b
+    cdef GBuf g
+    cdef int codec = _codec_id(compression)
+    cdef bytes inner
+    if magic not in (0, 1):
+        raise ValueError("0.7 messages have magic 0 or 1")
+    if codec > 2:
+        raise ValueError("Kafka 0.7 knows only gzip and snappy")
+    if codec and magic != 1:
+        raise ValueError("compressed 0.7 messages need magic 1")
+    g.data = NULL
+    g.len = g.cap = 0
+    try:
+        for payload in payloads:
+            borrow(payload, &b, "payload")
+            try:
+                if b.n < 0:
+                    raise TypeError("0.7 messages cannot be null")
+                put_v07(&g, magic, 0, b.p, b.n)
+            finally:
+                unborrow(&b)
+        inner = PyBytes_FromStringAndSize(g.data, g.len)
+        if not codec:
+            return inner
+        inner = _compress(codec, inner, 0)
+        g.len = 0
+        put_v07(&g, 1, codec, PyBytes_AS_STRING(inner), PyBytes_GET_SIZE(inner))
+        return PyBytes_FromStringAndSize(g.data, g.len)
+    finally:
+        free(g.data)
+
+
+# ---------------------------------------------------------- conveniences
+def decode(data, *, topic=None, partition=None, int64_t min_offset=-1, bint check_crcs=True,
+           bint include_control=False,
+           Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """Decode ``data`` into :class:`Record` objects (see :class:`Decoder`)."""
+    return Decoder(check_crcs=check_crcs, include_control=include_control,
+                   max_decompressed_bytes=max_decompressed_bytes).decode(
+                       data, topic=topic, partition=partition, min_offset=min_offset)
+
+
+def decode_columnar(data, *, topic=None, partition=None, int64_t min_offset=-1,
+                    bint check_crcs=True, bint include_control=False,
+                    Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                    timestamp_unit="ms"):
+    """Decode ``data`` into a ``pyarrow.RecordBatch`` (see :class:`ColumnarDecoder`)."""
+    return ColumnarDecoder(check_crcs=check_crcs, include_control=include_control,
+                           max_decompressed_bytes=max_decompressed_bytes,
+                           timestamp_unit=timestamp_unit).decode(
+                               data, topic=topic, partition=partition, min_offset=min_offset)
+
+
+def parse_control_key(key):
+    """``(version, type)`` of a control record key: type 0 is ABORT, 1 COMMIT."""
+    if key is None or len(key) < 4:
+        raise CorruptRecordError("control record key is shorter than 4 bytes")
+    return (int.from_bytes(key[0:2], "big", signed=True), int.from_bytes(key[2:4], "big", signed=True))
