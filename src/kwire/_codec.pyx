@@ -569,6 +569,7 @@ cdef BatchInfo make_batch_info(Batch* b):
 
 @cython.final
 @cython.freelist(512)
+@cython.no_gc   # holds only bytes, None, tuples of str/bytes and a BatchInfo: no cycle can pass through it
 cdef class Record:
     """One Kafka record.
 
