@@ -116,6 +116,7 @@ class ColumnarDecoder:
         include_control: bool = ...,
         max_decompressed_bytes: int = ...,
         timestamp_unit: str = ...,
+        max_column_bytes: int = ...,
     ) -> None: ...
     def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...) -> ColumnarResult: ...
 
@@ -174,6 +175,7 @@ def decode_columnar(
     include_control: bool = ...,
     max_decompressed_bytes: int = ...,
     timestamp_unit: str = ...,
+    max_column_bytes: int = ...,
 ) -> ColumnarResult: ...
 def decode_v07(
     data: _Buffer,

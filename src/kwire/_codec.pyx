@@ -672,9 +672,6 @@ cdef class _Driver:
                         const uint8_t* value, int32_t value_len) except -1:
         return 0
 
-    cdef int abort_batch(self) except -1:
-        return 0
-
     # --- errors ------------------------------------------------------------
     cdef raise_code(self, int code, int64_t offset):
         raise CorruptRecordError(_MESSAGES.get(code, "corrupt record data"),
@@ -828,21 +825,14 @@ cdef class _Driver:
         while pos < n:
             read_batch(p, pos, n, &inner, &err)
             if inner.magic != b.magic:
-                self.abort_batch()
                 self.raise_code(E_INNER_MAGIC, b.base_offset)
             if inner.attributes & ATTR_CODEC:
-                self.abort_batch()
                 self.raise_code(E_NESTED, b.base_offset)
             if b.magic > 0:   # v1 inner offsets are relative to the wrapper
-                offset = add_wrap(b.base_offset, inner.base_offset - last_rel)
+                offset = <int64_t>(<uint64_t>b.base_offset + <uint64_t>inner.base_offset - <uint64_t>last_rel)
             else:
                 offset = inner.base_offset
-            if self.check_crcs:
-                try:
-                    self.check_legacy_crc(p + pos + LOG_OVERHEAD, inner.total - LOG_OVERHEAD, &inner, offset)
-                except CrcMismatchError:
-                    self.abort_batch()
-                    raise
+            self.check_legacy_crc(p + pos + LOG_OVERHEAD, inner.total - LOG_OVERHEAD, &inner, offset)
             if b.magic == 1 and (b.attributes & ATTR_LOG_APPEND_TIME):
                 ts = b.timestamp
             else:
@@ -902,12 +892,6 @@ cdef class Decoder(_Driver):
         self.batches.append(self.cur)
         return 0
 
-    cdef int abort_batch(self) except -1:
-        # drop the records of a wrapper that turned out corrupt midway
-        while self.records and (<Record>self.records[len(self.records) - 1]).batch is self.cur:
-            self.records.pop()
-        return 0
-
     cdef object header_key(self, const uint8_t* p, int32_t n):
         cdef bytes raw = self.last_hkey_raw
         if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
@@ -953,7 +937,6 @@ cdef class Decoder(_Driver):
         rd_init(&r, p, 0, n)
         for i in range(b.count):
             if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
-                self.abort_batch()
                 self.raise_code(r.err, b.base_offset)
             if rec.offset < self.min_offset:
                 continue
@@ -967,7 +950,6 @@ cdef class Decoder(_Driver):
             o.batch = bi
             out.append(o)
         if r.pos != n:
-            self.abort_batch()
             self.raise_code(E_TRAILING, b.base_offset)
         return 0
 
@@ -1145,6 +1127,10 @@ cdef class ColumnarDecoder(_Driver):
     and ``value`` binary, ``headers`` list<struct<key string, value binary>>
     (null for a record without headers).
 
+    ``max_column_bytes`` caps the bytes of keys, of values, of header keys
+    and of header values in one result (at most 2**31 - 1, what Arrow's int32
+    offsets allow): a call stops at the batch boundary before the cap.
+
     The decoder keeps the sizes of its last result and preallocates that much
     for the next call. One decoder per thread.
     """
@@ -1154,14 +1140,18 @@ cdef class ColumnarDecoder(_Driver):
     cdef bint micros
     cdef Py_ssize_t nbatches
     cdef object ts_unit
+    cdef Py_ssize_t max_column
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
-                 timestamp_unit="ms"):
+                 timestamp_unit="ms", Py_ssize_t max_column_bytes=INT32_MAX):
         super().__init__(check_crcs=check_crcs, include_control=include_control,
                          max_decompressed_bytes=max_decompressed_bytes)
         if timestamp_unit not in ("ms", "us"):
             raise ValueError("timestamp_unit must be 'ms' or 'us'")
+        if not 0 < max_column_bytes <= INT32_MAX:
+            raise ValueError("max_column_bytes must be between 1 and 2**31 - 1 (Arrow binary offsets are int32)")
+        self.max_column = max_column_bytes
         self.ts_unit = timestamp_unit
         self.micros = timestamp_unit == "us"
 
@@ -1193,7 +1183,7 @@ cdef class ColumnarDecoder(_Driver):
 
         Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`.
         A call stops early, at a batch boundary, rather than let a binary
-        column pass 2 GiB (``consumed`` tells where).
+        column pass ``max_column_bytes`` (``consumed`` tells where).
         """
         cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
         self.start()
@@ -1240,7 +1230,8 @@ cdef class ColumnarDecoder(_Driver):
             self.mark.nulls[i] = self.c.nulls[i]
         return 0
 
-    cdef int abort_batch(self) except -1:
+    cdef void rollback(self) noexcept:
+        """Forget the current batch (a column would pass max_column_bytes)."""
         cdef int i
         self.nbatches -= 1
         for i in range(NCOLS):
@@ -1249,21 +1240,21 @@ cdef class ColumnarDecoder(_Driver):
         self.c.header_rows = self.mark.header_rows
         for i in range(NNULLS):
             self.c.nulls[i] = self.mark.nulls[i]
-        return 0
 
     cdef int check(self, int st, Batch* b) except -1:
-        """Turn a fill status into: 0 go on, 1 stop (rolled back), or raise."""
+        """Turn a fill status into: 0 go on, 1 stop before this batch, or raise."""
         if st == 0:
             return 0
-        self.abort_batch()
-        if st == 1:
-            if self.c.rows == 0:
-                raise CorruptRecordError("a single batch holds more than 2 GiB of keys, values "
-                                         "or headers", self.topic, self.partition, b.base_offset)
-            return 1
         if st == -E_NOMEM:
             raise MemoryError()
-        self.raise_code(-st, b.base_offset)
+        if st < 0:
+            self.raise_code(-st, b.base_offset)
+        self.rollback()               # st == 1: a column would pass max_column_bytes
+        if self.c.rows == 0:
+            raise KwireError(f"the batch at offset {b.base_offset} of {self.topic!r} partition "
+                             f"{self.partition} holds more than max_column_bytes={self.max_column} bytes "
+                             "in one column, so it cannot be returned as one Arrow record batch")
+        return 1
 
     cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
         cdef int st
@@ -1310,7 +1301,7 @@ cdef class ColumnarDecoder(_Driver):
         cdef GBuf* data = &self.c.b[data_col]
         cdef GBuf* offs = &self.c.b[off_col]
         if n > 0:
-            if data.len + n > INT32_MAX:
+            if data.len + n > self.max_column:
                 return 1
             if gbuf_reserve(data, n) < 0:
                 return -E_NOMEM
@@ -2024,11 +2015,11 @@ def decode(data, *, topic=None, partition=None, int64_t min_offset=-1, bint chec
 def decode_columnar(data, *, topic=None, partition=None, int64_t min_offset=-1,
                     bint check_crcs=True, bint include_control=False,
                     Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
-                    timestamp_unit="ms"):
+                    timestamp_unit="ms", Py_ssize_t max_column_bytes=INT32_MAX):
     """Decode ``data`` into a ``pyarrow.RecordBatch`` (see :class:`ColumnarDecoder`)."""
     return ColumnarDecoder(check_crcs=check_crcs, include_control=include_control,
                            max_decompressed_bytes=max_decompressed_bytes,
-                           timestamp_unit=timestamp_unit).decode(
+                           timestamp_unit=timestamp_unit, max_column_bytes=max_column_bytes).decode(
                                data, topic=topic, partition=partition, min_offset=min_offset)
 
 

@@ -296,3 +296,25 @@ def test_v2_layout_worked_out_by_hand():
     head = struct.unpack(">qiibIhiqqqhii", data[:61])
     assert head[0:4] == (7, len(data) - 12, -1, 2)
     assert head[5:] == (0, 0, 1000, 1000, -1, -1, -1, 1)
+
+
+@pytest.mark.parametrize("magic", [1, 2])
+def test_columnar_stops_at_a_batch_boundary_before_a_column_overflows(magic):
+    def batch(i):
+        recs = [(b"k", b"v" * 100, [("h", b"x" * 50)], i)] * 10
+        return build_v2(recs, "gzip", base_offset=10 * i) if magic == 2 else build_legacy(recs, 1, "gzip", base_offset=10 * i)
+
+    batches = [batch(i) for i in range(5)]
+    buf = b"".join(batches)
+    dec = kwire.ColumnarDecoder(max_column_bytes=2500)      # values: 1000 bytes a batch
+    rows, pos, done = [], 0, 0
+    while pos < len(buf):
+        res = dec.decode(memoryview(buf)[pos:])
+        assert res.consumed == sum(len(b) for b in batches[done:done + 2])    # two batches fit
+        done += 2
+        res.record_batch.validate(full=True)
+        rows += res.record_batch.column("offset").to_pylist()
+        pos += res.consumed
+    assert rows == list(range(50))
+    with pytest.raises(kwire.KwireError, match="max_column_bytes=500"):
+        kwire.decode_columnar(buf, max_column_bytes=500, topic="t", partition=0)
