@@ -210,58 +210,39 @@ cdef inline int64_t rd_i64(Reader* r) noexcept nogil:
     return <int64_t>load_be64(r.p + r.pos - 8)
 
 
-cdef inline int32_t rd_varint(Reader* r) noexcept nogil:
-    """A zigzag varint of at most 5 bytes whose value fits 32 bits."""
-    cdef uint32_t v = 0
-    cdef uint8_t b
-    cdef int i
-    if r.err:
-        return 0
-    if r.pos < r.end and r.p[r.pos] < 0x80:      # one-byte fast path
-        b = r.p[r.pos]
-        r.pos += 1
-        return <int32_t>(b >> 1) ^ -<int32_t>(b & 1)
-    for i in range(5):
-        if r.pos >= r.end:
-            r.err = E_TRUNC
-            return 0
-        b = r.p[r.pos]
-        r.pos += 1
-        if i == 4 and b > 0x0F:
-            r.err = E_VARINT
-            return 0
-        v |= <uint32_t>(b & 0x7F) << (7 * i)
-        if b < 0x80:
-            return <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
-    r.err = E_VARINT
-    return 0
-
-
-cdef inline int64_t rd_varlong(Reader* r) noexcept nogil:
-    """A zigzag varint of at most 10 bytes whose value fits 64 bits."""
+cdef inline uint64_t rd_uvarint(Reader* r, int max_bytes, uint8_t last_max) noexcept nogil:
+    """An unsigned varint of at most ``max_bytes`` bytes whose last byte is at
+    most ``last_max`` (so the value fits its type); sets E_VARINT otherwise."""
     cdef uint64_t v = 0
     cdef uint8_t b
     cdef int i
     if r.err:
         return 0
-    if r.pos < r.end and r.p[r.pos] < 0x80:
-        b = r.p[r.pos]
-        r.pos += 1
-        return <int64_t>(b >> 1) ^ -<int64_t>(b & 1)
-    for i in range(10):
+    for i in range(max_bytes):
         if r.pos >= r.end:
             r.err = E_TRUNC
             return 0
         b = r.p[r.pos]
         r.pos += 1
-        if i == 9 and b > 0x01:
-            r.err = E_VARINT
-            return 0
-        v |= <uint64_t>(b & 0x7F) << (7 * i)
         if b < 0x80:
-            return <int64_t>(v >> 1) ^ -<int64_t>(v & 1)
+            if i == max_bytes - 1 and b > last_max:
+                break
+            return v | (<uint64_t>b << (7 * i))
+        v |= <uint64_t>(b & 0x7F) << (7 * i)
     r.err = E_VARINT
     return 0
+
+
+cdef inline int32_t rd_varint(Reader* r) noexcept nogil:
+    """A zigzag varint of at most 5 bytes whose value fits 32 bits."""
+    cdef uint32_t v = <uint32_t>rd_uvarint(r, 5, 0x0F)
+    return <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
+
+
+cdef inline int64_t rd_varlong(Reader* r) noexcept nogil:
+    """A zigzag varint of at most 10 bytes whose value fits 64 bits."""
+    cdef uint64_t v = rd_uvarint(r, 10, 0x01)
+    return <int64_t>(v >> 1) ^ -<int64_t>(v & 1)
 
 
 cdef inline const uint8_t* rd_bytes(Reader* r, int32_t n) noexcept nogil:
