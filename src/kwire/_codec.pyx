@@ -25,7 +25,8 @@ hands each batch to a sink: Python :class:`Record` objects
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize,
+                            PyBytes_GET_SIZE)
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
@@ -481,6 +482,29 @@ cdef inline object header_key_str(const uint8_t* p, int32_t n):
 
 
 # ------------------------------------------------------------ record objects
+cdef inline object bytes_or_none(const uint8_t* p, int32_t n):
+    if n < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Pinned:
+    """A buffer export of a bytes-like object, held for as long as records
+    point into it (a bytearray cannot be resized under them meanwhile)."""
+    cdef Py_buffer view
+    cdef bint held
+
+    def __cinit__(self, obj):
+        PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE)
+        self.held = True
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+
 @cython.final
 cdef class BatchInfo:
     """Metadata of the batch (or legacy message / wrapper) a record came from."""
@@ -558,14 +582,33 @@ cdef class Record:
     ``(str, bytes | None)`` pairs (empty when the record has none);
     ``timestamp_type`` is -1 (none), 0 (CreateTime) or 1 (LogAppendTime);
     ``batch`` is the :class:`BatchInfo` of the batch it came from.
+
+    A record keeps the bytes of its batch (the fetched buffer, or the
+    decompressed records of its batch) and makes ``key`` and ``value`` from
+    them when they are read, so a consumer that reads a record and lets it go
+    never holds a copy. Keep ``record.value`` itself, not the record, to hold
+    only the value.
     """
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
     cdef readonly int timestamp_type
-    cdef readonly object key
-    cdef readonly object value
     cdef readonly tuple headers
     cdef readonly BatchInfo batch
+    cdef object owner            # the bytes (or pinned buffer) key and value point into
+    cdef const uint8_t* key_ptr
+    cdef const uint8_t* value_ptr
+    cdef int32_t key_len
+    cdef int32_t value_len
+
+    @property
+    def key(self):
+        """The key as bytes, or None."""
+        return bytes_or_none(self.key_ptr, self.key_len)
+
+    @property
+    def value(self):
+        """The value as bytes, or None."""
+        return bytes_or_none(self.value_ptr, self.value_len)
 
     def __repr__(self):
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
@@ -581,12 +624,6 @@ cdef class Record:
                 and self.value == o.value and self.headers == o.headers)
 
     __hash__ = None
-
-
-cdef inline object bytes_or_none(const uint8_t* p, int32_t n):
-    if n < 0:
-        return None
-    return PyBytes_FromStringAndSize(<const char*>p, n)
 
 
 # ------------------------------------------------------------------ results
@@ -631,6 +668,8 @@ cdef class _Driver:
     cdef Py_ssize_t incomplete_size
     cdef const uint8_t* buf
     cdef object view            # memoryview over the input, for per-batch slices
+    cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
+    cdef object owner           # what the bytes being parsed now belong to
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -653,6 +692,11 @@ cdef class _Driver:
                         const uint8_t* value, int32_t value_len) except -1:
         return 0
 
+    cdef Py_ssize_t fast_path(self, Py_ssize_t pos, Py_ssize_t n) except -1:
+        """Optionally consume batches from ``pos`` without Python; returns
+        where the regular walk resumes."""
+        return pos
+
     # --- errors ------------------------------------------------------------
     cdef raise_code(self, int code, int64_t offset):
         raise CorruptRecordError(_MESSAGES.get(code, "corrupt record data"),
@@ -672,7 +716,7 @@ cdef class _Driver:
 
     # --- the walk ----------------------------------------------------------
     cdef int run(self, object data, object topic, object partition, int64_t min_offset) except -1:
-        cdef Py_buffer pybuf
+        cdef _Pinned pin
         cdef Batch b
         cdef int st, err = 0
         cdef Py_ssize_t pos = 0, n
@@ -683,12 +727,22 @@ cdef class _Driver:
         self.any_batch = False
         self.next_offset = -1
         self.incomplete_size = 0
-        PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+        if PyBytes_CheckExact(data):
+            self.input_owner = data
+            self.buf = <const uint8_t*>PyBytes_AS_STRING(data)
+            n = PyBytes_GET_SIZE(data)
+        else:
+            pin = _Pinned(data)
+            self.input_owner = pin
+            self.buf = <const uint8_t*>pin.view.buf
+            n = pin.view.len
+        self.owner = self.input_owner
         try:
-            self.buf = <const uint8_t*>pybuf.buf
-            n = pybuf.len
             self.view = memoryview(data).cast("B")
             while pos < n:
+                pos = self.fast_path(pos, n)
+                if pos >= n:
+                    break
                 st = read_batch(self.buf, pos, n, &b, &err)
                 if st < 0:
                     self.raise_code(err, b.base_offset)
@@ -706,9 +760,8 @@ cdef class _Driver:
                 self.next_offset = add_wrap(b.last_offset, 1)
                 self.any_batch = True
         finally:
-            self.view = None
+            self.view = self.owner = self.input_owner = None
             self.buf = NULL
-            PyBuffer_Release(&pybuf)
         return 0
 
     cdef int run_v2(self, Batch* b) except -1:
@@ -739,7 +792,9 @@ cdef class _Driver:
             st = self.on_v2_records(b, self.buf + body, body_len)
         else:
             plain = self.payload(b, body, body_len, codec)
+            self.owner = plain
             st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
+            self.owner = self.input_owner
         return st
 
     cdef int check_legacy_crc(self, const uint8_t* msg, Py_ssize_t n, Batch* b, int64_t offset) except -1:
@@ -780,6 +835,7 @@ cdef class _Driver:
         if b.value_len < 0:
             self.raise_code(E_NULL_PAYLOAD, b.base_offset)
         plain = self.payload(b, b.value_pos, b.value_len, codec)
+        self.owner = plain
         p = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
         # pass 1: frame the inner messages, find the last (relative) offset
@@ -823,6 +879,7 @@ cdef class _Driver:
             if st == 1:
                 return 1
             pos += inner.total
+        self.owner = self.input_owner
         return 0
 
 
@@ -915,6 +972,7 @@ cdef class Decoder(_Driver):
         cdef int ts_type = 1 if log_append else 0
         cdef list out = self.records
         cdef BatchInfo bi = self.cur
+        cdef object owner = self.owner
         rd_init(&r, p, 0, n)
         for i in range(b.count):
             if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
@@ -925,8 +983,11 @@ cdef class Decoder(_Driver):
             o.offset = rec.offset
             o.timestamp = b.max_ts if log_append else rec.timestamp
             o.timestamp_type = ts_type
-            o.key = bytes_or_none(rec.key, rec.key_len)
-            o.value = bytes_or_none(rec.value, rec.value_len)
+            o.owner = owner
+            o.key_ptr = rec.key
+            o.key_len = rec.key_len
+            o.value_ptr = rec.value
+            o.value_len = rec.value_len
             o.headers = self.headers(&rec, p)
             o.batch = bi
             out.append(o)
@@ -944,8 +1005,11 @@ cdef class Decoder(_Driver):
         o.offset = offset
         o.timestamp = ts
         o.timestamp_type = ts_type
-        o.key = bytes_or_none(key, key_len)
-        o.value = bytes_or_none(value, value_len)
+        o.owner = self.owner
+        o.key_ptr = key
+        o.key_len = key_len
+        o.value_ptr = value
+        o.value_len = value_len
         o.headers = ()
         o.batch = self.cur
         self.records.append(o)
@@ -1047,35 +1111,6 @@ cdef struct ColsMark:          # enough to roll a batch back
     int64_t nulls[NNULLS]
 
 
-@cython.final
-@cython.auto_pickle(False)
-cdef class _Memory:
-    """Owns one malloc'd column buffer and exposes it to pyarrow, zero copy."""
-    cdef char* data
-    cdef Py_ssize_t size
-    cdef Py_ssize_t shape[1]
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        view.buf = self.data
-        view.obj = self
-        view.len = self.size
-        view.readonly = 1
-        view.itemsize = 1
-        view.format = NULL
-        view.ndim = 1
-        self.shape[0] = self.size
-        view.shape = self.shape
-        view.strides = NULL
-        view.suboffsets = NULL
-        view.internal = NULL
-
-    def __releasebuffer__(self, Py_buffer* view):
-        pass
-
-    def __dealloc__(self):
-        free(self.data)
-
-
 cdef class ColumnarResult:
     """What :meth:`ColumnarDecoder.decode` found: ``record_batch`` (a
     ``pyarrow.RecordBatch``), and ``consumed``, ``next_offset``,
@@ -1112,12 +1147,13 @@ cdef class ColumnarDecoder(_Driver):
     and of header values in one result (at most 2**31 - 1, what Arrow's int32
     offsets allow): a call stops at the batch boundary before the cap.
 
-    The decoder keeps the sizes of its last result and preallocates that much
-    for the next call. One decoder per thread.
+    Records are parsed into the decoder's own column buffers, which it keeps
+    and reuses from call to call (they grow to the largest result seen); the
+    finished columns are copied once into buffers from pyarrow's memory pool.
+    One decoder per thread.
     """
     cdef Cols c
     cdef ColsMark mark
-    cdef Py_ssize_t hint[NCOLS]
     cdef bint micros
     cdef Py_ssize_t nbatches
     cdef object ts_unit
@@ -1137,23 +1173,18 @@ cdef class ColumnarDecoder(_Driver):
         self.micros = timestamp_unit == "us"
 
     def __dealloc__(self):
-        self.release()
-
-    cdef void release(self) noexcept:
         cdef int i
         for i in range(NCOLS):
             free(self.c.b[i].data)
-            self.c.b[i].data = NULL
-            self.c.b[i].len = self.c.b[i].cap = 0
 
     cdef int start(self) except -1:
         cdef int i
-        self.release()
         self.c.rows = self.c.header_rows = 0
         for i in range(NNULLS):
             self.c.nulls[i] = 0
         for i in range(NCOLS):
-            if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
+            self.c.b[i].len = 0
+            if gbuf_reserve(&self.c.b[i], 64) < 0:
                 raise MemoryError()
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
             put_i32(&self.c.b[i], 0)
@@ -1169,11 +1200,8 @@ cdef class ColumnarDecoder(_Driver):
         cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
         self.start()
         self.nbatches = 0
-        try:
-            self.run(data, topic, partition, min_offset)
-            res.record_batch = self.finish()
-        finally:
-            self.release()
+        self.run(data, topic, partition, min_offset)
+        res.record_batch = self.finish()
         res.consumed = self.consumed
         res.next_offset = self.next_offset if self.any_batch else None
         res.incomplete_size = self.incomplete_size
@@ -1181,26 +1209,59 @@ cdef class ColumnarDecoder(_Driver):
         return res
 
     cdef object finish(self):
-        from kwire._arrow import record_batch_from_columns
+        from kwire._arrow import allocate, record_batch_from_columns
         cdef dict cols = {}
-        cdef _Memory m
+        cdef char* dst
+        cdef GBuf* g
         cdef int i
         for i in range(NCOLS):
-            self.hint[i] = self.c.b[i].len
-            m = _Memory.__new__(_Memory)
-            m.size = self.c.b[i].len
-            m.data = <char*>realloc(self.c.b[i].data, m.size if m.size else 1)
-            if m.data == NULL:
-                m.data = self.c.b[i].data
-            self.c.b[i].data = NULL
-            self.c.b[i].len = self.c.b[i].cap = 0
-            cols[_COL_NAMES[i]] = m
+            g = &self.c.b[i]
+            buf = allocate(g.len)
+            dst = <char*><size_t>buf.address
+            with nogil:
+                memcpy(dst, g.data, g.len)
+            cols[_COL_NAMES[i]] = buf
         return record_batch_from_columns(
             self.c.rows, self.c.header_rows, cols,
             self.c.nulls[NULLS_KEY], self.c.nulls[NULLS_VAL],
             self.c.nulls[NULLS_HDR], self.c.nulls[NULLS_HV], self.ts_unit)
 
+    cdef Py_ssize_t fast_path(self, Py_ssize_t pos, Py_ssize_t n) except -1:
+        with nogil:
+            pos = self.fill_run(pos, n)
+        return pos
+
+    cdef Py_ssize_t fill_run(self, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
+        """Parse consecutive uncompressed v2 batches in one GIL-free run.
+        Stops at the first batch that needs Python (compressed, legacy, cut)
+        or that fails in any way: the regular walk then takes it over and
+        raises or stops as it would."""
+        cdef Batch b
+        cdef int err = 0
+        cdef Py_ssize_t body
+        while pos < n:
+            if read_batch(self.buf, pos, n, &b, &err) != 1 or b.magic != 2 or (b.attributes & ATTR_CODEC):
+                break
+            if self.check_crcs and crc32c(self.buf + pos + V2_CRC_START, b.total - V2_CRC_START) != b.crc:
+                break
+            body = pos + V2_HEADER
+            self.mark_batch()
+            if (not (b.attributes & ATTR_CONTROL) or self.include_control) and (
+                    (b.count == 0 and b.total != V2_HEADER)
+                    or (b.count and self.fill_v2(&b, self.buf + body, b.total - V2_HEADER) != 0)):
+                self.rollback()
+                break
+            pos += b.total
+            self.consumed = pos
+            self.next_offset = add_wrap(b.last_offset, 1)
+            self.any_batch = True
+        return pos
+
     cdef int begin_batch(self, Batch* b) except -1:
+        self.mark_batch()
+        return 0
+
+    cdef void mark_batch(self) noexcept nogil:
         cdef int i
         self.nbatches += 1
         for i in range(NCOLS):
@@ -1209,9 +1270,8 @@ cdef class ColumnarDecoder(_Driver):
         self.mark.header_rows = self.c.header_rows
         for i in range(NNULLS):
             self.mark.nulls[i] = self.c.nulls[i]
-        return 0
 
-    cdef void rollback(self) noexcept:
+    cdef void rollback(self) noexcept nogil:
         """Forget the current batch (a column would pass max_column_bytes)."""
         cdef int i
         self.nbatches -= 1
@@ -1452,13 +1512,15 @@ cdef int read_v07(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Msg07* m, 
     return 1
 
 
-cdef Record record_v07(BatchInfo bi, const uint8_t* p, Py_ssize_t n):
+cdef Record record_v07(BatchInfo bi, object owner, const uint8_t* p, Py_ssize_t n):
     cdef Record o = Record.__new__(Record)
     o.offset = bi.base_offset
     o.timestamp = -1
     o.timestamp_type = -1
-    o.key = None
-    o.value = PyBytes_FromStringAndSize(<const char*>p, n)
+    o.owner = owner
+    o.key_len = -1
+    o.value_ptr = p
+    o.value_len = <int32_t>n
     o.headers = ()
     o.batch = bi
     return o
@@ -1476,7 +1538,7 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
     ``next_offset`` is ``start_offset + consumed``. Returns a
     :class:`DecodeResult`.
     """
-    cdef Py_buffer pybuf
+    cdef _Pinned pin = _Pinned(data)
     cdef Msg07 m, inner
     cdef int st, err = 0
     cdef Py_ssize_t pos = 0, ipos, n
@@ -1490,68 +1552,64 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
     res.records = []
     res.batches = []
     res.next_offset = None
-    PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
-    try:
-        buf = <const uint8_t*>pybuf.buf
-        n = pybuf.len
-        while pos < n:
-            offset = add_wrap(start_offset, pos)
-            st = read_v07(buf, pos, n, &m, &err)
-            if st < 0:
-                raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
-            if st == 0:
-                res.incomplete_size = m.total
-                break
-            if check_crcs and (_zlib_crc32(0, buf + m.payload_pos, <unsigned int>m.payload_len)
-                               & 0xFFFFFFFF) != m.crc:
-                raise CrcMismatchError("message CRC32 mismatch", topic, partition, offset)
-            bi = BatchInfo.__new__(BatchInfo)
-            bi.kafka07 = True
-            bi.base_offset = offset
-            bi.last_offset = add_wrap(offset, m.total - 1)
-            bi.magic = m.magic
-            bi.attributes = m.codec
-            bi.crc = m.crc
-            bi.first_timestamp = bi.max_timestamp = -1
-            bi.producer_id = bi.partition_leader_epoch = bi.base_sequence = -1
-            bi.producer_epoch = -1
-            bi.size_in_bytes = m.total
-            if m.codec == 0:
-                bi.record_count = 1
-                res.records.append(record_v07(bi, buf + m.payload_pos, m.payload_len))
-            else:
-                if m.codec > 2:
-                    raise UnsupportedCodecError(f"unknown 0.7 compression codec {m.codec}",
-                                                topic, partition, offset)
-                try:
-                    plain = _decompress(m.codec, view[m.payload_pos:m.payload_pos + m.payload_len],
-                                        max_decompressed_bytes, 0)
-                except CorruptRecordError as e:
-                    raise e.at(topic, partition, offset) from None
-                ip = <const uint8_t*>PyBytes_AS_STRING(plain)
-                ipos = 0
-                first = len(res.records)
-                while ipos < PyBytes_GET_SIZE(plain):
-                    st = read_v07(ip, ipos, PyBytes_GET_SIZE(plain), &inner, &err)
-                    if st == 0:
-                        err = E_TRUNC
-                    if st <= 0:
-                        raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
-                    if inner.codec:
-                        raise CorruptRecordError(_MESSAGES[E_NESTED], topic, partition, offset)
-                    if check_crcs and (_zlib_crc32(0, ip + inner.payload_pos, <unsigned int>inner.payload_len)
-                                       & 0xFFFFFFFF) != inner.crc:
-                        raise CrcMismatchError("inner message CRC32 mismatch", topic, partition, offset)
-                    res.records.append(record_v07(bi, ip + inner.payload_pos, inner.payload_len))
-                    ipos += inner.total
-                bi.record_count = len(res.records) - first
-                if bi.record_count == 0:
-                    raise CorruptRecordError(_MESSAGES[E_EMPTY_WRAPPER], topic, partition, offset)
-            res.batches.append(bi)
-            pos += m.total
-            res.next_offset = add_wrap(start_offset, pos)
-    finally:
-        PyBuffer_Release(&pybuf)
+    buf = <const uint8_t*>pin.view.buf
+    n = pin.view.len
+    while pos < n:
+        offset = add_wrap(start_offset, pos)
+        st = read_v07(buf, pos, n, &m, &err)
+        if st < 0:
+            raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
+        if st == 0:
+            res.incomplete_size = m.total
+            break
+        if check_crcs and (_zlib_crc32(0, buf + m.payload_pos, <unsigned int>m.payload_len)
+                           & 0xFFFFFFFF) != m.crc:
+            raise CrcMismatchError("message CRC32 mismatch", topic, partition, offset)
+        bi = BatchInfo.__new__(BatchInfo)
+        bi.kafka07 = True
+        bi.base_offset = offset
+        bi.last_offset = add_wrap(offset, m.total - 1)
+        bi.magic = m.magic
+        bi.attributes = m.codec
+        bi.crc = m.crc
+        bi.first_timestamp = bi.max_timestamp = -1
+        bi.producer_id = bi.partition_leader_epoch = bi.base_sequence = -1
+        bi.producer_epoch = -1
+        bi.size_in_bytes = m.total
+        if m.codec == 0:
+            bi.record_count = 1
+            res.records.append(record_v07(bi, pin, buf + m.payload_pos, m.payload_len))
+        else:
+            if m.codec > 2:
+                raise UnsupportedCodecError(f"unknown 0.7 compression codec {m.codec}",
+                                            topic, partition, offset)
+            try:
+                plain = _decompress(m.codec, view[m.payload_pos:m.payload_pos + m.payload_len],
+                                    max_decompressed_bytes, 0)
+            except CorruptRecordError as e:
+                raise e.at(topic, partition, offset) from None
+            ip = <const uint8_t*>PyBytes_AS_STRING(plain)
+            ipos = 0
+            first = len(res.records)
+            while ipos < PyBytes_GET_SIZE(plain):
+                st = read_v07(ip, ipos, PyBytes_GET_SIZE(plain), &inner, &err)
+                if st == 0:
+                    err = E_TRUNC
+                if st <= 0:
+                    raise CorruptRecordError(_MESSAGES[err], topic, partition, offset)
+                if inner.codec:
+                    raise CorruptRecordError(_MESSAGES[E_NESTED], topic, partition, offset)
+                if check_crcs and (_zlib_crc32(0, ip + inner.payload_pos, <unsigned int>inner.payload_len)
+                                   & 0xFFFFFFFF) != inner.crc:
+                    raise CrcMismatchError("inner message CRC32 mismatch", topic, partition, offset)
+                res.records.append(record_v07(bi, plain, ip + inner.payload_pos, inner.payload_len))
+                ipos += inner.total
+            bi.record_count = len(res.records) - first
+            if bi.record_count == 0:
+                raise CorruptRecordError(_MESSAGES[E_EMPTY_WRAPPER], topic, partition, offset)
+        res.batches.append(bi)
+        pos += m.total
+        res.next_offset = add_wrap(start_offset, pos)
     res.consumed = pos
     return res
 

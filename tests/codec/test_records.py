@@ -318,3 +318,31 @@ def test_columnar_stops_at_a_batch_boundary_before_a_column_overflows(magic):
     assert rows == list(range(50))
     with pytest.raises(kwire.KwireError, match="max_column_bytes=500"):
         kwire.decode_columnar(buf, max_column_bytes=500, topic="t", partition=0)
+
+
+def test_batch_count_is_the_same_on_every_path():
+    plain = build_v2(sample_records(2), base_offset=0)
+    marker = kwire.RecordBatchBuilder(base_offset=2, transactional=True, is_control=True)
+    marker.append(b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x01")
+    packed = build_v2(sample_records(2), "gzip", base_offset=3)
+    for buf, want in ((plain + marker.build() + plain, 3), (packed + marker.build() + plain, 3)):
+        assert kwire.decode_columnar(buf).batch_count == want == len(kwire.decode(buf).batches)
+
+
+def test_records_keep_their_bytes_alive_and_pinned():
+    import gc
+
+    recs = sample_records(20)
+    buf = bytearray(build_v2(recs, None) + build_v2(recs, "snappy", base_offset=20))
+    records = kwire.decode(buf).records
+    with pytest.raises(BufferError):        # the records pin the bytearray
+        buf.extend(b"more")
+    del buf
+    gc.collect()
+    want = [(k, v) for k, v, _h, _t in recs] * 2
+    assert [(r.key, r.value) for r in records] == want
+    records = records[25:26]                # one record of the compressed batch
+    gc.collect()
+    assert (records[0].key, records[0].value) == want[25]
+    buf = bytearray(b"x")
+    buf.extend(b"y")                        # nothing pins a buffer once its records are gone
