@@ -818,7 +818,7 @@ cdef class _Driver:
         cdef Reader r
         cdef Batch inner
         cdef int err = 0, st, count = 0
-        cdef int64_t last_rel = 0, offset, ts
+        cdef int64_t last_rel = 0, offset, ts, rel_base
         self.check_legacy_crc(self.buf + b.pos + LOG_OVERHEAD, b.total - LOG_OVERHEAD, b, b.base_offset)
         if b.magic == 0:
             ts_type = -1
@@ -852,10 +852,14 @@ cdef class _Driver:
         if count == 0:
             self.raise_code(E_EMPTY_WRAPPER, b.base_offset)
         b.count = count
-        if b.magic > 0:
-            b.last_offset = b.base_offset
-        else:
-            b.last_offset = last_rel if last_rel > b.base_offset else b.base_offset
+        # v1 inner offsets are relative: absolute = wrapper - last inner + inner.
+        # Like Java's reader, only when that base is not negative: a wrapper as
+        # a producer builds it (offset 0, inner 0..n-1) keeps its inner offsets.
+        rel_base = <int64_t>(<uint64_t>b.base_offset - <uint64_t>last_rel)
+        if b.magic == 0 or rel_base < 0:
+            rel_base = 0
+        last_rel = <int64_t>(<uint64_t>rel_base + <uint64_t>last_rel)
+        b.last_offset = last_rel if last_rel > b.base_offset else b.base_offset
         self.begin_batch(b)
         # pass 2: the messages themselves
         pos = 0
@@ -865,10 +869,7 @@ cdef class _Driver:
                 self.raise_code(E_INNER_MAGIC, b.base_offset)
             if inner.attributes & ATTR_CODEC:
                 self.raise_code(E_NESTED, b.base_offset)
-            if b.magic > 0:   # v1 inner offsets are relative to the wrapper
-                offset = <int64_t>(<uint64_t>b.base_offset + <uint64_t>inner.base_offset - <uint64_t>last_rel)
-            else:
-                offset = inner.base_offset
+            offset = <int64_t>(<uint64_t>rel_base + <uint64_t>inner.base_offset)
             self.check_legacy_crc(p + pos + LOG_OVERHEAD, inner.total - LOG_OVERHEAD, &inner, offset)
             if b.magic == 1 and (b.attributes & ATTR_LOG_APPEND_TIME):
                 ts = b.timestamp

