@@ -10,7 +10,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without pyarrow
     raise ImportError("kwire's columnar decoding needs pyarrow: pip install 'kwire[arrow]'") from e
 
-__all__ = ["HEADERS_TYPE", "allocate", "record_schema", "record_batch_from_columns"]
+__all__ = ["HEADERS_TYPE", "record_schema", "record_batch_from_columns"]
 
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
 #: ``headers`` column type: null for a record without headers, as Spark's Kafka source has it.
@@ -33,22 +33,18 @@ def record_schema(timestamp_unit: str = "ms") -> "pa.Schema":
 
 _SCHEMAS = {unit: record_schema(unit) for unit in ("ms", "us")}
 
-#: A mutable buffer of n bytes from pyarrow's default memory pool, which
-#: recycles freed memory (no fresh page faults for every decoded fetch).
-allocate = pa.allocate_buffer
-
 
 def record_batch_from_columns(
     rows: int,
     header_rows: int,
-    cols: Dict[str, "pa.Buffer"],
+    cols: Dict[str, object],
     key_nulls: int,
     value_nulls: int,
     header_nulls: int,
     header_value_nulls: int,
     timestamp_unit: str,
 ) -> "pa.RecordBatch":
-    b = cols
+    b = {name: pa.py_buffer(mem) for name, mem in cols.items()}   # zero copy
 
     def binary(prefix: str, n: int, nulls: int, typ=pa.binary()) -> "pa.Array":
         validity = b[prefix + "_validity"] if nulls else None

@@ -27,7 +27,9 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
-from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
+from cpython.list cimport PyList_CheckExact
+from cpython.tuple cimport PyTuple_CheckExact
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
 from libc.stdlib cimport free, realloc
@@ -506,8 +508,12 @@ cdef class _Pinned:
 
 
 @cython.final
+@cython.no_gc   # holds only an owner (bytes or _Pinned): no cycle can pass through it
+@cython.auto_pickle(False)
 cdef class BatchInfo:
     """Metadata of the batch (or legacy message / wrapper) a record came from."""
+    cdef object owner             # keeps ``base`` valid: bytes, or a _Pinned export
+    cdef const uint8_t* base      # what its records' key/value offsets count from
     cdef readonly int64_t base_offset
     cdef readonly int64_t last_offset
     cdef readonly int magic
@@ -591,24 +597,27 @@ cdef class Record:
     """
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
-    cdef readonly int timestamp_type
     cdef readonly tuple headers
-    cdef readonly BatchInfo batch
-    cdef object owner            # the bytes (or pinned buffer) key and value point into
-    cdef const uint8_t* key_ptr
-    cdef const uint8_t* value_ptr
+    cdef readonly BatchInfo batch      # also keeps the bytes key and value live in
+    cdef int32_t key_at                # key and value: offsets from batch.base
     cdef int32_t key_len
+    cdef int32_t value_at
     cdef int32_t value_len
 
     @property
     def key(self):
         """The key as bytes, or None."""
-        return bytes_or_none(self.key_ptr, self.key_len)
+        return bytes_or_none(self.batch.base + self.key_at, self.key_len)
 
     @property
     def value(self):
         """The value as bytes, or None."""
-        return bytes_or_none(self.value_ptr, self.value_len)
+        return bytes_or_none(self.batch.base + self.value_at, self.value_len)
+
+    @property
+    def timestamp_type(self):
+        """-1 (none), 0 (CreateTime) or 1 (LogAppendTime): its batch's."""
+        return self.batch.timestamp_type
 
     def __repr__(self):
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
@@ -670,11 +679,12 @@ cdef class _Driver:
     cdef object view            # memoryview over the input, for per-batch slices
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
     cdef object owner           # what the bytes being parsed now belong to
+    cdef const uint8_t* base    # where the batch being parsed starts in ``owner``
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
-        if max_decompressed_bytes <= 0:
-            raise ValueError("max_decompressed_bytes must be positive")
+        if not 0 < max_decompressed_bytes <= INT32_MAX:
+            raise ValueError("max_decompressed_bytes must be between 1 and 2**31 - 1")
         self.check_crcs = check_crcs
         self.include_control = include_control
         self.max_decompressed = max_decompressed_bytes
@@ -789,11 +799,13 @@ cdef class _Driver:
                 self.raise_code(E_TRAILING, b.base_offset)
             return 0
         if codec == 0:
-            st = self.on_v2_records(b, self.buf + body, body_len)
+            self.base = self.buf + body
+            st = self.on_v2_records(b, self.base, body_len)
         else:
             plain = self.payload(b, body, body_len, codec)
             self.owner = plain
-            st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
+            self.base = <const uint8_t*>PyBytes_AS_STRING(plain)
+            st = self.on_v2_records(b, self.base, PyBytes_GET_SIZE(plain))
             self.owner = self.input_owner
         return st
 
@@ -825,6 +837,7 @@ cdef class _Driver:
         else:
             ts_type = 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
         if codec == 0:
+            self.base = self.buf + b.pos
             self.begin_batch(b)
             return self.on_message(b, b.base_offset, b.timestamp, ts_type,
                                    self.buf + b.key_pos, b.key_len,
@@ -836,7 +849,7 @@ cdef class _Driver:
             self.raise_code(E_NULL_PAYLOAD, b.base_offset)
         plain = self.payload(b, b.value_pos, b.value_len, codec)
         self.owner = plain
-        p = <const uint8_t*>PyBytes_AS_STRING(plain)
+        p = self.base = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
         # pass 1: frame the inner messages, find the last (relative) offset
         pos = 0
@@ -931,6 +944,14 @@ cdef class Decoder(_Driver):
         self.batches.append(self.cur)
         return 0
 
+    cdef inline BatchInfo holder(self):
+        """The current batch, made the keeper of the bytes its records point into."""
+        cdef BatchInfo bi = self.cur
+        if bi.owner is None:
+            bi.owner = self.owner
+            bi.base = self.base
+        return bi
+
     cdef object header_key(self, const uint8_t* p, int32_t n):
         cdef bytes raw = self.last_hkey_raw
         if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
@@ -972,8 +993,7 @@ cdef class Decoder(_Driver):
         cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
         cdef int ts_type = 1 if log_append else 0
         cdef list out = self.records
-        cdef BatchInfo bi = self.cur
-        cdef object owner = self.owner
+        cdef BatchInfo bi = self.holder()
         rd_init(&r, p, 0, n)
         for i in range(b.count):
             if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
@@ -983,11 +1003,9 @@ cdef class Decoder(_Driver):
             o = Record.__new__(Record)
             o.offset = rec.offset
             o.timestamp = b.max_ts if log_append else rec.timestamp
-            o.timestamp_type = ts_type
-            o.owner = owner
-            o.key_ptr = rec.key
+            o.key_at = <int32_t>(rec.key - p)
             o.key_len = rec.key_len
-            o.value_ptr = rec.value
+            o.value_at = <int32_t>(rec.value - p)
             o.value_len = rec.value_len
             o.headers = self.headers(&rec, p)
             o.batch = bi
@@ -1002,17 +1020,16 @@ cdef class Decoder(_Driver):
         cdef Record o
         if offset < self.min_offset:
             return 0
+        cdef BatchInfo bi = self.holder()
         o = Record.__new__(Record)
         o.offset = offset
         o.timestamp = ts
-        o.timestamp_type = ts_type
-        o.owner = self.owner
-        o.key_ptr = key
+        o.key_at = <int32_t>(key - bi.base)
         o.key_len = key_len
-        o.value_ptr = value
+        o.value_at = <int32_t>(value - bi.base)
         o.value_len = value_len
         o.headers = ()
-        o.batch = self.cur
+        o.batch = bi
         self.records.append(o)
         return 0
 
@@ -1097,6 +1114,86 @@ cdef tuple _COL_NAMES = ("offset", "timestamp", "timestamp_type",
 cdef enum:
     NULLS_KEY, NULLS_VAL, NULLS_HDR, NULLS_HV, NNULLS
 
+# Column memory handed to Arrow comes back here when Arrow frees it, and the
+# next decode reuses it: no copy, and no fresh (zeroed) pages from the kernel
+# for every result. Bounded: at most SPARE_BLOCKS blocks and SPARE_BYTES bytes;
+# the GIL guards it (blocks are put back in a deallocator, taken in start()).
+cdef enum:
+    SPARE_BLOCKS = 64
+cdef Py_ssize_t SPARE_BYTES = 256 * 1024 * 1024
+cdef char* _spare_data[SPARE_BLOCKS]
+cdef Py_ssize_t _spare_cap[SPARE_BLOCKS]
+cdef int _spare_n = 0
+cdef Py_ssize_t _spare_total = 0
+
+
+cdef void spare_put(char* data, Py_ssize_t cap) noexcept:
+    global _spare_n, _spare_total
+    if data == NULL:
+        return
+    if _spare_n < SPARE_BLOCKS and _spare_total + cap <= SPARE_BYTES:
+        _spare_data[_spare_n] = data
+        _spare_cap[_spare_n] = cap
+        _spare_n += 1
+        _spare_total += cap
+    else:
+        free(data)
+
+
+cdef void spare_take(GBuf* g, Py_ssize_t want) noexcept:
+    """Give ``g`` (empty, no memory) the smallest spare block of at least
+    ``want`` bytes, or else the largest one."""
+    global _spare_n, _spare_total
+    cdef int i, best = -1
+    for i in range(_spare_n):
+        if best < 0:
+            best = i
+        elif _spare_cap[best] < want:
+            if _spare_cap[i] > _spare_cap[best]:
+                best = i
+        elif want <= _spare_cap[i] < _spare_cap[best]:
+            best = i
+    if best < 0:
+        return
+    g.data = _spare_data[best]
+    g.cap = _spare_cap[best]
+    g.len = 0
+    _spare_total -= g.cap
+    _spare_n -= 1
+    _spare_data[best] = _spare_data[_spare_n]
+    _spare_cap[best] = _spare_cap[_spare_n]
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Memory:
+    """One column buffer, lent to pyarrow without a copy; back to the spare
+    list when pyarrow lets it go."""
+    cdef char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t shape[1]
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self.shape[0] = self.size
+        view.buf = self.data
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        spare_put(self.data, self.cap)
+
 
 cdef struct Cols:
     GBuf b[NCOLS]
@@ -1148,13 +1245,14 @@ cdef class ColumnarDecoder(_Driver):
     and of header values in one result (at most 2**31 - 1, what Arrow's int32
     offsets allow): a call stops at the batch boundary before the cap.
 
-    Records are parsed into the decoder's own column buffers, which it keeps
-    and reuses from call to call (they grow to the largest result seen); the
-    finished columns are copied once into buffers from pyarrow's memory pool.
-    One decoder per thread.
+    The column buffers are lent to pyarrow without a copy; when pyarrow frees
+    them they go to a bounded spare list (at most 256 MiB in the process)
+    that later decodes reuse, so steady decoding neither copies nor faults in
+    fresh memory. One decoder per thread.
     """
     cdef Cols c
     cdef ColsMark mark
+    cdef Py_ssize_t hint[NCOLS]   # each column's size in the last result
     cdef bint micros
     cdef Py_ssize_t nbatches
     cdef object ts_unit
@@ -1176,7 +1274,7 @@ cdef class ColumnarDecoder(_Driver):
     def __dealloc__(self):
         cdef int i
         for i in range(NCOLS):
-            free(self.c.b[i].data)
+            spare_put(self.c.b[i].data, self.c.b[i].cap)
 
     cdef int start(self) except -1:
         cdef int i
@@ -1184,8 +1282,10 @@ cdef class ColumnarDecoder(_Driver):
         for i in range(NNULLS):
             self.c.nulls[i] = 0
         for i in range(NCOLS):
+            if self.c.b[i].data == NULL:
+                spare_take(&self.c.b[i], self.hint[i])
             self.c.b[i].len = 0
-            if gbuf_reserve(&self.c.b[i], 64) < 0:
+            if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
                 raise MemoryError()
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
             put_i32(&self.c.b[i], 0)
@@ -1210,18 +1310,19 @@ cdef class ColumnarDecoder(_Driver):
         return res
 
     cdef object finish(self):
-        from kwire._arrow import allocate, record_batch_from_columns
+        from kwire._arrow import record_batch_from_columns
         cdef dict cols = {}
-        cdef char* dst
+        cdef _Memory m
         cdef GBuf* g
         cdef int i
         for i in range(NCOLS):
             g = &self.c.b[i]
-            buf = allocate(g.len)
-            dst = <char*><size_t>buf.address
-            with nogil:
-                memcpy(dst, g.data, g.len)
-            cols[_COL_NAMES[i]] = buf
+            self.hint[i] = g.len
+            m = _Memory.__new__(_Memory)
+            m.data, m.size, m.cap = g.data, g.len, g.cap
+            g.data = NULL
+            g.len = g.cap = 0
+            cols[_COL_NAMES[i]] = m
         return record_batch_from_columns(
             self.c.rows, self.c.header_rows, cols,
             self.c.nulls[NULLS_KEY], self.c.nulls[NULLS_VAL],
@@ -1515,12 +1616,13 @@ cdef int read_v07(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Msg07* m, 
 
 cdef Record record_v07(BatchInfo bi, object owner, const uint8_t* p, Py_ssize_t n):
     cdef Record o = Record.__new__(Record)
+    if bi.owner is None:
+        bi.owner = owner
+        bi.base = p
     o.offset = bi.base_offset
     o.timestamp = -1
-    o.timestamp_type = -1
-    o.owner = owner
     o.key_len = -1
-    o.value_ptr = p
+    o.value_at = <int32_t>(p - bi.base)
     o.value_len = <int32_t>n
     o.headers = ()
     o.batch = bi
@@ -1751,7 +1853,9 @@ cdef class RecordBatchBuilder(_Builder):
     cdef int32_t leader_epoch
     cdef int attributes
     cdef object log_append_max_ts
-    cdef GBuf hbuf
+    cdef GBuf hbuf                # encoded headers of the last append
+    cdef int32_t hcount           # how many headers hbuf holds
+    cdef tuple hitems             # the (immutable) pairs hbuf was made from, or None
 
     def __init__(self, compression=None, *, int64_t base_offset=0, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
@@ -1779,15 +1883,39 @@ cdef class RecordBatchBuilder(_Builder):
         """Size of the batch so far, before compression."""
         return V2_HEADER + self.buf.len
 
+    cdef bint same_headers(self, object headers):
+        """True if ``headers`` holds the very pair objects hbuf was encoded
+        from (producers usually pass the same headers again)."""
+        cdef tuple items = self.hitems
+        cdef Py_ssize_t i
+        if items is None or not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+            return False
+        if len(headers) != len(items):
+            return False
+        for i in range(len(items)):
+            if headers[i] is not items[i]:
+                return False
+        return True
+
     cdef int encode_headers(self, object headers) except -1:
         cdef Bytes v
         cdef const char* k
         cdef Py_ssize_t kn
-        cdef bytes kb
+        cdef bint cacheable = PyList_CheckExact(headers) or PyTuple_CheckExact(headers)
+        if self.same_headers(headers):
+            return 0
         self.hbuf.len = 0
+        self.hcount = 0
+        self.hitems = None
         if isinstance(headers, dict):
             headers = headers.items()
-        for hk, hv in headers:
+            cacheable = False
+        for pair in headers:
+            # the encoding may be reused only if nothing in it can change
+            cacheable = cacheable and PyTuple_CheckExact(pair)
+            hk, hv = pair
+            cacheable = cacheable and (PyUnicode_CheckExact(hk) or PyBytes_CheckExact(hk)) and (
+                hv is None or PyBytes_CheckExact(hv))
             if PyUnicode_Check(hk):
                 k = PyUnicode_AsUTF8AndSize(hk, &kn)
             elif PyBytes_Check(hk):
@@ -1805,6 +1933,9 @@ cdef class RecordBatchBuilder(_Builder):
                 put_raw(&self.hbuf, v.p, v.n)
             finally:
                 unborrow(&v)
+            self.hcount += 1
+        if cacheable:
+            self.hitems = tuple(headers)
         return 0
 
     cpdef int append(self, value, key=None, headers=None, timestamp=None) except -1:
@@ -1820,7 +1951,7 @@ cdef class RecordBatchBuilder(_Builder):
             raise OverflowError("a batch holds at most 2**31 - 1 records")
         if headers:
             self.encode_headers(headers)
-            hcount = len(headers)
+            hcount = self.hcount
             hlen = self.hbuf.len
         if self.count == 0:
             self.first_ts = self.max_ts = ts

@@ -346,3 +346,21 @@ def test_records_keep_their_bytes_alive_and_pinned():
     assert (records[0].key, records[0].value) == want[25]
     buf = bytearray(b"x")
     buf.extend(b"y")                        # nothing pins a buffer once its records are gone
+
+
+def test_reused_headers_are_re_encoded_when_they_change():
+    hs = [("a", b"1")]
+    b = kwire.RecordBatchBuilder()
+    b.append(b"x", headers=hs)
+    b.append(b"y", headers=hs)                       # same objects: cached encoding
+    hs.append(("b", None))                           # the list changed: re-encoded
+    b.append(b"z", headers=hs)
+    value = bytearray(b"m")
+    mutable = [("c", value)]
+    b.append(b"w", headers=mutable)
+    value[0] = ord("n")                              # a mutable value is never cached
+    b.append(b"v", headers=mutable)
+    b.append(b"u", headers={"d": b"4"})
+    got = [r.headers for r in kwire.decode(b.build()).records]
+    assert got == [(("a", b"1"),), (("a", b"1"),), (("a", b"1"), ("b", None)), (("c", b"m"),), (("c", b"n"),),
+                   (("d", b"4"),)]

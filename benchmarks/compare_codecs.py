@@ -1,0 +1,190 @@
+"""Compare kwire's record codec with aiokafka (compiled) and kafka-python.
+
+Every client decodes the same generated buffer (and encodes the same records)
+per codec, in one process, best of ``--repeat`` runs. Prints a markdown table
+of records/s with ratios vs aiokafka and vs kafka-python, and a progress line
+per measurement on stderr. Run from the repository root:
+
+    python -m benchmarks.compare_codecs                      # full: 2000 batches x 500
+    python -m benchmarks.compare_codecs --quick              # smoke test
+    python -m benchmarks.compare_codecs --codecs none lz4 --skip kafka-python --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from importlib.metadata import version
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import workload  # noqa: E402
+
+PEERS = ("aiokafka", "kafka-python")
+OPS = {"decode": workload.DECODERS, "encode": workload.ENCODERS}
+# The issue's targets, uncompressed (v2, CRC checked): (op, kwire adapter, peer, ratio).
+TARGETS = (
+    ("decode", "kwire", "aiokafka", 1.5),
+    ("decode", "kwire-columnar", "aiokafka", 7.0),
+    ("encode", "kwire", "aiokafka", 1.5),
+)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--codecs", nargs="+", default=list(workload.CODECS),
+                   help="codecs to run (space or comma separated; default: all)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts")
+    p.add_argument("--batches", type=int, default=None,
+                   help="batches of 500 records (default 2000, or 40 with --quick)")
+    p.add_argument("--quick", action="store_true", help="smoke test: 40 batches, 1 run")
+    p.add_argument("--fetch-bytes", type=int, default=None, metavar="N",
+                   help="decode the buffer as Fetch responses of at most N bytes, cut at batch "
+                        "boundaries, one decode call each (default: the whole buffer at once)")
+    p.add_argument("--skip", nargs="+", default=[], choices=("kwire",) + PEERS,
+                   help="clients not to run (kafka-python is slow)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    args.codecs = [c for arg in args.codecs for c in arg.split(",") if c]
+    bad = set(args.codecs) - set(workload.CODECS)
+    if bad:
+        p.error(f"unknown codec(s): {', '.join(sorted(bad))}")
+    if args.batches is None:
+        args.batches = 40 if args.quick else 2000
+    if args.quick:
+        args.repeat = 1
+    if args.batches < 2 or args.repeat < 1:
+        p.error("--batches must be >= 2 and --repeat >= 1")
+    return args
+
+
+def measure(run, repeat, check):
+    """Best wall time of ``repeat`` calls; ``check`` validates each result."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        out = run()
+        best = min(best, time.perf_counter() - t0)
+        check(out)
+        del out
+    return best
+
+
+def environment(args):
+    import kafka.record.util
+
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "kwire": version("kwire"),
+        "aiokafka": version("aiokafka"),
+        "kafka-python": version("kafka-python"),
+        "kafka_python_crc32c": kafka.record.util._crc32c.__module__,
+        "batches": args.batches,
+        "records_per_batch": workload.RECORDS_PER_BATCH,
+        "repeat": args.repeat,
+        "fetch_bytes": args.fetch_bytes,
+        "kwire_codec_mtime": _codec_mtime(),
+    }
+
+
+def _codec_mtime():
+    from kwire import _codec
+
+    return os.stat(_codec.__file__).st_mtime
+
+
+def run_all(args):
+    plan = [(codec, op, name) for codec in args.codecs for op, table in OPS.items()
+            for name in table if workload.client_of(name) not in args.skip]
+    n = workload.n_records(args.batches)
+    batches = workload.records(args.batches)
+    results = []
+    for i, (codec, op, name) in enumerate(plan, 1):
+        make = OPS[op][name]
+        if op == "decode":
+            make([workload.buffer(codec, 2)])()  # warm-up (imports, first-call costs)
+            run = make(workload.fetches(workload.buffer(codec, args.batches), args.fetch_bytes))
+            check = lambda got: _expect(got, n)  # noqa: E731
+        else:
+            make(workload.records(2), codec)()
+            run = make(batches, codec)
+            check = lambda got: workload.check_encoded(got, batches)  # noqa: E731
+        best = measure(run, args.repeat, check)
+        results.append({"codec": codec, "op": op, "client": name, "seconds": best,
+                        "records": n, "records_per_s": n / best})
+        print(f"[{i}/{len(plan)}] {codec:6} {op} {name:18} best {best:8.3f} s  "
+              f"{n / best / 1e6:7.3f} M rec/s", file=sys.stderr, flush=True)
+    return results
+
+
+def _expect(got, n):
+    if got != n:
+        raise AssertionError(f"decoded {got} records, expected {n}")
+
+
+def _rate(results, codec, op, client):
+    for r in results:
+        if (r["codec"], r["op"], r["client"]) == (codec, op, client):
+            return r["records_per_s"]
+    return None
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def markdown(results, env):
+    lines = [
+        f"{env['batches']} batches x {env['records_per_batch']} records "
+        f"({env['batches'] * env['records_per_batch']:,} records), CRC checked, best of {env['repeat']}, "
+        f"decoded {'in fetches of <= %d bytes' % env['fetch_bytes'] if env['fetch_bytes'] else 'as one buffer'}; "
+        f"Python {env['python']} {env['machine']}, {env['cpus']} CPUs; kwire {env['kwire']} "
+        f"(_codec built {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(env['kwire_codec_mtime']))} UTC), "
+        f"aiokafka {env['aiokafka']} (compiled), kafka-python {env['kafka-python']} "
+        f"(CRC32C from {env['kafka_python_crc32c']})",
+        "",
+        "| codec | op | client | best s | records/s | vs aiokafka | vs kafka-python |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        peers = [_ratio(r["records_per_s"], _rate(results, r["codec"], r["op"], p)) for p in PEERS]
+        lines.append(f"| {r['codec']} | {r['op']} | {r['client']} | {r['seconds']:.3f} | "
+                     f"{r['records_per_s']:,.0f} | {peers[0]} | {peers[1]} |")
+    lines += ["", "Targets (codec none):", ""]
+    for op, mine, peer, want in TARGETS:
+        a, b = _rate(results, "none", op, mine), _rate(results, "none", op, peer)
+        if a is None or b is None:
+            lines.append(f"- {op} {mine} >= {want}x {peer}: not measured")
+            continue
+        verdict = "MET" if a / b >= want else "NOT MET"
+        lines.append(f"- {op} {mine} >= {want}x {peer}: {a / b:.2f}x -> {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workload.check_peers_compiled()
+    env = environment(args)
+    results = run_all(args)
+    if _codec_mtime() != env["kwire_codec_mtime"]:
+        # A rebuild replaces the file (new inode): this process kept the build it loaded.
+        print("note: kwire's compiled codec was rebuilt on disk during the run; the numbers are "
+              "for the build loaded at start", file=sys.stderr)
+    print(markdown(results, env))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
