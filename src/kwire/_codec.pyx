@@ -1315,9 +1315,14 @@ cdef class ColumnarDecoder(_Driver):
         cdef _Memory m
         cdef GBuf* g
         cdef int i
+        cdef char* fit
         for i in range(NCOLS):
             g = &self.c.b[i]
             self.hint[i] = g.len
+            if g.cap > g.len + 65536:   # trim doubling slack (in place), so recycled blocks fit the spare cap
+                fit = <char*>realloc(g.data, g.len + 64)
+                if fit != NULL:
+                    g.data, g.cap = fit, g.len + 64
             m = _Memory.__new__(_Memory)
             m.data, m.size, m.cap = g.data, g.len, g.cap
             g.data = NULL
