@@ -1114,65 +1114,77 @@ cdef tuple _COL_NAMES = ("offset", "timestamp", "timestamp_type",
 cdef enum:
     NULLS_KEY, NULLS_VAL, NULLS_HDR, NULLS_HV, NNULLS
 
-# Column memory handed to Arrow comes back here when Arrow frees it, and the
-# next decode reuses it: no copy, and no fresh (zeroed) pages from the kernel
-# for every result. Bounded: at most SPARE_BLOCKS blocks and SPARE_BYTES bytes;
-# the GIL guards it (blocks are put back in a deallocator, taken in start()).
+# Column memory lent to Arrow comes back to the decoder that made it when Arrow
+# frees it, and that decoder's next call reuses it: no copy, and no fresh
+# (zeroed) pages from the kernel for every result. Bounded per decoder: at most
+# SPARE_BLOCKS blocks and SPARE_BYTES bytes. The GIL guards it (blocks come
+# back in a deallocator and are taken in start()).
 cdef enum:
-    SPARE_BLOCKS = 64
+    SPARE_BLOCKS = 32
 cdef Py_ssize_t SPARE_BYTES = 256 * 1024 * 1024
-cdef char* _spare_data[SPARE_BLOCKS]
-cdef Py_ssize_t _spare_cap[SPARE_BLOCKS]
-cdef int _spare_n = 0
-cdef Py_ssize_t _spare_total = 0
 
 
-cdef void spare_put(char* data, Py_ssize_t cap) noexcept:
-    global _spare_n, _spare_total
+cdef struct Spare:
+    char* data[SPARE_BLOCKS]
+    Py_ssize_t cap[SPARE_BLOCKS]
+    int n
+    Py_ssize_t total
+
+
+cdef void spare_put(Spare* sp, char* data, Py_ssize_t cap) noexcept:
     if data == NULL:
         return
-    if _spare_n < SPARE_BLOCKS and _spare_total + cap <= SPARE_BYTES:
-        _spare_data[_spare_n] = data
-        _spare_cap[_spare_n] = cap
-        _spare_n += 1
-        _spare_total += cap
+    if sp.n < SPARE_BLOCKS and sp.total + cap <= SPARE_BYTES:
+        sp.data[sp.n] = data
+        sp.cap[sp.n] = cap
+        sp.n += 1
+        sp.total += cap
     else:
         free(data)
 
 
-cdef void spare_take(GBuf* g, Py_ssize_t want) noexcept:
+cdef void spare_take(Spare* sp, GBuf* g, Py_ssize_t want) noexcept:
     """Give ``g`` (empty, no memory) the smallest spare block of at least
     ``want`` bytes, or else the largest one."""
-    global _spare_n, _spare_total
     cdef int i, best = -1
-    for i in range(_spare_n):
+    for i in range(sp.n):
         if best < 0:
             best = i
-        elif _spare_cap[best] < want:
-            if _spare_cap[i] > _spare_cap[best]:
+        elif sp.cap[best] < want:
+            if sp.cap[i] > sp.cap[best]:
                 best = i
-        elif want <= _spare_cap[i] < _spare_cap[best]:
+        elif want <= sp.cap[i] < sp.cap[best]:
             best = i
     if best < 0:
         return
-    g.data = _spare_data[best]
-    g.cap = _spare_cap[best]
+    g.data = sp.data[best]
+    g.cap = sp.cap[best]
     g.len = 0
-    _spare_total -= g.cap
-    _spare_n -= 1
-    _spare_data[best] = _spare_data[_spare_n]
-    _spare_cap[best] = _spare_cap[_spare_n]
+    sp.total -= g.cap
+    sp.n -= 1
+    sp.data[best] = sp.data[sp.n]
+    sp.cap[best] = sp.cap[sp.n]
+
+
+cdef void spare_clear(Spare* sp) noexcept:
+    cdef int i
+    for i in range(sp.n):
+        free(sp.data[i])
+    sp.n = 0
+    sp.total = 0
 
 
 @cython.final
 @cython.auto_pickle(False)
 cdef class _Memory:
-    """One column buffer, lent to pyarrow without a copy; back to the spare
-    list when pyarrow lets it go."""
+    """One column buffer, lent to pyarrow without a copy; back to its
+    decoder's spare list when pyarrow lets it go."""
     cdef char* data
     cdef Py_ssize_t size
     cdef Py_ssize_t cap
     cdef Py_ssize_t shape[1]
+    cdef object home              # the decoder that owns ``spare``: kept alive while lent
+    cdef Spare* spare
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         self.shape[0] = self.size
@@ -1192,7 +1204,7 @@ cdef class _Memory:
         pass
 
     def __dealloc__(self):
-        spare_put(self.data, self.cap)
+        spare_put(self.spare, self.data, self.cap)
 
 
 cdef struct Cols:
@@ -1246,13 +1258,14 @@ cdef class ColumnarDecoder(_Driver):
     offsets allow): a call stops at the batch boundary before the cap.
 
     The column buffers are lent to pyarrow without a copy; when pyarrow frees
-    them they go to a bounded spare list (at most 256 MiB in the process)
-    that later decodes reuse, so steady decoding neither copies nor faults in
-    fresh memory. One decoder per thread.
+    them they come back to this decoder (which keeps at most 256 MiB of them)
+    and its later calls reuse them, so steady decoding neither copies nor
+    faults in fresh memory. One decoder per thread.
     """
     cdef Cols c
     cdef ColsMark mark
     cdef Py_ssize_t hint[NCOLS]   # each column's size in the last result
+    cdef Spare spare              # column memory Arrow gave back
     cdef bint micros
     cdef Py_ssize_t nbatches
     cdef object ts_unit
@@ -1274,7 +1287,8 @@ cdef class ColumnarDecoder(_Driver):
     def __dealloc__(self):
         cdef int i
         for i in range(NCOLS):
-            spare_put(self.c.b[i].data, self.c.b[i].cap)
+            free(self.c.b[i].data)
+        spare_clear(&self.spare)
 
     cdef int start(self) except -1:
         cdef int i
@@ -1283,7 +1297,7 @@ cdef class ColumnarDecoder(_Driver):
             self.c.nulls[i] = 0
         for i in range(NCOLS):
             if self.c.b[i].data == NULL:
-                spare_take(&self.c.b[i], self.hint[i])
+                spare_take(&self.spare, &self.c.b[i], self.hint[i])
             self.c.b[i].len = 0
             if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
                 raise MemoryError()
@@ -1325,6 +1339,8 @@ cdef class ColumnarDecoder(_Driver):
                     g.data, g.cap = fit, g.len + 64
             m = _Memory.__new__(_Memory)
             m.data, m.size, m.cap = g.data, g.len, g.cap
+            m.home = self
+            m.spare = &self.spare
             g.data = NULL
             g.len = g.cap = 0
             cols[_COL_NAMES[i]] = m
