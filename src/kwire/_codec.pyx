@@ -1266,6 +1266,8 @@ cdef class ColumnarDecoder(_Driver):
     cdef ColsMark mark
     cdef Py_ssize_t hint[NCOLS]   # each column's size in the last result
     cdef Spare spare              # column memory Arrow gave back
+    cdef uint8_t valid_key[64]    # a copy of the last header key found valid UTF-8 ...
+    cdef int32_t valid_key_len    # ... and its length (-1: none): equal keys skip validation
     cdef bint micros
     cdef Py_ssize_t nbatches
     cdef object ts_unit
@@ -1292,6 +1294,7 @@ cdef class ColumnarDecoder(_Driver):
 
     cdef int start(self) except -1:
         cdef int i
+        self.valid_key_len = -1
         self.c.rows = self.c.header_rows = 0
         for i in range(NNULLS):
             self.c.nulls[i] = 0
@@ -1525,9 +1528,13 @@ cdef class ColumnarDecoder(_Driver):
                 k = rd_bytes(&r, kn)
                 vn = rd_varint(&r)
                 v = rd_bytes(&r, vn)
-                if utf8_invalid_at(k, kn) >= 0:
+                if not (kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0) and \
+                        utf8_invalid_at(k, kn) >= 0:
                     st = self.add_replaced_key(k, kn)
                 else:
+                    if kn <= 64:
+                        memcpy(self.valid_key, k, kn)
+                        self.valid_key_len = kn
                     st = self.add_binary(C_HK_OFF, C_HK_DATA, -1, -1, -1, k, kn)
                 if st == 0:
                     st = self.add_binary(C_HV_OFF, C_HV_DATA, C_HV_VALID, NULLS_HV,

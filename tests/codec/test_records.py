@@ -364,3 +364,18 @@ def test_reused_headers_are_re_encoded_when_they_change():
     got = [r.headers for r in kwire.decode(b.build()).records]
     assert got == [(("a", b"1"),), (("a", b"1"),), (("a", b"1"), ("b", None)), (("c", b"m"),), (("c", b"n"),),
                    (("d", b"4"),)]
+
+
+def test_header_key_validation_is_not_skipped_for_a_different_key():
+    b = kwire.RecordBatchBuilder("zstd")
+    b.append(b"1", headers=[("k", b"v")])
+    b.append(b"2", headers=[(b"k\xff", b"v")])        # same prefix, invalid byte
+    b.append(b"3", headers=[("k", b"v")])
+    data = b.build()
+    b2 = kwire.RecordBatchBuilder("gzip", base_offset=3)
+    b2.append(b"4", headers=[(b"\xc3", None)])
+    data += b2.build()
+    want = [k for r in kwire.decode(data).records for k, _v in r.headers]
+    assert want == ["k", "k\ufffd", "k", "\ufffd"]
+    cols = kwire.decode_columnar(data).record_batch.column("headers").to_pylist()
+    assert [h["key"] for hs in cols for h in hs] == want
