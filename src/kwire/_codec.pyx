@@ -1437,7 +1437,7 @@ cdef class ColumnarDecoder(_Driver):
             return 0
         st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len)
         if st == 0:
-            st = self.add_headers(NULL, 0, 0)
+            st = self.add_headers(NULL, 0, 0, 0)
         return self.check(st, b)
 
     cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t n) noexcept nogil:
@@ -1456,7 +1456,7 @@ cdef class ColumnarDecoder(_Driver):
             st = self.add_row(rec.offset, b.max_ts if log_append else rec.timestamp, ts_type,
                               rec.key, rec.key_len, rec.value, rec.value_len)
             if st == 0:
-                st = self.add_headers(p, rec.headers_pos, rec.header_count)
+                st = self.add_headers(p, rec.headers_pos, rec.end, rec.header_count)
             if st:
                 return st
         if r.pos != n:
@@ -1507,8 +1507,9 @@ cdef class ColumnarDecoder(_Driver):
         self.c.rows += 1
         return st
 
-    cdef int add_headers(self, const uint8_t* p, Py_ssize_t pos, int32_t count) noexcept nogil:
-        """Append the (already validated) headers of the current row."""
+    cdef int add_headers(self, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int32_t count) noexcept nogil:
+        """Append the headers of the current row: ``count`` of them in
+        [pos, end), already validated by parse_record."""
         cdef Reader r
         cdef int32_t i, kn, vn
         cdef const uint8_t* k
@@ -1522,12 +1523,14 @@ cdef class ColumnarDecoder(_Driver):
         else:
             if self.c.header_rows + count > INT32_MAX:
                 return 1
-            rd_init(&r, p, pos, INT64_MAX)
+            rd_init(&r, p, pos, end)
             for i in range(count):
                 kn = rd_varint(&r)
                 k = rd_bytes(&r, kn)
                 vn = rd_varint(&r)
                 v = rd_bytes(&r, vn)
+                if r.err:                 # cannot happen after parse_record; never copy from NULL
+                    return -r.err
                 if not (kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0) and \
                         utf8_invalid_at(k, kn) >= 0:
                     st = self.add_replaced_key(k, kn)
