@@ -980,6 +980,8 @@ cdef class Decoder(_Driver):
             k = rd_bytes(&r, kn)
             vn = rd_varint(&r)
             v = rd_bytes(&r, vn)
+            if r.err:                     # cannot happen after parse_record; never read from NULL
+                raise CorruptRecordError(_MESSAGES[r.err], self.topic, self.partition, None)
             set_tuple_item(out, i, (self.header_key(k, kn), bytes_or_none(v, vn)))
         self.last_headers = out
         self.last_headers_raw = PyBytes_FromStringAndSize(<const char*>(base + rec.headers_pos), nbytes)
