@@ -17,6 +17,7 @@ __all__ = [
     "DecompressionError",
     "DecompressionBombError",
     "UnsupportedCodecError",
+    "ProtocolError",
 ]
 
 
@@ -86,3 +87,23 @@ class DecompressionBombError(DecompressionError):
 
 class UnsupportedCodecError(CorruptRecordError):
     """A compression codec id kwire does not know (Kafka knows 0 to 4)."""
+
+
+class ProtocolError(KwireError):
+    """A request or response frame that does not follow the Kafka protocol:
+    truncated, a length or array count past the end of the frame, a negative
+    length where none is allowed, an unexpected correlation id. Raised while
+    decoding untrusted bytes; never retriable (the connection is unusable).
+
+    ``api`` names the API (``"Fetch"``) and ``version`` its version when
+    known."""
+
+    def __init__(self, reason: str, api: Optional[str] = None, version: Optional[int] = None) -> None:
+        self.reason = reason
+        self.api = api
+        self.version = version
+        where = f" ({api} v{version})" if api is not None and version is not None else (f" ({api})" if api else "")
+        super().__init__(reason + where)
+
+    def __reduce__(self):
+        return (type(self), (self.reason, self.api, self.version))
