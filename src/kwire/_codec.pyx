@@ -33,7 +33,7 @@ from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_De
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 import google_crc32c as _google_crc32c
 
@@ -214,8 +214,23 @@ cdef inline int64_t rd_i64(Reader* r) noexcept nogil:
 
 
 cdef inline uint64_t rd_uvarint(Reader* r, int max_bytes, uint8_t last_max) noexcept nogil:
-    """An unsigned varint of at most ``max_bytes`` bytes whose last byte is at
-    most ``last_max`` (so the value fits its type); sets E_VARINT otherwise."""
+    """An unsigned varint of at most ``max_bytes`` (>= 3) bytes whose last
+    byte is at most ``last_max`` (so the value fits its type); sets E_VARINT
+    otherwise. One- and two-byte varints (most lengths and deltas) take the
+    inlined fast path."""
+    cdef const uint8_t* q
+    if r.err == E_OK and r.end - r.pos >= 2:
+        q = r.p + r.pos
+        if q[0] < 0x80:
+            r.pos += 1
+            return q[0]
+        if q[1] < 0x80:
+            r.pos += 2
+            return (q[0] & 0x7F) | (<uint64_t>q[1] << 7)
+    return rd_uvarint_long(r, max_bytes, last_max)
+
+
+cdef uint64_t rd_uvarint_long(Reader* r, int max_bytes, uint8_t last_max) noexcept nogil:
     cdef uint64_t v = 0
     cdef uint8_t b
     cdef int i
@@ -391,14 +406,15 @@ cdef struct Rec:
     int32_t value_len
     Py_ssize_t headers_pos
     Py_ssize_t end
+    Py_ssize_t outer_end      # the enclosing bound, restored by end_record
     int32_t header_count
 
 
-cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
-    """Parse and validate one v2 record; its headers are checked, not kept."""
+cdef inline int parse_record_fields(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
+    """Parse one v2 record up to its header count, leaving ``r`` at its first
+    header and bounded by the record's end (``rec.end``); ``end_record``
+    completes it once the headers are read."""
     cdef int32_t length = rd_varint(r)
-    cdef Py_ssize_t outer_end = r.end
-    cdef int32_t i, n
     cdef int64_t ts_delta
     cdef int32_t off_delta
     if r.err:
@@ -410,6 +426,7 @@ cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Re
         r.err = E_TRUNC
         return -1
     rec.end = r.pos + length
+    rec.outer_end = r.end
     r.end = rec.end
     rd_i8(r)                        # record attributes: unused
     ts_delta = rd_varlong(r)
@@ -425,21 +442,44 @@ cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Re
         r.err = E_COUNT
         return -1
     rec.headers_pos = r.pos
-    for i in range(rec.header_count):
-        n = rd_varint(r)
-        if n < 0 and not r.err:
-            r.err = E_NEG_LENGTH
-        rd_bytes(r, n)
-        rd_bytes(r, rd_varint(r))
-    if r.err:
-        return -1
-    if r.pos != r.end:
-        r.err = E_RECORD_SIZE
-        return -1
-    r.end = outer_end
     rec.offset = add_wrap(base_offset, off_delta)
     rec.timestamp = add_wrap(base_ts, ts_delta)
     return 0
+
+
+cdef inline int rd_header(Reader* r, const uint8_t** k, int32_t* kn, const uint8_t** v, int32_t* vn) noexcept nogil:
+    """One record header: a key (never null) and a value (may be null)."""
+    kn[0] = rd_varint(r)
+    if kn[0] < 0 and not r.err:
+        r.err = E_NEG_LENGTH
+    k[0] = rd_bytes(r, kn[0])
+    vn[0] = rd_varint(r)
+    v[0] = rd_bytes(r, vn[0])
+    return -1 if r.err else 0
+
+
+cdef inline int end_record(Reader* r, Rec* rec) noexcept nogil:
+    """Check the record's fields filled its length; restore the outer bound."""
+    if r.err:
+        return -1
+    if r.pos != rec.end:
+        r.err = E_RECORD_SIZE
+        return -1
+    r.end = rec.outer_end
+    return 0
+
+
+cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
+    """Parse and validate one v2 record; its headers are checked, not kept."""
+    cdef int32_t i, kn, vn
+    cdef const uint8_t* k
+    cdef const uint8_t* v
+    if parse_record_fields(r, base_offset, base_ts, rec) < 0:
+        return -1
+    for i in range(rec.header_count):
+        if rd_header(r, &k, &kn, &v, &vn) < 0:
+            return -1
+    return end_record(r, rec)
 
 
 # -------------------------------------------------------------------- UTF-8
@@ -976,11 +1016,7 @@ cdef class Decoder(_Driver):
         rd_init(&r, base, rec.headers_pos, rec.end)
         out = PyTuple_New_(rec.header_count)
         for i in range(rec.header_count):
-            kn = rd_varint(&r)
-            k = rd_bytes(&r, kn)
-            vn = rd_varint(&r)
-            v = rd_bytes(&r, vn)
-            if r.err:                     # cannot happen after parse_record; never read from NULL
+            if rd_header(&r, &k, &kn, &v, &vn) < 0:   # cannot happen after parse_record; never read from NULL
                 raise CorruptRecordError(_MESSAGES[r.err], self.topic, self.partition, None)
             set_tuple_item(out, i, (self.header_key(k, kn), bytes_or_none(v, vn)))
         self.last_headers = out
@@ -1307,7 +1343,8 @@ cdef class ColumnarDecoder(_Driver):
             if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
                 raise MemoryError()
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
-            put_i32(&self.c.b[i], 0)
+            (<int32_t*>self.c.b[i].data)[0] = 0
+        self.sync_lens()
         return 0
 
     def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1):
@@ -1335,6 +1372,7 @@ cdef class ColumnarDecoder(_Driver):
         cdef GBuf* g
         cdef int i
         cdef char* fit
+        self.sync_lens()
         for i in range(NCOLS):
             g = &self.c.b[i]
             self.hint[i] = g.len
@@ -1437,124 +1475,172 @@ cdef class ColumnarDecoder(_Driver):
         cdef int st
         if offset < self.min_offset:
             return 0
-        st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len)
+        st = self.reserve_rows(1)
         if st == 0:
-            st = self.add_headers(NULL, 0, 0, 0)
+            st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len, 0)
         return self.check(st, b)
 
     cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+        """Append the records of one uncompressed v2 batch body, parsing and
+        validating each record and its headers in a single walk."""
         cdef Reader r
         cdef Rec rec
-        cdef int32_t i
+        cdef int32_t i, j, kn, vn
+        cdef const uint8_t* k
+        cdef const uint8_t* v
         cdef int st
         cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
         cdef int ts_type = 1 if log_append else 0
+        # a record takes at least 7 bytes, so at most n // 7 rows can come
+        st = self.reserve_rows(min(<Py_ssize_t>b.count, n // 7 + 1))
+        if st:
+            return st
         rd_init(&r, p, 0, n)
         for i in range(b.count):
-            if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
+            if parse_record_fields(&r, b.base_offset, b.first_ts, &rec) < 0:
                 return -r.err
             if rec.offset < self.min_offset:
-                continue
-            st = self.add_row(rec.offset, b.max_ts if log_append else rec.timestamp, ts_type,
-                              rec.key, rec.key_len, rec.value, rec.value_len)
-            if st == 0:
-                st = self.add_headers(p, rec.headers_pos, rec.end, rec.header_count)
-            if st:
-                return st
+                for j in range(rec.header_count):
+                    if rd_header(&r, &k, &kn, &v, &vn) < 0:
+                        return -r.err
+            else:
+                st = self.add_row(rec.offset, b.max_ts if log_append else rec.timestamp, ts_type,
+                                  rec.key, rec.key_len, rec.value, rec.value_len, rec.header_count)
+                if st:
+                    return st
+                for j in range(rec.header_count):
+                    if rd_header(&r, &k, &kn, &v, &vn) < 0:
+                        return -r.err
+                    st = self.add_header(k, kn, v, vn)
+                    if st:
+                        return st
+            if end_record(&r, &rec) < 0:
+                return -r.err
         if r.pos != n:
             return -E_TRAILING
         return 0
 
-    cdef inline int add_binary(self, int off_col, int data_col, int valid_col, int nulls,
-                               int64_t row, const uint8_t* p, int32_t n) noexcept nogil:
-        cdef GBuf* data = &self.c.b[data_col]
-        cdef GBuf* offs = &self.c.b[off_col]
-        if n > 0:
-            if data.len + n > self.max_column:
-                return 1
-            if gbuf_reserve(data, n) < 0:
-                return -E_NOMEM
-            memcpy(data.data + data.len, p, n)
-            data.len += n
-        if gbuf_reserve(offs, 4) < 0:
+    cdef void sync_lens(self) noexcept nogil:
+        """Set the lengths of the fixed-width and offset columns (written by
+        index) from the row counts."""
+        cdef Cols* c = &self.c
+        c.b[C_OFFSET].len = c.b[C_TS].len = c.rows * 8
+        c.b[C_TS_TYPE].len = c.rows * 4
+        c.b[C_KEY_OFF].len = c.b[C_VAL_OFF].len = c.b[C_HDR_OFF].len = (c.rows + 1) * 4
+        c.b[C_HK_OFF].len = c.b[C_HV_OFF].len = (c.header_rows + 1) * 4
+
+    cdef int reserve_rows(self, Py_ssize_t k) noexcept nogil:
+        """Room in the fixed-width and offset columns for ``k`` more rows;
+        1 (stop before this batch) past Arrow's int32 row limit."""
+        cdef Cols* c = &self.c
+        if c.rows + k >= INT32_MAX:
+            return 1
+        self.sync_lens()
+        if (gbuf_reserve(&c.b[C_OFFSET], 8 * k) < 0 or gbuf_reserve(&c.b[C_TS], 8 * k) < 0
+                or gbuf_reserve(&c.b[C_TS_TYPE], 4 * k) < 0 or gbuf_reserve(&c.b[C_KEY_OFF], 4 * k) < 0
+                or gbuf_reserve(&c.b[C_VAL_OFF], 4 * k) < 0 or gbuf_reserve(&c.b[C_HDR_OFF], 4 * k) < 0):
             return -E_NOMEM
-        if valid_col >= 0:          # header keys have no validity buffer
-            if put_bit(&self.c.b[valid_col], row, n >= 0) < 0:
-                return -E_NOMEM
-            if n < 0:
-                self.c.nulls[nulls] += 1
-        put_i32(offs, <int32_t>data.len)
         return 0
 
-    cdef int add_row(self, int64_t offset, int64_t ts, int ts_type,
-                     const uint8_t* key, int32_t key_len,
-                     const uint8_t* value, int32_t value_len) noexcept nogil:
-        cdef int64_t row = self.c.rows
+    cdef inline int add_row(self, int64_t offset, int64_t ts, int ts_type,
+                            const uint8_t* key, int32_t key_len,
+                            const uint8_t* value, int32_t value_len, int32_t header_count) noexcept nogil:
+        """Append one row (room reserved by reserve_rows); its ``header_count``
+        headers follow through add_header."""
+        cdef Cols* c = &self.c
+        cdef int64_t row = c.rows
         cdef int st
-        if row >= INT32_MAX:
-            return 1
         if self.micros:
             if ts > INT64_MAX // 1000 or ts < INT64_MIN // 1000:
                 return -E_TIMESTAMP
             ts *= 1000
-        if (gbuf_reserve(&self.c.b[C_OFFSET], 8) < 0 or gbuf_reserve(&self.c.b[C_TS], 8) < 0
-                or gbuf_reserve(&self.c.b[C_TS_TYPE], 4) < 0):
-            return -E_NOMEM
-        put_i64(&self.c.b[C_OFFSET], offset)
-        put_i64(&self.c.b[C_TS], ts)
-        put_i32(&self.c.b[C_TS_TYPE], ts_type)
-        st = self.add_binary(C_KEY_OFF, C_KEY_DATA, C_KEY_VALID, NULLS_KEY, row, key, key_len)
+        if header_count and c.header_rows + header_count >= INT32_MAX:
+            return 1
+        (<int64_t*>c.b[C_OFFSET].data)[row] = offset
+        (<int64_t*>c.b[C_TS].data)[row] = ts
+        (<int32_t*>c.b[C_TS_TYPE].data)[row] = ts_type
+        st = append_binary(&c.b[C_KEY_OFF], &c.b[C_KEY_DATA], row, key, key_len, self.max_column)
         if st == 0:
-            st = self.add_binary(C_VAL_OFF, C_VAL_DATA, C_VAL_VALID, NULLS_VAL, row, value, value_len)
-        self.c.rows += 1
+            st = note_valid(&c.b[C_KEY_VALID], &c.nulls[NULLS_KEY], row, key_len >= 0)
+        if st == 0:
+            st = append_binary(&c.b[C_VAL_OFF], &c.b[C_VAL_DATA], row, value, value_len, self.max_column)
+        if st == 0:
+            st = note_valid(&c.b[C_VAL_VALID], &c.nulls[NULLS_VAL], row, value_len >= 0)
+        if st == 0:
+            st = note_valid(&c.b[C_HDR_VALID], &c.nulls[NULLS_HDR], row, header_count > 0)
+        if st == 0 and header_count:
+            c.b[C_HK_OFF].len = c.b[C_HV_OFF].len = (c.header_rows + 1) * 4
+            if (gbuf_reserve(&c.b[C_HK_OFF], 4 * header_count) < 0
+                    or gbuf_reserve(&c.b[C_HV_OFF], 4 * header_count) < 0):
+                st = -E_NOMEM
+        (<int32_t*>c.b[C_HDR_OFF].data)[row + 1] = <int32_t>(c.header_rows + header_count)
+        c.rows = row + 1
         return st
 
-    cdef int add_headers(self, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end, int32_t count) noexcept nogil:
-        """Append the headers of the current row: ``count`` of them in
-        [pos, end), already validated by parse_record."""
-        cdef Reader r
-        cdef int32_t i, kn, vn
-        cdef const uint8_t* k
-        cdef const uint8_t* v
+    cdef inline int add_header(self, const uint8_t* k, int32_t kn, const uint8_t* v, int32_t vn) noexcept nogil:
+        """Append one header of the last row (room reserved by add_row)."""
+        cdef Cols* c = &self.c
+        cdef int64_t i = c.header_rows
         cdef int st
-        cdef int64_t row = self.c.rows - 1
-        if put_bit(&self.c.b[C_HDR_VALID], row, count > 0) < 0 or gbuf_reserve(&self.c.b[C_HDR_OFF], 4) < 0:
-            return -E_NOMEM
-        if count == 0:
-            self.c.nulls[NULLS_HDR] += 1
+        if kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0:
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+        elif utf8_invalid_at(k, kn) >= 0:
+            st = self.add_replaced_key(k, kn)
         else:
-            if self.c.header_rows + count > INT32_MAX:
-                return 1
-            rd_init(&r, p, pos, end)
-            for i in range(count):
-                kn = rd_varint(&r)
-                k = rd_bytes(&r, kn)
-                vn = rd_varint(&r)
-                v = rd_bytes(&r, vn)
-                if r.err:                 # cannot happen after parse_record; never copy from NULL
-                    return -r.err
-                if not (kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0) and \
-                        utf8_invalid_at(k, kn) >= 0:
-                    st = self.add_replaced_key(k, kn)
-                else:
-                    if kn <= 64:
-                        memcpy(self.valid_key, k, kn)
-                        self.valid_key_len = kn
-                    st = self.add_binary(C_HK_OFF, C_HK_DATA, -1, -1, -1, k, kn)
-                if st == 0:
-                    st = self.add_binary(C_HV_OFF, C_HV_DATA, C_HV_VALID, NULLS_HV,
-                                         self.c.header_rows, v, vn)
-                if st:
-                    return st
-                self.c.header_rows += 1
-        put_i32(&self.c.b[C_HDR_OFF], <int32_t>self.c.header_rows)
-        return 0
+            if kn <= 64:
+                memcpy(self.valid_key, k, kn)
+                self.valid_key_len = kn
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+        if st == 0:
+            st = append_binary(&c.b[C_HV_OFF], &c.b[C_HV_DATA], i, v, vn, self.max_column)
+        if st == 0:
+            st = note_valid(&c.b[C_HV_VALID], &c.nulls[NULLS_HV], i, vn >= 0)
+        c.header_rows = i + 1
+        return st
 
     cdef int add_replaced_key(self, const uint8_t* k, int32_t kn) noexcept with gil:
         # rare: decode with U+FFFD replacement exactly as the object path does
         cdef bytes enc = header_key_str(k, kn).encode("utf-8")
-        return self.add_binary(C_HK_OFF, C_HK_DATA, -1, -1, -1,
-                               <const uint8_t*>PyBytes_AS_STRING(enc), <int32_t>PyBytes_GET_SIZE(enc))
+        return append_binary(&self.c.b[C_HK_OFF], &self.c.b[C_HK_DATA], self.c.header_rows,
+                             <const uint8_t*>PyBytes_AS_STRING(enc), <int32_t>PyBytes_GET_SIZE(enc),
+                             self.max_column)
+
+
+cdef inline int append_binary(GBuf* offs, GBuf* data, int64_t i, const uint8_t* p, int32_t n,
+                              Py_ssize_t max_column) noexcept nogil:
+    """Element ``i`` of a binary column: its bytes (none when null, n < 0) and
+    its end offset (room for it reserved). 1 when the data would pass
+    ``max_column`` bytes."""
+    if n > 0:
+        if data.len + n > max_column:
+            return 1
+        if gbuf_reserve(data, n) < 0:
+            return -E_NOMEM
+        memcpy(data.data + data.len, p, n)
+        data.len += n
+    (<int32_t*>offs.data)[i + 1] = <int32_t>data.len
+    return 0
+
+
+cdef inline int note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) noexcept nogil:
+    """Element ``i``'s validity bit. The bitmap is only written once the
+    column has a null (until then every element is valid and Arrow gets no
+    bitmap): the first null fills the bits of the elements before it."""
+    cdef Py_ssize_t nbytes
+    if nulls[0] == 0:
+        if valid:
+            return 0
+        nbytes = (i >> 3) + 1
+        bits.len = 0
+        if gbuf_reserve(bits, nbytes) < 0:
+            return -E_NOMEM
+        memset(bits.data, 0xFF, nbytes)
+        bits.len = nbytes
+    if put_bit(bits, i, valid) < 0:
+        return -E_NOMEM
+    if not valid:
+        nulls[0] += 1
+    return 0
 
 
 # ------------------------------------------------------------------ splitting

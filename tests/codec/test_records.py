@@ -379,3 +379,45 @@ def test_header_key_validation_is_not_skipped_for_a_different_key():
     assert want == ["k", "k\ufffd", "k", "\ufffd"]
     cols = kwire.decode_columnar(data).record_batch.column("headers").to_pylist()
     assert [h["key"] for hs in cols for h in hs] == want
+
+
+@pytest.mark.parametrize("codec", [None, "gzip"])
+def test_columnar_validity_when_the_first_null_comes_late_or_is_rolled_back(codec):
+    # The validity bitmaps are written only once a column has a null: the
+    # first null (row 13, not byte aligned) fills the bits before it, and a
+    # batch rolled back at max_column_bytes takes its nulls with it.
+    full = [(b"k%d" % i, b"v" * 40, [("h", b"x")], i) for i in range(13)]
+    nulls = [(None, None, [], 13), (b"k", None, [("h", None)], 14), (None, b"w", [], 15)]
+    first = build_v2(full + nulls, codec, base_offset=0)
+    second = build_v2([(None, b"v" * 600, [("h", None)], 16)], codec, base_offset=16)
+    third = build_v2([(b"k", b"v", [("h", b"y")], 17)], codec, base_offset=17)
+    buf = first + second + third
+    dec = kwire.ColumnarDecoder(max_column_bytes=1000)
+    got = []
+    pos = 0
+    while pos < len(buf):
+        res = dec.decode(memoryview(buf)[pos:])
+        res.record_batch.validate(full=True)
+        got += res.record_batch.to_pylist()
+        pos += res.consumed
+    want = [r for r in kwire.decode(buf).records]
+    assert [g["offset"] for g in got] == [r.offset for r in want] == list(range(18))
+    assert [g["key"] for g in got] == [r.key for r in want]
+    assert [g["value"] for g in got] == [r.value for r in want]
+    assert [g["headers"] for g in got] == [[{"key": k, "value": v} for k, v in r.headers] or None for r in want]
+    # the third batch alone: no nulls anywhere, so no bitmaps
+    rb = kwire.decode_columnar(third).record_batch
+    assert [rb.column(i).null_count for i in range(rb.num_columns)] == [0] * rb.num_columns
+    assert rb.column("key").buffers()[0] is None
+    # a rolled-back batch held the only nulls: the result has none, and the
+    # next call (which starts with that batch) has them right
+    big = build_v2([(b"k", b"v" * 500, [("h", b"y")], 17)], codec, base_offset=17)
+    res = kwire.ColumnarDecoder(max_column_bytes=1000).decode(big + second)
+    assert res.consumed == len(big)
+    assert [res.record_batch.column(i).null_count for i in range(6)] == [0] * 6
+    dec = kwire.ColumnarDecoder(max_column_bytes=1000)
+    dec.decode(big + second)
+    rb = dec.decode(second + third).record_batch
+    rb.validate(full=True)
+    assert rb.column("key").to_pylist() == [None, b"k"]
+    assert rb.column("headers").to_pylist() == [[{"key": "h", "value": None}], [{"key": "h", "value": b"y"}]]
