@@ -27,6 +27,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
+from cpython.object cimport PyObject
 from cpython.list cimport PyList_CheckExact
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_DecodeUTF8
@@ -548,12 +549,9 @@ cdef class _Pinned:
 
 
 @cython.final
-@cython.no_gc   # holds only an owner (bytes or _Pinned): no cycle can pass through it
 @cython.auto_pickle(False)
 cdef class BatchInfo:
     """Metadata of the batch (or legacy message / wrapper) a record came from."""
-    cdef object owner             # keeps ``base`` valid: bytes, or a _Pinned export
-    cdef const uint8_t* base      # what its records' key/value offsets count from
     cdef readonly int64_t base_offset
     cdef readonly int64_t last_offset
     cdef readonly int magic
@@ -629,30 +627,19 @@ cdef class Record:
     ``timestamp_type`` is -1 (none), 0 (CreateTime) or 1 (LogAppendTime);
     ``batch`` is the :class:`BatchInfo` of the batch it came from.
 
-    A record keeps the bytes of its batch (the fetched buffer, or the
-    decompressed records of its batch) and makes ``key`` and ``value`` from
-    them when they are read, so a consumer that reads a record and lets it go
-    never holds a copy. Keep ``record.value`` itself, not the record, to hold
-    only the value.
+    ``offset``, ``timestamp``, ``key``, ``value``, ``headers`` and ``batch``
+    are plain slots (made when the record is decoded), so reading them costs
+    what reading a ``__slots__`` attribute of a Python class costs.
     """
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
-    cdef readonly tuple headers
-    cdef readonly BatchInfo batch      # also keeps the bytes key and value live in
-    cdef int32_t key_at                # key and value: offsets from batch.base
-    cdef int32_t key_len
-    cdef int32_t value_at
-    cdef int32_t value_len
-
-    @property
-    def key(self):
-        """The key as bytes, or None."""
-        return bytes_or_none(self.batch.base + self.key_at, self.key_len)
-
-    @property
-    def value(self):
-        """The value as bytes, or None."""
-        return bytes_or_none(self.batch.base + self.value_at, self.value_len)
+    # Read-only member descriptors for these are installed at import
+    # (_install_record_slots): Cython would make them properties, which
+    # CPython's attribute cache cannot specialise.
+    cdef object offset
+    cdef object timestamp
+    cdef object key
+    cdef object value
+    cdef tuple headers
+    cdef BatchInfo batch
 
     @property
     def timestamp_type(self):
@@ -673,6 +660,55 @@ cdef class Record:
                 and self.value == o.value and self.headers == o.headers)
 
     __hash__ = None
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char* doc
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef extern from "Python.h":
+    object PyDescr_NewMember(type t, PyMemberDef* m)
+    void PyType_Modified(type t)
+    ctypedef struct PyTypeObject_ "PyTypeObject":
+        PyObject* tp_dict
+
+cdef PyMemberDef _record_slots[6]
+
+
+cdef void _install_record_slots() except *:
+    """Give Record read-only member descriptors over its object fields: the
+    slot kind CPython's specialising interpreter reads without a call."""
+    cdef Record probe = Record.__new__(Record)
+    cdef char* at = <char*><PyObject*>probe
+    cdef PyObject** fields[6]
+    cdef const char* names[6]
+    cdef const char* docs[6]
+    cdef int i
+    fields[:] = [<PyObject**>&probe.offset, <PyObject**>&probe.timestamp, <PyObject**>&probe.key,
+                 <PyObject**>&probe.value, <PyObject**>&probe.headers, <PyObject**>&probe.batch]
+    names[:] = [b"offset", b"timestamp", b"key", b"value", b"headers", b"batch"]
+    docs[:] = [b"The record's offset.", b"Its timestamp (ms since the epoch; -1 when none).",
+               b"The key as bytes, or None.", b"The value as bytes, or None.",
+               b"Its headers: a tuple of (str, bytes or None) pairs.",
+               b"The BatchInfo of the batch it came from."]
+    for i in range(6):
+        _record_slots[i].name = names[i]
+        _record_slots[i].type = T_OBJECT_EX
+        _record_slots[i].offset = <char*>fields[i] - at
+        _record_slots[i].flags = READONLY
+        _record_slots[i].doc = docs[i]
+        (<dict><object>(<PyTypeObject_*>Record).tp_dict)[names[i].decode()] = PyDescr_NewMember(Record, &_record_slots[i])
+    PyType_Modified(Record)
+
+
+_install_record_slots()
 
 
 # ------------------------------------------------------------------ results
@@ -718,8 +754,6 @@ cdef class _Driver:
     cdef const uint8_t* buf
     cdef object view            # memoryview over the input, for per-batch slices
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
-    cdef object owner           # what the bytes being parsed now belong to
-    cdef const uint8_t* base    # where the batch being parsed starts in ``owner``
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -786,7 +820,6 @@ cdef class _Driver:
             self.input_owner = pin
             self.buf = <const uint8_t*>pin.view.buf
             n = pin.view.len
-        self.owner = self.input_owner
         try:
             self.view = memoryview(data).cast("B")
             while pos < n:
@@ -810,7 +843,7 @@ cdef class _Driver:
                 self.next_offset = add_wrap(b.last_offset, 1)
                 self.any_batch = True
         finally:
-            self.view = self.owner = self.input_owner = None
+            self.view = self.input_owner = None
             self.buf = NULL
         return 0
 
@@ -839,14 +872,10 @@ cdef class _Driver:
                 self.raise_code(E_TRAILING, b.base_offset)
             return 0
         if codec == 0:
-            self.base = self.buf + body
-            st = self.on_v2_records(b, self.base, body_len)
+            st = self.on_v2_records(b, self.buf + body, body_len)
         else:
             plain = self.payload(b, body, body_len, codec)
-            self.owner = plain
-            self.base = <const uint8_t*>PyBytes_AS_STRING(plain)
-            st = self.on_v2_records(b, self.base, PyBytes_GET_SIZE(plain))
-            self.owner = self.input_owner
+            st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
         return st
 
     cdef int check_legacy_crc(self, const uint8_t* msg, Py_ssize_t n, Batch* b, int64_t offset) except -1:
@@ -877,7 +906,6 @@ cdef class _Driver:
         else:
             ts_type = 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
         if codec == 0:
-            self.base = self.buf + b.pos
             self.begin_batch(b)
             return self.on_message(b, b.base_offset, b.timestamp, ts_type,
                                    self.buf + b.key_pos, b.key_len,
@@ -888,8 +916,7 @@ cdef class _Driver:
         if b.value_len < 0:
             self.raise_code(E_NULL_PAYLOAD, b.base_offset)
         plain = self.payload(b, b.value_pos, b.value_len, codec)
-        self.owner = plain
-        p = self.base = <const uint8_t*>PyBytes_AS_STRING(plain)
+        p = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
         # pass 1: frame the inner messages, find the last (relative) offset
         pos = 0
@@ -933,7 +960,6 @@ cdef class _Driver:
             if st == 1:
                 return 1
             pos += inner.total
-        self.owner = self.input_owner
         return 0
 
 
@@ -984,14 +1010,6 @@ cdef class Decoder(_Driver):
         self.batches.append(self.cur)
         return 0
 
-    cdef inline BatchInfo holder(self):
-        """The current batch, made the keeper of the bytes its records point into."""
-        cdef BatchInfo bi = self.cur
-        if bi.owner is None:
-            bi.owner = self.owner
-            bi.base = self.base
-        return bi
-
     cdef object header_key(self, const uint8_t* p, int32_t n):
         cdef bytes raw = self.last_hkey_raw
         if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
@@ -1031,7 +1049,7 @@ cdef class Decoder(_Driver):
         cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
         cdef int ts_type = 1 if log_append else 0
         cdef list out = self.records
-        cdef BatchInfo bi = self.holder()
+        cdef BatchInfo bi = self.cur
         rd_init(&r, p, 0, n)
         for i in range(b.count):
             if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
@@ -1041,10 +1059,8 @@ cdef class Decoder(_Driver):
             o = Record.__new__(Record)
             o.offset = rec.offset
             o.timestamp = b.max_ts if log_append else rec.timestamp
-            o.key_at = <int32_t>(rec.key - p)
-            o.key_len = rec.key_len
-            o.value_at = <int32_t>(rec.value - p)
-            o.value_len = rec.value_len
+            o.key = bytes_or_none(rec.key, rec.key_len)
+            o.value = bytes_or_none(rec.value, rec.value_len)
             o.headers = self.headers(&rec, p)
             o.batch = bi
             out.append(o)
@@ -1058,16 +1074,13 @@ cdef class Decoder(_Driver):
         cdef Record o
         if offset < self.min_offset:
             return 0
-        cdef BatchInfo bi = self.holder()
         o = Record.__new__(Record)
         o.offset = offset
         o.timestamp = ts
-        o.key_at = <int32_t>(key - bi.base)
-        o.key_len = key_len
-        o.value_at = <int32_t>(value - bi.base)
-        o.value_len = value_len
+        o.key = bytes_or_none(key, key_len)
+        o.value = bytes_or_none(value, value_len)
         o.headers = ()
-        o.batch = bi
+        o.batch = self.cur
         self.records.append(o)
         return 0
 
@@ -1733,16 +1746,12 @@ cdef int read_v07(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Msg07* m, 
     return 1
 
 
-cdef Record record_v07(BatchInfo bi, object owner, const uint8_t* p, Py_ssize_t n):
+cdef Record record_v07(BatchInfo bi, const uint8_t* p, Py_ssize_t n):
     cdef Record o = Record.__new__(Record)
-    if bi.owner is None:
-        bi.owner = owner
-        bi.base = p
     o.offset = bi.base_offset
     o.timestamp = -1
-    o.key_len = -1
-    o.value_at = <int32_t>(p - bi.base)
-    o.value_len = <int32_t>n
+    o.key = None
+    o.value = PyBytes_FromStringAndSize(<const char*>p, n)
     o.headers = ()
     o.batch = bi
     return o
@@ -1800,7 +1809,7 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
         bi.size_in_bytes = m.total
         if m.codec == 0:
             bi.record_count = 1
-            res.records.append(record_v07(bi, pin, buf + m.payload_pos, m.payload_len))
+            res.records.append(record_v07(bi, buf + m.payload_pos, m.payload_len))
         else:
             if m.codec > 2:
                 raise UnsupportedCodecError(f"unknown 0.7 compression codec {m.codec}",
@@ -1824,7 +1833,7 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
                 if check_crcs and (_zlib_crc32(0, ip + inner.payload_pos, <unsigned int>inner.payload_len)
                                    & 0xFFFFFFFF) != inner.crc:
                     raise CrcMismatchError("inner message CRC32 mismatch", topic, partition, offset)
-                res.records.append(record_v07(bi, plain, ip + inner.payload_pos, inner.payload_len))
+                res.records.append(record_v07(bi, ip + inner.payload_pos, inner.payload_len))
                 ipos += inner.total
             bi.record_count = len(res.records) - first
             if bi.record_count == 0:
