@@ -2327,3 +2327,58 @@ def parse_control_key(key):
     if key is None or len(key) < 4:
         raise CorruptRecordError("control record key is shorter than 4 bytes")
     return (int.from_bytes(key[0:2], "big", signed=True), int.from_bytes(key[2:4], "big", signed=True))
+
+
+# --------------------------------------------------------------- partitioning
+cdef uint32_t murmur2_raw(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    # MurmurHash2 (32 bit) as Kafka's Java client computes it: seed 0x9747b28c,
+    # little-endian 4-byte blocks, the tail mixed in before the final mix.
+    cdef uint32_t m = 0x5BD1E995
+    cdef uint32_t h = 0x9747B28C
+    cdef uint32_t k
+    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t blocks = n & ~3
+    h ^= <uint32_t>n
+    while i < blocks:
+        k = (<uint32_t>p[i]) | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+        i += 4
+    if n & 3:
+        if (n & 3) == 3:
+            h ^= <uint32_t>p[blocks + 2] << 16
+        if (n & 3) >= 2:
+            h ^= <uint32_t>p[blocks + 1] << 8
+        h ^= p[blocks]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+def murmur2(data) -> int:
+    """Kafka's murmur2 hash of ``data`` (a bytes-like), as the Java client's
+    ``Utils.murmur2`` returns it: a signed 32-bit int."""
+    cdef Py_buffer view
+    cdef uint32_t h
+    if PyBytes_CheckExact(data):
+        return <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        h = murmur2_raw(<const uint8_t*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return <int32_t>h
+
+
+def partition_for_key(key, int num_partitions) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's
+    ``murmur2_random``) gives a non-null ``key``:
+    ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
+    if num_partitions <= 0:
+        raise ValueError("num_partitions must be positive")
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
