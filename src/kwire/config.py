@@ -1,0 +1,277 @@
+"""Client configuration: Kafka's option names, their defaults and checks.
+
+Every client takes its options as keyword arguments with Kafka's names in
+snake case (``bootstrap_servers``, ``linger_ms``) and, optionally, a mapping
+with Kafka's dotted names (``{"bootstrap.servers": ...}``), which is what
+Spark passes on from its ``kafka.*`` options; both spellings work in both
+places. Values given as strings (``"true"``, ``"100"``) are converted, so a
+dict of strings from a properties file or Spark works as it is. An unknown
+name is an error that suggests the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ssl
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from kwire.errors import KwireError
+
+__all__ = [
+    "ConfigError",
+    "Option",
+    "COMMON",
+    "PRODUCER",
+    "CONSUMER",
+    "ADMIN",
+    "resolve",
+    "parse_bootstrap",
+    "redact",
+]
+
+SECRET_OPTIONS = frozenset({"sasl_plain_password", "ssl_password"})
+
+
+class ConfigError(KwireError, ValueError):
+    """An option kwire does not know, or a value it cannot use."""
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise ValueError("expected true or false")
+
+
+def _int(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[Any], int]:
+    def conv(v: Any) -> int:
+        if isinstance(v, bool):
+            raise ValueError("expected an integer")
+        n = int(v.strip()) if isinstance(v, str) else int(v)
+        if n != v and not isinstance(v, str):
+            raise ValueError("expected an integer")
+        if lo is not None and n < lo:
+            raise ValueError(f"must be at least {lo}")
+        if hi is not None and n > hi:
+            raise ValueError(f"must be at most {hi}")
+        return n
+
+    return conv
+
+
+def _choice(*names: str, upper: bool = False) -> Callable[[Any], str]:
+    def conv(v: Any) -> str:
+        s = str(v).strip()
+        s = s.upper() if upper else s.lower()
+        if s not in names:
+            raise ValueError(f"expected one of {', '.join(names)}")
+        return s
+
+    return conv
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return None if v is None else str(v)
+
+
+def _str(v: Any) -> str:
+    return str(v)
+
+
+def _acks(v: Any) -> int:
+    s = str(v).strip().lower()
+    if s in ("all", "-1"):
+        return -1
+    if s in ("0", "1"):
+        return int(s)
+    raise ValueError("expected all, -1, 0 or 1")
+
+
+def _compression(v: Any) -> str:
+    s = "none" if v is None else str(v).strip().lower()
+    if s not in ("none", "gzip", "snappy", "lz4", "zstd"):
+        raise ValueError("expected none, gzip, snappy, lz4 or zstd")
+    return s
+
+
+def _servers(v: Any) -> List[Tuple[str, int]]:
+    return parse_bootstrap(v)
+
+
+def _ssl_context(v: Any) -> Optional[ssl.SSLContext]:
+    if v is None or isinstance(v, ssl.SSLContext):
+        return v
+    raise ValueError("expected an ssl.SSLContext")
+
+
+def _any(v: Any) -> Any:
+    return v
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its default (already converted) and its converter."""
+
+    default: Any
+    convert: Callable[[Any], Any]
+    doc: str = ""
+
+
+COMMON: Dict[str, Option] = {
+    "bootstrap_servers": Option(None, _servers, "host:port[,host:port...] or a list of them"),
+    "client_id": Option("kwire", _str, "sent with every request"),
+    "request_timeout_ms": Option(30000, _int(1), "how long a request may wait for its response"),
+    "socket_connection_setup_timeout_ms": Option(10000, _int(1), "connect + TLS + SASL time limit"),
+    "reconnect_backoff_ms": Option(50, _int(0), "first wait before reconnecting to a broker"),
+    "reconnect_backoff_max_ms": Option(1000, _int(0), "longest wait (the backoff doubles up to it)"),
+    "retry_backoff_ms": Option(100, _int(0), "wait before retrying a failed request"),
+    "metadata_max_age_ms": Option(300000, _int(0), "refresh cluster metadata at least this often"),
+    "security_protocol": Option("PLAINTEXT", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", upper=True)),
+    "ssl_cafile": Option(None, _opt_str, "CA bundle to verify brokers (default: the system's)"),
+    "ssl_certfile": Option(None, _opt_str, "client certificate (mutual TLS)"),
+    "ssl_keyfile": Option(None, _opt_str, "client private key (mutual TLS)"),
+    "ssl_password": Option(None, _opt_str, "password of the client private key"),
+    "ssl_check_hostname": Option(True, _bool, "verify the broker's name against its certificate"),
+    "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
+    "sasl_mechanism": Option("PLAIN", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", upper=True)),
+    "sasl_plain_username": Option(None, _opt_str, "SASL user name"),
+    "sasl_plain_password": Option(None, _opt_str, "SASL password (never logged)"),
+    "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
+    "socket_receive_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
+    "connections_max_idle_ms": Option(540000, _int(0), "close connections idle this long"),
+}
+
+PRODUCER: Dict[str, Option] = {
+    **COMMON,
+    "acks": Option(-1, _acks, "all (-1), 1 or 0"),
+    "linger_ms": Option(5, _int(0), "wait this long for more records before sending a batch"),
+    "batch_size": Option(16384, _int(1), "bytes of records per partition batch"),
+    "compression_type": Option("none", _compression),
+    "enable_idempotence": Option(True, _bool, "exactly-once per partition (needs acks=all)"),
+    "max_in_flight_requests_per_connection": Option(5, _int(1)),
+    "retries": Option(2147483647, _int(0)),
+    "delivery_timeout_ms": Option(120000, _int(1), "a record fails if not acknowledged by then"),
+    "buffer_memory": Option(33554432, _int(1), "bytes of records waiting to be sent"),
+    "max_block_ms": Option(60000, _int(0), "how long send() blocks when the buffer is full"),
+    "max_request_size": Option(1048576, _int(1)),
+    "transactional_id": Option(None, _opt_str),
+    "transaction_timeout_ms": Option(60000, _int(1)),
+}
+
+CONSUMER: Dict[str, Option] = {
+    **COMMON,
+    "group_id": Option(None, _opt_str),
+    "group_instance_id": Option(None, _opt_str),
+    "auto_offset_reset": Option("latest", _choice("earliest", "latest", "none")),
+    "enable_auto_commit": Option(True, _bool),
+    "auto_commit_interval_ms": Option(5000, _int(1)),
+    "isolation_level": Option("read_uncommitted", _choice("read_uncommitted", "read_committed")),
+    "fetch_min_bytes": Option(1, _int(1)),
+    "fetch_max_wait_ms": Option(500, _int(0)),
+    "fetch_max_bytes": Option(52428800, _int(1)),
+    "max_partition_fetch_bytes": Option(1048576, _int(1)),
+    "max_poll_records": Option(500, _int(1)),
+    "check_crcs": Option(True, _bool),
+    "max_decompressed_bytes": Option(256 * 1024 * 1024, _int(1, 2**31 - 1)),
+    "session_timeout_ms": Option(45000, _int(1)),
+    "heartbeat_interval_ms": Option(3000, _int(1)),
+    "max_poll_interval_ms": Option(300000, _int(1)),
+    "partition_assignment_strategy": Option(None, _any, "assignor names or objects"),
+    "client_rack": Option(None, _opt_str),
+    "exclude_internal_topics": Option(True, _bool),
+}
+
+ADMIN: Dict[str, Option] = dict(COMMON)
+
+
+def _canonical(name: str) -> str:
+    return name.strip().replace(".", "_").replace("-", "_").lower()
+
+
+# Kafka and librdkafka names that mean one of ours.
+ALIASES = {
+    "sasl_username": "sasl_plain_username",
+    "sasl_password": "sasl_plain_password",
+    "sasl_mechanisms": "sasl_mechanism",
+    "compression_codec": "compression_type",
+    "ssl_ca_location": "ssl_cafile",
+    "ssl_certificate_location": "ssl_certfile",
+    "ssl_key_location": "ssl_keyfile",
+    "ssl_key_password": "ssl_password",
+    "ssl_truststore_location": "ssl_cafile",
+}
+
+
+def resolve(
+    table: Mapping[str, Option],
+    config: Optional[Mapping[str, Any]] = None,
+    kwargs: Optional[Mapping[str, Any]] = None,
+    *,
+    what: str = "client",
+) -> Dict[str, Any]:
+    """Every option of ``table``: its default, overridden by ``config``
+    (dotted or snake names), overridden by ``kwargs``; values converted."""
+    out = {name: opt.default for name, opt in table.items()}
+    given: Dict[str, Tuple[str, Any]] = {}
+    for source in (config or {}, kwargs or {}):
+        for raw, value in source.items():
+            name = _canonical(raw)
+            name = ALIASES.get(name, name)
+            if name == "ssl_endpoint_identification_algorithm":
+                name, value = "ssl_check_hostname", str(value or "").strip().lower() == "https"
+            if name not in table:
+                close = difflib.get_close_matches(name, list(table), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"unknown {what} option {raw!r}{hint}")
+            given[name] = (raw, value)
+    for name, (raw, value) in given.items():
+        try:
+            out[name] = table[name].convert(value)
+        except (TypeError, ValueError) as e:
+            shown = "***" if name in SECRET_OPTIONS else repr(value)
+            raise ConfigError(f"{what} option {raw!r}={shown}: {e}") from None
+    if out.get("bootstrap_servers") is None and "bootstrap_servers" in table:
+        raise ConfigError(f"{what} needs bootstrap_servers (host:port[,host:port...])")
+    return out
+
+
+def parse_bootstrap(value: Any) -> List[Tuple[str, int]]:
+    """``"h1:9092,h2"`` or ``["h1:9092", ("h2", 9093)]`` as (host, port)
+    pairs; the port defaults to 9092; ``[v6::addr]:port`` is understood."""
+    if value is None:
+        raise ValueError("no servers")
+    items: Iterable[Any] = value.split(",") if isinstance(value, str) else value
+    out = []
+    for item in items:
+        if isinstance(item, tuple):
+            host, port = item
+            out.append((str(host), int(port)))
+            continue
+        s = str(item).strip()
+        if not s:
+            continue
+        if "://" in s:
+            s = s.split("://", 1)[1]
+        if s.startswith("["):
+            host, _, rest = s[1:].partition("]")
+            port = int(rest[1:]) if rest.startswith(":") else 9092
+        elif s.count(":") == 1:
+            host, p = s.split(":")
+            port = int(p)
+        else:
+            host, port = s, 9092
+        if not 0 < port < 65536:
+            raise ValueError(f"bad port in {item!r}")
+        out.append((host, port))
+    if not out:
+        raise ValueError("no servers")
+    return out
+
+
+def redact(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """A copy safe to log or show: secrets replaced by ``***``."""
+    return {k: ("***" if k in SECRET_OPTIONS and v is not None else v) for k, v in config.items()}

@@ -1,0 +1,74 @@
+"""Option resolution (Kafka names, dotted or snake, strings converted) and
+the futures requests and produced records complete."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kwire.config import CONSUMER, PRODUCER, ConfigError, parse_bootstrap, redact, resolve
+from kwire.future import Future, KafkaTimeoutError
+
+
+def test_dotted_and_snake_names_and_string_values():
+    cfg = resolve(PRODUCER, {"bootstrap.servers": "a:1,b", "linger.ms": "20", "enable.idempotence": "false",
+                             "acks": "all", "compression.type": "LZ4"}, {"batch_size": 1000})
+    assert cfg["bootstrap_servers"] == [("a", 1), ("b", 9092)]
+    assert (cfg["linger_ms"], cfg["enable_idempotence"], cfg["acks"], cfg["compression_type"]) == (20, False, -1, "lz4")
+    assert cfg["batch_size"] == 1000
+    # keyword arguments win over the mapping
+    assert resolve(CONSUMER, {"fetch.min.bytes": 5, "bootstrap.servers": "x"}, {"fetch_min_bytes": 7})["fetch_min_bytes"] == 7
+
+
+def test_librdkafka_and_java_spellings():
+    cfg = resolve(CONSUMER, {"bootstrap.servers": "x", "sasl.username": "u", "sasl.password": "p",
+                             "sasl.mechanisms": "scram-sha-512", "ssl.endpoint.identification.algorithm": ""})
+    assert (cfg["sasl_plain_username"], cfg["sasl_plain_password"], cfg["sasl_mechanism"]) == ("u", "p", "SCRAM-SHA-512")
+    assert cfg["ssl_check_hostname"] is False
+
+
+def test_errors_name_the_option_and_hide_secrets():
+    with pytest.raises(ConfigError, match="did you mean 'linger_ms'"):
+        resolve(PRODUCER, {"bootstrap.servers": "x", "linger.msec": 1})
+    with pytest.raises(ConfigError, match="'acks'='2'"):
+        resolve(PRODUCER, {"bootstrap.servers": "x", "acks": "2"})
+    with pytest.raises(ConfigError, match="needs bootstrap_servers"):
+        resolve(PRODUCER, {})
+    assert redact({"sasl_plain_password": "hunter2", "acks": 1}) == {"sasl_plain_password": "***", "acks": 1}
+
+
+def test_parse_bootstrap():
+    assert parse_bootstrap(["[::1]:9093", ("h", 1), "PLAINTEXT://k:9", "plain"]) == [
+        ("::1", 9093), ("h", 1), ("k", 9), ("plain", 9092)]
+    with pytest.raises(ValueError):
+        parse_bootstrap(" , ")
+    with pytest.raises(ValueError):
+        parse_bootstrap("h:70000")
+
+
+def test_future_completes_across_threads_and_runs_callbacks():
+    f: Future[int] = Future()
+    seen = []
+    f.add_done_callback(lambda fut: seen.append(fut.value))
+    threading.Timer(0.05, f.set_result, (5,)).start()
+    assert f.result(timeout=5) == 5
+    assert seen == [5]
+    f.add_done_callback(lambda fut: seen.append("late"))       # runs at once
+    assert seen == [5, "late"]
+    with pytest.raises(RuntimeError):
+        f.set_result(6)
+
+
+def test_future_failure_timeout_and_bad_callbacks():
+    f: Future[int] = Future()
+    f.add_done_callback(lambda fut: 1 / 0)                     # logged, not raised
+    t0 = time.monotonic()
+    with pytest.raises(KafkaTimeoutError):
+        f.result(timeout=0.05)
+    assert time.monotonic() - t0 < 2
+    f.set_exception(ValueError("boom"))
+    assert f.failed() and isinstance(f.exception(), ValueError)
+    with pytest.raises(ValueError, match="boom"):
+        f.get()
