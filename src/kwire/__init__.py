@@ -32,7 +32,10 @@ from kwire._codec import (
     decode_columnar,
     decode_v07,
     encode_v07,
+    murmur2,
     parse_control_key,
+    partition_for_key,
+    restamp_batch,
     split_batches,
 )
 from kwire.compression import CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED_BYTES
@@ -60,7 +63,10 @@ __all__ = [
     "decode_columnar",
     "decode_v07",
     "encode_v07",
+    "murmur2",
     "parse_control_key",
+    "partition_for_key",
+    "restamp_batch",
     "split_batches",
     "CODEC_NAMES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",

@@ -2114,9 +2114,11 @@ cdef class RecordBatchBuilder(_Builder):
         self.count += 1
         return self.count - 1
 
-    def build(self, *, last_offset_delta=None):
+    def build(self, *, last_offset_delta=None, producer_id=None, producer_epoch=None, base_sequence=None):
         """The encoded batch as bytes. ``last_offset_delta`` overrides the
-        default (record count - 1), e.g. to write what compaction leaves."""
+        default (record count - 1), e.g. to write what compaction leaves;
+        ``producer_id``, ``producer_epoch`` and ``base_sequence`` override the
+        constructor's (a producer assigns sequences when a batch is sent)."""
         cdef object payload
         cdef const char* pp
         cdef Py_ssize_t pn, total
@@ -2148,13 +2150,39 @@ cdef class RecordBatchBuilder(_Builder):
         put_be32(&out, <int32_t>(self.count - 1 if last_offset_delta is None else last_offset_delta))
         put_be64(&out, self.first_ts if self.count else -1)
         put_be64(&out, max_ts)
-        put_be64(&out, self.producer_id)
-        put_be16(&out, self.producer_epoch)
-        put_be32(&out, self.base_sequence)
+        put_be64(&out, self.producer_id if producer_id is None else <int64_t>producer_id)
+        put_be16(&out, self.producer_epoch if producer_epoch is None else <int16_t>producer_epoch)
+        put_be32(&out, self.base_sequence if base_sequence is None else <int32_t>base_sequence)
         put_be32(&out, self.count)
         put_raw(&out, pp, pn)
         store_be32(out.data + 17, crc32c(out.data + V2_CRC_START, total - V2_CRC_START))
         return result
+
+
+def restamp_batch(batch, int64_t producer_id, int producer_epoch, int32_t base_sequence):
+    """A copy of the v2 batch ``batch`` with new producer id, epoch and base
+    sequence and its CRC recomputed (a producer re-sending a batch after its
+    epoch was bumped). The batch must be one whole, well-formed v2 batch."""
+    cdef Py_buffer view
+    cdef Batch b
+    cdef int err = 0
+    cdef bytes out
+    cdef char* q
+    PyObject_GetBuffer(batch, &view, PyBUF_SIMPLE)
+    try:
+        if read_batch(<const uint8_t*>view.buf, 0, view.len, &b, &err) != 1 or b.magic != 2 or b.total != view.len:
+            raise ValueError("restamp_batch needs exactly one whole v2 record batch")
+        out = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    q = PyBytes_AS_STRING(out)
+    store_be32(q + 43, <uint32_t>(<uint64_t>producer_id >> 32))
+    store_be32(q + 47, <uint32_t>(<uint64_t>producer_id & 0xFFFFFFFF))
+    q[51] = <char>((producer_epoch >> 8) & 0xFF)
+    q[52] = <char>(producer_epoch & 0xFF)
+    store_be32(q + 53, <uint32_t>base_sequence)
+    store_be32(q + 17, crc32c(<const uint8_t*>q + V2_CRC_START, PyBytes_GET_SIZE(out) - V2_CRC_START))
+    return out
 
 
 cdef int put_legacy_message(GBuf* g, int64_t offset, int magic, int attributes, int64_t ts,

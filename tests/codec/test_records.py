@@ -422,3 +422,20 @@ def test_columnar_validity_when_the_first_null_comes_late_or_is_rolled_back(code
     rb.validate(full=True)
     assert rb.column("key").to_pylist() == [None, b"k"]
     assert rb.column("headers").to_pylist() == [[{"key": "h", "value": None}], [{"key": "h", "value": b"y"}]]
+
+
+def test_build_with_producer_state_and_restamp():
+    b = kwire.RecordBatchBuilder("lz4")
+    for i in range(3):
+        b.append(b"v%d" % i, key=b"k")
+    stamped = b.build(producer_id=77, producer_epoch=3, base_sequence=10)
+    info = kwire.decode(stamped).batches[0]
+    assert (info.producer_id, info.producer_epoch, info.base_sequence) == (77, 3, 10)
+    again = kwire.restamp_batch(stamped, 2**40 + 5, 4, 2**31 - 2)
+    info = kwire.decode(again).batches[0]           # CRC checked on decode
+    assert (info.producer_id, info.producer_epoch, info.base_sequence) == (2**40 + 5, 4, 2**31 - 2)
+    assert [r.value for r in kwire.decode(again).records] == [b"v0", b"v1", b"v2"]
+    with pytest.raises(ValueError):
+        kwire.restamp_batch(stamped[:-1], 1, 1, 1)
+    with pytest.raises(ValueError):
+        kwire.restamp_batch(stamped + stamped, 1, 1, 1)
