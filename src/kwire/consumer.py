@@ -1,0 +1,530 @@
+"""The consumer (manual assignment): fetches from every partition leader at
+once and decodes with the compiled codec, into Python records or Arrow.
+
+Flow: :meth:`Consumer.poll` hands out what earlier fetches brought and,
+before returning, sends the next Fetch to every leader whose partitions have
+nothing buffered, so the broker works while the caller processes the
+records (prefetch). A partition's position only moves past records that
+were returned: a fetch cut inside a batch returns the complete batches and
+fetches again from the first missing offset; a corrupt batch returns the
+records before it, and the next poll raises a located
+:class:`kwire.CorruptRecordError` without moving past it.
+
+``isolation_level="read_committed"`` asks the broker for the stable data only
+and drops control records and the records of aborted transactions, using the
+aborted-transaction list of the Fetch response.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from kwire import protocol
+from kwire._codec import ColumnarDecoder, Decoder, Record, split_batches
+from kwire.client import Client
+from kwire.config import CONSUMER, resolve
+from kwire.errors import CorruptRecordError, KwireError
+from kwire.future import Future, KafkaTimeoutError
+
+__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "OffsetOutOfRangeReset"]
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+LIST_OFFSETS = 2
+EARLIEST = -2
+LATEST = -1
+OFFSET_OUT_OF_RANGE = 1
+ABORT_MARKER = 0
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class NoOffsetForPartitionError(KwireError):
+    """A partition has no valid position and ``auto_offset_reset`` is none."""
+
+
+OffsetOutOfRangeReset = NoOffsetForPartitionError
+
+
+@dataclass
+class _PartitionState:
+    position: Optional[int] = None          # next offset to return
+    reset: Optional[int] = None             # EARLIEST / LATEST: look it up
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    error: Optional[BaseException] = None   # raised by the next poll (a corrupt batch)
+
+
+@dataclass
+class _Completed:
+    """Fetched bytes of one partition, not yet (fully) handed out."""
+
+    tp: TopicPartition
+    fetch_offset: int
+    data: memoryview
+    aborted: List[Tuple[int, int]] = field(default_factory=list)   # (producer id, first offset)
+    records: Optional[List[Record]] = None
+    taken: int = 0
+    next_offset: Optional[int] = None
+
+
+class Consumer:
+    """A Kafka consumer with manual assignment.
+
+    ``Consumer({"bootstrap.servers": ...}, auto_offset_reset="earliest")``;
+    :meth:`assign` the partitions, then :meth:`poll` (records per partition)
+    or :meth:`poll_columnar` (one ``pyarrow.RecordBatch`` per partition).
+    """
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
+        self.cfg = resolve(CONSUMER, config, kwargs, what="consumer")
+        self._client = Client(self.cfg)
+        self._states: Dict[TopicPartition, _PartitionState] = {}
+        self._buffer: Dict[TopicPartition, _Completed] = {}
+        self._fetching: Dict[int, Future] = {}          # node -> Fetch in flight
+        self._fetch_tps: Dict[int, List[TopicPartition]] = {}
+        self._read_committed = self.cfg["isolation_level"] == "read_committed"
+        self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
+                                max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+        self._columnar: Optional[ColumnarDecoder] = None
+        self._closed = False
+
+    # ------------------------------------------------------- assignment
+    def assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """Consume exactly these partitions (replacing any earlier set)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
+        self._buffer = {tp: c for tp, c in self._buffer.items() if tp in self._states}
+        self._client.add_topics({tp.topic for tp in tps})
+
+    def assignment(self) -> List[TopicPartition]:
+        return list(self._states)
+
+    def _state(self, tp: Tuple[str, int]) -> _PartitionState:
+        try:
+            return self._states[TopicPartition(*tp)]
+        except KeyError:
+            raise KwireError(f"partition {tp[0]}[{tp[1]}] is not assigned") from None
+
+    def seek(self, tp: Tuple[str, int], offset: int) -> None:
+        """Make ``offset`` the next offset returned for ``tp``."""
+        st = self._state(tp)
+        st.position, st.reset, st.error = offset, None, None
+        self._buffer.pop(TopicPartition(*tp), None)
+
+    def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
+        for tp in tps or self._states:
+            st = self._state(tp)
+            st.position, st.reset, st.error = None, EARLIEST, None
+            self._buffer.pop(TopicPartition(*tp), None)
+
+    def seek_to_end(self, *tps: Tuple[str, int]) -> None:
+        for tp in tps or self._states:
+            st = self._state(tp)
+            st.position, st.reset, st.error = None, LATEST, None
+            self._buffer.pop(TopicPartition(*tp), None)
+
+    def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
+        """The next offset :meth:`poll` will return for ``tp`` (looked up
+        when the partition has no position yet)."""
+        st = self._state(tp)
+        if st.position is None:
+            self._resolve_positions([TopicPartition(*tp)], timeout)
+        assert st.position is not None
+        return st.position
+
+    def highwater(self, tp: Tuple[str, int]) -> int:
+        """The partition's high watermark from the last fetch (-1: none yet)."""
+        return self._state(tp).high_watermark
+
+    # ---------------------------------------------------------- offsets
+    def beginning_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        return {tp: o for tp, (o, _) in self._list_offsets({TopicPartition(*t): EARLIEST for t in tps}, timeout).items()}
+
+    def end_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        """The log end offsets (for read_committed: the last stable offsets)."""
+        return {tp: o for tp, (o, _) in self._list_offsets({TopicPartition(*t): LATEST for t in tps}, timeout).items()}
+
+    def offsets_for_times(self, timestamps: Mapping[Tuple[str, int], int],
+                          timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """Per partition, the earliest offset whose timestamp is at least the
+        given one (ms), or None when there is none."""
+        got = self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout)
+        return {tp: (None if o < 0 else OffsetAndTimestamp(o, ts)) for tp, (o, ts) in got.items()}
+
+    def _list_offsets(self, query: Dict[TopicPartition, int], timeout: Optional[float]) -> Dict[TopicPartition, Tuple[int, int]]:
+        client = self._client
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+        client.add_topics({tp.topic for tp in query})
+        out: Dict[TopicPartition, Tuple[int, int]] = {}
+        todo = dict(query)
+        while todo:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"ListOffsets for {sorted(todo)} did not complete in time")
+            by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
+            missing = False
+            for tp, ts in todo.items():
+                leader = client.cluster.leader_for(*tp)
+                if leader is None:
+                    missing = True
+                else:
+                    by_node[leader][tp] = ts
+            if missing:
+                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+                if not by_node:
+                    time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
+                    continue
+            futures = {}
+            for node, parts in by_node.items():
+                conn = client.wait_ready(node, deadline)
+                futures[node] = (parts, client.send(node, self._list_offsets_request(conn.versions, parts)))
+            retry = False
+            for node, (parts, fut) in futures.items():
+                resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if tp not in todo:
+                            continue
+                        if p.error_code:
+                            err = protocol.error_for(p.error_code, api="ListOffsets", topic=tp.topic, partition=tp.partition)
+                            if getattr(err, "retriable", False):
+                                if getattr(err, "invalid_metadata", False):
+                                    client.request_metadata_update()
+                                retry = True
+                                continue
+                            raise err
+                        if getattr(p, "old_style_offsets", None):
+                            out[tp] = (p.old_style_offsets[0], -1)
+                        else:
+                            out[tp] = (p.offset, p.timestamp)
+                        del todo[tp]
+            if retry:
+                time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
+                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+        return out
+
+    def _list_offsets_request(self, versions: Dict[int, int], parts: Dict[TopicPartition, int]) -> Any:
+        cls = protocol.message("ListOffsetsRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp, ts in parts.items():
+            topics[tp.topic].append(cls.ListOffsetsTopic.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
+        return cls(replica_id=-1, isolation_level=1 if self._read_committed else 0,
+                   topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                   timeout_ms=self.cfg["request_timeout_ms"])
+
+    def _resolve_positions(self, tps: Sequence[TopicPartition], timeout: Optional[float] = None) -> None:
+        query = {}
+        for tp in tps:
+            st = self._states[tp]
+            if st.position is not None:
+                continue
+            if st.reset is None:
+                policy = self.cfg["auto_offset_reset"]
+                if policy == "none":
+                    raise NoOffsetForPartitionError(
+                        f"{tp.topic}[{tp.partition}] has no position and auto_offset_reset is none")
+                st.reset = EARLIEST if policy == "earliest" else LATEST
+            query[tp] = st.reset
+        if query:
+            for tp, (offset, _) in self._list_offsets(query, timeout).items():
+                st = self._states[tp]
+                st.position, st.reset = offset, None
+
+    # ------------------------------------------------------------ fetch
+    def _fetch_request(self, versions: Dict[int, int], tps: List[TopicPartition]) -> Any:
+        cls = protocol.message("FetchRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp in tps:
+            topics[tp.topic].append(cls.FetchTopic.FetchPartition(
+                partition=tp.partition, fetch_offset=self._states[tp].position,
+                partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
+        ids = self._client.cluster.topic_ids
+        return cls(
+            replica_id=-1, max_wait_ms=self.cfg["fetch_max_wait_ms"], min_bytes=self.cfg["fetch_min_bytes"],
+            max_bytes=self.cfg["fetch_max_bytes"], isolation_level=1 if self._read_committed else 0,
+            session_id=0, session_epoch=-1,
+            topics=[cls.FetchTopic(topic=t, topic_id=ids.get(t), partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[], rack_id=self.cfg["client_rack"] or "")
+
+    def _send_fetches(self) -> None:
+        """A Fetch to every leader with assigned partitions that have a
+        position, nothing buffered and no fetch in flight."""
+        client = self._client
+        need_positions = [tp for tp, st in self._states.items() if st.position is None]
+        if need_positions:
+            self._resolve_positions(need_positions)
+        by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        for tp, st in self._states.items():
+            if tp in self._buffer or st.error is not None:
+                continue
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                client.request_metadata_update()
+                continue
+            if leader in self._fetching:
+                continue
+            by_node[leader].append(tp)
+        for node, tps in by_node.items():
+            conn = client.connection(node)
+            if conn is None or not conn.ready:
+                continue
+            if FETCH not in conn.versions:
+                raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
+            fut = client.send(node, self._fetch_request(conn.versions, tps))
+            self._fetching[node] = fut
+            self._fetch_tps[node] = tps
+            fut.add_done_callback(lambda f, node=node: self._on_fetch(node, f))
+
+    def _on_fetch(self, node: int, fut: Future) -> None:
+        self._fetching.pop(node, None)
+        asked = {tp: self._states[tp].position for tp in self._fetch_tps.pop(node, []) if tp in self._states}
+        if fut.failed():
+            log.debug("fetch from node %s failed: %s", node, fut.exception())
+            return
+        resp = fut.value
+        if getattr(resp, "error_code", 0):
+            log.info("fetch from node %s: %s", node, protocol.error_for(resp.error_code, api="Fetch"))
+            return
+        names = {v: k for k, v in self._client.cluster.topic_ids.items()}
+        for t in resp.responses:
+            name = t.topic or names.get(getattr(t, "topic_id", None))
+            for p in t.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                if tp not in asked or self._states[tp].position != asked[tp]:
+                    continue      # unassigned or sought meanwhile: the data is stale
+                st = self._states[tp]
+                if p.error_code:
+                    self._on_partition_error(tp, p.error_code)
+                    continue
+                st.high_watermark = p.high_watermark
+                st.last_stable_offset = getattr(p, "last_stable_offset", -1)
+                st.log_start_offset = getattr(p, "log_start_offset", -1)
+                data = p.records
+                if data is None or len(data) == 0:
+                    continue
+                aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
+                self._buffer[tp] = _Completed(tp, asked[tp], memoryview(data), sorted(aborted, key=lambda a: a[1]))
+
+    def _on_partition_error(self, tp: TopicPartition, code: int) -> None:
+        st = self._states[tp]
+        err = protocol.error_for(code, api="Fetch", topic=tp.topic, partition=tp.partition)
+        if code == OFFSET_OUT_OF_RANGE:
+            policy = self.cfg["auto_offset_reset"]
+            if policy == "none":
+                st.error = NoOffsetForPartitionError(
+                    f"offset {st.position} is out of range for {tp.topic}[{tp.partition}] and auto_offset_reset is none")
+                return
+            log.info("%s[%s]: offset %s out of range; resetting to %s", tp.topic, tp.partition, st.position, policy)
+            st.position, st.reset = None, EARLIEST if policy == "earliest" else LATEST
+            return
+        if getattr(err, "invalid_metadata", False) or getattr(err, "retriable", False):
+            self._client.request_metadata_update()
+            return
+        st.error = err
+
+    # ------------------------------------------------------------- poll
+    def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[Record]]:
+        """Records per partition: at most ``max_records`` (default
+        ``max_poll_records``) in all, waiting up to ``timeout_ms`` for some."""
+        limit = self.cfg["max_poll_records"] if max_records is None else max_records
+        return self._poll(timeout_ms, lambda: self._take_records(limit))
+
+    def poll_columnar(self, timeout_ms: int = 0) -> Dict[TopicPartition, Any]:
+        """One ``pyarrow.RecordBatch`` per partition with data (columns as
+        :class:`kwire.ColumnarDecoder` makes them), no Python object per
+        record. Everything buffered is returned."""
+        return self._poll(timeout_ms, self._take_columnar)
+
+    def _poll(self, timeout_ms: int, take: Any) -> Dict[TopicPartition, Any]:
+        if self._closed:
+            raise KwireError("consumer is closed")
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            self._raise_pending_errors()
+            out = take()
+            self._send_fetches()          # prefetch while the caller works
+            if out:
+                self._client.poll(0)
+                return out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {}
+            self._client.poll(min(left, 0.1))
+
+    def _raise_pending_errors(self) -> None:
+        for tp, st in self._states.items():
+            if st.error is not None and tp not in self._buffer:
+                err, st.error = st.error, None
+                raise err
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            for records in self.poll(1000).values():
+                yield from records
+
+    def _decode(self, c: _Completed) -> None:
+        """Decode ``c`` into records (from the partition's position on)."""
+        st = self._states[c.tp]
+        try:
+            res = self._decoder.decode(c.data, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position)
+            records, next_offset = res.records, res.next_offset
+            if not records and not res.batches and res.incomplete_size:
+                # the first batch is bigger than the fetch brought: ask for more next time
+                log.warning("%s[%s]: a batch of %d bytes at offset %s exceeds max_partition_fetch_bytes",
+                            c.tp.topic, c.tp.partition, res.incomplete_size, st.position)
+        except CorruptRecordError as e:
+            records, next_offset = self._decode_prefix(c, e)
+        if self._read_committed:
+            records = self._committed_only(records, c.aborted)
+        c.records = records
+        c.next_offset = next_offset
+
+    def _decode_prefix(self, c: _Completed, error: CorruptRecordError) -> Tuple[List[Record], Optional[int]]:
+        """The records of the good batches before a corrupt one; the error is
+        raised by the next poll, at the corrupt batch's offset."""
+        st = self._states[c.tp]
+        records: List[Record] = []
+        next_offset = None
+        for view in split_batches(c.data, topic=c.tp.topic, partition=c.tp.partition).batches:
+            try:
+                res = self._decoder.decode(view, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position)
+            except CorruptRecordError:
+                break
+            records.extend(res.records)
+            next_offset = res.next_offset
+        st.error = error
+        return records, next_offset
+
+    def _committed_only(self, records: List[Record], aborted: List[Tuple[int, int]]) -> List[Record]:
+        """Drop control records and records of aborted transactions (the
+        Fetch response's aborted list gives each aborted producer id and the
+        first offset of its aborted transaction)."""
+        out = []
+        pending = collections.deque(aborted)
+        aborting: set = set()
+        for r in records:
+            b = r.batch
+            while pending and pending[0][1] <= b.last_offset:
+                aborting.add(pending.popleft()[0])
+            if b.is_control:
+                if b.producer_id in aborting and _control_type(r) == ABORT_MARKER:
+                    aborting.discard(b.producer_id)
+                continue
+            if b.is_transactional and b.producer_id in aborting:
+                continue
+            out.append(r)
+        return out
+
+    def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
+        out: Dict[TopicPartition, List[Record]] = {}
+        n = 0
+        for tp in list(self._buffer):
+            if n >= limit:
+                break
+            c = self._buffer[tp]
+            st = self._states.get(tp)
+            if st is None:
+                del self._buffer[tp]
+                continue
+            if c.records is None:
+                self._decode(c)
+            assert c.records is not None
+            chunk = c.records[c.taken:c.taken + (limit - n)]
+            c.taken += len(chunk)
+            if chunk:
+                out[tp] = chunk
+                n += len(chunk)
+                st.position = chunk[-1].offset + 1
+            if c.taken >= len(c.records):
+                del self._buffer[tp]
+                if c.next_offset is not None and st.error is None and c.next_offset > (st.position or 0):
+                    st.position = c.next_offset     # past trailing control records / compacted gaps
+        return out
+
+    def _take_columnar(self) -> Dict[TopicPartition, Any]:
+        if self._columnar is None:
+            self._columnar = ColumnarDecoder(check_crcs=self.cfg["check_crcs"],
+                                             max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+        out = {}
+        for tp in list(self._buffer):
+            c = self._buffer.pop(tp)
+            st = self._states.get(tp)
+            if st is None:
+                continue
+            if self._read_committed and c.aborted:
+                # aborted data needs per-batch producer ids: take the object path, then build columns
+                self._decode(c)
+                rb = _records_to_arrow(c.records or [])
+                if rb.num_rows:
+                    out[tp] = rb
+                    st.position = c.records[-1].offset + 1   # type: ignore[index]
+                if c.next_offset is not None and st.error is None:
+                    st.position = max(st.position or 0, c.next_offset)
+                continue
+            try:
+                res = self._columnar.decode(c.data, topic=tp.topic, partition=tp.partition, min_offset=st.position)
+            except CorruptRecordError as e:
+                good, next_offset = self._decode_prefix(c, e)
+                rb = _records_to_arrow(good)
+                if rb.num_rows:
+                    out[tp] = rb
+                    st.position = good[-1].offset + 1
+                continue
+            rb = res.record_batch
+            if rb.num_rows:
+                out[tp] = rb
+            if res.next_offset is not None:     # a cut or capped rest is fetched again from here
+                st.position = max(st.position or 0, res.next_offset)
+        return out
+
+    # ------------------------------------------------------------ close
+    def close(self) -> None:
+        if not self._closed:
+            self._client.close()
+            self._closed = True
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _control_type(r: Record) -> int:
+    from kwire._codec import parse_control_key
+
+    return parse_control_key(r.key)[1]
+
+
+def _records_to_arrow(records: List[Record]) -> Any:
+    """Records as the columnar decoder's Arrow layout (the rare path: a
+    read_committed fetch with aborted data, or the good prefix of a corrupt
+    fetch)."""
+    import pyarrow as pa
+
+    from kwire._arrow import record_schema
+
+    schema = record_schema("ms")
+    return pa.RecordBatch.from_pydict({
+        "offset": [r.offset for r in records],
+        "timestamp": [r.timestamp for r in records],
+        "timestamp_type": [r.batch.timestamp_type for r in records],
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "headers": [[{"key": k, "value": v} for k, v in r.headers] or None for r in records],
+    }, schema=schema)

@@ -1,0 +1,512 @@
+"""One connection to one broker: a non-blocking socket driven by a selector.
+
+A :class:`Connection` goes through its setup (TCP connect, TLS handshake,
+ApiVersions, SASL) and then carries any number of requests in flight,
+matched to their responses by correlation id. It never blocks: the owner
+(:class:`kwire.client.Client`) calls :meth:`Connection.on_io` when the
+selector reports the socket ready and :meth:`Connection.check_timeouts` on
+each turn. A connection that fails, for any reason, fails every request it
+holds with a retriable :class:`ConnectionLostError` and never hangs.
+
+Frames: each is an int32 size and that many bytes. A response body is read
+into a buffer of its own (one ``recv_into`` per chunk, no copy after), so the
+record data of a Fetch response is handed to the codec as views into it.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import socket
+import ssl
+import struct
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from kwire import protocol
+from kwire.errors import KwireError, ProtocolError
+from kwire.future import Future, KafkaTimeoutError
+from kwire.sasl import SaslAuthenticationError, mechanism_for
+
+__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "ssl_context_from_config"]
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_CORR = struct.Struct(">i")
+READ_CHUNK = 256 * 1024
+MAX_FRAME = 1 << 30          # a response larger than 1 GiB is taken as garbage
+
+API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+UNSUPPORTED_VERSION = 35
+
+
+class ConnectionLostError(KwireError):
+    """The connection to a broker failed or closed; what was in flight on it
+    is failed with this error. Retriable: the client reconnects."""
+
+    retriable = True
+
+
+class RequestTimedOutError(KafkaTimeoutError):
+    """A request got no response within ``request_timeout_ms``; its
+    connection is closed (the response may still come, on a dead socket)."""
+
+
+class _InFlight:
+    __slots__ = ("corr", "api_key", "version", "future", "deadline", "response_class")
+
+    def __init__(self, corr: int, api_key: int, version: int, future: Future, deadline: float, response_class: Any):
+        self.corr = corr
+        self.api_key = api_key
+        self.version = version
+        self.future = future
+        self.deadline = deadline
+        self.response_class = response_class
+
+
+def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
+    """An SSLContext for a client: certificate and hostname verification on
+    by default, the system CAs unless ``ssl_cafile``, a client certificate
+    when ``ssl_certfile`` (mutual TLS)."""
+    if cfg.get("ssl_context") is not None:
+        return cfg["ssl_context"]
+    ctx = ssl.create_default_context(cafile=cfg.get("ssl_cafile"))
+    ctx.check_hostname = bool(cfg.get("ssl_check_hostname", True))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if cfg.get("ssl_certfile"):
+        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
+    return ctx
+
+
+class Connection:
+    """A connection to broker ``node_id`` at ``host:port``.
+
+    States: ``connecting`` -> (``tls``) -> ``handshake`` (ApiVersions, SASL)
+    -> ``ready``; ``closed`` at the end. Requests sent before ``ready`` wait
+    in order and go out once setup is done. ``versions`` maps api_key to the
+    version negotiated with this broker (the highest both support).
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        cfg: Dict[str, Any],
+        *,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        on_state: Optional[Callable[["Connection"], None]] = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.cfg = cfg
+        self.state = "init"
+        self.error: Optional[BaseException] = None
+        self.versions: Dict[int, int] = {}
+        self.broker_ranges: Dict[int, Tuple[int, int]] = {}
+        self.sock: Optional[socket.socket] = None
+        self._ssl_context = ssl_context
+        self._on_state = on_state
+        self._client_id = cfg.get("client_id", "kwire")
+        self._timeout = cfg.get("request_timeout_ms", 30000) / 1000.0
+        self._setup_deadline = 0.0
+        self._corr = 0
+        self._in_flight: Dict[int, _InFlight] = {}
+        self._order: Deque[int] = collections.deque()    # correlation ids in send order
+        self._out: Deque[memoryview] = collections.deque()
+        self._out_bytes = 0
+        self._waiting: List[Tuple[Any, int, Future, bool]] = []   # queued until ready
+        self._rbuf = bytearray(READ_CHUNK)
+        self._rview = memoryview(self._rbuf)
+        self._rlen = 0
+        self._frame: Optional[bytearray] = None          # a large frame read in place
+        self._frame_got = 0
+        self.last_activity = time.monotonic()
+
+    # ------------------------------------------------------------- public
+    def __repr__(self) -> str:
+        return f"<Connection node={self.node_id} {self.host}:{self.port} {self.state}>"
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    def wants_write(self) -> bool:
+        return bool(self._out) or self.state in ("connecting",) or (self.state == "tls" and self._tls_wants_write)
+
+    def fileno(self) -> int:
+        return self.sock.fileno() if self.sock is not None else -1
+
+    def connect(self) -> None:
+        """Start connecting (non-blocking)."""
+        if self.state != "init":
+            raise RuntimeError("connect() twice")
+        self._setup_deadline = time.monotonic() + self.cfg.get("socket_connection_setup_timeout_ms", 10000) / 1000.0
+        try:
+            infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+            family, stype, proto, _, addr = infos[0]
+            sock = socket.socket(family, stype, proto)
+        except OSError as e:
+            self._set_state("connecting")
+            self.close(ConnectionLostError(f"cannot resolve or open a socket for {self.host}:{self.port}: {e}"))
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for opt, key in ((socket.SO_SNDBUF, "socket_send_buffer_bytes"), (socket.SO_RCVBUF, "socket_receive_buffer_bytes")):
+            size = self.cfg.get(key)
+            if size and size > 0:
+                sock.setsockopt(socket.SOL_SOCKET, opt, size)
+        self.sock = sock
+        self._set_state("connecting")
+        rc = sock.connect_ex(addr)
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+            self.close(ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}"))
+
+    def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True) -> Future:
+        """Queue ``request`` (a generated message object) and return the
+        future of its response (of None when ``expect_response`` is false,
+        as for a Produce with acks=0). The version is the negotiated one
+        unless given."""
+        fut: Future = Future()
+        if self.state == "closed":
+            fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
+            return fut
+        if self.state != "ready":
+            self._waiting.append((request, -1 if version is None else version, fut, expect_response))
+            return fut
+        self._send_now(request, version, fut, expect_response)
+        return fut
+
+    def on_io(self, readable: bool, writable: bool) -> None:
+        """The selector found the socket ready."""
+        try:
+            if self.state == "connecting":
+                if writable or readable:
+                    self._finish_connect()
+                return
+            if self.state == "tls":
+                self._tls_step()
+                return
+            if writable and self._out:
+                self._flush()
+            if readable:
+                self._read()
+        except (OSError, ssl.SSLError) as e:
+            self.close(ConnectionLostError(f"connection to {self.host}:{self.port} (node {self.node_id}) failed: {e}"))
+        except KwireError as e:
+            self.close(e)
+
+    def check_timeouts(self, now: float) -> None:
+        """Close the connection if setup or the oldest request is overdue."""
+        if self.state in ("connecting", "tls", "handshake") and now > self._setup_deadline:
+            self.close(ConnectionLostError(
+                f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state {self.state}"))
+            return
+        if self._order:
+            first = self._in_flight.get(self._order[0])
+            if first is not None and now > first.deadline:
+                self.close(RequestTimedOutError(
+                    f"request {protocol.api_name(first.api_key)} v{first.version} to node {self.node_id} got no "
+                    f"response within {self._timeout:.1f} s"))
+
+    def close(self, error: Optional[BaseException] = None) -> None:
+        """Close the socket and fail what is in flight or waiting."""
+        if self.state == "closed":
+            return
+        self.error = error or ConnectionLostError(f"connection to node {self.node_id} closed")
+        if error is not None:
+            log.info("node %s (%s:%s): %s", self.node_id, self.host, self.port, error)
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self._set_state("closed")
+        pending = [self._in_flight[c].future for c in self._order if c in self._in_flight]
+        pending += [w[2] for w in self._waiting]
+        self._in_flight.clear()
+        self._order.clear()
+        self._waiting.clear()
+        self._out.clear()
+        for fut in pending:
+            if not fut.done():
+                fut.set_exception(self.error)
+
+    # ------------------------------------------------------------ setup
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        if self._on_state is not None:
+            self._on_state(self)
+
+    def _finish_connect(self) -> None:
+        assert self.sock is not None
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(err, err)}")
+        if self._ssl_context is not None:
+            self.sock = self._ssl_context.wrap_socket(
+                self.sock, server_hostname=self.host, do_handshake_on_connect=False)
+            self._tls_wants_write = True
+            self._set_state("tls")
+            self._tls_step()
+        else:
+            self._start_handshake()
+
+    _tls_wants_write = False
+
+    def _tls_step(self) -> None:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._tls_wants_write = False
+            return
+        except ssl.SSLWantWriteError:
+            self._tls_wants_write = True
+            return
+        except ssl.SSLCertVerificationError as e:
+            raise TlsError(f"TLS to {self.host}:{self.port}: the broker's certificate was refused: "
+                           f"{e.verify_message or e}") from None
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS handshake with {self.host}:{self.port} failed: {e}") from None
+        self._tls_wants_write = False
+        self._start_handshake()
+
+    def _start_handshake(self) -> None:
+        self._set_state("handshake")
+        self._api_versions(protocol.max_version(API_VERSIONS))
+
+    def _api_versions(self, version: int) -> None:
+        req = protocol.message("ApiVersionsRequest")(
+            client_software_name="kwire", client_software_version=_kwire_version())
+        fut: Future = Future()
+        self._send_now(req, version, fut, True)
+        fut.add_done_callback(lambda f: self._on_api_versions(f, version))
+
+    def _on_api_versions(self, fut: Future, version: int) -> None:
+        if fut.failed():
+            return                                   # the connection is already closing
+        resp = fut.value
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in (resp.api_keys or [])}
+        if resp.error_code == UNSUPPORTED_VERSION:
+            lo, hi = ranges.get(API_VERSIONS, (0, 0))
+            retry = min(hi, version - 1)
+            if retry >= 0 and retry != version and retry >= lo:
+                self._api_versions(retry)
+                return
+            self.close(ConnectionLostError(f"node {self.node_id} supports no ApiVersions version kwire speaks"))
+            return
+        if resp.error_code:
+            self.close(protocol.error_for(resp.error_code, api="ApiVersions"))
+            return
+        self.broker_ranges = ranges
+        self.versions = protocol.negotiate(ranges)
+        if self.cfg.get("security_protocol", "PLAINTEXT") in ("SASL_PLAINTEXT", "SASL_SSL"):
+            self._sasl_start()
+        else:
+            self._become_ready()
+
+    def _sasl_start(self) -> None:
+        mech_name = self.cfg.get("sasl_mechanism", "PLAIN")
+        try:
+            self._mech = mechanism_for(mech_name, self.cfg.get("sasl_plain_username"), self.cfg.get("sasl_plain_password"))
+        except SaslAuthenticationError as e:
+            self.close(e)
+            return
+        fut: Future = Future()
+        self._send_now(protocol.message("SaslHandshakeRequest")(mechanism=mech_name),
+                       min(1, self.versions.get(SASL_HANDSHAKE, 1)), fut, True)
+        fut.add_done_callback(self._on_sasl_handshake)
+
+    def _on_sasl_handshake(self, fut: Future) -> None:
+        if fut.failed():
+            return
+        resp = fut.value
+        if resp.error_code:
+            offered = ", ".join(resp.mechanisms or []) or "none"
+            self.close(SaslAuthenticationError(
+                f"node {self.node_id} does not offer SASL mechanism {self._mech.name} (it offers: {offered})"))
+            return
+        self._sasl_send(self._mech.first())
+
+    def _sasl_send(self, token: bytes) -> None:
+        fut: Future = Future()
+        self._send_now(protocol.message("SaslAuthenticateRequest")(auth_bytes=token),
+                       self.versions.get(SASL_AUTHENTICATE, 0), fut, True)
+        fut.add_done_callback(self._on_sasl_auth)
+
+    def _on_sasl_auth(self, fut: Future) -> None:
+        if fut.failed():
+            return
+        resp = fut.value
+        if resp.error_code:
+            msg = resp.error_message or "authentication failed"
+            self.close(SaslAuthenticationError(f"node {self.node_id} refused SASL {self._mech.name}: {msg}"))
+            return
+        try:
+            nxt = self._mech.step(bytes(resp.auth_bytes or b""))
+        except SaslAuthenticationError as e:
+            self.close(e)
+            return
+        if nxt is None:
+            self._become_ready()
+        else:
+            self._sasl_send(nxt)
+
+    def _become_ready(self) -> None:
+        self._set_state("ready")
+        waiting, self._waiting = self._waiting, []
+        for request, version, fut, expect in waiting:
+            self._send_now(request, None if version < 0 else version, fut, expect)
+
+    # ---------------------------------------------------------- sending
+    def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool) -> None:
+        api_key = request.API_KEY
+        if version is None:
+            version = self.versions.get(api_key)
+            if version is None:
+                fut.set_exception(protocol.no_common_version(api_key, self.broker_ranges.get(api_key)))
+                return
+        self._corr = (self._corr + 1) & 0x7FFFFFFF
+        corr = self._corr
+        try:
+            chunks = protocol.encode_request(request, version, corr, self._client_id)
+        except Exception as e:   # a request we cannot encode fails alone; the connection goes on
+            fut.set_exception(e)
+            return
+        for c in chunks:
+            mv = memoryview(c).cast("B")
+            self._out.append(mv)
+            self._out_bytes += len(mv)
+        if expect_response:
+            self._in_flight[corr] = _InFlight(corr, api_key, version, fut, time.monotonic() + self._timeout,
+                                              protocol.response_class(api_key))
+            self._order.append(corr)
+        else:
+            fut.set_result(None)
+        if self.state in ("ready", "handshake"):
+            self._flush()
+
+    def _flush(self) -> None:
+        sock = self.sock
+        assert sock is not None
+        plain = not isinstance(sock, ssl.SSLSocket)
+        while self._out:
+            try:
+                if plain:
+                    sent = sock.sendmsg(list(self._out)[:64])
+                else:
+                    sent = sock.send(self._out[0][:65536])
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return
+            self._out_bytes -= sent
+            while sent:
+                head = self._out[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    self._out.popleft()
+                else:
+                    self._out[0] = head[sent:]
+                    sent = 0
+        self.last_activity = time.monotonic()
+
+    # ---------------------------------------------------------- reading
+    def _read(self) -> None:
+        sock = self.sock
+        assert sock is not None
+        while self.state != "closed":
+            if self._frame is not None:
+                try:
+                    n = sock.recv_into(memoryview(self._frame)[self._frame_got:])
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return
+                if n == 0:
+                    raise ConnectionLostError(f"node {self.node_id} closed the connection mid-response")
+                self._frame_got += n
+                if self._frame_got == len(self._frame):
+                    frame, self._frame = self._frame, None
+                    self._on_frame(memoryview(frame))
+                continue
+            try:
+                n = sock.recv_into(self._rview[self._rlen:])
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return
+            if n == 0:
+                raise ConnectionLostError(f"node {self.node_id} closed the connection")
+            self._rlen += n
+            self.last_activity = time.monotonic()
+            self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Hand on every complete frame in the read buffer; a frame that
+        does not fit moves into a buffer of its own, read in place."""
+        pos = 0
+        buf, view = self._rbuf, self._rview
+        while self._rlen - pos >= 4 and self.state != "closed":
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 4 or size > MAX_FRAME:
+                raise ProtocolError(f"node {self.node_id} sent a frame of impossible size {size}")
+            if self._rlen - pos - 4 >= size:
+                self._on_frame(memoryview(bytes(view[pos + 4:pos + 4 + size])))
+                pos += 4 + size
+                continue
+            # incomplete: a big frame gets its own buffer; a small one waits
+            if 4 + size > len(buf):
+                self._frame = bytearray(size)
+                have = self._rlen - pos - 4
+                self._frame[:have] = view[pos + 4:self._rlen]
+                self._frame_got = have
+                pos = self._rlen
+            break
+        if pos:
+            rest = self._rlen - pos
+            if rest:
+                buf[:rest] = view[pos:self._rlen]
+            self._rlen = rest
+
+    def _on_frame(self, frame: memoryview) -> None:
+        if len(frame) < 4:
+            raise ProtocolError(f"node {self.node_id} sent a response frame of {len(frame)} bytes")
+        (corr,) = _CORR.unpack_from(frame, 0)
+        inf = self._in_flight.pop(corr, None)
+        if inf is None:
+            raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
+        if self._order and self._order[0] == corr:
+            self._order.popleft()
+        else:  # Kafka answers in order on one connection; be lenient but keep the deadline queue right
+            try:
+                self._order.remove(corr)
+            except ValueError:
+                pass
+        try:
+            _, resp = protocol.decode_response(frame, inf.response_class, inf.version)
+        except ProtocolError as e:
+            inf.future.set_exception(e)
+            raise
+        inf.future.set_result(resp)
+
+
+class TlsError(ConnectionLostError):
+    """The TLS handshake failed (certificate refused, wrong name, no client
+    certificate when the broker wants one). Not retriable: the same
+    configuration fails the same way."""
+
+    retriable = False
+
+
+def _kwire_version() -> str:
+    from kwire import __version__
+
+    return __version__

@@ -1,0 +1,601 @@
+"""The producer: records batched per partition and sent by a background
+thread.
+
+``send()`` puts a record into the open batch of its partition (a compiled
+:class:`kwire.RecordBatchBuilder`) and returns a :class:`RecordFuture` at
+once. The sender thread sends a batch when it is full (``batch_size``), when
+it has waited ``linger_ms``, or on ``flush()``; the batches of all
+partitions led by one broker go in one Produce request, and requests to
+different brokers are in flight together. Retriable errors are retried
+(after ``retry_backoff_ms``, until ``delivery_timeout_ms``); stale-metadata
+errors refresh the metadata first.
+
+Partitioning follows Kafka's default partitioner: a keyed record goes to
+``murmur2(key) % partitions`` (what Java and librdkafka's murmur2_random
+choose); a record without key to the topic's sticky partition, which changes
+each time a batch of it is sent (KIP-480).
+
+Idempotence (on by default, as in Kafka 3+): the producer gets a producer id
+(InitProducerId) and stamps each batch with its partition's next sequence
+number when the batch is first sent; a retry re-sends the same bytes, so the
+broker drops duplicates. On OUT_OF_ORDER_SEQUENCE_NUMBER or
+UNKNOWN_PRODUCER_ID it bumps its epoch (or gets a new id) and restamps the
+batches still unacknowledged, instead of stalling.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from kwire import protocol
+from kwire._codec import RecordBatchBuilder, partition_for_key, restamp_batch
+from kwire.client import Client
+from kwire.config import PRODUCER, resolve
+from kwire.errors import KwireError
+from kwire.future import Future, KafkaTimeoutError
+
+__all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError"]
+
+log = logging.getLogger(__name__)
+
+PRODUCE = 0
+INIT_PRODUCER_ID = 22
+
+# error codes handled by name here (the full table is kwire.errors)
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+UNKNOWN_PRODUCER_ID = 59
+INVALID_PRODUCER_EPOCH = 47
+MESSAGE_TOO_LARGE = 10
+
+
+class BufferFullError(KafkaTimeoutError):
+    """``send()`` waited ``max_block_ms`` for room in ``buffer_memory``."""
+
+
+class ProducerClosedError(KwireError):
+    """The producer was closed."""
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int          # the record's timestamp, or the broker's LogAppendTime
+    serialized_key_size: int
+    serialized_value_size: int
+
+
+class _Batch:
+    __slots__ = ("topic", "partition", "builder", "records", "created", "payload", "bytes", "attempts",
+                 "sequence", "next_try", "deadline", "future", "count", "stamp")
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
+        self.topic = topic
+        self.partition = partition
+        self.builder: Optional[RecordBatchBuilder] = builder
+        self.records: List[Tuple[int, int, int]] = []   # (timestamp, key size, value size)
+        self.created = now
+        self.payload: Optional[bytes] = None             # the encoded batch, once sealed
+        self.bytes = 0
+        self.attempts = 0
+        self.sequence = -1
+        self.next_try = 0.0
+        self.deadline = deadline
+        self.future: Future = Future()                   # -> (base_offset, log_append_time)
+        self.count = 0
+        self.stamp: Tuple[int, int] = (-1, -1)           # producer id and epoch the payload carries
+
+
+class RecordFuture:
+    """The future of one sent record: :meth:`get` returns its
+    :class:`RecordMetadata` once the broker acknowledged it."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def _meta(self) -> RecordMetadata:
+        b = self._batch
+        base, log_append = b.future.value
+        ts, ks, vs = b.records[self._index]
+        offset = -1 if base < 0 else base + self._index
+        return RecordMetadata(b.topic, b.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
+
+    def get(self, timeout: Optional[float] = None) -> RecordMetadata:
+        self._batch.future.result(timeout)
+        return self._meta()
+
+    result = get
+
+    def exception(self) -> Optional[BaseException]:
+        return self._batch.future.exception()
+
+    def add_callback(self, fn: Callable[[Optional[RecordMetadata], Optional[BaseException]], None]) -> None:
+        """Call ``fn(metadata, None)`` or ``fn(None, error)`` when done."""
+
+        def cb(f: Future) -> None:
+            if f.failed():
+                fn(None, f.exception())
+            else:
+                fn(self._meta(), None)
+
+        self._batch.future.add_done_callback(cb)
+
+    def __repr__(self) -> str:
+        b = self._batch
+        return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
+
+
+class Producer:
+    """A Kafka producer.
+
+    ``Producer({"bootstrap.servers": "host:9092"}, linger_ms=10)`` or
+    ``Producer(bootstrap_servers="host:9092", acks="all")``; see
+    :data:`kwire.config.PRODUCER` for every option. Use as a context
+    manager, or call :meth:`close`.
+    """
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
+        self.cfg = resolve(PRODUCER, config, kwargs, what="producer")
+        cfg = self.cfg
+        if cfg["enable_idempotence"] and cfg["acks"] != -1:
+            if kwargs.get("enable_idempotence") or (config or {}).get("enable.idempotence") not in (None,):
+                raise KwireError("enable_idempotence needs acks=all")
+            cfg["enable_idempotence"] = False      # implicit default yields to an explicit acks
+        if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > 5:
+            raise KwireError("enable_idempotence allows at most 5 requests in flight per connection")
+        self._client = Client(cfg)
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._open: Dict[Tuple[str, int], _Batch] = {}
+        self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._in_flight_tp: Dict[Tuple[str, int], int] = {}
+        self._buffered = 0
+        self._sticky: Dict[str, int] = {}
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._fatal: Optional[BaseException] = None
+        self._linger = cfg["linger_ms"] / 1000.0
+        self._codec = None if cfg["compression_type"] == "none" else cfg["compression_type"]
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._pid_future: Optional[Future] = None
+        self._bump_from: Tuple[int, int] = (-1, -1)      # the id/epoch an InitProducerId should bump
+        self._next_seq: Dict[Tuple[str, int], int] = {}
+        self._unacked: Dict[Tuple[str, int], List[_Batch]] = collections.defaultdict(list)
+        self._need_pid = cfg["enable_idempotence"]
+        self._node_in_flight: Dict[int, int] = {}
+        self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ public
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Producer {self.cfg['client_id']} {'closed' if self._closed else 'open'}>"
+
+    def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[int]:
+        """The partitions of ``topic`` (waits for metadata)."""
+        return self._partitions(topic, time.monotonic() + (timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0))
+
+    def send(
+        self,
+        topic: str,
+        value: Optional[bytes] = None,
+        key: Optional[bytes] = None,
+        headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
+        partition: Optional[int] = None,
+        timestamp_ms: Optional[int] = None,
+    ) -> RecordFuture:
+        """Queue one record; returns its future at once (blocks only while
+        ``buffer_memory`` is full, at most ``max_block_ms``)."""
+        if self._closing:
+            raise ProducerClosedError("send() after close()")
+        if self._fatal is not None:
+            raise self._fatal
+        if partition is None:
+            deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
+            parts = self._known_partitions(topic)
+            if parts is None:
+                parts = self._partitions(topic, deadline)
+            if key is not None:
+                partition = parts[partition_for_key(key, len(parts))]
+            else:
+                partition = self._sticky.get(topic)
+                if partition is None:
+                    partition = self._sticky[topic] = random.choice(parts)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        tp = (topic, partition)
+        with self._lock:
+            batch = self._open.get(tp)
+            if batch is None:
+                self._wait_for_room()
+                now = time.monotonic()
+                batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
+                               now + self.cfg["delivery_timeout_ms"] / 1000.0)
+                self._open[tp] = batch
+            before = batch.builder.size_in_bytes
+            index = batch.builder.append(value, key, headers, ts)
+            grown = batch.builder.size_in_bytes - before
+            batch.records.append((ts, -1 if key is None else len(key), -1 if value is None else len(value)))
+            batch.bytes += grown
+            self._buffered += grown
+            if batch.builder.size_in_bytes >= self.cfg["batch_size"]:
+                self._seal(tp, batch)
+                self._client.wakeup()
+        return RecordFuture(batch, index)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Send everything queued now and wait until it is acknowledged (or
+        failed). Raises :class:`KafkaTimeoutError` after ``timeout`` s."""
+        with self._lock:
+            for tp, batch in list(self._open.items()):
+                self._seal(tp, batch)
+            futures = [b.future for q in self._ready.values() for b in q]
+            futures += [b.future for bs in self._unacked.values() for b in bs]
+            self._flushing += 1
+        self._client.wakeup()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for f in futures:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    f.result(left)
+                except KafkaTimeoutError:
+                    raise
+                except Exception:
+                    pass          # a failed record's error is on its own future
+        finally:
+            with self._lock:
+                self._flushing -= 1
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush (up to ``timeout`` s, or for ever) and stop."""
+        if self._closed:
+            return
+        try:
+            if self._fatal is None:
+                self.flush(timeout)
+        finally:
+            self._closing = True
+            self._client.wakeup()
+            self._thread.join(5.0)
+            self._closed = True
+            with self._lock:
+                pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
+                pending += [b for bs in self._unacked.values() for b in bs]
+            for b in pending:
+                if not b.future.done():
+                    b.future.set_exception(ProducerClosedError("producer closed before the record was acknowledged"))
+            self._client.close()
+
+    # ----------------------------------------------------- partitioning
+    def _known_partitions(self, topic: str) -> Optional[List[int]]:
+        parts = self._client.cluster.partitions_for(topic)
+        return parts if parts else None
+
+    def _partitions(self, topic: str, deadline: float) -> List[int]:
+        self._client.add_topics([topic])
+        self._client.wakeup()
+        while True:
+            parts = self._known_partitions(topic)
+            if parts:
+                return parts
+            if time.monotonic() >= deadline:
+                err = self._client.cluster.topic_errors.get(topic)
+                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms"
+                                        + (f" (broker error {protocol.error_for(err).__class__.__name__})" if err else ""))
+            time.sleep(0.005)
+
+    # -------------------------------------------------------- buffering
+    def _wait_for_room(self) -> None:
+        if self._buffered < self.cfg["buffer_memory"]:
+            return
+        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
+        self._client.wakeup()
+        while self._buffered >= self.cfg["buffer_memory"]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BufferFullError(
+                    f"buffer_memory ({self.cfg['buffer_memory']} bytes) full for max_block_ms; the brokers "
+                    "are not keeping up or cannot be reached")
+            self._room.wait(left)
+            if self._fatal is not None:
+                raise self._fatal
+
+    def _seal(self, tp: Tuple[str, int], batch: _Batch) -> None:
+        """Close ``batch`` to appends (lock held); it waits to be sent."""
+        del self._open[tp]
+        self._ready[tp].append(batch)
+        if self._sticky.get(tp[0]) == tp[1]:
+            parts = self._client.cluster.partitions_for(tp[0]) or [tp[1]]
+            if len(parts) > 1:
+                choices = [p for p in parts if p != tp[1]]
+                self._sticky[tp[0]] = random.choice(choices)
+
+    def _release(self, batch: _Batch) -> None:
+        with self._lock:
+            self._buffered -= batch.bytes
+            batch.bytes = 0
+            self._room.notify_all()
+
+    # ----------------------------------------------------- sender thread
+    def _run(self) -> None:
+        client = self._client
+        try:
+            while not (self._closing and self._idle()):
+                timeout = self._sender_turn()
+                client.poll(timeout)
+        except Exception as e:  # a bug here must not leave senders waiting for ever
+            log.exception("kwire producer sender thread failed")
+            self._fail_all(KwireError(f"producer sender thread failed: {e!r}"))
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return not self._open and not any(self._ready.values()) and not any(self._unacked.values())
+
+    def _fail_all(self, error: BaseException) -> None:
+        self._fatal = error
+        with self._lock:
+            pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
+            pending += [b for bs in self._unacked.values() for b in bs]
+            self._ready.clear()
+            self._open.clear()
+            self._unacked.clear()
+            self._room.notify_all()
+        for b in pending:
+            if not b.future.done():
+                b.future.set_exception(error)
+
+    def _sender_turn(self) -> float:
+        """Seal lingering batches, send what is ready; the poll timeout."""
+        now = time.monotonic()
+        wait = 0.1
+        with self._lock:
+            for tp, batch in list(self._open.items()):
+                age = now - batch.created
+                if self._flushing or self._closing or age >= self._linger:
+                    self._seal(tp, batch)
+                else:
+                    wait = min(wait, self._linger - age)
+        if self._need_pid and self._producer_id < 0:
+            self._init_producer_id()
+            if self._producer_id < 0:
+                return min(wait, 0.05)
+        self._expire(now)
+        self._send_ready(now)
+        return max(0.0, wait)
+
+    def _expire(self, now: float) -> None:
+        expired = []
+        with self._lock:
+            for tp, q in self._ready.items():
+                while q and q[0].deadline <= now and q[0].sequence < 0:
+                    expired.append(q.popleft())
+        for b in expired:
+            self._release(b)
+            b.future.set_exception(KafkaTimeoutError(
+                f"{b.count or len(b.records)} record(s) for {b.topic}[{b.partition}] expired: not sent within "
+                f"delivery_timeout_ms ({self.cfg['delivery_timeout_ms']} ms)"))
+
+    def _init_producer_id(self) -> None:
+        if self._pid_future is not None:
+            if not self._pid_future.done():
+                return
+            fut, self._pid_future = self._pid_future, None
+            if fut.failed():
+                log.info("InitProducerId failed: %s; retrying", fut.exception())
+                return
+            resp = fut.value
+            if resp.error_code:
+                err = protocol.error_for(resp.error_code, api="InitProducerId")
+                if not getattr(err, "retriable", False):
+                    self._fail_all(err)
+                return
+            self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
+            self._bump_from = (-1, -1)
+            log.debug("producer id %s epoch %s", self._producer_id, self._producer_epoch)
+            return
+        node = self._client.least_loaded_node()
+        if node is None:
+            return
+        conn = self._client.connection(node)
+        if conn is None or not conn.ready:
+            return
+        version = conn.versions.get(INIT_PRODUCER_ID)
+        if version is None:
+            self._fail_all(protocol.no_common_version(INIT_PRODUCER_ID, conn.broker_ranges.get(INIT_PRODUCER_ID)))
+            return
+        req = protocol.message("InitProducerIdRequest")(
+            transactional_id=None, transaction_timeout_ms=self.cfg["transaction_timeout_ms"],
+            producer_id=self._bump_from[0] if version >= 3 else -1,
+            producer_epoch=self._bump_from[1] if version >= 3 else -1)
+        self._pid_future = self._client.send(node, req, version)
+
+    def _send_ready(self, now: float) -> None:
+        client = self._client
+        by_node: Dict[int, List[_Batch]] = collections.defaultdict(list)
+        max_in_flight = self.cfg["max_in_flight_requests_per_connection"]
+        with self._lock:
+            for tp, q in self._ready.items():
+                if not q or q[0].next_try > now:
+                    continue
+                if self.cfg["enable_idempotence"] and self._in_flight_tp.get(tp, 0) >= max_in_flight:
+                    continue
+                leader = client.cluster.leader_for(*tp)
+                if leader is None:
+                    client.add_topics([tp[0]])
+                    client.request_metadata_update()
+                    continue
+                if self._node_in_flight.get(leader, 0) >= max_in_flight:
+                    continue
+                conn = client.connection(leader)
+                if conn is None or not conn.ready:
+                    continue
+                by_node[leader].append(q.popleft())
+        for node, batches in by_node.items():
+            self._send_produce(node, batches)
+
+    def _payload(self, b: _Batch) -> bytes:
+        tp = (b.topic, b.partition)
+        if b.payload is None:
+            if self.cfg["enable_idempotence"]:
+                b.sequence = self._next_seq.get(tp, 0)
+                b.stamp = (self._producer_id, self._producer_epoch)
+                b.payload = b.builder.build(producer_id=self._producer_id, producer_epoch=self._producer_epoch,
+                                            base_sequence=b.sequence)
+            else:
+                b.payload = b.builder.build()
+            b.count = len(b.builder)
+            b.builder = None
+            if self.cfg["enable_idempotence"]:
+                self._next_seq[tp] = (b.sequence + b.count) & 0x7FFFFFFF
+                self._unacked[tp].append(b)
+        elif self.cfg["enable_idempotence"] and b.stamp != (self._producer_id, self._producer_epoch):
+            b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
+            b.stamp = (self._producer_id, self._producer_epoch)
+        return b.payload
+
+    def _send_produce(self, node: int, batches: List[_Batch]) -> None:
+        client = self._client
+        conn = client.connection(node)
+        assert conn is not None
+        version = conn.versions.get(PRODUCE)
+        if version is None:
+            err = protocol.no_common_version(PRODUCE, conn.broker_ranges.get(PRODUCE))
+            for b in batches:
+                self._release(b)
+                b.future.set_exception(err)
+            return
+        cls = protocol.message("ProduceRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        with self._lock:
+            for b in batches:
+                b.attempts += 1
+                topics[b.topic].append(cls.TopicProduceData.PartitionProduceData(
+                    index=b.partition, records=self._payload(b)))
+                tp = (b.topic, b.partition)
+                self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 0) + 1
+        topic_data = []
+        for name, parts in topics.items():
+            td = cls.TopicProduceData(partition_data=parts)
+            if version >= 13:
+                td.topic_id = client.cluster.topic_ids.get(name)
+            else:
+                td.name = name
+            topic_data.append(td)
+        acks = self.cfg["acks"]
+        req = cls(transactional_id=None, acks=acks, timeout_ms=self.cfg["request_timeout_ms"], topic_data=topic_data)
+        self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+        fut = client.send(node, req, version, expect_response=acks != 0)
+        fut.add_done_callback(lambda f: self._on_produce(node, batches, f))
+
+    def _on_produce(self, node: int, batches: List[_Batch], fut: Future) -> None:
+        self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
+        with self._lock:
+            for b in batches:
+                tp = (b.topic, b.partition)
+                self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 1) - 1
+        if fut.failed():
+            for b in batches:
+                self._retry_or_fail(b, fut.exception())
+            return
+        resp = fut.value
+        if resp is None:      # acks=0: no response, no offsets
+            for b in batches:
+                self._complete(b, -1, -1)
+            return
+        results: Dict[Tuple[str, int], Any] = {}
+        names = {v: k for k, v in self._client.cluster.topic_ids.items()}
+        for t in resp.responses:
+            name = t.name if t.name else names.get(getattr(t, "topic_id", None))
+            for p in t.partition_responses:
+                results[(name, p.index)] = p
+        for b in batches:
+            p = results.get((b.topic, b.partition))
+            if p is None:
+                self._retry_or_fail(b, KwireError(f"Produce response lacks {b.topic}[{b.partition}]"))
+            elif p.error_code == 0 or p.error_code == DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(b, p.base_offset, getattr(p, "log_append_time_ms", -1))
+            else:
+                err = protocol.error_for(p.error_code, api="Produce", topic=b.topic, partition=b.partition,
+                                         message=getattr(p, "error_message", None))
+                self._on_partition_error(b, p.error_code, err)
+
+    def _on_partition_error(self, b: _Batch, code: int, err: BaseException) -> None:
+        if getattr(err, "invalid_metadata", False):
+            self._client.request_metadata_update()
+        if code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) and self.cfg["enable_idempotence"]:
+            self._bump_epoch(b, err)
+            return
+        self._retry_or_fail(b, err)
+
+    def _bump_epoch(self, failed: _Batch, err: BaseException) -> None:
+        """Recover the idempotent producer: a new epoch (or id), and the
+        sequences of every unacknowledged batch renumbered from 0 per
+        partition, so their re-sends are accepted."""
+        log.info("producer %s epoch %s: %s; bumping the epoch", self._producer_id, self._producer_epoch, err)
+        with self._lock:
+            if failed.stamp == (self._producer_id, self._producer_epoch) and self._producer_id >= 0:
+                # InitProducerId v3+ with the current id and epoch bumps the epoch (KIP-360);
+                # older versions hand out a new id. Either way sequences restart at 0.
+                self._bump_from = (self._producer_id, self._producer_epoch)
+                self._producer_id, self._producer_epoch = -1, -1
+                self._pid_future = None
+                for tp, bs in self._unacked.items():
+                    seq = 0
+                    for b in bs:
+                        b.sequence = seq
+                        seq = (seq + b.count) & 0x7FFFFFFF
+                    self._next_seq[tp] = seq
+        self._retry_or_fail(failed, err, force_retry=True)
+
+    def _retry_or_fail(self, b: _Batch, err: BaseException, force_retry: bool = False) -> None:
+        now = time.monotonic()
+        retriable = force_retry or getattr(err, "retriable", False)
+        if retriable and b.attempts <= self.cfg["retries"] and now < b.deadline:
+            b.next_try = now + self.cfg["retry_backoff_ms"] / 1000.0
+            with self._lock:
+                q = self._ready[(b.topic, b.partition)]
+                # keep the partition's batches in sequence order
+                items = sorted(list(q) + [b], key=lambda x: (x.sequence < 0, x.sequence, x.created))
+                q.clear()
+                q.extend(items)
+            return
+        self._fail(b, err)
+
+    def _fail(self, b: _Batch, err: BaseException) -> None:
+        tp = (b.topic, b.partition)
+        with self._lock:
+            if b in self._unacked.get(tp, ()):
+                self._unacked[tp].remove(b)
+        self._release(b)
+        if not b.future.done():
+            b.future.set_exception(err)
+
+    def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
+        tp = (b.topic, b.partition)
+        with self._lock:
+            if b in self._unacked.get(tp, ()):
+                self._unacked[tp].remove(b)
+        self._release(b)
+        if not b.future.done():
+            b.future.set_result((base_offset, log_append_time if log_append_time is not None else -1))
