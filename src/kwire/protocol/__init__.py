@@ -1,3 +1,152 @@
 """The Kafka wire protocol: request and response messages of every client
-API (generated from Apache Kafka's JSON definitions), frame headers, version
-negotiation, and the Kafka 0.7 requests."""
+API kwire speaks (generated from Apache Kafka's JSON definitions into
+:mod:`kwire.protocol.messages`), the request and response headers, version
+negotiation, and the Kafka 0.7 requests (:mod:`kwire.protocol.v07`).
+
+Framing, as FORMAT.md has it: every frame is an int32 size and that many
+bytes. A request carries header v1 (api key, version, correlation id,
+client id as a classic nullable string), or v2 for flexible versions (v1 and
+an empty tagged-field section); a response carries header v0 (correlation
+id), or v1 for flexible versions, except ApiVersions, whose response always
+has header v0 so a client can read it before it knows the broker's versions.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+from kwire.errors import KwireError, ProtocolError
+from kwire.protocol import messages
+from kwire.protocol._wire import _Message, _put_uvarint, _tags, _Bad, _Short
+from kwire.protocol.messages import APIS, MESSAGES
+
+__all__ = [
+    "APIS",
+    "MESSAGES",
+    "messages",
+    "message",
+    "api_name",
+    "max_version",
+    "request_class",
+    "response_class",
+    "encode_request",
+    "decode_response",
+    "request_header_version",
+    "response_header_version",
+    "negotiate",
+    "client_ranges",
+    "no_common_version",
+    "error_for",
+]
+
+_head = struct.Struct(">hhih")
+_i32 = struct.Struct(">i")
+API_VERSIONS = 18
+
+
+def message(name: str) -> Type[Any]:
+    """The generated class called ``name`` (``"FetchRequest"``)."""
+    try:
+        return MESSAGES[name]
+    except KeyError:
+        raise KeyError(f"kwire has no message {name!r}") from None
+
+
+def request_class(api_key: int) -> Type[Any]:
+    return APIS[api_key][0]
+
+
+def response_class(api_key: int) -> Type[Any]:
+    return APIS[api_key][1]
+
+
+def api_name(api_key: int) -> str:
+    from kwire.protocol.versions import API_NAMES
+
+    return API_NAMES.get(api_key, f"api {api_key}")
+
+
+def max_version(api_key: int) -> int:
+    return APIS[api_key][0].MAX_VERSION
+
+
+def client_ranges() -> Dict[int, Tuple[int, int]]:
+    """The versions kwire can encode and decode, per API key."""
+    return {k: (max(req.MIN_VERSION, resp.MIN_VERSION), min(req.MAX_VERSION, resp.MAX_VERSION))
+            for k, (req, resp) in APIS.items()}
+
+
+def _flexible(cls: Type[Any], version: int) -> bool:
+    return cls.FLEXIBLE_MIN is not None and version >= cls.FLEXIBLE_MIN
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    return 2 if _flexible(APIS[api_key][0], version) else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    if api_key == API_VERSIONS:
+        return 0
+    return 1 if _flexible(APIS[api_key][1], version) else 0
+
+
+def encode_request(request: Any, version: int, correlation_id: int, client_id: Optional[str]) -> List[Any]:
+    """The frame of ``request`` at ``version``: size, header, body, as a list
+    of buffers (record data stays the caller's buffers, uncopied)."""
+    cls = type(request)
+    api_key = cls.API_KEY
+    body = cls.encode(request, version)
+    head = bytearray()
+    if client_id is None:
+        head += _head.pack(api_key, version, correlation_id, -1)
+    else:
+        cid = client_id.encode("utf-8")
+        head += _head.pack(api_key, version, correlation_id, len(cid))
+        head += cid
+    if request_header_version(api_key, version) >= 2:
+        head.append(0)           # no tagged fields
+    size = len(head) + sum(len(c) for c in body)
+    return [_i32.pack(size) + bytes(head), *body]
+
+
+def decode_response(frame: Any, response_cls: Type[Any], version: int) -> Tuple[int, Any]:
+    """``(correlation_id, response)`` from one frame (without its size)."""
+    buf = frame if isinstance(frame, memoryview) else memoryview(frame)
+    name = response_cls.__name__.replace("Response", "")
+    if len(buf) < 4:
+        raise ProtocolError("response frame shorter than its header", name, version)
+    (corr,) = _i32.unpack_from(buf, 0)
+    pos = 4
+    if response_header_version(response_cls.API_KEY, version) >= 1:
+        try:
+            _, pos = _tags(buf, pos, len(buf))
+        except (_Short, _Bad, IndexError) as e:
+            raise ProtocolError(f"bad response header: {e}", name, version) from None
+    return corr, response_cls.decode(buf, version, pos)
+
+
+def negotiate(broker_ranges: Dict[int, Tuple[int, int]]) -> Dict[int, int]:
+    """Per API, the highest version kwire and the broker both speak."""
+    from kwire.protocol.versions import choose_versions
+
+    return choose_versions(broker_ranges, client_ranges())
+
+
+def no_common_version(api_key: int, broker_range: Optional[Tuple[int, int]]) -> KwireError:
+    from kwire.protocol.versions import NoCommonVersionError
+
+    ours = client_ranges().get(api_key)
+    name = api_name(api_key)
+    if ours is None:
+        return NoCommonVersionError(f"kwire does not speak {name}")
+    theirs = "does not offer it" if broker_range is None else f"speaks versions {broker_range[0]}-{broker_range[1]}"
+    return NoCommonVersionError(f"no common version of {name}: kwire speaks {ours[0]}-{ours[1]}, the broker {theirs}")
+
+
+def error_for(code: int, api: Optional[str] = None, **context: Any) -> BaseException:
+    """The exception for a Kafka error code, with context (topic, partition,
+    the broker's message)."""
+    from kwire import errors
+
+    return errors.error_for_code(code)(api=api, **context)

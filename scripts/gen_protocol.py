@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""Generate kwire's Kafka message classes from Apache Kafka's JSON definitions.
+
+Reads ``scripts/kafka-protocol/message/*.json`` (a vendored copy of Kafka
+4.3's definitions; see FORMAT.md there) and writes
+``src/kwire/protocol/messages.py``: one class per message with nested classes
+for its structs, and per version flat encode/decode functions (fixed-width
+runs of fields packed with one precompiled ``struct.Struct``), deduplicated
+across versions with the same layout.
+
+    python scripts/gen_protocol.py          # write the module
+    python scripts/gen_protocol.py --check  # exit 1 if the checked-in module is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFS = os.path.join(ROOT, "scripts", "kafka-protocol", "message")
+OUT = os.path.join(ROOT, "src", "kwire", "protocol", "messages.py")
+
+# The APIs kwire speaks (issue 3), by message name stem; the embedded data
+# structs of the consumer group protocol; the headers are written by hand in
+# kwire.protocol (their layout is fixed, see FORMAT.md).
+APIS = [
+    "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "FindCoordinator", "OffsetCommit",
+    "OffsetFetch", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "ListGroups", "DescribeGroups",
+    "DeleteGroups", "CreateTopics", "DeleteTopics", "CreatePartitions", "DeleteRecords", "DescribeConfigs",
+    "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "SaslHandshake",
+    "SaslAuthenticate", "DescribeCluster", "OffsetForLeaderEpoch",
+]
+DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
+
+FIXED = {"bool": ("?", 1), "int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2), "int32": ("i", 4),
+         "uint32": ("I", 4), "int64": ("q", 8), "float64": ("d", 8)}
+
+
+# ------------------------------------------------------------------ loading
+def strip_comments(text: str) -> str:
+    """Remove // comments outside of strings."""
+    out, i, n, in_str = [], 0, len(text), False
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif c == "/" and text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def load(name: str) -> Dict[str, Any]:
+    with open(os.path.join(DEFS, name + ".json"), encoding="utf-8") as f:
+        return json.loads(strip_comments(f.read()))
+
+
+def versions(spec: Optional[str], hi: int = 10**6) -> Tuple[int, int]:
+    """(lo, hi) of a version spec; (1, 0) (empty) for none/absent."""
+    if spec is None or spec == "none":
+        return (1, 0)
+    if spec.endswith("+"):
+        return (int(spec[:-1]), hi)
+    if "-" in spec:
+        a, b = spec.split("-")
+        return (int(a), int(b))
+    return (int(spec), int(spec))
+
+
+def within(v: int, r: Tuple[int, int]) -> bool:
+    return r[0] <= v <= r[1]
+
+
+def snake(name: str) -> str:
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
+    return s.lower()
+
+
+# ------------------------------------------------------------------- model
+class Field:
+    def __init__(self, d: Dict[str, Any], structs: Dict[str, "Struct"], owner: str) -> None:
+        self.name = d["name"]
+        self.attr = snake(self.name)
+        self.type = d["type"]
+        self.versions = versions(d.get("versions"))
+        self.nullable = versions(d.get("nullableVersions"))
+        self.tagged = versions(d.get("taggedVersions"))
+        self.tag = d.get("tag")
+        self.ignorable = bool(d.get("ignorable", False))
+        self.default_raw = d.get("default")
+        self.is_array = self.type.startswith("[]")
+        self.elem = self.type[2:] if self.is_array else self.type
+        self.struct: Optional[Struct] = None
+        if self.elem not in FIXED and self.elem not in ("string", "bytes", "records", "uuid"):
+            if "fields" in d:
+                self.struct = Struct(self.elem, d["fields"], structs, d.get("versions"))
+                structs[self.elem] = self.struct
+            else:
+                self.struct = structs.get(self.elem)   # a commonStruct, resolved later if needed
+                self.struct_name = self.elem
+
+    def default_expr(self) -> str:
+        raw = self.default_raw
+        if self.is_array:
+            return "None" if raw == "null" else "[]"
+        t = self.elem
+        if raw == "null":
+            return "None"
+        if self.struct is not None:
+            return f"{self.msg_name}.{self.struct.name}()"
+        if t == "bool":
+            return "True" if raw in (True, "true") else "False"
+        if t in FIXED:
+            if raw is None or raw == "":
+                return "0.0" if t == "float64" else "0"
+            s = str(raw)
+            return repr(float(s)) if t == "float64" else str(int(s, 0))
+        if t == "string":
+            return repr("" if raw is None else str(raw))
+        if t == "uuid":
+            return "ZERO_UUID"
+        if t in ("bytes", "records"):
+            return "b''" if raw is None else repr(str(raw).encode())
+        raise ValueError(t)
+
+    def mutable_default(self) -> bool:
+        return self.default_expr() in ("[]",) or (self.struct is not None and not self.is_array and self.default_raw != "null")
+
+
+class Struct:
+    def __init__(self, name: str, fields: List[Dict[str, Any]], structs: Dict[str, "Struct"], vspec: Optional[str]) -> None:
+        self.name = name
+        self.versions = versions(vspec or "0+")
+        self.fields = [Field(f, structs, name) for f in fields]
+
+
+def resolve_common(st: Struct, structs: Dict[str, Struct]) -> None:
+    for f in st.fields:
+        if f.struct is None and f.elem not in FIXED and f.elem not in ("string", "bytes", "records", "uuid"):
+            f.struct = structs[f.elem]
+        if f.struct is not None:
+            resolve_common(f.struct, structs)
+
+
+class Message:
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.name = d["name"]
+        self.kind = d["type"]
+        self.api_key = d.get("apiKey")
+        self.valid = versions(d["validVersions"])
+        self.flexible = versions(d.get("flexibleVersions"))
+        self.structs: Dict[str, Struct] = {}
+        for cs in d.get("commonStructs", []):
+            self.structs[cs["name"]] = Struct(cs["name"], cs["fields"], self.structs, cs.get("versions"))
+        self.root = Struct(self.name, d["fields"], self.structs, d["validVersions"])
+        for s in list(self.structs.values()):
+            resolve_common(s, self.structs)
+        resolve_common(self.root, self.structs)
+        for st in [self.root, *self.structs.values()]:
+            for f in st.fields:
+                f.msg_name = self.name
+
+
+# --------------------------------------------------------------- codegen
+class Gen:
+    def __init__(self) -> None:
+        self.structs_fmt: Dict[str, str] = {}     # struct format -> name
+        self.lines: List[str] = []
+        self.bodies: Dict[str, str] = {}          # function text -> name (dedupe)
+        self.funcs: List[str] = []
+
+    def fmt(self, f: str) -> str:
+        if f not in self.structs_fmt:
+            self.structs_fmt[f] = f"_S{len(self.structs_fmt)}"
+        return self.structs_fmt[f]
+
+    def add_func(self, prefix: str, params: str, body: List[str]) -> str:
+        text = "\n".join(body)
+        key = params + "\n" + text
+        if key in self.bodies:
+            return self.bodies[key]
+        name = f"{prefix}_{len(self.bodies)}"
+        self.bodies[key] = name
+        self.funcs.append(f"def {name}({params}):\n" + ("\n".join(body) if body else "    pass"))
+        return name
+
+    # ---- decode
+    def dec_struct(self, msg: Message, st: Struct, cls: str, v: int) -> str:
+        """Name of a function ``(buf, pos, end) -> (obj, pos)`` for ``st`` at ``v``."""
+        flex = within(v, msg.flexible)
+        body = [f"    o = {cls}.__new__({cls})"]
+        fixed: List[Tuple[str, str]] = []      # (attr, fmt char) pending
+        assigned = set()
+
+        def flush() -> None:
+            if not fixed:
+                return
+            fmt = ">" + "".join(c for _, c in fixed)
+            size = sum(FIXED_SIZES[c] for _, c in fixed)
+            s = self.fmt(fmt)
+            targets = ", ".join(f"o.{a}" for a, _ in fixed)
+            if len(fixed) == 1:
+                targets += ","
+            body.append(f"    if pos + {size} > end: _short()")
+            body.append(f"    {targets} = {s}.unpack_from(buf, pos)")
+            body.append(f"    pos += {size}")
+            fixed.clear()
+
+        tagged = []
+        for f in st.fields:
+            if not within(v, f.versions):
+                continue
+            if flex and within(v, f.tagged):
+                tagged.append(f)
+                continue
+            if not f.is_array and f.elem in FIXED:
+                fixed.append((f.attr, FIXED[f.elem][0]))
+                assigned.add(f.attr)
+                continue
+            flush()
+            body.append(f"    o.{f.attr}, pos = {self.dec_value(msg, f, v, flex)}(buf, pos, end)")
+            assigned.add(f.attr)
+        flush()
+        # absent and tagged fields take their defaults
+        for f in st.fields:
+            if f.attr not in assigned:
+                body.append(f"    o.{f.attr} = {f.default_expr()}")
+        if flex:
+            if tagged:
+                cases = []
+                for f in tagged:
+                    cases.append((f.tag, f"{self.dec_value(msg, f, v, flex)}"))
+                body.append("    n, pos = _uvarint(buf, pos, end)")
+                body.append("    unknown = None")
+                body.append("    for _ in range(n):")
+                body.append("        tag, pos = _uvarint(buf, pos, end)")
+                body.append("        size, pos = _uvarint(buf, pos, end)")
+                body.append("        stop = pos + size")
+                body.append("        if stop > end: _short()")
+                first = True
+                for tag, fn in cases:
+                    attr = next(f.attr for f in tagged if f.tag == tag)
+                    body.append(f"        {'if' if first else 'elif'} tag == {tag}:")
+                    body.append(f"            o.{attr}, p2 = {fn}(buf, pos, stop)")
+                    body.append("            if p2 != stop: _bad('tagged field size mismatch')")
+                    first = False
+                body.append("        else:" if cases else "        if True:")
+                body.append("            if unknown is None: unknown = {}")
+                body.append("            unknown[tag] = bytes(buf[pos:stop])")
+                body.append("        pos = stop")
+                body.append("    o.unknown_tags = unknown")
+            else:
+                body.append("    o.unknown_tags, pos = _tags(buf, pos, end)")
+        else:
+            body.append("    o.unknown_tags = None")
+        body.append("    return o, pos")
+        return self.add_func("_d", "buf, pos, end", body)
+
+    def dec_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
+        nullable = within(v, f.nullable)
+        if f.is_array:
+            inner = self.dec_elem(msg, f, v, flex)
+            return self.add_func("_da", "buf, pos, end", [
+                f"    return _array(buf, pos, end, {inner}, {flex}, {nullable}, {self.min_size(f, v, flex)})"])
+        return self.dec_elem(msg, f, v, flex, nullable)
+
+    def dec_elem(self, msg: Message, f: Field, v: int, flex: bool, nullable: bool = False) -> str:
+        t = f.elem
+        if f.struct is not None:
+            return self.dec_struct(msg, f.struct, f"{msg.name}.{f.struct.name}" if f.struct.name != msg.name else msg.name, v)
+        if t in FIXED:
+            return f"_fx_{t}"
+        if t == "string":
+            return f"_str_{'c' if flex else 'k'}{'n' if nullable else ''}"
+        if t in ("bytes", "records"):
+            return f"_bytes_{'c' if flex else 'k'}{'n' if nullable else ''}"
+        if t == "uuid":
+            return "_uuid"
+        raise ValueError(t)
+
+    def min_size(self, f: Field, v: int, flex: bool) -> int:
+        t = f.elem
+        if f.struct is not None:
+            total = 1 if flex else 0
+            for g in f.struct.fields:
+                if within(v, g.versions) and not (flex and within(v, g.tagged)):
+                    total += self.min_size(g, v, flex) if not g.is_array else (1 if flex else 4)
+            return max(total, 1)
+        if t in FIXED:
+            return FIXED[t][1]
+        if t == "uuid":
+            return 16
+        return 1 if flex else (2 if t == "string" else 4)
+
+    # ---- encode
+    def enc_struct(self, msg: Message, st: Struct, v: int) -> str:
+        """Name of a function ``(o, out, chunks)`` writing ``st`` at ``v``
+        into bytearray ``out`` (records go to ``chunks`` as they are)."""
+        flex = within(v, msg.flexible)
+        body: List[str] = []
+        fixed: List[Tuple[str, str]] = []
+
+        def flush() -> None:
+            if not fixed:
+                return
+            fmt = ">" + "".join(c for _, c in fixed)
+            s = self.fmt(fmt)
+            body.append(f"    out += {s}.pack({', '.join('o.' + a for a, _ in fixed)})")
+            fixed.clear()
+
+        tagged = []
+        for f in st.fields:
+            if not within(v, f.versions):
+                if not f.ignorable:
+                    body.append(f"    if o.{f.attr} != {f.default_expr()}: _absent({st.name!r}, {f.attr!r}, {v})")
+                continue
+            if flex and within(v, f.tagged):
+                tagged.append(f)
+                continue
+            if not f.is_array and f.elem in FIXED:
+                fixed.append((f.attr, FIXED[f.elem][0]))
+                continue
+            flush()
+            body.append(f"    {self.enc_value(msg, f, v, flex)}(o.{f.attr}, out, chunks)")
+        flush()
+        if flex:
+            if tagged:
+                body.append("    tags = []")
+                for f in sorted(tagged, key=lambda f: f.tag):
+                    fn = self.enc_value(msg, f, v, flex)
+                    body.append(f"    if o.{f.attr} != {f.default_expr()}:")
+                    body.append("        b = bytearray()")
+                    body.append(f"        {fn}(o.{f.attr}, b, None)")
+                    body.append(f"        tags.append(({f.tag}, b))")
+                body.append("    _put_tags(out, tags, o.unknown_tags)")
+            else:
+                body.append("    _put_tags(out, None, o.unknown_tags)")
+        return self.add_func("_e", "o, out, chunks", body)
+
+    def enc_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
+        nullable = within(v, f.nullable)
+        if f.is_array:
+            inner = self.enc_elem(msg, f, v, flex)
+            return self.add_func("_ea", "x, out, chunks", [
+                f"    _put_array(x, out, chunks, {inner}, {flex}, {nullable})"])
+        return self.enc_elem(msg, f, v, flex, nullable)
+
+    def enc_elem(self, msg: Message, f: Field, v: int, flex: bool, nullable: bool = False) -> str:
+        t = f.elem
+        if f.struct is not None:
+            return self.enc_struct(msg, f.struct, v)
+        if t in FIXED:
+            return f"_pfx_{t}"
+        if t == "string":
+            return f"_put_str_{'c' if flex else 'k'}{'n' if nullable else ''}"
+        if t == "bytes":
+            return f"_put_bytes_{'c' if flex else 'k'}{'n' if nullable else ''}"
+        if t == "records":
+            return f"_put_records_{'c' if flex else 'k'}"
+        if t == "uuid":
+            return "_put_uuid"
+        raise ValueError(t)
+
+
+FIXED_SIZES = {c: n for c, n in FIXED.values()}
+
+
+def class_source(msg: Message, st: Struct, indent: str, nested: List[Struct]) -> List[str]:
+    lines = [f"{indent}class {st.name}(_Message):"]
+    attrs = [f.attr for f in st.fields]
+    lines.append(f"{indent}    __slots__ = {tuple(attrs + ['unknown_tags'])!r}")
+    lines.append(f"{indent}    _FIELDS = {tuple(attrs)!r}")
+    for sub in nested:
+        lines += class_source(msg, sub, indent + "    ", [])
+    params = []
+    assigns = []
+    for f in st.fields:
+        if f.mutable_default():
+            params.append(f"{f.attr}=_UNSET")
+            assigns.append(f"{indent}        self.{f.attr} = {f.default_expr()} if {f.attr} is _UNSET else {f.attr}")
+        else:
+            params.append(f"{f.attr}={f.default_expr()}")
+            assigns.append(f"{indent}        self.{f.attr} = {f.attr}")
+    sig = ", ".join(["self", "*"] + params + ["unknown_tags=None"]) if params else "self, *, unknown_tags=None"
+    lines.append(f"{indent}    def __init__({sig}):")
+    lines += assigns
+    lines.append(f"{indent}        self.unknown_tags = unknown_tags")
+    return lines
+
+
+def struct_tree(msg: Message) -> List[Struct]:
+    """Every struct used by the message (nested ones), in first-use order."""
+    seen: Dict[str, Struct] = {}
+
+    def walk(st: Struct) -> None:
+        for f in st.fields:
+            if f.struct is not None and f.struct.name not in seen and f.struct.name != msg.name:
+                seen[f.struct.name] = f.struct
+                walk(f.struct)
+
+    walk(msg.root)
+    return list(seen.values())
+
+
+def generate() -> str:
+    gen = Gen()
+    messages: List[Message] = []
+    for stem in APIS:
+        for kind in ("Request", "Response"):
+            messages.append(Message(load(stem + kind)))
+    for name in DATA:
+        messages.append(Message(load(name)))
+    class_lines: List[str] = []
+    tables: List[str] = []
+    for msg in messages:
+        nested = struct_tree(msg)
+        class_lines += class_source(msg, msg.root, "", nested)
+        class_lines.append(f"{msg.name}.API_KEY = {msg.api_key!r}")
+        class_lines.append(f"{msg.name}.MIN_VERSION = {msg.valid[0]}")
+        class_lines.append(f"{msg.name}.MAX_VERSION = {msg.valid[1]}")
+        class_lines.append(f"{msg.name}.FLEXIBLE_MIN = {msg.flexible[0] if msg.flexible[0] <= msg.flexible[1] else None!r}")
+        class_lines.append("")
+        decs, encs = [], []
+        for v in range(msg.valid[0], msg.valid[1] + 1):
+            decs.append(f"{v}: {gen.dec_struct(msg, msg.root, msg.name, v)}")
+            encs.append(f"{v}: {gen.enc_struct(msg, msg.root, v)}")
+        tables.append(f"{msg.name}._DECODERS = {{{', '.join(decs)}}}")
+        tables.append(f"{msg.name}._ENCODERS = {{{', '.join(encs)}}}")
+    head = [
+        "# Generated by scripts/gen_protocol.py from Apache Kafka 4.3's message definitions",
+        "# (scripts/kafka-protocol/message). Do not edit: run `python scripts/gen_protocol.py`.",
+        "# flake8: noqa",
+        '"""Kafka request and response messages (generated)."""',
+        "",
+        "from struct import Struct as _Struct",
+        "",
+    ]
+    body_text = "\n".join(class_lines + gen.funcs)
+    used = sorted(set(re.findall(r"\b(_(?:fx|str|bytes|put|pfx|uuid|short|bad|absent|uvarint|tags|array|Message|UNSET)\w*|ZERO_UUID)\b", body_text)))
+    used = [u for u in used if not re.match(r"_(?:d|da|e|ea)_\d+$", u)]
+    head.append("from kwire.protocol._wire import (")
+    head += [f"    {u}," for u in used]
+    head += [")", ""]
+    for fmt, name in gen.structs_fmt.items():
+        head.append(f"{name} = _Struct({fmt!r})")
+    head.append("")
+    apis = {}
+    for msg in messages:
+        if msg.api_key is not None:
+            apis.setdefault(msg.api_key, {})[msg.kind] = msg.name
+    registry = ["", "APIS = {"]
+    for key in sorted(apis):
+        registry.append(f"    {key}: ({apis[key]['request']}, {apis[key]['response']}),")
+    registry.append("}")
+    registry.append("MESSAGES = {c.__name__: c for c in (" + ", ".join(m.name for m in messages) + ")}")
+    return "\n".join(head + class_lines + [""] + gen.funcs + [""] + tables + registry) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if the checked-in module differs")
+    args = p.parse_args(argv)
+    text = generate()
+    if args.check:
+        try:
+            with open(OUT, encoding="utf-8") as f:
+                current = f.read()
+        except FileNotFoundError:
+            current = ""
+        if current != text:
+            print(f"{os.path.relpath(OUT, ROOT)} is stale: run python scripts/gen_protocol.py", file=sys.stderr)
+            return 1
+        return 0
+    with open(OUT, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {os.path.relpath(OUT, ROOT)} ({text.count(chr(10))} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
