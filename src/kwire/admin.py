@@ -109,7 +109,7 @@ class Admin:
             return cls(
                 topics=[cls.CreatableTopic(
                     name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
-                    assignments=[], configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                    assignments=[], configs=[cls.CreatableTopicConfig(name=k, value=v)
                                              for k, v in (t.configs or {}).items()])
                         for t in topics],
                 timeout_ms=ms, validate_only=validate_only)
@@ -228,7 +228,7 @@ class Admin:
         for node, parts in by_node.items():
             topics: Dict[str, List[Any]] = collections.defaultdict(list)
             for tp, off in parts.items():
-                topics[tp.topic].append(cls.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=tp.partition, offset=off))
+                topics[tp.topic].append(cls.DeleteRecordsPartition(partition_index=tp.partition, offset=off))
             client.wait_ready(node, deadline)
             futures.append(client.send(node, cls(
                 topics=[cls.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],

@@ -433,7 +433,7 @@ class Client:
         if self._closed:
             return
         for conn in list(self._conns.values()):
-            conn.close(ConnectionLostError("client closed"))
+            conn.close(ConnectionLostError("client closed"), quiet=True)
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()

@@ -222,7 +222,7 @@ class Consumer:
         cls = protocol.message("ListOffsetsRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
         for tp, ts in parts.items():
-            topics[tp.topic].append(cls.ListOffsetsTopic.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
+            topics[tp.topic].append(cls.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
         return cls(replica_id=-1, isolation_level=1 if self._read_committed else 0,
                    topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
                    timeout_ms=self.cfg["request_timeout_ms"])
@@ -250,7 +250,7 @@ class Consumer:
         cls = protocol.message("FetchRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
         for tp in tps:
-            topics[tp.topic].append(cls.FetchTopic.FetchPartition(
+            topics[tp.topic].append(cls.FetchPartition(
                 partition=tp.partition, fetch_offset=self._states[tp].position,
                 partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
         ids = self._client.cluster.topic_ids

@@ -27,6 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from kwire import protocol
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
+from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import SaslAuthenticationError, mechanism_for
 
 __all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "ssl_context_from_config"]
@@ -41,7 +42,6 @@ MAX_FRAME = 1 << 30          # a response larger than 1 GiB is taken as garbage
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
-UNSUPPORTED_VERSION = 35
 
 
 class ConnectionLostError(KwireError):
@@ -221,12 +221,13 @@ class Connection:
                     f"request {protocol.api_name(first.api_key)} v{first.version} to node {self.node_id} got no "
                     f"response within {self._timeout:.1f} s"))
 
-    def close(self, error: Optional[BaseException] = None) -> None:
-        """Close the socket and fail what is in flight or waiting."""
+    def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
+        """Close the socket and fail what is in flight or waiting with
+        ``error`` (logged unless ``quiet``: an orderly close)."""
         if self.state == "closed":
             return
         self.error = error or ConnectionLostError(f"connection to node {self.node_id} closed")
-        if error is not None:
+        if error is not None and not quiet:
             log.info("node %s (%s:%s): %s", self.node_id, self.host, self.port, error)
         if self.sock is not None:
             try:
@@ -300,13 +301,9 @@ class Connection:
             return                                   # the connection is already closing
         resp = fut.value
         ranges = {k.api_key: (k.min_version, k.max_version) for k in (resp.api_keys or [])}
-        if resp.error_code == UNSUPPORTED_VERSION:
-            lo, hi = ranges.get(API_VERSIONS, (0, 0))
-            retry = min(hi, version - 1)
-            if retry >= 0 and retry != version and retry >= lo:
-                self._api_versions(retry)
-                return
-            self.close(ConnectionLostError(f"node {self.node_id} supports no ApiVersions version kwire speaks"))
+        retry = apiversions_retry_version(resp.error_code, ranges, version)
+        if retry is not None:
+            self._api_versions(retry)
             return
         if resp.error_code:
             self.close(protocol.error_for(resp.error_code, api="ApiVersions"))

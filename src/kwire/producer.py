@@ -490,7 +490,7 @@ class Producer:
         with self._lock:
             for b in batches:
                 b.attempts += 1
-                topics[b.topic].append(cls.TopicProduceData.PartitionProduceData(
+                topics[b.topic].append(cls.PartitionProduceData(
                     index=b.partition, records=self._payload(b)))
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 0) + 1

@@ -144,9 +144,10 @@ def no_common_version(api_key: int, broker_range: Optional[Tuple[int, int]]) -> 
     return NoCommonVersionError(f"no common version of {name}: kwire speaks {ours[0]}-{ours[1]}, the broker {theirs}")
 
 
-def error_for(code: int, api: Optional[str] = None, **context: Any) -> BaseException:
-    """The exception for a Kafka error code, with context (topic, partition,
-    the broker's message)."""
-    from kwire import errors
+def error_for(code: int, api: Optional[str] = None, *, topic: Optional[str] = None,
+              partition: Optional[int] = None, message: Optional[str] = None) -> BaseException:
+    """The exception for a Kafka error code, located (API, topic, partition)
+    and carrying the broker's own message when it sent one."""
+    from kwire.errors import error_for_code
 
-    return errors.error_for_code(code)(api=api, **context)
+    return error_for_code(code)(message, api=api, topic=topic, partition=partition)
