@@ -44,6 +44,8 @@ with warnings.catch_warnings():
     import kafka.record.memory_records as kp_memory
     from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from support.wire import recv_exact
+
 from .helpers import CODECS, LEGACY_CODECS, as_tuples, columnar_tuples
 
 CODEC_IDS = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -393,18 +395,8 @@ def kafka_call(sock: socket.socket, request, response_class, version: int, corre
     request.API_VERSION = version
     request.with_header(correlation_id=correlation_id, client_id="kwire-interop")
     sock.sendall(request.encode(header=True, framed=True))
-
-    def recv_exact(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            buf += chunk
-        return bytes(buf)
-
-    (size,) = struct.unpack(">i", recv_exact(4))
-    response = response_class.decode(recv_exact(size), version=version, header=True)
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    response = response_class.decode(recv_exact(sock, size), version=version, header=True)
     assert response.header.correlation_id == correlation_id
     return response
 

@@ -123,6 +123,13 @@ def decode_response(frame: Any, response_cls: Type[Any], version: int) -> Tuple[
             _, pos = _tags(buf, pos, len(buf))
         except (_Short, _Bad, IndexError) as e:
             raise ProtocolError(f"bad response header: {e}", name, version) from None
+    if response_cls.API_KEY == API_VERSIONS and version > 0 and len(buf) >= pos + 2 and buf[pos:pos + 2] != b"\0\0":
+        # a broker that does not know the version asked for answers with a v0
+        # body (error UNSUPPORTED_VERSION and the versions it does know)
+        try:
+            return corr, response_cls.decode(buf, 0, pos)
+        except ProtocolError:
+            pass
     return corr, response_cls.decode(buf, version, pos)
 
 
