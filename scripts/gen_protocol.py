@@ -187,6 +187,12 @@ class Gen:
         self.lines: List[str] = []
         self.bodies: Dict[str, str] = {}          # function text -> name (dedupe)
         self.funcs: List[str] = []
+        self.classes: Dict[str, str] = {}         # qualified class name -> module constant
+
+    def cls_const(self, qual: str) -> str:
+        if qual not in self.classes:
+            self.classes[qual] = f"_C{len(self.classes)}"
+        return self.classes[qual]
 
     def fmt(self, f: str) -> str:
         if f not in self.structs_fmt:
@@ -207,7 +213,8 @@ class Gen:
     def dec_struct(self, msg: Message, st: Struct, cls: str, v: int) -> str:
         """Name of a function ``(buf, pos, end) -> (obj, pos)`` for ``st`` at ``v``."""
         flex = within(v, msg.flexible)
-        body = [f"    o = {cls}.__new__({cls})"]
+        c = self.cls_const(cls)
+        body = [f"    o = {c}.__new__({c})"]
         fixed: List[Tuple[str, str]] = []      # (attr, fmt char) pending
         assigned = set()
 
@@ -237,14 +244,46 @@ class Gen:
                 assigned.add(f.attr)
                 continue
             flush()
-            body.append(f"    o.{f.attr}, pos = {self.dec_value(msg, f, v, flex)}(buf, pos, end)")
             assigned.add(f.attr)
+            if f.is_array:
+                nullable = within(v, f.nullable)
+                inner = self.dec_elem(msg, f, v, flex)
+                if flex:
+                    body.append("    if pos >= end: _short()")
+                    body.append("    n = buf[pos] - 1")
+                    body.append("    if n < 0x7f: pos += 1")
+                    body.append("    else: n, pos = _len_c(buf, pos, end)")
+                else:
+                    body.append("    if pos + 4 > end: _short()")
+                    body.append("    n = _i32.unpack_from(buf, pos)[0]")
+                    body.append("    pos += 4")
+                body.append("    if n > 0:")
+                body.append(f"        o.{f.attr}, pos = _array_n(buf, pos, end, {inner}, n, {self.min_size(f, v, flex)})")
+                body.append("    elif n == 0:")
+                body.append(f"        o.{f.attr} = []")
+                body.append("    else:")
+                body.append(f"        o.{f.attr} = _null(n, {nullable})")
+                continue
+            if flex and not f.is_array and f.elem in ("bytes", "records"):
+                # inlined: a compact length of one byte, then a view
+                nullable = within(v, f.nullable)
+                body.append("    if pos >= end: _short()")
+                body.append("    n = buf[pos] - 1")
+                body.append("    if n < 0x7f: pos += 1")
+                body.append("    else: n, pos = _len_c(buf, pos, end)")
+                body.append(f"    o.{f.attr}, pos = _take_bytes(buf, pos, end, n, {nullable})")
+                continue
+            body.append(f"    o.{f.attr}, pos = {self.dec_value(msg, f, v, flex)}(buf, pos, end)")
         flush()
         # absent and tagged fields take their defaults
         for f in st.fields:
             if f.attr not in assigned:
-                body.append(f"    o.{f.attr} = {f.default_expr()}")
+                body += self.default_lines(f, "o", "    ")
         if flex:
+            body.append("    if pos < end and buf[pos] == 0:")
+            body.append("        pos += 1")
+            body.append("        o.unknown_tags = None")
+            body.append("        return o, pos")
             if tagged:
                 cases = []
                 for f in tagged:
@@ -274,6 +313,27 @@ class Gen:
             body.append("    o.unknown_tags = None")
         body.append("    return o, pos")
         return self.add_func("_d", "buf, pos, end", body)
+
+    def default_lines(self, f: Field, target: str, indent: str, depth: int = 0) -> List[str]:
+        """Statements setting ``target.attr`` to ``f``'s default; a struct
+        default is built in place (no constructor call)."""
+        if f.struct is not None and not f.is_array and f.default_raw != "null":
+            c = self.cls_const(f"{f.msg_name}.{f.struct.name}")
+            d = f"d{depth}"
+            lines = [f"{indent}{d} = {c}.__new__({c})"]
+            for g in f.struct.fields:
+                lines += self.default_lines(g, d, indent, depth + 1)
+            lines.append(f"{indent}{d}.unknown_tags = None")
+            lines.append(f"{indent}{target}.{f.attr} = {d}")
+            return lines
+        return [f"{indent}{target}.{f.attr} = {f.default_expr()}"]
+
+    def default_value(self, f: Field) -> str:
+        """The default of ``f`` as an expression (struct classes through
+        module constants, not attribute lookups)."""
+        if f.struct is not None and not f.is_array and f.default_raw != "null":
+            return f"{self.cls_const(f'{f.msg_name}.{f.struct.name}')}()"
+        return f.default_expr()
 
     def dec_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
         nullable = within(v, f.nullable)
@@ -455,7 +515,7 @@ def generate() -> str:
         "",
     ]
     body_text = "\n".join(class_lines + gen.funcs)
-    used = sorted(set(re.findall(r"\b(_(?:fx|str|bytes|put|pfx|uuid|short|bad|absent|uvarint|tags|array|Message|UNSET)\w*|ZERO_UUID)\b", body_text)))
+    used = sorted(set(re.findall(r"\b(_(?:fx|str|bytes|put|pfx|uuid|short|bad|absent|uvarint|tags|array|Message|UNSET|len_c|take_bytes|null|i32)\w*|ZERO_UUID)\b", body_text)))
     used = [u for u in used if not re.match(r"_(?:d|da|e|ea)_\d+$", u)]
     head.append("from kwire.protocol._wire import (")
     head += [f"    {u}," for u in used]
@@ -472,7 +532,8 @@ def generate() -> str:
         registry.append(f"    {key}: ({apis[key]['request']}, {apis[key]['response']}),")
     registry.append("}")
     registry.append("MESSAGES = {c.__name__: c for c in (" + ", ".join(m.name for m in messages) + ")}")
-    return "\n".join(head + class_lines + [""] + gen.funcs + [""] + tables + registry) + "\n"
+    consts = [f"{name} = {qual}" for qual, name in gen.classes.items()]
+    return "\n".join(head + class_lines + [""] + consts + [""] + gen.funcs + [""] + tables + registry) + "\n"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -286,10 +286,13 @@ def _array(buf, pos, end, elem, flex, nullable, min_size):
         n, pos = _len_c(buf, pos, end)
     else:
         n, pos = _len_k32(buf, pos, end)
-    if n < 0:
-        if n == -1 and nullable:
-            return None, pos
-        _bad("invalid array length" if n < -1 else "null array where none is allowed")
+    if n > 0:
+        return _array_n(buf, pos, end, elem, n, min_size)
+    return ([] if n == 0 else _null(n, nullable)), pos
+
+
+def _array_n(buf, pos, end, elem, n, min_size):
+    """``n`` (> 0) elements, after the count was read."""
     if n * min_size > end - pos:
         _bad(f"array of {n} elements cannot fit in the {end - pos} bytes left")
     out = []
@@ -298,6 +301,13 @@ def _array(buf, pos, end, elem, flex, nullable, min_size):
         v, pos = elem(buf, pos, end)
         append(v)
     return out, pos
+
+
+def _null(n, nullable):
+    """The value of an array whose count is negative: None, if allowed."""
+    if n == -1 and nullable:
+        return None
+    _bad("invalid array length" if n < -1 else "null array where none is allowed")
 
 
 def _tags(buf, pos, end):

@@ -11,15 +11,17 @@ from kwire.protocol._wire import (
     _UNSET,
     _absent,
     _array,
+    _array_n,
     _bad,
-    _bytes_c,
-    _bytes_cn,
     _bytes_k,
     _bytes_kn,
     _fx_bool,
     _fx_int16,
     _fx_int32,
     _fx_int64,
+    _i32,
+    _len_c,
+    _null,
     _pfx_bool,
     _pfx_int16,
     _pfx_int32,
@@ -42,6 +44,7 @@ from kwire.protocol._wire import (
     _str_k,
     _str_kn,
     _tags,
+    _take_bytes,
     _uuid,
     _uvarint,
 )
@@ -1637,8 +1640,154 @@ ConsumerProtocolAssignment.MAX_VERSION = 3
 ConsumerProtocolAssignment.FLEXIBLE_MIN = None
 
 
+_C0 = ApiVersionsRequest
+_C1 = ApiVersionsResponse
+_C2 = ApiVersionsResponse.ApiVersion
+_C3 = ApiVersionsResponse.SupportedFeatureKey
+_C4 = ApiVersionsResponse.FinalizedFeatureKey
+_C5 = MetadataRequest
+_C6 = MetadataRequest.MetadataRequestTopic
+_C7 = MetadataResponse
+_C8 = MetadataResponse.MetadataResponseBroker
+_C9 = MetadataResponse.MetadataResponseTopic
+_C10 = MetadataResponse.MetadataResponsePartition
+_C11 = ProduceRequest
+_C12 = ProduceRequest.TopicProduceData
+_C13 = ProduceRequest.PartitionProduceData
+_C14 = ProduceResponse
+_C15 = ProduceResponse.TopicProduceResponse
+_C16 = ProduceResponse.PartitionProduceResponse
+_C17 = ProduceResponse.LeaderIdAndEpoch
+_C18 = ProduceResponse.BatchIndexAndErrorMessage
+_C19 = ProduceResponse.NodeEndpoint
+_C20 = FetchRequest
+_C21 = FetchRequest.FetchTopic
+_C22 = FetchRequest.FetchPartition
+_C23 = FetchRequest.ReplicaState
+_C24 = FetchRequest.ForgottenTopic
+_C25 = FetchResponse
+_C26 = FetchResponse.FetchableTopicResponse
+_C27 = FetchResponse.PartitionData
+_C28 = FetchResponse.AbortedTransaction
+_C29 = FetchResponse.EpochEndOffset
+_C30 = FetchResponse.LeaderIdAndEpoch
+_C31 = FetchResponse.SnapshotId
+_C32 = FetchResponse.NodeEndpoint
+_C33 = ListOffsetsRequest
+_C34 = ListOffsetsRequest.ListOffsetsTopic
+_C35 = ListOffsetsRequest.ListOffsetsPartition
+_C36 = ListOffsetsResponse
+_C37 = ListOffsetsResponse.ListOffsetsTopicResponse
+_C38 = ListOffsetsResponse.ListOffsetsPartitionResponse
+_C39 = FindCoordinatorRequest
+_C40 = FindCoordinatorResponse
+_C41 = FindCoordinatorResponse.Coordinator
+_C42 = OffsetCommitRequest
+_C43 = OffsetCommitRequest.OffsetCommitRequestTopic
+_C44 = OffsetCommitRequest.OffsetCommitRequestPartition
+_C45 = OffsetCommitResponse
+_C46 = OffsetCommitResponse.OffsetCommitResponseTopic
+_C47 = OffsetCommitResponse.OffsetCommitResponsePartition
+_C48 = OffsetFetchRequest
+_C49 = OffsetFetchRequest.OffsetFetchRequestTopic
+_C50 = OffsetFetchRequest.OffsetFetchRequestGroup
+_C51 = OffsetFetchRequest.OffsetFetchRequestTopics
+_C52 = OffsetFetchResponse
+_C53 = OffsetFetchResponse.OffsetFetchResponseTopic
+_C54 = OffsetFetchResponse.OffsetFetchResponsePartition
+_C55 = OffsetFetchResponse.OffsetFetchResponseGroup
+_C56 = OffsetFetchResponse.OffsetFetchResponseTopics
+_C57 = OffsetFetchResponse.OffsetFetchResponsePartitions
+_C58 = JoinGroupRequest
+_C59 = JoinGroupRequest.JoinGroupRequestProtocol
+_C60 = JoinGroupResponse
+_C61 = JoinGroupResponse.JoinGroupResponseMember
+_C62 = SyncGroupRequest
+_C63 = SyncGroupRequest.SyncGroupRequestAssignment
+_C64 = SyncGroupResponse
+_C65 = HeartbeatRequest
+_C66 = HeartbeatResponse
+_C67 = LeaveGroupRequest
+_C68 = LeaveGroupRequest.MemberIdentity
+_C69 = LeaveGroupResponse
+_C70 = LeaveGroupResponse.MemberResponse
+_C71 = ListGroupsRequest
+_C72 = ListGroupsResponse
+_C73 = ListGroupsResponse.ListedGroup
+_C74 = DescribeGroupsRequest
+_C75 = DescribeGroupsResponse
+_C76 = DescribeGroupsResponse.DescribedGroup
+_C77 = DescribeGroupsResponse.DescribedGroupMember
+_C78 = DeleteGroupsRequest
+_C79 = DeleteGroupsResponse
+_C80 = DeleteGroupsResponse.DeletableGroupResult
+_C81 = CreateTopicsRequest
+_C82 = CreateTopicsRequest.CreatableTopic
+_C83 = CreateTopicsRequest.CreatableReplicaAssignment
+_C84 = CreateTopicsRequest.CreatableTopicConfig
+_C85 = CreateTopicsResponse
+_C86 = CreateTopicsResponse.CreatableTopicResult
+_C87 = CreateTopicsResponse.CreatableTopicConfigs
+_C88 = DeleteTopicsRequest
+_C89 = DeleteTopicsRequest.DeleteTopicState
+_C90 = DeleteTopicsResponse
+_C91 = DeleteTopicsResponse.DeletableTopicResult
+_C92 = CreatePartitionsRequest
+_C93 = CreatePartitionsRequest.CreatePartitionsTopic
+_C94 = CreatePartitionsRequest.CreatePartitionsAssignment
+_C95 = CreatePartitionsResponse
+_C96 = CreatePartitionsResponse.CreatePartitionsTopicResult
+_C97 = DeleteRecordsRequest
+_C98 = DeleteRecordsRequest.DeleteRecordsTopic
+_C99 = DeleteRecordsRequest.DeleteRecordsPartition
+_C100 = DeleteRecordsResponse
+_C101 = DeleteRecordsResponse.DeleteRecordsTopicResult
+_C102 = DeleteRecordsResponse.DeleteRecordsPartitionResult
+_C103 = DescribeConfigsRequest
+_C104 = DescribeConfigsRequest.DescribeConfigsResource
+_C105 = DescribeConfigsResponse
+_C106 = DescribeConfigsResponse.DescribeConfigsResult
+_C107 = DescribeConfigsResponse.DescribeConfigsResourceResult
+_C108 = DescribeConfigsResponse.DescribeConfigsSynonym
+_C109 = InitProducerIdRequest
+_C110 = InitProducerIdResponse
+_C111 = AddPartitionsToTxnRequest
+_C112 = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+_C113 = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+_C114 = AddPartitionsToTxnResponse
+_C115 = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+_C116 = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
+_C117 = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+_C118 = AddOffsetsToTxnRequest
+_C119 = AddOffsetsToTxnResponse
+_C120 = EndTxnRequest
+_C121 = EndTxnResponse
+_C122 = TxnOffsetCommitRequest
+_C123 = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+_C124 = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition
+_C125 = TxnOffsetCommitResponse
+_C126 = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+_C127 = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition
+_C128 = SaslHandshakeRequest
+_C129 = SaslHandshakeResponse
+_C130 = SaslAuthenticateRequest
+_C131 = SaslAuthenticateResponse
+_C132 = DescribeClusterRequest
+_C133 = DescribeClusterResponse
+_C134 = DescribeClusterResponse.DescribeClusterBroker
+_C135 = OffsetForLeaderEpochRequest
+_C136 = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+_C137 = OffsetForLeaderEpochRequest.OffsetForLeaderPartition
+_C138 = OffsetForLeaderEpochResponse
+_C139 = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+_C140 = OffsetForLeaderEpochResponse.EpochEndOffset
+_C141 = ConsumerProtocolSubscription
+_C142 = ConsumerProtocolSubscription.TopicPartition
+_C143 = ConsumerProtocolAssignment
+_C144 = ConsumerProtocolAssignment.TopicPartition
+
 def _d_0(buf, pos, end):
-    o = ApiVersionsRequest.__new__(ApiVersionsRequest)
+    o = _C0.__new__(_C0)
     o.client_software_name = ''
     o.client_software_version = ''
     o.unknown_tags = None
@@ -1646,9 +1795,13 @@ def _d_0(buf, pos, end):
 def _e_1(o, out, chunks):
     pass
 def _d_2(buf, pos, end):
-    o = ApiVersionsRequest.__new__(ApiVersionsRequest)
+    o = _C0.__new__(_C0)
     o.client_software_name, pos = _str_c(buf, pos, end)
     o.client_software_version, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _e_3(o, out, chunks):
@@ -1656,20 +1809,26 @@ def _e_3(o, out, chunks):
     _put_str_c(o.client_software_version, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _d_4(buf, pos, end):
-    o = ApiVersionsResponse.ApiVersion.__new__(ApiVersionsResponse.ApiVersion)
+    o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
     o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _da_5(buf, pos, end):
-    return _array(buf, pos, end, _d_4, False, False, 6)
-def _d_6(buf, pos, end):
-    o = ApiVersionsResponse.__new__(ApiVersionsResponse)
+def _d_5(buf, pos, end):
+    o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    o.api_keys, pos = _da_5(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.api_keys, pos = _array_n(buf, pos, end, _d_4, n, 6)
+    elif n == 0:
+        o.api_keys = []
+    else:
+        o.api_keys = _null(n, False)
     o.throttle_time_ms = 0
     o.supported_features = []
     o.finalized_features_epoch = -1
@@ -1677,19 +1836,27 @@ def _d_6(buf, pos, end):
     o.zk_migration_ready = False
     o.unknown_tags = None
     return o, pos
-def _e_7(o, out, chunks):
+def _e_6(o, out, chunks):
     out += _S1.pack(o.api_key, o.min_version, o.max_version)
-def _ea_8(x, out, chunks):
-    _put_array(x, out, chunks, _e_7, False, False)
-def _e_9(o, out, chunks):
+def _ea_7(x, out, chunks):
+    _put_array(x, out, chunks, _e_6, False, False)
+def _e_8(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_8(o.api_keys, out, chunks)
-def _d_10(buf, pos, end):
-    o = ApiVersionsResponse.__new__(ApiVersionsResponse)
+    _ea_7(o.api_keys, out, chunks)
+def _d_9(buf, pos, end):
+    o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    o.api_keys, pos = _da_5(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.api_keys, pos = _array_n(buf, pos, end, _d_4, n, 6)
+    elif n == 0:
+        o.api_keys = []
+    else:
+        o.api_keys = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -1699,45 +1866,64 @@ def _d_10(buf, pos, end):
     o.zk_migration_ready = False
     o.unknown_tags = None
     return o, pos
-def _e_11(o, out, chunks):
+def _e_10(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_8(o.api_keys, out, chunks)
+    _ea_7(o.api_keys, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
-def _d_12(buf, pos, end):
-    o = ApiVersionsResponse.ApiVersion.__new__(ApiVersionsResponse.ApiVersion)
+def _d_11(buf, pos, end):
+    o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
     o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_13(buf, pos, end):
-    return _array(buf, pos, end, _d_12, True, False, 7)
-def _d_14(buf, pos, end):
-    o = ApiVersionsResponse.SupportedFeatureKey.__new__(ApiVersionsResponse.SupportedFeatureKey)
+def _d_12(buf, pos, end):
+    o = _C3.__new__(_C3)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.min_version, o.max_version = _S3.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _da_13(buf, pos, end):
+    return _array(buf, pos, end, _d_12, True, False, 6)
+def _d_14(buf, pos, end):
+    o = _C4.__new__(_C4)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.max_version_level, o.min_version_level = _S3.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _da_15(buf, pos, end):
     return _array(buf, pos, end, _d_14, True, False, 6)
 def _d_16(buf, pos, end):
-    o = ApiVersionsResponse.FinalizedFeatureKey.__new__(ApiVersionsResponse.FinalizedFeatureKey)
-    o.name, pos = _str_c(buf, pos, end)
-    if pos + 4 > end: _short()
-    o.max_version_level, o.min_version_level = _S3.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags, pos = _tags(buf, pos, end)
-    return o, pos
-def _da_17(buf, pos, end):
-    return _array(buf, pos, end, _d_16, True, False, 6)
-def _d_18(buf, pos, end):
-    o = ApiVersionsResponse.__new__(ApiVersionsResponse)
+    o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    o.api_keys, pos = _da_13(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.api_keys, pos = _array_n(buf, pos, end, _d_11, n, 7)
+    elif n == 0:
+        o.api_keys = []
+    else:
+        o.api_keys = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -1745,6 +1931,10 @@ def _d_18(buf, pos, end):
     o.finalized_features_epoch = -1
     o.finalized_features = []
     o.zk_migration_ready = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -1753,13 +1943,13 @@ def _d_18(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.supported_features, p2 = _da_15(buf, pos, stop)
+            o.supported_features, p2 = _da_13(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
             o.finalized_features_epoch, p2 = _fx_int64(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 2:
-            o.finalized_features, p2 = _da_17(buf, pos, stop)
+            o.finalized_features, p2 = _da_15(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 3:
             o.zk_migration_ready, p2 = _fx_bool(buf, pos, stop)
@@ -1770,31 +1960,31 @@ def _d_18(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_19(o, out, chunks):
+def _e_17(o, out, chunks):
     out += _S1.pack(o.api_key, o.min_version, o.max_version)
+    _put_tags(out, None, o.unknown_tags)
+def _ea_18(x, out, chunks):
+    _put_array(x, out, chunks, _e_17, True, False)
+def _e_19(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    out += _S3.pack(o.min_version, o.max_version)
     _put_tags(out, None, o.unknown_tags)
 def _ea_20(x, out, chunks):
     _put_array(x, out, chunks, _e_19, True, False)
 def _e_21(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    out += _S3.pack(o.min_version, o.max_version)
+    out += _S3.pack(o.max_version_level, o.min_version_level)
     _put_tags(out, None, o.unknown_tags)
 def _ea_22(x, out, chunks):
     _put_array(x, out, chunks, _e_21, True, False)
 def _e_23(o, out, chunks):
-    _put_str_c(o.name, out, chunks)
-    out += _S3.pack(o.max_version_level, o.min_version_level)
-    _put_tags(out, None, o.unknown_tags)
-def _ea_24(x, out, chunks):
-    _put_array(x, out, chunks, _e_23, True, False)
-def _e_25(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_20(o.api_keys, out, chunks)
+    _ea_18(o.api_keys, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.supported_features != []:
         b = bytearray()
-        _ea_22(o.supported_features, b, None)
+        _ea_20(o.supported_features, b, None)
         tags.append((0, b))
     if o.finalized_features_epoch != -1:
         b = bytearray()
@@ -1802,68 +1992,88 @@ def _e_25(o, out, chunks):
         tags.append((1, b))
     if o.finalized_features != []:
         b = bytearray()
-        _ea_24(o.finalized_features, b, None)
+        _ea_22(o.finalized_features, b, None)
         tags.append((2, b))
     if o.zk_migration_ready != False:
         b = bytearray()
         _pfx_bool(o.zk_migration_ready, b, None)
         tags.append((3, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_26(buf, pos, end):
-    o = MetadataRequest.MetadataRequestTopic.__new__(MetadataRequest.MetadataRequestTopic)
+def _d_24(buf, pos, end):
+    o = _C6.__new__(_C6)
     o.name, pos = _str_k(buf, pos, end)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_27(buf, pos, end):
-    return _array(buf, pos, end, _d_26, False, False, 2)
-def _d_28(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_27(buf, pos, end)
+def _d_25(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.allow_auto_topic_creation = True
     o.include_cluster_authorized_operations = False
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _e_29(o, out, chunks):
+def _e_26(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-def _ea_30(x, out, chunks):
-    _put_array(x, out, chunks, _e_29, False, False)
-def _e_31(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _ea_27(x, out, chunks):
+    _put_array(x, out, chunks, _e_26, False, False)
+def _e_28(o, out, chunks):
+    _ea_27(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 0)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 0)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 0)
-def _da_32(buf, pos, end):
-    return _array(buf, pos, end, _d_26, False, True, 2)
-def _d_33(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_32(buf, pos, end)
+def _d_29(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     o.allow_auto_topic_creation = True
     o.include_cluster_authorized_operations = False
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _ea_34(x, out, chunks):
-    _put_array(x, out, chunks, _e_29, False, True)
-def _e_35(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _ea_30(x, out, chunks):
+    _put_array(x, out, chunks, _e_26, False, True)
+def _e_31(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 1)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 1)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 1)
-def _e_36(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_32(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 2)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 2)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 2)
-def _e_37(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_33(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 3)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 3)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 3)
-def _d_38(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_32(buf, pos, end)
+def _d_34(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     if pos + 1 > end: _short()
     o.allow_auto_topic_creation, = _S4.unpack_from(buf, pos)
     pos += 1
@@ -1871,55 +2081,119 @@ def _d_38(buf, pos, end):
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _e_39(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_35(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 4)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 4)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_40(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_36(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 5)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 5)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_41(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_37(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 6)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 6)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_42(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_38(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 7)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 7)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _d_43(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_32(buf, pos, end)
+def _d_39(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     if pos + 3 > end: _short()
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
     pos += 3
     o.unknown_tags = None
     return o, pos
-def _e_44(o, out, chunks):
-    _ea_34(o.topics, out, chunks)
+def _e_40(o, out, chunks):
+    _ea_30(o.topics, out, chunks)
     out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
-def _d_45(buf, pos, end):
-    o = MetadataRequest.MetadataRequestTopic.__new__(MetadataRequest.MetadataRequestTopic)
+def _d_41(buf, pos, end):
+    o = _C6.__new__(_C6)
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_46(buf, pos, end):
-    return _array(buf, pos, end, _d_45, True, True, 2)
-def _d_47(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_46(buf, pos, end)
+def _d_42(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_41, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     if pos + 3 > end: _short()
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
     pos += 3
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _e_43(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _ea_44(x, out, chunks):
+    _put_array(x, out, chunks, _e_43, True, True)
+def _e_45(o, out, chunks):
+    _ea_44(o.topics, out, chunks)
+    out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
+    _put_tags(out, None, o.unknown_tags)
+def _d_46(buf, pos, end):
+    o = _C6.__new__(_C6)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    o.name, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _d_47(buf, pos, end):
+    o = _C5.__new__(_C5)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_46, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos + 3 > end: _short()
+    o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
+    pos += 3
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _e_48(o, out, chunks):
-    _put_str_c(o.name, out, chunks)
+    _put_uuid(o.topic_id, out, chunks)
+    _put_str_cn(o.name, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _ea_49(x, out, chunks):
     _put_array(x, out, chunks, _e_48, True, True)
@@ -1928,57 +2202,44 @@ def _e_50(o, out, chunks):
     out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _d_51(buf, pos, end):
-    o = MetadataRequest.MetadataRequestTopic.__new__(MetadataRequest.MetadataRequestTopic)
-    o.topic_id, pos = _uuid(buf, pos, end)
-    o.name, pos = _str_cn(buf, pos, end)
-    o.unknown_tags, pos = _tags(buf, pos, end)
-    return o, pos
-def _da_52(buf, pos, end):
-    return _array(buf, pos, end, _d_51, True, True, 18)
-def _d_53(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_52(buf, pos, end)
-    if pos + 3 > end: _short()
-    o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
-    pos += 3
-    o.unknown_tags, pos = _tags(buf, pos, end)
-    return o, pos
-def _e_54(o, out, chunks):
-    _put_uuid(o.topic_id, out, chunks)
-    _put_str_cn(o.name, out, chunks)
-    _put_tags(out, None, o.unknown_tags)
-def _ea_55(x, out, chunks):
-    _put_array(x, out, chunks, _e_54, True, True)
-def _e_56(o, out, chunks):
-    _ea_55(o.topics, out, chunks)
-    out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
-    _put_tags(out, None, o.unknown_tags)
-def _d_57(buf, pos, end):
-    o = MetadataRequest.__new__(MetadataRequest)
-    o.topics, pos = _da_52(buf, pos, end)
+    o = _C5.__new__(_C5)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_46, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     if pos + 2 > end: _short()
     o.allow_auto_topic_creation, o.include_topic_authorized_operations = _S6.unpack_from(buf, pos)
     pos += 2
     o.include_cluster_authorized_operations = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_58(o, out, chunks):
-    _ea_55(o.topics, out, chunks)
+def _e_52(o, out, chunks):
+    _ea_49(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 11)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _e_59(o, out, chunks):
-    _ea_55(o.topics, out, chunks)
+def _e_53(o, out, chunks):
+    _ea_49(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 12)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _e_60(o, out, chunks):
-    _ea_55(o.topics, out, chunks)
+def _e_54(o, out, chunks):
+    _ea_49(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 13)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_61(buf, pos, end):
-    o = MetadataResponse.MetadataResponseBroker.__new__(MetadataResponse.MetadataResponseBroker)
+def _d_55(buf, pos, end):
+    o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -1989,41 +2250,73 @@ def _d_61(buf, pos, end):
     o.rack = None
     o.unknown_tags = None
     return o, pos
-def _da_62(buf, pos, end):
-    return _array(buf, pos, end, _d_61, False, False, 10)
-def _da_63(buf, pos, end):
-    return _array(buf, pos, end, _fx_int32, False, False, 4)
-def _d_64(buf, pos, end):
-    o = MetadataResponse.MetadataResponsePartition.__new__(MetadataResponse.MetadataResponsePartition)
+def _d_56(buf, pos, end):
+    o = _C10.__new__(_C10)
     if pos + 10 > end: _short()
     o.error_code, o.partition_index, o.leader_id = _S7.unpack_from(buf, pos)
     pos += 10
-    o.replica_nodes, pos = _da_63(buf, pos, end)
-    o.isr_nodes, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.replica_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replica_nodes = []
+    else:
+        o.replica_nodes = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.isr_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.isr_nodes = []
+    else:
+        o.isr_nodes = _null(n, False)
     o.leader_epoch = -1
     o.offline_replicas = []
     o.unknown_tags = None
     return o, pos
-def _da_65(buf, pos, end):
-    return _array(buf, pos, end, _d_64, False, False, 18)
-def _d_66(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_57(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_65(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_56, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.is_internal = False
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _da_67(buf, pos, end):
-    return _array(buf, pos, end, _d_66, False, False, 8)
-def _d_68(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
-    o.brokers, pos = _da_62(buf, pos, end)
-    o.topics, pos = _da_67(buf, pos, end)
+def _d_58(buf, pos, end):
+    o = _C7.__new__(_C7)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_55, n, 10)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_57, n, 8)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.cluster_id = None
     o.controller_id = -1
@@ -2031,33 +2324,33 @@ def _d_68(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_69(o, out, chunks):
+def _e_59(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     out += _S2.pack(o.port)
-def _ea_70(x, out, chunks):
-    _put_array(x, out, chunks, _e_69, False, False)
-def _ea_71(x, out, chunks):
+def _ea_60(x, out, chunks):
+    _put_array(x, out, chunks, _e_59, False, False)
+def _ea_61(x, out, chunks):
     _put_array(x, out, chunks, _pfx_int32, False, False)
-def _e_72(o, out, chunks):
+def _e_62(o, out, chunks):
     out += _S7.pack(o.error_code, o.partition_index, o.leader_id)
-    _ea_71(o.replica_nodes, out, chunks)
-    _ea_71(o.isr_nodes, out, chunks)
-def _ea_73(x, out, chunks):
-    _put_array(x, out, chunks, _e_72, False, False)
-def _e_74(o, out, chunks):
+    _ea_61(o.replica_nodes, out, chunks)
+    _ea_61(o.isr_nodes, out, chunks)
+def _ea_63(x, out, chunks):
+    _put_array(x, out, chunks, _e_62, False, False)
+def _e_64(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
-    _ea_73(o.partitions, out, chunks)
+    _ea_63(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 0)
-def _ea_75(x, out, chunks):
-    _put_array(x, out, chunks, _e_74, False, False)
-def _e_76(o, out, chunks):
-    _ea_70(o.brokers, out, chunks)
-    _ea_75(o.topics, out, chunks)
+def _ea_65(x, out, chunks):
+    _put_array(x, out, chunks, _e_64, False, False)
+def _e_66(o, out, chunks):
+    _ea_60(o.brokers, out, chunks)
+    _ea_65(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 0)
-def _d_77(buf, pos, end):
-    o = MetadataResponse.MetadataResponseBroker.__new__(MetadataResponse.MetadataResponseBroker)
+def _d_67(buf, pos, end):
+    o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -2068,10 +2361,8 @@ def _d_77(buf, pos, end):
     o.rack, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_78(buf, pos, end):
-    return _array(buf, pos, end, _d_77, False, False, 12)
-def _d_79(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_68(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2079,133 +2370,209 @@ def _d_79(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_65(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_56, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _da_80(buf, pos, end):
-    return _array(buf, pos, end, _d_79, False, False, 9)
-def _d_81(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
-    o.brokers, pos = _da_78(buf, pos, end)
+def _d_69(buf, pos, end):
+    o = _C7.__new__(_C7)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_80(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.cluster_id = None
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_82(o, out, chunks):
+def _e_70(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_kn(o.rack, out, chunks)
-def _ea_83(x, out, chunks):
-    _put_array(x, out, chunks, _e_82, False, False)
-def _e_84(o, out, chunks):
+def _ea_71(x, out, chunks):
+    _put_array(x, out, chunks, _e_70, False, False)
+def _e_72(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_73(o.partitions, out, chunks)
+    _ea_63(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 1)
-def _ea_85(x, out, chunks):
-    _put_array(x, out, chunks, _e_84, False, False)
-def _e_86(o, out, chunks):
-    _ea_83(o.brokers, out, chunks)
+def _ea_73(x, out, chunks):
+    _put_array(x, out, chunks, _e_72, False, False)
+def _e_74(o, out, chunks):
+    _ea_71(o.brokers, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_85(o.topics, out, chunks)
+    _ea_73(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 1)
-def _d_87(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
-    o.brokers, pos = _da_78(buf, pos, end)
+def _d_75(buf, pos, end):
+    o = _C7.__new__(_C7)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_80(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_88(o, out, chunks):
+def _e_76(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_73(o.partitions, out, chunks)
+    _ea_63(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 2)
-def _ea_89(x, out, chunks):
-    _put_array(x, out, chunks, _e_88, False, False)
-def _e_90(o, out, chunks):
-    _ea_83(o.brokers, out, chunks)
+def _ea_77(x, out, chunks):
+    _put_array(x, out, chunks, _e_76, False, False)
+def _e_78(o, out, chunks):
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_89(o.topics, out, chunks)
+    _ea_77(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 2)
-def _d_91(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_79(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_78(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_80(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_92(o, out, chunks):
+def _e_80(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_73(o.partitions, out, chunks)
+    _ea_63(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 3)
-def _ea_93(x, out, chunks):
-    _put_array(x, out, chunks, _e_92, False, False)
-def _e_94(o, out, chunks):
+def _ea_81(x, out, chunks):
+    _put_array(x, out, chunks, _e_80, False, False)
+def _e_82(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_93(o.topics, out, chunks)
+    _ea_81(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 3)
-def _e_95(o, out, chunks):
+def _e_83(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_73(o.partitions, out, chunks)
+    _ea_63(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 4)
-def _ea_96(x, out, chunks):
-    _put_array(x, out, chunks, _e_95, False, False)
-def _e_97(o, out, chunks):
+def _ea_84(x, out, chunks):
+    _put_array(x, out, chunks, _e_83, False, False)
+def _e_85(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_96(o.topics, out, chunks)
+    _ea_84(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 4)
-def _d_98(buf, pos, end):
-    o = MetadataResponse.MetadataResponsePartition.__new__(MetadataResponse.MetadataResponsePartition)
+def _d_86(buf, pos, end):
+    o = _C10.__new__(_C10)
     if pos + 10 > end: _short()
     o.error_code, o.partition_index, o.leader_id = _S7.unpack_from(buf, pos)
     pos += 10
-    o.replica_nodes, pos = _da_63(buf, pos, end)
-    o.isr_nodes, pos = _da_63(buf, pos, end)
-    o.offline_replicas, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.replica_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replica_nodes = []
+    else:
+        o.replica_nodes = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.isr_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.isr_nodes = []
+    else:
+        o.isr_nodes = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.offline_replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.offline_replicas = []
+    else:
+        o.offline_replicas = _null(n, False)
     o.leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _da_99(buf, pos, end):
-    return _array(buf, pos, end, _d_98, False, False, 22)
-def _d_100(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_87(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2213,79 +2580,123 @@ def _d_100(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_99(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_86, n, 22)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _da_101(buf, pos, end):
-    return _array(buf, pos, end, _d_100, False, False, 9)
-def _d_102(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_88(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_78(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_101(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_87, n, 9)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_103(o, out, chunks):
+def _e_89(o, out, chunks):
     out += _S7.pack(o.error_code, o.partition_index, o.leader_id)
-    _ea_71(o.replica_nodes, out, chunks)
-    _ea_71(o.isr_nodes, out, chunks)
-    _ea_71(o.offline_replicas, out, chunks)
-def _ea_104(x, out, chunks):
-    _put_array(x, out, chunks, _e_103, False, False)
-def _e_105(o, out, chunks):
+    _ea_61(o.replica_nodes, out, chunks)
+    _ea_61(o.isr_nodes, out, chunks)
+    _ea_61(o.offline_replicas, out, chunks)
+def _ea_90(x, out, chunks):
+    _put_array(x, out, chunks, _e_89, False, False)
+def _e_91(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_104(o.partitions, out, chunks)
+    _ea_90(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 5)
-def _ea_106(x, out, chunks):
-    _put_array(x, out, chunks, _e_105, False, False)
-def _e_107(o, out, chunks):
+def _ea_92(x, out, chunks):
+    _put_array(x, out, chunks, _e_91, False, False)
+def _e_93(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_106(o.topics, out, chunks)
+    _ea_92(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 5)
-def _e_108(o, out, chunks):
+def _e_94(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_104(o.partitions, out, chunks)
+    _ea_90(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 6)
-def _ea_109(x, out, chunks):
-    _put_array(x, out, chunks, _e_108, False, False)
-def _e_110(o, out, chunks):
+def _ea_95(x, out, chunks):
+    _put_array(x, out, chunks, _e_94, False, False)
+def _e_96(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_109(o.topics, out, chunks)
+    _ea_95(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 6)
-def _d_111(buf, pos, end):
-    o = MetadataResponse.MetadataResponsePartition.__new__(MetadataResponse.MetadataResponsePartition)
+def _d_97(buf, pos, end):
+    o = _C10.__new__(_C10)
     if pos + 14 > end: _short()
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S8.unpack_from(buf, pos)
     pos += 14
-    o.replica_nodes, pos = _da_63(buf, pos, end)
-    o.isr_nodes, pos = _da_63(buf, pos, end)
-    o.offline_replicas, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.replica_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replica_nodes = []
+    else:
+        o.replica_nodes = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.isr_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.isr_nodes = []
+    else:
+        o.isr_nodes = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.offline_replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.offline_replicas = []
+    else:
+        o.offline_replicas = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_112(buf, pos, end):
-    return _array(buf, pos, end, _d_111, False, False, 26)
-def _d_113(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_98(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2293,52 +2704,74 @@ def _d_113(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_112(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_97, n, 26)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _da_114(buf, pos, end):
-    return _array(buf, pos, end, _d_113, False, False, 9)
-def _d_115(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_99(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_78(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_114(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_98, n, 9)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_116(o, out, chunks):
+def _e_100(o, out, chunks):
     out += _S8.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _ea_71(o.replica_nodes, out, chunks)
-    _ea_71(o.isr_nodes, out, chunks)
-    _ea_71(o.offline_replicas, out, chunks)
-def _ea_117(x, out, chunks):
-    _put_array(x, out, chunks, _e_116, False, False)
-def _e_118(o, out, chunks):
+    _ea_61(o.replica_nodes, out, chunks)
+    _ea_61(o.isr_nodes, out, chunks)
+    _ea_61(o.offline_replicas, out, chunks)
+def _ea_101(x, out, chunks):
+    _put_array(x, out, chunks, _e_100, False, False)
+def _e_102(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_117(o.partitions, out, chunks)
+    _ea_101(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 7)
-def _ea_119(x, out, chunks):
-    _put_array(x, out, chunks, _e_118, False, False)
-def _e_120(o, out, chunks):
+def _ea_103(x, out, chunks):
+    _put_array(x, out, chunks, _e_102, False, False)
+def _e_104(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_119(o.topics, out, chunks)
+    _ea_103(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 7)
-def _d_121(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_105(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2346,49 +2779,71 @@ def _d_121(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_112(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_97, n, 26)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_122(buf, pos, end):
-    return _array(buf, pos, end, _d_121, False, False, 13)
-def _d_123(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_106(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_78(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_122(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_105, n, 13)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_124(o, out, chunks):
+def _e_107(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_117(o.partitions, out, chunks)
+    _ea_101(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
-def _ea_125(x, out, chunks):
-    _put_array(x, out, chunks, _e_124, False, False)
-def _e_126(o, out, chunks):
+def _ea_108(x, out, chunks):
+    _put_array(x, out, chunks, _e_107, False, False)
+def _e_109(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_83(o.brokers, out, chunks)
+    _ea_71(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_125(o.topics, out, chunks)
+    _ea_108(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
-def _d_127(buf, pos, end):
-    o = MetadataResponse.MetadataResponseBroker.__new__(MetadataResponse.MetadataResponseBroker)
+def _d_110(buf, pos, end):
+    o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -2397,26 +2852,55 @@ def _d_127(buf, pos, end):
     o.port, = _S2.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_128(buf, pos, end):
-    return _array(buf, pos, end, _d_127, True, False, 11)
-def _da_129(buf, pos, end):
-    return _array(buf, pos, end, _fx_int32, True, False, 4)
-def _d_130(buf, pos, end):
-    o = MetadataResponse.MetadataResponsePartition.__new__(MetadataResponse.MetadataResponsePartition)
+def _d_111(buf, pos, end):
+    o = _C10.__new__(_C10)
     if pos + 14 > end: _short()
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S8.unpack_from(buf, pos)
     pos += 14
-    o.replica_nodes, pos = _da_129(buf, pos, end)
-    o.isr_nodes, pos = _da_129(buf, pos, end)
-    o.offline_replicas, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.replica_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replica_nodes = []
+    else:
+        o.replica_nodes = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.isr_nodes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.isr_nodes = []
+    else:
+        o.isr_nodes = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.offline_replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.offline_replicas = []
+    else:
+        o.offline_replicas = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_131(buf, pos, end):
-    return _array(buf, pos, end, _d_130, True, False, 18)
-def _d_132(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_112(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2424,69 +2908,102 @@ def _d_132(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_131(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_133(buf, pos, end):
-    return _array(buf, pos, end, _d_132, True, False, 10)
-def _d_134(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_113(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_128(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_133(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_112, n, 10)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_135(o, out, chunks):
+def _e_114(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_136(x, out, chunks):
-    _put_array(x, out, chunks, _e_135, True, False)
-def _ea_137(x, out, chunks):
+def _ea_115(x, out, chunks):
+    _put_array(x, out, chunks, _e_114, True, False)
+def _ea_116(x, out, chunks):
     _put_array(x, out, chunks, _pfx_int32, True, False)
-def _e_138(o, out, chunks):
+def _e_117(o, out, chunks):
     out += _S8.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _ea_137(o.replica_nodes, out, chunks)
-    _ea_137(o.isr_nodes, out, chunks)
-    _ea_137(o.offline_replicas, out, chunks)
+    _ea_116(o.replica_nodes, out, chunks)
+    _ea_116(o.isr_nodes, out, chunks)
+    _ea_116(o.offline_replicas, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_139(x, out, chunks):
-    _put_array(x, out, chunks, _e_138, True, False)
-def _e_140(o, out, chunks):
+def _ea_118(x, out, chunks):
+    _put_array(x, out, chunks, _e_117, True, False)
+def _e_119(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_139(o.partitions, out, chunks)
+    _ea_118(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_141(x, out, chunks):
-    _put_array(x, out, chunks, _e_140, True, False)
-def _e_142(o, out, chunks):
+def _ea_120(x, out, chunks):
+    _put_array(x, out, chunks, _e_119, True, False)
+def _e_121(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_136(o.brokers, out, chunks)
+    _ea_115(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_141(o.topics, out, chunks)
+    _ea_120(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_143(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_122(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2495,74 +3012,129 @@ def _d_143(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_131(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_144(buf, pos, end):
-    return _array(buf, pos, end, _d_143, True, False, 26)
-def _d_145(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_123(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_128(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_144(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_122, n, 26)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_146(o, out, chunks):
+def _e_124(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_139(o.partitions, out, chunks)
+    _ea_118(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_147(x, out, chunks):
-    _put_array(x, out, chunks, _e_146, True, False)
-def _e_148(o, out, chunks):
+def _ea_125(x, out, chunks):
+    _put_array(x, out, chunks, _e_124, True, False)
+def _e_126(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_136(o.brokers, out, chunks)
+    _ea_115(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_147(o.topics, out, chunks)
+    _ea_125(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_149(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_127(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_128(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_144(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_122, n, 26)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_150(o, out, chunks):
+def _e_128(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_136(o.brokers, out, chunks)
+    _ea_115(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_147(o.topics, out, chunks)
+    _ea_125(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 11)
     _put_tags(out, None, o.unknown_tags)
-def _d_151(buf, pos, end):
-    o = MetadataResponse.MetadataResponseTopic.__new__(MetadataResponse.MetadataResponseTopic)
+def _d_129(buf, pos, end):
+    o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -2571,461 +3143,698 @@ def _d_151(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_internal, = _S4.unpack_from(buf, pos)
     pos += 1
-    o.partitions, pos = _da_131(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_152(buf, pos, end):
-    return _array(buf, pos, end, _d_151, True, False, 26)
-def _d_153(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_130(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_128(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_152(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_129, n, 26)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_authorized_operations = -2147483648
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_154(o, out, chunks):
+def _e_131(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_139(o.partitions, out, chunks)
+    _ea_118(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_155(x, out, chunks):
-    _put_array(x, out, chunks, _e_154, True, False)
-def _e_156(o, out, chunks):
+def _ea_132(x, out, chunks):
+    _put_array(x, out, chunks, _e_131, True, False)
+def _e_133(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_136(o.brokers, out, chunks)
+    _ea_115(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_155(o.topics, out, chunks)
+    _ea_132(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 12)
     _put_tags(out, None, o.unknown_tags)
-def _d_157(buf, pos, end):
-    o = MetadataResponse.__new__(MetadataResponse)
+def _d_134(buf, pos, end):
+    o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_128(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_152(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_129, n, 26)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.cluster_authorized_operations = -2147483648
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_158(o, out, chunks):
+def _e_135(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_136(o.brokers, out, chunks)
+    _ea_115(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_155(o.topics, out, chunks)
+    _ea_132(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 13)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_159(buf, pos, end):
-    o = ProduceRequest.PartitionProduceData.__new__(ProduceRequest.PartitionProduceData)
+def _d_136(buf, pos, end):
+    o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
     o.index, = _S2.unpack_from(buf, pos)
     pos += 4
     o.records, pos = _bytes_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_160(buf, pos, end):
-    return _array(buf, pos, end, _d_159, False, False, 8)
-def _d_161(buf, pos, end):
-    o = ProduceRequest.TopicProduceData.__new__(ProduceRequest.TopicProduceData)
+def _d_137(buf, pos, end):
+    o = _C12.__new__(_C12)
     o.name, pos = _str_k(buf, pos, end)
-    o.partition_data, pos = _da_160(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_data, pos = _array_n(buf, pos, end, _d_136, n, 8)
+    elif n == 0:
+        o.partition_data = []
+    else:
+        o.partition_data = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_162(buf, pos, end):
-    return _array(buf, pos, end, _d_161, False, False, 6)
-def _d_163(buf, pos, end):
-    o = ProduceRequest.__new__(ProduceRequest)
+def _d_138(buf, pos, end):
+    o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_kn(buf, pos, end)
     if pos + 6 > end: _short()
     o.acks, o.timeout_ms = _S9.unpack_from(buf, pos)
     pos += 6
-    o.topic_data, pos = _da_162(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topic_data, pos = _array_n(buf, pos, end, _d_137, n, 6)
+    elif n == 0:
+        o.topic_data = []
+    else:
+        o.topic_data = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_164(o, out, chunks):
+def _e_139(o, out, chunks):
     out += _S2.pack(o.index)
     _put_records_k(o.records, out, chunks)
-def _ea_165(x, out, chunks):
-    _put_array(x, out, chunks, _e_164, False, False)
-def _e_166(o, out, chunks):
+def _ea_140(x, out, chunks):
+    _put_array(x, out, chunks, _e_139, False, False)
+def _e_141(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_165(o.partition_data, out, chunks)
-def _ea_167(x, out, chunks):
-    _put_array(x, out, chunks, _e_166, False, False)
-def _e_168(o, out, chunks):
+    _ea_140(o.partition_data, out, chunks)
+def _ea_142(x, out, chunks):
+    _put_array(x, out, chunks, _e_141, False, False)
+def _e_143(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_167(o.topic_data, out, chunks)
-def _d_169(buf, pos, end):
-    o = ProduceRequest.PartitionProduceData.__new__(ProduceRequest.PartitionProduceData)
+    _ea_142(o.topic_data, out, chunks)
+def _d_144(buf, pos, end):
+    o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
     o.index, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _bytes_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.records, pos = _take_bytes(buf, pos, end, n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_170(buf, pos, end):
-    return _array(buf, pos, end, _d_169, True, False, 6)
-def _d_171(buf, pos, end):
-    o = ProduceRequest.TopicProduceData.__new__(ProduceRequest.TopicProduceData)
+def _d_145(buf, pos, end):
+    o = _C12.__new__(_C12)
     o.name, pos = _str_c(buf, pos, end)
-    o.partition_data, pos = _da_170(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_data, pos = _array_n(buf, pos, end, _d_144, n, 6)
+    elif n == 0:
+        o.partition_data = []
+    else:
+        o.partition_data = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_172(buf, pos, end):
-    return _array(buf, pos, end, _d_171, True, False, 3)
-def _d_173(buf, pos, end):
-    o = ProduceRequest.__new__(ProduceRequest)
+def _d_146(buf, pos, end):
+    o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
     o.acks, o.timeout_ms = _S9.unpack_from(buf, pos)
     pos += 6
-    o.topic_data, pos = _da_172(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_data, pos = _array_n(buf, pos, end, _d_145, n, 3)
+    elif n == 0:
+        o.topic_data = []
+    else:
+        o.topic_data = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_174(o, out, chunks):
+def _e_147(o, out, chunks):
     out += _S2.pack(o.index)
     _put_records_c(o.records, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_175(x, out, chunks):
-    _put_array(x, out, chunks, _e_174, True, False)
-def _e_176(o, out, chunks):
+def _ea_148(x, out, chunks):
+    _put_array(x, out, chunks, _e_147, True, False)
+def _e_149(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_175(o.partition_data, out, chunks)
+    _ea_148(o.partition_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_177(x, out, chunks):
-    _put_array(x, out, chunks, _e_176, True, False)
-def _e_178(o, out, chunks):
+def _ea_150(x, out, chunks):
+    _put_array(x, out, chunks, _e_149, True, False)
+def _e_151(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_177(o.topic_data, out, chunks)
+    _ea_150(o.topic_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_179(buf, pos, end):
-    o = ProduceRequest.TopicProduceData.__new__(ProduceRequest.TopicProduceData)
+def _d_152(buf, pos, end):
+    o = _C12.__new__(_C12)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partition_data, pos = _da_170(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_data, pos = _array_n(buf, pos, end, _d_144, n, 6)
+    elif n == 0:
+        o.partition_data = []
+    else:
+        o.partition_data = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_180(buf, pos, end):
-    return _array(buf, pos, end, _d_179, True, False, 18)
-def _d_181(buf, pos, end):
-    o = ProduceRequest.__new__(ProduceRequest)
+def _d_153(buf, pos, end):
+    o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
     o.acks, o.timeout_ms = _S9.unpack_from(buf, pos)
     pos += 6
-    o.topic_data, pos = _da_180(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_data, pos = _array_n(buf, pos, end, _d_152, n, 18)
+    elif n == 0:
+        o.topic_data = []
+    else:
+        o.topic_data = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_182(o, out, chunks):
+def _e_154(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_175(o.partition_data, out, chunks)
+    _ea_148(o.partition_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_183(x, out, chunks):
-    _put_array(x, out, chunks, _e_182, True, False)
-def _e_184(o, out, chunks):
+def _ea_155(x, out, chunks):
+    _put_array(x, out, chunks, _e_154, True, False)
+def _e_156(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_183(o.topic_data, out, chunks)
+    _ea_155(o.topic_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_185(buf, pos, end):
-    o = ProduceResponse.PartitionProduceResponse.__new__(ProduceResponse.PartitionProduceResponse)
+def _d_157(buf, pos, end):
+    o = _C16.__new__(_C16)
     if pos + 22 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms = _S10.unpack_from(buf, pos)
     pos += 22
     o.log_start_offset = -1
     o.record_errors = []
     o.error_message = None
-    o.current_leader = ProduceResponse.LeaderIdAndEpoch()
+    d0 = _C17.__new__(_C17)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _da_186(buf, pos, end):
-    return _array(buf, pos, end, _d_185, False, False, 22)
-def _d_187(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_158(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
-    o.partition_responses, pos = _da_186(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_157, n, 22)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_188(buf, pos, end):
-    return _array(buf, pos, end, _d_187, False, False, 6)
-def _d_189(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_188(buf, pos, end)
+def _d_159(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_158, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_190(o, out, chunks):
+def _e_160(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 3)
     out += _S10.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-def _ea_191(x, out, chunks):
-    _put_array(x, out, chunks, _e_190, False, False)
-def _e_192(o, out, chunks):
+def _ea_161(x, out, chunks):
+    _put_array(x, out, chunks, _e_160, False, False)
+def _e_162(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_191(o.partition_responses, out, chunks)
-def _ea_193(x, out, chunks):
-    _put_array(x, out, chunks, _e_192, False, False)
-def _e_194(o, out, chunks):
-    _ea_193(o.responses, out, chunks)
+    _ea_161(o.partition_responses, out, chunks)
+def _ea_163(x, out, chunks):
+    _put_array(x, out, chunks, _e_162, False, False)
+def _e_164(o, out, chunks):
+    _ea_163(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 3)
     out += _S2.pack(o.throttle_time_ms)
-def _e_195(o, out, chunks):
+def _e_165(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 4)
     out += _S10.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-def _ea_196(x, out, chunks):
-    _put_array(x, out, chunks, _e_195, False, False)
-def _e_197(o, out, chunks):
+def _ea_166(x, out, chunks):
+    _put_array(x, out, chunks, _e_165, False, False)
+def _e_167(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_196(o.partition_responses, out, chunks)
-def _ea_198(x, out, chunks):
-    _put_array(x, out, chunks, _e_197, False, False)
-def _e_199(o, out, chunks):
-    _ea_198(o.responses, out, chunks)
+    _ea_166(o.partition_responses, out, chunks)
+def _ea_168(x, out, chunks):
+    _put_array(x, out, chunks, _e_167, False, False)
+def _e_169(o, out, chunks):
+    _ea_168(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 4)
     out += _S2.pack(o.throttle_time_ms)
-def _d_200(buf, pos, end):
-    o = ProduceResponse.PartitionProduceResponse.__new__(ProduceResponse.PartitionProduceResponse)
+def _d_170(buf, pos, end):
+    o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
     o.record_errors = []
     o.error_message = None
-    o.current_leader = ProduceResponse.LeaderIdAndEpoch()
+    d0 = _C17.__new__(_C17)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _da_201(buf, pos, end):
-    return _array(buf, pos, end, _d_200, False, False, 30)
-def _d_202(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_171(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
-    o.partition_responses, pos = _da_201(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_170, n, 30)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_203(buf, pos, end):
-    return _array(buf, pos, end, _d_202, False, False, 6)
-def _d_204(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_203(buf, pos, end)
+def _d_172(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_171, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_205(o, out, chunks):
+def _e_173(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 5)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_206(x, out, chunks):
-    _put_array(x, out, chunks, _e_205, False, False)
-def _e_207(o, out, chunks):
+def _ea_174(x, out, chunks):
+    _put_array(x, out, chunks, _e_173, False, False)
+def _e_175(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_206(o.partition_responses, out, chunks)
-def _ea_208(x, out, chunks):
-    _put_array(x, out, chunks, _e_207, False, False)
-def _e_209(o, out, chunks):
-    _ea_208(o.responses, out, chunks)
+    _ea_174(o.partition_responses, out, chunks)
+def _ea_176(x, out, chunks):
+    _put_array(x, out, chunks, _e_175, False, False)
+def _e_177(o, out, chunks):
+    _ea_176(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 5)
     out += _S2.pack(o.throttle_time_ms)
-def _e_210(o, out, chunks):
+def _e_178(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 6)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_211(x, out, chunks):
-    _put_array(x, out, chunks, _e_210, False, False)
-def _e_212(o, out, chunks):
+def _ea_179(x, out, chunks):
+    _put_array(x, out, chunks, _e_178, False, False)
+def _e_180(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_211(o.partition_responses, out, chunks)
-def _ea_213(x, out, chunks):
-    _put_array(x, out, chunks, _e_212, False, False)
-def _e_214(o, out, chunks):
-    _ea_213(o.responses, out, chunks)
+    _ea_179(o.partition_responses, out, chunks)
+def _ea_181(x, out, chunks):
+    _put_array(x, out, chunks, _e_180, False, False)
+def _e_182(o, out, chunks):
+    _ea_181(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 6)
     out += _S2.pack(o.throttle_time_ms)
-def _e_215(o, out, chunks):
+def _e_183(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 7)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_216(x, out, chunks):
-    _put_array(x, out, chunks, _e_215, False, False)
-def _e_217(o, out, chunks):
+def _ea_184(x, out, chunks):
+    _put_array(x, out, chunks, _e_183, False, False)
+def _e_185(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_216(o.partition_responses, out, chunks)
-def _ea_218(x, out, chunks):
-    _put_array(x, out, chunks, _e_217, False, False)
-def _e_219(o, out, chunks):
-    _ea_218(o.responses, out, chunks)
+    _ea_184(o.partition_responses, out, chunks)
+def _ea_186(x, out, chunks):
+    _put_array(x, out, chunks, _e_185, False, False)
+def _e_187(o, out, chunks):
+    _ea_186(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 7)
     out += _S2.pack(o.throttle_time_ms)
-def _d_220(buf, pos, end):
-    o = ProduceResponse.BatchIndexAndErrorMessage.__new__(ProduceResponse.BatchIndexAndErrorMessage)
+def _d_188(buf, pos, end):
+    o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
     o.batch_index, = _S2.unpack_from(buf, pos)
     pos += 4
     o.batch_index_error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_221(buf, pos, end):
-    return _array(buf, pos, end, _d_220, False, False, 6)
-def _d_222(buf, pos, end):
-    o = ProduceResponse.PartitionProduceResponse.__new__(ProduceResponse.PartitionProduceResponse)
+def _d_189(buf, pos, end):
+    o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.record_errors, pos = _da_221(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.record_errors, pos = _array_n(buf, pos, end, _d_188, n, 6)
+    elif n == 0:
+        o.record_errors = []
+    else:
+        o.record_errors = _null(n, False)
     o.error_message, pos = _str_kn(buf, pos, end)
-    o.current_leader = ProduceResponse.LeaderIdAndEpoch()
+    d0 = _C17.__new__(_C17)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _da_223(buf, pos, end):
-    return _array(buf, pos, end, _d_222, False, False, 36)
-def _d_224(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_190(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
-    o.partition_responses, pos = _da_223(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_189, n, 36)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_225(buf, pos, end):
-    return _array(buf, pos, end, _d_224, False, False, 6)
-def _d_226(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_225(buf, pos, end)
+def _d_191(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_190, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_227(o, out, chunks):
+def _e_192(o, out, chunks):
     out += _S2.pack(o.batch_index)
     _put_str_kn(o.batch_index_error_message, out, chunks)
-def _ea_228(x, out, chunks):
-    _put_array(x, out, chunks, _e_227, False, False)
-def _e_229(o, out, chunks):
+def _ea_193(x, out, chunks):
+    _put_array(x, out, chunks, _e_192, False, False)
+def _e_194(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_228(o.record_errors, out, chunks)
+    _ea_193(o.record_errors, out, chunks)
     _put_str_kn(o.error_message, out, chunks)
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 8)
-def _ea_230(x, out, chunks):
-    _put_array(x, out, chunks, _e_229, False, False)
-def _e_231(o, out, chunks):
+def _ea_195(x, out, chunks):
+    _put_array(x, out, chunks, _e_194, False, False)
+def _e_196(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_230(o.partition_responses, out, chunks)
-def _ea_232(x, out, chunks):
-    _put_array(x, out, chunks, _e_231, False, False)
-def _e_233(o, out, chunks):
-    _ea_232(o.responses, out, chunks)
+    _ea_195(o.partition_responses, out, chunks)
+def _ea_197(x, out, chunks):
+    _put_array(x, out, chunks, _e_196, False, False)
+def _e_198(o, out, chunks):
+    _ea_197(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 8)
     out += _S2.pack(o.throttle_time_ms)
-def _d_234(buf, pos, end):
-    o = ProduceResponse.BatchIndexAndErrorMessage.__new__(ProduceResponse.BatchIndexAndErrorMessage)
+def _d_199(buf, pos, end):
+    o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
     o.batch_index, = _S2.unpack_from(buf, pos)
     pos += 4
     o.batch_index_error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_235(buf, pos, end):
-    return _array(buf, pos, end, _d_234, True, False, 6)
-def _d_236(buf, pos, end):
-    o = ProduceResponse.PartitionProduceResponse.__new__(ProduceResponse.PartitionProduceResponse)
+def _d_200(buf, pos, end):
+    o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.record_errors, pos = _da_235(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.record_errors, pos = _array_n(buf, pos, end, _d_199, n, 6)
+    elif n == 0:
+        o.record_errors = []
+    else:
+        o.record_errors = _null(n, False)
     o.error_message, pos = _str_cn(buf, pos, end)
-    o.current_leader = ProduceResponse.LeaderIdAndEpoch()
+    d0 = _C17.__new__(_C17)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_237(buf, pos, end):
-    return _array(buf, pos, end, _d_236, True, False, 33)
-def _d_238(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_201(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.name, pos = _str_c(buf, pos, end)
-    o.partition_responses, pos = _da_237(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_200, n, 33)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_239(buf, pos, end):
-    return _array(buf, pos, end, _d_238, True, False, 3)
-def _d_240(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_239(buf, pos, end)
+def _d_202(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_201, n, 3)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_241(o, out, chunks):
+def _e_203(o, out, chunks):
     out += _S2.pack(o.batch_index)
     _put_str_cn(o.batch_index_error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_242(x, out, chunks):
-    _put_array(x, out, chunks, _e_241, True, False)
-def _e_243(o, out, chunks):
+def _ea_204(x, out, chunks):
+    _put_array(x, out, chunks, _e_203, True, False)
+def _e_205(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_242(o.record_errors, out, chunks)
+    _ea_204(o.record_errors, out, chunks)
     _put_str_cn(o.error_message, out, chunks)
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 9)
     _put_tags(out, None, o.unknown_tags)
-def _ea_244(x, out, chunks):
-    _put_array(x, out, chunks, _e_243, True, False)
-def _e_245(o, out, chunks):
+def _ea_206(x, out, chunks):
+    _put_array(x, out, chunks, _e_205, True, False)
+def _e_207(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_244(o.partition_responses, out, chunks)
+    _ea_206(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_246(x, out, chunks):
-    _put_array(x, out, chunks, _e_245, True, False)
-def _e_247(o, out, chunks):
-    _ea_246(o.responses, out, chunks)
+def _ea_208(x, out, chunks):
+    _put_array(x, out, chunks, _e_207, True, False)
+def _e_209(o, out, chunks):
+    _ea_208(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 9)
     out += _S2.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_248(buf, pos, end):
-    o = ProduceResponse.LeaderIdAndEpoch.__new__(ProduceResponse.LeaderIdAndEpoch)
+def _d_210(buf, pos, end):
+    o = _C17.__new__(_C17)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
     pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_249(buf, pos, end):
-    o = ProduceResponse.PartitionProduceResponse.__new__(ProduceResponse.PartitionProduceResponse)
+def _d_211(buf, pos, end):
+    o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.record_errors, pos = _da_235(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.record_errors, pos = _array_n(buf, pos, end, _d_199, n, 6)
+    elif n == 0:
+        o.record_errors = []
+    else:
+        o.record_errors = _null(n, False)
     o.error_message, pos = _str_cn(buf, pos, end)
-    o.current_leader = ProduceResponse.LeaderIdAndEpoch()
+    d0 = _C17.__new__(_C17)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3034,7 +3843,7 @@ def _d_249(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.current_leader, p2 = _d_248(buf, pos, stop)
+            o.current_leader, p2 = _d_210(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3042,19 +3851,28 @@ def _d_249(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_250(buf, pos, end):
-    return _array(buf, pos, end, _d_249, True, False, 33)
-def _d_251(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_212(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.name, pos = _str_c(buf, pos, end)
-    o.partition_responses, pos = _da_250(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_211, n, 33)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_252(buf, pos, end):
-    return _array(buf, pos, end, _d_251, True, False, 3)
-def _d_253(buf, pos, end):
-    o = ProduceResponse.NodeEndpoint.__new__(ProduceResponse.NodeEndpoint)
+def _d_213(buf, pos, end):
+    o = _C19.__new__(_C19)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -3063,17 +3881,34 @@ def _d_253(buf, pos, end):
     o.port, = _S2.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_254(buf, pos, end):
-    return _array(buf, pos, end, _d_253, True, False, 11)
-def _d_255(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_252(buf, pos, end)
+def _da_214(buf, pos, end):
+    return _array(buf, pos, end, _d_213, True, False, 11)
+def _d_215(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_212, n, 3)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3082,7 +3917,7 @@ def _d_255(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_254(buf, pos, stop)
+            o.node_endpoints, p2 = _da_214(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3090,52 +3925,76 @@ def _d_255(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_256(o, out, chunks):
+def _e_216(o, out, chunks):
     out += _S12.pack(o.leader_id, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_257(o, out, chunks):
+def _e_217(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_242(o.record_errors, out, chunks)
+    _ea_204(o.record_errors, out, chunks)
     _put_str_cn(o.error_message, out, chunks)
     tags = []
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch():
         b = bytearray()
-        _e_256(o.current_leader, b, None)
+        _e_216(o.current_leader, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_258(x, out, chunks):
-    _put_array(x, out, chunks, _e_257, True, False)
-def _e_259(o, out, chunks):
+def _ea_218(x, out, chunks):
+    _put_array(x, out, chunks, _e_217, True, False)
+def _e_219(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_258(o.partition_responses, out, chunks)
+    _ea_218(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_260(x, out, chunks):
-    _put_array(x, out, chunks, _e_259, True, False)
-def _e_261(o, out, chunks):
-    _ea_260(o.responses, out, chunks)
+def _ea_220(x, out, chunks):
+    _put_array(x, out, chunks, _e_219, True, False)
+def _e_221(o, out, chunks):
+    _ea_220(o.responses, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_136(o.node_endpoints, b, None)
+        _ea_115(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_262(buf, pos, end):
-    o = ProduceResponse.TopicProduceResponse.__new__(ProduceResponse.TopicProduceResponse)
+def _d_222(buf, pos, end):
+    o = _C15.__new__(_C15)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partition_responses, pos = _da_250(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_responses, pos = _array_n(buf, pos, end, _d_211, n, 33)
+    elif n == 0:
+        o.partition_responses = []
+    else:
+        o.partition_responses = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_263(buf, pos, end):
-    return _array(buf, pos, end, _d_262, True, False, 18)
-def _d_264(buf, pos, end):
-    o = ProduceResponse.__new__(ProduceResponse)
-    o.responses, pos = _da_263(buf, pos, end)
+def _d_223(buf, pos, end):
+    o = _C14.__new__(_C14)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_222, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3144,7 +4003,7 @@ def _d_264(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_254(buf, pos, stop)
+            o.node_endpoints, p2 = _da_214(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3152,23 +4011,23 @@ def _d_264(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_265(o, out, chunks):
+def _e_224(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_258(o.partition_responses, out, chunks)
+    _ea_218(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_266(x, out, chunks):
-    _put_array(x, out, chunks, _e_265, True, False)
-def _e_267(o, out, chunks):
-    _ea_266(o.responses, out, chunks)
+def _ea_225(x, out, chunks):
+    _put_array(x, out, chunks, _e_224, True, False)
+def _e_226(o, out, chunks):
+    _ea_225(o.responses, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_136(o.node_endpoints, b, None)
+        _ea_115(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_268(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+def _d_227(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 16 > end: _short()
     o.partition, o.fetch_offset, o.partition_max_bytes = _S14.unpack_from(buf, pos)
     pos += 16
@@ -3179,48 +4038,64 @@ def _d_268(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _da_269(buf, pos, end):
-    return _array(buf, pos, end, _d_268, False, False, 16)
-def _d_270(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_228(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_269(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_227, n, 16)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_271(buf, pos, end):
-    return _array(buf, pos, end, _d_270, False, False, 6)
-def _d_272(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_229(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 17 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S13.unpack_from(buf, pos)
     pos += 17
-    o.topics, pos = _da_271(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_228, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
     o.session_id = 0
     o.session_epoch = -1
     o.forgotten_topics_data = []
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_273(o, out, chunks):
+def _e_230(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 4)
     out += _S14.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
-def _ea_274(x, out, chunks):
-    _put_array(x, out, chunks, _e_273, False, False)
-def _e_275(o, out, chunks):
+def _ea_231(x, out, chunks):
+    _put_array(x, out, chunks, _e_230, False, False)
+def _e_232(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_274(o.partitions, out, chunks)
-def _ea_276(x, out, chunks):
-    _put_array(x, out, chunks, _e_275, False, False)
-def _e_277(o, out, chunks):
+    _ea_231(o.partitions, out, chunks)
+def _ea_233(x, out, chunks):
+    _put_array(x, out, chunks, _e_232, False, False)
+def _e_234(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 4)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_276(o.topics, out, chunks)
+    _ea_233(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 4)
-def _d_278(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+def _d_235(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 24 > end: _short()
     o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S15.unpack_from(buf, pos)
     pos += 24
@@ -3230,119 +4105,161 @@ def _d_278(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _da_279(buf, pos, end):
-    return _array(buf, pos, end, _d_278, False, False, 24)
-def _d_280(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_236(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_279(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_235, n, 24)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_281(buf, pos, end):
-    return _array(buf, pos, end, _d_280, False, False, 6)
-def _d_282(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_237(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 17 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S13.unpack_from(buf, pos)
     pos += 17
-    o.topics, pos = _da_281(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_236, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
     o.session_id = 0
     o.session_epoch = -1
     o.forgotten_topics_data = []
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_283(o, out, chunks):
+def _e_238(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 5)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_284(x, out, chunks):
-    _put_array(x, out, chunks, _e_283, False, False)
-def _e_285(o, out, chunks):
+def _ea_239(x, out, chunks):
+    _put_array(x, out, chunks, _e_238, False, False)
+def _e_240(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_284(o.partitions, out, chunks)
-def _ea_286(x, out, chunks):
-    _put_array(x, out, chunks, _e_285, False, False)
-def _e_287(o, out, chunks):
+    _ea_239(o.partitions, out, chunks)
+def _ea_241(x, out, chunks):
+    _put_array(x, out, chunks, _e_240, False, False)
+def _e_242(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 5)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_286(o.topics, out, chunks)
+    _ea_241(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 5)
-def _e_288(o, out, chunks):
+def _e_243(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 6)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_289(x, out, chunks):
-    _put_array(x, out, chunks, _e_288, False, False)
-def _e_290(o, out, chunks):
+def _ea_244(x, out, chunks):
+    _put_array(x, out, chunks, _e_243, False, False)
+def _e_245(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_289(o.partitions, out, chunks)
-def _ea_291(x, out, chunks):
-    _put_array(x, out, chunks, _e_290, False, False)
-def _e_292(o, out, chunks):
+    _ea_244(o.partitions, out, chunks)
+def _ea_246(x, out, chunks):
+    _put_array(x, out, chunks, _e_245, False, False)
+def _e_247(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 6)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_291(o.topics, out, chunks)
+    _ea_246(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 6)
-def _d_293(buf, pos, end):
-    o = FetchRequest.ForgottenTopic.__new__(FetchRequest.ForgottenTopic)
+def _d_248(buf, pos, end):
+    o = _C24.__new__(_C24)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_294(buf, pos, end):
-    return _array(buf, pos, end, _d_293, False, False, 6)
-def _d_295(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_249(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
     pos += 25
-    o.topics, pos = _da_281(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_294(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_236, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_296(o, out, chunks):
+def _e_250(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 7)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_297(x, out, chunks):
-    _put_array(x, out, chunks, _e_296, False, False)
-def _e_298(o, out, chunks):
+def _ea_251(x, out, chunks):
+    _put_array(x, out, chunks, _e_250, False, False)
+def _e_252(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_297(o.partitions, out, chunks)
-def _ea_299(x, out, chunks):
-    _put_array(x, out, chunks, _e_298, False, False)
-def _e_300(o, out, chunks):
+    _ea_251(o.partitions, out, chunks)
+def _ea_253(x, out, chunks):
+    _put_array(x, out, chunks, _e_252, False, False)
+def _e_254(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_71(o.partitions, out, chunks)
-def _ea_301(x, out, chunks):
-    _put_array(x, out, chunks, _e_300, False, False)
-def _e_302(o, out, chunks):
+    _ea_61(o.partitions, out, chunks)
+def _ea_255(x, out, chunks):
+    _put_array(x, out, chunks, _e_254, False, False)
+def _e_256(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 7)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_299(o.topics, out, chunks)
-    _ea_301(o.forgotten_topics_data, out, chunks)
-def _e_303(o, out, chunks):
+    _ea_253(o.topics, out, chunks)
+    _ea_255(o.forgotten_topics_data, out, chunks)
+def _e_257(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 8)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_304(x, out, chunks):
-    _put_array(x, out, chunks, _e_303, False, False)
-def _e_305(o, out, chunks):
+def _ea_258(x, out, chunks):
+    _put_array(x, out, chunks, _e_257, False, False)
+def _e_259(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_304(o.partitions, out, chunks)
-def _ea_306(x, out, chunks):
-    _put_array(x, out, chunks, _e_305, False, False)
-def _e_307(o, out, chunks):
+    _ea_258(o.partitions, out, chunks)
+def _ea_260(x, out, chunks):
+    _put_array(x, out, chunks, _e_259, False, False)
+def _e_261(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 8)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_306(o.topics, out, chunks)
-    _ea_301(o.forgotten_topics_data, out, chunks)
-def _d_308(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+    _ea_260(o.topics, out, chunks)
+    _ea_255(o.forgotten_topics_data, out, chunks)
+def _d_262(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 28 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S17.unpack_from(buf, pos)
     pos += 28
@@ -3351,126 +4268,220 @@ def _d_308(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _da_309(buf, pos, end):
-    return _array(buf, pos, end, _d_308, False, False, 28)
-def _d_310(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_263(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_309(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_262, n, 28)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_311(buf, pos, end):
-    return _array(buf, pos, end, _d_310, False, False, 6)
-def _d_312(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_264(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
     pos += 25
-    o.topics, pos = _da_311(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_294(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_263, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_313(o, out, chunks):
+def _e_265(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 9)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_314(x, out, chunks):
-    _put_array(x, out, chunks, _e_313, False, False)
-def _e_315(o, out, chunks):
+def _ea_266(x, out, chunks):
+    _put_array(x, out, chunks, _e_265, False, False)
+def _e_267(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_314(o.partitions, out, chunks)
-def _ea_316(x, out, chunks):
-    _put_array(x, out, chunks, _e_315, False, False)
-def _e_317(o, out, chunks):
+    _ea_266(o.partitions, out, chunks)
+def _ea_268(x, out, chunks):
+    _put_array(x, out, chunks, _e_267, False, False)
+def _e_269(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 9)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_316(o.topics, out, chunks)
-    _ea_301(o.forgotten_topics_data, out, chunks)
-def _e_318(o, out, chunks):
+    _ea_268(o.topics, out, chunks)
+    _ea_255(o.forgotten_topics_data, out, chunks)
+def _e_270(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 10)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_319(x, out, chunks):
-    _put_array(x, out, chunks, _e_318, False, False)
-def _e_320(o, out, chunks):
+def _ea_271(x, out, chunks):
+    _put_array(x, out, chunks, _e_270, False, False)
+def _e_272(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_319(o.partitions, out, chunks)
-def _ea_321(x, out, chunks):
-    _put_array(x, out, chunks, _e_320, False, False)
-def _e_322(o, out, chunks):
+    _ea_271(o.partitions, out, chunks)
+def _ea_273(x, out, chunks):
+    _put_array(x, out, chunks, _e_272, False, False)
+def _e_274(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 10)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_321(o.topics, out, chunks)
-    _ea_301(o.forgotten_topics_data, out, chunks)
-def _d_323(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+    _ea_273(o.topics, out, chunks)
+    _ea_255(o.forgotten_topics_data, out, chunks)
+def _d_275(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
     pos += 25
-    o.topics, pos = _da_311(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_294(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_263, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_k(buf, pos, end)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
     o.unknown_tags = None
     return o, pos
-def _e_324(o, out, chunks):
+def _e_276(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 11)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_325(x, out, chunks):
-    _put_array(x, out, chunks, _e_324, False, False)
-def _e_326(o, out, chunks):
+def _ea_277(x, out, chunks):
+    _put_array(x, out, chunks, _e_276, False, False)
+def _e_278(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_325(o.partitions, out, chunks)
-def _ea_327(x, out, chunks):
-    _put_array(x, out, chunks, _e_326, False, False)
-def _e_328(o, out, chunks):
+    _ea_277(o.partitions, out, chunks)
+def _ea_279(x, out, chunks):
+    _put_array(x, out, chunks, _e_278, False, False)
+def _e_280(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 11)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_327(o.topics, out, chunks)
-    _ea_301(o.forgotten_topics_data, out, chunks)
+    _ea_279(o.topics, out, chunks)
+    _ea_255(o.forgotten_topics_data, out, chunks)
     _put_str_k(o.rack_id, out, chunks)
-def _d_329(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+def _d_281(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
     pos += 32
     o.replica_directory_id = ZERO_UUID
     o.high_watermark = 9223372036854775807
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_330(buf, pos, end):
-    return _array(buf, pos, end, _d_329, True, False, 33)
-def _d_331(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_282(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_330(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_281, n, 33)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_332(buf, pos, end):
-    return _array(buf, pos, end, _d_331, True, False, 3)
-def _d_333(buf, pos, end):
-    o = FetchRequest.ForgottenTopic.__new__(FetchRequest.ForgottenTopic)
+def _d_283(buf, pos, end):
+    o = _C24.__new__(_C24)
     o.topic, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_334(buf, pos, end):
-    return _array(buf, pos, end, _d_333, True, False, 3)
-def _d_335(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_284(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
     pos += 25
-    o.topics, pos = _da_332(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_334(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_282, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_283, n, 3)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_c(buf, pos, end)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3487,28 +4498,28 @@ def _d_335(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_336(o, out, chunks):
+def _e_285(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     _put_tags(out, None, o.unknown_tags)
-def _ea_337(x, out, chunks):
-    _put_array(x, out, chunks, _e_336, True, False)
-def _e_338(o, out, chunks):
+def _ea_286(x, out, chunks):
+    _put_array(x, out, chunks, _e_285, True, False)
+def _e_287(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_337(o.partitions, out, chunks)
+    _ea_286(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_339(x, out, chunks):
-    _put_array(x, out, chunks, _e_338, True, False)
-def _e_340(o, out, chunks):
+def _ea_288(x, out, chunks):
+    _put_array(x, out, chunks, _e_287, True, False)
+def _e_289(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_137(o.partitions, out, chunks)
+    _ea_116(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_341(x, out, chunks):
-    _put_array(x, out, chunks, _e_340, True, False)
-def _e_342(o, out, chunks):
+def _ea_290(x, out, chunks):
+    _put_array(x, out, chunks, _e_289, True, False)
+def _e_291(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 12)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_339(o.topics, out, chunks)
-    _ea_341(o.forgotten_topics_data, out, chunks)
+    _ea_288(o.topics, out, chunks)
+    _ea_290(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3516,34 +4527,82 @@ def _e_342(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_343(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_292(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_330(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_281, n, 33)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_344(buf, pos, end):
-    return _array(buf, pos, end, _d_343, True, False, 18)
-def _d_345(buf, pos, end):
-    o = FetchRequest.ForgottenTopic.__new__(FetchRequest.ForgottenTopic)
+def _d_293(buf, pos, end):
+    o = _C24.__new__(_C24)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_346(buf, pos, end):
-    return _array(buf, pos, end, _d_345, True, False, 18)
-def _d_347(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_294(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
     pos += 25
-    o.topics, pos = _da_344(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_346(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_292, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_c(buf, pos, end)
     o.cluster_id = None
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3560,23 +4619,23 @@ def _d_347(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_348(o, out, chunks):
+def _e_295(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_337(o.partitions, out, chunks)
+    _ea_286(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_349(x, out, chunks):
-    _put_array(x, out, chunks, _e_348, True, False)
-def _e_350(o, out, chunks):
+def _ea_296(x, out, chunks):
+    _put_array(x, out, chunks, _e_295, True, False)
+def _e_297(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_137(o.partitions, out, chunks)
+    _ea_116(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_351(x, out, chunks):
-    _put_array(x, out, chunks, _e_350, True, False)
-def _e_352(o, out, chunks):
+def _ea_298(x, out, chunks):
+    _put_array(x, out, chunks, _e_297, True, False)
+def _e_299(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 13)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_349(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_296(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3584,11 +4643,11 @@ def _e_352(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _e_353(o, out, chunks):
+def _e_300(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 14)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_349(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_296(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3596,24 +4655,54 @@ def _e_353(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_354(buf, pos, end):
-    o = FetchRequest.ReplicaState.__new__(FetchRequest.ReplicaState)
+def _d_301(buf, pos, end):
+    o = _C23.__new__(_C23)
     if pos + 12 > end: _short()
     o.replica_id, o.replica_epoch = _S20.unpack_from(buf, pos)
     pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_355(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_302(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
     pos += 21
-    o.topics, pos = _da_344(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_346(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_292, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_c(buf, pos, end)
     o.cluster_id = None
     o.replica_id = -1
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3625,7 +4714,7 @@ def _d_355(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_354(buf, pos, stop)
+            o.replica_state, p2 = _d_301(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3633,14 +4722,14 @@ def _d_355(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_356(o, out, chunks):
+def _e_303(o, out, chunks):
     out += _S20.pack(o.replica_id, o.replica_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_357(o, out, chunks):
+def _e_304(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 15)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_349(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_296(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3649,14 +4738,14 @@ def _e_357(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_356(o.replica_state, b, None)
+        _e_303(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _e_358(o, out, chunks):
+def _e_305(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 16)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_349(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_296(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3665,16 +4754,20 @@ def _e_358(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_356(o.replica_state, b, None)
+        _e_303(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_359(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+def _d_306(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
     pos += 32
     o.replica_directory_id = ZERO_UUID
     o.high_watermark = 9223372036854775807
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3691,28 +4784,63 @@ def _d_359(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_360(buf, pos, end):
-    return _array(buf, pos, end, _d_359, True, False, 33)
-def _d_361(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_307(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_360(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_306, n, 33)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_362(buf, pos, end):
-    return _array(buf, pos, end, _d_361, True, False, 18)
-def _d_363(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_308(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
     pos += 21
-    o.topics, pos = _da_362(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_346(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_307, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_c(buf, pos, end)
     o.cluster_id = None
     o.replica_id = -1
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3724,7 +4852,7 @@ def _d_363(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_354(buf, pos, stop)
+            o.replica_state, p2 = _d_301(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3732,7 +4860,7 @@ def _d_363(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_364(o, out, chunks):
+def _e_309(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tags = []
     if o.replica_directory_id != ZERO_UUID:
@@ -3740,19 +4868,19 @@ def _e_364(o, out, chunks):
         _put_uuid(o.replica_directory_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_365(x, out, chunks):
-    _put_array(x, out, chunks, _e_364, True, False)
-def _e_366(o, out, chunks):
+def _ea_310(x, out, chunks):
+    _put_array(x, out, chunks, _e_309, True, False)
+def _e_311(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_365(o.partitions, out, chunks)
+    _ea_310(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_367(x, out, chunks):
-    _put_array(x, out, chunks, _e_366, True, False)
-def _e_368(o, out, chunks):
+def _ea_312(x, out, chunks):
+    _put_array(x, out, chunks, _e_311, True, False)
+def _e_313(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 17)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_367(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_312(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3761,16 +4889,20 @@ def _e_368(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_356(o.replica_state, b, None)
+        _e_303(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_369(buf, pos, end):
-    o = FetchRequest.FetchPartition.__new__(FetchRequest.FetchPartition)
+def _d_314(buf, pos, end):
+    o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
     pos += 32
     o.replica_directory_id = ZERO_UUID
     o.high_watermark = 9223372036854775807
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3790,28 +4922,63 @@ def _d_369(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_370(buf, pos, end):
-    return _array(buf, pos, end, _d_369, True, False, 33)
-def _d_371(buf, pos, end):
-    o = FetchRequest.FetchTopic.__new__(FetchRequest.FetchTopic)
+def _d_315(buf, pos, end):
+    o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_370(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_314, n, 33)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_372(buf, pos, end):
-    return _array(buf, pos, end, _d_371, True, False, 18)
-def _d_373(buf, pos, end):
-    o = FetchRequest.__new__(FetchRequest)
+def _d_316(buf, pos, end):
+    o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
     pos += 21
-    o.topics, pos = _da_372(buf, pos, end)
-    o.forgotten_topics_data, pos = _da_346(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_315, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
     o.rack_id, pos = _str_c(buf, pos, end)
     o.cluster_id = None
     o.replica_id = -1
-    o.replica_state = FetchRequest.ReplicaState()
+    d0 = _C23.__new__(_C23)
+    d0.replica_id = -1
+    d0.replica_epoch = -1
+    d0.unknown_tags = None
+    o.replica_state = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -3823,7 +4990,7 @@ def _d_373(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_354(buf, pos, stop)
+            o.replica_state, p2 = _d_301(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -3831,7 +4998,7 @@ def _d_373(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_374(o, out, chunks):
+def _e_317(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tags = []
     if o.replica_directory_id != ZERO_UUID:
@@ -3843,19 +5010,19 @@ def _e_374(o, out, chunks):
         _pfx_int64(o.high_watermark, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_375(x, out, chunks):
-    _put_array(x, out, chunks, _e_374, True, False)
-def _e_376(o, out, chunks):
+def _ea_318(x, out, chunks):
+    _put_array(x, out, chunks, _e_317, True, False)
+def _e_319(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_375(o.partitions, out, chunks)
+    _ea_318(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_377(x, out, chunks):
-    _put_array(x, out, chunks, _e_376, True, False)
-def _e_378(o, out, chunks):
+def _ea_320(x, out, chunks):
+    _put_array(x, out, chunks, _e_319, True, False)
+def _e_321(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 18)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_377(o.topics, out, chunks)
-    _ea_351(o.forgotten_topics_data, out, chunks)
+    _ea_320(o.topics, out, chunks)
+    _ea_298(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -3864,335 +5031,480 @@ def _e_378(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_356(o.replica_state, b, None)
+        _e_303(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_379(buf, pos, end):
-    o = FetchResponse.AbortedTransaction.__new__(FetchResponse.AbortedTransaction)
+def _d_322(buf, pos, end):
+    o = _C28.__new__(_C28)
     if pos + 16 > end: _short()
     o.producer_id, o.first_offset = _S21.unpack_from(buf, pos)
     pos += 16
     o.unknown_tags = None
     return o, pos
-def _da_380(buf, pos, end):
-    return _array(buf, pos, end, _d_379, False, True, 16)
-def _d_381(buf, pos, end):
-    o = FetchResponse.PartitionData.__new__(FetchResponse.PartitionData)
+def _d_323(buf, pos, end):
+    o = _C27.__new__(_C27)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset = _S10.unpack_from(buf, pos)
     pos += 22
-    o.aborted_transactions, pos = _da_380(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+    elif n == 0:
+        o.aborted_transactions = []
+    else:
+        o.aborted_transactions = _null(n, True)
     o.records, pos = _bytes_kn(buf, pos, end)
     o.log_start_offset = -1
-    o.diverging_epoch = FetchResponse.EpochEndOffset()
-    o.current_leader = FetchResponse.LeaderIdAndEpoch()
-    o.snapshot_id = FetchResponse.SnapshotId()
+    d0 = _C29.__new__(_C29)
+    d0.epoch = -1
+    d0.end_offset = -1
+    d0.unknown_tags = None
+    o.diverging_epoch = d0
+    d0 = _C30.__new__(_C30)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    d0 = _C31.__new__(_C31)
+    d0.end_offset = -1
+    d0.epoch = -1
+    d0.unknown_tags = None
+    o.snapshot_id = d0
     o.preferred_read_replica = -1
     o.unknown_tags = None
     return o, pos
-def _da_382(buf, pos, end):
-    return _array(buf, pos, end, _d_381, False, False, 30)
-def _d_383(buf, pos, end):
-    o = FetchResponse.FetchableTopicResponse.__new__(FetchResponse.FetchableTopicResponse)
+def _d_324(buf, pos, end):
+    o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_382(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_323, n, 30)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_384(buf, pos, end):
-    return _array(buf, pos, end, _d_383, False, False, 6)
-def _d_385(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_325(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_384(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_324, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.error_code = 0
     o.session_id = 0
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_386(o, out, chunks):
+def _e_326(o, out, chunks):
     out += _S21.pack(o.producer_id, o.first_offset)
-def _ea_387(x, out, chunks):
-    _put_array(x, out, chunks, _e_386, False, True)
-def _e_388(o, out, chunks):
+def _ea_327(x, out, chunks):
+    _put_array(x, out, chunks, _e_326, False, True)
+def _e_328(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 4)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 4)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 4)
     out += _S10.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 4)
     _put_records_k(o.records, out, chunks)
-def _ea_389(x, out, chunks):
-    _put_array(x, out, chunks, _e_388, False, False)
-def _e_390(o, out, chunks):
+def _ea_329(x, out, chunks):
+    _put_array(x, out, chunks, _e_328, False, False)
+def _e_330(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_389(o.partitions, out, chunks)
-def _ea_391(x, out, chunks):
-    _put_array(x, out, chunks, _e_390, False, False)
-def _e_392(o, out, chunks):
+    _ea_329(o.partitions, out, chunks)
+def _ea_331(x, out, chunks):
+    _put_array(x, out, chunks, _e_330, False, False)
+def _e_332(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 4)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_391(o.responses, out, chunks)
+    _ea_331(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 4)
-def _d_393(buf, pos, end):
-    o = FetchResponse.PartitionData.__new__(FetchResponse.PartitionData)
+def _d_333(buf, pos, end):
+    o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.aborted_transactions, pos = _da_380(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+    elif n == 0:
+        o.aborted_transactions = []
+    else:
+        o.aborted_transactions = _null(n, True)
     o.records, pos = _bytes_kn(buf, pos, end)
-    o.diverging_epoch = FetchResponse.EpochEndOffset()
-    o.current_leader = FetchResponse.LeaderIdAndEpoch()
-    o.snapshot_id = FetchResponse.SnapshotId()
+    d0 = _C29.__new__(_C29)
+    d0.epoch = -1
+    d0.end_offset = -1
+    d0.unknown_tags = None
+    o.diverging_epoch = d0
+    d0 = _C30.__new__(_C30)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    d0 = _C31.__new__(_C31)
+    d0.end_offset = -1
+    d0.epoch = -1
+    d0.unknown_tags = None
+    o.snapshot_id = d0
     o.preferred_read_replica = -1
     o.unknown_tags = None
     return o, pos
-def _da_394(buf, pos, end):
-    return _array(buf, pos, end, _d_393, False, False, 38)
-def _d_395(buf, pos, end):
-    o = FetchResponse.FetchableTopicResponse.__new__(FetchResponse.FetchableTopicResponse)
+def _d_334(buf, pos, end):
+    o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_394(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_333, n, 38)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_396(buf, pos, end):
-    return _array(buf, pos, end, _d_395, False, False, 6)
-def _d_397(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_335(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_396(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_334, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.error_code = 0
     o.session_id = 0
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_398(o, out, chunks):
+def _e_336(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 5)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 5)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 5)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 5)
     _put_records_k(o.records, out, chunks)
-def _ea_399(x, out, chunks):
-    _put_array(x, out, chunks, _e_398, False, False)
-def _e_400(o, out, chunks):
+def _ea_337(x, out, chunks):
+    _put_array(x, out, chunks, _e_336, False, False)
+def _e_338(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_399(o.partitions, out, chunks)
-def _ea_401(x, out, chunks):
-    _put_array(x, out, chunks, _e_400, False, False)
-def _e_402(o, out, chunks):
+    _ea_337(o.partitions, out, chunks)
+def _ea_339(x, out, chunks):
+    _put_array(x, out, chunks, _e_338, False, False)
+def _e_340(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 5)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_401(o.responses, out, chunks)
+    _ea_339(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 5)
-def _e_403(o, out, chunks):
+def _e_341(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 6)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 6)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 6)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 6)
     _put_records_k(o.records, out, chunks)
-def _ea_404(x, out, chunks):
-    _put_array(x, out, chunks, _e_403, False, False)
-def _e_405(o, out, chunks):
+def _ea_342(x, out, chunks):
+    _put_array(x, out, chunks, _e_341, False, False)
+def _e_343(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_404(o.partitions, out, chunks)
-def _ea_406(x, out, chunks):
-    _put_array(x, out, chunks, _e_405, False, False)
-def _e_407(o, out, chunks):
+    _ea_342(o.partitions, out, chunks)
+def _ea_344(x, out, chunks):
+    _put_array(x, out, chunks, _e_343, False, False)
+def _e_345(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 6)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_406(o.responses, out, chunks)
+    _ea_344(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 6)
-def _d_408(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_346(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
     pos += 10
-    o.responses, pos = _da_396(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_334, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_409(o, out, chunks):
+def _e_347(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 7)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 7)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 7)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 7)
     _put_records_k(o.records, out, chunks)
-def _ea_410(x, out, chunks):
-    _put_array(x, out, chunks, _e_409, False, False)
-def _e_411(o, out, chunks):
+def _ea_348(x, out, chunks):
+    _put_array(x, out, chunks, _e_347, False, False)
+def _e_349(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_410(o.partitions, out, chunks)
-def _ea_412(x, out, chunks):
-    _put_array(x, out, chunks, _e_411, False, False)
-def _e_413(o, out, chunks):
+    _ea_348(o.partitions, out, chunks)
+def _ea_350(x, out, chunks):
+    _put_array(x, out, chunks, _e_349, False, False)
+def _e_351(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_412(o.responses, out, chunks)
+    _ea_350(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 7)
-def _e_414(o, out, chunks):
+def _e_352(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 8)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 8)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 8)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 8)
     _put_records_k(o.records, out, chunks)
-def _ea_415(x, out, chunks):
-    _put_array(x, out, chunks, _e_414, False, False)
-def _e_416(o, out, chunks):
+def _ea_353(x, out, chunks):
+    _put_array(x, out, chunks, _e_352, False, False)
+def _e_354(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_415(o.partitions, out, chunks)
-def _ea_417(x, out, chunks):
-    _put_array(x, out, chunks, _e_416, False, False)
-def _e_418(o, out, chunks):
+    _ea_353(o.partitions, out, chunks)
+def _ea_355(x, out, chunks):
+    _put_array(x, out, chunks, _e_354, False, False)
+def _e_356(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_417(o.responses, out, chunks)
+    _ea_355(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 8)
-def _e_419(o, out, chunks):
+def _e_357(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 9)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 9)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 9)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 9)
     _put_records_k(o.records, out, chunks)
-def _ea_420(x, out, chunks):
-    _put_array(x, out, chunks, _e_419, False, False)
-def _e_421(o, out, chunks):
+def _ea_358(x, out, chunks):
+    _put_array(x, out, chunks, _e_357, False, False)
+def _e_359(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_420(o.partitions, out, chunks)
-def _ea_422(x, out, chunks):
-    _put_array(x, out, chunks, _e_421, False, False)
-def _e_423(o, out, chunks):
+    _ea_358(o.partitions, out, chunks)
+def _ea_360(x, out, chunks):
+    _put_array(x, out, chunks, _e_359, False, False)
+def _e_361(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_422(o.responses, out, chunks)
+    _ea_360(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 9)
-def _e_424(o, out, chunks):
+def _e_362(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 10)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 10)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 10)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 10)
     _put_records_k(o.records, out, chunks)
-def _ea_425(x, out, chunks):
-    _put_array(x, out, chunks, _e_424, False, False)
-def _e_426(o, out, chunks):
+def _ea_363(x, out, chunks):
+    _put_array(x, out, chunks, _e_362, False, False)
+def _e_364(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_425(o.partitions, out, chunks)
-def _ea_427(x, out, chunks):
-    _put_array(x, out, chunks, _e_426, False, False)
-def _e_428(o, out, chunks):
+    _ea_363(o.partitions, out, chunks)
+def _ea_365(x, out, chunks):
+    _put_array(x, out, chunks, _e_364, False, False)
+def _e_366(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_427(o.responses, out, chunks)
+    _ea_365(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 10)
-def _d_429(buf, pos, end):
-    o = FetchResponse.PartitionData.__new__(FetchResponse.PartitionData)
+def _d_367(buf, pos, end):
+    o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.aborted_transactions, pos = _da_380(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+    elif n == 0:
+        o.aborted_transactions = []
+    else:
+        o.aborted_transactions = _null(n, True)
     if pos + 4 > end: _short()
     o.preferred_read_replica, = _S2.unpack_from(buf, pos)
     pos += 4
     o.records, pos = _bytes_kn(buf, pos, end)
-    o.diverging_epoch = FetchResponse.EpochEndOffset()
-    o.current_leader = FetchResponse.LeaderIdAndEpoch()
-    o.snapshot_id = FetchResponse.SnapshotId()
+    d0 = _C29.__new__(_C29)
+    d0.epoch = -1
+    d0.end_offset = -1
+    d0.unknown_tags = None
+    o.diverging_epoch = d0
+    d0 = _C30.__new__(_C30)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    d0 = _C31.__new__(_C31)
+    d0.end_offset = -1
+    d0.epoch = -1
+    d0.unknown_tags = None
+    o.snapshot_id = d0
     o.unknown_tags = None
     return o, pos
-def _da_430(buf, pos, end):
-    return _array(buf, pos, end, _d_429, False, False, 42)
-def _d_431(buf, pos, end):
-    o = FetchResponse.FetchableTopicResponse.__new__(FetchResponse.FetchableTopicResponse)
+def _d_368(buf, pos, end):
+    o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_430(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_367, n, 42)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_432(buf, pos, end):
-    return _array(buf, pos, end, _d_431, False, False, 6)
-def _d_433(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_369(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
     pos += 10
-    o.responses, pos = _da_432(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_368, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_434(o, out, chunks):
+def _e_370(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 11)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 11)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 11)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_387(o.aborted_transactions, out, chunks)
+    _ea_327(o.aborted_transactions, out, chunks)
     out += _S2.pack(o.preferred_read_replica)
     _put_records_k(o.records, out, chunks)
-def _ea_435(x, out, chunks):
-    _put_array(x, out, chunks, _e_434, False, False)
-def _e_436(o, out, chunks):
+def _ea_371(x, out, chunks):
+    _put_array(x, out, chunks, _e_370, False, False)
+def _e_372(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_435(o.partitions, out, chunks)
-def _ea_437(x, out, chunks):
-    _put_array(x, out, chunks, _e_436, False, False)
-def _e_438(o, out, chunks):
+    _ea_371(o.partitions, out, chunks)
+def _ea_373(x, out, chunks):
+    _put_array(x, out, chunks, _e_372, False, False)
+def _e_374(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_437(o.responses, out, chunks)
+    _ea_373(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 11)
-def _d_439(buf, pos, end):
-    o = FetchResponse.AbortedTransaction.__new__(FetchResponse.AbortedTransaction)
+def _d_375(buf, pos, end):
+    o = _C28.__new__(_C28)
     if pos + 16 > end: _short()
     o.producer_id, o.first_offset = _S21.unpack_from(buf, pos)
     pos += 16
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_440(buf, pos, end):
-    return _array(buf, pos, end, _d_439, True, True, 17)
-def _d_441(buf, pos, end):
-    o = FetchResponse.EpochEndOffset.__new__(FetchResponse.EpochEndOffset)
+def _d_376(buf, pos, end):
+    o = _C29.__new__(_C29)
     if pos + 12 > end: _short()
     o.epoch, o.end_offset = _S20.unpack_from(buf, pos)
     pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_442(buf, pos, end):
-    o = FetchResponse.LeaderIdAndEpoch.__new__(FetchResponse.LeaderIdAndEpoch)
+def _d_377(buf, pos, end):
+    o = _C30.__new__(_C30)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
     pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_443(buf, pos, end):
-    o = FetchResponse.SnapshotId.__new__(FetchResponse.SnapshotId)
+def _d_378(buf, pos, end):
+    o = _C31.__new__(_C31)
     if pos + 12 > end: _short()
     o.end_offset, o.epoch = _S23.unpack_from(buf, pos)
     pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_444(buf, pos, end):
-    o = FetchResponse.PartitionData.__new__(FetchResponse.PartitionData)
+def _d_379(buf, pos, end):
+    o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
     pos += 30
-    o.aborted_transactions, pos = _da_440(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_375, n, 17)
+    elif n == 0:
+        o.aborted_transactions = []
+    else:
+        o.aborted_transactions = _null(n, True)
     if pos + 4 > end: _short()
     o.preferred_read_replica, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.records, pos = _bytes_cn(buf, pos, end)
-    o.diverging_epoch = FetchResponse.EpochEndOffset()
-    o.current_leader = FetchResponse.LeaderIdAndEpoch()
-    o.snapshot_id = FetchResponse.SnapshotId()
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.records, pos = _take_bytes(buf, pos, end, n, True)
+    d0 = _C29.__new__(_C29)
+    d0.epoch = -1
+    d0.end_offset = -1
+    d0.unknown_tags = None
+    o.diverging_epoch = d0
+    d0 = _C30.__new__(_C30)
+    d0.leader_id = -1
+    d0.leader_epoch = -1
+    d0.unknown_tags = None
+    o.current_leader = d0
+    d0 = _C31.__new__(_C31)
+    d0.end_offset = -1
+    d0.epoch = -1
+    d0.unknown_tags = None
+    o.snapshot_id = d0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -4201,13 +5513,13 @@ def _d_444(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.diverging_epoch, p2 = _d_441(buf, pos, stop)
+            o.diverging_epoch, p2 = _d_376(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.current_leader, p2 = _d_442(buf, pos, stop)
+            o.current_leader, p2 = _d_377(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 2:
-            o.snapshot_id, p2 = _d_443(buf, pos, stop)
+            o.snapshot_id, p2 = _d_378(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -4215,110 +5527,156 @@ def _d_444(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_445(buf, pos, end):
-    return _array(buf, pos, end, _d_444, True, False, 37)
-def _d_446(buf, pos, end):
-    o = FetchResponse.FetchableTopicResponse.__new__(FetchResponse.FetchableTopicResponse)
+def _d_380(buf, pos, end):
+    o = _C26.__new__(_C26)
     o.topic, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_445(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_379, n, 37)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_447(buf, pos, end):
-    return _array(buf, pos, end, _d_446, True, False, 3)
-def _d_448(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_381(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
     pos += 10
-    o.responses, pos = _da_447(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_380, n, 3)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_449(o, out, chunks):
+def _e_382(o, out, chunks):
     out += _S21.pack(o.producer_id, o.first_offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_450(x, out, chunks):
-    _put_array(x, out, chunks, _e_449, True, True)
-def _e_451(o, out, chunks):
+def _ea_383(x, out, chunks):
+    _put_array(x, out, chunks, _e_382, True, True)
+def _e_384(o, out, chunks):
     out += _S20.pack(o.epoch, o.end_offset)
     _put_tags(out, None, o.unknown_tags)
-def _e_452(o, out, chunks):
+def _e_385(o, out, chunks):
     out += _S23.pack(o.end_offset, o.epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_453(o, out, chunks):
+def _e_386(o, out, chunks):
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_450(o.aborted_transactions, out, chunks)
+    _ea_383(o.aborted_transactions, out, chunks)
     out += _S2.pack(o.preferred_read_replica)
     _put_records_c(o.records, out, chunks)
     tags = []
     if o.diverging_epoch != FetchResponse.EpochEndOffset():
         b = bytearray()
-        _e_451(o.diverging_epoch, b, None)
+        _e_384(o.diverging_epoch, b, None)
         tags.append((0, b))
     if o.current_leader != FetchResponse.LeaderIdAndEpoch():
         b = bytearray()
-        _e_256(o.current_leader, b, None)
+        _e_216(o.current_leader, b, None)
         tags.append((1, b))
     if o.snapshot_id != FetchResponse.SnapshotId():
         b = bytearray()
-        _e_452(o.snapshot_id, b, None)
+        _e_385(o.snapshot_id, b, None)
         tags.append((2, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_454(x, out, chunks):
-    _put_array(x, out, chunks, _e_453, True, False)
-def _e_455(o, out, chunks):
+def _ea_387(x, out, chunks):
+    _put_array(x, out, chunks, _e_386, True, False)
+def _e_388(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_454(o.partitions, out, chunks)
+    _ea_387(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_456(x, out, chunks):
-    _put_array(x, out, chunks, _e_455, True, False)
-def _e_457(o, out, chunks):
+def _ea_389(x, out, chunks):
+    _put_array(x, out, chunks, _e_388, True, False)
+def _e_390(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_456(o.responses, out, chunks)
+    _ea_389(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 12)
     _put_tags(out, None, o.unknown_tags)
-def _d_458(buf, pos, end):
-    o = FetchResponse.FetchableTopicResponse.__new__(FetchResponse.FetchableTopicResponse)
+def _d_391(buf, pos, end):
+    o = _C26.__new__(_C26)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_445(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_379, n, 37)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_459(buf, pos, end):
-    return _array(buf, pos, end, _d_458, True, False, 18)
-def _d_460(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _d_392(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
     pos += 10
-    o.responses, pos = _da_459(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_391, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_461(o, out, chunks):
+def _e_393(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_454(o.partitions, out, chunks)
+    _ea_387(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_462(x, out, chunks):
-    _put_array(x, out, chunks, _e_461, True, False)
-def _e_463(o, out, chunks):
+def _ea_394(x, out, chunks):
+    _put_array(x, out, chunks, _e_393, True, False)
+def _e_395(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_462(o.responses, out, chunks)
+    _ea_394(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 13)
     _put_tags(out, None, o.unknown_tags)
-def _e_464(o, out, chunks):
+def _e_396(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_462(o.responses, out, chunks)
+    _ea_394(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 14)
     _put_tags(out, None, o.unknown_tags)
-def _e_465(o, out, chunks):
+def _e_397(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_462(o.responses, out, chunks)
+    _ea_394(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 15)
     _put_tags(out, None, o.unknown_tags)
-def _d_466(buf, pos, end):
-    o = FetchResponse.NodeEndpoint.__new__(FetchResponse.NodeEndpoint)
+def _d_398(buf, pos, end):
+    o = _C32.__new__(_C32)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -4327,17 +5685,34 @@ def _d_466(buf, pos, end):
     o.port, = _S2.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_467(buf, pos, end):
-    return _array(buf, pos, end, _d_466, True, False, 11)
-def _d_468(buf, pos, end):
-    o = FetchResponse.__new__(FetchResponse)
+def _da_399(buf, pos, end):
+    return _array(buf, pos, end, _d_398, True, False, 11)
+def _d_400(buf, pos, end):
+    o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
     pos += 10
-    o.responses, pos = _da_459(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_391, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.node_endpoints = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -4346,7 +5721,7 @@ def _d_468(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_467(buf, pos, stop)
+            o.node_endpoints, p2 = _da_399(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -4354,17 +5729,17 @@ def _d_468(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_469(o, out, chunks):
+def _e_401(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_462(o.responses, out, chunks)
+    _ea_394(o.responses, out, chunks)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_136(o.node_endpoints, b, None)
+        _ea_115(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_470(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsPartition.__new__(ListOffsetsRequest.ListOffsetsPartition)
+def _d_402(buf, pos, end):
+    o = _C35.__new__(_C35)
     if pos + 12 > end: _short()
     o.partition_index, o.timestamp = _S20.unpack_from(buf, pos)
     pos += 12
@@ -4372,266 +5747,337 @@ def _d_470(buf, pos, end):
     o.max_num_offsets = 1
     o.unknown_tags = None
     return o, pos
-def _da_471(buf, pos, end):
-    return _array(buf, pos, end, _d_470, False, False, 12)
-def _d_472(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsTopic.__new__(ListOffsetsRequest.ListOffsetsTopic)
+def _d_403(buf, pos, end):
+    o = _C34.__new__(_C34)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_471(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_402, n, 12)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_473(buf, pos, end):
-    return _array(buf, pos, end, _d_472, False, False, 6)
-def _d_474(buf, pos, end):
-    o = ListOffsetsRequest.__new__(ListOffsetsRequest)
+def _d_404(buf, pos, end):
+    o = _C33.__new__(_C33)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_473(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_403, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.isolation_level = 0
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_475(o, out, chunks):
+def _e_405(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 1)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_476(x, out, chunks):
-    _put_array(x, out, chunks, _e_475, False, False)
-def _e_477(o, out, chunks):
+def _ea_406(x, out, chunks):
+    _put_array(x, out, chunks, _e_405, False, False)
+def _e_407(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_476(o.partitions, out, chunks)
-def _ea_478(x, out, chunks):
-    _put_array(x, out, chunks, _e_477, False, False)
-def _e_479(o, out, chunks):
+    _ea_406(o.partitions, out, chunks)
+def _ea_408(x, out, chunks):
+    _put_array(x, out, chunks, _e_407, False, False)
+def _e_409(o, out, chunks):
     if o.isolation_level != 0: _absent('ListOffsetsRequest', 'isolation_level', 1)
     out += _S2.pack(o.replica_id)
-    _ea_478(o.topics, out, chunks)
-def _d_480(buf, pos, end):
-    o = ListOffsetsRequest.__new__(ListOffsetsRequest)
+    _ea_408(o.topics, out, chunks)
+def _d_410(buf, pos, end):
+    o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
     pos += 5
-    o.topics, pos = _da_473(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_403, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_481(o, out, chunks):
+def _e_411(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 2)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_482(x, out, chunks):
-    _put_array(x, out, chunks, _e_481, False, False)
-def _e_483(o, out, chunks):
+def _ea_412(x, out, chunks):
+    _put_array(x, out, chunks, _e_411, False, False)
+def _e_413(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_482(o.partitions, out, chunks)
-def _ea_484(x, out, chunks):
-    _put_array(x, out, chunks, _e_483, False, False)
-def _e_485(o, out, chunks):
+    _ea_412(o.partitions, out, chunks)
+def _ea_414(x, out, chunks):
+    _put_array(x, out, chunks, _e_413, False, False)
+def _e_415(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_484(o.topics, out, chunks)
-def _e_486(o, out, chunks):
+    _ea_414(o.topics, out, chunks)
+def _e_416(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 3)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_487(x, out, chunks):
-    _put_array(x, out, chunks, _e_486, False, False)
-def _e_488(o, out, chunks):
+def _ea_417(x, out, chunks):
+    _put_array(x, out, chunks, _e_416, False, False)
+def _e_418(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_487(o.partitions, out, chunks)
-def _ea_489(x, out, chunks):
-    _put_array(x, out, chunks, _e_488, False, False)
-def _e_490(o, out, chunks):
+    _ea_417(o.partitions, out, chunks)
+def _ea_419(x, out, chunks):
+    _put_array(x, out, chunks, _e_418, False, False)
+def _e_420(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_489(o.topics, out, chunks)
-def _d_491(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsPartition.__new__(ListOffsetsRequest.ListOffsetsPartition)
+    _ea_419(o.topics, out, chunks)
+def _d_421(buf, pos, end):
+    o = _C35.__new__(_C35)
     if pos + 16 > end: _short()
     o.partition_index, o.current_leader_epoch, o.timestamp = _S25.unpack_from(buf, pos)
     pos += 16
     o.max_num_offsets = 1
     o.unknown_tags = None
     return o, pos
-def _da_492(buf, pos, end):
-    return _array(buf, pos, end, _d_491, False, False, 16)
-def _d_493(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsTopic.__new__(ListOffsetsRequest.ListOffsetsTopic)
+def _d_422(buf, pos, end):
+    o = _C34.__new__(_C34)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_492(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_421, n, 16)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_494(buf, pos, end):
-    return _array(buf, pos, end, _d_493, False, False, 6)
-def _d_495(buf, pos, end):
-    o = ListOffsetsRequest.__new__(ListOffsetsRequest)
+def _d_423(buf, pos, end):
+    o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
     pos += 5
-    o.topics, pos = _da_494(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_422, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_496(o, out, chunks):
+def _e_424(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 4)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-def _ea_497(x, out, chunks):
-    _put_array(x, out, chunks, _e_496, False, False)
-def _e_498(o, out, chunks):
+def _ea_425(x, out, chunks):
+    _put_array(x, out, chunks, _e_424, False, False)
+def _e_426(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_497(o.partitions, out, chunks)
-def _ea_499(x, out, chunks):
-    _put_array(x, out, chunks, _e_498, False, False)
-def _e_500(o, out, chunks):
+    _ea_425(o.partitions, out, chunks)
+def _ea_427(x, out, chunks):
+    _put_array(x, out, chunks, _e_426, False, False)
+def _e_428(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_499(o.topics, out, chunks)
-def _e_501(o, out, chunks):
+    _ea_427(o.topics, out, chunks)
+def _e_429(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 5)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-def _ea_502(x, out, chunks):
-    _put_array(x, out, chunks, _e_501, False, False)
-def _e_503(o, out, chunks):
+def _ea_430(x, out, chunks):
+    _put_array(x, out, chunks, _e_429, False, False)
+def _e_431(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_502(o.partitions, out, chunks)
-def _ea_504(x, out, chunks):
-    _put_array(x, out, chunks, _e_503, False, False)
-def _e_505(o, out, chunks):
+    _ea_430(o.partitions, out, chunks)
+def _ea_432(x, out, chunks):
+    _put_array(x, out, chunks, _e_431, False, False)
+def _e_433(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_504(o.topics, out, chunks)
-def _d_506(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsPartition.__new__(ListOffsetsRequest.ListOffsetsPartition)
+    _ea_432(o.topics, out, chunks)
+def _d_434(buf, pos, end):
+    o = _C35.__new__(_C35)
     if pos + 16 > end: _short()
     o.partition_index, o.current_leader_epoch, o.timestamp = _S25.unpack_from(buf, pos)
     pos += 16
     o.max_num_offsets = 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_507(buf, pos, end):
-    return _array(buf, pos, end, _d_506, True, False, 17)
-def _d_508(buf, pos, end):
-    o = ListOffsetsRequest.ListOffsetsTopic.__new__(ListOffsetsRequest.ListOffsetsTopic)
+def _d_435(buf, pos, end):
+    o = _C34.__new__(_C34)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_507(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_434, n, 17)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_509(buf, pos, end):
-    return _array(buf, pos, end, _d_508, True, False, 3)
-def _d_510(buf, pos, end):
-    o = ListOffsetsRequest.__new__(ListOffsetsRequest)
+def _d_436(buf, pos, end):
+    o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
     pos += 5
-    o.topics, pos = _da_509(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_435, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.timeout_ms = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_511(o, out, chunks):
+def _e_437(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 6)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_512(x, out, chunks):
-    _put_array(x, out, chunks, _e_511, True, False)
-def _e_513(o, out, chunks):
+def _ea_438(x, out, chunks):
+    _put_array(x, out, chunks, _e_437, True, False)
+def _e_439(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_512(o.partitions, out, chunks)
+    _ea_438(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_514(x, out, chunks):
-    _put_array(x, out, chunks, _e_513, True, False)
-def _e_515(o, out, chunks):
+def _ea_440(x, out, chunks):
+    _put_array(x, out, chunks, _e_439, True, False)
+def _e_441(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_514(o.topics, out, chunks)
+    _ea_440(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_516(o, out, chunks):
+def _e_442(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 7)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_517(x, out, chunks):
-    _put_array(x, out, chunks, _e_516, True, False)
-def _e_518(o, out, chunks):
+def _ea_443(x, out, chunks):
+    _put_array(x, out, chunks, _e_442, True, False)
+def _e_444(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_517(o.partitions, out, chunks)
+    _ea_443(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_519(x, out, chunks):
-    _put_array(x, out, chunks, _e_518, True, False)
-def _e_520(o, out, chunks):
+def _ea_445(x, out, chunks):
+    _put_array(x, out, chunks, _e_444, True, False)
+def _e_446(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_519(o.topics, out, chunks)
+    _ea_445(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_521(o, out, chunks):
+def _e_447(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 8)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_522(x, out, chunks):
-    _put_array(x, out, chunks, _e_521, True, False)
-def _e_523(o, out, chunks):
+def _ea_448(x, out, chunks):
+    _put_array(x, out, chunks, _e_447, True, False)
+def _e_449(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_522(o.partitions, out, chunks)
+    _ea_448(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_524(x, out, chunks):
-    _put_array(x, out, chunks, _e_523, True, False)
-def _e_525(o, out, chunks):
+def _ea_450(x, out, chunks):
+    _put_array(x, out, chunks, _e_449, True, False)
+def _e_451(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_524(o.topics, out, chunks)
+    _ea_450(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_526(o, out, chunks):
+def _e_452(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 9)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_527(x, out, chunks):
-    _put_array(x, out, chunks, _e_526, True, False)
-def _e_528(o, out, chunks):
+def _ea_453(x, out, chunks):
+    _put_array(x, out, chunks, _e_452, True, False)
+def _e_454(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_527(o.partitions, out, chunks)
+    _ea_453(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_529(x, out, chunks):
-    _put_array(x, out, chunks, _e_528, True, False)
-def _e_530(o, out, chunks):
+def _ea_455(x, out, chunks):
+    _put_array(x, out, chunks, _e_454, True, False)
+def _e_456(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_529(o.topics, out, chunks)
+    _ea_455(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_531(buf, pos, end):
-    o = ListOffsetsRequest.__new__(ListOffsetsRequest)
+def _d_457(buf, pos, end):
+    o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
     pos += 5
-    o.topics, pos = _da_509(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_435, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_532(o, out, chunks):
+def _e_458(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 10)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_533(x, out, chunks):
-    _put_array(x, out, chunks, _e_532, True, False)
-def _e_534(o, out, chunks):
+def _ea_459(x, out, chunks):
+    _put_array(x, out, chunks, _e_458, True, False)
+def _e_460(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_533(o.partitions, out, chunks)
+    _ea_459(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_535(x, out, chunks):
-    _put_array(x, out, chunks, _e_534, True, False)
-def _e_536(o, out, chunks):
+def _ea_461(x, out, chunks):
+    _put_array(x, out, chunks, _e_460, True, False)
+def _e_462(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_535(o.topics, out, chunks)
+    _ea_461(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _e_537(o, out, chunks):
+def _e_463(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 11)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_538(x, out, chunks):
-    _put_array(x, out, chunks, _e_537, True, False)
-def _e_539(o, out, chunks):
+def _ea_464(x, out, chunks):
+    _put_array(x, out, chunks, _e_463, True, False)
+def _e_465(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_538(o.partitions, out, chunks)
+    _ea_464(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_540(x, out, chunks):
-    _put_array(x, out, chunks, _e_539, True, False)
-def _e_541(o, out, chunks):
+def _ea_466(x, out, chunks):
+    _put_array(x, out, chunks, _e_465, True, False)
+def _e_467(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_540(o.topics, out, chunks)
+    _ea_466(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_542(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsPartitionResponse.__new__(ListOffsetsResponse.ListOffsetsPartitionResponse)
+def _d_468(buf, pos, end):
+    o = _C38.__new__(_C38)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset = _S10.unpack_from(buf, pos)
     pos += 22
@@ -4639,258 +6085,316 @@ def _d_542(buf, pos, end):
     o.leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _da_543(buf, pos, end):
-    return _array(buf, pos, end, _d_542, False, False, 22)
-def _d_544(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsTopicResponse.__new__(ListOffsetsResponse.ListOffsetsTopicResponse)
+def _d_469(buf, pos, end):
+    o = _C37.__new__(_C37)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_543(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_468, n, 22)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_545(buf, pos, end):
-    return _array(buf, pos, end, _d_544, False, False, 6)
-def _d_546(buf, pos, end):
-    o = ListOffsetsResponse.__new__(ListOffsetsResponse)
-    o.topics, pos = _da_545(buf, pos, end)
+def _d_470(buf, pos, end):
+    o = _C36.__new__(_C36)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_469, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_547(o, out, chunks):
+def _e_471(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 1)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 1)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_548(x, out, chunks):
-    _put_array(x, out, chunks, _e_547, False, False)
-def _e_549(o, out, chunks):
+def _ea_472(x, out, chunks):
+    _put_array(x, out, chunks, _e_471, False, False)
+def _e_473(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_548(o.partitions, out, chunks)
-def _ea_550(x, out, chunks):
-    _put_array(x, out, chunks, _e_549, False, False)
-def _e_551(o, out, chunks):
-    _ea_550(o.topics, out, chunks)
-def _d_552(buf, pos, end):
-    o = ListOffsetsResponse.__new__(ListOffsetsResponse)
+    _ea_472(o.partitions, out, chunks)
+def _ea_474(x, out, chunks):
+    _put_array(x, out, chunks, _e_473, False, False)
+def _e_475(o, out, chunks):
+    _ea_474(o.topics, out, chunks)
+def _d_476(buf, pos, end):
+    o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_545(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_469, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_553(o, out, chunks):
+def _e_477(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 2)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 2)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_554(x, out, chunks):
-    _put_array(x, out, chunks, _e_553, False, False)
-def _e_555(o, out, chunks):
+def _ea_478(x, out, chunks):
+    _put_array(x, out, chunks, _e_477, False, False)
+def _e_479(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_554(o.partitions, out, chunks)
-def _ea_556(x, out, chunks):
-    _put_array(x, out, chunks, _e_555, False, False)
-def _e_557(o, out, chunks):
+    _ea_478(o.partitions, out, chunks)
+def _ea_480(x, out, chunks):
+    _put_array(x, out, chunks, _e_479, False, False)
+def _e_481(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_556(o.topics, out, chunks)
-def _e_558(o, out, chunks):
+    _ea_480(o.topics, out, chunks)
+def _e_482(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 3)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 3)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_559(x, out, chunks):
-    _put_array(x, out, chunks, _e_558, False, False)
-def _e_560(o, out, chunks):
+def _ea_483(x, out, chunks):
+    _put_array(x, out, chunks, _e_482, False, False)
+def _e_484(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_559(o.partitions, out, chunks)
-def _ea_561(x, out, chunks):
-    _put_array(x, out, chunks, _e_560, False, False)
-def _e_562(o, out, chunks):
+    _ea_483(o.partitions, out, chunks)
+def _ea_485(x, out, chunks):
+    _put_array(x, out, chunks, _e_484, False, False)
+def _e_486(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_561(o.topics, out, chunks)
-def _d_563(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsPartitionResponse.__new__(ListOffsetsResponse.ListOffsetsPartitionResponse)
+    _ea_485(o.topics, out, chunks)
+def _d_487(buf, pos, end):
+    o = _C38.__new__(_C38)
     if pos + 26 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S26.unpack_from(buf, pos)
     pos += 26
     o.old_style_offsets = []
     o.unknown_tags = None
     return o, pos
-def _da_564(buf, pos, end):
-    return _array(buf, pos, end, _d_563, False, False, 26)
-def _d_565(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsTopicResponse.__new__(ListOffsetsResponse.ListOffsetsTopicResponse)
+def _d_488(buf, pos, end):
+    o = _C37.__new__(_C37)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_564(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_487, n, 26)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_566(buf, pos, end):
-    return _array(buf, pos, end, _d_565, False, False, 6)
-def _d_567(buf, pos, end):
-    o = ListOffsetsResponse.__new__(ListOffsetsResponse)
+def _d_489(buf, pos, end):
+    o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_566(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_488, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_568(o, out, chunks):
+def _e_490(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 4)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-def _ea_569(x, out, chunks):
-    _put_array(x, out, chunks, _e_568, False, False)
-def _e_570(o, out, chunks):
+def _ea_491(x, out, chunks):
+    _put_array(x, out, chunks, _e_490, False, False)
+def _e_492(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_569(o.partitions, out, chunks)
-def _ea_571(x, out, chunks):
-    _put_array(x, out, chunks, _e_570, False, False)
-def _e_572(o, out, chunks):
+    _ea_491(o.partitions, out, chunks)
+def _ea_493(x, out, chunks):
+    _put_array(x, out, chunks, _e_492, False, False)
+def _e_494(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_571(o.topics, out, chunks)
-def _e_573(o, out, chunks):
+    _ea_493(o.topics, out, chunks)
+def _e_495(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 5)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-def _ea_574(x, out, chunks):
-    _put_array(x, out, chunks, _e_573, False, False)
-def _e_575(o, out, chunks):
+def _ea_496(x, out, chunks):
+    _put_array(x, out, chunks, _e_495, False, False)
+def _e_497(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_574(o.partitions, out, chunks)
-def _ea_576(x, out, chunks):
-    _put_array(x, out, chunks, _e_575, False, False)
-def _e_577(o, out, chunks):
+    _ea_496(o.partitions, out, chunks)
+def _ea_498(x, out, chunks):
+    _put_array(x, out, chunks, _e_497, False, False)
+def _e_499(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_576(o.topics, out, chunks)
-def _d_578(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsPartitionResponse.__new__(ListOffsetsResponse.ListOffsetsPartitionResponse)
+    _ea_498(o.topics, out, chunks)
+def _d_500(buf, pos, end):
+    o = _C38.__new__(_C38)
     if pos + 26 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S26.unpack_from(buf, pos)
     pos += 26
     o.old_style_offsets = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_579(buf, pos, end):
-    return _array(buf, pos, end, _d_578, True, False, 27)
-def _d_580(buf, pos, end):
-    o = ListOffsetsResponse.ListOffsetsTopicResponse.__new__(ListOffsetsResponse.ListOffsetsTopicResponse)
+def _d_501(buf, pos, end):
+    o = _C37.__new__(_C37)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_579(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_500, n, 27)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_581(buf, pos, end):
-    return _array(buf, pos, end, _d_580, True, False, 3)
-def _d_582(buf, pos, end):
-    o = ListOffsetsResponse.__new__(ListOffsetsResponse)
+def _d_502(buf, pos, end):
+    o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_581(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_501, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_583(o, out, chunks):
+def _e_503(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 6)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_584(x, out, chunks):
-    _put_array(x, out, chunks, _e_583, True, False)
-def _e_585(o, out, chunks):
+def _ea_504(x, out, chunks):
+    _put_array(x, out, chunks, _e_503, True, False)
+def _e_505(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_584(o.partitions, out, chunks)
+    _ea_504(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_586(x, out, chunks):
-    _put_array(x, out, chunks, _e_585, True, False)
-def _e_587(o, out, chunks):
+def _ea_506(x, out, chunks):
+    _put_array(x, out, chunks, _e_505, True, False)
+def _e_507(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_586(o.topics, out, chunks)
+    _ea_506(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_588(o, out, chunks):
+def _e_508(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 7)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_589(x, out, chunks):
-    _put_array(x, out, chunks, _e_588, True, False)
-def _e_590(o, out, chunks):
+def _ea_509(x, out, chunks):
+    _put_array(x, out, chunks, _e_508, True, False)
+def _e_510(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_589(o.partitions, out, chunks)
+    _ea_509(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_591(x, out, chunks):
-    _put_array(x, out, chunks, _e_590, True, False)
-def _e_592(o, out, chunks):
+def _ea_511(x, out, chunks):
+    _put_array(x, out, chunks, _e_510, True, False)
+def _e_512(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_591(o.topics, out, chunks)
+    _ea_511(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_593(o, out, chunks):
+def _e_513(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 8)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_594(x, out, chunks):
-    _put_array(x, out, chunks, _e_593, True, False)
-def _e_595(o, out, chunks):
+def _ea_514(x, out, chunks):
+    _put_array(x, out, chunks, _e_513, True, False)
+def _e_515(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_594(o.partitions, out, chunks)
+    _ea_514(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_596(x, out, chunks):
-    _put_array(x, out, chunks, _e_595, True, False)
-def _e_597(o, out, chunks):
+def _ea_516(x, out, chunks):
+    _put_array(x, out, chunks, _e_515, True, False)
+def _e_517(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_596(o.topics, out, chunks)
+    _ea_516(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_598(o, out, chunks):
+def _e_518(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 9)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_599(x, out, chunks):
-    _put_array(x, out, chunks, _e_598, True, False)
-def _e_600(o, out, chunks):
+def _ea_519(x, out, chunks):
+    _put_array(x, out, chunks, _e_518, True, False)
+def _e_520(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_599(o.partitions, out, chunks)
+    _ea_519(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_601(x, out, chunks):
-    _put_array(x, out, chunks, _e_600, True, False)
-def _e_602(o, out, chunks):
+def _ea_521(x, out, chunks):
+    _put_array(x, out, chunks, _e_520, True, False)
+def _e_522(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_601(o.topics, out, chunks)
+    _ea_521(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_603(o, out, chunks):
+def _e_523(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 10)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_604(x, out, chunks):
-    _put_array(x, out, chunks, _e_603, True, False)
-def _e_605(o, out, chunks):
+def _ea_524(x, out, chunks):
+    _put_array(x, out, chunks, _e_523, True, False)
+def _e_525(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_604(o.partitions, out, chunks)
+    _ea_524(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_606(x, out, chunks):
-    _put_array(x, out, chunks, _e_605, True, False)
-def _e_607(o, out, chunks):
+def _ea_526(x, out, chunks):
+    _put_array(x, out, chunks, _e_525, True, False)
+def _e_527(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_606(o.topics, out, chunks)
+    _ea_526(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_608(o, out, chunks):
+def _e_528(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 11)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_609(x, out, chunks):
-    _put_array(x, out, chunks, _e_608, True, False)
-def _e_610(o, out, chunks):
+def _ea_529(x, out, chunks):
+    _put_array(x, out, chunks, _e_528, True, False)
+def _e_530(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_609(o.partitions, out, chunks)
+    _ea_529(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_611(x, out, chunks):
-    _put_array(x, out, chunks, _e_610, True, False)
-def _e_612(o, out, chunks):
+def _ea_531(x, out, chunks):
+    _put_array(x, out, chunks, _e_530, True, False)
+def _e_532(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_611(o.topics, out, chunks)
+    _ea_531(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_613(buf, pos, end):
-    o = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
+def _d_533(buf, pos, end):
+    o = _C39.__new__(_C39)
     o.key, pos = _str_k(buf, pos, end)
     o.key_type = 0
     o.coordinator_keys = []
     o.unknown_tags = None
     return o, pos
-def _e_614(o, out, chunks):
+def _e_534(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.key_type != 0: _absent('FindCoordinatorRequest', 'key_type', 0)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 0)
-def _d_615(buf, pos, end):
-    o = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
+def _d_535(buf, pos, end):
+    o = _C39.__new__(_C39)
     o.key, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
     o.key_type, = _S27.unpack_from(buf, pos)
@@ -4898,58 +6402,73 @@ def _d_615(buf, pos, end):
     o.coordinator_keys = []
     o.unknown_tags = None
     return o, pos
-def _e_616(o, out, chunks):
+def _e_536(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 1)
     out += _S27.pack(o.key_type)
-def _e_617(o, out, chunks):
+def _e_537(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 2)
     out += _S27.pack(o.key_type)
-def _d_618(buf, pos, end):
-    o = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
+def _d_538(buf, pos, end):
+    o = _C39.__new__(_C39)
     o.key, pos = _str_c(buf, pos, end)
     if pos + 1 > end: _short()
     o.key_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.coordinator_keys = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_619(o, out, chunks):
+def _e_539(o, out, chunks):
     _put_str_c(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 3)
     out += _S27.pack(o.key_type)
     _put_tags(out, None, o.unknown_tags)
-def _da_620(buf, pos, end):
-    return _array(buf, pos, end, _str_c, True, False, 1)
-def _d_621(buf, pos, end):
-    o = FindCoordinatorRequest.__new__(FindCoordinatorRequest)
+def _d_540(buf, pos, end):
+    o = _C39.__new__(_C39)
     if pos + 1 > end: _short()
     o.key_type, = _S27.unpack_from(buf, pos)
     pos += 1
-    o.coordinator_keys, pos = _da_620(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.coordinator_keys, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.coordinator_keys = []
+    else:
+        o.coordinator_keys = _null(n, False)
     o.key = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _ea_622(x, out, chunks):
+def _ea_541(x, out, chunks):
     _put_array(x, out, chunks, _put_str_c, True, False)
-def _e_623(o, out, chunks):
+def _e_542(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 4)
     out += _S27.pack(o.key_type)
-    _ea_622(o.coordinator_keys, out, chunks)
+    _ea_541(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_624(o, out, chunks):
+def _e_543(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 5)
     out += _S27.pack(o.key_type)
-    _ea_622(o.coordinator_keys, out, chunks)
+    _ea_541(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_625(o, out, chunks):
+def _e_544(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 6)
     out += _S27.pack(o.key_type)
-    _ea_622(o.coordinator_keys, out, chunks)
+    _ea_541(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_626(buf, pos, end):
-    o = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
+def _d_545(buf, pos, end):
+    o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.error_code, o.node_id = _S9.unpack_from(buf, pos)
     pos += 6
@@ -4962,13 +6481,13 @@ def _d_626(buf, pos, end):
     o.coordinators = []
     o.unknown_tags = None
     return o, pos
-def _e_627(o, out, chunks):
+def _e_546(o, out, chunks):
     out += _S9.pack(o.error_code, o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 0)
     out += _S2.pack(o.port)
-def _d_628(buf, pos, end):
-    o = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
+def _d_547(buf, pos, end):
+    o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -4983,22 +6502,22 @@ def _d_628(buf, pos, end):
     o.coordinators = []
     o.unknown_tags = None
     return o, pos
-def _e_629(o, out, chunks):
+def _e_548(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 1)
     out += _S2.pack(o.port)
-def _e_630(o, out, chunks):
+def _e_549(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 2)
     out += _S2.pack(o.port)
-def _d_631(buf, pos, end):
-    o = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
+def _d_550(buf, pos, end):
+    o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -5011,9 +6530,13 @@ def _d_631(buf, pos, end):
     o.port, = _S2.unpack_from(buf, pos)
     pos += 4
     o.coordinators = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_632(o, out, chunks):
+def _e_551(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
@@ -5021,8 +6544,8 @@ def _e_632(o, out, chunks):
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 3)
     out += _S2.pack(o.port)
     _put_tags(out, None, o.unknown_tags)
-def _d_633(buf, pos, end):
-    o = FindCoordinatorResponse.Coordinator.__new__(FindCoordinatorResponse.Coordinator)
+def _d_552(buf, pos, end):
+    o = _C41.__new__(_C41)
     o.key, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -5032,58 +6555,73 @@ def _d_633(buf, pos, end):
     o.port, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_634(buf, pos, end):
-    return _array(buf, pos, end, _d_633, True, False, 14)
-def _d_635(buf, pos, end):
-    o = FindCoordinatorResponse.__new__(FindCoordinatorResponse)
+def _d_553(buf, pos, end):
+    o = _C40.__new__(_C40)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.coordinators, pos = _da_634(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.coordinators, pos = _array_n(buf, pos, end, _d_552, n, 14)
+    elif n == 0:
+        o.coordinators = []
+    else:
+        o.coordinators = _null(n, False)
     o.error_code = 0
     o.error_message = ''
     o.node_id = 0
     o.host = ''
     o.port = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_636(o, out, chunks):
+def _e_554(o, out, chunks):
     _put_str_c(o.key, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     out += _S28.pack(o.port, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_637(x, out, chunks):
-    _put_array(x, out, chunks, _e_636, True, False)
-def _e_638(o, out, chunks):
+def _ea_555(x, out, chunks):
+    _put_array(x, out, chunks, _e_554, True, False)
+def _e_556(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 4)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 4)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 4)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 4)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_637(o.coordinators, out, chunks)
+    _ea_555(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_639(o, out, chunks):
+def _e_557(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 5)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 5)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 5)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 5)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_637(o.coordinators, out, chunks)
+    _ea_555(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_640(o, out, chunks):
+def _e_558(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 6)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 6)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 6)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 6)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_637(o.coordinators, out, chunks)
+    _ea_555(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_641(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestPartition.__new__(OffsetCommitRequest.OffsetCommitRequestPartition)
+def _d_559(buf, pos, end):
+    o = _C44.__new__(_C44)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
     pos += 12
@@ -5092,19 +6630,23 @@ def _d_641(buf, pos, end):
     o.commit_timestamp = -1
     o.unknown_tags = None
     return o, pos
-def _da_642(buf, pos, end):
-    return _array(buf, pos, end, _d_641, False, False, 14)
-def _d_643(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestTopic.__new__(OffsetCommitRequest.OffsetCommitRequestTopic)
+def _d_560(buf, pos, end):
+    o = _C43.__new__(_C43)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_642(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_559, n, 14)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_644(buf, pos, end):
-    return _array(buf, pos, end, _d_643, False, False, 6)
-def _d_645(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+def _d_561(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
@@ -5113,95 +6655,111 @@ def _d_645(buf, pos, end):
     if pos + 8 > end: _short()
     o.retention_time_ms, = _S29.unpack_from(buf, pos)
     pos += 8
-    o.topics, pos = _da_644(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_560, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_646(o, out, chunks):
+def _e_562(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 2)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_647(x, out, chunks):
-    _put_array(x, out, chunks, _e_646, False, False)
-def _e_648(o, out, chunks):
+def _ea_563(x, out, chunks):
+    _put_array(x, out, chunks, _e_562, False, False)
+def _e_564(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_647(o.partitions, out, chunks)
-def _ea_649(x, out, chunks):
-    _put_array(x, out, chunks, _e_648, False, False)
-def _e_650(o, out, chunks):
+    _ea_563(o.partitions, out, chunks)
+def _ea_565(x, out, chunks):
+    _put_array(x, out, chunks, _e_564, False, False)
+def _e_566(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 2)
     out += _S29.pack(o.retention_time_ms)
-    _ea_649(o.topics, out, chunks)
-def _e_651(o, out, chunks):
+    _ea_565(o.topics, out, chunks)
+def _e_567(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 3)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_652(x, out, chunks):
-    _put_array(x, out, chunks, _e_651, False, False)
-def _e_653(o, out, chunks):
+def _ea_568(x, out, chunks):
+    _put_array(x, out, chunks, _e_567, False, False)
+def _e_569(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_652(o.partitions, out, chunks)
-def _ea_654(x, out, chunks):
-    _put_array(x, out, chunks, _e_653, False, False)
-def _e_655(o, out, chunks):
+    _ea_568(o.partitions, out, chunks)
+def _ea_570(x, out, chunks):
+    _put_array(x, out, chunks, _e_569, False, False)
+def _e_571(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 3)
     out += _S29.pack(o.retention_time_ms)
-    _ea_654(o.topics, out, chunks)
-def _e_656(o, out, chunks):
+    _ea_570(o.topics, out, chunks)
+def _e_572(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 4)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_657(x, out, chunks):
-    _put_array(x, out, chunks, _e_656, False, False)
-def _e_658(o, out, chunks):
+def _ea_573(x, out, chunks):
+    _put_array(x, out, chunks, _e_572, False, False)
+def _e_574(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_657(o.partitions, out, chunks)
-def _ea_659(x, out, chunks):
-    _put_array(x, out, chunks, _e_658, False, False)
-def _e_660(o, out, chunks):
+    _ea_573(o.partitions, out, chunks)
+def _ea_575(x, out, chunks):
+    _put_array(x, out, chunks, _e_574, False, False)
+def _e_576(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 4)
     out += _S29.pack(o.retention_time_ms)
-    _ea_659(o.topics, out, chunks)
-def _d_661(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+    _ea_575(o.topics, out, chunks)
+def _d_577(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
-    o.topics, pos = _da_644(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_560, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.group_instance_id = None
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_662(o, out, chunks):
+def _e_578(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 5)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_663(x, out, chunks):
-    _put_array(x, out, chunks, _e_662, False, False)
-def _e_664(o, out, chunks):
+def _ea_579(x, out, chunks):
+    _put_array(x, out, chunks, _e_578, False, False)
+def _e_580(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_663(o.partitions, out, chunks)
-def _ea_665(x, out, chunks):
-    _put_array(x, out, chunks, _e_664, False, False)
-def _e_666(o, out, chunks):
+    _ea_579(o.partitions, out, chunks)
+def _ea_581(x, out, chunks):
+    _put_array(x, out, chunks, _e_580, False, False)
+def _e_582(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 5)
-    _ea_665(o.topics, out, chunks)
-def _d_667(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestPartition.__new__(OffsetCommitRequest.OffsetCommitRequestPartition)
+    _ea_581(o.topics, out, chunks)
+def _d_583(buf, pos, end):
+    o = _C44.__new__(_C44)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
@@ -5209,534 +6767,825 @@ def _d_667(buf, pos, end):
     o.commit_timestamp = -1
     o.unknown_tags = None
     return o, pos
-def _da_668(buf, pos, end):
-    return _array(buf, pos, end, _d_667, False, False, 18)
-def _d_669(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestTopic.__new__(OffsetCommitRequest.OffsetCommitRequestTopic)
+def _d_584(buf, pos, end):
+    o = _C43.__new__(_C43)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_668(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_583, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_670(buf, pos, end):
-    return _array(buf, pos, end, _d_669, False, False, 6)
-def _d_671(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+def _d_585(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
-    o.topics, pos = _da_670(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_584, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.group_instance_id = None
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_672(o, out, chunks):
+def _e_586(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 6)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_673(x, out, chunks):
-    _put_array(x, out, chunks, _e_672, False, False)
-def _e_674(o, out, chunks):
+def _ea_587(x, out, chunks):
+    _put_array(x, out, chunks, _e_586, False, False)
+def _e_588(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_673(o.partitions, out, chunks)
-def _ea_675(x, out, chunks):
-    _put_array(x, out, chunks, _e_674, False, False)
-def _e_676(o, out, chunks):
+    _ea_587(o.partitions, out, chunks)
+def _ea_589(x, out, chunks):
+    _put_array(x, out, chunks, _e_588, False, False)
+def _e_590(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 6)
-    _ea_675(o.topics, out, chunks)
-def _d_677(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+    _ea_589(o.topics, out, chunks)
+def _d_591(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
-    o.topics, pos = _da_670(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_584, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_678(o, out, chunks):
+def _e_592(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 7)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_679(x, out, chunks):
-    _put_array(x, out, chunks, _e_678, False, False)
-def _e_680(o, out, chunks):
+def _ea_593(x, out, chunks):
+    _put_array(x, out, chunks, _e_592, False, False)
+def _e_594(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_679(o.partitions, out, chunks)
-def _ea_681(x, out, chunks):
-    _put_array(x, out, chunks, _e_680, False, False)
-def _e_682(o, out, chunks):
+    _ea_593(o.partitions, out, chunks)
+def _ea_595(x, out, chunks):
+    _put_array(x, out, chunks, _e_594, False, False)
+def _e_596(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-    _ea_681(o.topics, out, chunks)
-def _d_683(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestPartition.__new__(OffsetCommitRequest.OffsetCommitRequestPartition)
+    _ea_595(o.topics, out, chunks)
+def _d_597(buf, pos, end):
+    o = _C44.__new__(_C44)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
     o.committed_metadata, pos = _str_cn(buf, pos, end)
     o.commit_timestamp = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_684(buf, pos, end):
-    return _array(buf, pos, end, _d_683, True, False, 18)
-def _d_685(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestTopic.__new__(OffsetCommitRequest.OffsetCommitRequestTopic)
+def _d_598(buf, pos, end):
+    o = _C43.__new__(_C43)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_684(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_597, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_686(buf, pos, end):
-    return _array(buf, pos, end, _d_685, True, False, 3)
-def _d_687(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+def _d_599(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
-    o.topics, pos = _da_686(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_598, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.retention_time_ms = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_688(o, out, chunks):
+def _e_600(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 8)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_689(x, out, chunks):
-    _put_array(x, out, chunks, _e_688, True, False)
-def _e_690(o, out, chunks):
+def _ea_601(x, out, chunks):
+    _put_array(x, out, chunks, _e_600, True, False)
+def _e_602(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_689(o.partitions, out, chunks)
+    _ea_601(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_691(x, out, chunks):
-    _put_array(x, out, chunks, _e_690, True, False)
-def _e_692(o, out, chunks):
+def _ea_603(x, out, chunks):
+    _put_array(x, out, chunks, _e_602, True, False)
+def _e_604(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_691(o.topics, out, chunks)
+    _ea_603(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_693(o, out, chunks):
+def _e_605(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 9)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_694(x, out, chunks):
-    _put_array(x, out, chunks, _e_693, True, False)
-def _e_695(o, out, chunks):
+def _ea_606(x, out, chunks):
+    _put_array(x, out, chunks, _e_605, True, False)
+def _e_607(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_694(o.partitions, out, chunks)
+    _ea_606(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_696(x, out, chunks):
-    _put_array(x, out, chunks, _e_695, True, False)
-def _e_697(o, out, chunks):
+def _ea_608(x, out, chunks):
+    _put_array(x, out, chunks, _e_607, True, False)
+def _e_609(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_696(o.topics, out, chunks)
+    _ea_608(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_698(buf, pos, end):
-    o = OffsetCommitRequest.OffsetCommitRequestTopic.__new__(OffsetCommitRequest.OffsetCommitRequestTopic)
+def _d_610(buf, pos, end):
+    o = _C43.__new__(_C43)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_684(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_597, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_699(buf, pos, end):
-    return _array(buf, pos, end, _d_698, True, False, 18)
-def _d_700(buf, pos, end):
-    o = OffsetCommitRequest.__new__(OffsetCommitRequest)
+def _d_611(buf, pos, end):
+    o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
-    o.topics, pos = _da_699(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_610, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.retention_time_ms = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_701(o, out, chunks):
+def _e_612(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 10)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_702(x, out, chunks):
-    _put_array(x, out, chunks, _e_701, True, False)
-def _e_703(o, out, chunks):
+def _ea_613(x, out, chunks):
+    _put_array(x, out, chunks, _e_612, True, False)
+def _e_614(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_702(o.partitions, out, chunks)
+    _ea_613(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_704(x, out, chunks):
-    _put_array(x, out, chunks, _e_703, True, False)
-def _e_705(o, out, chunks):
+def _ea_615(x, out, chunks):
+    _put_array(x, out, chunks, _e_614, True, False)
+def _e_616(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_704(o.topics, out, chunks)
+    _ea_615(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_706(buf, pos, end):
-    o = OffsetCommitResponse.OffsetCommitResponsePartition.__new__(OffsetCommitResponse.OffsetCommitResponsePartition)
+def _d_617(buf, pos, end):
+    o = _C47.__new__(_C47)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _da_707(buf, pos, end):
-    return _array(buf, pos, end, _d_706, False, False, 6)
-def _d_708(buf, pos, end):
-    o = OffsetCommitResponse.OffsetCommitResponseTopic.__new__(OffsetCommitResponse.OffsetCommitResponseTopic)
+def _d_618(buf, pos, end):
+    o = _C46.__new__(_C46)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_707(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_617, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _da_709(buf, pos, end):
-    return _array(buf, pos, end, _d_708, False, False, 6)
-def _d_710(buf, pos, end):
-    o = OffsetCommitResponse.__new__(OffsetCommitResponse)
-    o.topics, pos = _da_709(buf, pos, end)
+def _d_619(buf, pos, end):
+    o = _C45.__new__(_C45)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_618, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_711(o, out, chunks):
+def _e_620(o, out, chunks):
     out += _S28.pack(o.partition_index, o.error_code)
-def _ea_712(x, out, chunks):
-    _put_array(x, out, chunks, _e_711, False, False)
-def _e_713(o, out, chunks):
+def _ea_621(x, out, chunks):
+    _put_array(x, out, chunks, _e_620, False, False)
+def _e_622(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_712(o.partitions, out, chunks)
-def _ea_714(x, out, chunks):
-    _put_array(x, out, chunks, _e_713, False, False)
-def _e_715(o, out, chunks):
-    _ea_714(o.topics, out, chunks)
-def _d_716(buf, pos, end):
-    o = OffsetCommitResponse.__new__(OffsetCommitResponse)
+    _ea_621(o.partitions, out, chunks)
+def _ea_623(x, out, chunks):
+    _put_array(x, out, chunks, _e_622, False, False)
+def _e_624(o, out, chunks):
+    _ea_623(o.topics, out, chunks)
+def _d_625(buf, pos, end):
+    o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_709(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_618, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_717(o, out, chunks):
+def _e_626(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_714(o.topics, out, chunks)
-def _d_718(buf, pos, end):
-    o = OffsetCommitResponse.OffsetCommitResponsePartition.__new__(OffsetCommitResponse.OffsetCommitResponsePartition)
+    _ea_623(o.topics, out, chunks)
+def _d_627(buf, pos, end):
+    o = _C47.__new__(_C47)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_719(buf, pos, end):
-    return _array(buf, pos, end, _d_718, True, False, 7)
-def _d_720(buf, pos, end):
-    o = OffsetCommitResponse.OffsetCommitResponseTopic.__new__(OffsetCommitResponse.OffsetCommitResponseTopic)
+def _d_628(buf, pos, end):
+    o = _C46.__new__(_C46)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_719(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_627, n, 7)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_721(buf, pos, end):
-    return _array(buf, pos, end, _d_720, True, False, 3)
-def _d_722(buf, pos, end):
-    o = OffsetCommitResponse.__new__(OffsetCommitResponse)
+def _d_629(buf, pos, end):
+    o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_721(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_628, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_723(o, out, chunks):
+def _e_630(o, out, chunks):
     out += _S28.pack(o.partition_index, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_724(x, out, chunks):
-    _put_array(x, out, chunks, _e_723, True, False)
-def _e_725(o, out, chunks):
+def _ea_631(x, out, chunks):
+    _put_array(x, out, chunks, _e_630, True, False)
+def _e_632(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_724(o.partitions, out, chunks)
+    _ea_631(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_726(x, out, chunks):
-    _put_array(x, out, chunks, _e_725, True, False)
-def _e_727(o, out, chunks):
+def _ea_633(x, out, chunks):
+    _put_array(x, out, chunks, _e_632, True, False)
+def _e_634(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_726(o.topics, out, chunks)
+    _ea_633(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_728(buf, pos, end):
-    o = OffsetCommitResponse.OffsetCommitResponseTopic.__new__(OffsetCommitResponse.OffsetCommitResponseTopic)
+def _d_635(buf, pos, end):
+    o = _C46.__new__(_C46)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_719(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_627, n, 7)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_729(buf, pos, end):
-    return _array(buf, pos, end, _d_728, True, False, 18)
-def _d_730(buf, pos, end):
-    o = OffsetCommitResponse.__new__(OffsetCommitResponse)
+def _d_636(buf, pos, end):
+    o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_729(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_635, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_731(o, out, chunks):
+def _e_637(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_724(o.partitions, out, chunks)
+    _ea_631(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_732(x, out, chunks):
-    _put_array(x, out, chunks, _e_731, True, False)
-def _e_733(o, out, chunks):
+def _ea_638(x, out, chunks):
+    _put_array(x, out, chunks, _e_637, True, False)
+def _e_639(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_732(o.topics, out, chunks)
+    _ea_638(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_734(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestTopic.__new__(OffsetFetchRequest.OffsetFetchRequestTopic)
+def _d_640(buf, pos, end):
+    o = _C49.__new__(_C49)
     o.name, pos = _str_k(buf, pos, end)
-    o.partition_indexes, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_735(buf, pos, end):
-    return _array(buf, pos, end, _d_734, False, False, 6)
-def _d_736(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
+def _d_641(buf, pos, end):
+    o = _C48.__new__(_C48)
     o.group_id, pos = _str_k(buf, pos, end)
-    o.topics, pos = _da_735(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_640, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.groups = []
     o.require_stable = False
     o.unknown_tags = None
     return o, pos
-def _e_737(o, out, chunks):
+def _e_642(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_71(o.partition_indexes, out, chunks)
-def _ea_738(x, out, chunks):
-    _put_array(x, out, chunks, _e_737, False, False)
-def _e_739(o, out, chunks):
+    _ea_61(o.partition_indexes, out, chunks)
+def _ea_643(x, out, chunks):
+    _put_array(x, out, chunks, _e_642, False, False)
+def _e_644(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_738(o.topics, out, chunks)
+    _ea_643(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 1)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 1)
-def _da_740(buf, pos, end):
-    return _array(buf, pos, end, _d_734, False, True, 6)
-def _d_741(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
+def _d_645(buf, pos, end):
+    o = _C48.__new__(_C48)
     o.group_id, pos = _str_k(buf, pos, end)
-    o.topics, pos = _da_740(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_640, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     o.groups = []
     o.require_stable = False
     o.unknown_tags = None
     return o, pos
-def _ea_742(x, out, chunks):
-    _put_array(x, out, chunks, _e_737, False, True)
-def _e_743(o, out, chunks):
+def _ea_646(x, out, chunks):
+    _put_array(x, out, chunks, _e_642, False, True)
+def _e_647(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_742(o.topics, out, chunks)
+    _ea_646(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 2)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 2)
-def _e_744(o, out, chunks):
+def _e_648(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_742(o.topics, out, chunks)
+    _ea_646(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 3)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 3)
-def _e_745(o, out, chunks):
+def _e_649(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_742(o.topics, out, chunks)
+    _ea_646(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 4)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 4)
-def _e_746(o, out, chunks):
+def _e_650(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_742(o.topics, out, chunks)
+    _ea_646(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 5)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 5)
-def _d_747(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestTopic.__new__(OffsetFetchRequest.OffsetFetchRequestTopic)
+def _d_651(buf, pos, end):
+    o = _C49.__new__(_C49)
     o.name, pos = _str_c(buf, pos, end)
-    o.partition_indexes, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_748(buf, pos, end):
-    return _array(buf, pos, end, _d_747, True, True, 3)
-def _d_749(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
+def _d_652(buf, pos, end):
+    o = _C48.__new__(_C48)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.topics, pos = _da_748(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_651, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     o.groups = []
     o.require_stable = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_750(o, out, chunks):
+def _e_653(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_137(o.partition_indexes, out, chunks)
+    _ea_116(o.partition_indexes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_751(x, out, chunks):
-    _put_array(x, out, chunks, _e_750, True, True)
-def _e_752(o, out, chunks):
+def _ea_654(x, out, chunks):
+    _put_array(x, out, chunks, _e_653, True, True)
+def _e_655(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_751(o.topics, out, chunks)
+    _ea_654(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 6)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 6)
     _put_tags(out, None, o.unknown_tags)
-def _d_753(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
+def _d_656(buf, pos, end):
+    o = _C48.__new__(_C48)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.topics, pos = _da_748(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_651, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     if pos + 1 > end: _short()
     o.require_stable, = _S4.unpack_from(buf, pos)
     pos += 1
     o.groups = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_754(o, out, chunks):
+def _e_657(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_751(o.topics, out, chunks)
+    _ea_654(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 7)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_755(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestTopics.__new__(OffsetFetchRequest.OffsetFetchRequestTopics)
+def _d_658(buf, pos, end):
+    o = _C51.__new__(_C51)
     o.name, pos = _str_c(buf, pos, end)
-    o.partition_indexes, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_756(buf, pos, end):
-    return _array(buf, pos, end, _d_755, True, True, 3)
-def _d_757(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestGroup.__new__(OffsetFetchRequest.OffsetFetchRequestGroup)
+def _d_659(buf, pos, end):
+    o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.topics, pos = _da_756(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_658, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
     o.member_id = None
     o.member_epoch = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_758(buf, pos, end):
-    return _array(buf, pos, end, _d_757, True, False, 3)
-def _d_759(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
-    o.groups, pos = _da_758(buf, pos, end)
+def _d_660(buf, pos, end):
+    o = _C48.__new__(_C48)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_659, n, 3)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     if pos + 1 > end: _short()
     o.require_stable, = _S4.unpack_from(buf, pos)
     pos += 1
     o.group_id = ''
     o.topics = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_760(o, out, chunks):
+def _e_661(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_751(o.topics, out, chunks)
+    _ea_654(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_761(x, out, chunks):
-    _put_array(x, out, chunks, _e_760, True, False)
-def _e_762(o, out, chunks):
+def _ea_662(x, out, chunks):
+    _put_array(x, out, chunks, _e_661, True, False)
+def _e_663(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 8)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 8)
-    _ea_761(o.groups, out, chunks)
+    _ea_662(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_763(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestGroup.__new__(OffsetFetchRequest.OffsetFetchRequestGroup)
+def _d_664(buf, pos, end):
+    o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_756(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_658, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_764(buf, pos, end):
-    return _array(buf, pos, end, _d_763, True, False, 8)
-def _d_765(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
-    o.groups, pos = _da_764(buf, pos, end)
+def _d_665(buf, pos, end):
+    o = _C48.__new__(_C48)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_664, n, 8)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     if pos + 1 > end: _short()
     o.require_stable, = _S4.unpack_from(buf, pos)
     pos += 1
     o.group_id = ''
     o.topics = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_766(o, out, chunks):
+def _e_666(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
     out += _S2.pack(o.member_epoch)
-    _ea_751(o.topics, out, chunks)
+    _ea_654(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_767(x, out, chunks):
-    _put_array(x, out, chunks, _e_766, True, False)
-def _e_768(o, out, chunks):
+def _ea_667(x, out, chunks):
+    _put_array(x, out, chunks, _e_666, True, False)
+def _e_668(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 9)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 9)
-    _ea_767(o.groups, out, chunks)
+    _ea_667(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_769(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestTopics.__new__(OffsetFetchRequest.OffsetFetchRequestTopics)
+def _d_669(buf, pos, end):
+    o = _C51.__new__(_C51)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partition_indexes, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_770(buf, pos, end):
-    return _array(buf, pos, end, _d_769, True, True, 18)
-def _d_771(buf, pos, end):
-    o = OffsetFetchRequest.OffsetFetchRequestGroup.__new__(OffsetFetchRequest.OffsetFetchRequestGroup)
+def _d_670(buf, pos, end):
+    o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.member_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_770(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_669, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_772(buf, pos, end):
-    return _array(buf, pos, end, _d_771, True, False, 8)
-def _d_773(buf, pos, end):
-    o = OffsetFetchRequest.__new__(OffsetFetchRequest)
-    o.groups, pos = _da_772(buf, pos, end)
+def _d_671(buf, pos, end):
+    o = _C48.__new__(_C48)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_670, n, 8)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     if pos + 1 > end: _short()
     o.require_stable, = _S4.unpack_from(buf, pos)
     pos += 1
     o.group_id = ''
     o.topics = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_774(o, out, chunks):
+def _e_672(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_137(o.partition_indexes, out, chunks)
+    _ea_116(o.partition_indexes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_775(x, out, chunks):
-    _put_array(x, out, chunks, _e_774, True, True)
-def _e_776(o, out, chunks):
+def _ea_673(x, out, chunks):
+    _put_array(x, out, chunks, _e_672, True, True)
+def _e_674(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
     out += _S2.pack(o.member_epoch)
-    _ea_775(o.topics, out, chunks)
+    _ea_673(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_777(x, out, chunks):
-    _put_array(x, out, chunks, _e_776, True, False)
-def _e_778(o, out, chunks):
+def _ea_675(x, out, chunks):
+    _put_array(x, out, chunks, _e_674, True, False)
+def _e_676(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 10)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 10)
-    _ea_777(o.groups, out, chunks)
+    _ea_675(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_779(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponsePartition.__new__(OffsetFetchResponse.OffsetFetchResponsePartition)
+def _d_677(buf, pos, end):
+    o = _C54.__new__(_C54)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
     pos += 12
@@ -5747,41 +7596,61 @@ def _d_779(buf, pos, end):
     o.committed_leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _da_780(buf, pos, end):
-    return _array(buf, pos, end, _d_779, False, False, 16)
-def _d_781(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseTopic.__new__(OffsetFetchResponse.OffsetFetchResponseTopic)
+def _d_678(buf, pos, end):
+    o = _C53.__new__(_C53)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_780(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_677, n, 16)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_782(buf, pos, end):
-    return _array(buf, pos, end, _d_781, False, False, 6)
-def _d_783(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
-    o.topics, pos = _da_782(buf, pos, end)
+def _d_679(buf, pos, end):
+    o = _C52.__new__(_C52)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.throttle_time_ms = 0
     o.error_code = 0
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_784(o, out, chunks):
+def _e_680(o, out, chunks):
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_785(x, out, chunks):
-    _put_array(x, out, chunks, _e_784, False, False)
-def _e_786(o, out, chunks):
+def _ea_681(x, out, chunks):
+    _put_array(x, out, chunks, _e_680, False, False)
+def _e_682(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_785(o.partitions, out, chunks)
-def _ea_787(x, out, chunks):
-    _put_array(x, out, chunks, _e_786, False, False)
-def _e_788(o, out, chunks):
-    _ea_787(o.topics, out, chunks)
+    _ea_681(o.partitions, out, chunks)
+def _ea_683(x, out, chunks):
+    _put_array(x, out, chunks, _e_682, False, False)
+def _e_684(o, out, chunks):
+    _ea_683(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 1)
-def _d_789(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
-    o.topics, pos = _da_782(buf, pos, end)
+def _d_685(buf, pos, end):
+    o = _C52.__new__(_C52)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -5789,34 +7658,42 @@ def _d_789(buf, pos, end):
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_790(o, out, chunks):
-    _ea_787(o.topics, out, chunks)
+def _e_686(o, out, chunks):
+    _ea_683(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 2)
     out += _S0.pack(o.error_code)
-def _d_791(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
+def _d_687(buf, pos, end):
+    o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_782(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_792(o, out, chunks):
+def _e_688(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_787(o.topics, out, chunks)
+    _ea_683(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 3)
     out += _S0.pack(o.error_code)
-def _e_793(o, out, chunks):
+def _e_689(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_787(o.topics, out, chunks)
+    _ea_683(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 4)
     out += _S0.pack(o.error_code)
-def _d_794(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponsePartition.__new__(OffsetFetchResponse.OffsetFetchResponsePartition)
+def _d_690(buf, pos, end):
+    o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
@@ -5826,46 +7703,58 @@ def _d_794(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _da_795(buf, pos, end):
-    return _array(buf, pos, end, _d_794, False, False, 20)
-def _d_796(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseTopic.__new__(OffsetFetchResponse.OffsetFetchResponseTopic)
+def _d_691(buf, pos, end):
+    o = _C53.__new__(_C53)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_795(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_690, n, 20)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_797(buf, pos, end):
-    return _array(buf, pos, end, _d_796, False, False, 6)
-def _d_798(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
+def _d_692(buf, pos, end):
+    o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_797(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_691, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_799(o, out, chunks):
+def _e_693(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_800(x, out, chunks):
-    _put_array(x, out, chunks, _e_799, False, False)
-def _e_801(o, out, chunks):
+def _ea_694(x, out, chunks):
+    _put_array(x, out, chunks, _e_693, False, False)
+def _e_695(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_800(o.partitions, out, chunks)
-def _ea_802(x, out, chunks):
-    _put_array(x, out, chunks, _e_801, False, False)
-def _e_803(o, out, chunks):
+    _ea_694(o.partitions, out, chunks)
+def _ea_696(x, out, chunks):
+    _put_array(x, out, chunks, _e_695, False, False)
+def _e_697(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_802(o.topics, out, chunks)
+    _ea_696(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 5)
     out += _S0.pack(o.error_code)
-def _d_804(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponsePartition.__new__(OffsetFetchResponse.OffsetFetchResponsePartition)
+def _d_698(buf, pos, end):
+    o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
@@ -5873,57 +7762,83 @@ def _d_804(buf, pos, end):
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_805(buf, pos, end):
-    return _array(buf, pos, end, _d_804, True, False, 20)
-def _d_806(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseTopic.__new__(OffsetFetchResponse.OffsetFetchResponseTopic)
+def _d_699(buf, pos, end):
+    o = _C53.__new__(_C53)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_805(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_698, n, 20)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_807(buf, pos, end):
-    return _array(buf, pos, end, _d_806, True, False, 3)
-def _d_808(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
+def _d_700(buf, pos, end):
+    o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_807(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_699, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.groups = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_809(o, out, chunks):
+def _e_701(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_810(x, out, chunks):
-    _put_array(x, out, chunks, _e_809, True, False)
-def _e_811(o, out, chunks):
+def _ea_702(x, out, chunks):
+    _put_array(x, out, chunks, _e_701, True, False)
+def _e_703(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_810(o.partitions, out, chunks)
+    _ea_702(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_812(x, out, chunks):
-    _put_array(x, out, chunks, _e_811, True, False)
-def _e_813(o, out, chunks):
+def _ea_704(x, out, chunks):
+    _put_array(x, out, chunks, _e_703, True, False)
+def _e_705(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_812(o.topics, out, chunks)
+    _ea_704(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 6)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _e_814(o, out, chunks):
+def _e_706(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_812(o.topics, out, chunks)
+    _ea_704(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 7)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_815(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponsePartitions.__new__(OffsetFetchResponse.OffsetFetchResponsePartitions)
+def _d_707(buf, pos, end):
+    o = _C57.__new__(_C57)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
@@ -5931,182 +7846,268 @@ def _d_815(buf, pos, end):
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_816(buf, pos, end):
-    return _array(buf, pos, end, _d_815, True, False, 20)
-def _d_817(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseTopics.__new__(OffsetFetchResponse.OffsetFetchResponseTopics)
+def _d_708(buf, pos, end):
+    o = _C56.__new__(_C56)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_816(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_707, n, 20)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_818(buf, pos, end):
-    return _array(buf, pos, end, _d_817, True, False, 3)
-def _d_819(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseGroup.__new__(OffsetFetchResponse.OffsetFetchResponseGroup)
+def _d_709(buf, pos, end):
+    o = _C55.__new__(_C55)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.topics, pos = _da_818(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_708, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_820(buf, pos, end):
-    return _array(buf, pos, end, _d_819, True, False, 5)
-def _d_821(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
+def _d_710(buf, pos, end):
+    o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_820(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_709, n, 5)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.topics = []
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_822(o, out, chunks):
+def _e_711(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_812(o.topics, out, chunks)
+    _ea_704(o.topics, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_823(x, out, chunks):
-    _put_array(x, out, chunks, _e_822, True, False)
-def _e_824(o, out, chunks):
+def _ea_712(x, out, chunks):
+    _put_array(x, out, chunks, _e_711, True, False)
+def _e_713(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 8)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_823(o.groups, out, chunks)
+    _ea_712(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_825(o, out, chunks):
+def _e_714(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 9)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_823(o.groups, out, chunks)
+    _ea_712(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_826(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseTopics.__new__(OffsetFetchResponse.OffsetFetchResponseTopics)
+def _d_715(buf, pos, end):
+    o = _C56.__new__(_C56)
     o.topic_id, pos = _uuid(buf, pos, end)
-    o.partitions, pos = _da_816(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_707, n, 20)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_827(buf, pos, end):
-    return _array(buf, pos, end, _d_826, True, False, 18)
-def _d_828(buf, pos, end):
-    o = OffsetFetchResponse.OffsetFetchResponseGroup.__new__(OffsetFetchResponse.OffsetFetchResponseGroup)
+def _d_716(buf, pos, end):
+    o = _C55.__new__(_C55)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.topics, pos = _da_827(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_715, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_829(buf, pos, end):
-    return _array(buf, pos, end, _d_828, True, False, 5)
-def _d_830(buf, pos, end):
-    o = OffsetFetchResponse.__new__(OffsetFetchResponse)
+def _d_717(buf, pos, end):
+    o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_829(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_716, n, 5)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.topics = []
     o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_831(o, out, chunks):
+def _e_718(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_810(o.partitions, out, chunks)
+    _ea_702(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_832(x, out, chunks):
-    _put_array(x, out, chunks, _e_831, True, False)
-def _e_833(o, out, chunks):
+def _ea_719(x, out, chunks):
+    _put_array(x, out, chunks, _e_718, True, False)
+def _e_720(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_832(o.topics, out, chunks)
+    _ea_719(o.topics, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_834(x, out, chunks):
-    _put_array(x, out, chunks, _e_833, True, False)
-def _e_835(o, out, chunks):
+def _ea_721(x, out, chunks):
+    _put_array(x, out, chunks, _e_720, True, False)
+def _e_722(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 10)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_834(o.groups, out, chunks)
+    _ea_721(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_836(buf, pos, end):
-    o = JoinGroupRequest.JoinGroupRequestProtocol.__new__(JoinGroupRequest.JoinGroupRequestProtocol)
+def _d_723(buf, pos, end):
+    o = _C59.__new__(_C59)
     o.name, pos = _str_k(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_837(buf, pos, end):
-    return _array(buf, pos, end, _d_836, False, False, 6)
-def _d_838(buf, pos, end):
-    o = JoinGroupRequest.__new__(JoinGroupRequest)
+def _d_724(buf, pos, end):
+    o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.session_timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
-    o.protocols, pos = _da_837(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+    elif n == 0:
+        o.protocols = []
+    else:
+        o.protocols = _null(n, False)
     o.rebalance_timeout_ms = -1
     o.group_instance_id = None
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_839(o, out, chunks):
+def _e_725(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_840(x, out, chunks):
-    _put_array(x, out, chunks, _e_839, False, False)
-def _e_841(o, out, chunks):
+def _ea_726(x, out, chunks):
+    _put_array(x, out, chunks, _e_725, False, False)
+def _e_727(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.session_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 0)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _d_842(buf, pos, end):
-    o = JoinGroupRequest.__new__(JoinGroupRequest)
+    _ea_726(o.protocols, out, chunks)
+def _d_728(buf, pos, end):
+    o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 8 > end: _short()
     o.session_timeout_ms, o.rebalance_timeout_ms = _S12.unpack_from(buf, pos)
     pos += 8
     o.member_id, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
-    o.protocols, pos = _da_837(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+    elif n == 0:
+        o.protocols = []
+    else:
+        o.protocols = _null(n, False)
     o.group_instance_id = None
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_843(o, out, chunks):
+def _e_729(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 1)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _e_844(o, out, chunks):
+    _ea_726(o.protocols, out, chunks)
+def _e_730(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 2)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _e_845(o, out, chunks):
+    _ea_726(o.protocols, out, chunks)
+def _e_731(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 3)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _e_846(o, out, chunks):
+    _ea_726(o.protocols, out, chunks)
+def _e_732(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 4)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _d_847(buf, pos, end):
-    o = JoinGroupRequest.__new__(JoinGroupRequest)
+    _ea_726(o.protocols, out, chunks)
+def _d_733(buf, pos, end):
+    o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 8 > end: _short()
     o.session_timeout_ms, o.rebalance_timeout_ms = _S12.unpack_from(buf, pos)
@@ -6114,27 +8115,41 @@ def _d_847(buf, pos, end):
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
-    o.protocols, pos = _da_837(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+    elif n == 0:
+        o.protocols = []
+    else:
+        o.protocols = _null(n, False)
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_848(o, out, chunks):
+def _e_734(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_840(o.protocols, out, chunks)
-def _d_849(buf, pos, end):
-    o = JoinGroupRequest.JoinGroupRequestProtocol.__new__(JoinGroupRequest.JoinGroupRequestProtocol)
+    _ea_726(o.protocols, out, chunks)
+def _d_735(buf, pos, end):
+    o = _C59.__new__(_C59)
     o.name, pos = _str_c(buf, pos, end)
-    o.metadata, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.metadata, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_850(buf, pos, end):
-    return _array(buf, pos, end, _d_849, True, False, 3)
-def _d_851(buf, pos, end):
-    o = JoinGroupRequest.__new__(JoinGroupRequest)
+def _d_736(buf, pos, end):
+    o = _C58.__new__(_C58)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 8 > end: _short()
     o.session_timeout_ms, o.rebalance_timeout_ms = _S12.unpack_from(buf, pos)
@@ -6142,26 +8157,39 @@ def _d_851(buf, pos, end):
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
-    o.protocols, pos = _da_850(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.protocols, pos = _array_n(buf, pos, end, _d_735, n, 3)
+    elif n == 0:
+        o.protocols = []
+    else:
+        o.protocols = _null(n, False)
     o.reason = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_852(o, out, chunks):
+def _e_737(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_bytes_c(o.metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_853(x, out, chunks):
-    _put_array(x, out, chunks, _e_852, True, False)
-def _e_854(o, out, chunks):
+def _ea_738(x, out, chunks):
+    _put_array(x, out, chunks, _e_737, True, False)
+def _e_739(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
-    _ea_853(o.protocols, out, chunks)
+    _ea_738(o.protocols, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_855(buf, pos, end):
-    o = JoinGroupRequest.__new__(JoinGroupRequest)
+def _d_740(buf, pos, end):
+    o = _C58.__new__(_C58)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 8 > end: _short()
     o.session_timeout_ms, o.rebalance_timeout_ms = _S12.unpack_from(buf, pos)
@@ -6169,169 +8197,221 @@ def _d_855(buf, pos, end):
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
-    o.protocols, pos = _da_850(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.protocols, pos = _array_n(buf, pos, end, _d_735, n, 3)
+    elif n == 0:
+        o.protocols = []
+    else:
+        o.protocols = _null(n, False)
     o.reason, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_856(o, out, chunks):
+def _e_741(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
-    _ea_853(o.protocols, out, chunks)
+    _ea_738(o.protocols, out, chunks)
     _put_str_cn(o.reason, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_857(buf, pos, end):
-    o = JoinGroupResponse.JoinGroupResponseMember.__new__(JoinGroupResponse.JoinGroupResponseMember)
+def _d_742(buf, pos, end):
+    o = _C61.__new__(_C61)
     o.member_id, pos = _str_k(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _da_858(buf, pos, end):
-    return _array(buf, pos, end, _d_857, False, False, 6)
-def _d_859(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+def _d_743(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 6 > end: _short()
     o.error_code, o.generation_id = _S9.unpack_from(buf, pos)
     pos += 6
     o.protocol_name, pos = _str_k(buf, pos, end)
     o.leader, pos = _str_k(buf, pos, end)
     o.member_id, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_858(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_742, n, 6)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.throttle_time_ms = 0
     o.protocol_type = None
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_860(o, out, chunks):
+def _e_744(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_861(x, out, chunks):
-    _put_array(x, out, chunks, _e_860, False, False)
-def _e_862(o, out, chunks):
+def _ea_745(x, out, chunks):
+    _put_array(x, out, chunks, _e_744, False, False)
+def _e_746(o, out, chunks):
     out += _S9.pack(o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 0)
     _put_str_k(o.member_id, out, chunks)
-    _ea_861(o.members, out, chunks)
-def _e_863(o, out, chunks):
+    _ea_745(o.members, out, chunks)
+def _e_747(o, out, chunks):
     out += _S9.pack(o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 1)
     _put_str_k(o.member_id, out, chunks)
-    _ea_861(o.members, out, chunks)
-def _d_864(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+    _ea_745(o.members, out, chunks)
+def _d_748(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
     pos += 10
     o.protocol_name, pos = _str_k(buf, pos, end)
     o.leader, pos = _str_k(buf, pos, end)
     o.member_id, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_858(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_742, n, 6)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.protocol_type = None
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_865(o, out, chunks):
+def _e_749(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 2)
     _put_str_k(o.member_id, out, chunks)
-    _ea_861(o.members, out, chunks)
-def _e_866(o, out, chunks):
+    _ea_745(o.members, out, chunks)
+def _e_750(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 3)
     _put_str_k(o.member_id, out, chunks)
-    _ea_861(o.members, out, chunks)
-def _e_867(o, out, chunks):
+    _ea_745(o.members, out, chunks)
+def _e_751(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 4)
     _put_str_k(o.member_id, out, chunks)
-    _ea_861(o.members, out, chunks)
-def _d_868(buf, pos, end):
-    o = JoinGroupResponse.JoinGroupResponseMember.__new__(JoinGroupResponse.JoinGroupResponseMember)
+    _ea_745(o.members, out, chunks)
+def _d_752(buf, pos, end):
+    o = _C61.__new__(_C61)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_869(buf, pos, end):
-    return _array(buf, pos, end, _d_868, False, False, 8)
-def _d_870(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+def _d_753(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
     pos += 10
     o.protocol_name, pos = _str_k(buf, pos, end)
     o.leader, pos = _str_k(buf, pos, end)
     o.member_id, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_869(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_752, n, 8)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.protocol_type = None
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_871(o, out, chunks):
+def _e_754(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_872(x, out, chunks):
-    _put_array(x, out, chunks, _e_871, False, False)
-def _e_873(o, out, chunks):
+def _ea_755(x, out, chunks):
+    _put_array(x, out, chunks, _e_754, False, False)
+def _e_756(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 5)
     _put_str_k(o.member_id, out, chunks)
-    _ea_872(o.members, out, chunks)
-def _d_874(buf, pos, end):
-    o = JoinGroupResponse.JoinGroupResponseMember.__new__(JoinGroupResponse.JoinGroupResponseMember)
+    _ea_755(o.members, out, chunks)
+def _d_757(buf, pos, end):
+    o = _C61.__new__(_C61)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
-    o.metadata, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.metadata, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_875(buf, pos, end):
-    return _array(buf, pos, end, _d_874, True, False, 4)
-def _d_876(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+def _d_758(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
     pos += 10
     o.protocol_name, pos = _str_c(buf, pos, end)
     o.leader, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_875(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.protocol_type = None
     o.skip_assignment = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_877(o, out, chunks):
+def _e_759(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_bytes_c(o.metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_878(x, out, chunks):
-    _put_array(x, out, chunks, _e_877, True, False)
-def _e_879(o, out, chunks):
+def _ea_760(x, out, chunks):
+    _put_array(x, out, chunks, _e_759, True, False)
+def _e_761(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_c(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 6)
     _put_str_c(o.member_id, out, chunks)
-    _ea_878(o.members, out, chunks)
+    _ea_760(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_880(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+def _d_762(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
     pos += 10
@@ -6339,30 +8419,43 @@ def _d_880(buf, pos, end):
     o.protocol_name, pos = _str_cn(buf, pos, end)
     o.leader, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_875(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.skip_assignment = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_881(o, out, chunks):
+def _e_763(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 7)
     _put_str_c(o.member_id, out, chunks)
-    _ea_878(o.members, out, chunks)
+    _ea_760(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_882(o, out, chunks):
+def _e_764(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 8)
     _put_str_c(o.member_id, out, chunks)
-    _ea_878(o.members, out, chunks)
+    _ea_760(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_883(buf, pos, end):
-    o = JoinGroupResponse.__new__(JoinGroupResponse)
+def _d_765(buf, pos, end):
+    o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
     pos += 10
@@ -6373,117 +8466,163 @@ def _d_883(buf, pos, end):
     o.skip_assignment, = _S4.unpack_from(buf, pos)
     pos += 1
     o.member_id, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_875(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_884(o, out, chunks):
+def _e_766(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     out += _S4.pack(o.skip_assignment)
     _put_str_c(o.member_id, out, chunks)
-    _ea_878(o.members, out, chunks)
+    _ea_760(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_885(buf, pos, end):
-    o = SyncGroupRequest.SyncGroupRequestAssignment.__new__(SyncGroupRequest.SyncGroupRequestAssignment)
+def _d_767(buf, pos, end):
+    o = _C63.__new__(_C63)
     o.member_id, pos = _str_k(buf, pos, end)
     o.assignment, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_886(buf, pos, end):
-    return _array(buf, pos, end, _d_885, False, False, 6)
-def _d_887(buf, pos, end):
-    o = SyncGroupRequest.__new__(SyncGroupRequest)
+def _d_768(buf, pos, end):
+    o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
-    o.assignments, pos = _da_886(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_767, n, 6)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
     o.group_instance_id = None
     o.protocol_type = None
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_888(o, out, chunks):
+def _e_769(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_bytes_k(o.assignment, out, chunks)
-def _ea_889(x, out, chunks):
-    _put_array(x, out, chunks, _e_888, False, False)
-def _e_890(o, out, chunks):
+def _ea_770(x, out, chunks):
+    _put_array(x, out, chunks, _e_769, False, False)
+def _e_771(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 0)
-    _ea_889(o.assignments, out, chunks)
-def _e_891(o, out, chunks):
+    _ea_770(o.assignments, out, chunks)
+def _e_772(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 1)
-    _ea_889(o.assignments, out, chunks)
-def _e_892(o, out, chunks):
+    _ea_770(o.assignments, out, chunks)
+def _e_773(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 2)
-    _ea_889(o.assignments, out, chunks)
-def _d_893(buf, pos, end):
-    o = SyncGroupRequest.__new__(SyncGroupRequest)
+    _ea_770(o.assignments, out, chunks)
+def _d_774(buf, pos, end):
+    o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
-    o.assignments, pos = _da_886(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_767, n, 6)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
     o.protocol_type = None
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_894(o, out, chunks):
+def _e_775(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-    _ea_889(o.assignments, out, chunks)
-def _d_895(buf, pos, end):
-    o = SyncGroupRequest.SyncGroupRequestAssignment.__new__(SyncGroupRequest.SyncGroupRequestAssignment)
+    _ea_770(o.assignments, out, chunks)
+def _d_776(buf, pos, end):
+    o = _C63.__new__(_C63)
     o.member_id, pos = _str_c(buf, pos, end)
-    o.assignment, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.assignment, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_896(buf, pos, end):
-    return _array(buf, pos, end, _d_895, True, False, 3)
-def _d_897(buf, pos, end):
-    o = SyncGroupRequest.__new__(SyncGroupRequest)
+def _d_777(buf, pos, end):
+    o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
-    o.assignments, pos = _da_896(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_776, n, 3)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
     o.protocol_type = None
     o.protocol_name = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_898(o, out, chunks):
+def _e_778(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_899(x, out, chunks):
-    _put_array(x, out, chunks, _e_898, True, False)
-def _e_900(o, out, chunks):
+def _ea_779(x, out, chunks):
+    _put_array(x, out, chunks, _e_778, True, False)
+def _e_780(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_899(o.assignments, out, chunks)
+    _ea_779(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_901(buf, pos, end):
-    o = SyncGroupRequest.__new__(SyncGroupRequest)
+def _d_781(buf, pos, end):
+    o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
@@ -6492,20 +8631,33 @@ def _d_901(buf, pos, end):
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.protocol_type, pos = _str_cn(buf, pos, end)
     o.protocol_name, pos = _str_cn(buf, pos, end)
-    o.assignments, pos = _da_896(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_776, n, 3)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_902(o, out, chunks):
+def _e_782(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
-    _ea_899(o.assignments, out, chunks)
+    _ea_779(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_903(buf, pos, end):
-    o = SyncGroupResponse.__new__(SyncGroupResponse)
+def _d_783(buf, pos, end):
+    o = _C64.__new__(_C64)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -6515,11 +8667,11 @@ def _d_903(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_904(o, out, chunks):
+def _e_784(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_bytes_k(o.assignment, out, chunks)
-def _d_905(buf, pos, end):
-    o = SyncGroupResponse.__new__(SyncGroupResponse)
+def _d_785(buf, pos, end):
+    o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -6528,41 +8680,57 @@ def _d_905(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_906(o, out, chunks):
+def _e_786(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_bytes_k(o.assignment, out, chunks)
-def _d_907(buf, pos, end):
-    o = SyncGroupResponse.__new__(SyncGroupResponse)
+def _d_787(buf, pos, end):
+    o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.assignment, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.assignment, pos = _take_bytes(buf, pos, end, n, False)
     o.protocol_type = None
     o.protocol_name = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_908(o, out, chunks):
+def _e_788(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_909(buf, pos, end):
-    o = SyncGroupResponse.__new__(SyncGroupResponse)
+def _d_789(buf, pos, end):
+    o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.protocol_type, pos = _str_cn(buf, pos, end)
     o.protocol_name, pos = _str_cn(buf, pos, end)
-    o.assignment, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.assignment, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_910(o, out, chunks):
+def _e_790(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_911(buf, pos, end):
-    o = HeartbeatRequest.__new__(HeartbeatRequest)
+def _d_791(buf, pos, end):
+    o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
@@ -6571,23 +8739,23 @@ def _d_911(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_912(o, out, chunks):
+def _e_792(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 0)
-def _e_913(o, out, chunks):
+def _e_793(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 1)
-def _e_914(o, out, chunks):
+def _e_794(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 2)
-def _d_915(buf, pos, end):
-    o = HeartbeatRequest.__new__(HeartbeatRequest)
+def _d_795(buf, pos, end):
+    o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
@@ -6596,157 +8764,201 @@ def _d_915(buf, pos, end):
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_916(o, out, chunks):
+def _e_796(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-def _d_917(buf, pos, end):
-    o = HeartbeatRequest.__new__(HeartbeatRequest)
+def _d_797(buf, pos, end):
+    o = _C65.__new__(_C65)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_918(o, out, chunks):
+def _e_798(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_919(buf, pos, end):
-    o = HeartbeatResponse.__new__(HeartbeatResponse)
+def _d_799(buf, pos, end):
+    o = _C66.__new__(_C66)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_920(o, out, chunks):
+def _e_800(o, out, chunks):
     out += _S0.pack(o.error_code)
-def _d_921(buf, pos, end):
-    o = HeartbeatResponse.__new__(HeartbeatResponse)
+def _d_801(buf, pos, end):
+    o = _C66.__new__(_C66)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _e_922(o, out, chunks):
+def _e_802(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _d_923(buf, pos, end):
-    o = HeartbeatResponse.__new__(HeartbeatResponse)
+def _d_803(buf, pos, end):
+    o = _C66.__new__(_C66)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_924(o, out, chunks):
+def _e_804(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_925(buf, pos, end):
-    o = LeaveGroupRequest.__new__(LeaveGroupRequest)
+def _d_805(buf, pos, end):
+    o = _C67.__new__(_C67)
     o.group_id, pos = _str_k(buf, pos, end)
     o.member_id, pos = _str_k(buf, pos, end)
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_926(o, out, chunks):
+def _e_806(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 0)
-def _e_927(o, out, chunks):
+def _e_807(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 1)
-def _e_928(o, out, chunks):
+def _e_808(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 2)
-def _d_929(buf, pos, end):
-    o = LeaveGroupRequest.MemberIdentity.__new__(LeaveGroupRequest.MemberIdentity)
+def _d_809(buf, pos, end):
+    o = _C68.__new__(_C68)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _da_930(buf, pos, end):
-    return _array(buf, pos, end, _d_929, False, False, 4)
-def _d_931(buf, pos, end):
-    o = LeaveGroupRequest.__new__(LeaveGroupRequest)
+def _d_810(buf, pos, end):
+    o = _C67.__new__(_C67)
     o.group_id, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_930(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_809, n, 4)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.member_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_932(o, out, chunks):
+def _e_811(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-def _ea_933(x, out, chunks):
-    _put_array(x, out, chunks, _e_932, False, False)
-def _e_934(o, out, chunks):
+def _ea_812(x, out, chunks):
+    _put_array(x, out, chunks, _e_811, False, False)
+def _e_813(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 3)
-    _ea_933(o.members, out, chunks)
-def _d_935(buf, pos, end):
-    o = LeaveGroupRequest.MemberIdentity.__new__(LeaveGroupRequest.MemberIdentity)
+    _ea_812(o.members, out, chunks)
+def _d_814(buf, pos, end):
+    o = _C68.__new__(_C68)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.reason = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_936(buf, pos, end):
-    return _array(buf, pos, end, _d_935, True, False, 3)
-def _d_937(buf, pos, end):
-    o = LeaveGroupRequest.__new__(LeaveGroupRequest)
+def _d_815(buf, pos, end):
+    o = _C67.__new__(_C67)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_936(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_814, n, 3)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.member_id = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_938(o, out, chunks):
+def _e_816(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_939(x, out, chunks):
-    _put_array(x, out, chunks, _e_938, True, False)
-def _e_940(o, out, chunks):
+def _ea_817(x, out, chunks):
+    _put_array(x, out, chunks, _e_816, True, False)
+def _e_818(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 4)
-    _ea_939(o.members, out, chunks)
+    _ea_817(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_941(buf, pos, end):
-    o = LeaveGroupRequest.MemberIdentity.__new__(LeaveGroupRequest.MemberIdentity)
+def _d_819(buf, pos, end):
+    o = _C68.__new__(_C68)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.reason, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_942(buf, pos, end):
-    return _array(buf, pos, end, _d_941, True, False, 4)
-def _d_943(buf, pos, end):
-    o = LeaveGroupRequest.__new__(LeaveGroupRequest)
+def _d_820(buf, pos, end):
+    o = _C67.__new__(_C67)
     o.group_id, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_942(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_819, n, 4)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.member_id = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_944(o, out, chunks):
+def _e_821(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_cn(o.reason, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_945(x, out, chunks):
-    _put_array(x, out, chunks, _e_944, True, False)
-def _e_946(o, out, chunks):
+def _ea_822(x, out, chunks):
+    _put_array(x, out, chunks, _e_821, True, False)
+def _e_823(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 5)
-    _ea_945(o.members, out, chunks)
+    _ea_822(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_947(buf, pos, end):
-    o = LeaveGroupResponse.__new__(LeaveGroupResponse)
+def _d_824(buf, pos, end):
+    o = _C69.__new__(_C69)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -6754,25 +8966,25 @@ def _d_947(buf, pos, end):
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_948(o, out, chunks):
+def _e_825(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 0)
     out += _S0.pack(o.error_code)
-def _d_949(buf, pos, end):
-    o = LeaveGroupResponse.__new__(LeaveGroupResponse)
+def _d_826(buf, pos, end):
+    o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_950(o, out, chunks):
+def _e_827(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 1)
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _e_951(o, out, chunks):
+def _e_828(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 2)
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _d_952(buf, pos, end):
-    o = LeaveGroupResponse.MemberResponse.__new__(LeaveGroupResponse.MemberResponse)
+def _d_829(buf, pos, end):
+    o = _C70.__new__(_C70)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     if pos + 2 > end: _short()
@@ -6780,269 +8992,415 @@ def _d_952(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _da_953(buf, pos, end):
-    return _array(buf, pos, end, _d_952, False, False, 6)
-def _d_954(buf, pos, end):
-    o = LeaveGroupResponse.__new__(LeaveGroupResponse)
+def _d_830(buf, pos, end):
+    o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.members, pos = _da_953(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_829, n, 6)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_955(o, out, chunks):
+def _e_831(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_956(x, out, chunks):
-    _put_array(x, out, chunks, _e_955, False, False)
-def _e_957(o, out, chunks):
+def _ea_832(x, out, chunks):
+    _put_array(x, out, chunks, _e_831, False, False)
+def _e_833(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_956(o.members, out, chunks)
-def _d_958(buf, pos, end):
-    o = LeaveGroupResponse.MemberResponse.__new__(LeaveGroupResponse.MemberResponse)
+    _ea_832(o.members, out, chunks)
+def _d_834(buf, pos, end):
+    o = _C70.__new__(_C70)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_959(buf, pos, end):
-    return _array(buf, pos, end, _d_958, True, False, 5)
-def _d_960(buf, pos, end):
-    o = LeaveGroupResponse.__new__(LeaveGroupResponse)
+def _d_835(buf, pos, end):
+    o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.members, pos = _da_959(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_834, n, 5)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_961(o, out, chunks):
+def _e_836(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_962(x, out, chunks):
-    _put_array(x, out, chunks, _e_961, True, False)
-def _e_963(o, out, chunks):
+def _ea_837(x, out, chunks):
+    _put_array(x, out, chunks, _e_836, True, False)
+def _e_838(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_962(o.members, out, chunks)
+    _ea_837(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_964(buf, pos, end):
-    o = ListGroupsRequest.__new__(ListGroupsRequest)
+def _d_839(buf, pos, end):
+    o = _C71.__new__(_C71)
     o.states_filter = []
     o.types_filter = []
     o.unknown_tags = None
     return o, pos
-def _e_965(o, out, chunks):
+def _e_840(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 0)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 0)
-def _e_966(o, out, chunks):
+def _e_841(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 1)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 1)
-def _e_967(o, out, chunks):
+def _e_842(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 2)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 2)
-def _d_968(buf, pos, end):
-    o = ListGroupsRequest.__new__(ListGroupsRequest)
+def _d_843(buf, pos, end):
+    o = _C71.__new__(_C71)
     o.states_filter = []
     o.types_filter = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_969(o, out, chunks):
+def _e_844(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 3)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 3)
     _put_tags(out, None, o.unknown_tags)
-def _d_970(buf, pos, end):
-    o = ListGroupsRequest.__new__(ListGroupsRequest)
-    o.states_filter, pos = _da_620(buf, pos, end)
+def _d_845(buf, pos, end):
+    o = _C71.__new__(_C71)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.states_filter, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.states_filter = []
+    else:
+        o.states_filter = _null(n, False)
     o.types_filter = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_971(o, out, chunks):
-    _ea_622(o.states_filter, out, chunks)
+def _e_846(o, out, chunks):
+    _ea_541(o.states_filter, out, chunks)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 4)
     _put_tags(out, None, o.unknown_tags)
-def _d_972(buf, pos, end):
-    o = ListGroupsRequest.__new__(ListGroupsRequest)
-    o.states_filter, pos = _da_620(buf, pos, end)
-    o.types_filter, pos = _da_620(buf, pos, end)
+def _d_847(buf, pos, end):
+    o = _C71.__new__(_C71)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.states_filter, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.states_filter = []
+    else:
+        o.states_filter = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.types_filter, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.types_filter = []
+    else:
+        o.types_filter = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_973(o, out, chunks):
-    _ea_622(o.states_filter, out, chunks)
-    _ea_622(o.types_filter, out, chunks)
+def _e_848(o, out, chunks):
+    _ea_541(o.states_filter, out, chunks)
+    _ea_541(o.types_filter, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_974(buf, pos, end):
-    o = ListGroupsResponse.ListedGroup.__new__(ListGroupsResponse.ListedGroup)
+def _d_849(buf, pos, end):
+    o = _C73.__new__(_C73)
     o.group_id, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
     o.group_state = ''
     o.group_type = ''
     o.unknown_tags = None
     return o, pos
-def _da_975(buf, pos, end):
-    return _array(buf, pos, end, _d_974, False, False, 4)
-def _d_976(buf, pos, end):
-    o = ListGroupsResponse.__new__(ListGroupsResponse)
+def _d_850(buf, pos, end):
+    o = _C72.__new__(_C72)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    o.groups, pos = _da_975(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_849, n, 4)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_977(o, out, chunks):
+def _e_851(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
-def _ea_978(x, out, chunks):
-    _put_array(x, out, chunks, _e_977, False, False)
-def _e_979(o, out, chunks):
+def _ea_852(x, out, chunks):
+    _put_array(x, out, chunks, _e_851, False, False)
+def _e_853(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_978(o.groups, out, chunks)
-def _d_980(buf, pos, end):
-    o = ListGroupsResponse.__new__(ListGroupsResponse)
+    _ea_852(o.groups, out, chunks)
+def _d_854(buf, pos, end):
+    o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.groups, pos = _da_975(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_849, n, 4)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_981(o, out, chunks):
+def _e_855(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_978(o.groups, out, chunks)
-def _d_982(buf, pos, end):
-    o = ListGroupsResponse.ListedGroup.__new__(ListGroupsResponse.ListedGroup)
+    _ea_852(o.groups, out, chunks)
+def _d_856(buf, pos, end):
+    o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
     o.group_state = ''
     o.group_type = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_983(buf, pos, end):
-    return _array(buf, pos, end, _d_982, True, False, 3)
-def _d_984(buf, pos, end):
-    o = ListGroupsResponse.__new__(ListGroupsResponse)
+def _d_857(buf, pos, end):
+    o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.groups, pos = _da_983(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_856, n, 3)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_985(o, out, chunks):
+def _e_858(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_986(x, out, chunks):
-    _put_array(x, out, chunks, _e_985, True, False)
-def _e_987(o, out, chunks):
+def _ea_859(x, out, chunks):
+    _put_array(x, out, chunks, _e_858, True, False)
+def _e_860(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_986(o.groups, out, chunks)
+    _ea_859(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_988(buf, pos, end):
-    o = ListGroupsResponse.ListedGroup.__new__(ListGroupsResponse.ListedGroup)
+def _d_861(buf, pos, end):
+    o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
     o.group_state, pos = _str_c(buf, pos, end)
     o.group_type = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_989(buf, pos, end):
-    return _array(buf, pos, end, _d_988, True, False, 4)
-def _d_990(buf, pos, end):
-    o = ListGroupsResponse.__new__(ListGroupsResponse)
+def _d_862(buf, pos, end):
+    o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.groups, pos = _da_989(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_861, n, 4)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_991(o, out, chunks):
+def _e_863(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_992(x, out, chunks):
-    _put_array(x, out, chunks, _e_991, True, False)
-def _e_993(o, out, chunks):
+def _ea_864(x, out, chunks):
+    _put_array(x, out, chunks, _e_863, True, False)
+def _e_865(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_992(o.groups, out, chunks)
+    _ea_864(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_994(buf, pos, end):
-    o = ListGroupsResponse.ListedGroup.__new__(ListGroupsResponse.ListedGroup)
+def _d_866(buf, pos, end):
+    o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
     o.group_state, pos = _str_c(buf, pos, end)
     o.group_type, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_995(buf, pos, end):
-    return _array(buf, pos, end, _d_994, True, False, 5)
-def _d_996(buf, pos, end):
-    o = ListGroupsResponse.__new__(ListGroupsResponse)
+def _d_867(buf, pos, end):
+    o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.groups, pos = _da_995(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_866, n, 5)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_997(o, out, chunks):
+def _e_868(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.group_type, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_998(x, out, chunks):
-    _put_array(x, out, chunks, _e_997, True, False)
-def _e_999(o, out, chunks):
+def _ea_869(x, out, chunks):
+    _put_array(x, out, chunks, _e_868, True, False)
+def _e_870(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_998(o.groups, out, chunks)
+    _ea_869(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _da_1000(buf, pos, end):
-    return _array(buf, pos, end, _str_k, False, False, 2)
-def _d_1001(buf, pos, end):
-    o = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
-    o.groups, pos = _da_1000(buf, pos, end)
+def _d_871(buf, pos, end):
+    o = _C74.__new__(_C74)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.include_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _ea_1002(x, out, chunks):
+def _ea_872(x, out, chunks):
     _put_array(x, out, chunks, _put_str_k, False, False)
-def _e_1003(o, out, chunks):
-    _ea_1002(o.groups, out, chunks)
+def _e_873(o, out, chunks):
+    _ea_872(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 0)
-def _e_1004(o, out, chunks):
-    _ea_1002(o.groups, out, chunks)
+def _e_874(o, out, chunks):
+    _ea_872(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 1)
-def _e_1005(o, out, chunks):
-    _ea_1002(o.groups, out, chunks)
+def _e_875(o, out, chunks):
+    _ea_872(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 2)
-def _d_1006(buf, pos, end):
-    o = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
-    o.groups, pos = _da_1000(buf, pos, end)
+def _d_876(buf, pos, end):
+    o = _C74.__new__(_C74)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     if pos + 1 > end: _short()
     o.include_authorized_operations, = _S4.unpack_from(buf, pos)
     pos += 1
     o.unknown_tags = None
     return o, pos
-def _e_1007(o, out, chunks):
-    _ea_1002(o.groups, out, chunks)
+def _e_877(o, out, chunks):
+    _ea_872(o.groups, out, chunks)
     out += _S4.pack(o.include_authorized_operations)
-def _d_1008(buf, pos, end):
-    o = DescribeGroupsRequest.__new__(DescribeGroupsRequest)
-    o.groups, pos = _da_620(buf, pos, end)
+def _d_878(buf, pos, end):
+    o = _C74.__new__(_C74)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     if pos + 1 > end: _short()
     o.include_authorized_operations, = _S4.unpack_from(buf, pos)
     pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1009(o, out, chunks):
-    _ea_622(o.groups, out, chunks)
+def _e_879(o, out, chunks):
+    _ea_541(o.groups, out, chunks)
     out += _S4.pack(o.include_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1010(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroupMember.__new__(DescribeGroupsResponse.DescribedGroupMember)
+def _d_880(buf, pos, end):
+    o = _C77.__new__(_C77)
     o.member_id, pos = _str_k(buf, pos, end)
     o.client_id, pos = _str_k(buf, pos, end)
     o.client_host, pos = _str_k(buf, pos, end)
@@ -7051,10 +9409,8 @@ def _d_1010(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _da_1011(buf, pos, end):
-    return _array(buf, pos, end, _d_1010, False, False, 14)
-def _d_1012(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroup.__new__(DescribeGroupsResponse.DescribedGroup)
+def _d_881(buf, pos, end):
+    o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -7062,78 +9418,100 @@ def _d_1012(buf, pos, end):
     o.group_state, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
     o.protocol_data, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_1011(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_880, n, 14)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     o.error_message = None
     o.authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _da_1013(buf, pos, end):
-    return _array(buf, pos, end, _d_1012, False, False, 14)
-def _d_1014(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
-    o.groups, pos = _da_1013(buf, pos, end)
+def _d_882(buf, pos, end):
+    o = _C75.__new__(_C75)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_881, n, 14)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_1015(o, out, chunks):
+def _e_883(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_k(o.client_id, out, chunks)
     _put_str_k(o.client_host, out, chunks)
     _put_bytes_k(o.member_metadata, out, chunks)
     _put_bytes_k(o.member_assignment, out, chunks)
-def _ea_1016(x, out, chunks):
-    _put_array(x, out, chunks, _e_1015, False, False)
-def _e_1017(o, out, chunks):
+def _ea_884(x, out, chunks):
+    _put_array(x, out, chunks, _e_883, False, False)
+def _e_885(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 0)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_1016(o.members, out, chunks)
+    _ea_884(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 0)
-def _ea_1018(x, out, chunks):
-    _put_array(x, out, chunks, _e_1017, False, False)
-def _e_1019(o, out, chunks):
-    _ea_1018(o.groups, out, chunks)
-def _d_1020(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
+def _ea_886(x, out, chunks):
+    _put_array(x, out, chunks, _e_885, False, False)
+def _e_887(o, out, chunks):
+    _ea_886(o.groups, out, chunks)
+def _d_888(buf, pos, end):
+    o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_1013(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_881, n, 14)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1021(o, out, chunks):
+def _e_889(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 1)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_1016(o.members, out, chunks)
+    _ea_884(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 1)
-def _ea_1022(x, out, chunks):
-    _put_array(x, out, chunks, _e_1021, False, False)
-def _e_1023(o, out, chunks):
+def _ea_890(x, out, chunks):
+    _put_array(x, out, chunks, _e_889, False, False)
+def _e_891(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1022(o.groups, out, chunks)
-def _e_1024(o, out, chunks):
+    _ea_890(o.groups, out, chunks)
+def _e_892(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 2)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_1016(o.members, out, chunks)
+    _ea_884(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 2)
-def _ea_1025(x, out, chunks):
-    _put_array(x, out, chunks, _e_1024, False, False)
-def _e_1026(o, out, chunks):
+def _ea_893(x, out, chunks):
+    _put_array(x, out, chunks, _e_892, False, False)
+def _e_894(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1025(o.groups, out, chunks)
-def _d_1027(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroup.__new__(DescribeGroupsResponse.DescribedGroup)
+    _ea_893(o.groups, out, chunks)
+def _d_895(buf, pos, end):
+    o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -7141,39 +9519,53 @@ def _d_1027(buf, pos, end):
     o.group_state, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
     o.protocol_data, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_1011(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_880, n, 14)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     if pos + 4 > end: _short()
     o.authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _da_1028(buf, pos, end):
-    return _array(buf, pos, end, _d_1027, False, False, 18)
-def _d_1029(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
+def _d_896(buf, pos, end):
+    o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_1028(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_895, n, 18)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1030(o, out, chunks):
+def _e_897(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 3)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_1016(o.members, out, chunks)
+    _ea_884(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
-def _ea_1031(x, out, chunks):
-    _put_array(x, out, chunks, _e_1030, False, False)
-def _e_1032(o, out, chunks):
+def _ea_898(x, out, chunks):
+    _put_array(x, out, chunks, _e_897, False, False)
+def _e_899(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1031(o.groups, out, chunks)
-def _d_1033(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroupMember.__new__(DescribeGroupsResponse.DescribedGroupMember)
+    _ea_898(o.groups, out, chunks)
+def _d_900(buf, pos, end):
+    o = _C77.__new__(_C77)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.client_id, pos = _str_k(buf, pos, end)
@@ -7182,10 +9574,8 @@ def _d_1033(buf, pos, end):
     o.member_assignment, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_1034(buf, pos, end):
-    return _array(buf, pos, end, _d_1033, False, False, 16)
-def _d_1035(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroup.__new__(DescribeGroupsResponse.DescribedGroup)
+def _d_901(buf, pos, end):
+    o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -7193,60 +9583,84 @@ def _d_1035(buf, pos, end):
     o.group_state, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
     o.protocol_data, pos = _str_k(buf, pos, end)
-    o.members, pos = _da_1034(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_900, n, 16)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     if pos + 4 > end: _short()
     o.authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _da_1036(buf, pos, end):
-    return _array(buf, pos, end, _d_1035, False, False, 18)
-def _d_1037(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
+def _d_902(buf, pos, end):
+    o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_1036(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_901, n, 18)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1038(o, out, chunks):
+def _e_903(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_str_k(o.client_id, out, chunks)
     _put_str_k(o.client_host, out, chunks)
     _put_bytes_k(o.member_metadata, out, chunks)
     _put_bytes_k(o.member_assignment, out, chunks)
-def _ea_1039(x, out, chunks):
-    _put_array(x, out, chunks, _e_1038, False, False)
-def _e_1040(o, out, chunks):
+def _ea_904(x, out, chunks):
+    _put_array(x, out, chunks, _e_903, False, False)
+def _e_905(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 4)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_1039(o.members, out, chunks)
+    _ea_904(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
-def _ea_1041(x, out, chunks):
-    _put_array(x, out, chunks, _e_1040, False, False)
-def _e_1042(o, out, chunks):
+def _ea_906(x, out, chunks):
+    _put_array(x, out, chunks, _e_905, False, False)
+def _e_907(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1041(o.groups, out, chunks)
-def _d_1043(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroupMember.__new__(DescribeGroupsResponse.DescribedGroupMember)
+    _ea_906(o.groups, out, chunks)
+def _d_908(buf, pos, end):
+    o = _C77.__new__(_C77)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     o.client_id, pos = _str_c(buf, pos, end)
     o.client_host, pos = _str_c(buf, pos, end)
-    o.member_metadata, pos = _bytes_c(buf, pos, end)
-    o.member_assignment, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.member_metadata, pos = _take_bytes(buf, pos, end, n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.member_assignment, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1044(buf, pos, end):
-    return _array(buf, pos, end, _d_1043, True, False, 7)
-def _d_1045(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroup.__new__(DescribeGroupsResponse.DescribedGroup)
+def _d_909(buf, pos, end):
+    o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -7254,24 +9668,48 @@ def _d_1045(buf, pos, end):
     o.group_state, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
     o.protocol_data, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_1044(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_908, n, 7)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     if pos + 4 > end: _short()
     o.authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1046(buf, pos, end):
-    return _array(buf, pos, end, _d_1045, True, False, 12)
-def _d_1047(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
+def _d_910(buf, pos, end):
+    o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_1046(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_909, n, 12)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1048(o, out, chunks):
+def _e_911(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.client_id, out, chunks)
@@ -7279,26 +9717,26 @@ def _e_1048(o, out, chunks):
     _put_bytes_c(o.member_metadata, out, chunks)
     _put_bytes_c(o.member_assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1049(x, out, chunks):
-    _put_array(x, out, chunks, _e_1048, True, False)
-def _e_1050(o, out, chunks):
+def _ea_912(x, out, chunks):
+    _put_array(x, out, chunks, _e_911, True, False)
+def _e_913(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 5)
     out += _S0.pack(o.error_code)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
-    _ea_1049(o.members, out, chunks)
+    _ea_912(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1051(x, out, chunks):
-    _put_array(x, out, chunks, _e_1050, True, False)
-def _e_1052(o, out, chunks):
+def _ea_914(x, out, chunks):
+    _put_array(x, out, chunks, _e_913, True, False)
+def _e_915(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1051(o.groups, out, chunks)
+    _ea_914(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1053(buf, pos, end):
-    o = DescribeGroupsResponse.DescribedGroup.__new__(DescribeGroupsResponse.DescribedGroup)
+def _d_916(buf, pos, end):
+    o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -7307,229 +9745,367 @@ def _d_1053(buf, pos, end):
     o.group_state, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
     o.protocol_data, pos = _str_c(buf, pos, end)
-    o.members, pos = _da_1044(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _d_908, n, 7)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
     if pos + 4 > end: _short()
     o.authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1054(buf, pos, end):
-    return _array(buf, pos, end, _d_1053, True, False, 13)
-def _d_1055(buf, pos, end):
-    o = DescribeGroupsResponse.__new__(DescribeGroupsResponse)
+def _d_917(buf, pos, end):
+    o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.groups, pos = _da_1054(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _d_916, n, 13)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1056(o, out, chunks):
+def _e_918(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
-    _ea_1049(o.members, out, chunks)
+    _ea_912(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1057(x, out, chunks):
-    _put_array(x, out, chunks, _e_1056, True, False)
-def _e_1058(o, out, chunks):
+def _ea_919(x, out, chunks):
+    _put_array(x, out, chunks, _e_918, True, False)
+def _e_920(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1057(o.groups, out, chunks)
+    _ea_919(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1059(buf, pos, end):
-    o = DeleteGroupsRequest.__new__(DeleteGroupsRequest)
-    o.groups_names, pos = _da_1000(buf, pos, end)
+def _d_921(buf, pos, end):
+    o = _C78.__new__(_C78)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.groups_names, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.groups_names = []
+    else:
+        o.groups_names = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1060(o, out, chunks):
-    _ea_1002(o.groups_names, out, chunks)
-def _d_1061(buf, pos, end):
-    o = DeleteGroupsRequest.__new__(DeleteGroupsRequest)
-    o.groups_names, pos = _da_620(buf, pos, end)
+def _e_922(o, out, chunks):
+    _ea_872(o.groups_names, out, chunks)
+def _d_923(buf, pos, end):
+    o = _C78.__new__(_C78)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.groups_names = []
+    else:
+        o.groups_names = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1062(o, out, chunks):
-    _ea_622(o.groups_names, out, chunks)
+def _e_924(o, out, chunks):
+    _ea_541(o.groups_names, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1063(buf, pos, end):
-    o = DeleteGroupsResponse.DeletableGroupResult.__new__(DeleteGroupsResponse.DeletableGroupResult)
+def _d_925(buf, pos, end):
+    o = _C80.__new__(_C80)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _da_1064(buf, pos, end):
-    return _array(buf, pos, end, _d_1063, False, False, 4)
-def _d_1065(buf, pos, end):
-    o = DeleteGroupsResponse.__new__(DeleteGroupsResponse)
+def _d_926(buf, pos, end):
+    o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1064(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_925, n, 4)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1066(o, out, chunks):
+def _e_927(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_1067(x, out, chunks):
-    _put_array(x, out, chunks, _e_1066, False, False)
-def _e_1068(o, out, chunks):
+def _ea_928(x, out, chunks):
+    _put_array(x, out, chunks, _e_927, False, False)
+def _e_929(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1067(o.results, out, chunks)
-def _d_1069(buf, pos, end):
-    o = DeleteGroupsResponse.DeletableGroupResult.__new__(DeleteGroupsResponse.DeletableGroupResult)
+    _ea_928(o.results, out, chunks)
+def _d_930(buf, pos, end):
+    o = _C80.__new__(_C80)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1070(buf, pos, end):
-    return _array(buf, pos, end, _d_1069, True, False, 4)
-def _d_1071(buf, pos, end):
-    o = DeleteGroupsResponse.__new__(DeleteGroupsResponse)
+def _d_931(buf, pos, end):
+    o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1070(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_930, n, 4)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1072(o, out, chunks):
+def _e_932(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1073(x, out, chunks):
-    _put_array(x, out, chunks, _e_1072, True, False)
-def _e_1074(o, out, chunks):
+def _ea_933(x, out, chunks):
+    _put_array(x, out, chunks, _e_932, True, False)
+def _e_934(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1073(o.results, out, chunks)
+    _ea_933(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1075(buf, pos, end):
-    o = CreateTopicsRequest.CreatableReplicaAssignment.__new__(CreateTopicsRequest.CreatableReplicaAssignment)
+def _d_935(buf, pos, end):
+    o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
     o.partition_index, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.broker_ids, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.broker_ids, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.broker_ids = []
+    else:
+        o.broker_ids = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1076(buf, pos, end):
-    return _array(buf, pos, end, _d_1075, False, False, 8)
-def _d_1077(buf, pos, end):
-    o = CreateTopicsRequest.CreatableTopicConfig.__new__(CreateTopicsRequest.CreatableTopicConfig)
+def _d_936(buf, pos, end):
+    o = _C84.__new__(_C84)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_1078(buf, pos, end):
-    return _array(buf, pos, end, _d_1077, False, False, 4)
-def _d_1079(buf, pos, end):
-    o = CreateTopicsRequest.CreatableTopic.__new__(CreateTopicsRequest.CreatableTopic)
+def _d_937(buf, pos, end):
+    o = _C82.__new__(_C82)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 6 > end: _short()
     o.num_partitions, o.replication_factor = _S28.unpack_from(buf, pos)
     pos += 6
-    o.assignments, pos = _da_1076(buf, pos, end)
-    o.configs, pos = _da_1078(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_935, n, 8)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_936, n, 4)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1080(buf, pos, end):
-    return _array(buf, pos, end, _d_1079, False, False, 16)
-def _d_1081(buf, pos, end):
-    o = CreateTopicsRequest.__new__(CreateTopicsRequest)
-    o.topics, pos = _da_1080(buf, pos, end)
+def _d_938(buf, pos, end):
+    o = _C81.__new__(_C81)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_937, n, 16)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 5 > end: _short()
     o.timeout_ms, o.validate_only = _S30.unpack_from(buf, pos)
     pos += 5
     o.unknown_tags = None
     return o, pos
-def _e_1082(o, out, chunks):
+def _e_939(o, out, chunks):
     out += _S2.pack(o.partition_index)
-    _ea_71(o.broker_ids, out, chunks)
-def _ea_1083(x, out, chunks):
-    _put_array(x, out, chunks, _e_1082, False, False)
-def _e_1084(o, out, chunks):
+    _ea_61(o.broker_ids, out, chunks)
+def _ea_940(x, out, chunks):
+    _put_array(x, out, chunks, _e_939, False, False)
+def _e_941(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
-def _ea_1085(x, out, chunks):
-    _put_array(x, out, chunks, _e_1084, False, False)
-def _e_1086(o, out, chunks):
+def _ea_942(x, out, chunks):
+    _put_array(x, out, chunks, _e_941, False, False)
+def _e_943(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_1083(o.assignments, out, chunks)
-    _ea_1085(o.configs, out, chunks)
-def _ea_1087(x, out, chunks):
-    _put_array(x, out, chunks, _e_1086, False, False)
-def _e_1088(o, out, chunks):
-    _ea_1087(o.topics, out, chunks)
+    _ea_940(o.assignments, out, chunks)
+    _ea_942(o.configs, out, chunks)
+def _ea_944(x, out, chunks):
+    _put_array(x, out, chunks, _e_943, False, False)
+def _e_945(o, out, chunks):
+    _ea_944(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
-def _d_1089(buf, pos, end):
-    o = CreateTopicsRequest.CreatableReplicaAssignment.__new__(CreateTopicsRequest.CreatableReplicaAssignment)
+def _d_946(buf, pos, end):
+    o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
     o.partition_index, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.broker_ids, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.broker_ids, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.broker_ids = []
+    else:
+        o.broker_ids = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1090(buf, pos, end):
-    return _array(buf, pos, end, _d_1089, True, False, 6)
-def _d_1091(buf, pos, end):
-    o = CreateTopicsRequest.CreatableTopicConfig.__new__(CreateTopicsRequest.CreatableTopicConfig)
+def _d_947(buf, pos, end):
+    o = _C84.__new__(_C84)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1092(buf, pos, end):
-    return _array(buf, pos, end, _d_1091, True, False, 3)
-def _d_1093(buf, pos, end):
-    o = CreateTopicsRequest.CreatableTopic.__new__(CreateTopicsRequest.CreatableTopic)
+def _d_948(buf, pos, end):
+    o = _C82.__new__(_C82)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 6 > end: _short()
     o.num_partitions, o.replication_factor = _S28.unpack_from(buf, pos)
     pos += 6
-    o.assignments, pos = _da_1090(buf, pos, end)
-    o.configs, pos = _da_1092(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_946, n, 6)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_947, n, 3)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1094(buf, pos, end):
-    return _array(buf, pos, end, _d_1093, True, False, 10)
-def _d_1095(buf, pos, end):
-    o = CreateTopicsRequest.__new__(CreateTopicsRequest)
-    o.topics, pos = _da_1094(buf, pos, end)
+def _d_949(buf, pos, end):
+    o = _C81.__new__(_C81)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_948, n, 10)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 5 > end: _short()
     o.timeout_ms, o.validate_only = _S30.unpack_from(buf, pos)
     pos += 5
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1096(o, out, chunks):
+def _e_950(o, out, chunks):
     out += _S2.pack(o.partition_index)
-    _ea_137(o.broker_ids, out, chunks)
+    _ea_116(o.broker_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1097(x, out, chunks):
-    _put_array(x, out, chunks, _e_1096, True, False)
-def _e_1098(o, out, chunks):
+def _ea_951(x, out, chunks):
+    _put_array(x, out, chunks, _e_950, True, False)
+def _e_952(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1099(x, out, chunks):
-    _put_array(x, out, chunks, _e_1098, True, False)
-def _e_1100(o, out, chunks):
+def _ea_953(x, out, chunks):
+    _put_array(x, out, chunks, _e_952, True, False)
+def _e_954(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_1097(o.assignments, out, chunks)
-    _ea_1099(o.configs, out, chunks)
+    _ea_951(o.assignments, out, chunks)
+    _ea_953(o.configs, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1101(x, out, chunks):
-    _put_array(x, out, chunks, _e_1100, True, False)
-def _e_1102(o, out, chunks):
-    _ea_1101(o.topics, out, chunks)
+def _ea_955(x, out, chunks):
+    _put_array(x, out, chunks, _e_954, True, False)
+def _e_956(o, out, chunks):
+    _ea_955(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
     _put_tags(out, None, o.unknown_tags)
-def _d_1103(buf, pos, end):
-    o = CreateTopicsResponse.CreatableTopicResult.__new__(CreateTopicsResponse.CreatableTopicResult)
+def _d_957(buf, pos, end):
+    o = _C86.__new__(_C86)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -7542,38 +10118,46 @@ def _d_1103(buf, pos, end):
     o.configs = []
     o.unknown_tags = None
     return o, pos
-def _da_1104(buf, pos, end):
-    return _array(buf, pos, end, _d_1103, False, False, 6)
-def _d_1105(buf, pos, end):
-    o = CreateTopicsResponse.__new__(CreateTopicsResponse)
+def _d_958(buf, pos, end):
+    o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1104(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_957, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1106(o, out, chunks):
+def _e_959(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
-def _ea_1107(x, out, chunks):
-    _put_array(x, out, chunks, _e_1106, False, False)
-def _e_1108(o, out, chunks):
+def _ea_960(x, out, chunks):
+    _put_array(x, out, chunks, _e_959, False, False)
+def _e_961(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1107(o.topics, out, chunks)
-def _d_1109(buf, pos, end):
-    o = CreateTopicsResponse.CreatableTopicConfigs.__new__(CreateTopicsResponse.CreatableTopicConfigs)
+    _ea_960(o.topics, out, chunks)
+def _d_962(buf, pos, end):
+    o = _C87.__new__(_C87)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
     if pos + 3 > end: _short()
     o.read_only, o.config_source, o.is_sensitive = _S31.unpack_from(buf, pos)
     pos += 3
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1110(buf, pos, end):
-    return _array(buf, pos, end, _d_1109, True, True, 6)
-def _d_1111(buf, pos, end):
-    o = CreateTopicsResponse.CreatableTopicResult.__new__(CreateTopicsResponse.CreatableTopicResult)
+def _d_963(buf, pos, end):
+    o = _C86.__new__(_C86)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -7582,9 +10166,22 @@ def _d_1111(buf, pos, end):
     if pos + 6 > end: _short()
     o.num_partitions, o.replication_factor = _S28.unpack_from(buf, pos)
     pos += 6
-    o.configs, pos = _da_1110(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_962, n, 6)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, True)
     o.topic_id = ZERO_UUID
     o.topic_config_error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -7601,43 +10198,54 @@ def _d_1111(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_1112(buf, pos, end):
-    return _array(buf, pos, end, _d_1111, True, False, 12)
-def _d_1113(buf, pos, end):
-    o = CreateTopicsResponse.__new__(CreateTopicsResponse)
+def _d_964(buf, pos, end):
+    o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1112(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_963, n, 12)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1114(o, out, chunks):
+def _e_965(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1115(x, out, chunks):
-    _put_array(x, out, chunks, _e_1114, True, True)
-def _e_1116(o, out, chunks):
+def _ea_966(x, out, chunks):
+    _put_array(x, out, chunks, _e_965, True, True)
+def _e_967(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_1115(o.configs, out, chunks)
+    _ea_966(o.configs, out, chunks)
     tags = []
     if o.topic_config_error_code != 0:
         b = bytearray()
         _pfx_int16(o.topic_config_error_code, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_1117(x, out, chunks):
-    _put_array(x, out, chunks, _e_1116, True, False)
-def _e_1118(o, out, chunks):
+def _ea_968(x, out, chunks):
+    _put_array(x, out, chunks, _e_967, True, False)
+def _e_969(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1117(o.topics, out, chunks)
+    _ea_968(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1119(buf, pos, end):
-    o = CreateTopicsResponse.CreatableTopicResult.__new__(CreateTopicsResponse.CreatableTopicResult)
+def _d_970(buf, pos, end):
+    o = _C86.__new__(_C86)
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos + 2 > end: _short()
@@ -7647,8 +10255,21 @@ def _d_1119(buf, pos, end):
     if pos + 6 > end: _short()
     o.num_partitions, o.replication_factor = _S28.unpack_from(buf, pos)
     pos += 6
-    o.configs, pos = _da_1110(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_962, n, 6)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, True)
     o.topic_config_error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     n, pos = _uvarint(buf, pos, end)
     unknown = None
     for _ in range(n):
@@ -7665,104 +10286,151 @@ def _d_1119(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _da_1120(buf, pos, end):
-    return _array(buf, pos, end, _d_1119, True, False, 28)
-def _d_1121(buf, pos, end):
-    o = CreateTopicsResponse.__new__(CreateTopicsResponse)
+def _d_971(buf, pos, end):
+    o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1120(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_970, n, 28)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1122(o, out, chunks):
+def _e_972(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_1115(o.configs, out, chunks)
+    _ea_966(o.configs, out, chunks)
     tags = []
     if o.topic_config_error_code != 0:
         b = bytearray()
         _pfx_int16(o.topic_config_error_code, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_1123(x, out, chunks):
-    _put_array(x, out, chunks, _e_1122, True, False)
-def _e_1124(o, out, chunks):
+def _ea_973(x, out, chunks):
+    _put_array(x, out, chunks, _e_972, True, False)
+def _e_974(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1123(o.topics, out, chunks)
+    _ea_973(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1125(buf, pos, end):
-    o = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
-    o.topic_names, pos = _da_1000(buf, pos, end)
+def _d_975(buf, pos, end):
+    o = _C88.__new__(_C88)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topic_names, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.topic_names = []
+    else:
+        o.topic_names = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.topics = []
     o.unknown_tags = None
     return o, pos
-def _e_1126(o, out, chunks):
+def _e_976(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 1)
-    _ea_1002(o.topic_names, out, chunks)
+    _ea_872(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _e_1127(o, out, chunks):
+def _e_977(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 2)
-    _ea_1002(o.topic_names, out, chunks)
+    _ea_872(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _e_1128(o, out, chunks):
+def _e_978(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 3)
-    _ea_1002(o.topic_names, out, chunks)
+    _ea_872(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _d_1129(buf, pos, end):
-    o = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
-    o.topic_names, pos = _da_620(buf, pos, end)
+def _d_979(buf, pos, end):
+    o = _C88.__new__(_C88)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.topic_names = []
+    else:
+        o.topic_names = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.topics = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1130(o, out, chunks):
+def _e_980(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 4)
-    _ea_622(o.topic_names, out, chunks)
+    _ea_541(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _e_1131(o, out, chunks):
+def _e_981(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 5)
-    _ea_622(o.topic_names, out, chunks)
+    _ea_541(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1132(buf, pos, end):
-    o = DeleteTopicsRequest.DeleteTopicState.__new__(DeleteTopicsRequest.DeleteTopicState)
+def _d_982(buf, pos, end):
+    o = _C89.__new__(_C89)
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1133(buf, pos, end):
-    return _array(buf, pos, end, _d_1132, True, False, 18)
-def _d_1134(buf, pos, end):
-    o = DeleteTopicsRequest.__new__(DeleteTopicsRequest)
-    o.topics, pos = _da_1133(buf, pos, end)
+def _d_983(buf, pos, end):
+    o = _C88.__new__(_C88)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_982, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.topic_names = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1135(o, out, chunks):
+def _e_984(o, out, chunks):
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1136(x, out, chunks):
-    _put_array(x, out, chunks, _e_1135, True, False)
-def _e_1137(o, out, chunks):
-    _ea_1136(o.topics, out, chunks)
+def _ea_985(x, out, chunks):
+    _put_array(x, out, chunks, _e_984, True, False)
+def _e_986(o, out, chunks):
+    _ea_985(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1138(buf, pos, end):
-    o = DeleteTopicsResponse.DeletableTopicResult.__new__(DeleteTopicsResponse.DeletableTopicResult)
+def _d_987(buf, pos, end):
+    o = _C91.__new__(_C91)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -7771,200 +10439,306 @@ def _d_1138(buf, pos, end):
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _da_1139(buf, pos, end):
-    return _array(buf, pos, end, _d_1138, False, False, 4)
-def _d_1140(buf, pos, end):
-    o = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
+def _d_988(buf, pos, end):
+    o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_1139(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_987, n, 4)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1141(o, out, chunks):
+def _e_989(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_1142(x, out, chunks):
-    _put_array(x, out, chunks, _e_1141, False, False)
-def _e_1143(o, out, chunks):
+def _ea_990(x, out, chunks):
+    _put_array(x, out, chunks, _e_989, False, False)
+def _e_991(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1142(o.responses, out, chunks)
-def _d_1144(buf, pos, end):
-    o = DeleteTopicsResponse.DeletableTopicResult.__new__(DeleteTopicsResponse.DeletableTopicResult)
+    _ea_990(o.responses, out, chunks)
+def _d_992(buf, pos, end):
+    o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.topic_id = ZERO_UUID
     o.error_message = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1145(buf, pos, end):
-    return _array(buf, pos, end, _d_1144, True, False, 4)
-def _d_1146(buf, pos, end):
-    o = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
+def _d_993(buf, pos, end):
+    o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_1145(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_992, n, 4)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1147(o, out, chunks):
+def _e_994(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1148(x, out, chunks):
-    _put_array(x, out, chunks, _e_1147, True, False)
-def _e_1149(o, out, chunks):
+def _ea_995(x, out, chunks):
+    _put_array(x, out, chunks, _e_994, True, False)
+def _e_996(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1148(o.responses, out, chunks)
+    _ea_995(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1150(buf, pos, end):
-    o = DeleteTopicsResponse.DeletableTopicResult.__new__(DeleteTopicsResponse.DeletableTopicResult)
+def _d_997(buf, pos, end):
+    o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     o.topic_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1151(buf, pos, end):
-    return _array(buf, pos, end, _d_1150, True, False, 5)
-def _d_1152(buf, pos, end):
-    o = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
+def _d_998(buf, pos, end):
+    o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_1151(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_997, n, 5)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1153(o, out, chunks):
+def _e_999(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1154(x, out, chunks):
-    _put_array(x, out, chunks, _e_1153, True, False)
-def _e_1155(o, out, chunks):
+def _ea_1000(x, out, chunks):
+    _put_array(x, out, chunks, _e_999, True, False)
+def _e_1001(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1154(o.responses, out, chunks)
+    _ea_1000(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1156(buf, pos, end):
-    o = DeleteTopicsResponse.DeletableTopicResult.__new__(DeleteTopicsResponse.DeletableTopicResult)
+def _d_1002(buf, pos, end):
+    o = _C91.__new__(_C91)
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1157(buf, pos, end):
-    return _array(buf, pos, end, _d_1156, True, False, 21)
-def _d_1158(buf, pos, end):
-    o = DeleteTopicsResponse.__new__(DeleteTopicsResponse)
+def _d_1003(buf, pos, end):
+    o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.responses, pos = _da_1157(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _d_1002, n, 21)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1159(o, out, chunks):
+def _e_1004(o, out, chunks):
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1160(x, out, chunks):
-    _put_array(x, out, chunks, _e_1159, True, False)
-def _e_1161(o, out, chunks):
+def _ea_1005(x, out, chunks):
+    _put_array(x, out, chunks, _e_1004, True, False)
+def _e_1006(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1160(o.responses, out, chunks)
+    _ea_1005(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1162(buf, pos, end):
-    o = CreatePartitionsRequest.CreatePartitionsAssignment.__new__(CreatePartitionsRequest.CreatePartitionsAssignment)
-    o.broker_ids, pos = _da_63(buf, pos, end)
+def _d_1007(buf, pos, end):
+    o = _C94.__new__(_C94)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.broker_ids, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.broker_ids = []
+    else:
+        o.broker_ids = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1163(buf, pos, end):
-    return _array(buf, pos, end, _d_1162, False, True, 4)
-def _d_1164(buf, pos, end):
-    o = CreatePartitionsRequest.CreatePartitionsTopic.__new__(CreatePartitionsRequest.CreatePartitionsTopic)
+def _d_1008(buf, pos, end):
+    o = _C93.__new__(_C93)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     o.count, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.assignments, pos = _da_1163(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_1007, n, 4)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, True)
     o.unknown_tags = None
     return o, pos
-def _da_1165(buf, pos, end):
-    return _array(buf, pos, end, _d_1164, False, False, 10)
-def _d_1166(buf, pos, end):
-    o = CreatePartitionsRequest.__new__(CreatePartitionsRequest)
-    o.topics, pos = _da_1165(buf, pos, end)
+def _d_1009(buf, pos, end):
+    o = _C92.__new__(_C92)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1008, n, 10)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 5 > end: _short()
     o.timeout_ms, o.validate_only = _S30.unpack_from(buf, pos)
     pos += 5
     o.unknown_tags = None
     return o, pos
-def _e_1167(o, out, chunks):
-    _ea_71(o.broker_ids, out, chunks)
-def _ea_1168(x, out, chunks):
-    _put_array(x, out, chunks, _e_1167, False, True)
-def _e_1169(o, out, chunks):
+def _e_1010(o, out, chunks):
+    _ea_61(o.broker_ids, out, chunks)
+def _ea_1011(x, out, chunks):
+    _put_array(x, out, chunks, _e_1010, False, True)
+def _e_1012(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S2.pack(o.count)
-    _ea_1168(o.assignments, out, chunks)
-def _ea_1170(x, out, chunks):
-    _put_array(x, out, chunks, _e_1169, False, False)
-def _e_1171(o, out, chunks):
-    _ea_1170(o.topics, out, chunks)
+    _ea_1011(o.assignments, out, chunks)
+def _ea_1013(x, out, chunks):
+    _put_array(x, out, chunks, _e_1012, False, False)
+def _e_1014(o, out, chunks):
+    _ea_1013(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
-def _d_1172(buf, pos, end):
-    o = CreatePartitionsRequest.CreatePartitionsAssignment.__new__(CreatePartitionsRequest.CreatePartitionsAssignment)
-    o.broker_ids, pos = _da_129(buf, pos, end)
+def _d_1015(buf, pos, end):
+    o = _C94.__new__(_C94)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.broker_ids, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.broker_ids = []
+    else:
+        o.broker_ids = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1173(buf, pos, end):
-    return _array(buf, pos, end, _d_1172, True, True, 2)
-def _d_1174(buf, pos, end):
-    o = CreatePartitionsRequest.CreatePartitionsTopic.__new__(CreatePartitionsRequest.CreatePartitionsTopic)
+def _d_1016(buf, pos, end):
+    o = _C93.__new__(_C93)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
     o.count, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.assignments, pos = _da_1173(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.assignments, pos = _array_n(buf, pos, end, _d_1015, n, 2)
+    elif n == 0:
+        o.assignments = []
+    else:
+        o.assignments = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1175(buf, pos, end):
-    return _array(buf, pos, end, _d_1174, True, False, 7)
-def _d_1176(buf, pos, end):
-    o = CreatePartitionsRequest.__new__(CreatePartitionsRequest)
-    o.topics, pos = _da_1175(buf, pos, end)
+def _d_1017(buf, pos, end):
+    o = _C92.__new__(_C92)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1016, n, 7)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 5 > end: _short()
     o.timeout_ms, o.validate_only = _S30.unpack_from(buf, pos)
     pos += 5
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1177(o, out, chunks):
-    _ea_137(o.broker_ids, out, chunks)
+def _e_1018(o, out, chunks):
+    _ea_116(o.broker_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1178(x, out, chunks):
-    _put_array(x, out, chunks, _e_1177, True, True)
-def _e_1179(o, out, chunks):
+def _ea_1019(x, out, chunks):
+    _put_array(x, out, chunks, _e_1018, True, True)
+def _e_1020(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S2.pack(o.count)
-    _ea_1178(o.assignments, out, chunks)
+    _ea_1019(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1180(x, out, chunks):
-    _put_array(x, out, chunks, _e_1179, True, False)
-def _e_1181(o, out, chunks):
-    _ea_1180(o.topics, out, chunks)
+def _ea_1021(x, out, chunks):
+    _put_array(x, out, chunks, _e_1020, True, False)
+def _e_1022(o, out, chunks):
+    _ea_1021(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
     _put_tags(out, None, o.unknown_tags)
-def _d_1182(buf, pos, end):
-    o = CreatePartitionsResponse.CreatePartitionsTopicResult.__new__(CreatePartitionsResponse.CreatePartitionsTopicResult)
+def _d_1023(buf, pos, end):
+    o = _C96.__new__(_C96)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -7972,281 +10746,420 @@ def _d_1182(buf, pos, end):
     o.error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_1183(buf, pos, end):
-    return _array(buf, pos, end, _d_1182, False, False, 6)
-def _d_1184(buf, pos, end):
-    o = CreatePartitionsResponse.__new__(CreatePartitionsResponse)
+def _d_1024(buf, pos, end):
+    o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1183(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_1023, n, 6)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1185(o, out, chunks):
+def _e_1025(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1107(o.results, out, chunks)
-def _d_1186(buf, pos, end):
-    o = CreatePartitionsResponse.CreatePartitionsTopicResult.__new__(CreatePartitionsResponse.CreatePartitionsTopicResult)
+    _ea_960(o.results, out, chunks)
+def _d_1026(buf, pos, end):
+    o = _C96.__new__(_C96)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1187(buf, pos, end):
-    return _array(buf, pos, end, _d_1186, True, False, 5)
-def _d_1188(buf, pos, end):
-    o = CreatePartitionsResponse.__new__(CreatePartitionsResponse)
+def _d_1027(buf, pos, end):
+    o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1187(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_1026, n, 5)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1189(o, out, chunks):
+def _e_1028(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1154(o.results, out, chunks)
+    _ea_1000(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1190(buf, pos, end):
-    o = DeleteRecordsRequest.DeleteRecordsPartition.__new__(DeleteRecordsRequest.DeleteRecordsPartition)
+def _d_1029(buf, pos, end):
+    o = _C99.__new__(_C99)
     if pos + 12 > end: _short()
     o.partition_index, o.offset = _S20.unpack_from(buf, pos)
     pos += 12
     o.unknown_tags = None
     return o, pos
-def _da_1191(buf, pos, end):
-    return _array(buf, pos, end, _d_1190, False, False, 12)
-def _d_1192(buf, pos, end):
-    o = DeleteRecordsRequest.DeleteRecordsTopic.__new__(DeleteRecordsRequest.DeleteRecordsTopic)
+def _d_1030(buf, pos, end):
+    o = _C98.__new__(_C98)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1191(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1029, n, 12)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1193(buf, pos, end):
-    return _array(buf, pos, end, _d_1192, False, False, 6)
-def _d_1194(buf, pos, end):
-    o = DeleteRecordsRequest.__new__(DeleteRecordsRequest)
-    o.topics, pos = _da_1193(buf, pos, end)
+def _d_1031(buf, pos, end):
+    o = _C97.__new__(_C97)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1030, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
-def _e_1195(o, out, chunks):
+def _e_1032(o, out, chunks):
     out += _S20.pack(o.partition_index, o.offset)
-def _ea_1196(x, out, chunks):
-    _put_array(x, out, chunks, _e_1195, False, False)
-def _e_1197(o, out, chunks):
+def _ea_1033(x, out, chunks):
+    _put_array(x, out, chunks, _e_1032, False, False)
+def _e_1034(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1196(o.partitions, out, chunks)
-def _ea_1198(x, out, chunks):
-    _put_array(x, out, chunks, _e_1197, False, False)
-def _e_1199(o, out, chunks):
-    _ea_1198(o.topics, out, chunks)
+    _ea_1033(o.partitions, out, chunks)
+def _ea_1035(x, out, chunks):
+    _put_array(x, out, chunks, _e_1034, False, False)
+def _e_1036(o, out, chunks):
+    _ea_1035(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _d_1200(buf, pos, end):
-    o = DeleteRecordsRequest.DeleteRecordsPartition.__new__(DeleteRecordsRequest.DeleteRecordsPartition)
+def _d_1037(buf, pos, end):
+    o = _C99.__new__(_C99)
     if pos + 12 > end: _short()
     o.partition_index, o.offset = _S20.unpack_from(buf, pos)
     pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1201(buf, pos, end):
-    return _array(buf, pos, end, _d_1200, True, False, 13)
-def _d_1202(buf, pos, end):
-    o = DeleteRecordsRequest.DeleteRecordsTopic.__new__(DeleteRecordsRequest.DeleteRecordsTopic)
+def _d_1038(buf, pos, end):
+    o = _C98.__new__(_C98)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1201(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1037, n, 13)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1203(buf, pos, end):
-    return _array(buf, pos, end, _d_1202, True, False, 3)
-def _d_1204(buf, pos, end):
-    o = DeleteRecordsRequest.__new__(DeleteRecordsRequest)
-    o.topics, pos = _da_1203(buf, pos, end)
+def _d_1039(buf, pos, end):
+    o = _C97.__new__(_C97)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1038, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1205(o, out, chunks):
+def _e_1040(o, out, chunks):
     out += _S20.pack(o.partition_index, o.offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1206(x, out, chunks):
-    _put_array(x, out, chunks, _e_1205, True, False)
-def _e_1207(o, out, chunks):
+def _ea_1041(x, out, chunks):
+    _put_array(x, out, chunks, _e_1040, True, False)
+def _e_1042(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1206(o.partitions, out, chunks)
+    _ea_1041(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1208(x, out, chunks):
-    _put_array(x, out, chunks, _e_1207, True, False)
-def _e_1209(o, out, chunks):
-    _ea_1208(o.topics, out, chunks)
+def _ea_1043(x, out, chunks):
+    _put_array(x, out, chunks, _e_1042, True, False)
+def _e_1044(o, out, chunks):
+    _ea_1043(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1210(buf, pos, end):
-    o = DeleteRecordsResponse.DeleteRecordsPartitionResult.__new__(DeleteRecordsResponse.DeleteRecordsPartitionResult)
+def _d_1045(buf, pos, end):
+    o = _C102.__new__(_C102)
     if pos + 14 > end: _short()
     o.partition_index, o.low_watermark, o.error_code = _S32.unpack_from(buf, pos)
     pos += 14
     o.unknown_tags = None
     return o, pos
-def _da_1211(buf, pos, end):
-    return _array(buf, pos, end, _d_1210, False, False, 14)
-def _d_1212(buf, pos, end):
-    o = DeleteRecordsResponse.DeleteRecordsTopicResult.__new__(DeleteRecordsResponse.DeleteRecordsTopicResult)
+def _d_1046(buf, pos, end):
+    o = _C101.__new__(_C101)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1211(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1045, n, 14)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1213(buf, pos, end):
-    return _array(buf, pos, end, _d_1212, False, False, 6)
-def _d_1214(buf, pos, end):
-    o = DeleteRecordsResponse.__new__(DeleteRecordsResponse)
+def _d_1047(buf, pos, end):
+    o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1213(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1046, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1215(o, out, chunks):
+def _e_1048(o, out, chunks):
     out += _S32.pack(o.partition_index, o.low_watermark, o.error_code)
-def _ea_1216(x, out, chunks):
-    _put_array(x, out, chunks, _e_1215, False, False)
-def _e_1217(o, out, chunks):
+def _ea_1049(x, out, chunks):
+    _put_array(x, out, chunks, _e_1048, False, False)
+def _e_1050(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1216(o.partitions, out, chunks)
-def _ea_1218(x, out, chunks):
-    _put_array(x, out, chunks, _e_1217, False, False)
-def _e_1219(o, out, chunks):
+    _ea_1049(o.partitions, out, chunks)
+def _ea_1051(x, out, chunks):
+    _put_array(x, out, chunks, _e_1050, False, False)
+def _e_1052(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1218(o.topics, out, chunks)
-def _d_1220(buf, pos, end):
-    o = DeleteRecordsResponse.DeleteRecordsPartitionResult.__new__(DeleteRecordsResponse.DeleteRecordsPartitionResult)
+    _ea_1051(o.topics, out, chunks)
+def _d_1053(buf, pos, end):
+    o = _C102.__new__(_C102)
     if pos + 14 > end: _short()
     o.partition_index, o.low_watermark, o.error_code = _S32.unpack_from(buf, pos)
     pos += 14
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1221(buf, pos, end):
-    return _array(buf, pos, end, _d_1220, True, False, 15)
-def _d_1222(buf, pos, end):
-    o = DeleteRecordsResponse.DeleteRecordsTopicResult.__new__(DeleteRecordsResponse.DeleteRecordsTopicResult)
+def _d_1054(buf, pos, end):
+    o = _C101.__new__(_C101)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1221(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1053, n, 15)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1223(buf, pos, end):
-    return _array(buf, pos, end, _d_1222, True, False, 3)
-def _d_1224(buf, pos, end):
-    o = DeleteRecordsResponse.__new__(DeleteRecordsResponse)
+def _d_1055(buf, pos, end):
+    o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1223(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1054, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1225(o, out, chunks):
+def _e_1056(o, out, chunks):
     out += _S32.pack(o.partition_index, o.low_watermark, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1226(x, out, chunks):
-    _put_array(x, out, chunks, _e_1225, True, False)
-def _e_1227(o, out, chunks):
+def _ea_1057(x, out, chunks):
+    _put_array(x, out, chunks, _e_1056, True, False)
+def _e_1058(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1226(o.partitions, out, chunks)
+    _ea_1057(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1228(x, out, chunks):
-    _put_array(x, out, chunks, _e_1227, True, False)
-def _e_1229(o, out, chunks):
+def _ea_1059(x, out, chunks):
+    _put_array(x, out, chunks, _e_1058, True, False)
+def _e_1060(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1228(o.topics, out, chunks)
+    _ea_1059(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _da_1230(buf, pos, end):
-    return _array(buf, pos, end, _str_k, False, True, 2)
-def _d_1231(buf, pos, end):
-    o = DescribeConfigsRequest.DescribeConfigsResource.__new__(DescribeConfigsRequest.DescribeConfigsResource)
+def _d_1061(buf, pos, end):
+    o = _C104.__new__(_C104)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.resource_name, pos = _str_k(buf, pos, end)
-    o.configuration_keys, pos = _da_1230(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configuration_keys, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.configuration_keys = []
+    else:
+        o.configuration_keys = _null(n, True)
     o.unknown_tags = None
     return o, pos
-def _da_1232(buf, pos, end):
-    return _array(buf, pos, end, _d_1231, False, False, 7)
-def _d_1233(buf, pos, end):
-    o = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
-    o.resources, pos = _da_1232(buf, pos, end)
+def _d_1062(buf, pos, end):
+    o = _C103.__new__(_C103)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _d_1061, n, 7)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
     if pos + 1 > end: _short()
     o.include_synonyms, = _S4.unpack_from(buf, pos)
     pos += 1
     o.include_documentation = False
     o.unknown_tags = None
     return o, pos
-def _ea_1234(x, out, chunks):
+def _ea_1063(x, out, chunks):
     _put_array(x, out, chunks, _put_str_k, False, True)
-def _e_1235(o, out, chunks):
+def _e_1064(o, out, chunks):
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1234(o.configuration_keys, out, chunks)
-def _ea_1236(x, out, chunks):
-    _put_array(x, out, chunks, _e_1235, False, False)
-def _e_1237(o, out, chunks):
-    _ea_1236(o.resources, out, chunks)
+    _ea_1063(o.configuration_keys, out, chunks)
+def _ea_1065(x, out, chunks):
+    _put_array(x, out, chunks, _e_1064, False, False)
+def _e_1066(o, out, chunks):
+    _ea_1065(o.resources, out, chunks)
     if o.include_documentation != False: _absent('DescribeConfigsRequest', 'include_documentation', 1)
     out += _S4.pack(o.include_synonyms)
-def _e_1238(o, out, chunks):
-    _ea_1236(o.resources, out, chunks)
+def _e_1067(o, out, chunks):
+    _ea_1065(o.resources, out, chunks)
     if o.include_documentation != False: _absent('DescribeConfigsRequest', 'include_documentation', 2)
     out += _S4.pack(o.include_synonyms)
-def _d_1239(buf, pos, end):
-    o = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
-    o.resources, pos = _da_1232(buf, pos, end)
+def _d_1068(buf, pos, end):
+    o = _C103.__new__(_C103)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _d_1061, n, 7)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
     if pos + 2 > end: _short()
     o.include_synonyms, o.include_documentation = _S6.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _e_1240(o, out, chunks):
-    _ea_1236(o.resources, out, chunks)
+def _e_1069(o, out, chunks):
+    _ea_1065(o.resources, out, chunks)
     out += _S6.pack(o.include_synonyms, o.include_documentation)
-def _da_1241(buf, pos, end):
-    return _array(buf, pos, end, _str_c, True, True, 1)
-def _d_1242(buf, pos, end):
-    o = DescribeConfigsRequest.DescribeConfigsResource.__new__(DescribeConfigsRequest.DescribeConfigsResource)
+def _d_1070(buf, pos, end):
+    o = _C104.__new__(_C104)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.resource_name, pos = _str_c(buf, pos, end)
-    o.configuration_keys, pos = _da_1241(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configuration_keys, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.configuration_keys = []
+    else:
+        o.configuration_keys = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1243(buf, pos, end):
-    return _array(buf, pos, end, _d_1242, True, False, 4)
-def _d_1244(buf, pos, end):
-    o = DescribeConfigsRequest.__new__(DescribeConfigsRequest)
-    o.resources, pos = _da_1243(buf, pos, end)
+def _d_1071(buf, pos, end):
+    o = _C103.__new__(_C103)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _d_1070, n, 4)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
     if pos + 2 > end: _short()
     o.include_synonyms, o.include_documentation = _S6.unpack_from(buf, pos)
     pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _ea_1245(x, out, chunks):
+def _ea_1072(x, out, chunks):
     _put_array(x, out, chunks, _put_str_c, True, True)
-def _e_1246(o, out, chunks):
+def _e_1073(o, out, chunks):
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
-    _ea_1245(o.configuration_keys, out, chunks)
+    _ea_1072(o.configuration_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1247(x, out, chunks):
-    _put_array(x, out, chunks, _e_1246, True, False)
-def _e_1248(o, out, chunks):
-    _ea_1247(o.resources, out, chunks)
+def _ea_1074(x, out, chunks):
+    _put_array(x, out, chunks, _e_1073, True, False)
+def _e_1075(o, out, chunks):
+    _ea_1074(o.resources, out, chunks)
     out += _S6.pack(o.include_synonyms, o.include_documentation)
     _put_tags(out, None, o.unknown_tags)
-def _d_1249(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsSynonym.__new__(DescribeConfigsResponse.DescribeConfigsSynonym)
+def _d_1076(buf, pos, end):
+    o = _C108.__new__(_C108)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -8254,25 +11167,29 @@ def _d_1249(buf, pos, end):
     pos += 1
     o.unknown_tags = None
     return o, pos
-def _da_1250(buf, pos, end):
-    return _array(buf, pos, end, _d_1249, False, False, 5)
-def _d_1251(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResourceResult.__new__(DescribeConfigsResponse.DescribeConfigsResourceResult)
+def _d_1077(buf, pos, end):
+    o = _C107.__new__(_C107)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     if pos + 3 > end: _short()
     o.read_only, o.config_source, o.is_sensitive = _S31.unpack_from(buf, pos)
     pos += 3
-    o.synonyms, pos = _da_1250(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.synonyms, pos = _array_n(buf, pos, end, _d_1076, n, 5)
+    elif n == 0:
+        o.synonyms = []
+    else:
+        o.synonyms = _null(n, False)
     o.is_default = False
     o.config_type = 0
     o.documentation = ''
     o.unknown_tags = None
     return o, pos
-def _da_1252(buf, pos, end):
-    return _array(buf, pos, end, _d_1251, False, False, 11)
-def _d_1253(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResult.__new__(DescribeConfigsResponse.DescribeConfigsResult)
+def _d_1078(buf, pos, end):
+    o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -8281,71 +11198,93 @@ def _d_1253(buf, pos, end):
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.resource_name, pos = _str_k(buf, pos, end)
-    o.configs, pos = _da_1252(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_1077, n, 11)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1254(buf, pos, end):
-    return _array(buf, pos, end, _d_1253, False, False, 11)
-def _d_1255(buf, pos, end):
-    o = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
+def _d_1079(buf, pos, end):
+    o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1254(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_1078, n, 11)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1256(o, out, chunks):
+def _e_1080(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     out += _S27.pack(o.source)
-def _ea_1257(x, out, chunks):
-    _put_array(x, out, chunks, _e_1256, False, False)
-def _e_1258(o, out, chunks):
+def _ea_1081(x, out, chunks):
+    _put_array(x, out, chunks, _e_1080, False, False)
+def _e_1082(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 1)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1257(o.synonyms, out, chunks)
-def _ea_1259(x, out, chunks):
-    _put_array(x, out, chunks, _e_1258, False, False)
-def _e_1260(o, out, chunks):
+    _ea_1081(o.synonyms, out, chunks)
+def _ea_1083(x, out, chunks):
+    _put_array(x, out, chunks, _e_1082, False, False)
+def _e_1084(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1259(o.configs, out, chunks)
-def _ea_1261(x, out, chunks):
-    _put_array(x, out, chunks, _e_1260, False, False)
-def _e_1262(o, out, chunks):
+    _ea_1083(o.configs, out, chunks)
+def _ea_1085(x, out, chunks):
+    _put_array(x, out, chunks, _e_1084, False, False)
+def _e_1086(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1261(o.results, out, chunks)
-def _e_1263(o, out, chunks):
+    _ea_1085(o.results, out, chunks)
+def _e_1087(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 2)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1257(o.synonyms, out, chunks)
-def _ea_1264(x, out, chunks):
-    _put_array(x, out, chunks, _e_1263, False, False)
-def _e_1265(o, out, chunks):
+    _ea_1081(o.synonyms, out, chunks)
+def _ea_1088(x, out, chunks):
+    _put_array(x, out, chunks, _e_1087, False, False)
+def _e_1089(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1264(o.configs, out, chunks)
-def _ea_1266(x, out, chunks):
-    _put_array(x, out, chunks, _e_1265, False, False)
-def _e_1267(o, out, chunks):
+    _ea_1088(o.configs, out, chunks)
+def _ea_1090(x, out, chunks):
+    _put_array(x, out, chunks, _e_1089, False, False)
+def _e_1091(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1266(o.results, out, chunks)
-def _d_1268(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResourceResult.__new__(DescribeConfigsResponse.DescribeConfigsResourceResult)
+    _ea_1090(o.results, out, chunks)
+def _d_1092(buf, pos, end):
+    o = _C107.__new__(_C107)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     if pos + 3 > end: _short()
     o.read_only, o.config_source, o.is_sensitive = _S31.unpack_from(buf, pos)
     pos += 3
-    o.synonyms, pos = _da_1250(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.synonyms, pos = _array_n(buf, pos, end, _d_1076, n, 5)
+    elif n == 0:
+        o.synonyms = []
+    else:
+        o.synonyms = _null(n, False)
     if pos + 1 > end: _short()
     o.config_type, = _S27.unpack_from(buf, pos)
     pos += 1
@@ -8353,10 +11292,8 @@ def _d_1268(buf, pos, end):
     o.is_default = False
     o.unknown_tags = None
     return o, pos
-def _da_1269(buf, pos, end):
-    return _array(buf, pos, end, _d_1268, False, False, 14)
-def _d_1270(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResult.__new__(DescribeConfigsResponse.DescribeConfigsResult)
+def _d_1093(buf, pos, end):
+    o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -8365,70 +11302,97 @@ def _d_1270(buf, pos, end):
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.resource_name, pos = _str_k(buf, pos, end)
-    o.configs, pos = _da_1269(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_1092, n, 14)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1271(buf, pos, end):
-    return _array(buf, pos, end, _d_1270, False, False, 11)
-def _d_1272(buf, pos, end):
-    o = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
+def _d_1094(buf, pos, end):
+    o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1271(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_1093, n, 11)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1273(o, out, chunks):
+def _e_1095(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 3)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1257(o.synonyms, out, chunks)
+    _ea_1081(o.synonyms, out, chunks)
     out += _S27.pack(o.config_type)
     _put_str_kn(o.documentation, out, chunks)
-def _ea_1274(x, out, chunks):
-    _put_array(x, out, chunks, _e_1273, False, False)
-def _e_1275(o, out, chunks):
+def _ea_1096(x, out, chunks):
+    _put_array(x, out, chunks, _e_1095, False, False)
+def _e_1097(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1274(o.configs, out, chunks)
-def _ea_1276(x, out, chunks):
-    _put_array(x, out, chunks, _e_1275, False, False)
-def _e_1277(o, out, chunks):
+    _ea_1096(o.configs, out, chunks)
+def _ea_1098(x, out, chunks):
+    _put_array(x, out, chunks, _e_1097, False, False)
+def _e_1099(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1276(o.results, out, chunks)
-def _d_1278(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsSynonym.__new__(DescribeConfigsResponse.DescribeConfigsSynonym)
+    _ea_1098(o.results, out, chunks)
+def _d_1100(buf, pos, end):
+    o = _C108.__new__(_C108)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
     o.source, = _S27.unpack_from(buf, pos)
     pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1279(buf, pos, end):
-    return _array(buf, pos, end, _d_1278, True, False, 4)
-def _d_1280(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResourceResult.__new__(DescribeConfigsResponse.DescribeConfigsResourceResult)
+def _d_1101(buf, pos, end):
+    o = _C107.__new__(_C107)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
     if pos + 3 > end: _short()
     o.read_only, o.config_source, o.is_sensitive = _S31.unpack_from(buf, pos)
     pos += 3
-    o.synonyms, pos = _da_1279(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.synonyms, pos = _array_n(buf, pos, end, _d_1100, n, 4)
+    elif n == 0:
+        o.synonyms = []
+    else:
+        o.synonyms = _null(n, False)
     if pos + 1 > end: _short()
     o.config_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.documentation, pos = _str_cn(buf, pos, end)
     o.is_default = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1281(buf, pos, end):
-    return _array(buf, pos, end, _d_1280, True, False, 9)
-def _d_1282(buf, pos, end):
-    o = DescribeConfigsResponse.DescribeConfigsResult.__new__(DescribeConfigsResponse.DescribeConfigsResult)
+def _d_1102(buf, pos, end):
+    o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -8437,52 +11401,76 @@ def _d_1282(buf, pos, end):
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
     o.resource_name, pos = _str_c(buf, pos, end)
-    o.configs, pos = _da_1281(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _d_1101, n, 9)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1283(buf, pos, end):
-    return _array(buf, pos, end, _d_1282, True, False, 7)
-def _d_1284(buf, pos, end):
-    o = DescribeConfigsResponse.__new__(DescribeConfigsResponse)
+def _d_1103(buf, pos, end):
+    o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results, pos = _da_1283(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _d_1102, n, 7)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1285(o, out, chunks):
+def _e_1104(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     out += _S27.pack(o.source)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1286(x, out, chunks):
-    _put_array(x, out, chunks, _e_1285, True, False)
-def _e_1287(o, out, chunks):
+def _ea_1105(x, out, chunks):
+    _put_array(x, out, chunks, _e_1104, True, False)
+def _e_1106(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 4)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1286(o.synonyms, out, chunks)
+    _ea_1105(o.synonyms, out, chunks)
     out += _S27.pack(o.config_type)
     _put_str_cn(o.documentation, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1288(x, out, chunks):
-    _put_array(x, out, chunks, _e_1287, True, False)
-def _e_1289(o, out, chunks):
+def _ea_1107(x, out, chunks):
+    _put_array(x, out, chunks, _e_1106, True, False)
+def _e_1108(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
-    _ea_1288(o.configs, out, chunks)
+    _ea_1107(o.configs, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1290(x, out, chunks):
-    _put_array(x, out, chunks, _e_1289, True, False)
-def _e_1291(o, out, chunks):
+def _ea_1109(x, out, chunks):
+    _put_array(x, out, chunks, _e_1108, True, False)
+def _e_1110(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1290(o.results, out, chunks)
+    _ea_1109(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1292(buf, pos, end):
-    o = InitProducerIdRequest.__new__(InitProducerIdRequest)
+def _d_1111(buf, pos, end):
+    o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
     o.transaction_timeout_ms, = _S2.unpack_from(buf, pos)
@@ -8493,22 +11481,22 @@ def _d_1292(buf, pos, end):
     o.keep_prepared_txn = False
     o.unknown_tags = None
     return o, pos
-def _e_1293(o, out, chunks):
+def _e_1112(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 0)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 0)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 0)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 0)
     out += _S2.pack(o.transaction_timeout_ms)
-def _e_1294(o, out, chunks):
+def _e_1113(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 1)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 1)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 1)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 1)
     out += _S2.pack(o.transaction_timeout_ms)
-def _d_1295(buf, pos, end):
-    o = InitProducerIdRequest.__new__(InitProducerIdRequest)
+def _d_1114(buf, pos, end):
+    o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
     o.transaction_timeout_ms, = _S2.unpack_from(buf, pos)
@@ -8517,9 +11505,13 @@ def _d_1295(buf, pos, end):
     o.producer_epoch = -1
     o.enable2_pc = False
     o.keep_prepared_txn = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1296(o, out, chunks):
+def _e_1115(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 2)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 2)
@@ -8527,48 +11519,56 @@ def _e_1296(o, out, chunks):
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 2)
     out += _S2.pack(o.transaction_timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1297(buf, pos, end):
-    o = InitProducerIdRequest.__new__(InitProducerIdRequest)
+def _d_1116(buf, pos, end):
+    o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 14 > end: _short()
     o.transaction_timeout_ms, o.producer_id, o.producer_epoch = _S32.unpack_from(buf, pos)
     pos += 14
     o.enable2_pc = False
     o.keep_prepared_txn = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1298(o, out, chunks):
+def _e_1117(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 3)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 3)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1299(o, out, chunks):
+def _e_1118(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 4)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 4)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1300(o, out, chunks):
+def _e_1119(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 5)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 5)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1301(buf, pos, end):
-    o = InitProducerIdRequest.__new__(InitProducerIdRequest)
+def _d_1120(buf, pos, end):
+    o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 16 > end: _short()
     o.transaction_timeout_ms, o.producer_id, o.producer_epoch, o.enable2_pc, o.keep_prepared_txn = _S33.unpack_from(buf, pos)
     pos += 16
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1302(o, out, chunks):
+def _e_1121(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S33.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch, o.enable2_pc, o.keep_prepared_txn)
     _put_tags(out, None, o.unknown_tags)
-def _d_1303(buf, pos, end):
-    o = InitProducerIdResponse.__new__(InitProducerIdResponse)
+def _d_1122(buf, pos, end):
+    o = _C110.__new__(_C110)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
     pos += 16
@@ -8576,288 +11576,420 @@ def _d_1303(buf, pos, end):
     o.ongoing_txn_producer_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _e_1304(o, out, chunks):
+def _e_1123(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 0)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 0)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
-def _e_1305(o, out, chunks):
+def _e_1124(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 1)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 1)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
-def _d_1306(buf, pos, end):
-    o = InitProducerIdResponse.__new__(InitProducerIdResponse)
+def _d_1125(buf, pos, end):
+    o = _C110.__new__(_C110)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
     pos += 16
     o.ongoing_txn_producer_id = -1
     o.ongoing_txn_producer_epoch = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1307(o, out, chunks):
+def _e_1126(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 2)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 2)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1308(o, out, chunks):
+def _e_1127(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 3)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 3)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1309(o, out, chunks):
+def _e_1128(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 4)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 4)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1310(o, out, chunks):
+def _e_1129(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 5)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 5)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1311(buf, pos, end):
-    o = InitProducerIdResponse.__new__(InitProducerIdResponse)
+def _d_1130(buf, pos, end):
+    o = _C110.__new__(_C110)
     if pos + 26 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch = _S35.unpack_from(buf, pos)
     pos += 26
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1312(o, out, chunks):
+def _e_1131(o, out, chunks):
     out += _S35.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1313(buf, pos, end):
-    o = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnRequest.AddPartitionsToTxnTopic)
+def _d_1132(buf, pos, end):
+    o = _C112.__new__(_C112)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1314(buf, pos, end):
-    return _array(buf, pos, end, _d_1313, False, False, 6)
-def _d_1315(buf, pos, end):
-    o = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
+def _d_1133(buf, pos, end):
+    o = _C111.__new__(_C111)
     o.v3_and_below_transactional_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
     o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _S36.unpack_from(buf, pos)
     pos += 10
-    o.v3_and_below_topics, pos = _da_1314(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _d_1132, n, 6)
+    elif n == 0:
+        o.v3_and_below_topics = []
+    else:
+        o.v3_and_below_topics = _null(n, False)
     o.transactions = []
     o.unknown_tags = None
     return o, pos
-def _e_1316(o, out, chunks):
+def _e_1134(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_71(o.partitions, out, chunks)
-def _ea_1317(x, out, chunks):
-    _put_array(x, out, chunks, _e_1316, False, False)
-def _e_1318(o, out, chunks):
+    _ea_61(o.partitions, out, chunks)
+def _ea_1135(x, out, chunks):
+    _put_array(x, out, chunks, _e_1134, False, False)
+def _e_1136(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 0)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1317(o.v3_and_below_topics, out, chunks)
-def _e_1319(o, out, chunks):
+    _ea_1135(o.v3_and_below_topics, out, chunks)
+def _e_1137(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 1)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1317(o.v3_and_below_topics, out, chunks)
-def _e_1320(o, out, chunks):
+    _ea_1135(o.v3_and_below_topics, out, chunks)
+def _e_1138(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 2)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1317(o.v3_and_below_topics, out, chunks)
-def _d_1321(buf, pos, end):
-    o = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.__new__(AddPartitionsToTxnRequest.AddPartitionsToTxnTopic)
+    _ea_1135(o.v3_and_below_topics, out, chunks)
+def _d_1139(buf, pos, end):
+    o = _C112.__new__(_C112)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_129(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1322(buf, pos, end):
-    return _array(buf, pos, end, _d_1321, True, False, 3)
-def _d_1323(buf, pos, end):
-    o = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
+def _d_1140(buf, pos, end):
+    o = _C111.__new__(_C111)
     o.v3_and_below_transactional_id, pos = _str_c(buf, pos, end)
     if pos + 10 > end: _short()
     o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _S36.unpack_from(buf, pos)
     pos += 10
-    o.v3_and_below_topics, pos = _da_1322(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _d_1139, n, 3)
+    elif n == 0:
+        o.v3_and_below_topics = []
+    else:
+        o.v3_and_below_topics = _null(n, False)
     o.transactions = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1324(o, out, chunks):
+def _e_1141(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_137(o.partitions, out, chunks)
+    _ea_116(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1325(x, out, chunks):
-    _put_array(x, out, chunks, _e_1324, True, False)
-def _e_1326(o, out, chunks):
+def _ea_1142(x, out, chunks):
+    _put_array(x, out, chunks, _e_1141, True, False)
+def _e_1143(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 3)
     _put_str_c(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1325(o.v3_and_below_topics, out, chunks)
+    _ea_1142(o.v3_and_below_topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1327(buf, pos, end):
-    o = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.__new__(AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction)
+def _d_1144(buf, pos, end):
+    o = _C113.__new__(_C113)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 11 > end: _short()
     o.producer_id, o.producer_epoch, o.verify_only = _S37.unpack_from(buf, pos)
     pos += 11
-    o.topics, pos = _da_1322(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1139, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1328(buf, pos, end):
-    return _array(buf, pos, end, _d_1327, True, False, 14)
-def _d_1329(buf, pos, end):
-    o = AddPartitionsToTxnRequest.__new__(AddPartitionsToTxnRequest)
-    o.transactions, pos = _da_1328(buf, pos, end)
+def _d_1145(buf, pos, end):
+    o = _C111.__new__(_C111)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.transactions, pos = _array_n(buf, pos, end, _d_1144, n, 14)
+    elif n == 0:
+        o.transactions = []
+    else:
+        o.transactions = _null(n, False)
     o.v3_and_below_transactional_id = ''
     o.v3_and_below_producer_id = 0
     o.v3_and_below_producer_epoch = 0
     o.v3_and_below_topics = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1330(o, out, chunks):
+def _e_1146(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.verify_only)
-    _ea_1325(o.topics, out, chunks)
+    _ea_1142(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1331(x, out, chunks):
-    _put_array(x, out, chunks, _e_1330, True, False)
-def _e_1332(o, out, chunks):
-    _ea_1331(o.transactions, out, chunks)
+def _ea_1147(x, out, chunks):
+    _put_array(x, out, chunks, _e_1146, True, False)
+def _e_1148(o, out, chunks):
+    _ea_1147(o.transactions, out, chunks)
     if o.v3_and_below_transactional_id != '': _absent('AddPartitionsToTxnRequest', 'v3_and_below_transactional_id', 4)
     if o.v3_and_below_producer_id != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_id', 4)
     if o.v3_and_below_producer_epoch != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_epoch', 4)
     if o.v3_and_below_topics != []: _absent('AddPartitionsToTxnRequest', 'v3_and_below_topics', 4)
     _put_tags(out, None, o.unknown_tags)
-def _e_1333(o, out, chunks):
-    _ea_1331(o.transactions, out, chunks)
+def _e_1149(o, out, chunks):
+    _ea_1147(o.transactions, out, chunks)
     if o.v3_and_below_transactional_id != '': _absent('AddPartitionsToTxnRequest', 'v3_and_below_transactional_id', 5)
     if o.v3_and_below_producer_id != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_id', 5)
     if o.v3_and_below_producer_epoch != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_epoch', 5)
     if o.v3_and_below_topics != []: _absent('AddPartitionsToTxnRequest', 'v3_and_below_topics', 5)
     _put_tags(out, None, o.unknown_tags)
-def _d_1334(buf, pos, end):
-    o = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult)
+def _d_1150(buf, pos, end):
+    o = _C116.__new__(_C116)
     if pos + 6 > end: _short()
     o.partition_index, o.partition_error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _da_1335(buf, pos, end):
-    return _array(buf, pos, end, _d_1334, False, False, 6)
-def _d_1336(buf, pos, end):
-    o = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult)
+def _d_1151(buf, pos, end):
+    o = _C115.__new__(_C115)
     o.name, pos = _str_k(buf, pos, end)
-    o.results_by_partition, pos = _da_1335(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results_by_partition, pos = _array_n(buf, pos, end, _d_1150, n, 6)
+    elif n == 0:
+        o.results_by_partition = []
+    else:
+        o.results_by_partition = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1337(buf, pos, end):
-    return _array(buf, pos, end, _d_1336, False, False, 6)
-def _d_1338(buf, pos, end):
-    o = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
+def _d_1152(buf, pos, end):
+    o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results_by_topic_v3_and_below, pos = _da_1337(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _d_1151, n, 6)
+    elif n == 0:
+        o.results_by_topic_v3_and_below = []
+    else:
+        o.results_by_topic_v3_and_below = _null(n, False)
     o.error_code = 0
     o.results_by_transaction = []
     o.unknown_tags = None
     return o, pos
-def _e_1339(o, out, chunks):
+def _e_1153(o, out, chunks):
     out += _S28.pack(o.partition_index, o.partition_error_code)
-def _ea_1340(x, out, chunks):
-    _put_array(x, out, chunks, _e_1339, False, False)
-def _e_1341(o, out, chunks):
+def _ea_1154(x, out, chunks):
+    _put_array(x, out, chunks, _e_1153, False, False)
+def _e_1155(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1340(o.results_by_partition, out, chunks)
-def _ea_1342(x, out, chunks):
-    _put_array(x, out, chunks, _e_1341, False, False)
-def _e_1343(o, out, chunks):
+    _ea_1154(o.results_by_partition, out, chunks)
+def _ea_1156(x, out, chunks):
+    _put_array(x, out, chunks, _e_1155, False, False)
+def _e_1157(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 0)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1342(o.results_by_topic_v3_and_below, out, chunks)
-def _e_1344(o, out, chunks):
+    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
+def _e_1158(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 1)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1342(o.results_by_topic_v3_and_below, out, chunks)
-def _e_1345(o, out, chunks):
+    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
+def _e_1159(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 2)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1342(o.results_by_topic_v3_and_below, out, chunks)
-def _d_1346(buf, pos, end):
-    o = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.__new__(AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult)
+    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
+def _d_1160(buf, pos, end):
+    o = _C116.__new__(_C116)
     if pos + 6 > end: _short()
     o.partition_index, o.partition_error_code = _S28.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1347(buf, pos, end):
-    return _array(buf, pos, end, _d_1346, True, False, 7)
-def _d_1348(buf, pos, end):
-    o = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.__new__(AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult)
+def _d_1161(buf, pos, end):
+    o = _C115.__new__(_C115)
     o.name, pos = _str_c(buf, pos, end)
-    o.results_by_partition, pos = _da_1347(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results_by_partition, pos = _array_n(buf, pos, end, _d_1160, n, 7)
+    elif n == 0:
+        o.results_by_partition = []
+    else:
+        o.results_by_partition = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1349(buf, pos, end):
-    return _array(buf, pos, end, _d_1348, True, False, 3)
-def _d_1350(buf, pos, end):
-    o = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
+def _d_1162(buf, pos, end):
+    o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.results_by_topic_v3_and_below, pos = _da_1349(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _d_1161, n, 3)
+    elif n == 0:
+        o.results_by_topic_v3_and_below = []
+    else:
+        o.results_by_topic_v3_and_below = _null(n, False)
     o.error_code = 0
     o.results_by_transaction = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1351(o, out, chunks):
+def _e_1163(o, out, chunks):
     out += _S28.pack(o.partition_index, o.partition_error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1352(x, out, chunks):
-    _put_array(x, out, chunks, _e_1351, True, False)
-def _e_1353(o, out, chunks):
+def _ea_1164(x, out, chunks):
+    _put_array(x, out, chunks, _e_1163, True, False)
+def _e_1165(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1352(o.results_by_partition, out, chunks)
+    _ea_1164(o.results_by_partition, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1354(x, out, chunks):
-    _put_array(x, out, chunks, _e_1353, True, False)
-def _e_1355(o, out, chunks):
+def _ea_1166(x, out, chunks):
+    _put_array(x, out, chunks, _e_1165, True, False)
+def _e_1167(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 3)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1354(o.results_by_topic_v3_and_below, out, chunks)
+    _ea_1166(o.results_by_topic_v3_and_below, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1356(buf, pos, end):
-    o = AddPartitionsToTxnResponse.AddPartitionsToTxnResult.__new__(AddPartitionsToTxnResponse.AddPartitionsToTxnResult)
+def _d_1168(buf, pos, end):
+    o = _C117.__new__(_C117)
     o.transactional_id, pos = _str_c(buf, pos, end)
-    o.topic_results, pos = _da_1349(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_results, pos = _array_n(buf, pos, end, _d_1161, n, 3)
+    elif n == 0:
+        o.topic_results = []
+    else:
+        o.topic_results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1357(buf, pos, end):
-    return _array(buf, pos, end, _d_1356, True, False, 3)
-def _d_1358(buf, pos, end):
-    o = AddPartitionsToTxnResponse.__new__(AddPartitionsToTxnResponse)
+def _d_1169(buf, pos, end):
+    o = _C114.__new__(_C114)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
-    o.results_by_transaction, pos = _da_1357(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results_by_transaction, pos = _array_n(buf, pos, end, _d_1168, n, 3)
+    elif n == 0:
+        o.results_by_transaction = []
+    else:
+        o.results_by_transaction = _null(n, False)
     o.results_by_topic_v3_and_below = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1359(o, out, chunks):
+def _e_1170(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
-    _ea_1354(o.topic_results, out, chunks)
+    _ea_1166(o.topic_results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1360(x, out, chunks):
-    _put_array(x, out, chunks, _e_1359, True, False)
-def _e_1361(o, out, chunks):
+def _ea_1171(x, out, chunks):
+    _put_array(x, out, chunks, _e_1170, True, False)
+def _e_1172(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_1360(o.results_by_transaction, out, chunks)
+    _ea_1171(o.results_by_transaction, out, chunks)
     if o.results_by_topic_v3_and_below != []: _absent('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', 4)
     _put_tags(out, None, o.unknown_tags)
-def _e_1362(o, out, chunks):
+def _e_1173(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_1360(o.results_by_transaction, out, chunks)
+    _ea_1171(o.results_by_transaction, out, chunks)
     if o.results_by_topic_v3_and_below != []: _absent('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', 5)
     _put_tags(out, None, o.unknown_tags)
-def _d_1363(buf, pos, end):
-    o = AddOffsetsToTxnRequest.__new__(AddOffsetsToTxnRequest)
+def _d_1174(buf, pos, end):
+    o = _C118.__new__(_C118)
     o.transactional_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
     o.producer_id, o.producer_epoch = _S36.unpack_from(buf, pos)
@@ -8865,63 +11997,75 @@ def _d_1363(buf, pos, end):
     o.group_id, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1364(o, out, chunks):
+def _e_1175(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     out += _S36.pack(o.producer_id, o.producer_epoch)
     _put_str_k(o.group_id, out, chunks)
-def _d_1365(buf, pos, end):
-    o = AddOffsetsToTxnRequest.__new__(AddOffsetsToTxnRequest)
+def _d_1176(buf, pos, end):
+    o = _C118.__new__(_C118)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 10 > end: _short()
     o.producer_id, o.producer_epoch = _S36.unpack_from(buf, pos)
     pos += 10
     o.group_id, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1366(o, out, chunks):
+def _e_1177(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S36.pack(o.producer_id, o.producer_epoch)
     _put_str_c(o.group_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1367(buf, pos, end):
-    o = AddOffsetsToTxnResponse.__new__(AddOffsetsToTxnResponse)
+def _d_1178(buf, pos, end):
+    o = _C119.__new__(_C119)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_1368(buf, pos, end):
-    o = AddOffsetsToTxnResponse.__new__(AddOffsetsToTxnResponse)
+def _d_1179(buf, pos, end):
+    o = _C119.__new__(_C119)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1369(buf, pos, end):
-    o = EndTxnRequest.__new__(EndTxnRequest)
+def _d_1180(buf, pos, end):
+    o = _C120.__new__(_C120)
     o.transactional_id, pos = _str_k(buf, pos, end)
     if pos + 11 > end: _short()
     o.producer_id, o.producer_epoch, o.committed = _S37.unpack_from(buf, pos)
     pos += 11
     o.unknown_tags = None
     return o, pos
-def _e_1370(o, out, chunks):
+def _e_1181(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.committed)
-def _d_1371(buf, pos, end):
-    o = EndTxnRequest.__new__(EndTxnRequest)
+def _d_1182(buf, pos, end):
+    o = _C120.__new__(_C120)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 11 > end: _short()
     o.producer_id, o.producer_epoch, o.committed = _S37.unpack_from(buf, pos)
     pos += 11
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1372(o, out, chunks):
+def _e_1183(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.committed)
     _put_tags(out, None, o.unknown_tags)
-def _d_1373(buf, pos, end):
-    o = EndTxnResponse.__new__(EndTxnResponse)
+def _d_1184(buf, pos, end):
+    o = _C121.__new__(_C121)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -8929,27 +12073,35 @@ def _d_1373(buf, pos, end):
     o.producer_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_1374(buf, pos, end):
-    o = EndTxnResponse.__new__(EndTxnResponse)
+def _d_1185(buf, pos, end):
+    o = _C121.__new__(_C121)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.producer_id = -1
     o.producer_epoch = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1375(buf, pos, end):
-    o = EndTxnResponse.__new__(EndTxnResponse)
+def _d_1186(buf, pos, end):
+    o = _C121.__new__(_C121)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
     pos += 16
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1376(o, out, chunks):
+def _e_1187(o, out, chunks):
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1377(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition)
+def _d_1188(buf, pos, end):
+    o = _C124.__new__(_C124)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
     pos += 12
@@ -8957,124 +12109,161 @@ def _d_1377(buf, pos, end):
     o.committed_leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _da_1378(buf, pos, end):
-    return _array(buf, pos, end, _d_1377, False, False, 14)
-def _d_1379(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic)
+def _d_1189(buf, pos, end):
+    o = _C123.__new__(_C123)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1378(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1188, n, 14)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1380(buf, pos, end):
-    return _array(buf, pos, end, _d_1379, False, False, 6)
-def _d_1381(buf, pos, end):
-    o = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
+def _d_1190(buf, pos, end):
+    o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_k(buf, pos, end)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
     o.producer_id, o.producer_epoch = _S36.unpack_from(buf, pos)
     pos += 10
-    o.topics, pos = _da_1380(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1189, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.generation_id = -1
     o.member_id = ''
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1382(o, out, chunks):
+def _e_1191(o, out, chunks):
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_1383(x, out, chunks):
-    _put_array(x, out, chunks, _e_1382, False, False)
-def _e_1384(o, out, chunks):
+def _ea_1192(x, out, chunks):
+    _put_array(x, out, chunks, _e_1191, False, False)
+def _e_1193(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1383(o.partitions, out, chunks)
-def _ea_1385(x, out, chunks):
-    _put_array(x, out, chunks, _e_1384, False, False)
-def _e_1386(o, out, chunks):
+    _ea_1192(o.partitions, out, chunks)
+def _ea_1194(x, out, chunks):
+    _put_array(x, out, chunks, _e_1193, False, False)
+def _e_1195(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 0)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 0)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 0)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1385(o.topics, out, chunks)
-def _e_1387(o, out, chunks):
+    _ea_1194(o.topics, out, chunks)
+def _e_1196(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 1)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 1)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 1)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1385(o.topics, out, chunks)
-def _d_1388(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition)
+    _ea_1194(o.topics, out, chunks)
+def _d_1197(buf, pos, end):
+    o = _C124.__new__(_C124)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
     o.committed_metadata, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _da_1389(buf, pos, end):
-    return _array(buf, pos, end, _d_1388, False, False, 18)
-def _d_1390(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic)
+def _d_1198(buf, pos, end):
+    o = _C123.__new__(_C123)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1389(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1197, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1391(buf, pos, end):
-    return _array(buf, pos, end, _d_1390, False, False, 6)
-def _d_1392(buf, pos, end):
-    o = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
+def _d_1199(buf, pos, end):
+    o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_k(buf, pos, end)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
     o.producer_id, o.producer_epoch = _S36.unpack_from(buf, pos)
     pos += 10
-    o.topics, pos = _da_1391(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1198, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.generation_id = -1
     o.member_id = ''
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1393(o, out, chunks):
+def _e_1200(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_1394(x, out, chunks):
-    _put_array(x, out, chunks, _e_1393, False, False)
-def _e_1395(o, out, chunks):
+def _ea_1201(x, out, chunks):
+    _put_array(x, out, chunks, _e_1200, False, False)
+def _e_1202(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1394(o.partitions, out, chunks)
-def _ea_1396(x, out, chunks):
-    _put_array(x, out, chunks, _e_1395, False, False)
-def _e_1397(o, out, chunks):
+    _ea_1201(o.partitions, out, chunks)
+def _ea_1203(x, out, chunks):
+    _put_array(x, out, chunks, _e_1202, False, False)
+def _e_1204(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 2)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 2)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 2)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1396(o.topics, out, chunks)
-def _d_1398(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition)
+    _ea_1203(o.topics, out, chunks)
+def _d_1205(buf, pos, end):
+    o = _C124.__new__(_C124)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
     pos += 16
     o.committed_metadata, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1399(buf, pos, end):
-    return _array(buf, pos, end, _d_1398, True, False, 18)
-def _d_1400(buf, pos, end):
-    o = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.__new__(TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic)
+def _d_1206(buf, pos, end):
+    o = _C123.__new__(_C123)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1399(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1205, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1401(buf, pos, end):
-    return _array(buf, pos, end, _d_1400, True, False, 3)
-def _d_1402(buf, pos, end):
-    o = TxnOffsetCommitRequest.__new__(TxnOffsetCommitRequest)
+def _d_1207(buf, pos, end):
+    o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_c(buf, pos, end)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 14 > end: _short()
@@ -9082,114 +12271,181 @@ def _d_1402(buf, pos, end):
     pos += 14
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
-    o.topics, pos = _da_1401(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1206, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1403(o, out, chunks):
+def _e_1208(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1404(x, out, chunks):
-    _put_array(x, out, chunks, _e_1403, True, False)
-def _e_1405(o, out, chunks):
+def _ea_1209(x, out, chunks):
+    _put_array(x, out, chunks, _e_1208, True, False)
+def _e_1210(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1404(o.partitions, out, chunks)
+    _ea_1209(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1406(x, out, chunks):
-    _put_array(x, out, chunks, _e_1405, True, False)
-def _e_1407(o, out, chunks):
+def _ea_1211(x, out, chunks):
+    _put_array(x, out, chunks, _e_1210, True, False)
+def _e_1212(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     out += _S38.pack(o.producer_id, o.producer_epoch, o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_1406(o.topics, out, chunks)
+    _ea_1211(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1408(buf, pos, end):
-    o = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition)
+def _d_1213(buf, pos, end):
+    o = _C127.__new__(_C127)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _da_1409(buf, pos, end):
-    return _array(buf, pos, end, _d_1408, False, False, 6)
-def _d_1410(buf, pos, end):
-    o = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic)
+def _d_1214(buf, pos, end):
+    o = _C126.__new__(_C126)
     o.name, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1409(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1213, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1411(buf, pos, end):
-    return _array(buf, pos, end, _d_1410, False, False, 6)
-def _d_1412(buf, pos, end):
-    o = TxnOffsetCommitResponse.__new__(TxnOffsetCommitResponse)
+def _d_1215(buf, pos, end):
+    o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1411(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1214, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1413(buf, pos, end):
-    o = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.__new__(TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition)
+def _d_1216(buf, pos, end):
+    o = _C127.__new__(_C127)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1414(buf, pos, end):
-    return _array(buf, pos, end, _d_1413, True, False, 7)
-def _d_1415(buf, pos, end):
-    o = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.__new__(TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic)
+def _d_1217(buf, pos, end):
+    o = _C126.__new__(_C126)
     o.name, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1414(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1216, n, 7)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1416(buf, pos, end):
-    return _array(buf, pos, end, _d_1415, True, False, 3)
-def _d_1417(buf, pos, end):
-    o = TxnOffsetCommitResponse.__new__(TxnOffsetCommitResponse)
+def _d_1218(buf, pos, end):
+    o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1416(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1217, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1418(buf, pos, end):
-    o = SaslHandshakeRequest.__new__(SaslHandshakeRequest)
+def _d_1219(buf, pos, end):
+    o = _C128.__new__(_C128)
     o.mechanism, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1419(o, out, chunks):
+def _e_1220(o, out, chunks):
     _put_str_k(o.mechanism, out, chunks)
-def _d_1420(buf, pos, end):
-    o = SaslHandshakeResponse.__new__(SaslHandshakeResponse)
+def _d_1221(buf, pos, end):
+    o = _C129.__new__(_C129)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    o.mechanisms, pos = _da_1000(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.mechanisms, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.mechanisms = []
+    else:
+        o.mechanisms = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1421(o, out, chunks):
+def _e_1222(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_1002(o.mechanisms, out, chunks)
-def _d_1422(buf, pos, end):
-    o = SaslAuthenticateRequest.__new__(SaslAuthenticateRequest)
+    _ea_872(o.mechanisms, out, chunks)
+def _d_1223(buf, pos, end):
+    o = _C130.__new__(_C130)
     o.auth_bytes, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1423(o, out, chunks):
+def _e_1224(o, out, chunks):
     _put_bytes_k(o.auth_bytes, out, chunks)
-def _d_1424(buf, pos, end):
-    o = SaslAuthenticateRequest.__new__(SaslAuthenticateRequest)
-    o.auth_bytes, pos = _bytes_c(buf, pos, end)
+def _d_1225(buf, pos, end):
+    o = _C130.__new__(_C130)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.auth_bytes, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1425(o, out, chunks):
+def _e_1226(o, out, chunks):
     _put_bytes_c(o.auth_bytes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1426(buf, pos, end):
-    o = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
+def _d_1227(buf, pos, end):
+    o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -9198,12 +12454,12 @@ def _d_1426(buf, pos, end):
     o.session_lifetime_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_1427(o, out, chunks):
+def _e_1228(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
-def _d_1428(buf, pos, end):
-    o = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
+def _d_1229(buf, pos, end):
+    o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
@@ -9214,67 +12470,87 @@ def _d_1428(buf, pos, end):
     pos += 8
     o.unknown_tags = None
     return o, pos
-def _e_1429(o, out, chunks):
+def _e_1230(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
-def _d_1430(buf, pos, end):
-    o = SaslAuthenticateResponse.__new__(SaslAuthenticateResponse)
+def _d_1231(buf, pos, end):
+    o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
-    o.auth_bytes, pos = _bytes_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.auth_bytes, pos = _take_bytes(buf, pos, end, n, False)
     if pos + 8 > end: _short()
     o.session_lifetime_ms, = _S29.unpack_from(buf, pos)
     pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1431(o, out, chunks):
+def _e_1232(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_bytes_c(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1432(buf, pos, end):
-    o = DescribeClusterRequest.__new__(DescribeClusterRequest)
+def _d_1233(buf, pos, end):
+    o = _C132.__new__(_C132)
     if pos + 1 > end: _short()
     o.include_cluster_authorized_operations, = _S4.unpack_from(buf, pos)
     pos += 1
     o.endpoint_type = 1
     o.include_fenced_brokers = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1433(o, out, chunks):
+def _e_1234(o, out, chunks):
     if o.endpoint_type != 1: _absent('DescribeClusterRequest', 'endpoint_type', 0)
     if o.include_fenced_brokers != False: _absent('DescribeClusterRequest', 'include_fenced_brokers', 0)
     out += _S4.pack(o.include_cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1434(buf, pos, end):
-    o = DescribeClusterRequest.__new__(DescribeClusterRequest)
+def _d_1235(buf, pos, end):
+    o = _C132.__new__(_C132)
     if pos + 2 > end: _short()
     o.include_cluster_authorized_operations, o.endpoint_type = _S39.unpack_from(buf, pos)
     pos += 2
     o.include_fenced_brokers = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1435(o, out, chunks):
+def _e_1236(o, out, chunks):
     if o.include_fenced_brokers != False: _absent('DescribeClusterRequest', 'include_fenced_brokers', 1)
     out += _S39.pack(o.include_cluster_authorized_operations, o.endpoint_type)
     _put_tags(out, None, o.unknown_tags)
-def _d_1436(buf, pos, end):
-    o = DescribeClusterRequest.__new__(DescribeClusterRequest)
+def _d_1237(buf, pos, end):
+    o = _C132.__new__(_C132)
     if pos + 3 > end: _short()
     o.include_cluster_authorized_operations, o.endpoint_type, o.include_fenced_brokers = _S31.unpack_from(buf, pos)
     pos += 3
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1437(o, out, chunks):
+def _e_1238(o, out, chunks):
     out += _S31.pack(o.include_cluster_authorized_operations, o.endpoint_type, o.include_fenced_brokers)
     _put_tags(out, None, o.unknown_tags)
-def _d_1438(buf, pos, end):
-    o = DescribeClusterResponse.DescribeClusterBroker.__new__(DescribeClusterResponse.DescribeClusterBroker)
+def _d_1239(buf, pos, end):
+    o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
     o.broker_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -9284,12 +12560,14 @@ def _d_1438(buf, pos, end):
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     o.is_fenced = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1439(buf, pos, end):
-    return _array(buf, pos, end, _d_1438, True, False, 11)
-def _d_1440(buf, pos, end):
-    o = DescribeClusterResponse.__new__(DescribeClusterResponse)
+def _d_1240(buf, pos, end):
+    o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -9298,33 +12576,46 @@ def _d_1440(buf, pos, end):
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_1439(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_1239, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
     o.endpoint_type = 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1441(o, out, chunks):
+def _e_1241(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 0)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1442(x, out, chunks):
-    _put_array(x, out, chunks, _e_1441, True, False)
-def _e_1443(o, out, chunks):
+def _ea_1242(x, out, chunks):
+    _put_array(x, out, chunks, _e_1241, True, False)
+def _e_1243(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     if o.endpoint_type != 1: _absent('DescribeClusterResponse', 'endpoint_type', 0)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1442(o.brokers, out, chunks)
+    _ea_1242(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1444(buf, pos, end):
-    o = DescribeClusterResponse.__new__(DescribeClusterResponse)
+def _d_1244(buf, pos, end):
+    o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -9336,32 +12627,45 @@ def _d_1444(buf, pos, end):
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_1439(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_1239, n, 11)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1445(o, out, chunks):
+def _e_1245(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 1)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1446(x, out, chunks):
-    _put_array(x, out, chunks, _e_1445, True, False)
-def _e_1447(o, out, chunks):
+def _ea_1246(x, out, chunks):
+    _put_array(x, out, chunks, _e_1245, True, False)
+def _e_1247(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1446(o.brokers, out, chunks)
+    _ea_1246(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1448(buf, pos, end):
-    o = DescribeClusterResponse.DescribeClusterBroker.__new__(DescribeClusterResponse.DescribeClusterBroker)
+def _d_1248(buf, pos, end):
+    o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
     o.broker_id, = _S2.unpack_from(buf, pos)
     pos += 4
@@ -9373,12 +12677,14 @@ def _d_1448(buf, pos, end):
     if pos + 1 > end: _short()
     o.is_fenced, = _S4.unpack_from(buf, pos)
     pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1449(buf, pos, end):
-    return _array(buf, pos, end, _d_1448, True, False, 12)
-def _d_1450(buf, pos, end):
-    o = DescribeClusterResponse.__new__(DescribeClusterResponse)
+def _d_1249(buf, pos, end):
+    o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -9390,396 +12696,569 @@ def _d_1450(buf, pos, end):
     if pos + 4 > end: _short()
     o.controller_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.brokers, pos = _da_1449(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.brokers, pos = _array_n(buf, pos, end, _d_1248, n, 12)
+    elif n == 0:
+        o.brokers = []
+    else:
+        o.brokers = _null(n, False)
     if pos + 4 > end: _short()
     o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
     pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1451(o, out, chunks):
+def _e_1250(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     out += _S4.pack(o.is_fenced)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1452(x, out, chunks):
-    _put_array(x, out, chunks, _e_1451, True, False)
-def _e_1453(o, out, chunks):
+def _ea_1251(x, out, chunks):
+    _put_array(x, out, chunks, _e_1250, True, False)
+def _e_1252(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1452(o.brokers, out, chunks)
+    _ea_1251(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1454(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.OffsetForLeaderPartition.__new__(OffsetForLeaderEpochRequest.OffsetForLeaderPartition)
+def _d_1253(buf, pos, end):
+    o = _C137.__new__(_C137)
     if pos + 12 > end: _short()
     o.partition, o.current_leader_epoch, o.leader_epoch = _S40.unpack_from(buf, pos)
     pos += 12
     o.unknown_tags = None
     return o, pos
-def _da_1455(buf, pos, end):
-    return _array(buf, pos, end, _d_1454, False, False, 12)
-def _d_1456(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.__new__(OffsetForLeaderEpochRequest.OffsetForLeaderTopic)
+def _d_1254(buf, pos, end):
+    o = _C136.__new__(_C136)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1455(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1253, n, 12)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1457(buf, pos, end):
-    return _array(buf, pos, end, _d_1456, False, False, 6)
-def _d_1458(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
-    o.topics, pos = _da_1457(buf, pos, end)
+def _d_1255(buf, pos, end):
+    o = _C135.__new__(_C135)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1254, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.replica_id = -2
     o.unknown_tags = None
     return o, pos
-def _e_1459(o, out, chunks):
+def _e_1256(o, out, chunks):
     out += _S40.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
-def _ea_1460(x, out, chunks):
-    _put_array(x, out, chunks, _e_1459, False, False)
-def _e_1461(o, out, chunks):
+def _ea_1257(x, out, chunks):
+    _put_array(x, out, chunks, _e_1256, False, False)
+def _e_1258(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_1460(o.partitions, out, chunks)
-def _ea_1462(x, out, chunks):
-    _put_array(x, out, chunks, _e_1461, False, False)
-def _e_1463(o, out, chunks):
-    _ea_1462(o.topics, out, chunks)
-def _d_1464(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
+    _ea_1257(o.partitions, out, chunks)
+def _ea_1259(x, out, chunks):
+    _put_array(x, out, chunks, _e_1258, False, False)
+def _e_1260(o, out, chunks):
+    _ea_1259(o.topics, out, chunks)
+def _d_1261(buf, pos, end):
+    o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1457(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1254, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1465(o, out, chunks):
+def _e_1262(o, out, chunks):
     out += _S2.pack(o.replica_id)
-    _ea_1462(o.topics, out, chunks)
-def _d_1466(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.OffsetForLeaderPartition.__new__(OffsetForLeaderEpochRequest.OffsetForLeaderPartition)
+    _ea_1259(o.topics, out, chunks)
+def _d_1263(buf, pos, end):
+    o = _C137.__new__(_C137)
     if pos + 12 > end: _short()
     o.partition, o.current_leader_epoch, o.leader_epoch = _S40.unpack_from(buf, pos)
     pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1467(buf, pos, end):
-    return _array(buf, pos, end, _d_1466, True, False, 13)
-def _d_1468(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.__new__(OffsetForLeaderEpochRequest.OffsetForLeaderTopic)
+def _d_1264(buf, pos, end):
+    o = _C136.__new__(_C136)
     o.topic, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1467(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1263, n, 13)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1469(buf, pos, end):
-    return _array(buf, pos, end, _d_1468, True, False, 3)
-def _d_1470(buf, pos, end):
-    o = OffsetForLeaderEpochRequest.__new__(OffsetForLeaderEpochRequest)
+def _d_1265(buf, pos, end):
+    o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1469(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1264, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1471(o, out, chunks):
+def _e_1266(o, out, chunks):
     out += _S40.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1472(x, out, chunks):
-    _put_array(x, out, chunks, _e_1471, True, False)
-def _e_1473(o, out, chunks):
+def _ea_1267(x, out, chunks):
+    _put_array(x, out, chunks, _e_1266, True, False)
+def _e_1268(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_1472(o.partitions, out, chunks)
+    _ea_1267(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1474(x, out, chunks):
-    _put_array(x, out, chunks, _e_1473, True, False)
-def _e_1475(o, out, chunks):
+def _ea_1269(x, out, chunks):
+    _put_array(x, out, chunks, _e_1268, True, False)
+def _e_1270(o, out, chunks):
     out += _S2.pack(o.replica_id)
-    _ea_1474(o.topics, out, chunks)
+    _ea_1269(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1476(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.EpochEndOffset.__new__(OffsetForLeaderEpochResponse.EpochEndOffset)
+def _d_1271(buf, pos, end):
+    o = _C140.__new__(_C140)
     if pos + 18 > end: _short()
     o.error_code, o.partition, o.leader_epoch, o.end_offset = _S41.unpack_from(buf, pos)
     pos += 18
     o.unknown_tags = None
     return o, pos
-def _da_1477(buf, pos, end):
-    return _array(buf, pos, end, _d_1476, False, False, 18)
-def _d_1478(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.__new__(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult)
+def _d_1272(buf, pos, end):
+    o = _C139.__new__(_C139)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_1477(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1271, n, 18)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1479(buf, pos, end):
-    return _array(buf, pos, end, _d_1478, False, False, 6)
-def _d_1480(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
+def _d_1273(buf, pos, end):
+    o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1479(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1272, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1481(o, out, chunks):
+def _e_1274(o, out, chunks):
     out += _S41.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-def _ea_1482(x, out, chunks):
-    _put_array(x, out, chunks, _e_1481, False, False)
-def _e_1483(o, out, chunks):
+def _ea_1275(x, out, chunks):
+    _put_array(x, out, chunks, _e_1274, False, False)
+def _e_1276(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_1482(o.partitions, out, chunks)
-def _ea_1484(x, out, chunks):
-    _put_array(x, out, chunks, _e_1483, False, False)
-def _e_1485(o, out, chunks):
+    _ea_1275(o.partitions, out, chunks)
+def _ea_1277(x, out, chunks):
+    _put_array(x, out, chunks, _e_1276, False, False)
+def _e_1278(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1484(o.topics, out, chunks)
-def _d_1486(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.EpochEndOffset.__new__(OffsetForLeaderEpochResponse.EpochEndOffset)
+    _ea_1277(o.topics, out, chunks)
+def _d_1279(buf, pos, end):
+    o = _C140.__new__(_C140)
     if pos + 18 > end: _short()
     o.error_code, o.partition, o.leader_epoch, o.end_offset = _S41.unpack_from(buf, pos)
     pos += 18
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1487(buf, pos, end):
-    return _array(buf, pos, end, _d_1486, True, False, 19)
-def _d_1488(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.__new__(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult)
+def _d_1280(buf, pos, end):
+    o = _C139.__new__(_C139)
     o.topic, pos = _str_c(buf, pos, end)
-    o.partitions, pos = _da_1487(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _d_1279, n, 19)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_1489(buf, pos, end):
-    return _array(buf, pos, end, _d_1488, True, False, 3)
-def _d_1490(buf, pos, end):
-    o = OffsetForLeaderEpochResponse.__new__(OffsetForLeaderEpochResponse)
+def _d_1281(buf, pos, end):
+    o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    o.topics, pos = _da_1489(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _d_1280, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1491(o, out, chunks):
+def _e_1282(o, out, chunks):
     out += _S41.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1492(x, out, chunks):
-    _put_array(x, out, chunks, _e_1491, True, False)
-def _e_1493(o, out, chunks):
+def _ea_1283(x, out, chunks):
+    _put_array(x, out, chunks, _e_1282, True, False)
+def _e_1284(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_1492(o.partitions, out, chunks)
+    _ea_1283(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1494(x, out, chunks):
-    _put_array(x, out, chunks, _e_1493, True, False)
-def _e_1495(o, out, chunks):
+def _ea_1285(x, out, chunks):
+    _put_array(x, out, chunks, _e_1284, True, False)
+def _e_1286(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1494(o.topics, out, chunks)
+    _ea_1285(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1496(buf, pos, end):
-    o = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
-    o.topics, pos = _da_1000(buf, pos, end)
+def _d_1287(buf, pos, end):
+    o = _C141.__new__(_C141)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.user_data, pos = _bytes_kn(buf, pos, end)
     o.owned_partitions = []
     o.generation_id = -1
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1497(o, out, chunks):
-    _ea_1002(o.topics, out, chunks)
+def _e_1288(o, out, chunks):
+    _ea_872(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-def _d_1498(buf, pos, end):
-    o = ConsumerProtocolSubscription.TopicPartition.__new__(ConsumerProtocolSubscription.TopicPartition)
+def _d_1289(buf, pos, end):
+    o = _C142.__new__(_C142)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1499(buf, pos, end):
-    return _array(buf, pos, end, _d_1498, False, False, 6)
-def _d_1500(buf, pos, end):
-    o = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
-    o.topics, pos = _da_1000(buf, pos, end)
+def _d_1290(buf, pos, end):
+    o = _C141.__new__(_C141)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.user_data, pos = _bytes_kn(buf, pos, end)
-    o.owned_partitions, pos = _da_1499(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+    elif n == 0:
+        o.owned_partitions = []
+    else:
+        o.owned_partitions = _null(n, False)
     o.generation_id = -1
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1501(o, out, chunks):
-    _ea_1002(o.topics, out, chunks)
+def _e_1291(o, out, chunks):
+    _ea_872(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_301(o.owned_partitions, out, chunks)
-def _d_1502(buf, pos, end):
-    o = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
-    o.topics, pos = _da_1000(buf, pos, end)
+    _ea_255(o.owned_partitions, out, chunks)
+def _d_1292(buf, pos, end):
+    o = _C141.__new__(_C141)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.user_data, pos = _bytes_kn(buf, pos, end)
-    o.owned_partitions, pos = _da_1499(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+    elif n == 0:
+        o.owned_partitions = []
+    else:
+        o.owned_partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1503(o, out, chunks):
-    _ea_1002(o.topics, out, chunks)
+def _e_1293(o, out, chunks):
+    _ea_872(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_301(o.owned_partitions, out, chunks)
+    _ea_255(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
-def _d_1504(buf, pos, end):
-    o = ConsumerProtocolSubscription.__new__(ConsumerProtocolSubscription)
-    o.topics, pos = _da_1000(buf, pos, end)
+def _d_1294(buf, pos, end):
+    o = _C141.__new__(_C141)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _str_k, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
     o.user_data, pos = _bytes_kn(buf, pos, end)
-    o.owned_partitions, pos = _da_1499(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+    elif n == 0:
+        o.owned_partitions = []
+    else:
+        o.owned_partitions = _null(n, False)
     if pos + 4 > end: _short()
     o.generation_id, = _S2.unpack_from(buf, pos)
     pos += 4
     o.rack_id, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1505(o, out, chunks):
-    _ea_1002(o.topics, out, chunks)
+def _e_1295(o, out, chunks):
+    _ea_872(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_301(o.owned_partitions, out, chunks)
+    _ea_255(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
-def _d_1506(buf, pos, end):
-    o = ConsumerProtocolAssignment.TopicPartition.__new__(ConsumerProtocolAssignment.TopicPartition)
+def _d_1296(buf, pos, end):
+    o = _C144.__new__(_C144)
     o.topic, pos = _str_k(buf, pos, end)
-    o.partitions, pos = _da_63(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _da_1507(buf, pos, end):
-    return _array(buf, pos, end, _d_1506, False, False, 6)
-def _d_1508(buf, pos, end):
-    o = ConsumerProtocolAssignment.__new__(ConsumerProtocolAssignment)
-    o.assigned_partitions, pos = _da_1507(buf, pos, end)
+def _d_1297(buf, pos, end):
+    o = _C143.__new__(_C143)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.assigned_partitions, pos = _array_n(buf, pos, end, _d_1296, n, 6)
+    elif n == 0:
+        o.assigned_partitions = []
+    else:
+        o.assigned_partitions = _null(n, False)
     o.user_data, pos = _bytes_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1509(o, out, chunks):
-    _ea_301(o.assigned_partitions, out, chunks)
+def _e_1298(o, out, chunks):
+    _ea_255(o.assigned_partitions, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 
 ApiVersionsRequest._DECODERS = {0: _d_0, 1: _d_0, 2: _d_0, 3: _d_2, 4: _d_2}
 ApiVersionsRequest._ENCODERS = {0: _e_1, 1: _e_1, 2: _e_1, 3: _e_3, 4: _e_3}
-ApiVersionsResponse._DECODERS = {0: _d_6, 1: _d_10, 2: _d_10, 3: _d_18, 4: _d_18}
-ApiVersionsResponse._ENCODERS = {0: _e_9, 1: _e_11, 2: _e_11, 3: _e_25, 4: _e_25}
-MetadataRequest._DECODERS = {0: _d_28, 1: _d_33, 2: _d_33, 3: _d_33, 4: _d_38, 5: _d_38, 6: _d_38, 7: _d_38, 8: _d_43, 9: _d_47, 10: _d_53, 11: _d_57, 12: _d_57, 13: _d_57}
-MetadataRequest._ENCODERS = {0: _e_31, 1: _e_35, 2: _e_36, 3: _e_37, 4: _e_39, 5: _e_40, 6: _e_41, 7: _e_42, 8: _e_44, 9: _e_50, 10: _e_56, 11: _e_58, 12: _e_59, 13: _e_60}
-MetadataResponse._DECODERS = {0: _d_68, 1: _d_81, 2: _d_87, 3: _d_91, 4: _d_91, 5: _d_102, 6: _d_102, 7: _d_115, 8: _d_123, 9: _d_134, 10: _d_145, 11: _d_149, 12: _d_153, 13: _d_157}
-MetadataResponse._ENCODERS = {0: _e_76, 1: _e_86, 2: _e_90, 3: _e_94, 4: _e_97, 5: _e_107, 6: _e_110, 7: _e_120, 8: _e_126, 9: _e_142, 10: _e_148, 11: _e_150, 12: _e_156, 13: _e_158}
-ProduceRequest._DECODERS = {3: _d_163, 4: _d_163, 5: _d_163, 6: _d_163, 7: _d_163, 8: _d_163, 9: _d_173, 10: _d_173, 11: _d_173, 12: _d_173, 13: _d_181}
-ProduceRequest._ENCODERS = {3: _e_168, 4: _e_168, 5: _e_168, 6: _e_168, 7: _e_168, 8: _e_168, 9: _e_178, 10: _e_178, 11: _e_178, 12: _e_178, 13: _e_184}
-ProduceResponse._DECODERS = {3: _d_189, 4: _d_189, 5: _d_204, 6: _d_204, 7: _d_204, 8: _d_226, 9: _d_240, 10: _d_255, 11: _d_255, 12: _d_255, 13: _d_264}
-ProduceResponse._ENCODERS = {3: _e_194, 4: _e_199, 5: _e_209, 6: _e_214, 7: _e_219, 8: _e_233, 9: _e_247, 10: _e_261, 11: _e_261, 12: _e_261, 13: _e_267}
-FetchRequest._DECODERS = {4: _d_272, 5: _d_282, 6: _d_282, 7: _d_295, 8: _d_295, 9: _d_312, 10: _d_312, 11: _d_323, 12: _d_335, 13: _d_347, 14: _d_347, 15: _d_355, 16: _d_355, 17: _d_363, 18: _d_373}
-FetchRequest._ENCODERS = {4: _e_277, 5: _e_287, 6: _e_292, 7: _e_302, 8: _e_307, 9: _e_317, 10: _e_322, 11: _e_328, 12: _e_342, 13: _e_352, 14: _e_353, 15: _e_357, 16: _e_358, 17: _e_368, 18: _e_378}
-FetchResponse._DECODERS = {4: _d_385, 5: _d_397, 6: _d_397, 7: _d_408, 8: _d_408, 9: _d_408, 10: _d_408, 11: _d_433, 12: _d_448, 13: _d_460, 14: _d_460, 15: _d_460, 16: _d_468, 17: _d_468, 18: _d_468}
-FetchResponse._ENCODERS = {4: _e_392, 5: _e_402, 6: _e_407, 7: _e_413, 8: _e_418, 9: _e_423, 10: _e_428, 11: _e_438, 12: _e_457, 13: _e_463, 14: _e_464, 15: _e_465, 16: _e_469, 17: _e_469, 18: _e_469}
-ListOffsetsRequest._DECODERS = {1: _d_474, 2: _d_480, 3: _d_480, 4: _d_495, 5: _d_495, 6: _d_510, 7: _d_510, 8: _d_510, 9: _d_510, 10: _d_531, 11: _d_531}
-ListOffsetsRequest._ENCODERS = {1: _e_479, 2: _e_485, 3: _e_490, 4: _e_500, 5: _e_505, 6: _e_515, 7: _e_520, 8: _e_525, 9: _e_530, 10: _e_536, 11: _e_541}
-ListOffsetsResponse._DECODERS = {1: _d_546, 2: _d_552, 3: _d_552, 4: _d_567, 5: _d_567, 6: _d_582, 7: _d_582, 8: _d_582, 9: _d_582, 10: _d_582, 11: _d_582}
-ListOffsetsResponse._ENCODERS = {1: _e_551, 2: _e_557, 3: _e_562, 4: _e_572, 5: _e_577, 6: _e_587, 7: _e_592, 8: _e_597, 9: _e_602, 10: _e_607, 11: _e_612}
-FindCoordinatorRequest._DECODERS = {0: _d_613, 1: _d_615, 2: _d_615, 3: _d_618, 4: _d_621, 5: _d_621, 6: _d_621}
-FindCoordinatorRequest._ENCODERS = {0: _e_614, 1: _e_616, 2: _e_617, 3: _e_619, 4: _e_623, 5: _e_624, 6: _e_625}
-FindCoordinatorResponse._DECODERS = {0: _d_626, 1: _d_628, 2: _d_628, 3: _d_631, 4: _d_635, 5: _d_635, 6: _d_635}
-FindCoordinatorResponse._ENCODERS = {0: _e_627, 1: _e_629, 2: _e_630, 3: _e_632, 4: _e_638, 5: _e_639, 6: _e_640}
-OffsetCommitRequest._DECODERS = {2: _d_645, 3: _d_645, 4: _d_645, 5: _d_661, 6: _d_671, 7: _d_677, 8: _d_687, 9: _d_687, 10: _d_700}
-OffsetCommitRequest._ENCODERS = {2: _e_650, 3: _e_655, 4: _e_660, 5: _e_666, 6: _e_676, 7: _e_682, 8: _e_692, 9: _e_697, 10: _e_705}
-OffsetCommitResponse._DECODERS = {2: _d_710, 3: _d_716, 4: _d_716, 5: _d_716, 6: _d_716, 7: _d_716, 8: _d_722, 9: _d_722, 10: _d_730}
-OffsetCommitResponse._ENCODERS = {2: _e_715, 3: _e_717, 4: _e_717, 5: _e_717, 6: _e_717, 7: _e_717, 8: _e_727, 9: _e_727, 10: _e_733}
-OffsetFetchRequest._DECODERS = {1: _d_736, 2: _d_741, 3: _d_741, 4: _d_741, 5: _d_741, 6: _d_749, 7: _d_753, 8: _d_759, 9: _d_765, 10: _d_773}
-OffsetFetchRequest._ENCODERS = {1: _e_739, 2: _e_743, 3: _e_744, 4: _e_745, 5: _e_746, 6: _e_752, 7: _e_754, 8: _e_762, 9: _e_768, 10: _e_778}
-OffsetFetchResponse._DECODERS = {1: _d_783, 2: _d_789, 3: _d_791, 4: _d_791, 5: _d_798, 6: _d_808, 7: _d_808, 8: _d_821, 9: _d_821, 10: _d_830}
-OffsetFetchResponse._ENCODERS = {1: _e_788, 2: _e_790, 3: _e_792, 4: _e_793, 5: _e_803, 6: _e_813, 7: _e_814, 8: _e_824, 9: _e_825, 10: _e_835}
-JoinGroupRequest._DECODERS = {0: _d_838, 1: _d_842, 2: _d_842, 3: _d_842, 4: _d_842, 5: _d_847, 6: _d_851, 7: _d_851, 8: _d_855, 9: _d_855}
-JoinGroupRequest._ENCODERS = {0: _e_841, 1: _e_843, 2: _e_844, 3: _e_845, 4: _e_846, 5: _e_848, 6: _e_854, 7: _e_854, 8: _e_856, 9: _e_856}
-JoinGroupResponse._DECODERS = {0: _d_859, 1: _d_859, 2: _d_864, 3: _d_864, 4: _d_864, 5: _d_870, 6: _d_876, 7: _d_880, 8: _d_880, 9: _d_883}
-JoinGroupResponse._ENCODERS = {0: _e_862, 1: _e_863, 2: _e_865, 3: _e_866, 4: _e_867, 5: _e_873, 6: _e_879, 7: _e_881, 8: _e_882, 9: _e_884}
-SyncGroupRequest._DECODERS = {0: _d_887, 1: _d_887, 2: _d_887, 3: _d_893, 4: _d_897, 5: _d_901}
-SyncGroupRequest._ENCODERS = {0: _e_890, 1: _e_891, 2: _e_892, 3: _e_894, 4: _e_900, 5: _e_902}
-SyncGroupResponse._DECODERS = {0: _d_903, 1: _d_905, 2: _d_905, 3: _d_905, 4: _d_907, 5: _d_909}
-SyncGroupResponse._ENCODERS = {0: _e_904, 1: _e_906, 2: _e_906, 3: _e_906, 4: _e_908, 5: _e_910}
-HeartbeatRequest._DECODERS = {0: _d_911, 1: _d_911, 2: _d_911, 3: _d_915, 4: _d_917}
-HeartbeatRequest._ENCODERS = {0: _e_912, 1: _e_913, 2: _e_914, 3: _e_916, 4: _e_918}
-HeartbeatResponse._DECODERS = {0: _d_919, 1: _d_921, 2: _d_921, 3: _d_921, 4: _d_923}
-HeartbeatResponse._ENCODERS = {0: _e_920, 1: _e_922, 2: _e_922, 3: _e_922, 4: _e_924}
-LeaveGroupRequest._DECODERS = {0: _d_925, 1: _d_925, 2: _d_925, 3: _d_931, 4: _d_937, 5: _d_943}
-LeaveGroupRequest._ENCODERS = {0: _e_926, 1: _e_927, 2: _e_928, 3: _e_934, 4: _e_940, 5: _e_946}
-LeaveGroupResponse._DECODERS = {0: _d_947, 1: _d_949, 2: _d_949, 3: _d_954, 4: _d_960, 5: _d_960}
-LeaveGroupResponse._ENCODERS = {0: _e_948, 1: _e_950, 2: _e_951, 3: _e_957, 4: _e_963, 5: _e_963}
-ListGroupsRequest._DECODERS = {0: _d_964, 1: _d_964, 2: _d_964, 3: _d_968, 4: _d_970, 5: _d_972}
-ListGroupsRequest._ENCODERS = {0: _e_965, 1: _e_966, 2: _e_967, 3: _e_969, 4: _e_971, 5: _e_973}
-ListGroupsResponse._DECODERS = {0: _d_976, 1: _d_980, 2: _d_980, 3: _d_984, 4: _d_990, 5: _d_996}
-ListGroupsResponse._ENCODERS = {0: _e_979, 1: _e_981, 2: _e_981, 3: _e_987, 4: _e_993, 5: _e_999}
-DescribeGroupsRequest._DECODERS = {0: _d_1001, 1: _d_1001, 2: _d_1001, 3: _d_1006, 4: _d_1006, 5: _d_1008, 6: _d_1008}
-DescribeGroupsRequest._ENCODERS = {0: _e_1003, 1: _e_1004, 2: _e_1005, 3: _e_1007, 4: _e_1007, 5: _e_1009, 6: _e_1009}
-DescribeGroupsResponse._DECODERS = {0: _d_1014, 1: _d_1020, 2: _d_1020, 3: _d_1029, 4: _d_1037, 5: _d_1047, 6: _d_1055}
-DescribeGroupsResponse._ENCODERS = {0: _e_1019, 1: _e_1023, 2: _e_1026, 3: _e_1032, 4: _e_1042, 5: _e_1052, 6: _e_1058}
-DeleteGroupsRequest._DECODERS = {0: _d_1059, 1: _d_1059, 2: _d_1061}
-DeleteGroupsRequest._ENCODERS = {0: _e_1060, 1: _e_1060, 2: _e_1062}
-DeleteGroupsResponse._DECODERS = {0: _d_1065, 1: _d_1065, 2: _d_1071}
-DeleteGroupsResponse._ENCODERS = {0: _e_1068, 1: _e_1068, 2: _e_1074}
-CreateTopicsRequest._DECODERS = {2: _d_1081, 3: _d_1081, 4: _d_1081, 5: _d_1095, 6: _d_1095, 7: _d_1095}
-CreateTopicsRequest._ENCODERS = {2: _e_1088, 3: _e_1088, 4: _e_1088, 5: _e_1102, 6: _e_1102, 7: _e_1102}
-CreateTopicsResponse._DECODERS = {2: _d_1105, 3: _d_1105, 4: _d_1105, 5: _d_1113, 6: _d_1113, 7: _d_1121}
-CreateTopicsResponse._ENCODERS = {2: _e_1108, 3: _e_1108, 4: _e_1108, 5: _e_1118, 6: _e_1118, 7: _e_1124}
-DeleteTopicsRequest._DECODERS = {1: _d_1125, 2: _d_1125, 3: _d_1125, 4: _d_1129, 5: _d_1129, 6: _d_1134}
-DeleteTopicsRequest._ENCODERS = {1: _e_1126, 2: _e_1127, 3: _e_1128, 4: _e_1130, 5: _e_1131, 6: _e_1137}
-DeleteTopicsResponse._DECODERS = {1: _d_1140, 2: _d_1140, 3: _d_1140, 4: _d_1146, 5: _d_1152, 6: _d_1158}
-DeleteTopicsResponse._ENCODERS = {1: _e_1143, 2: _e_1143, 3: _e_1143, 4: _e_1149, 5: _e_1155, 6: _e_1161}
-CreatePartitionsRequest._DECODERS = {0: _d_1166, 1: _d_1166, 2: _d_1176, 3: _d_1176}
-CreatePartitionsRequest._ENCODERS = {0: _e_1171, 1: _e_1171, 2: _e_1181, 3: _e_1181}
-CreatePartitionsResponse._DECODERS = {0: _d_1184, 1: _d_1184, 2: _d_1188, 3: _d_1188}
-CreatePartitionsResponse._ENCODERS = {0: _e_1185, 1: _e_1185, 2: _e_1189, 3: _e_1189}
-DeleteRecordsRequest._DECODERS = {0: _d_1194, 1: _d_1194, 2: _d_1204}
-DeleteRecordsRequest._ENCODERS = {0: _e_1199, 1: _e_1199, 2: _e_1209}
-DeleteRecordsResponse._DECODERS = {0: _d_1214, 1: _d_1214, 2: _d_1224}
-DeleteRecordsResponse._ENCODERS = {0: _e_1219, 1: _e_1219, 2: _e_1229}
-DescribeConfigsRequest._DECODERS = {1: _d_1233, 2: _d_1233, 3: _d_1239, 4: _d_1244}
-DescribeConfigsRequest._ENCODERS = {1: _e_1237, 2: _e_1238, 3: _e_1240, 4: _e_1248}
-DescribeConfigsResponse._DECODERS = {1: _d_1255, 2: _d_1255, 3: _d_1272, 4: _d_1284}
-DescribeConfigsResponse._ENCODERS = {1: _e_1262, 2: _e_1267, 3: _e_1277, 4: _e_1291}
-InitProducerIdRequest._DECODERS = {0: _d_1292, 1: _d_1292, 2: _d_1295, 3: _d_1297, 4: _d_1297, 5: _d_1297, 6: _d_1301}
-InitProducerIdRequest._ENCODERS = {0: _e_1293, 1: _e_1294, 2: _e_1296, 3: _e_1298, 4: _e_1299, 5: _e_1300, 6: _e_1302}
-InitProducerIdResponse._DECODERS = {0: _d_1303, 1: _d_1303, 2: _d_1306, 3: _d_1306, 4: _d_1306, 5: _d_1306, 6: _d_1311}
-InitProducerIdResponse._ENCODERS = {0: _e_1304, 1: _e_1305, 2: _e_1307, 3: _e_1308, 4: _e_1309, 5: _e_1310, 6: _e_1312}
-AddPartitionsToTxnRequest._DECODERS = {0: _d_1315, 1: _d_1315, 2: _d_1315, 3: _d_1323, 4: _d_1329, 5: _d_1329}
-AddPartitionsToTxnRequest._ENCODERS = {0: _e_1318, 1: _e_1319, 2: _e_1320, 3: _e_1326, 4: _e_1332, 5: _e_1333}
-AddPartitionsToTxnResponse._DECODERS = {0: _d_1338, 1: _d_1338, 2: _d_1338, 3: _d_1350, 4: _d_1358, 5: _d_1358}
-AddPartitionsToTxnResponse._ENCODERS = {0: _e_1343, 1: _e_1344, 2: _e_1345, 3: _e_1355, 4: _e_1361, 5: _e_1362}
-AddOffsetsToTxnRequest._DECODERS = {0: _d_1363, 1: _d_1363, 2: _d_1363, 3: _d_1365, 4: _d_1365}
-AddOffsetsToTxnRequest._ENCODERS = {0: _e_1364, 1: _e_1364, 2: _e_1364, 3: _e_1366, 4: _e_1366}
-AddOffsetsToTxnResponse._DECODERS = {0: _d_1367, 1: _d_1367, 2: _d_1367, 3: _d_1368, 4: _d_1368}
-AddOffsetsToTxnResponse._ENCODERS = {0: _e_922, 1: _e_922, 2: _e_922, 3: _e_924, 4: _e_924}
-EndTxnRequest._DECODERS = {0: _d_1369, 1: _d_1369, 2: _d_1369, 3: _d_1371, 4: _d_1371, 5: _d_1371}
-EndTxnRequest._ENCODERS = {0: _e_1370, 1: _e_1370, 2: _e_1370, 3: _e_1372, 4: _e_1372, 5: _e_1372}
-EndTxnResponse._DECODERS = {0: _d_1373, 1: _d_1373, 2: _d_1373, 3: _d_1374, 4: _d_1374, 5: _d_1375}
-EndTxnResponse._ENCODERS = {0: _e_922, 1: _e_922, 2: _e_922, 3: _e_924, 4: _e_924, 5: _e_1376}
-TxnOffsetCommitRequest._DECODERS = {0: _d_1381, 1: _d_1381, 2: _d_1392, 3: _d_1402, 4: _d_1402, 5: _d_1402}
-TxnOffsetCommitRequest._ENCODERS = {0: _e_1386, 1: _e_1387, 2: _e_1397, 3: _e_1407, 4: _e_1407, 5: _e_1407}
-TxnOffsetCommitResponse._DECODERS = {0: _d_1412, 1: _d_1412, 2: _d_1412, 3: _d_1417, 4: _d_1417, 5: _d_1417}
-TxnOffsetCommitResponse._ENCODERS = {0: _e_717, 1: _e_717, 2: _e_717, 3: _e_727, 4: _e_727, 5: _e_727}
-SaslHandshakeRequest._DECODERS = {0: _d_1418, 1: _d_1418}
-SaslHandshakeRequest._ENCODERS = {0: _e_1419, 1: _e_1419}
-SaslHandshakeResponse._DECODERS = {0: _d_1420, 1: _d_1420}
-SaslHandshakeResponse._ENCODERS = {0: _e_1421, 1: _e_1421}
-SaslAuthenticateRequest._DECODERS = {0: _d_1422, 1: _d_1422, 2: _d_1424}
-SaslAuthenticateRequest._ENCODERS = {0: _e_1423, 1: _e_1423, 2: _e_1425}
-SaslAuthenticateResponse._DECODERS = {0: _d_1426, 1: _d_1428, 2: _d_1430}
-SaslAuthenticateResponse._ENCODERS = {0: _e_1427, 1: _e_1429, 2: _e_1431}
-DescribeClusterRequest._DECODERS = {0: _d_1432, 1: _d_1434, 2: _d_1436}
-DescribeClusterRequest._ENCODERS = {0: _e_1433, 1: _e_1435, 2: _e_1437}
-DescribeClusterResponse._DECODERS = {0: _d_1440, 1: _d_1444, 2: _d_1450}
-DescribeClusterResponse._ENCODERS = {0: _e_1443, 1: _e_1447, 2: _e_1453}
-OffsetForLeaderEpochRequest._DECODERS = {2: _d_1458, 3: _d_1464, 4: _d_1470}
-OffsetForLeaderEpochRequest._ENCODERS = {2: _e_1463, 3: _e_1465, 4: _e_1475}
-OffsetForLeaderEpochResponse._DECODERS = {2: _d_1480, 3: _d_1480, 4: _d_1490}
-OffsetForLeaderEpochResponse._ENCODERS = {2: _e_1485, 3: _e_1485, 4: _e_1495}
-ConsumerProtocolSubscription._DECODERS = {0: _d_1496, 1: _d_1500, 2: _d_1502, 3: _d_1504}
-ConsumerProtocolSubscription._ENCODERS = {0: _e_1497, 1: _e_1501, 2: _e_1503, 3: _e_1505}
-ConsumerProtocolAssignment._DECODERS = {0: _d_1508, 1: _d_1508, 2: _d_1508, 3: _d_1508}
-ConsumerProtocolAssignment._ENCODERS = {0: _e_1509, 1: _e_1509, 2: _e_1509, 3: _e_1509}
+ApiVersionsResponse._DECODERS = {0: _d_5, 1: _d_9, 2: _d_9, 3: _d_16, 4: _d_16}
+ApiVersionsResponse._ENCODERS = {0: _e_8, 1: _e_10, 2: _e_10, 3: _e_23, 4: _e_23}
+MetadataRequest._DECODERS = {0: _d_25, 1: _d_29, 2: _d_29, 3: _d_29, 4: _d_34, 5: _d_34, 6: _d_34, 7: _d_34, 8: _d_39, 9: _d_42, 10: _d_47, 11: _d_51, 12: _d_51, 13: _d_51}
+MetadataRequest._ENCODERS = {0: _e_28, 1: _e_31, 2: _e_32, 3: _e_33, 4: _e_35, 5: _e_36, 6: _e_37, 7: _e_38, 8: _e_40, 9: _e_45, 10: _e_50, 11: _e_52, 12: _e_53, 13: _e_54}
+MetadataResponse._DECODERS = {0: _d_58, 1: _d_69, 2: _d_75, 3: _d_79, 4: _d_79, 5: _d_88, 6: _d_88, 7: _d_99, 8: _d_106, 9: _d_113, 10: _d_123, 11: _d_127, 12: _d_130, 13: _d_134}
+MetadataResponse._ENCODERS = {0: _e_66, 1: _e_74, 2: _e_78, 3: _e_82, 4: _e_85, 5: _e_93, 6: _e_96, 7: _e_104, 8: _e_109, 9: _e_121, 10: _e_126, 11: _e_128, 12: _e_133, 13: _e_135}
+ProduceRequest._DECODERS = {3: _d_138, 4: _d_138, 5: _d_138, 6: _d_138, 7: _d_138, 8: _d_138, 9: _d_146, 10: _d_146, 11: _d_146, 12: _d_146, 13: _d_153}
+ProduceRequest._ENCODERS = {3: _e_143, 4: _e_143, 5: _e_143, 6: _e_143, 7: _e_143, 8: _e_143, 9: _e_151, 10: _e_151, 11: _e_151, 12: _e_151, 13: _e_156}
+ProduceResponse._DECODERS = {3: _d_159, 4: _d_159, 5: _d_172, 6: _d_172, 7: _d_172, 8: _d_191, 9: _d_202, 10: _d_215, 11: _d_215, 12: _d_215, 13: _d_223}
+ProduceResponse._ENCODERS = {3: _e_164, 4: _e_169, 5: _e_177, 6: _e_182, 7: _e_187, 8: _e_198, 9: _e_209, 10: _e_221, 11: _e_221, 12: _e_221, 13: _e_226}
+FetchRequest._DECODERS = {4: _d_229, 5: _d_237, 6: _d_237, 7: _d_249, 8: _d_249, 9: _d_264, 10: _d_264, 11: _d_275, 12: _d_284, 13: _d_294, 14: _d_294, 15: _d_302, 16: _d_302, 17: _d_308, 18: _d_316}
+FetchRequest._ENCODERS = {4: _e_234, 5: _e_242, 6: _e_247, 7: _e_256, 8: _e_261, 9: _e_269, 10: _e_274, 11: _e_280, 12: _e_291, 13: _e_299, 14: _e_300, 15: _e_304, 16: _e_305, 17: _e_313, 18: _e_321}
+FetchResponse._DECODERS = {4: _d_325, 5: _d_335, 6: _d_335, 7: _d_346, 8: _d_346, 9: _d_346, 10: _d_346, 11: _d_369, 12: _d_381, 13: _d_392, 14: _d_392, 15: _d_392, 16: _d_400, 17: _d_400, 18: _d_400}
+FetchResponse._ENCODERS = {4: _e_332, 5: _e_340, 6: _e_345, 7: _e_351, 8: _e_356, 9: _e_361, 10: _e_366, 11: _e_374, 12: _e_390, 13: _e_395, 14: _e_396, 15: _e_397, 16: _e_401, 17: _e_401, 18: _e_401}
+ListOffsetsRequest._DECODERS = {1: _d_404, 2: _d_410, 3: _d_410, 4: _d_423, 5: _d_423, 6: _d_436, 7: _d_436, 8: _d_436, 9: _d_436, 10: _d_457, 11: _d_457}
+ListOffsetsRequest._ENCODERS = {1: _e_409, 2: _e_415, 3: _e_420, 4: _e_428, 5: _e_433, 6: _e_441, 7: _e_446, 8: _e_451, 9: _e_456, 10: _e_462, 11: _e_467}
+ListOffsetsResponse._DECODERS = {1: _d_470, 2: _d_476, 3: _d_476, 4: _d_489, 5: _d_489, 6: _d_502, 7: _d_502, 8: _d_502, 9: _d_502, 10: _d_502, 11: _d_502}
+ListOffsetsResponse._ENCODERS = {1: _e_475, 2: _e_481, 3: _e_486, 4: _e_494, 5: _e_499, 6: _e_507, 7: _e_512, 8: _e_517, 9: _e_522, 10: _e_527, 11: _e_532}
+FindCoordinatorRequest._DECODERS = {0: _d_533, 1: _d_535, 2: _d_535, 3: _d_538, 4: _d_540, 5: _d_540, 6: _d_540}
+FindCoordinatorRequest._ENCODERS = {0: _e_534, 1: _e_536, 2: _e_537, 3: _e_539, 4: _e_542, 5: _e_543, 6: _e_544}
+FindCoordinatorResponse._DECODERS = {0: _d_545, 1: _d_547, 2: _d_547, 3: _d_550, 4: _d_553, 5: _d_553, 6: _d_553}
+FindCoordinatorResponse._ENCODERS = {0: _e_546, 1: _e_548, 2: _e_549, 3: _e_551, 4: _e_556, 5: _e_557, 6: _e_558}
+OffsetCommitRequest._DECODERS = {2: _d_561, 3: _d_561, 4: _d_561, 5: _d_577, 6: _d_585, 7: _d_591, 8: _d_599, 9: _d_599, 10: _d_611}
+OffsetCommitRequest._ENCODERS = {2: _e_566, 3: _e_571, 4: _e_576, 5: _e_582, 6: _e_590, 7: _e_596, 8: _e_604, 9: _e_609, 10: _e_616}
+OffsetCommitResponse._DECODERS = {2: _d_619, 3: _d_625, 4: _d_625, 5: _d_625, 6: _d_625, 7: _d_625, 8: _d_629, 9: _d_629, 10: _d_636}
+OffsetCommitResponse._ENCODERS = {2: _e_624, 3: _e_626, 4: _e_626, 5: _e_626, 6: _e_626, 7: _e_626, 8: _e_634, 9: _e_634, 10: _e_639}
+OffsetFetchRequest._DECODERS = {1: _d_641, 2: _d_645, 3: _d_645, 4: _d_645, 5: _d_645, 6: _d_652, 7: _d_656, 8: _d_660, 9: _d_665, 10: _d_671}
+OffsetFetchRequest._ENCODERS = {1: _e_644, 2: _e_647, 3: _e_648, 4: _e_649, 5: _e_650, 6: _e_655, 7: _e_657, 8: _e_663, 9: _e_668, 10: _e_676}
+OffsetFetchResponse._DECODERS = {1: _d_679, 2: _d_685, 3: _d_687, 4: _d_687, 5: _d_692, 6: _d_700, 7: _d_700, 8: _d_710, 9: _d_710, 10: _d_717}
+OffsetFetchResponse._ENCODERS = {1: _e_684, 2: _e_686, 3: _e_688, 4: _e_689, 5: _e_697, 6: _e_705, 7: _e_706, 8: _e_713, 9: _e_714, 10: _e_722}
+JoinGroupRequest._DECODERS = {0: _d_724, 1: _d_728, 2: _d_728, 3: _d_728, 4: _d_728, 5: _d_733, 6: _d_736, 7: _d_736, 8: _d_740, 9: _d_740}
+JoinGroupRequest._ENCODERS = {0: _e_727, 1: _e_729, 2: _e_730, 3: _e_731, 4: _e_732, 5: _e_734, 6: _e_739, 7: _e_739, 8: _e_741, 9: _e_741}
+JoinGroupResponse._DECODERS = {0: _d_743, 1: _d_743, 2: _d_748, 3: _d_748, 4: _d_748, 5: _d_753, 6: _d_758, 7: _d_762, 8: _d_762, 9: _d_765}
+JoinGroupResponse._ENCODERS = {0: _e_746, 1: _e_747, 2: _e_749, 3: _e_750, 4: _e_751, 5: _e_756, 6: _e_761, 7: _e_763, 8: _e_764, 9: _e_766}
+SyncGroupRequest._DECODERS = {0: _d_768, 1: _d_768, 2: _d_768, 3: _d_774, 4: _d_777, 5: _d_781}
+SyncGroupRequest._ENCODERS = {0: _e_771, 1: _e_772, 2: _e_773, 3: _e_775, 4: _e_780, 5: _e_782}
+SyncGroupResponse._DECODERS = {0: _d_783, 1: _d_785, 2: _d_785, 3: _d_785, 4: _d_787, 5: _d_789}
+SyncGroupResponse._ENCODERS = {0: _e_784, 1: _e_786, 2: _e_786, 3: _e_786, 4: _e_788, 5: _e_790}
+HeartbeatRequest._DECODERS = {0: _d_791, 1: _d_791, 2: _d_791, 3: _d_795, 4: _d_797}
+HeartbeatRequest._ENCODERS = {0: _e_792, 1: _e_793, 2: _e_794, 3: _e_796, 4: _e_798}
+HeartbeatResponse._DECODERS = {0: _d_799, 1: _d_801, 2: _d_801, 3: _d_801, 4: _d_803}
+HeartbeatResponse._ENCODERS = {0: _e_800, 1: _e_802, 2: _e_802, 3: _e_802, 4: _e_804}
+LeaveGroupRequest._DECODERS = {0: _d_805, 1: _d_805, 2: _d_805, 3: _d_810, 4: _d_815, 5: _d_820}
+LeaveGroupRequest._ENCODERS = {0: _e_806, 1: _e_807, 2: _e_808, 3: _e_813, 4: _e_818, 5: _e_823}
+LeaveGroupResponse._DECODERS = {0: _d_824, 1: _d_826, 2: _d_826, 3: _d_830, 4: _d_835, 5: _d_835}
+LeaveGroupResponse._ENCODERS = {0: _e_825, 1: _e_827, 2: _e_828, 3: _e_833, 4: _e_838, 5: _e_838}
+ListGroupsRequest._DECODERS = {0: _d_839, 1: _d_839, 2: _d_839, 3: _d_843, 4: _d_845, 5: _d_847}
+ListGroupsRequest._ENCODERS = {0: _e_840, 1: _e_841, 2: _e_842, 3: _e_844, 4: _e_846, 5: _e_848}
+ListGroupsResponse._DECODERS = {0: _d_850, 1: _d_854, 2: _d_854, 3: _d_857, 4: _d_862, 5: _d_867}
+ListGroupsResponse._ENCODERS = {0: _e_853, 1: _e_855, 2: _e_855, 3: _e_860, 4: _e_865, 5: _e_870}
+DescribeGroupsRequest._DECODERS = {0: _d_871, 1: _d_871, 2: _d_871, 3: _d_876, 4: _d_876, 5: _d_878, 6: _d_878}
+DescribeGroupsRequest._ENCODERS = {0: _e_873, 1: _e_874, 2: _e_875, 3: _e_877, 4: _e_877, 5: _e_879, 6: _e_879}
+DescribeGroupsResponse._DECODERS = {0: _d_882, 1: _d_888, 2: _d_888, 3: _d_896, 4: _d_902, 5: _d_910, 6: _d_917}
+DescribeGroupsResponse._ENCODERS = {0: _e_887, 1: _e_891, 2: _e_894, 3: _e_899, 4: _e_907, 5: _e_915, 6: _e_920}
+DeleteGroupsRequest._DECODERS = {0: _d_921, 1: _d_921, 2: _d_923}
+DeleteGroupsRequest._ENCODERS = {0: _e_922, 1: _e_922, 2: _e_924}
+DeleteGroupsResponse._DECODERS = {0: _d_926, 1: _d_926, 2: _d_931}
+DeleteGroupsResponse._ENCODERS = {0: _e_929, 1: _e_929, 2: _e_934}
+CreateTopicsRequest._DECODERS = {2: _d_938, 3: _d_938, 4: _d_938, 5: _d_949, 6: _d_949, 7: _d_949}
+CreateTopicsRequest._ENCODERS = {2: _e_945, 3: _e_945, 4: _e_945, 5: _e_956, 6: _e_956, 7: _e_956}
+CreateTopicsResponse._DECODERS = {2: _d_958, 3: _d_958, 4: _d_958, 5: _d_964, 6: _d_964, 7: _d_971}
+CreateTopicsResponse._ENCODERS = {2: _e_961, 3: _e_961, 4: _e_961, 5: _e_969, 6: _e_969, 7: _e_974}
+DeleteTopicsRequest._DECODERS = {1: _d_975, 2: _d_975, 3: _d_975, 4: _d_979, 5: _d_979, 6: _d_983}
+DeleteTopicsRequest._ENCODERS = {1: _e_976, 2: _e_977, 3: _e_978, 4: _e_980, 5: _e_981, 6: _e_986}
+DeleteTopicsResponse._DECODERS = {1: _d_988, 2: _d_988, 3: _d_988, 4: _d_993, 5: _d_998, 6: _d_1003}
+DeleteTopicsResponse._ENCODERS = {1: _e_991, 2: _e_991, 3: _e_991, 4: _e_996, 5: _e_1001, 6: _e_1006}
+CreatePartitionsRequest._DECODERS = {0: _d_1009, 1: _d_1009, 2: _d_1017, 3: _d_1017}
+CreatePartitionsRequest._ENCODERS = {0: _e_1014, 1: _e_1014, 2: _e_1022, 3: _e_1022}
+CreatePartitionsResponse._DECODERS = {0: _d_1024, 1: _d_1024, 2: _d_1027, 3: _d_1027}
+CreatePartitionsResponse._ENCODERS = {0: _e_1025, 1: _e_1025, 2: _e_1028, 3: _e_1028}
+DeleteRecordsRequest._DECODERS = {0: _d_1031, 1: _d_1031, 2: _d_1039}
+DeleteRecordsRequest._ENCODERS = {0: _e_1036, 1: _e_1036, 2: _e_1044}
+DeleteRecordsResponse._DECODERS = {0: _d_1047, 1: _d_1047, 2: _d_1055}
+DeleteRecordsResponse._ENCODERS = {0: _e_1052, 1: _e_1052, 2: _e_1060}
+DescribeConfigsRequest._DECODERS = {1: _d_1062, 2: _d_1062, 3: _d_1068, 4: _d_1071}
+DescribeConfigsRequest._ENCODERS = {1: _e_1066, 2: _e_1067, 3: _e_1069, 4: _e_1075}
+DescribeConfigsResponse._DECODERS = {1: _d_1079, 2: _d_1079, 3: _d_1094, 4: _d_1103}
+DescribeConfigsResponse._ENCODERS = {1: _e_1086, 2: _e_1091, 3: _e_1099, 4: _e_1110}
+InitProducerIdRequest._DECODERS = {0: _d_1111, 1: _d_1111, 2: _d_1114, 3: _d_1116, 4: _d_1116, 5: _d_1116, 6: _d_1120}
+InitProducerIdRequest._ENCODERS = {0: _e_1112, 1: _e_1113, 2: _e_1115, 3: _e_1117, 4: _e_1118, 5: _e_1119, 6: _e_1121}
+InitProducerIdResponse._DECODERS = {0: _d_1122, 1: _d_1122, 2: _d_1125, 3: _d_1125, 4: _d_1125, 5: _d_1125, 6: _d_1130}
+InitProducerIdResponse._ENCODERS = {0: _e_1123, 1: _e_1124, 2: _e_1126, 3: _e_1127, 4: _e_1128, 5: _e_1129, 6: _e_1131}
+AddPartitionsToTxnRequest._DECODERS = {0: _d_1133, 1: _d_1133, 2: _d_1133, 3: _d_1140, 4: _d_1145, 5: _d_1145}
+AddPartitionsToTxnRequest._ENCODERS = {0: _e_1136, 1: _e_1137, 2: _e_1138, 3: _e_1143, 4: _e_1148, 5: _e_1149}
+AddPartitionsToTxnResponse._DECODERS = {0: _d_1152, 1: _d_1152, 2: _d_1152, 3: _d_1162, 4: _d_1169, 5: _d_1169}
+AddPartitionsToTxnResponse._ENCODERS = {0: _e_1157, 1: _e_1158, 2: _e_1159, 3: _e_1167, 4: _e_1172, 5: _e_1173}
+AddOffsetsToTxnRequest._DECODERS = {0: _d_1174, 1: _d_1174, 2: _d_1174, 3: _d_1176, 4: _d_1176}
+AddOffsetsToTxnRequest._ENCODERS = {0: _e_1175, 1: _e_1175, 2: _e_1175, 3: _e_1177, 4: _e_1177}
+AddOffsetsToTxnResponse._DECODERS = {0: _d_1178, 1: _d_1178, 2: _d_1178, 3: _d_1179, 4: _d_1179}
+AddOffsetsToTxnResponse._ENCODERS = {0: _e_802, 1: _e_802, 2: _e_802, 3: _e_804, 4: _e_804}
+EndTxnRequest._DECODERS = {0: _d_1180, 1: _d_1180, 2: _d_1180, 3: _d_1182, 4: _d_1182, 5: _d_1182}
+EndTxnRequest._ENCODERS = {0: _e_1181, 1: _e_1181, 2: _e_1181, 3: _e_1183, 4: _e_1183, 5: _e_1183}
+EndTxnResponse._DECODERS = {0: _d_1184, 1: _d_1184, 2: _d_1184, 3: _d_1185, 4: _d_1185, 5: _d_1186}
+EndTxnResponse._ENCODERS = {0: _e_802, 1: _e_802, 2: _e_802, 3: _e_804, 4: _e_804, 5: _e_1187}
+TxnOffsetCommitRequest._DECODERS = {0: _d_1190, 1: _d_1190, 2: _d_1199, 3: _d_1207, 4: _d_1207, 5: _d_1207}
+TxnOffsetCommitRequest._ENCODERS = {0: _e_1195, 1: _e_1196, 2: _e_1204, 3: _e_1212, 4: _e_1212, 5: _e_1212}
+TxnOffsetCommitResponse._DECODERS = {0: _d_1215, 1: _d_1215, 2: _d_1215, 3: _d_1218, 4: _d_1218, 5: _d_1218}
+TxnOffsetCommitResponse._ENCODERS = {0: _e_626, 1: _e_626, 2: _e_626, 3: _e_634, 4: _e_634, 5: _e_634}
+SaslHandshakeRequest._DECODERS = {0: _d_1219, 1: _d_1219}
+SaslHandshakeRequest._ENCODERS = {0: _e_1220, 1: _e_1220}
+SaslHandshakeResponse._DECODERS = {0: _d_1221, 1: _d_1221}
+SaslHandshakeResponse._ENCODERS = {0: _e_1222, 1: _e_1222}
+SaslAuthenticateRequest._DECODERS = {0: _d_1223, 1: _d_1223, 2: _d_1225}
+SaslAuthenticateRequest._ENCODERS = {0: _e_1224, 1: _e_1224, 2: _e_1226}
+SaslAuthenticateResponse._DECODERS = {0: _d_1227, 1: _d_1229, 2: _d_1231}
+SaslAuthenticateResponse._ENCODERS = {0: _e_1228, 1: _e_1230, 2: _e_1232}
+DescribeClusterRequest._DECODERS = {0: _d_1233, 1: _d_1235, 2: _d_1237}
+DescribeClusterRequest._ENCODERS = {0: _e_1234, 1: _e_1236, 2: _e_1238}
+DescribeClusterResponse._DECODERS = {0: _d_1240, 1: _d_1244, 2: _d_1249}
+DescribeClusterResponse._ENCODERS = {0: _e_1243, 1: _e_1247, 2: _e_1252}
+OffsetForLeaderEpochRequest._DECODERS = {2: _d_1255, 3: _d_1261, 4: _d_1265}
+OffsetForLeaderEpochRequest._ENCODERS = {2: _e_1260, 3: _e_1262, 4: _e_1270}
+OffsetForLeaderEpochResponse._DECODERS = {2: _d_1273, 3: _d_1273, 4: _d_1281}
+OffsetForLeaderEpochResponse._ENCODERS = {2: _e_1278, 3: _e_1278, 4: _e_1286}
+ConsumerProtocolSubscription._DECODERS = {0: _d_1287, 1: _d_1290, 2: _d_1292, 3: _d_1294}
+ConsumerProtocolSubscription._ENCODERS = {0: _e_1288, 1: _e_1291, 2: _e_1293, 3: _e_1295}
+ConsumerProtocolAssignment._DECODERS = {0: _d_1297, 1: _d_1297, 2: _d_1297, 3: _d_1297}
+ConsumerProtocolAssignment._ENCODERS = {0: _e_1298, 1: _e_1298, 2: _e_1298, 3: _e_1298}
 
 APIS = {
     0: (ProduceRequest, ProduceResponse),
