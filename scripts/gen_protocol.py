@@ -444,24 +444,44 @@ class Gen:
 FIXED_SIZES = {c: n for c, n in FIXED.values()}
 
 
+PY_TYPES = {"bool": "bool", "float64": "float", "string": "str", "bytes": "Buffer", "records": "Records",
+            "uuid": "UUID"}
+
+
+def annotation(msg: Message, f: Field) -> str:
+    """The type hint of ``f`` (Optional when some version lets it be null)."""
+    if f.struct is not None:
+        t = f"{msg.name}.{f.struct.name}" if f.struct.name != msg.name else msg.name
+    else:
+        t = PY_TYPES.get(f.elem, "int")
+    if f.is_array:
+        t = f"List[{t}]"
+    return f"Optional[{t}]" if f.nullable[0] <= f.nullable[1] or f.default_raw == "null" else t
+
+
 def class_source(msg: Message, st: Struct, indent: str, nested: List[Struct]) -> List[str]:
     lines = [f"{indent}class {st.name}(_Message):"]
     attrs = [f.attr for f in st.fields]
     lines.append(f"{indent}    __slots__ = {tuple(attrs + ['unknown_tags'])!r}")
     lines.append(f"{indent}    _FIELDS = {tuple(attrs)!r}")
+    for f in st.fields:
+        lines.append(f"{indent}    {f.attr}: {annotation(msg, f)}")
+    lines.append(f"{indent}    unknown_tags: Optional[Dict[int, bytes]]")
     for sub in nested:
         lines += class_source(msg, sub, indent + "    ", [])
     params = []
     assigns = []
     for f in st.fields:
+        hint = annotation(msg, f)
         if f.mutable_default():
-            params.append(f"{f.attr}=_UNSET")
+            params.append(f"{f.attr}: {hint} = _UNSET")
             assigns.append(f"{indent}        self.{f.attr} = {f.default_expr()} if {f.attr} is _UNSET else {f.attr}")
         else:
-            params.append(f"{f.attr}={f.default_expr()}")
+            params.append(f"{f.attr}: {hint} = {f.default_expr()}")
             assigns.append(f"{indent}        self.{f.attr} = {f.attr}")
-    sig = ", ".join(["self", "*"] + params + ["unknown_tags=None"]) if params else "self, *, unknown_tags=None"
-    lines.append(f"{indent}    def __init__({sig}):")
+    tags = "unknown_tags: Optional[Dict[int, bytes]] = None"
+    sig = ", ".join(["self", "*"] + params + [tags]) if params else f"self, *, {tags}"
+    lines.append(f"{indent}    def __init__({sig}) -> None:")
     lines += assigns
     lines.append(f"{indent}        self.unknown_tags = unknown_tags")
     return lines
@@ -511,7 +531,14 @@ def generate() -> str:
         "# flake8: noqa",
         '"""Kafka request and response messages (generated)."""',
         "",
+        "from __future__ import annotations",
+        "",
         "from struct import Struct as _Struct",
+        "from typing import Any, Dict, List, Optional, Sequence, Union",
+        "from uuid import UUID",
+        "",
+        "Buffer = Union[bytes, bytearray, memoryview]",
+        "Records = Union[Buffer, Sequence[Buffer]]",
         "",
     ]
     body_text = "\n".join(class_lines + gen.funcs)

@@ -3,7 +3,14 @@
 # flake8: noqa
 """Kafka request and response messages (generated)."""
 
+from __future__ import annotations
+
 from struct import Struct as _Struct
+from typing import Any, Dict, List, Optional, Sequence, Union
+from uuid import UUID
+
+Buffer = Union[bytes, bytearray, memoryview]
+Records = Union[Buffer, Sequence[Buffer]]
 
 from kwire.protocol._wire import (
     ZERO_UUID,
@@ -95,7 +102,10 @@ _S41 = _Struct('>hiiq')
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
     _FIELDS = ('client_software_name', 'client_software_version')
-    def __init__(self, *, client_software_name='', client_software_version='', unknown_tags=None):
+    client_software_name: str
+    client_software_version: str
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, client_software_name: str = '', client_software_version: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
         self.unknown_tags = unknown_tags
@@ -107,10 +117,22 @@ ApiVersionsRequest.FLEXIBLE_MIN = 3
 class ApiVersionsResponse(_Message):
     __slots__ = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready', 'unknown_tags')
     _FIELDS = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready')
+    error_code: int
+    api_keys: List[ApiVersionsResponse.ApiVersion]
+    throttle_time_ms: int
+    supported_features: List[ApiVersionsResponse.SupportedFeatureKey]
+    finalized_features_epoch: int
+    finalized_features: List[ApiVersionsResponse.FinalizedFeatureKey]
+    zk_migration_ready: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class ApiVersion(_Message):
         __slots__ = ('api_key', 'min_version', 'max_version', 'unknown_tags')
         _FIELDS = ('api_key', 'min_version', 'max_version')
-        def __init__(self, *, api_key=0, min_version=0, max_version=0, unknown_tags=None):
+        api_key: int
+        min_version: int
+        max_version: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, api_key: int = 0, min_version: int = 0, max_version: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.api_key = api_key
             self.min_version = min_version
             self.max_version = max_version
@@ -118,7 +140,11 @@ class ApiVersionsResponse(_Message):
     class SupportedFeatureKey(_Message):
         __slots__ = ('name', 'min_version', 'max_version', 'unknown_tags')
         _FIELDS = ('name', 'min_version', 'max_version')
-        def __init__(self, *, name='', min_version=0, max_version=0, unknown_tags=None):
+        name: str
+        min_version: int
+        max_version: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', min_version: int = 0, max_version: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.min_version = min_version
             self.max_version = max_version
@@ -126,12 +152,16 @@ class ApiVersionsResponse(_Message):
     class FinalizedFeatureKey(_Message):
         __slots__ = ('name', 'max_version_level', 'min_version_level', 'unknown_tags')
         _FIELDS = ('name', 'max_version_level', 'min_version_level')
-        def __init__(self, *, name='', max_version_level=0, min_version_level=0, unknown_tags=None):
+        name: str
+        max_version_level: int
+        min_version_level: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', max_version_level: int = 0, min_version_level: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.max_version_level = max_version_level
             self.min_version_level = min_version_level
             self.unknown_tags = unknown_tags
-    def __init__(self, *, error_code=0, api_keys=_UNSET, throttle_time_ms=0, supported_features=_UNSET, finalized_features_epoch=-1, finalized_features=_UNSET, zk_migration_ready=False, unknown_tags=None):
+    def __init__(self, *, error_code: int = 0, api_keys: List[ApiVersionsResponse.ApiVersion] = _UNSET, throttle_time_ms: int = 0, supported_features: List[ApiVersionsResponse.SupportedFeatureKey] = _UNSET, finalized_features_epoch: int = -1, finalized_features: List[ApiVersionsResponse.FinalizedFeatureKey] = _UNSET, zk_migration_ready: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.error_code = error_code
         self.api_keys = [] if api_keys is _UNSET else api_keys
         self.throttle_time_ms = throttle_time_ms
@@ -148,14 +178,22 @@ ApiVersionsResponse.FLEXIBLE_MIN = 3
 class MetadataRequest(_Message):
     __slots__ = ('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations', 'unknown_tags')
     _FIELDS = ('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations')
+    topics: Optional[List[MetadataRequest.MetadataRequestTopic]]
+    allow_auto_topic_creation: bool
+    include_cluster_authorized_operations: bool
+    include_topic_authorized_operations: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class MetadataRequestTopic(_Message):
         __slots__ = ('topic_id', 'name', 'unknown_tags')
         _FIELDS = ('topic_id', 'name')
-        def __init__(self, *, topic_id=ZERO_UUID, name='', unknown_tags=None):
+        topic_id: UUID
+        name: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, name: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic_id = topic_id
             self.name = name
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, allow_auto_topic_creation=True, include_cluster_authorized_operations=False, include_topic_authorized_operations=False, unknown_tags=None):
+    def __init__(self, *, topics: Optional[List[MetadataRequest.MetadataRequestTopic]] = _UNSET, allow_auto_topic_creation: bool = True, include_cluster_authorized_operations: bool = False, include_topic_authorized_operations: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.include_cluster_authorized_operations = include_cluster_authorized_operations
@@ -169,10 +207,23 @@ MetadataRequest.FLEXIBLE_MIN = 9
 class MetadataResponse(_Message):
     __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'error_code', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'error_code')
+    throttle_time_ms: int
+    brokers: List[MetadataResponse.MetadataResponseBroker]
+    cluster_id: Optional[str]
+    controller_id: int
+    topics: List[MetadataResponse.MetadataResponseTopic]
+    cluster_authorized_operations: int
+    error_code: int
+    unknown_tags: Optional[Dict[int, bytes]]
     class MetadataResponseBroker(_Message):
         __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags')
         _FIELDS = ('node_id', 'host', 'port', 'rack')
-        def __init__(self, *, node_id=0, host='', port=0, rack=None, unknown_tags=None):
+        node_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.node_id = node_id
             self.host = host
             self.port = port
@@ -181,7 +232,14 @@ class MetadataResponse(_Message):
     class MetadataResponseTopic(_Message):
         __slots__ = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations', 'unknown_tags')
         _FIELDS = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
-        def __init__(self, *, error_code=0, name='', topic_id=ZERO_UUID, is_internal=False, partitions=_UNSET, topic_authorized_operations=-2147483648, unknown_tags=None):
+        error_code: int
+        name: Optional[str]
+        topic_id: UUID
+        is_internal: bool
+        partitions: List[MetadataResponse.MetadataResponsePartition]
+        topic_authorized_operations: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, name: Optional[str] = '', topic_id: UUID = ZERO_UUID, is_internal: bool = False, partitions: List[MetadataResponse.MetadataResponsePartition] = _UNSET, topic_authorized_operations: int = -2147483648, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.error_code = error_code
             self.name = name
             self.topic_id = topic_id
@@ -192,7 +250,15 @@ class MetadataResponse(_Message):
     class MetadataResponsePartition(_Message):
         __slots__ = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas', 'unknown_tags')
         _FIELDS = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas')
-        def __init__(self, *, error_code=0, partition_index=0, leader_id=0, leader_epoch=-1, replica_nodes=_UNSET, isr_nodes=_UNSET, offline_replicas=_UNSET, unknown_tags=None):
+        error_code: int
+        partition_index: int
+        leader_id: int
+        leader_epoch: int
+        replica_nodes: List[int]
+        isr_nodes: List[int]
+        offline_replicas: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: List[int] = _UNSET, isr_nodes: List[int] = _UNSET, offline_replicas: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.error_code = error_code
             self.partition_index = partition_index
             self.leader_id = leader_id
@@ -201,7 +267,7 @@ class MetadataResponse(_Message):
             self.isr_nodes = [] if isr_nodes is _UNSET else isr_nodes
             self.offline_replicas = [] if offline_replicas is _UNSET else offline_replicas
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, brokers=_UNSET, cluster_id=None, controller_id=-1, topics=_UNSET, cluster_authorized_operations=-2147483648, error_code=0, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, brokers: List[MetadataResponse.MetadataResponseBroker] = _UNSET, cluster_id: Optional[str] = None, controller_id: int = -1, topics: List[MetadataResponse.MetadataResponseTopic] = _UNSET, cluster_authorized_operations: int = -2147483648, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.brokers = [] if brokers is _UNSET else brokers
         self.cluster_id = cluster_id
@@ -218,10 +284,19 @@ MetadataResponse.FLEXIBLE_MIN = 9
 class ProduceRequest(_Message):
     __slots__ = ('transactional_id', 'acks', 'timeout_ms', 'topic_data', 'unknown_tags')
     _FIELDS = ('transactional_id', 'acks', 'timeout_ms', 'topic_data')
+    transactional_id: Optional[str]
+    acks: int
+    timeout_ms: int
+    topic_data: List[ProduceRequest.TopicProduceData]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TopicProduceData(_Message):
         __slots__ = ('name', 'topic_id', 'partition_data', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partition_data')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partition_data=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partition_data: List[ProduceRequest.PartitionProduceData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partition_data: List[ProduceRequest.PartitionProduceData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partition_data = [] if partition_data is _UNSET else partition_data
@@ -229,11 +304,14 @@ class ProduceRequest(_Message):
     class PartitionProduceData(_Message):
         __slots__ = ('index', 'records', 'unknown_tags')
         _FIELDS = ('index', 'records')
-        def __init__(self, *, index=0, records=b'', unknown_tags=None):
+        index: int
+        records: Optional[Records]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, index: int = 0, records: Optional[Records] = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.index = index
             self.records = records
             self.unknown_tags = unknown_tags
-    def __init__(self, *, transactional_id=None, acks=0, timeout_ms=0, topic_data=_UNSET, unknown_tags=None):
+    def __init__(self, *, transactional_id: Optional[str] = None, acks: int = 0, timeout_ms: int = 0, topic_data: List[ProduceRequest.TopicProduceData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
@@ -247,10 +325,18 @@ ProduceRequest.FLEXIBLE_MIN = 9
 class ProduceResponse(_Message):
     __slots__ = ('responses', 'throttle_time_ms', 'node_endpoints', 'unknown_tags')
     _FIELDS = ('responses', 'throttle_time_ms', 'node_endpoints')
+    responses: List[ProduceResponse.TopicProduceResponse]
+    throttle_time_ms: int
+    node_endpoints: List[ProduceResponse.NodeEndpoint]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TopicProduceResponse(_Message):
         __slots__ = ('name', 'topic_id', 'partition_responses', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partition_responses')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partition_responses=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partition_responses: List[ProduceResponse.PartitionProduceResponse]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partition_responses: List[ProduceResponse.PartitionProduceResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partition_responses = [] if partition_responses is _UNSET else partition_responses
@@ -258,7 +344,16 @@ class ProduceResponse(_Message):
     class PartitionProduceResponse(_Message):
         __slots__ = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader', 'unknown_tags')
         _FIELDS = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader')
-        def __init__(self, *, index=0, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=-1, record_errors=_UNSET, error_message=None, current_leader=_UNSET, unknown_tags=None):
+        index: int
+        error_code: int
+        base_offset: int
+        log_append_time_ms: int
+        log_start_offset: int
+        record_errors: List[ProduceResponse.BatchIndexAndErrorMessage]
+        error_message: Optional[str]
+        current_leader: ProduceResponse.LeaderIdAndEpoch
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, index: int = 0, error_code: int = 0, base_offset: int = 0, log_append_time_ms: int = -1, log_start_offset: int = -1, record_errors: List[ProduceResponse.BatchIndexAndErrorMessage] = _UNSET, error_message: Optional[str] = None, current_leader: ProduceResponse.LeaderIdAndEpoch = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.index = index
             self.error_code = error_code
             self.base_offset = base_offset
@@ -271,27 +366,38 @@ class ProduceResponse(_Message):
     class BatchIndexAndErrorMessage(_Message):
         __slots__ = ('batch_index', 'batch_index_error_message', 'unknown_tags')
         _FIELDS = ('batch_index', 'batch_index_error_message')
-        def __init__(self, *, batch_index=0, batch_index_error_message=None, unknown_tags=None):
+        batch_index: int
+        batch_index_error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, batch_index: int = 0, batch_index_error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.batch_index = batch_index
             self.batch_index_error_message = batch_index_error_message
             self.unknown_tags = unknown_tags
     class LeaderIdAndEpoch(_Message):
         __slots__ = ('leader_id', 'leader_epoch', 'unknown_tags')
         _FIELDS = ('leader_id', 'leader_epoch')
-        def __init__(self, *, leader_id=-1, leader_epoch=-1, unknown_tags=None):
+        leader_id: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, leader_id: int = -1, leader_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
     class NodeEndpoint(_Message):
         __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags')
         _FIELDS = ('node_id', 'host', 'port', 'rack')
-        def __init__(self, *, node_id=0, host='', port=0, rack=None, unknown_tags=None):
+        node_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.node_id = node_id
             self.host = host
             self.port = port
             self.rack = rack
             self.unknown_tags = unknown_tags
-    def __init__(self, *, responses=_UNSET, throttle_time_ms=0, node_endpoints=_UNSET, unknown_tags=None):
+    def __init__(self, *, responses: List[ProduceResponse.TopicProduceResponse] = _UNSET, throttle_time_ms: int = 0, node_endpoints: List[ProduceResponse.NodeEndpoint] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.responses = [] if responses is _UNSET else responses
         self.throttle_time_ms = throttle_time_ms
         self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
@@ -304,17 +410,37 @@ ProduceResponse.FLEXIBLE_MIN = 9
 class FetchRequest(_Message):
     __slots__ = ('cluster_id', 'replica_id', 'replica_state', 'max_wait_ms', 'min_bytes', 'max_bytes', 'isolation_level', 'session_id', 'session_epoch', 'topics', 'forgotten_topics_data', 'rack_id', 'unknown_tags')
     _FIELDS = ('cluster_id', 'replica_id', 'replica_state', 'max_wait_ms', 'min_bytes', 'max_bytes', 'isolation_level', 'session_id', 'session_epoch', 'topics', 'forgotten_topics_data', 'rack_id')
+    cluster_id: Optional[str]
+    replica_id: int
+    replica_state: FetchRequest.ReplicaState
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: List[FetchRequest.FetchTopic]
+    forgotten_topics_data: List[FetchRequest.ForgottenTopic]
+    rack_id: str
+    unknown_tags: Optional[Dict[int, bytes]]
     class ReplicaState(_Message):
         __slots__ = ('replica_id', 'replica_epoch', 'unknown_tags')
         _FIELDS = ('replica_id', 'replica_epoch')
-        def __init__(self, *, replica_id=-1, replica_epoch=-1, unknown_tags=None):
+        replica_id: int
+        replica_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, replica_id: int = -1, replica_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.replica_id = replica_id
             self.replica_epoch = replica_epoch
             self.unknown_tags = unknown_tags
     class FetchTopic(_Message):
         __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'topic_id', 'partitions')
-        def __init__(self, *, topic='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        topic: str
+        topic_id: UUID
+        partitions: List[FetchRequest.FetchPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', topic_id: UUID = ZERO_UUID, partitions: List[FetchRequest.FetchPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
@@ -322,7 +448,16 @@ class FetchRequest(_Message):
     class FetchPartition(_Message):
         __slots__ = ('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id', 'high_watermark', 'unknown_tags')
         _FIELDS = ('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id', 'high_watermark')
-        def __init__(self, *, partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=0, replica_directory_id=ZERO_UUID, high_watermark=9223372036854775807, unknown_tags=None):
+        partition: int
+        current_leader_epoch: int
+        fetch_offset: int
+        last_fetched_epoch: int
+        log_start_offset: int
+        partition_max_bytes: int
+        replica_directory_id: UUID
+        high_watermark: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition: int = 0, current_leader_epoch: int = -1, fetch_offset: int = 0, last_fetched_epoch: int = -1, log_start_offset: int = -1, partition_max_bytes: int = 0, replica_directory_id: UUID = ZERO_UUID, high_watermark: int = 9223372036854775807, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition = partition
             self.current_leader_epoch = current_leader_epoch
             self.fetch_offset = fetch_offset
@@ -335,12 +470,16 @@ class FetchRequest(_Message):
     class ForgottenTopic(_Message):
         __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'topic_id', 'partitions')
-        def __init__(self, *, topic='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        topic: str
+        topic_id: UUID
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', topic_id: UUID = ZERO_UUID, partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
-    def __init__(self, *, cluster_id=None, replica_id=-1, replica_state=_UNSET, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, isolation_level=0, session_id=0, session_epoch=-1, topics=_UNSET, forgotten_topics_data=_UNSET, rack_id='', unknown_tags=None):
+    def __init__(self, *, cluster_id: Optional[str] = None, replica_id: int = -1, replica_state: FetchRequest.ReplicaState = _UNSET, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1, topics: List[FetchRequest.FetchTopic] = _UNSET, forgotten_topics_data: List[FetchRequest.ForgottenTopic] = _UNSET, rack_id: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.cluster_id = cluster_id
         self.replica_id = replica_id
         self.replica_state = FetchRequest.ReplicaState() if replica_state is _UNSET else replica_state
@@ -362,10 +501,20 @@ FetchRequest.FLEXIBLE_MIN = 12
 class FetchResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints')
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: List[FetchResponse.FetchableTopicResponse]
+    node_endpoints: List[FetchResponse.NodeEndpoint]
+    unknown_tags: Optional[Dict[int, bytes]]
     class FetchableTopicResponse(_Message):
         __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'topic_id', 'partitions')
-        def __init__(self, *, topic='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        topic: str
+        topic_id: UUID
+        partitions: List[FetchResponse.PartitionData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', topic_id: UUID = ZERO_UUID, partitions: List[FetchResponse.PartitionData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
@@ -373,7 +522,19 @@ class FetchResponse(_Message):
     class PartitionData(_Message):
         __slots__ = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records', 'unknown_tags')
         _FIELDS = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records')
-        def __init__(self, *, partition_index=0, error_code=0, high_watermark=0, last_stable_offset=-1, log_start_offset=-1, diverging_epoch=_UNSET, current_leader=_UNSET, snapshot_id=_UNSET, aborted_transactions=_UNSET, preferred_read_replica=-1, records=b'', unknown_tags=None):
+        partition_index: int
+        error_code: int
+        high_watermark: int
+        last_stable_offset: int
+        log_start_offset: int
+        diverging_epoch: FetchResponse.EpochEndOffset
+        current_leader: FetchResponse.LeaderIdAndEpoch
+        snapshot_id: FetchResponse.SnapshotId
+        aborted_transactions: Optional[List[FetchResponse.AbortedTransaction]]
+        preferred_read_replica: int
+        records: Optional[Records]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: FetchResponse.EpochEndOffset = _UNSET, current_leader: FetchResponse.LeaderIdAndEpoch = _UNSET, snapshot_id: FetchResponse.SnapshotId = _UNSET, aborted_transactions: Optional[List[FetchResponse.AbortedTransaction]] = _UNSET, preferred_read_replica: int = -1, records: Optional[Records] = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.error_code = error_code
             self.high_watermark = high_watermark
@@ -389,41 +550,58 @@ class FetchResponse(_Message):
     class EpochEndOffset(_Message):
         __slots__ = ('epoch', 'end_offset', 'unknown_tags')
         _FIELDS = ('epoch', 'end_offset')
-        def __init__(self, *, epoch=-1, end_offset=-1, unknown_tags=None):
+        epoch: int
+        end_offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, epoch: int = -1, end_offset: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.epoch = epoch
             self.end_offset = end_offset
             self.unknown_tags = unknown_tags
     class LeaderIdAndEpoch(_Message):
         __slots__ = ('leader_id', 'leader_epoch', 'unknown_tags')
         _FIELDS = ('leader_id', 'leader_epoch')
-        def __init__(self, *, leader_id=-1, leader_epoch=-1, unknown_tags=None):
+        leader_id: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, leader_id: int = -1, leader_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
     class SnapshotId(_Message):
         __slots__ = ('end_offset', 'epoch', 'unknown_tags')
         _FIELDS = ('end_offset', 'epoch')
-        def __init__(self, *, end_offset=-1, epoch=-1, unknown_tags=None):
+        end_offset: int
+        epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, end_offset: int = -1, epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.end_offset = end_offset
             self.epoch = epoch
             self.unknown_tags = unknown_tags
     class AbortedTransaction(_Message):
         __slots__ = ('producer_id', 'first_offset', 'unknown_tags')
         _FIELDS = ('producer_id', 'first_offset')
-        def __init__(self, *, producer_id=0, first_offset=0, unknown_tags=None):
+        producer_id: int
+        first_offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, producer_id: int = 0, first_offset: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.producer_id = producer_id
             self.first_offset = first_offset
             self.unknown_tags = unknown_tags
     class NodeEndpoint(_Message):
         __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags')
         _FIELDS = ('node_id', 'host', 'port', 'rack')
-        def __init__(self, *, node_id=0, host='', port=0, rack=None, unknown_tags=None):
+        node_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.node_id = node_id
             self.host = host
             self.port = port
             self.rack = rack
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, session_id=0, responses=_UNSET, node_endpoints=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0, responses: List[FetchResponse.FetchableTopicResponse] = _UNSET, node_endpoints: List[FetchResponse.NodeEndpoint] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.session_id = session_id
@@ -438,23 +616,36 @@ FetchResponse.FLEXIBLE_MIN = 12
 class ListOffsetsRequest(_Message):
     __slots__ = ('replica_id', 'isolation_level', 'topics', 'timeout_ms', 'unknown_tags')
     _FIELDS = ('replica_id', 'isolation_level', 'topics', 'timeout_ms')
+    replica_id: int
+    isolation_level: int
+    topics: List[ListOffsetsRequest.ListOffsetsTopic]
+    timeout_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
     class ListOffsetsTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[ListOffsetsRequest.ListOffsetsPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[ListOffsetsRequest.ListOffsetsPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class ListOffsetsPartition(_Message):
         __slots__ = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets', 'unknown_tags')
         _FIELDS = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets')
-        def __init__(self, *, partition_index=0, current_leader_epoch=-1, timestamp=0, max_num_offsets=1, unknown_tags=None):
+        partition_index: int
+        current_leader_epoch: int
+        timestamp: int
+        max_num_offsets: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, current_leader_epoch: int = -1, timestamp: int = 0, max_num_offsets: int = 1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.current_leader_epoch = current_leader_epoch
             self.timestamp = timestamp
             self.max_num_offsets = max_num_offsets
             self.unknown_tags = unknown_tags
-    def __init__(self, *, replica_id=0, isolation_level=0, topics=_UNSET, timeout_ms=0, unknown_tags=None):
+    def __init__(self, *, replica_id: int = 0, isolation_level: int = 0, topics: List[ListOffsetsRequest.ListOffsetsTopic] = _UNSET, timeout_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.replica_id = replica_id
         self.isolation_level = isolation_level
         self.topics = [] if topics is _UNSET else topics
@@ -468,17 +659,30 @@ ListOffsetsRequest.FLEXIBLE_MIN = 6
 class ListOffsetsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[ListOffsetsResponse.ListOffsetsTopicResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
     class ListOffsetsTopicResponse(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[ListOffsetsResponse.ListOffsetsPartitionResponse]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[ListOffsetsResponse.ListOffsetsPartitionResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class ListOffsetsPartitionResponse(_Message):
         __slots__ = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch', 'unknown_tags')
         _FIELDS = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
-        def __init__(self, *, partition_index=0, error_code=0, old_style_offsets=_UNSET, timestamp=-1, offset=-1, leader_epoch=-1, unknown_tags=None):
+        partition_index: int
+        error_code: int
+        old_style_offsets: List[int]
+        timestamp: int
+        offset: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, old_style_offsets: List[int] = _UNSET, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.error_code = error_code
             self.old_style_offsets = [] if old_style_offsets is _UNSET else old_style_offsets
@@ -486,7 +690,7 @@ class ListOffsetsResponse(_Message):
             self.offset = offset
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[ListOffsetsResponse.ListOffsetsTopicResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -498,7 +702,11 @@ ListOffsetsResponse.FLEXIBLE_MIN = 6
 class FindCoordinatorRequest(_Message):
     __slots__ = ('key', 'key_type', 'coordinator_keys', 'unknown_tags')
     _FIELDS = ('key', 'key_type', 'coordinator_keys')
-    def __init__(self, *, key='', key_type=0, coordinator_keys=_UNSET, unknown_tags=None):
+    key: str
+    key_type: int
+    coordinator_keys: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, key: str = '', key_type: int = 0, coordinator_keys: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.key = key
         self.key_type = key_type
         self.coordinator_keys = [] if coordinator_keys is _UNSET else coordinator_keys
@@ -511,10 +719,25 @@ FindCoordinatorRequest.FLEXIBLE_MIN = 3
 class FindCoordinatorResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'node_id', 'host', 'port', 'coordinators', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'node_id', 'host', 'port', 'coordinators')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    node_id: int
+    host: str
+    port: int
+    coordinators: List[FindCoordinatorResponse.Coordinator]
+    unknown_tags: Optional[Dict[int, bytes]]
     class Coordinator(_Message):
         __slots__ = ('key', 'node_id', 'host', 'port', 'error_code', 'error_message', 'unknown_tags')
         _FIELDS = ('key', 'node_id', 'host', 'port', 'error_code', 'error_message')
-        def __init__(self, *, key='', node_id=0, host='', port=0, error_code=0, error_message='', unknown_tags=None):
+        key: str
+        node_id: int
+        host: str
+        port: int
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, key: str = '', node_id: int = 0, host: str = '', port: int = 0, error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.key = key
             self.node_id = node_id
             self.host = host
@@ -522,7 +745,7 @@ class FindCoordinatorResponse(_Message):
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, error_message='', node_id=0, host='', port=0, coordinators=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', node_id: int = 0, host: str = '', port: int = 0, coordinators: List[FindCoordinatorResponse.Coordinator] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
@@ -539,10 +762,21 @@ FindCoordinatorResponse.FLEXIBLE_MIN = 3
 class OffsetCommitRequest(_Message):
     __slots__ = ('group_id', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'retention_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('group_id', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'retention_time_ms', 'topics')
+    group_id: str
+    generation_id_or_member_epoch: int
+    member_id: str
+    group_instance_id: Optional[str]
+    retention_time_ms: int
+    topics: List[OffsetCommitRequest.OffsetCommitRequestTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetCommitRequestTopic(_Message):
         __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partitions')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partitions: List[OffsetCommitRequest.OffsetCommitRequestPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partitions: List[OffsetCommitRequest.OffsetCommitRequestPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
@@ -550,14 +784,20 @@ class OffsetCommitRequest(_Message):
     class OffsetCommitRequestPartition(_Message):
         __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata', 'unknown_tags')
         _FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata')
-        def __init__(self, *, partition_index=0, committed_offset=0, committed_leader_epoch=-1, commit_timestamp=-1, committed_metadata='', unknown_tags=None):
+        partition_index: int
+        committed_offset: int
+        committed_leader_epoch: int
+        commit_timestamp: int
+        committed_metadata: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, commit_timestamp: int = -1, committed_metadata: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
             self.committed_leader_epoch = committed_leader_epoch
             self.commit_timestamp = commit_timestamp
             self.committed_metadata = committed_metadata
             self.unknown_tags = unknown_tags
-    def __init__(self, *, group_id='', generation_id_or_member_epoch=-1, member_id='', group_instance_id=None, retention_time_ms=-1, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, group_id: str = '', generation_id_or_member_epoch: int = -1, member_id: str = '', group_instance_id: Optional[str] = None, retention_time_ms: int = -1, topics: List[OffsetCommitRequest.OffsetCommitRequestTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.generation_id_or_member_epoch = generation_id_or_member_epoch
         self.member_id = member_id
@@ -573,10 +813,17 @@ OffsetCommitRequest.FLEXIBLE_MIN = 8
 class OffsetCommitResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[OffsetCommitResponse.OffsetCommitResponseTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetCommitResponseTopic(_Message):
         __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partitions')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partitions: List[OffsetCommitResponse.OffsetCommitResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partitions: List[OffsetCommitResponse.OffsetCommitResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
@@ -584,11 +831,14 @@ class OffsetCommitResponse(_Message):
     class OffsetCommitResponsePartition(_Message):
         __slots__ = ('partition_index', 'error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'error_code')
-        def __init__(self, *, partition_index=0, error_code=0, unknown_tags=None):
+        partition_index: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[OffsetCommitResponse.OffsetCommitResponseTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -600,17 +850,30 @@ OffsetCommitResponse.FLEXIBLE_MIN = 8
 class OffsetFetchRequest(_Message):
     __slots__ = ('group_id', 'topics', 'groups', 'require_stable', 'unknown_tags')
     _FIELDS = ('group_id', 'topics', 'groups', 'require_stable')
+    group_id: str
+    topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopic]]
+    groups: List[OffsetFetchRequest.OffsetFetchRequestGroup]
+    require_stable: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetFetchRequestTopic(_Message):
         __slots__ = ('name', 'partition_indexes', 'unknown_tags')
         _FIELDS = ('name', 'partition_indexes')
-        def __init__(self, *, name='', partition_indexes=_UNSET, unknown_tags=None):
+        name: str
+        partition_indexes: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partition_indexes: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partition_indexes = [] if partition_indexes is _UNSET else partition_indexes
             self.unknown_tags = unknown_tags
     class OffsetFetchRequestGroup(_Message):
         __slots__ = ('group_id', 'member_id', 'member_epoch', 'topics', 'unknown_tags')
         _FIELDS = ('group_id', 'member_id', 'member_epoch', 'topics')
-        def __init__(self, *, group_id='', member_id=None, member_epoch=-1, topics=_UNSET, unknown_tags=None):
+        group_id: str
+        member_id: Optional[str]
+        member_epoch: int
+        topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopics]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', member_id: Optional[str] = None, member_epoch: int = -1, topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopics]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.group_id = group_id
             self.member_id = member_id
             self.member_epoch = member_epoch
@@ -619,12 +882,16 @@ class OffsetFetchRequest(_Message):
     class OffsetFetchRequestTopics(_Message):
         __slots__ = ('name', 'topic_id', 'partition_indexes', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partition_indexes')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partition_indexes=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partition_indexes: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partition_indexes: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partition_indexes = [] if partition_indexes is _UNSET else partition_indexes
             self.unknown_tags = unknown_tags
-    def __init__(self, *, group_id='', topics=_UNSET, groups=_UNSET, require_stable=False, unknown_tags=None):
+    def __init__(self, *, group_id: str = '', topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopic]] = _UNSET, groups: List[OffsetFetchRequest.OffsetFetchRequestGroup] = _UNSET, require_stable: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.topics = [] if topics is _UNSET else topics
         self.groups = [] if groups is _UNSET else groups
@@ -638,17 +905,31 @@ OffsetFetchRequest.FLEXIBLE_MIN = 6
 class OffsetFetchResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'error_code', 'groups', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics', 'error_code', 'groups')
+    throttle_time_ms: int
+    topics: List[OffsetFetchResponse.OffsetFetchResponseTopic]
+    error_code: int
+    groups: List[OffsetFetchResponse.OffsetFetchResponseGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetFetchResponseTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[OffsetFetchResponse.OffsetFetchResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[OffsetFetchResponse.OffsetFetchResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class OffsetFetchResponsePartition(_Message):
         __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
-        def __init__(self, *, partition_index=0, committed_offset=0, committed_leader_epoch=-1, metadata='', error_code=0, unknown_tags=None):
+        partition_index: int
+        committed_offset: int
+        committed_leader_epoch: int
+        metadata: Optional[str]
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, metadata: Optional[str] = '', error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
             self.committed_leader_epoch = committed_leader_epoch
@@ -658,7 +939,11 @@ class OffsetFetchResponse(_Message):
     class OffsetFetchResponseGroup(_Message):
         __slots__ = ('group_id', 'topics', 'error_code', 'unknown_tags')
         _FIELDS = ('group_id', 'topics', 'error_code')
-        def __init__(self, *, group_id='', topics=_UNSET, error_code=0, unknown_tags=None):
+        group_id: str
+        topics: List[OffsetFetchResponse.OffsetFetchResponseTopics]
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', topics: List[OffsetFetchResponse.OffsetFetchResponseTopics] = _UNSET, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.group_id = group_id
             self.topics = [] if topics is _UNSET else topics
             self.error_code = error_code
@@ -666,7 +951,11 @@ class OffsetFetchResponse(_Message):
     class OffsetFetchResponseTopics(_Message):
         __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'partitions')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, partitions=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        partitions: List[OffsetFetchResponse.OffsetFetchResponsePartitions]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, partitions: List[OffsetFetchResponse.OffsetFetchResponsePartitions] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.partitions = [] if partitions is _UNSET else partitions
@@ -674,14 +963,20 @@ class OffsetFetchResponse(_Message):
     class OffsetFetchResponsePartitions(_Message):
         __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
-        def __init__(self, *, partition_index=0, committed_offset=0, committed_leader_epoch=-1, metadata='', error_code=0, unknown_tags=None):
+        partition_index: int
+        committed_offset: int
+        committed_leader_epoch: int
+        metadata: Optional[str]
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, metadata: Optional[str] = '', error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
             self.committed_leader_epoch = committed_leader_epoch
             self.metadata = metadata
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, error_code=0, groups=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[OffsetFetchResponse.OffsetFetchResponseTopic] = _UNSET, error_code: int = 0, groups: List[OffsetFetchResponse.OffsetFetchResponseGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.error_code = error_code
@@ -695,14 +990,26 @@ OffsetFetchResponse.FLEXIBLE_MIN = 6
 class JoinGroupRequest(_Message):
     __slots__ = ('group_id', 'session_timeout_ms', 'rebalance_timeout_ms', 'member_id', 'group_instance_id', 'protocol_type', 'protocols', 'reason', 'unknown_tags')
     _FIELDS = ('group_id', 'session_timeout_ms', 'rebalance_timeout_ms', 'member_id', 'group_instance_id', 'protocol_type', 'protocols', 'reason')
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    member_id: str
+    group_instance_id: Optional[str]
+    protocol_type: str
+    protocols: List[JoinGroupRequest.JoinGroupRequestProtocol]
+    reason: Optional[str]
+    unknown_tags: Optional[Dict[int, bytes]]
     class JoinGroupRequestProtocol(_Message):
         __slots__ = ('name', 'metadata', 'unknown_tags')
         _FIELDS = ('name', 'metadata')
-        def __init__(self, *, name='', metadata=b'', unknown_tags=None):
+        name: str
+        metadata: Buffer
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', metadata: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.metadata = metadata
             self.unknown_tags = unknown_tags
-    def __init__(self, *, group_id='', session_timeout_ms=0, rebalance_timeout_ms=-1, member_id='', group_instance_id=None, protocol_type='', protocols=_UNSET, reason=None, unknown_tags=None):
+    def __init__(self, *, group_id: str = '', session_timeout_ms: int = 0, rebalance_timeout_ms: int = -1, member_id: str = '', group_instance_id: Optional[str] = None, protocol_type: str = '', protocols: List[JoinGroupRequest.JoinGroupRequestProtocol] = _UNSET, reason: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -720,15 +1027,29 @@ JoinGroupRequest.FLEXIBLE_MIN = 6
 class JoinGroupResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'generation_id', 'protocol_type', 'protocol_name', 'leader', 'skip_assignment', 'member_id', 'members', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'generation_id', 'protocol_type', 'protocol_name', 'leader', 'skip_assignment', 'member_id', 'members')
+    throttle_time_ms: int
+    error_code: int
+    generation_id: int
+    protocol_type: Optional[str]
+    protocol_name: Optional[str]
+    leader: str
+    skip_assignment: bool
+    member_id: str
+    members: List[JoinGroupResponse.JoinGroupResponseMember]
+    unknown_tags: Optional[Dict[int, bytes]]
     class JoinGroupResponseMember(_Message):
         __slots__ = ('member_id', 'group_instance_id', 'metadata', 'unknown_tags')
         _FIELDS = ('member_id', 'group_instance_id', 'metadata')
-        def __init__(self, *, member_id='', group_instance_id=None, metadata=b'', unknown_tags=None):
+        member_id: str
+        group_instance_id: Optional[str]
+        metadata: Buffer
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', group_instance_id: Optional[str] = None, metadata: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.member_id = member_id
             self.group_instance_id = group_instance_id
             self.metadata = metadata
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, generation_id=-1, protocol_type=None, protocol_name='', leader='', skip_assignment=False, member_id='', members=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, generation_id: int = -1, protocol_type: Optional[str] = None, protocol_name: Optional[str] = '', leader: str = '', skip_assignment: bool = False, member_id: str = '', members: List[JoinGroupResponse.JoinGroupResponseMember] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.generation_id = generation_id
@@ -747,14 +1068,25 @@ JoinGroupResponse.FLEXIBLE_MIN = 6
 class SyncGroupRequest(_Message):
     __slots__ = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'protocol_type', 'protocol_name', 'assignments', 'unknown_tags')
     _FIELDS = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'protocol_type', 'protocol_name', 'assignments')
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: Optional[str]
+    protocol_type: Optional[str]
+    protocol_name: Optional[str]
+    assignments: List[SyncGroupRequest.SyncGroupRequestAssignment]
+    unknown_tags: Optional[Dict[int, bytes]]
     class SyncGroupRequestAssignment(_Message):
         __slots__ = ('member_id', 'assignment', 'unknown_tags')
         _FIELDS = ('member_id', 'assignment')
-        def __init__(self, *, member_id='', assignment=b'', unknown_tags=None):
+        member_id: str
+        assignment: Buffer
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', assignment: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.member_id = member_id
             self.assignment = assignment
             self.unknown_tags = unknown_tags
-    def __init__(self, *, group_id='', generation_id=0, member_id='', group_instance_id=None, protocol_type=None, protocol_name=None, assignments=_UNSET, unknown_tags=None):
+    def __init__(self, *, group_id: str = '', generation_id: int = 0, member_id: str = '', group_instance_id: Optional[str] = None, protocol_type: Optional[str] = None, protocol_name: Optional[str] = None, assignments: List[SyncGroupRequest.SyncGroupRequestAssignment] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.generation_id = generation_id
         self.member_id = member_id
@@ -771,7 +1103,13 @@ SyncGroupRequest.FLEXIBLE_MIN = 4
 class SyncGroupResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment')
-    def __init__(self, *, throttle_time_ms=0, error_code=0, protocol_type=None, protocol_name=None, assignment=b'', unknown_tags=None):
+    throttle_time_ms: int
+    error_code: int
+    protocol_type: Optional[str]
+    protocol_name: Optional[str]
+    assignment: Buffer
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, protocol_type: Optional[str] = None, protocol_name: Optional[str] = None, assignment: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.protocol_type = protocol_type
@@ -786,7 +1124,12 @@ SyncGroupResponse.FLEXIBLE_MIN = 4
 class HeartbeatRequest(_Message):
     __slots__ = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'unknown_tags')
     _FIELDS = ('group_id', 'generation_id', 'member_id', 'group_instance_id')
-    def __init__(self, *, group_id='', generation_id=0, member_id='', group_instance_id=None, unknown_tags=None):
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: Optional[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, group_id: str = '', generation_id: int = 0, member_id: str = '', group_instance_id: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.generation_id = generation_id
         self.member_id = member_id
@@ -800,7 +1143,10 @@ HeartbeatRequest.FLEXIBLE_MIN = 4
 class HeartbeatResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code')
-    def __init__(self, *, throttle_time_ms=0, error_code=0, unknown_tags=None):
+    throttle_time_ms: int
+    error_code: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.unknown_tags = unknown_tags
@@ -812,15 +1158,23 @@ HeartbeatResponse.FLEXIBLE_MIN = 4
 class LeaveGroupRequest(_Message):
     __slots__ = ('group_id', 'member_id', 'members', 'unknown_tags')
     _FIELDS = ('group_id', 'member_id', 'members')
+    group_id: str
+    member_id: str
+    members: List[LeaveGroupRequest.MemberIdentity]
+    unknown_tags: Optional[Dict[int, bytes]]
     class MemberIdentity(_Message):
         __slots__ = ('member_id', 'group_instance_id', 'reason', 'unknown_tags')
         _FIELDS = ('member_id', 'group_instance_id', 'reason')
-        def __init__(self, *, member_id='', group_instance_id=None, reason=None, unknown_tags=None):
+        member_id: str
+        group_instance_id: Optional[str]
+        reason: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', group_instance_id: Optional[str] = None, reason: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.member_id = member_id
             self.group_instance_id = group_instance_id
             self.reason = reason
             self.unknown_tags = unknown_tags
-    def __init__(self, *, group_id='', member_id='', members=_UNSET, unknown_tags=None):
+    def __init__(self, *, group_id: str = '', member_id: str = '', members: List[LeaveGroupRequest.MemberIdentity] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.members = [] if members is _UNSET else members
@@ -833,15 +1187,23 @@ LeaveGroupRequest.FLEXIBLE_MIN = 4
 class LeaveGroupResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'members', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'members')
+    throttle_time_ms: int
+    error_code: int
+    members: List[LeaveGroupResponse.MemberResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
     class MemberResponse(_Message):
         __slots__ = ('member_id', 'group_instance_id', 'error_code', 'unknown_tags')
         _FIELDS = ('member_id', 'group_instance_id', 'error_code')
-        def __init__(self, *, member_id='', group_instance_id='', error_code=0, unknown_tags=None):
+        member_id: str
+        group_instance_id: Optional[str]
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', group_instance_id: Optional[str] = '', error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.member_id = member_id
             self.group_instance_id = group_instance_id
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, members=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, members: List[LeaveGroupResponse.MemberResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.members = [] if members is _UNSET else members
@@ -854,7 +1216,10 @@ LeaveGroupResponse.FLEXIBLE_MIN = 4
 class ListGroupsRequest(_Message):
     __slots__ = ('states_filter', 'types_filter', 'unknown_tags')
     _FIELDS = ('states_filter', 'types_filter')
-    def __init__(self, *, states_filter=_UNSET, types_filter=_UNSET, unknown_tags=None):
+    states_filter: List[str]
+    types_filter: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, states_filter: List[str] = _UNSET, types_filter: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.states_filter = [] if states_filter is _UNSET else states_filter
         self.types_filter = [] if types_filter is _UNSET else types_filter
         self.unknown_tags = unknown_tags
@@ -866,16 +1231,25 @@ ListGroupsRequest.FLEXIBLE_MIN = 3
 class ListGroupsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'groups', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'groups')
+    throttle_time_ms: int
+    error_code: int
+    groups: List[ListGroupsResponse.ListedGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
     class ListedGroup(_Message):
         __slots__ = ('group_id', 'protocol_type', 'group_state', 'group_type', 'unknown_tags')
         _FIELDS = ('group_id', 'protocol_type', 'group_state', 'group_type')
-        def __init__(self, *, group_id='', protocol_type='', group_state='', group_type='', unknown_tags=None):
+        group_id: str
+        protocol_type: str
+        group_state: str
+        group_type: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', protocol_type: str = '', group_state: str = '', group_type: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.group_id = group_id
             self.protocol_type = protocol_type
             self.group_state = group_state
             self.group_type = group_type
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, groups=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, groups: List[ListGroupsResponse.ListedGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.groups = [] if groups is _UNSET else groups
@@ -888,7 +1262,10 @@ ListGroupsResponse.FLEXIBLE_MIN = 3
 class DescribeGroupsRequest(_Message):
     __slots__ = ('groups', 'include_authorized_operations', 'unknown_tags')
     _FIELDS = ('groups', 'include_authorized_operations')
-    def __init__(self, *, groups=_UNSET, include_authorized_operations=False, unknown_tags=None):
+    groups: List[str]
+    include_authorized_operations: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, groups: List[str] = _UNSET, include_authorized_operations: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.groups = [] if groups is _UNSET else groups
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tags = unknown_tags
@@ -900,10 +1277,22 @@ DescribeGroupsRequest.FLEXIBLE_MIN = 5
 class DescribeGroupsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'groups', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'groups')
+    throttle_time_ms: int
+    groups: List[DescribeGroupsResponse.DescribedGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
     class DescribedGroup(_Message):
         __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations', 'unknown_tags')
         _FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations')
-        def __init__(self, *, error_code=0, error_message=None, group_id='', group_state='', protocol_type='', protocol_data='', members=_UNSET, authorized_operations=-2147483648, unknown_tags=None):
+        error_code: int
+        error_message: Optional[str]
+        group_id: str
+        group_state: str
+        protocol_type: str
+        protocol_data: str
+        members: List[DescribeGroupsResponse.DescribedGroupMember]
+        authorized_operations: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = None, group_id: str = '', group_state: str = '', protocol_type: str = '', protocol_data: str = '', members: List[DescribeGroupsResponse.DescribedGroupMember] = _UNSET, authorized_operations: int = -2147483648, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.error_code = error_code
             self.error_message = error_message
             self.group_id = group_id
@@ -916,7 +1305,14 @@ class DescribeGroupsResponse(_Message):
     class DescribedGroupMember(_Message):
         __slots__ = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'member_metadata', 'member_assignment', 'unknown_tags')
         _FIELDS = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'member_metadata', 'member_assignment')
-        def __init__(self, *, member_id='', group_instance_id=None, client_id='', client_host='', member_metadata=b'', member_assignment=b'', unknown_tags=None):
+        member_id: str
+        group_instance_id: Optional[str]
+        client_id: str
+        client_host: str
+        member_metadata: Buffer
+        member_assignment: Buffer
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', group_instance_id: Optional[str] = None, client_id: str = '', client_host: str = '', member_metadata: Buffer = b'', member_assignment: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.member_id = member_id
             self.group_instance_id = group_instance_id
             self.client_id = client_id
@@ -924,7 +1320,7 @@ class DescribeGroupsResponse(_Message):
             self.member_metadata = member_metadata
             self.member_assignment = member_assignment
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, groups=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, groups: List[DescribeGroupsResponse.DescribedGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.groups = [] if groups is _UNSET else groups
         self.unknown_tags = unknown_tags
@@ -936,7 +1332,9 @@ DescribeGroupsResponse.FLEXIBLE_MIN = 5
 class DeleteGroupsRequest(_Message):
     __slots__ = ('groups_names', 'unknown_tags')
     _FIELDS = ('groups_names',)
-    def __init__(self, *, groups_names=_UNSET, unknown_tags=None):
+    groups_names: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, groups_names: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.groups_names = [] if groups_names is _UNSET else groups_names
         self.unknown_tags = unknown_tags
 DeleteGroupsRequest.API_KEY = 42
@@ -947,14 +1345,20 @@ DeleteGroupsRequest.FLEXIBLE_MIN = 2
 class DeleteGroupsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[DeleteGroupsResponse.DeletableGroupResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class DeletableGroupResult(_Message):
         __slots__ = ('group_id', 'error_code', 'unknown_tags')
         _FIELDS = ('group_id', 'error_code')
-        def __init__(self, *, group_id='', error_code=0, unknown_tags=None):
+        group_id: str
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.group_id = group_id
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, results=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[DeleteGroupsResponse.DeletableGroupResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _UNSET else results
         self.unknown_tags = unknown_tags
@@ -966,10 +1370,20 @@ DeleteGroupsResponse.FLEXIBLE_MIN = 2
 class CreateTopicsRequest(_Message):
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tags')
     _FIELDS = ('topics', 'timeout_ms', 'validate_only')
+    topics: List[CreateTopicsRequest.CreatableTopic]
+    timeout_ms: int
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class CreatableTopic(_Message):
         __slots__ = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs', 'unknown_tags')
         _FIELDS = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs')
-        def __init__(self, *, name='', num_partitions=0, replication_factor=0, assignments=_UNSET, configs=_UNSET, unknown_tags=None):
+        name: str
+        num_partitions: int
+        replication_factor: int
+        assignments: List[CreateTopicsRequest.CreatableReplicaAssignment]
+        configs: List[CreateTopicsRequest.CreatableTopicConfig]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', num_partitions: int = 0, replication_factor: int = 0, assignments: List[CreateTopicsRequest.CreatableReplicaAssignment] = _UNSET, configs: List[CreateTopicsRequest.CreatableTopicConfig] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.num_partitions = num_partitions
             self.replication_factor = replication_factor
@@ -979,18 +1393,24 @@ class CreateTopicsRequest(_Message):
     class CreatableReplicaAssignment(_Message):
         __slots__ = ('partition_index', 'broker_ids', 'unknown_tags')
         _FIELDS = ('partition_index', 'broker_ids')
-        def __init__(self, *, partition_index=0, broker_ids=_UNSET, unknown_tags=None):
+        partition_index: int
+        broker_ids: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, broker_ids: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.broker_ids = [] if broker_ids is _UNSET else broker_ids
             self.unknown_tags = unknown_tags
     class CreatableTopicConfig(_Message):
         __slots__ = ('name', 'value', 'unknown_tags')
         _FIELDS = ('name', 'value')
-        def __init__(self, *, name='', value='', unknown_tags=None):
+        name: str
+        value: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', value: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.value = value
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, timeout_ms=60000, validate_only=False, unknown_tags=None):
+    def __init__(self, *, topics: List[CreateTopicsRequest.CreatableTopic] = _UNSET, timeout_ms: int = 60000, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
@@ -1003,10 +1423,22 @@ CreateTopicsRequest.FLEXIBLE_MIN = 5
 class CreateTopicsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[CreateTopicsResponse.CreatableTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class CreatableTopicResult(_Message):
         __slots__ = ('name', 'topic_id', 'error_code', 'error_message', 'topic_config_error_code', 'num_partitions', 'replication_factor', 'configs', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'error_code', 'error_message', 'topic_config_error_code', 'num_partitions', 'replication_factor', 'configs')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, error_code=0, error_message='', topic_config_error_code=0, num_partitions=-1, replication_factor=-1, configs=_UNSET, unknown_tags=None):
+        name: str
+        topic_id: UUID
+        error_code: int
+        error_message: Optional[str]
+        topic_config_error_code: int
+        num_partitions: int
+        replication_factor: int
+        configs: Optional[List[CreateTopicsResponse.CreatableTopicConfigs]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', topic_id: UUID = ZERO_UUID, error_code: int = 0, error_message: Optional[str] = '', topic_config_error_code: int = 0, num_partitions: int = -1, replication_factor: int = -1, configs: Optional[List[CreateTopicsResponse.CreatableTopicConfigs]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.error_code = error_code
@@ -1019,14 +1451,20 @@ class CreateTopicsResponse(_Message):
     class CreatableTopicConfigs(_Message):
         __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_sensitive', 'unknown_tags')
         _FIELDS = ('name', 'value', 'read_only', 'config_source', 'is_sensitive')
-        def __init__(self, *, name='', value='', read_only=False, config_source=-1, is_sensitive=False, unknown_tags=None):
+        name: str
+        value: Optional[str]
+        read_only: bool
+        config_source: int
+        is_sensitive: bool
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', value: Optional[str] = '', read_only: bool = False, config_source: int = -1, is_sensitive: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.value = value
             self.read_only = read_only
             self.config_source = config_source
             self.is_sensitive = is_sensitive
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[CreateTopicsResponse.CreatableTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -1038,14 +1476,21 @@ CreateTopicsResponse.FLEXIBLE_MIN = 5
 class DeleteTopicsRequest(_Message):
     __slots__ = ('topics', 'topic_names', 'timeout_ms', 'unknown_tags')
     _FIELDS = ('topics', 'topic_names', 'timeout_ms')
+    topics: List[DeleteTopicsRequest.DeleteTopicState]
+    topic_names: List[str]
+    timeout_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
     class DeleteTopicState(_Message):
         __slots__ = ('name', 'topic_id', 'unknown_tags')
         _FIELDS = ('name', 'topic_id')
-        def __init__(self, *, name=None, topic_id=ZERO_UUID, unknown_tags=None):
+        name: Optional[str]
+        topic_id: UUID
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: Optional[str] = None, topic_id: UUID = ZERO_UUID, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, topic_names=_UNSET, timeout_ms=0, unknown_tags=None):
+    def __init__(self, *, topics: List[DeleteTopicsRequest.DeleteTopicState] = _UNSET, topic_names: List[str] = _UNSET, timeout_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.topic_names = [] if topic_names is _UNSET else topic_names
         self.timeout_ms = timeout_ms
@@ -1058,16 +1503,24 @@ DeleteTopicsRequest.FLEXIBLE_MIN = 4
 class DeleteTopicsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'responses', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'responses')
+    throttle_time_ms: int
+    responses: List[DeleteTopicsResponse.DeletableTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class DeletableTopicResult(_Message):
         __slots__ = ('name', 'topic_id', 'error_code', 'error_message', 'unknown_tags')
         _FIELDS = ('name', 'topic_id', 'error_code', 'error_message')
-        def __init__(self, *, name='', topic_id=ZERO_UUID, error_code=0, error_message=None, unknown_tags=None):
+        name: Optional[str]
+        topic_id: UUID
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: Optional[str] = '', topic_id: UUID = ZERO_UUID, error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.topic_id = topic_id
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, responses=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, responses: List[DeleteTopicsResponse.DeletableTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.responses = [] if responses is _UNSET else responses
         self.unknown_tags = unknown_tags
@@ -1079,10 +1532,18 @@ DeleteTopicsResponse.FLEXIBLE_MIN = 4
 class CreatePartitionsRequest(_Message):
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tags')
     _FIELDS = ('topics', 'timeout_ms', 'validate_only')
+    topics: List[CreatePartitionsRequest.CreatePartitionsTopic]
+    timeout_ms: int
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class CreatePartitionsTopic(_Message):
         __slots__ = ('name', 'count', 'assignments', 'unknown_tags')
         _FIELDS = ('name', 'count', 'assignments')
-        def __init__(self, *, name='', count=0, assignments=_UNSET, unknown_tags=None):
+        name: str
+        count: int
+        assignments: Optional[List[CreatePartitionsRequest.CreatePartitionsAssignment]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', count: int = 0, assignments: Optional[List[CreatePartitionsRequest.CreatePartitionsAssignment]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.count = count
             self.assignments = [] if assignments is _UNSET else assignments
@@ -1090,10 +1551,12 @@ class CreatePartitionsRequest(_Message):
     class CreatePartitionsAssignment(_Message):
         __slots__ = ('broker_ids', 'unknown_tags')
         _FIELDS = ('broker_ids',)
-        def __init__(self, *, broker_ids=_UNSET, unknown_tags=None):
+        broker_ids: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, broker_ids: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.broker_ids = [] if broker_ids is _UNSET else broker_ids
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, timeout_ms=0, validate_only=False, unknown_tags=None):
+    def __init__(self, *, topics: List[CreatePartitionsRequest.CreatePartitionsTopic] = _UNSET, timeout_ms: int = 0, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
@@ -1106,15 +1569,22 @@ CreatePartitionsRequest.FLEXIBLE_MIN = 2
 class CreatePartitionsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[CreatePartitionsResponse.CreatePartitionsTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class CreatePartitionsTopicResult(_Message):
         __slots__ = ('name', 'error_code', 'error_message', 'unknown_tags')
         _FIELDS = ('name', 'error_code', 'error_message')
-        def __init__(self, *, name='', error_code=0, error_message=None, unknown_tags=None):
+        name: str
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, results=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[CreatePartitionsResponse.CreatePartitionsTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _UNSET else results
         self.unknown_tags = unknown_tags
@@ -1126,21 +1596,30 @@ CreatePartitionsResponse.FLEXIBLE_MIN = 2
 class DeleteRecordsRequest(_Message):
     __slots__ = ('topics', 'timeout_ms', 'unknown_tags')
     _FIELDS = ('topics', 'timeout_ms')
+    topics: List[DeleteRecordsRequest.DeleteRecordsTopic]
+    timeout_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
     class DeleteRecordsTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[DeleteRecordsRequest.DeleteRecordsPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[DeleteRecordsRequest.DeleteRecordsPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class DeleteRecordsPartition(_Message):
         __slots__ = ('partition_index', 'offset', 'unknown_tags')
         _FIELDS = ('partition_index', 'offset')
-        def __init__(self, *, partition_index=0, offset=0, unknown_tags=None):
+        partition_index: int
+        offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, offset: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.offset = offset
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, timeout_ms=0, unknown_tags=None):
+    def __init__(self, *, topics: List[DeleteRecordsRequest.DeleteRecordsTopic] = _UNSET, timeout_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.timeout_ms = timeout_ms
         self.unknown_tags = unknown_tags
@@ -1152,22 +1631,32 @@ DeleteRecordsRequest.FLEXIBLE_MIN = 2
 class DeleteRecordsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[DeleteRecordsResponse.DeleteRecordsTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class DeleteRecordsTopicResult(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[DeleteRecordsResponse.DeleteRecordsPartitionResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[DeleteRecordsResponse.DeleteRecordsPartitionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class DeleteRecordsPartitionResult(_Message):
         __slots__ = ('partition_index', 'low_watermark', 'error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'low_watermark', 'error_code')
-        def __init__(self, *, partition_index=0, low_watermark=0, error_code=0, unknown_tags=None):
+        partition_index: int
+        low_watermark: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, low_watermark: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.low_watermark = low_watermark
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[DeleteRecordsResponse.DeleteRecordsTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -1179,15 +1668,23 @@ DeleteRecordsResponse.FLEXIBLE_MIN = 2
 class DescribeConfigsRequest(_Message):
     __slots__ = ('resources', 'include_synonyms', 'include_documentation', 'unknown_tags')
     _FIELDS = ('resources', 'include_synonyms', 'include_documentation')
+    resources: List[DescribeConfigsRequest.DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+    unknown_tags: Optional[Dict[int, bytes]]
     class DescribeConfigsResource(_Message):
         __slots__ = ('resource_type', 'resource_name', 'configuration_keys', 'unknown_tags')
         _FIELDS = ('resource_type', 'resource_name', 'configuration_keys')
-        def __init__(self, *, resource_type=0, resource_name='', configuration_keys=_UNSET, unknown_tags=None):
+        resource_type: int
+        resource_name: str
+        configuration_keys: Optional[List[str]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type: int = 0, resource_name: str = '', configuration_keys: Optional[List[str]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.resource_type = resource_type
             self.resource_name = resource_name
             self.configuration_keys = [] if configuration_keys is _UNSET else configuration_keys
             self.unknown_tags = unknown_tags
-    def __init__(self, *, resources=_UNSET, include_synonyms=False, include_documentation=False, unknown_tags=None):
+    def __init__(self, *, resources: List[DescribeConfigsRequest.DescribeConfigsResource] = _UNSET, include_synonyms: bool = False, include_documentation: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.resources = [] if resources is _UNSET else resources
         self.include_synonyms = include_synonyms
         self.include_documentation = include_documentation
@@ -1200,10 +1697,19 @@ DescribeConfigsRequest.FLEXIBLE_MIN = 4
 class DescribeConfigsResponse(_Message):
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[DescribeConfigsResponse.DescribeConfigsResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class DescribeConfigsResult(_Message):
         __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs', 'unknown_tags')
         _FIELDS = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs')
-        def __init__(self, *, error_code=0, error_message='', resource_type=0, resource_name='', configs=_UNSET, unknown_tags=None):
+        error_code: int
+        error_message: Optional[str]
+        resource_type: int
+        resource_name: str
+        configs: List[DescribeConfigsResponse.DescribeConfigsResourceResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', resource_type: int = 0, resource_name: str = '', configs: List[DescribeConfigsResponse.DescribeConfigsResourceResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.error_code = error_code
             self.error_message = error_message
             self.resource_type = resource_type
@@ -1213,7 +1719,17 @@ class DescribeConfigsResponse(_Message):
     class DescribeConfigsResourceResult(_Message):
         __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation', 'unknown_tags')
         _FIELDS = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
-        def __init__(self, *, name='', value='', read_only=False, config_source=-1, is_default=False, is_sensitive=False, synonyms=_UNSET, config_type=0, documentation='', unknown_tags=None):
+        name: str
+        value: Optional[str]
+        read_only: bool
+        config_source: int
+        is_default: bool
+        is_sensitive: bool
+        synonyms: List[DescribeConfigsResponse.DescribeConfigsSynonym]
+        config_type: int
+        documentation: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', value: Optional[str] = '', read_only: bool = False, config_source: int = -1, is_default: bool = False, is_sensitive: bool = False, synonyms: List[DescribeConfigsResponse.DescribeConfigsSynonym] = _UNSET, config_type: int = 0, documentation: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.value = value
             self.read_only = read_only
@@ -1227,12 +1743,16 @@ class DescribeConfigsResponse(_Message):
     class DescribeConfigsSynonym(_Message):
         __slots__ = ('name', 'value', 'source', 'unknown_tags')
         _FIELDS = ('name', 'value', 'source')
-        def __init__(self, *, name='', value='', source=0, unknown_tags=None):
+        name: str
+        value: Optional[str]
+        source: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', value: Optional[str] = '', source: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.value = value
             self.source = source
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, results=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[DescribeConfigsResponse.DescribeConfigsResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _UNSET else results
         self.unknown_tags = unknown_tags
@@ -1244,7 +1764,14 @@ DescribeConfigsResponse.FLEXIBLE_MIN = 4
 class InitProducerIdRequest(_Message):
     __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'enable2_pc', 'keep_prepared_txn', 'unknown_tags')
     _FIELDS = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'enable2_pc', 'keep_prepared_txn')
-    def __init__(self, *, transactional_id='', transaction_timeout_ms=0, producer_id=-1, producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False, unknown_tags=None):
+    transactional_id: Optional[str]
+    transaction_timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+    enable2_pc: bool
+    keep_prepared_txn: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, transactional_id: Optional[str] = '', transaction_timeout_ms: int = 0, producer_id: int = -1, producer_epoch: int = -1, enable2_pc: bool = False, keep_prepared_txn: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.producer_id = producer_id
@@ -1260,7 +1787,14 @@ InitProducerIdRequest.FLEXIBLE_MIN = 2
 class InitProducerIdResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'ongoing_txn_producer_id', 'ongoing_txn_producer_epoch', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'ongoing_txn_producer_id', 'ongoing_txn_producer_epoch')
-    def __init__(self, *, throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=0, ongoing_txn_producer_id=-1, ongoing_txn_producer_epoch=-1, unknown_tags=None):
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, producer_id: int = -1, producer_epoch: int = 0, ongoing_txn_producer_id: int = -1, ongoing_txn_producer_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.producer_id = producer_id
@@ -1276,10 +1810,22 @@ InitProducerIdResponse.FLEXIBLE_MIN = 2
 class AddPartitionsToTxnRequest(_Message):
     __slots__ = ('transactions', 'v3_and_below_transactional_id', 'v3_and_below_producer_id', 'v3_and_below_producer_epoch', 'v3_and_below_topics', 'unknown_tags')
     _FIELDS = ('transactions', 'v3_and_below_transactional_id', 'v3_and_below_producer_id', 'v3_and_below_producer_epoch', 'v3_and_below_topics')
+    transactions: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction]
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class AddPartitionsToTxnTransaction(_Message):
         __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics', 'unknown_tags')
         _FIELDS = ('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics')
-        def __init__(self, *, transactional_id='', producer_id=0, producer_epoch=0, verify_only=False, topics=_UNSET, unknown_tags=None):
+        transactional_id: str
+        producer_id: int
+        producer_epoch: int
+        verify_only: bool
+        topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, transactional_id: str = '', producer_id: int = 0, producer_epoch: int = 0, verify_only: bool = False, topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.transactional_id = transactional_id
             self.producer_id = producer_id
             self.producer_epoch = producer_epoch
@@ -1289,11 +1835,14 @@ class AddPartitionsToTxnRequest(_Message):
     class AddPartitionsToTxnTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
-    def __init__(self, *, transactions=_UNSET, v3_and_below_transactional_id='', v3_and_below_producer_id=0, v3_and_below_producer_epoch=0, v3_and_below_topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, transactions: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = _UNSET, v3_and_below_transactional_id: str = '', v3_and_below_producer_id: int = 0, v3_and_below_producer_epoch: int = 0, v3_and_below_topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactions = [] if transactions is _UNSET else transactions
         self.v3_and_below_transactional_id = v3_and_below_transactional_id
         self.v3_and_below_producer_id = v3_and_below_producer_id
@@ -1308,28 +1857,42 @@ AddPartitionsToTxnRequest.FLEXIBLE_MIN = 3
 class AddPartitionsToTxnResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'results_by_transaction', 'results_by_topic_v3_and_below', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'results_by_transaction', 'results_by_topic_v3_and_below')
+    throttle_time_ms: int
+    error_code: int
+    results_by_transaction: List[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
+    results_by_topic_v3_and_below: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class AddPartitionsToTxnResult(_Message):
         __slots__ = ('transactional_id', 'topic_results', 'unknown_tags')
         _FIELDS = ('transactional_id', 'topic_results')
-        def __init__(self, *, transactional_id='', topic_results=_UNSET, unknown_tags=None):
+        transactional_id: str
+        topic_results: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, transactional_id: str = '', topic_results: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.transactional_id = transactional_id
             self.topic_results = [] if topic_results is _UNSET else topic_results
             self.unknown_tags = unknown_tags
     class AddPartitionsToTxnTopicResult(_Message):
         __slots__ = ('name', 'results_by_partition', 'unknown_tags')
         _FIELDS = ('name', 'results_by_partition')
-        def __init__(self, *, name='', results_by_partition=_UNSET, unknown_tags=None):
+        name: str
+        results_by_partition: List[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', results_by_partition: List[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.results_by_partition = [] if results_by_partition is _UNSET else results_by_partition
             self.unknown_tags = unknown_tags
     class AddPartitionsToTxnPartitionResult(_Message):
         __slots__ = ('partition_index', 'partition_error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'partition_error_code')
-        def __init__(self, *, partition_index=0, partition_error_code=0, unknown_tags=None):
+        partition_index: int
+        partition_error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, partition_error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.partition_error_code = partition_error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, results_by_transaction=_UNSET, results_by_topic_v3_and_below=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results_by_transaction: List[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = _UNSET, results_by_topic_v3_and_below: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.results_by_transaction = [] if results_by_transaction is _UNSET else results_by_transaction
@@ -1343,7 +1906,12 @@ AddPartitionsToTxnResponse.FLEXIBLE_MIN = 3
 class AddOffsetsToTxnRequest(_Message):
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'group_id', 'unknown_tags')
     _FIELDS = ('transactional_id', 'producer_id', 'producer_epoch', 'group_id')
-    def __init__(self, *, transactional_id='', producer_id=0, producer_epoch=0, group_id='', unknown_tags=None):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, transactional_id: str = '', producer_id: int = 0, producer_epoch: int = 0, group_id: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -1357,7 +1925,10 @@ AddOffsetsToTxnRequest.FLEXIBLE_MIN = 3
 class AddOffsetsToTxnResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code')
-    def __init__(self, *, throttle_time_ms=0, error_code=0, unknown_tags=None):
+    throttle_time_ms: int
+    error_code: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.unknown_tags = unknown_tags
@@ -1369,7 +1940,12 @@ AddOffsetsToTxnResponse.FLEXIBLE_MIN = 3
 class EndTxnRequest(_Message):
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'committed', 'unknown_tags')
     _FIELDS = ('transactional_id', 'producer_id', 'producer_epoch', 'committed')
-    def __init__(self, *, transactional_id='', producer_id=0, producer_epoch=0, committed=False, unknown_tags=None):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, transactional_id: str = '', producer_id: int = 0, producer_epoch: int = 0, committed: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -1383,7 +1959,12 @@ EndTxnRequest.FLEXIBLE_MIN = 3
 class EndTxnResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch')
-    def __init__(self, *, throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=-1, unknown_tags=None):
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, producer_id: int = -1, producer_epoch: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.producer_id = producer_id
@@ -1397,23 +1978,40 @@ EndTxnResponse.FLEXIBLE_MIN = 3
 class TxnOffsetCommitRequest(_Message):
     __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics', 'unknown_tags')
     _FIELDS = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics')
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: Optional[str]
+    topics: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TxnOffsetCommitRequestTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class TxnOffsetCommitRequestPartition(_Message):
         __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata', 'unknown_tags')
         _FIELDS = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata')
-        def __init__(self, *, partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata='', unknown_tags=None):
+        partition_index: int
+        committed_offset: int
+        committed_leader_epoch: int
+        committed_metadata: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, committed_metadata: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
             self.committed_leader_epoch = committed_leader_epoch
             self.committed_metadata = committed_metadata
             self.unknown_tags = unknown_tags
-    def __init__(self, *, transactional_id='', group_id='', producer_id=0, producer_epoch=0, generation_id=-1, member_id='', group_instance_id=None, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, transactional_id: str = '', group_id: str = '', producer_id: int = 0, producer_epoch: int = 0, generation_id: int = -1, member_id: str = '', group_instance_id: Optional[str] = None, topics: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.transactional_id = transactional_id
         self.group_id = group_id
         self.producer_id = producer_id
@@ -1431,21 +2029,30 @@ TxnOffsetCommitRequest.FLEXIBLE_MIN = 3
 class TxnOffsetCommitResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TxnOffsetCommitResponseTopic(_Message):
         __slots__ = ('name', 'partitions', 'unknown_tags')
         _FIELDS = ('name', 'partitions')
-        def __init__(self, *, name='', partitions=_UNSET, unknown_tags=None):
+        name: str
+        partitions: List[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.name = name
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class TxnOffsetCommitResponsePartition(_Message):
         __slots__ = ('partition_index', 'error_code', 'unknown_tags')
         _FIELDS = ('partition_index', 'error_code')
-        def __init__(self, *, partition_index=0, error_code=0, unknown_tags=None):
+        partition_index: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition_index = partition_index
             self.error_code = error_code
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -1457,7 +2064,9 @@ TxnOffsetCommitResponse.FLEXIBLE_MIN = 3
 class SaslHandshakeRequest(_Message):
     __slots__ = ('mechanism', 'unknown_tags')
     _FIELDS = ('mechanism',)
-    def __init__(self, *, mechanism='', unknown_tags=None):
+    mechanism: str
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, mechanism: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.mechanism = mechanism
         self.unknown_tags = unknown_tags
 SaslHandshakeRequest.API_KEY = 17
@@ -1468,7 +2077,10 @@ SaslHandshakeRequest.FLEXIBLE_MIN = None
 class SaslHandshakeResponse(_Message):
     __slots__ = ('error_code', 'mechanisms', 'unknown_tags')
     _FIELDS = ('error_code', 'mechanisms')
-    def __init__(self, *, error_code=0, mechanisms=_UNSET, unknown_tags=None):
+    error_code: int
+    mechanisms: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, error_code: int = 0, mechanisms: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.error_code = error_code
         self.mechanisms = [] if mechanisms is _UNSET else mechanisms
         self.unknown_tags = unknown_tags
@@ -1480,7 +2092,9 @@ SaslHandshakeResponse.FLEXIBLE_MIN = None
 class SaslAuthenticateRequest(_Message):
     __slots__ = ('auth_bytes', 'unknown_tags')
     _FIELDS = ('auth_bytes',)
-    def __init__(self, *, auth_bytes=b'', unknown_tags=None):
+    auth_bytes: Buffer
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, auth_bytes: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.auth_bytes = auth_bytes
         self.unknown_tags = unknown_tags
 SaslAuthenticateRequest.API_KEY = 36
@@ -1491,7 +2105,12 @@ SaslAuthenticateRequest.FLEXIBLE_MIN = 2
 class SaslAuthenticateResponse(_Message):
     __slots__ = ('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms', 'unknown_tags')
     _FIELDS = ('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms')
-    def __init__(self, *, error_code=0, error_message='', auth_bytes=b'', session_lifetime_ms=0, unknown_tags=None):
+    error_code: int
+    error_message: Optional[str]
+    auth_bytes: Buffer
+    session_lifetime_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', auth_bytes: Buffer = b'', session_lifetime_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.error_code = error_code
         self.error_message = error_message
         self.auth_bytes = auth_bytes
@@ -1505,7 +2124,11 @@ SaslAuthenticateResponse.FLEXIBLE_MIN = 2
 class DescribeClusterRequest(_Message):
     __slots__ = ('include_cluster_authorized_operations', 'endpoint_type', 'include_fenced_brokers', 'unknown_tags')
     _FIELDS = ('include_cluster_authorized_operations', 'endpoint_type', 'include_fenced_brokers')
-    def __init__(self, *, include_cluster_authorized_operations=False, endpoint_type=1, include_fenced_brokers=False, unknown_tags=None):
+    include_cluster_authorized_operations: bool
+    endpoint_type: int
+    include_fenced_brokers: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, include_cluster_authorized_operations: bool = False, endpoint_type: int = 1, include_fenced_brokers: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.include_cluster_authorized_operations = include_cluster_authorized_operations
         self.endpoint_type = endpoint_type
         self.include_fenced_brokers = include_fenced_brokers
@@ -1518,17 +2141,32 @@ DescribeClusterRequest.FLEXIBLE_MIN = 0
 class DescribeClusterResponse(_Message):
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    endpoint_type: int
+    cluster_id: str
+    controller_id: int
+    brokers: List[DescribeClusterResponse.DescribeClusterBroker]
+    cluster_authorized_operations: int
+    unknown_tags: Optional[Dict[int, bytes]]
     class DescribeClusterBroker(_Message):
         __slots__ = ('broker_id', 'host', 'port', 'rack', 'is_fenced', 'unknown_tags')
         _FIELDS = ('broker_id', 'host', 'port', 'rack', 'is_fenced')
-        def __init__(self, *, broker_id=0, host='', port=0, rack=None, is_fenced=False, unknown_tags=None):
+        broker_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        is_fenced: bool
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, broker_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, is_fenced: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.broker_id = broker_id
             self.host = host
             self.port = port
             self.rack = rack
             self.is_fenced = is_fenced
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id='', controller_id=-1, brokers=_UNSET, cluster_authorized_operations=-2147483648, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, endpoint_type: int = 1, cluster_id: str = '', controller_id: int = -1, brokers: List[DescribeClusterResponse.DescribeClusterBroker] = _UNSET, cluster_authorized_operations: int = -2147483648, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
@@ -1546,22 +2184,32 @@ DescribeClusterResponse.FLEXIBLE_MIN = 0
 class OffsetForLeaderEpochRequest(_Message):
     __slots__ = ('replica_id', 'topics', 'unknown_tags')
     _FIELDS = ('replica_id', 'topics')
+    replica_id: int
+    topics: List[OffsetForLeaderEpochRequest.OffsetForLeaderTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetForLeaderTopic(_Message):
         __slots__ = ('topic', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'partitions')
-        def __init__(self, *, topic='', partitions=_UNSET, unknown_tags=None):
+        topic: str
+        partitions: List[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class OffsetForLeaderPartition(_Message):
         __slots__ = ('partition', 'current_leader_epoch', 'leader_epoch', 'unknown_tags')
         _FIELDS = ('partition', 'current_leader_epoch', 'leader_epoch')
-        def __init__(self, *, partition=0, current_leader_epoch=-1, leader_epoch=0, unknown_tags=None):
+        partition: int
+        current_leader_epoch: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition: int = 0, current_leader_epoch: int = -1, leader_epoch: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.partition = partition
             self.current_leader_epoch = current_leader_epoch
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
-    def __init__(self, *, replica_id=-2, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, replica_id: int = -2, topics: List[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.replica_id = replica_id
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -1573,23 +2221,34 @@ OffsetForLeaderEpochRequest.FLEXIBLE_MIN = 4
 class OffsetForLeaderEpochResponse(_Message):
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
     _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
     class OffsetForLeaderTopicResult(_Message):
         __slots__ = ('topic', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'partitions')
-        def __init__(self, *, topic='', partitions=_UNSET, unknown_tags=None):
+        topic: str
+        partitions: List[OffsetForLeaderEpochResponse.EpochEndOffset]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[OffsetForLeaderEpochResponse.EpochEndOffset] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
     class EpochEndOffset(_Message):
         __slots__ = ('error_code', 'partition', 'leader_epoch', 'end_offset', 'unknown_tags')
         _FIELDS = ('error_code', 'partition', 'leader_epoch', 'end_offset')
-        def __init__(self, *, error_code=0, partition=0, leader_epoch=-1, end_offset=-1, unknown_tags=None):
+        error_code: int
+        partition: int
+        leader_epoch: int
+        end_offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, partition: int = 0, leader_epoch: int = -1, end_offset: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.error_code = error_code
             self.partition = partition
             self.leader_epoch = leader_epoch
             self.end_offset = end_offset
             self.unknown_tags = unknown_tags
-    def __init__(self, *, throttle_time_ms=0, topics=_UNSET, unknown_tags=None):
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
@@ -1601,14 +2260,23 @@ OffsetForLeaderEpochResponse.FLEXIBLE_MIN = 4
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
+    topics: List[str]
+    user_data: Optional[Buffer]
+    owned_partitions: List[ConsumerProtocolSubscription.TopicPartition]
+    generation_id: int
+    rack_id: Optional[str]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TopicPartition(_Message):
         __slots__ = ('topic', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'partitions')
-        def __init__(self, *, topic='', partitions=_UNSET, unknown_tags=None):
+        topic: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
-    def __init__(self, *, topics=_UNSET, user_data=None, owned_partitions=_UNSET, generation_id=-1, rack_id=None, unknown_tags=None):
+    def __init__(self, *, topics: List[str] = _UNSET, user_data: Optional[Buffer] = None, owned_partitions: List[ConsumerProtocolSubscription.TopicPartition] = _UNSET, generation_id: int = -1, rack_id: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.topics = [] if topics is _UNSET else topics
         self.user_data = user_data
         self.owned_partitions = [] if owned_partitions is _UNSET else owned_partitions
@@ -1623,14 +2291,20 @@ ConsumerProtocolSubscription.FLEXIBLE_MIN = None
 class ConsumerProtocolAssignment(_Message):
     __slots__ = ('assigned_partitions', 'user_data', 'unknown_tags')
     _FIELDS = ('assigned_partitions', 'user_data')
+    assigned_partitions: List[ConsumerProtocolAssignment.TopicPartition]
+    user_data: Optional[Buffer]
+    unknown_tags: Optional[Dict[int, bytes]]
     class TopicPartition(_Message):
         __slots__ = ('topic', 'partitions', 'unknown_tags')
         _FIELDS = ('topic', 'partitions')
-        def __init__(self, *, topic='', partitions=_UNSET, unknown_tags=None):
+        topic: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
             self.topic = topic
             self.partitions = [] if partitions is _UNSET else partitions
             self.unknown_tags = unknown_tags
-    def __init__(self, *, assigned_partitions=_UNSET, user_data=None, unknown_tags=None):
+    def __init__(self, *, assigned_partitions: List[ConsumerProtocolAssignment.TopicPartition] = _UNSET, user_data: Optional[Buffer] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.assigned_partitions = [] if assigned_partitions is _UNSET else assigned_partitions
         self.user_data = user_data
         self.unknown_tags = unknown_tags
