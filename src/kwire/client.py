@@ -271,6 +271,8 @@ class Client:
                 self.wait_ready(node, deadline)
                 return self.wait(self.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
             except (ConnectionLostError, NoBrokersAvailableError) as e:
+                if not e.retriable:
+                    raise
                 last = e
                 if time.monotonic() >= deadline:
                     break
@@ -288,25 +290,26 @@ class Client:
             self.poll(0.05)
 
     def wait_ready(self, node_id: int, deadline: float) -> Connection:
-        """Connect to ``node_id`` and wait until its setup is done."""
+        """Connect to ``node_id`` and wait until its setup is done. A
+        non-retriable failure (TLS refused, SASL refused) is raised at once;
+        otherwise :class:`NoBrokersAvailableError` at ``deadline``, naming the
+        last failure."""
         while True:
             conn = self.connection(node_id)
             if conn is not None and conn.ready:
                 return conn
-            if conn is not None and conn.closed:
-                raise conn.error or ConnectionLostError(f"node {node_id} closed")
-            if time.monotonic() >= deadline:
-                raise NoBrokersAvailableError(f"node {node_id} did not become ready in time")
-            if conn is None:
+            err = conn.error if conn is not None and conn.closed else self._last_error(node_id)
+            if err is not None and getattr(err, "retriable", True) is False:
+                raise err
+            now = time.monotonic()
+            if now >= deadline:
+                raise NoBrokersAvailableError(f"node {node_id} did not become ready in time"
+                                              + (f" (last error: {err})" if err is not None else ""))
+            if conn is None or conn.closed:
                 not_before = self._backoff.get(node_id, (0.0, 0.0))[0]
-                time.sleep(max(0.0, min(not_before - time.monotonic(), deadline - time.monotonic(), 0.1)))
-                err = self._last_error(node_id)
-                if err is not None and getattr(err, "retriable", True) is False:
-                    raise err
+                time.sleep(max(0.001, min(not_before - now, deadline - now, 0.1)))
                 continue
-            self.poll(min(0.1, max(0.0, deadline - time.monotonic())))
-            if conn.closed and conn.error is not None and getattr(conn.error, "retriable", True) is False:
-                raise conn.error
+            self.poll(min(0.1, max(0.0, deadline - now)))
 
     def _last_error(self, node_id: int) -> Optional[BaseException]:
         return self._errors.get(node_id)

@@ -203,7 +203,15 @@ class Connection:
                 self._flush()
             if readable:
                 self._read()
-        except (OSError, ssl.SSLError) as e:
+        except ssl.SSLError as e:
+            if self.state == "handshake":    # refused right after the TLS handshake: TLS 1.3 reports a
+                self.close(TlsError(         # missing or refused client certificate this way
+                    f"TLS to {self.host}:{self.port}: the broker ended the connection during setup ({e}); "
+                    "it may require a client certificate (ssl_certfile / ssl_keyfile)"))
+            else:
+                self.close(ConnectionLostError(f"TLS connection to {self.host}:{self.port} (node {self.node_id}) "
+                                               f"failed: {e}"))
+        except OSError as e:
             self.close(ConnectionLostError(f"connection to {self.host}:{self.port} (node {self.node_id}) failed: {e}"))
         except KwireError as e:
             self.close(e)

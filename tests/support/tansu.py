@@ -211,11 +211,13 @@ class Broker:
         return f"<Tansu broker {self.bootstrap} pid={self.pid} {state}>"
 
 
-def _launch(binary: str, host: str, port: int, timeout: float, extra_args: Sequence[str]) -> Broker:
+def _launch(binary: str, host: str, port: int, timeout: float, extra_args: Sequence[str],
+            advertised: Optional[str] = None) -> Broker:
     workdir = tempfile.mkdtemp(prefix="kwire-tansu-")
     url = f"tcp://{host}:{port}"
     cluster_id = f"kwire-{uuid.uuid4().hex[:12]}"
-    cmd = [binary, "broker", "--cluster-id", cluster_id, "--listener-url", url, "--advertised-listener-url", url,
+    cmd = [binary, "broker", "--cluster-id", cluster_id, "--listener-url", url,
+           "--advertised-listener-url", f"tcp://{advertised}" if advertised else url,
            "--storage-engine", "memory://tansu/", *extra_args]
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
     try:
@@ -254,7 +256,8 @@ def _launch(binary: str, host: str, port: int, timeout: float, extra_args: Seque
 
 
 def start_tansu(*, host: str = "127.0.0.1", port: Optional[int] = None, timeout: float = READY_TIMEOUT,
-                binary: Optional[str] = None, extra_args: Sequence[str] = ()) -> Broker:
+                binary: Optional[str] = None, extra_args: Sequence[str] = (),
+                advertised: Optional[str] = None) -> Broker:
     """Start Tansu with in-memory storage on ``host``:``port`` (a free port by default).
 
     Returns when the broker answers a Kafka Metadata request on the port with
@@ -262,12 +265,15 @@ def start_tansu(*, host: str = "127.0.0.1", port: Optional[int] = None, timeout:
     when there is no binary and :class:`TansuStartError` (quoting the broker's
     log) when it does not come up within ``timeout`` seconds. With a free port
     chosen here, a start that loses the port to another process is retried.
+    ``advertised`` ("host:port") is the address the metadata sends clients to
+    (a proxy's, for TLS/SASL/fault tests); the broker's own by default.
     """
     binary = binary or find_tansu()
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
         try:
-            return _launch(binary, host, port if port is not None else free_port(host), timeout, extra_args)
+            return _launch(binary, host, port if port is not None else free_port(host), timeout, extra_args,
+                           advertised)
         except TansuStartError as exc:
             lost_port = any(m in str(exc).lower() for m in ("in use", "addrinuse", "another broker"))
             if not lost_port or attempt == attempts - 1:
