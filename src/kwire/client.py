@@ -189,6 +189,9 @@ class Client:
             wait = min(top, last * 2) if last else first
             self._backoff[conn.node_id] = (time.monotonic() + wait, wait)
             if conn.error is not None:
+                before = self._errors.get(conn.node_id)
+                if before is None or str(before) != str(conn.error):   # say a new failure once, not every retry
+                    log.info("node %s (%s:%s): %s", conn.node_id, conn.host, conn.port, conn.error)
                 self._errors[conn.node_id] = conn.error
             if conn.node_id >= 0:
                 self._metadata_wanted = True

