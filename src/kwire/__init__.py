@@ -44,7 +44,9 @@ from kwire.errors import (
     CrcMismatchError,
     DecompressionBombError,
     DecompressionError,
+    KafkaError,
     KwireError,
+    ProtocolError,
     UnsupportedCodecError,
 )
 
@@ -74,6 +76,8 @@ __all__ = [
     "CrcMismatchError",
     "DecompressionBombError",
     "DecompressionError",
+    "KafkaError",
     "KwireError",
+    "ProtocolError",
     "UnsupportedCodecError",
 ]

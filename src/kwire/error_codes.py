@@ -1,19 +1,36 @@
-"""Kafka's error codes (Apache Kafka 4.3's ``Errors`` enum) as data.
+"""Kafka's error codes as data: the tables :mod:`kwire.errors` turns into
+exception classes.
 
-One row per code: (code, NAME, kind, message). ``kind`` is ``"M"`` for
-errors Kafka's clients treat as stale metadata (InvalidMetadataException:
-refresh, then retry), ``"R"`` for other retriable ones (RetriableException),
-``"-"`` for the rest. :mod:`kwire.errors` turns each row into an exception
-class; the 0.7 table follows Kafka 0.7's wire format documentation.
+``ERROR_CODES`` follows the ``Errors`` enum of Apache Kafka 4.x (codes -1 to
+133, the last added in 4.1; the 4.3 message definitions name no newer one).
+One row per code: ``(code, NAME, kind, message)``, where ``NAME`` is Kafka's
+name, ``message`` its description and ``kind`` says how a client should treat
+the error, from the Java exception class Kafka maps the code to:
+
+- ``"M"``: stale metadata (a subclass of ``InvalidMetadataException``):
+  refresh the cluster metadata, then retry. These are retriable too.
+- ``"R"``: retriable (a subclass of ``RetriableException``): the same request
+  may succeed later.
+- ``"-"``: not retriable.
+
+``V07_ERROR_CODES`` is the error table of the Kafka 0.7 wire format (its
+response header's ERROR_CODE): the same numbers mean other things there.
+One row per code: ``(code, Name, message)``.
 """
 
 from __future__ import annotations
 
 from typing import Tuple
 
+__all__ = ["ERROR_CODES", "V07_ERROR_CODES", "RETRIABLE", "INVALID_METADATA", "NOT_RETRIABLE"]
+
+INVALID_METADATA = "M"
+RETRIABLE = "R"
+NOT_RETRIABLE = "-"
+
 ERROR_CODES: Tuple[Tuple[int, str, str, str], ...] = (
-    (-2, 'UNKNOWN_RETRIABLE', 'R', 'The client received an unexpected error code when processing the response.'),
     (-1, 'UNKNOWN_SERVER_ERROR', '-', 'The server experienced an unexpected error when processing the request.'),
+    (0, 'NONE', '-', 'No error.'),
     (1, 'OFFSET_OUT_OF_RANGE', '-', 'The requested offset is not within the range of offsets maintained by the server.'),
     (2, 'CORRUPT_MESSAGE', 'R', 'This message has failed its CRC checksum, exceeds the valid size, has a null key for a compacted topic, or is otherwise corrupt.'),
     (3, 'UNKNOWN_TOPIC_OR_PARTITION', 'M', 'This server does not host this topic-partition.'),
@@ -22,7 +39,7 @@ ERROR_CODES: Tuple[Tuple[int, str, str, str], ...] = (
     (6, 'NOT_LEADER_OR_FOLLOWER', 'M', 'For requests intended only for the leader, this error indicates that the broker is not the current leader. For requests intended for any replica, this error indicates that the broker is not a replica of the topic partition.'),
     (7, 'REQUEST_TIMED_OUT', 'R', 'The request timed out.'),
     (8, 'BROKER_NOT_AVAILABLE', '-', 'The broker is not available.'),
-    (9, 'REPLICA_NOT_AVAILABLE', 'M', 'The replica is not available for the requested topic-partition.'),
+    (9, 'REPLICA_NOT_AVAILABLE', 'M', 'The replica is not available for the requested topic-partition. Produce/Fetch requests and other requests intended only for the leader or follower return NOT_LEADER_OR_FOLLOWER if the broker is not a replica of the topic-partition.'),
     (10, 'MESSAGE_TOO_LARGE', '-', 'The request included a message larger than the max message size the server will accept.'),
     (11, 'STALE_CONTROLLER_EPOCH', '-', 'The controller moved to another broker.'),
     (12, 'OFFSET_METADATA_TOO_LARGE', '-', 'The metadata field of the offset request was too large.'),
@@ -72,7 +89,7 @@ ERROR_CODES: Tuple[Tuple[int, str, str, str], ...] = (
     (56, 'KAFKA_STORAGE_ERROR', 'M', 'Disk error when trying to access log file on the disk.'),
     (57, 'LOG_DIR_NOT_FOUND', '-', 'The user-specified log directory is not found in the broker config.'),
     (58, 'SASL_AUTHENTICATION_FAILED', '-', 'SASL Authentication failed.'),
-    (59, 'UNKNOWN_PRODUCER_ID', '-', 'This exception is raised by the broker if it could not locate the producer metadata associated with the producerId in question.'),
+    (59, 'UNKNOWN_PRODUCER_ID', '-', "This exception is raised by the broker if it could not locate the producer metadata associated with the producerId in question. This could happen if, for instance, the producer's records were deleted because their retention time had elapsed. Once the last records of the producerId are removed, the producer's metadata is removed from the broker, and future appends by the producer will return this exception."),
     (60, 'REASSIGNMENT_IN_PROGRESS', '-', 'A partition reassignment is in progress.'),
     (61, 'DELEGATION_TOKEN_AUTH_DISABLED', '-', 'Delegation Token feature is not enabled.'),
     (62, 'DELEGATION_TOKEN_NOT_FOUND', '-', 'Delegation Token is not found on server.'),
@@ -97,7 +114,7 @@ ERROR_CODES: Tuple[Tuple[int, str, str, str], ...] = (
     (81, 'GROUP_MAX_SIZE_REACHED', '-', 'The group has reached its maximum size.'),
     (82, 'FENCED_INSTANCE_ID', '-', 'The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id.'),
     (83, 'ELIGIBLE_LEADERS_NOT_AVAILABLE', 'M', 'Eligible topic partition leaders are not available.'),
-    (84, 'ELECTION_NOT_NEEDED', '-', 'Leader election not needed for topic partition.'),
+    (84, 'ELECTION_NOT_NEEDED', 'M', 'Leader election not needed for topic partition.'),
     (85, 'NO_REASSIGNMENT_IN_PROGRESS', '-', 'No partition reassignment is in progress.'),
     (86, 'GROUP_SUBSCRIBED_TO_TOPIC', '-', 'Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it.'),
     (87, 'INVALID_RECORD', '-', 'This record has failed the validation on broker and hence will be rejected.'),
@@ -146,6 +163,16 @@ ERROR_CODES: Tuple[Tuple[int, str, str, str], ...] = (
     (130, 'STREAMS_INVALID_TOPOLOGY', '-', 'The supplied topology is invalid.'),
     (131, 'STREAMS_INVALID_TOPOLOGY_EPOCH', '-', 'The supplied topology epoch is invalid.'),
     (132, 'STREAMS_TOPOLOGY_FENCED', '-', 'The supplied topology epoch is outdated.'),
-    (133, 'SHARE_SESSION_LIMIT_REACHED', '-', 'The limit of share sessions has been reached.'),
+    (133, 'SHARE_SESSION_LIMIT_REACHED', 'R', 'The limit of share sessions has been reached.'),
 )
 
+V07_ERROR_CODES: Tuple[Tuple[int, str, str], ...] = (
+    (-1, "Unknown", "Unknown Error"),
+    (0, "NoError", "Success"),
+    (1, "OffsetOutOfRange", "Offset requested is no longer available on the server"),
+    (2, "InvalidMessage", "A message you sent failed its checksum and is corrupt."),
+    (3, "WrongPartition",
+     "You tried to access a partition that doesn't exist (was not between 0 and (num_partitions - 1))."),
+    (4, "InvalidFetchSize",
+     "The size you requested for fetching is smaller than the message you're trying to fetch."),
+)

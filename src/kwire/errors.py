@@ -3,12 +3,22 @@
 Every error kwire raises derives from :class:`KwireError`. Errors about the
 bytes of a record batch derive from :class:`CorruptRecordError` and name the
 topic, partition and offset where the problem was found, so a consumer can
-report exactly which record it could not return.
+report exactly which record it could not return. Frames that break the
+protocol raise :class:`ProtocolError`.
+
+Error codes returned by brokers raise :class:`KafkaError` subclasses, one per
+code of Kafka's table (``kwire.errors.NotLeaderOrFollowerError`` for 6, ...;
+see :func:`error_for_code`), with the code's ``retriable`` and
+``invalid_metadata`` flags; Kafka 0.7's own codes raise :class:`Kafka07Error`
+subclasses. The tables themselves are data in :mod:`kwire.error_codes`.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+import functools
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+from kwire.error_codes import ERROR_CODES, INVALID_METADATA, RETRIABLE, V07_ERROR_CODES
 
 __all__: List[str] = [
     "KwireError",
@@ -64,7 +74,7 @@ class CorruptRecordError(KwireError):
             return self.reason
         return f"{self.reason} ({', '.join(where)})"
 
-    def __reduce__(self):  # keep the fields across pickling (Spark workers)
+    def __reduce__(self) -> Tuple[Any, ...]:  # keep the fields across pickling (Spark workers)
         return (type(self), (self.reason, self.topic, self.partition, self.offset))
 
     def at(self, topic: Optional[str], partition: Optional[int], offset: Optional[int]) -> "CorruptRecordError":
@@ -105,106 +115,176 @@ class ProtocolError(KwireError):
         where = f" ({api} v{version})" if api is not None and version is not None else (f" ({api})" if api else "")
         super().__init__(reason + where)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.reason, self.api, self.version))
 
 
-# ---------------------------------------------------------------- broker errors
-class KafkaError(KwireError):
-    """An error code a broker returned. Subclasses, one per code, carry
-    ``code``, ``name`` (Kafka's), ``message`` (Kafka's description),
-    ``retriable`` and ``invalid_metadata`` (refresh metadata before retrying).
+# ------------------------------------------------------------ error codes
+def _describe(error: "_CodedError") -> str:
+    """The text of a coded error: what the code means, what the broker
+    added, and where it happened."""
+    text = f"{error._family}{error.name} ({error.code}): {error.message}"
+    if error.error_message and error.error_message != error.message:
+        text += f" Broker says: {error.error_message}"
+    where: List[str] = []
+    if error.api:
+        where.append(error.api)
+    if error.topic is not None:
+        where.append(f"topic {error.topic!r}")
+    if error.partition is not None and error.partition >= 0:
+        where.append(f"partition {error.partition}")
+    if error.offset is not None:
+        where.append(f"offset {error.offset}")
+    where.extend(f"{key} {value!r}" for key, value in sorted(error.context.items()))
+    return f"{text} ({', '.join(where)})" if where else text
 
-    Instances carry what is known of the context: ``api``, ``topic``,
-    ``partition`` and the broker's own ``error_message``.
-    """
+
+class _CodedError(KwireError):
+    """What the two families of numbered errors (Kafka's since 0.8, and
+    Kafka 0.7's) share: class attributes ``code``, ``name`` and ``message``;
+    per instance the broker's text (``error_message``, or any detail the
+    caller has) and where the error happened (``api``, ``topic``,
+    ``partition``, ``offset`` and any other keyword, kept in ``context``)."""
 
     code: int = -1
-    name: str = "UNKNOWN_SERVER_ERROR"
+    name: str = ""
     message: str = ""
-    invalid_metadata: bool = False
+    _family: str = ""
 
-    def __init__(self, error_message: Optional[str] = None, *, api: Optional[str] = None,
-                 topic: Optional[str] = None, partition: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        error_message: Optional[str] = None,
+        *,
+        api: Optional[str] = None,
+        topic: Optional[str] = None,
+        partition: Optional[int] = None,
+        offset: Optional[int] = None,
+        **context: Any,
+    ) -> None:
         self.error_message = error_message
         self.api = api
         self.topic = topic
         self.partition = partition
-        super().__init__(self._format())
+        self.offset = offset
+        self.context: Dict[str, Any] = context
+        super().__init__(_describe(self))
 
-    def _format(self) -> str:
-        text = f"{self.name} ({self.code}): {self.message}"
-        if self.error_message and self.error_message != self.message:
-            text += f" Broker says: {self.error_message}"
-        where = []
-        if self.api:
-            where.append(self.api)
-        if self.topic is not None:
-            where.append(f"topic {self.topic!r}")
-        if self.partition is not None and self.partition >= 0:
-            where.append(f"partition {self.partition}")
-        return f"{text} ({', '.join(where)})" if where else text
-
-    def __reduce__(self):  # picklable with its context (Spark ships exceptions between processes)
-        return (_rebuild_kafka_error, (self.code, self.error_message, self.api, self.topic, self.partition))
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Picklable with its context (Spark ships exceptions between
+        # processes). Classes made for unknown codes are not module
+        # attributes, so those travel as their number.
+        cls = type(self)
+        ref: Any = (isinstance(self, Kafka07Error), cls.code) if cls.__dict__.get("_made_for_unknown_code") else cls
+        return (_rebuild_coded_error, (ref, self.error_message, self.api, self.topic, self.partition,
+                                       self.offset, self.context))
 
 
-def _rebuild_kafka_error(code, error_message, api, topic, partition):
-    return error_for_code(code)(error_message, api=api, topic=topic, partition=partition)
+def _rebuild_coded_error(ref: Any, error_message: Optional[str], api: Optional[str], topic: Optional[str],
+                         partition: Optional[int], offset: Optional[int], context: Dict[str, Any]) -> "_CodedError":
+    cls: Type[_CodedError]
+    if isinstance(ref, tuple):
+        v07, code = ref
+        cls = error_for_v07_code(code) if v07 else error_for_code(code)
+    else:
+        cls = ref
+    return cls(error_message, api=api, topic=topic, partition=partition, offset=offset, **context)
+
+
+# ---------------------------------------------------------------- broker errors
+class KafkaError(_CodedError):
+    """An error code a broker returned (Kafka 0.8 and later). One subclass
+    per code of Kafka's table (:mod:`kwire.error_codes`), each named after
+    Kafka's name (``NOT_LEADER_OR_FOLLOWER`` -> :class:`NotLeaderOrFollowerError`)
+    and carrying, as class attributes:
+
+    - ``code``: the number on the wire;
+    - ``name``: Kafka's name;
+    - ``message``: Kafka's description;
+    - ``retriable``: the same request may succeed later;
+    - ``invalid_metadata``: the client's view of the cluster is stale: refresh
+      metadata before retrying (these errors are retriable too).
+
+    Instances carry the broker's own ``error_message`` (when the response
+    has one) and where the error happened: ``api``, ``topic``,
+    ``partition``, ``offset``, and any other keyword in ``context``. Use
+    :func:`error_for_code` or :func:`raise_for_code` to go from a code to its
+    class.
+    """
+
+    code: int = -1
+    name: str = "KAFKA_ERROR"
+    message: str = "An error code returned by a broker."
+    invalid_metadata: bool = False
 
 
 def _class_name(name: str) -> str:
-    base = "".join(part.capitalize() for part in name.lower().split("_"))
+    """Kafka's name in CamelCase with the suffix ``Error``
+    (``INVALID_TOPIC_EXCEPTION`` -> ``InvalidTopicError``)."""
+    if name == "NONE":
+        return "NoError"
+    base = "".join(part.capitalize() for part in name.split("_"))
     for suffix in ("Exception", "Error"):
         if base.endswith(suffix):
             base = base[: -len(suffix)]
     return base + "Error"
 
 
-_BY_CODE: dict = {}
+_BY_CODE: Dict[int, Type[KafkaError]] = {}
 
 
-def _make_error_classes() -> None:
-    from kwire.error_codes import ERROR_CODES
-
+def _define_error_classes() -> None:
     for code, name, kind, message in ERROR_CODES:
         cls_name = _class_name(name)
         cls = type(cls_name, (KafkaError,), {
-            "__doc__": f"Kafka error {code} {name}: {message}",
+            "__doc__": f"Kafka error {code}, {name}: {message}",
             "__module__": __name__,
-            "code": code, "name": name, "message": message,
-            "retriable": kind in ("R", "M"), "invalid_metadata": kind == "M",
+            "code": code,
+            "name": name,
+            "message": message,
+            "retriable": kind in (RETRIABLE, INVALID_METADATA),
+            "invalid_metadata": kind == INVALID_METADATA,
         })
         globals()[cls_name] = cls
         __all__.append(cls_name)
         _BY_CODE[code] = cls
 
 
-_make_error_classes()
+_define_error_classes()
 
 
 class UnknownErrorCodeError(KafkaError):
-    """A code this version of kwire does not know (a newer broker's)."""
+    """A code missing from kwire's table (a newer broker's). Not retriable;
+    :func:`error_for_code` gives a subclass per code whose ``code`` is the
+    number received."""
 
-    code = -1
     name = "UNKNOWN_ERROR_CODE"
-    message = "an error code kwire does not know"
+    message = "An error code kwire does not know."
 
 
-def error_for_code(code: int) -> type:
-    """The :class:`KafkaError` subclass of ``code`` (a class that keeps the
-    number and says it is unknown for codes not in Kafka 4.3's table)."""
+@functools.lru_cache(maxsize=256)
+def _unknown_code_class(code: int) -> Type[KafkaError]:
+    return type(f"UnknownErrorCode{code}Error", (UnknownErrorCodeError,), {
+        "__doc__": f"Error code {code}, which kwire does not know.",
+        "__module__": __name__,
+        "_made_for_unknown_code": True,
+        "code": code,
+        "name": f"UNKNOWN_ERROR_CODE_{code}",
+        "message": f"Error code {code}, which kwire does not know.",
+    })
+
+
+def error_for_code(code: int) -> Type[KafkaError]:
+    """The :class:`KafkaError` subclass of ``code``: :class:`NoError` for 0,
+    a subclass of :class:`UnknownErrorCodeError` keeping the number for codes
+    not in the table."""
     cls = _BY_CODE.get(code)
-    if cls is None:
-        cls = type(f"KafkaError{code}", (UnknownErrorCodeError,), {
-            "code": code, "name": f"UNKNOWN_ERROR_CODE_{code}",
-            "message": f"error code {code}, which kwire does not know", "__module__": __name__})
-        _BY_CODE[code] = cls
-    return cls
+    return cls if cls is not None else _unknown_code_class(code)
 
 
-def raise_for_code(code: int, error_message: Optional[str] = None, **context) -> None:
-    """Raise the error of ``code`` with ``context`` (nothing for 0)."""
+def raise_for_code(code: int, error_message: Optional[str] = None, **context: Any) -> None:
+    """Raise the error of ``code`` with the broker's ``error_message`` and
+    ``context`` (``api``, ``topic``, ``partition``, ``offset``, any other
+    keyword); does nothing for 0 (no error)."""
     if code:
         raise error_for_code(code)(error_message, **context)
 
@@ -213,38 +293,73 @@ __all__ += ["KafkaError", "UnknownErrorCodeError", "error_for_code", "raise_for_
 
 
 # ------------------------------------------------------------ Kafka 0.7 errors
-class Kafka07Error(KwireError):
-    """An error code of a Kafka 0.7 response header (its own table: the
-    numbers mean other things than in 0.8+)."""
+class Kafka07Error(_CodedError):
+    """An error code of a Kafka 0.7 response header. 0.7 has its own table
+    (:data:`kwire.error_codes.V07_ERROR_CODES`): its numbers mean other
+    things than since 0.8. One subclass per code: ``Kafka07OffsetOutOfRangeError``,
+    ``Kafka07InvalidMessageError``, ``Kafka07WrongPartitionError``,
+    ``Kafka07InvalidFetchSizeError``, ``Kafka07UnknownError`` (and
+    ``Kafka07NoError`` for 0, never raised); same attributes as
+    :class:`KafkaError` except the retry flags (0.7 defines none)."""
 
-    code = -1
-    name = "Unknown"
-    message = "Unknown Error"
-
-    def __init__(self, detail: Optional[str] = None) -> None:
-        text = f"Kafka 0.7 {self.name} ({self.code}): {self.message}"
-        super().__init__(text + (f" ({detail})" if detail else ""))
-
-
-_V07 = (
-    (-1, "Unknown", "Unknown Error"),
-    (1, "OffsetOutOfRange", "Offset requested is no longer available on the server"),
-    (2, "InvalidMessage", "A message you sent failed its checksum and is corrupt."),
-    (3, "WrongPartition", "You tried to access a partition that doesn't exist (was not between 0 and (num_partitions - 1))."),
-    (4, "InvalidFetchSize", "The size you requested for fetching is smaller than the message you're trying to fetch."),
-)
-_V07_BY_CODE = {}
-for _code, _name, _msg in _V07:
-    _cls = type(f"Kafka07{_name}Error", (Kafka07Error,), {"code": _code, "name": _name, "message": _msg,
-                                                         "__module__": __name__})
-    globals()[_cls.__name__] = _cls
-    __all__.append(_cls.__name__)
-    _V07_BY_CODE[_code] = _cls
+    name = "Kafka07Error"
+    message = "An error code returned by a Kafka 0.7 broker."
+    _family = "Kafka 0.7 "
 
 
-def error_for_v07_code(code: int) -> type:
-    """The 0.7 error class of ``code`` (unknown codes give Kafka07UnknownError)."""
-    return _V07_BY_CODE.get(code, _V07_BY_CODE[-1])
+_V07_BY_CODE: Dict[int, Type[Kafka07Error]] = {}
 
 
-__all__ += ["Kafka07Error", "error_for_v07_code"]
+def _define_v07_classes() -> None:
+    for code, name, message in V07_ERROR_CODES:
+        cls_name = "Kafka07NoError" if name == "NoError" else f"Kafka07{name}Error"
+        cls = type(cls_name, (Kafka07Error,), {
+            "__doc__": f"Kafka 0.7 error {code}, {name}: {message}",
+            "__module__": __name__,
+            "code": code,
+            "name": name,
+            "message": message,
+        })
+        globals()[cls_name] = cls
+        __all__.append(cls_name)
+        _V07_BY_CODE[code] = cls
+
+
+_define_v07_classes()
+
+
+@functools.lru_cache(maxsize=64)
+def _unknown_v07_class(code: int) -> Type[Kafka07Error]:
+    return type(f"Kafka07UnknownCode{code}Error", (_V07_BY_CODE[-1],), {
+        "__doc__": f"Kafka 0.7 error code {code}, which the 0.7 table does not have.",
+        "__module__": __name__,
+        "_made_for_unknown_code": True,
+        "code": code,
+        "name": f"Unknown{code}",
+        "message": f"Error code {code}, which the 0.7 wire format does not define.",
+    })
+
+
+def error_for_v07_code(code: int) -> Type[Kafka07Error]:
+    """The 0.7 error class of ``code`` (a subclass of ``Kafka07UnknownError``
+    keeping the number for codes the 0.7 table lacks)."""
+    cls = _V07_BY_CODE.get(code)
+    return cls if cls is not None else _unknown_v07_class(code)
+
+
+def raise_for_v07_code(code: int, error_message: Optional[str] = None, **context: Any) -> None:
+    """Raise the 0.7 error of ``code`` with ``context``; nothing for 0."""
+    if code:
+        raise error_for_v07_code(code)(error_message, **context)
+
+
+__all__ += ["Kafka07Error", "error_for_v07_code", "raise_for_v07_code"]
+
+
+def __getattr__(name: str) -> Type[KafkaError]:
+    """Module attributes not found otherwise (PEP 562). The error classes
+    above are made from the tables at import time, so type checkers cannot
+    see them; this declaration tells them ``kwire.errors.<Name>`` is an error
+    class. At run time every class is already a module attribute, so this
+    only ever reports a missing name."""
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

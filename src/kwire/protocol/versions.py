@@ -1,48 +1,183 @@
-"""Version negotiation: per API, the highest version both kwire and the
-broker speak, from the broker's ApiVersions ranges.
+"""Version negotiation: per API, the highest version both kwire and a broker
+speak, from the broker's ApiVersions ranges.
 
-Pure functions over plain data (``{api_key: (min, max)}``) so they can be
-tested on their own; :func:`kwire.protocol.negotiate` feeds them kwire's own
-ranges (those of the generated message classes).
+Pure functions over plain data, ``{api_key: (min_version, max_version)}``,
+so they work and are tested apart from the generated message classes:
+
+- :func:`client_ranges` turns message classes into kwire's ranges;
+- :func:`choose_versions` picks the version of every API;
+- :func:`require_version` gives the version of one API, or refuses with a
+  :class:`NoCommonVersionError` that names the API and both ranges;
+- :func:`apiversions_retry_version` is the ApiVersions fallback of KIP-511.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from kwire.errors import KwireError
+from kwire.errors import KwireError, UnsupportedVersionError
 
-__all__ = ["API_NAMES", "NoCommonVersionError", "choose_versions", "require_version", "apiversions_retry_version"]
+__all__ = [
+    "API_NAMES",
+    "API_VERSIONS_KEY",
+    "Ranges",
+    "NoCommonVersionError",
+    "api_name",
+    "client_ranges",
+    "choose_versions",
+    "require_version",
+    "apiversions_retry_version",
+]
 
+#: ``{api_key: (min_version, max_version)}``, both ends included.
 Ranges = Mapping[int, Tuple[int, int]]
 
-#: Every client-facing API of Kafka 4.3 (apiKey -> name), from its JSON definitions.
+#: Every API of Kafka 4.3's message definitions: apiKey -> name (the JSON
+#: ``name`` without ``Request``).
 API_NAMES: Dict[int, str] = {
-    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics",
-    20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
-    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers", 28: "TxnOffsetCommit",
-    29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 33: "AlterConfigs",
-    34: "AlterReplicaLogDirs", 35: "DescribeLogDirs", 36: "SaslAuthenticate", 37: "CreatePartitions",
-    42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments",
-    46: "ListPartitionReassignments", 47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
-    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 55: "DescribeQuorum",
-    57: "UpdateFeatures", 60: "DescribeCluster", 61: "DescribeProducers", 65: "DescribeTransactions",
-    66: "ListTransactions", 74: "ListConfigResources", 75: "DescribeTopicPartitions",
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
+    17: "SaslHandshake",
+    18: "ApiVersions",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    21: "DeleteRecords",
+    22: "InitProducerId",
+    23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    27: "WriteTxnMarkers",
+    28: "TxnOffsetCommit",
+    29: "DescribeAcls",
+    30: "CreateAcls",
+    31: "DeleteAcls",
+    32: "DescribeConfigs",
+    33: "AlterConfigs",
+    34: "AlterReplicaLogDirs",
+    35: "DescribeLogDirs",
+    36: "SaslAuthenticate",
+    37: "CreatePartitions",
+    42: "DeleteGroups",
+    43: "ElectLeaders",
+    44: "IncrementalAlterConfigs",
+    45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments",
+    47: "OffsetDelete",
+    48: "DescribeClientQuotas",
+    49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
+    55: "DescribeQuorum",
+    57: "UpdateFeatures",
+    60: "DescribeCluster",
+    61: "DescribeProducers",
+    65: "DescribeTransactions",
+    66: "ListTransactions",
+    74: "ListConfigResources",
+    75: "DescribeTopicPartitions",
 }
 
-UNSUPPORTED_VERSION = 35
+API_VERSIONS_KEY = 18
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of ``api_key`` (``"Fetch"``), or ``"API <key>"``."""
+    return API_NAMES.get(api_key, f"API {api_key}")
+
+
+def _show(versions: Optional[Tuple[int, int]]) -> str:
+    return "none" if versions is None else f"{versions[0]}-{versions[1]}"
 
 
 class NoCommonVersionError(KwireError):
-    """kwire and the broker share no version of an API."""
+    """kwire and the broker share no version of an API. Never retriable: the
+    same broker will refuse again.
+
+    ``api_key``, ``api_name``, ``client_range`` and ``broker_range`` (each
+    ``(min, max)``, or None for a side that lacks the API) say which API and
+    why, when known; :meth:`for_api` builds the error from them.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        api_key: Optional[int] = None,
+        client_range: Optional[Tuple[int, int]] = None,
+        broker_range: Optional[Tuple[int, int]] = None,
+    ) -> None:
+        self.reason = reason
+        self.api_key = api_key
+        self.api_name = None if api_key is None else api_name(api_key)
+        self.client_range = client_range
+        self.broker_range = broker_range
+        super().__init__(reason)
+
+    @classmethod
+    def for_api(
+        cls,
+        api_key: int,
+        client_range: Optional[Tuple[int, int]],
+        broker_range: Optional[Tuple[int, int]],
+    ) -> "NoCommonVersionError":
+        """The error for ``api_key``, naming it and both sides' ranges."""
+        ours = "does not speak it" if client_range is None else f"speaks versions {_show(client_range)}"
+        theirs = "does not offer it" if broker_range is None else f"offers versions {_show(broker_range)}"
+        reason = f"no common version of {api_name(api_key)} (API key {api_key}): kwire {ours}, the broker {theirs}"
+        return cls(reason, api_key=api_key, client_range=client_range, broker_range=broker_range)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        kwargs = {"api_key": self.api_key, "client_range": self.client_range, "broker_range": self.broker_range}
+        return (_rebuild_no_common_version, (self.reason, kwargs))
 
 
-def choose_versions(broker_ranges: Ranges, client_ranges: Ranges, apis: Optional[Iterable[int]] = None) -> Dict[int, int]:
-    """Per API (all of ``client_ranges``, or ``apis``), the highest version in
-    both ranges; an API with no common version is left out."""
-    out = {}
+def _rebuild_no_common_version(reason: str, kwargs: Dict[str, Any]) -> NoCommonVersionError:
+    return NoCommonVersionError(reason, **kwargs)
+
+
+def client_ranges(apis: Mapping[int, Sequence[Any]]) -> Dict[int, Tuple[int, int]]:
+    """kwire's version range of each API, from its message classes.
+
+    ``apis`` maps each api key to the classes that must all handle a version
+    (normally the request class and the response class); each class has the
+    attributes ``MIN_VERSION`` and ``MAX_VERSION``. The range of an API is
+    where all its classes overlap; an API whose classes do not overlap is
+    left out. The classes are an argument, not imported here, so that this
+    module stays free of the generated code (:mod:`kwire.protocol` passes
+    its own table, ``client_ranges(APIS)``).
+    """
+    out: Dict[int, Tuple[int, int]] = {}
+    for key, classes in apis.items():
+        lo = max(cls.MIN_VERSION for cls in classes)
+        hi = min(cls.MAX_VERSION for cls in classes)
+        if lo <= hi:
+            out[key] = (lo, hi)
+    return out
+
+
+def choose_versions(broker_ranges: Ranges, client_ranges: Ranges,
+                    apis: Optional[Iterable[int]] = None) -> Dict[int, int]:
+    """Per API, the highest version in both ranges.
+
+    ``apis`` limits the choice to those api keys (default: every API of
+    ``client_ranges``). An API either side lacks, or whose ranges do not
+    overlap, is absent from the result: :func:`require_version` turns that
+    absence into a clear error when the API is needed. A broker's range
+    with its ends reversed overlaps nothing.
+    """
+    out: Dict[int, int] = {}
     for key in (client_ranges if apis is None else apis):
         ours = client_ranges.get(key)
         theirs = broker_ranges.get(key)
@@ -55,26 +190,30 @@ def choose_versions(broker_ranges: Ranges, client_ranges: Ranges, apis: Optional
 
 
 def require_version(chosen: Mapping[int, int], api_key: int, broker_ranges: Ranges, client_ranges: Ranges) -> int:
-    """The chosen version of ``api_key``, or :class:`NoCommonVersionError`
-    naming the API and both ranges."""
-    if api_key in chosen:
-        return chosen[api_key]
-    name = API_NAMES.get(api_key, f"API {api_key}")
-    ours = client_ranges.get(api_key)
-    theirs = broker_ranges.get(api_key)
-    mine = "does not speak it" if ours is None else f"speaks {ours[0]}-{ours[1]}"
-    other = "does not offer it" if theirs is None else f"offers {theirs[0]}-{theirs[1]}"
-    raise NoCommonVersionError(f"no common version of {name} (key {api_key}): kwire {mine}, the broker {other}")
+    """The version of ``api_key`` in ``chosen`` (as :func:`choose_versions`
+    made it), or :class:`NoCommonVersionError` naming the API and both
+    ranges."""
+    version = chosen.get(api_key)
+    if version is None:
+        raise NoCommonVersionError.for_api(api_key, client_ranges.get(api_key), broker_ranges.get(api_key))
+    return version
 
 
 def apiversions_retry_version(error_code: int, broker_ranges: Ranges, tried_version: int) -> Optional[int]:
-    """After an ApiVersions answer with ``error_code``: the version to ask
-    again with, or None (no retry). A broker that does not know the version
-    asked for answers v0 with UNSUPPORTED_VERSION and its own ApiVersions
-    range (KIP-511); retry with the highest version it offers below the one
-    tried, so the exchange always ends."""
-    if error_code != UNSUPPORTED_VERSION:
+    """After an ApiVersions response with ``error_code`` to a request at
+    ``tried_version``: the version to ask again with, or None (give up).
+
+    Only UNSUPPORTED_VERSION (35) is worth a retry. A broker that does not
+    know the ApiVersions version asked for answers with version 0, error 35
+    and, since Kafka 2.4 (KIP-511), the ApiVersions range it speaks in
+    ``broker_ranges``; older brokers list nothing, and version 0 is then the
+    one to try. The version returned is the broker's highest, but always
+    below ``tried_version``, so that repeated calls end (at worst after
+    version 0) even with a broker that claims the version it refused; None
+    when no such version is left, or it is below the broker's minimum.
+    """
+    if error_code != UnsupportedVersionError.code or tried_version <= 0:
         return None
-    lo, hi = broker_ranges.get(18, (0, 0))
+    lo, hi = broker_ranges.get(API_VERSIONS_KEY, (0, 0))
     retry = min(hi, tried_version - 1)
     return retry if retry >= max(lo, 0) else None
