@@ -17,7 +17,8 @@ import struct
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from kwire.errors import KwireError, ProtocolError
-from kwire.protocol import messages
+from kwire.protocol import messages, versions
+from kwire.protocol.versions import api_name
 from kwire.protocol._wire import _Message, _put_uvarint, _tags, _Bad, _Short
 from kwire.protocol.messages import APIS, MESSAGES
 
@@ -61,20 +62,13 @@ def response_class(api_key: int) -> Type[Any]:
     return APIS[api_key][1]
 
 
-def api_name(api_key: int) -> str:
-    from kwire.protocol.versions import API_NAMES
-
-    return API_NAMES.get(api_key, f"api {api_key}")
-
-
 def max_version(api_key: int) -> int:
     return APIS[api_key][0].MAX_VERSION
 
 
 def client_ranges() -> Dict[int, Tuple[int, int]]:
     """The versions kwire can encode and decode, per API key."""
-    return {k: (max(req.MIN_VERSION, resp.MIN_VERSION), min(req.MAX_VERSION, resp.MAX_VERSION))
-            for k, (req, resp) in APIS.items()}
+    return versions.client_ranges(APIS)
 
 
 def _flexible(cls: Type[Any], version: int) -> bool:
@@ -135,20 +129,12 @@ def decode_response(frame: Any, response_cls: Type[Any], version: int) -> Tuple[
 
 def negotiate(broker_ranges: Dict[int, Tuple[int, int]]) -> Dict[int, int]:
     """Per API, the highest version kwire and the broker both speak."""
-    from kwire.protocol.versions import choose_versions
-
-    return choose_versions(broker_ranges, client_ranges())
+    return versions.choose_versions(broker_ranges, client_ranges())
 
 
 def no_common_version(api_key: int, broker_range: Optional[Tuple[int, int]]) -> KwireError:
-    from kwire.protocol.versions import NoCommonVersionError
-
-    ours = client_ranges().get(api_key)
-    name = api_name(api_key)
-    if ours is None:
-        return NoCommonVersionError(f"kwire does not speak {name}")
-    theirs = "does not offer it" if broker_range is None else f"speaks versions {broker_range[0]}-{broker_range[1]}"
-    return NoCommonVersionError(f"no common version of {name}: kwire speaks {ours[0]}-{ours[1]}, the broker {theirs}")
+    """The error for an API the broker and kwire share no version of."""
+    return versions.NoCommonVersionError.for_api(api_key, client_ranges().get(api_key), broker_range)
 
 
 def error_for(code: int, api: Optional[str] = None, *, topic: Optional[str] = None,
