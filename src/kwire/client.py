@@ -16,7 +16,6 @@ import itertools
 import logging
 import selectors
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple

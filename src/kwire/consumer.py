@@ -21,7 +21,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kwire import protocol
 from kwire._codec import ColumnarDecoder, Decoder, Record, split_batches
@@ -30,7 +30,7 @@ from kwire.config import CONSUMER, resolve
 from kwire.errors import CorruptRecordError, KwireError
 from kwire.future import Future, KafkaTimeoutError
 
-__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "OffsetOutOfRangeReset"]
+__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError"]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ class OffsetAndTimestamp(NamedTuple):
 class NoOffsetForPartitionError(KwireError):
     """A partition has no valid position and ``auto_offset_reset`` is none."""
 
-
-OffsetOutOfRangeReset = NoOffsetForPartitionError
 
 
 @dataclass

@@ -30,7 +30,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kwire import protocol
 from kwire._codec import RecordBatchBuilder, partition_for_key, restamp_batch

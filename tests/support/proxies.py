@@ -22,7 +22,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 
 class _Relay:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any, Tuple
+from typing import Any
 
 from kwire.protocol import encode_request
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 from kwire.errors import KwireError, ProtocolError
 from kwire.protocol import messages, versions
 from kwire.protocol.versions import api_name
-from kwire.protocol._wire import _Message, _put_uvarint, _tags, _Bad, _Short
+from kwire.protocol._wire import _Bad, _Short, _tags
 from kwire.protocol.messages import APIS, MESSAGES
 
 __all__ = [
