@@ -165,6 +165,8 @@ class Producer:
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._buffered = 0
         self._sticky: Dict[str, int] = {}
+        self._parts: Dict[str, Tuple[float, List[int]]] = {}     # topic -> (metadata time, partitions)
+        self._batch_size = cfg["batch_size"]
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -212,10 +214,9 @@ class Producer:
         if self._fatal is not None:
             raise self._fatal
         if partition is None:
-            deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
             parts = self._known_partitions(topic)
             if parts is None:
-                parts = self._partitions(topic, deadline)
+                parts = self._partitions(topic, time.monotonic() + self.cfg["max_block_ms"] / 1000.0)
             if key is not None:
                 partition = parts[partition_for_key(key, len(parts))]
             else:
@@ -232,13 +233,13 @@ class Producer:
                 batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
                                now + self.cfg["delivery_timeout_ms"] / 1000.0)
                 self._open[tp] = batch
-            before = batch.builder.size_in_bytes
-            index = batch.builder.append(value, key, headers, ts)
-            grown = batch.builder.size_in_bytes - before
+            builder = batch.builder
+            index = builder.append(value, key, headers, ts)
+            size = builder.size_in_bytes
+            self._buffered += size - batch.bytes
+            batch.bytes = size
             batch.records.append((ts, -1 if key is None else len(key), -1 if value is None else len(value)))
-            batch.bytes += grown
-            self._buffered += grown
-            if batch.builder.size_in_bytes >= self.cfg["batch_size"]:
+            if size >= self._batch_size:
                 self._seal(tp, batch)
                 self._client.wakeup()
         return RecordFuture(batch, index)
@@ -289,8 +290,15 @@ class Producer:
 
     # ----------------------------------------------------- partitioning
     def _known_partitions(self, topic: str) -> Optional[List[int]]:
-        parts = self._client.cluster.partitions_for(topic)
-        return parts if parts else None
+        """The topic's partitions from the current metadata (cached until it changes)."""
+        cluster = self._client.cluster
+        cached = self._parts.get(topic)
+        if cached is not None and cached[0] == cluster.updated_at:
+            return cached[1]
+        parts = cluster.partitions_for(topic) or None
+        if parts:
+            self._parts[topic] = (cluster.updated_at, parts)
+        return parts
 
     def _partitions(self, topic: str, deadline: float) -> List[int]:
         self._client.add_topics([topic])
