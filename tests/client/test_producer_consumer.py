@@ -199,3 +199,44 @@ def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(tansu):
     p.flush(30)
     got = _consume_all(tansu.bootstrap, other, 1, 100)
     assert [(r.offset, r.value, r.headers) for _, r in got] == [(i, b"rd-%d" % i, (("x", b"%d" % i),)) for i in range(100)]
+
+
+def test_aiokafka_both_ways(tansu):
+    import asyncio
+
+    aiokafka = pytest.importorskip("aiokafka")
+    topic = _topic(tansu.bootstrap, 1)
+    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="gzip") as p:
+        for i in range(50):
+            p.send(topic, b"kw-%d" % i, key=b"k%d" % i, headers=[("h", b"%d" % i)], partition=0)
+
+    async def read_and_write():
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest",
+                                      enable_auto_commit=False)
+        await c.start()
+        seen = []
+        try:
+            c.assign([aiokafka.TopicPartition(topic, 0)])
+            await c.seek_to_beginning()
+            while len(seen) < 50:
+                for records in (await c.getmany(timeout_ms=1000)).values():
+                    seen += [(r.offset, r.key, r.value, tuple(r.headers)) for r in records]
+        finally:
+            await c.stop()
+        # not idempotent: aiokafka asks InitProducerId v0-2, which Tansu 0.6.0 fails
+        # (librdkafka's idempotent batches are read in test_peers_read_what_kwire_writes...)
+        pr = aiokafka.AIOKafkaProducer(bootstrap_servers=tansu.bootstrap, compression_type="snappy")
+        await pr.start()
+        try:
+            for i in range(50):
+                await pr.send_and_wait(other, b"aio-%d" % i, key=None if i % 2 else b"x", partition=0)
+        finally:
+            await pr.stop()
+        return seen
+
+    other = _topic(tansu.bootstrap, 1)
+    seen = asyncio.run(read_and_write())
+    assert seen == [(i, b"k%d" % i, b"kw-%d" % i, (("h", b"%d" % i),)) for i in range(50)]
+    got = _consume_all(tansu.bootstrap, other, 1, 50)
+    assert [(r.offset, r.key, r.value) for _, r in got] == [(i, None if i % 2 else b"x", b"aio-%d" % i)
+                                                          for i in range(50)]
