@@ -328,13 +328,6 @@ class Gen:
             return lines
         return [f"{indent}{target}.{f.attr} = {f.default_expr()}"]
 
-    def default_value(self, f: Field) -> str:
-        """The default of ``f`` as an expression (struct classes through
-        module constants, not attribute lookups)."""
-        if f.struct is not None and not f.is_array and f.default_raw != "null":
-            return f"{self.cls_const(f'{f.msg_name}.{f.struct.name}')}()"
-        return f.default_expr()
-
     def dec_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
         nullable = within(v, f.nullable)
         if f.is_array:

@@ -590,20 +590,20 @@ class Producer:
             return
         self._fail(b, err)
 
-    def _fail(self, b: _Batch, err: BaseException) -> None:
+    def _settle(self, b: _Batch) -> None:
+        """``b`` is no longer in flight nor awaiting acknowledgement."""
         tp = (b.topic, b.partition)
         with self._lock:
             if b in self._unacked.get(tp, ()):
                 self._unacked[tp].remove(b)
         self._release(b)
+
+    def _fail(self, b: _Batch, err: BaseException) -> None:
+        self._settle(b)
         if not b.future.done():
             b.future.set_exception(err)
 
     def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
-        tp = (b.topic, b.partition)
-        with self._lock:
-            if b in self._unacked.get(tp, ()):
-                self._unacked[tp].remove(b)
-        self._release(b)
+        self._settle(b)
         if not b.future.done():
             b.future.set_result((base_offset, log_append_time if log_append_time is not None else -1))
