@@ -106,7 +106,8 @@ class SplitResult:
 
 class Decoder:
     def __init__(self, *, check_crcs: bool = ..., include_control: bool = ..., max_decompressed_bytes: int = ...) -> None: ...
-    def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...) -> DecodeResult: ...
+    def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...,
+               max_bytes: int = ...) -> DecodeResult: ...
 
 class ColumnarDecoder:
     def __init__(
@@ -118,7 +119,8 @@ class ColumnarDecoder:
         timestamp_unit: str = ...,
         max_column_bytes: int = ...,
     ) -> None: ...
-    def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...) -> ColumnarResult: ...
+    def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...,
+               max_bytes: int = ...) -> ColumnarResult: ...
 
 class RecordBatchBuilder:
     def __init__(

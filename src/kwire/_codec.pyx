@@ -751,9 +751,14 @@ cdef class _Driver:
     cdef int64_t next_offset
     cdef bint any_batch
     cdef Py_ssize_t incomplete_size
+    cdef Py_ssize_t budget      # stop at a batch boundary once ``decoded`` reaches it (-1: never)
+    cdef Py_ssize_t decoded     # record bytes walked so far (decompressed)
     cdef const uint8_t* buf
     cdef object view            # memoryview over the input, for per-batch slices
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
+
+    def __cinit__(self, *args, **kwargs):
+        self.budget = -1
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -808,6 +813,7 @@ cdef class _Driver:
         self.partition = partition
         self.min_offset = min_offset
         self.consumed = 0
+        self.decoded = 0
         self.any_batch = False
         self.next_offset = -1
         self.incomplete_size = 0
@@ -824,7 +830,7 @@ cdef class _Driver:
             self.view = memoryview(data).cast("B")
             while pos < n:
                 pos = self.fast_path(pos, n)
-                if pos >= n:
+                if pos >= n or self.over_budget():
                     break
                 st = read_batch(self.buf, pos, n, &b, &err)
                 if st < 0:
@@ -842,10 +848,15 @@ cdef class _Driver:
                 self.consumed = pos
                 self.next_offset = add_wrap(b.last_offset, 1)
                 self.any_batch = True
+                if self.over_budget():
+                    break
         finally:
             self.view = self.input_owner = None
             self.buf = NULL
         return 0
+
+    cdef inline bint over_budget(self) noexcept nogil:
+        return self.budget >= 0 and self.decoded >= self.budget and self.any_batch
 
     cdef int run_v2(self, Batch* b) except -1:
         cdef int codec = b.attributes & ATTR_CODEC
@@ -872,9 +883,11 @@ cdef class _Driver:
                 self.raise_code(E_TRAILING, b.base_offset)
             return 0
         if codec == 0:
+            self.decoded += body_len
             st = self.on_v2_records(b, self.buf + body, body_len)
         else:
             plain = self.payload(b, body, body_len, codec)
+            self.decoded += PyBytes_GET_SIZE(plain)
             st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
         return st
 
@@ -907,6 +920,7 @@ cdef class _Driver:
             ts_type = 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
         if codec == 0:
             self.begin_batch(b)
+            self.decoded += b.total
             return self.on_message(b, b.base_offset, b.timestamp, ts_type,
                                    self.buf + b.key_pos, b.key_len,
                                    self.buf + b.value_pos, b.value_len)
@@ -918,6 +932,7 @@ cdef class _Driver:
         plain = self.payload(b, b.value_pos, b.value_len, codec)
         p = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
+        self.decoded += n
         # pass 1: frame the inner messages, find the last (relative) offset
         pos = 0
         while pos < n:
@@ -982,15 +997,18 @@ cdef class Decoder(_Driver):
     cdef tuple last_headers        # last headers tuple, reused when bytes match
     cdef bytes last_headers_raw
 
-    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1):
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1, Py_ssize_t max_bytes=-1):
         """Decode every complete batch in ``data`` (any bytes-like object).
 
         Records before ``min_offset`` are validated but not returned (a
         fetch returns whole batches, which may start before the fetch offset).
-        ``topic`` and ``partition`` only label errors. Returns a
-        :class:`DecodeResult`.
+        ``topic`` and ``partition`` only label errors. With ``max_bytes``
+        the call stops at the first batch boundary where the (decompressed)
+        record bytes decoded reach it, after at least one batch; ``consumed``
+        tells where to go on. Returns a :class:`DecodeResult`.
         """
         cdef DecodeResult res = DecodeResult.__new__(DecodeResult)
+        self.budget = max_bytes
         self.records = []
         self.batches = []
         try:
@@ -1360,14 +1378,16 @@ cdef class ColumnarDecoder(_Driver):
         self.sync_lens()
         return 0
 
-    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1):
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1, Py_ssize_t max_bytes=-1):
         """Decode every complete batch in ``data`` into one Arrow record batch.
 
-        Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`.
-        A call stops early, at a batch boundary, rather than let a binary
-        column pass ``max_column_bytes`` (``consumed`` tells where).
+        Arguments (``max_bytes`` too) and the cut-buffer rules are those of
+        :meth:`Decoder.decode`. A call also stops early, at a batch boundary,
+        rather than let a binary column pass ``max_column_bytes``
+        (``consumed`` tells where).
         """
         cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
+        self.budget = max_bytes
         self.start()
         self.nbatches = 0
         self.run(data, topic, partition, min_offset)
@@ -1418,7 +1438,7 @@ cdef class ColumnarDecoder(_Driver):
         cdef Batch b
         cdef int err = 0
         cdef Py_ssize_t body
-        while pos < n:
+        while pos < n and not self.over_budget():
             if read_batch(self.buf, pos, n, &b, &err) != 1 or b.magic != 2 or (b.attributes & ATTR_CODEC):
                 break
             if self.check_crcs and crc32c(self.buf + pos + V2_CRC_START, b.total - V2_CRC_START) != b.crc:
@@ -1432,6 +1452,7 @@ cdef class ColumnarDecoder(_Driver):
                 break
             pos += b.total
             self.consumed = pos
+            self.decoded += b.total - V2_HEADER
             self.next_offset = add_wrap(b.last_offset, 1)
             self.any_batch = True
         return pos

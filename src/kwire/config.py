@@ -175,6 +175,8 @@ CONSUMER: Dict[str, Option] = {
     "fetch_max_bytes": Option(52428800, _int(1)),
     "max_partition_fetch_bytes": Option(1048576, _int(1)),
     "max_poll_records": Option(500, _int(1)),
+    "max_in_flight_fetches": Option(4, _int(1, 16)),
+    "max_poll_bytes": Option(32 * 1024 * 1024, _int(1)),
     "check_crcs": Option(True, _bool),
     "max_decompressed_bytes": Option(256 * 1024 * 1024, _int(1, 2**31 - 1)),
     "session_timeout_ms": Option(45000, _int(1)),

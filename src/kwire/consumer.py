@@ -21,7 +21,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import ColumnarDecoder, Decoder, Record, split_batches
@@ -69,15 +69,21 @@ class _PartitionState:
 
 @dataclass
 class _Completed:
-    """Fetched bytes of one partition, not yet (fully) handed out."""
+    """Fetched bytes of one partition, not yet (fully) handed out. They are
+    decoded a chunk at a time (``max_poll_bytes`` of decompressed records),
+    so what a fetch brought stays compressed until a poll needs it."""
 
     tp: TopicPartition
-    fetch_offset: int
-    data: memoryview
-    aborted: List[Tuple[int, int]] = field(default_factory=list)   # (producer id, first offset)
-    records: Optional[List[Record]] = None
-    taken: int = 0
-    next_offset: Optional[int] = None
+    rest: memoryview                         # not decoded yet
+    aborted: Deque[Tuple[int, int]] = field(default_factory=collections.deque)   # (producer id, first offset)
+    aborting: Set[int] = field(default_factory=set)   # producer ids inside an aborted transaction
+    records: List[Record] = field(default_factory=list)   # the decoded chunk
+    taken: int = 0                           # records of the chunk handed out
+    next_offset: Optional[int] = None        # after the last batch decoded so far
+
+    @property
+    def untaken(self) -> bool:
+        return self.taken < len(self.records)
 
 
 class Consumer:
@@ -93,12 +99,13 @@ class Consumer:
         self._client = Client(self.cfg)
         self._states: Dict[TopicPartition, _PartitionState] = {}
         self._buffer: Dict[TopicPartition, _Completed] = {}
-        self._fetching: Dict[int, Future] = {}          # node -> Fetch in flight
-        self._fetch_tps: Dict[int, List[TopicPartition]] = {}
+        self._in_flight: Dict[TopicPartition, int] = {}  # partition -> node of the Fetch asking for it
+        self._node_fetches: Dict[int, int] = collections.Counter()   # node -> Fetches in flight
         self._read_committed = self.cfg["isolation_level"] == "read_committed"
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         self._columnar: Optional[ColumnarDecoder] = None
+        self._poll_bytes = self.cfg["max_poll_bytes"]
         self._closed = False
 
     # ------------------------------------------------------- assignment
@@ -254,43 +261,54 @@ class Consumer:
         ids = self._client.cluster.topic_ids
         return cls(
             replica_id=-1, max_wait_ms=self.cfg["fetch_max_wait_ms"], min_bytes=self.cfg["fetch_min_bytes"],
-            max_bytes=self.cfg["fetch_max_bytes"], isolation_level=1 if self._read_committed else 0,
+            max_bytes=max(1, self.cfg["fetch_max_bytes"] // self.cfg["max_in_flight_fetches"]), isolation_level=1 if self._read_committed else 0,
             session_id=0, session_epoch=-1,
             topics=[cls.FetchTopic(topic=t, topic_id=ids.get(t), partitions=ps) for t, ps in topics.items()],
             forgotten_topics_data=[], rack_id=self.cfg["client_rack"] or "")
 
     def _send_fetches(self) -> None:
-        """A Fetch to every leader with assigned partitions that have a
-        position, nothing buffered and no fetch in flight."""
+        """Fetches for the assigned partitions that have a position, nothing
+        buffered and no fetch in flight: up to ``max_in_flight_fetches`` per
+        leader, each for a disjoint share of its partitions and an equal
+        share of ``fetch_max_bytes``, so the broker serves one while the
+        client reads another."""
         client = self._client
         need_positions = [tp for tp, st in self._states.items() if st.position is None]
         if need_positions:
             self._resolve_positions(need_positions)
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         for tp, st in self._states.items():
-            if tp in self._buffer or st.error is not None:
+            if tp in self._buffer or tp in self._in_flight or st.error is not None:
                 continue
             leader = client.cluster.leader_for(*tp)
             if leader is None:
                 client.request_metadata_update()
                 continue
-            if leader in self._fetching:
-                continue
             by_node[leader].append(tp)
+        depth = self.cfg["max_in_flight_fetches"]
         for node, tps in by_node.items():
+            slots = min(depth - self._node_fetches[node], len(tps))
+            if slots <= 0:
+                continue
             conn = client.connection(node)
             if conn is None or not conn.ready:
                 continue
             if FETCH not in conn.versions:
                 raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
-            fut = client.send(node, self._fetch_request(conn.versions, tps))
-            self._fetching[node] = fut
-            self._fetch_tps[node] = tps
-            fut.add_done_callback(lambda f, node=node: self._on_fetch(node, f))
+            for share in (tps[i::slots] for i in range(slots)):
+                asked = {tp: self._states[tp].position for tp in share}
+                fut = client.send(node, self._fetch_request(conn.versions, share))
+                self._node_fetches[node] += 1
+                for tp in share:
+                    self._in_flight[tp] = node
+                fut.add_done_callback(lambda f, node=node, asked=asked: self._on_fetch(node, asked, f))
 
-    def _on_fetch(self, node: int, fut: Future) -> None:
-        self._fetching.pop(node, None)
-        asked = {tp: self._states[tp].position for tp in self._fetch_tps.pop(node, []) if tp in self._states}
+    def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future) -> None:
+        self._node_fetches[node] -= 1
+        for tp in asked:
+            if self._in_flight.get(tp) == node:
+                del self._in_flight[tp]
+        asked = {tp: pos for tp, pos in asked.items() if tp in self._states}
         if fut.failed():
             log.debug("fetch from node %s failed: %s", node, fut.exception())
             return
@@ -316,7 +334,7 @@ class Consumer:
                 if data is None or len(data) == 0:
                     continue
                 aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
-                self._buffer[tp] = _Completed(tp, asked[tp], memoryview(data), sorted(aborted, key=lambda a: a[1]))
+                self._buffer[tp] = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
 
     def _on_partition_error(self, tp: TopicPartition, code: int) -> None:
         st = self._states[tp]
@@ -376,21 +394,27 @@ class Consumer:
                 yield from records
 
     def _decode(self, c: _Completed) -> None:
-        """Decode ``c`` into records (from the partition's position on)."""
+        """Decode the next chunk of ``c`` into records (from the partition's
+        position on), until there are records or nothing is left."""
         st = self._states[c.tp]
-        try:
-            res = self._decoder.decode(c.data, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position)
-            records, next_offset = res.records, res.next_offset
-            if not records and not res.batches and res.incomplete_size:
-                # the first batch is bigger than the fetch brought: ask for more next time
-                log.warning("%s[%s]: a batch of %d bytes at offset %s exceeds max_partition_fetch_bytes",
-                            c.tp.topic, c.tp.partition, res.incomplete_size, st.position)
-        except CorruptRecordError as e:
-            records, next_offset = self._decode_prefix(c, e)
-        if self._read_committed:
-            records = self._committed_only(records, c.aborted)
-        c.records = records
-        c.next_offset = next_offset
+        c.records, c.taken = [], 0
+        while not c.records and c.rest:
+            first = c.next_offset is None
+            try:
+                res = self._decoder.decode(c.rest, topic=c.tp.topic, partition=c.tp.partition,
+                                           min_offset=st.position, max_bytes=self._poll_bytes)
+            except CorruptRecordError as e:
+                records, next_offset = self._decode_prefix(c, e)
+            else:
+                records, next_offset = res.records, res.next_offset
+                c.rest = c.rest[:0] if res.incomplete_size else c.rest[res.consumed:]
+                if first and not res.batches and res.incomplete_size:
+                    # the first batch is bigger than the fetch brought: the next fetch asks again
+                    log.warning("%s[%s]: a batch of %d bytes at offset %s exceeds max_partition_fetch_bytes",
+                                c.tp.topic, c.tp.partition, res.incomplete_size, st.position)
+            c.records = self._committed_only(records, c) if self._read_committed else records
+            if next_offset is not None:
+                c.next_offset = next_offset
 
     def _decode_prefix(self, c: _Completed, error: CorruptRecordError) -> Tuple[List[Record], Optional[int]]:
         """The records of the good batches before a corrupt one; the error is
@@ -398,7 +422,7 @@ class Consumer:
         st = self._states[c.tp]
         records: List[Record] = []
         next_offset = None
-        for view in split_batches(c.data, topic=c.tp.topic, partition=c.tp.partition).batches:
+        for view in split_batches(c.rest, topic=c.tp.topic, partition=c.tp.partition).batches:
             try:
                 res = self._decoder.decode(view, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position)
             except CorruptRecordError:
@@ -406,15 +430,15 @@ class Consumer:
             records.extend(res.records)
             next_offset = res.next_offset
         st.error = error
+        c.rest = c.rest[:0]
         return records, next_offset
 
-    def _committed_only(self, records: List[Record], aborted: List[Tuple[int, int]]) -> List[Record]:
+    def _committed_only(self, records: List[Record], c: _Completed) -> List[Record]:
         """Drop control records and records of aborted transactions (the
         Fetch response's aborted list gives each aborted producer id and the
         first offset of its aborted transaction)."""
         out = []
-        pending = collections.deque(aborted)
-        aborting: set = set()
+        pending, aborting = c.aborted, c.aborting
         for r in records:
             b = r.batch
             while pending and pending[0][1] <= b.last_offset:
@@ -428,6 +452,15 @@ class Consumer:
             out.append(r)
         return out
 
+    def _finish_chunk(self, tp: TopicPartition, c: _Completed, st: _PartitionState) -> None:
+        """After the last record of a chunk was handed out: move the position
+        past trailing control records or compacted gaps, and drop ``c`` once
+        nothing of it is left."""
+        if c.next_offset is not None and st.error is None and c.next_offset > (st.position or 0):
+            st.position = c.next_offset
+        if not c.rest:
+            del self._buffer[tp]
+
     def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
         out: Dict[TopicPartition, List[Record]] = {}
         n = 0
@@ -439,19 +472,16 @@ class Consumer:
             if st is None:
                 del self._buffer[tp]
                 continue
-            if c.records is None:
+            if not c.untaken:
                 self._decode(c)
-            assert c.records is not None
             chunk = c.records[c.taken:c.taken + (limit - n)]
             c.taken += len(chunk)
             if chunk:
                 out[tp] = chunk
                 n += len(chunk)
                 st.position = chunk[-1].offset + 1
-            if c.taken >= len(c.records):
-                del self._buffer[tp]
-                if c.next_offset is not None and st.error is None and c.next_offset > (st.position or 0):
-                    st.position = c.next_offset     # past trailing control records / compacted gaps
+            if not c.untaken:
+                self._finish_chunk(tp, c, st)
         return out
 
     def _take_columnar(self) -> Dict[TopicPartition, Any]:
@@ -460,34 +490,40 @@ class Consumer:
                                              max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         out = {}
         for tp in list(self._buffer):
-            c = self._buffer.pop(tp)
+            c = self._buffer[tp]
             st = self._states.get(tp)
             if st is None:
+                del self._buffer[tp]
                 continue
-            if self._read_committed and c.aborted:
-                # aborted data needs per-batch producer ids: take the object path, then build columns
-                self._decode(c)
-                rb = _records_to_arrow(c.records or [])
-                if rb.num_rows:
-                    out[tp] = rb
-                    st.position = c.records[-1].offset + 1   # type: ignore[index]
-                if c.next_offset is not None and st.error is None:
-                    st.position = max(st.position or 0, c.next_offset)
+            if c.untaken or (self._read_committed and (c.aborted or c.aborting)):
+                # records left by poll(), or aborted data (it needs per-batch
+                # producer ids): the object path, then columns
+                if not c.untaken:
+                    self._decode(c)
+                rest = c.records[c.taken:]
+                c.taken = len(c.records)
+                if rest:
+                    out[tp] = _records_to_arrow(rest)
+                    st.position = rest[-1].offset + 1
+                self._finish_chunk(tp, c, st)
                 continue
             try:
-                res = self._columnar.decode(c.data, topic=tp.topic, partition=tp.partition, min_offset=st.position)
+                res = self._columnar.decode(c.rest, topic=tp.topic, partition=tp.partition,
+                                            min_offset=st.position, max_bytes=self._poll_bytes)
             except CorruptRecordError as e:
-                good, next_offset = self._decode_prefix(c, e)
-                rb = _records_to_arrow(good)
-                if rb.num_rows:
-                    out[tp] = rb
+                good, _ = self._decode_prefix(c, e)
+                if good:
+                    out[tp] = _records_to_arrow(good)
                     st.position = good[-1].offset + 1
+                del self._buffer[tp]
                 continue
             rb = res.record_batch
             if rb.num_rows:
                 out[tp] = rb
-            if res.next_offset is not None:     # a cut or capped rest is fetched again from here
-                st.position = max(st.position or 0, res.next_offset)
+            c.rest = c.rest[:0] if res.incomplete_size else c.rest[res.consumed:]
+            if res.next_offset is not None:   # a cut rest is fetched again from here
+                c.next_offset = res.next_offset
+            self._finish_chunk(tp, c, st)
         return out
 
     # ------------------------------------------------------------ close

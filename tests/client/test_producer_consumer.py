@@ -139,8 +139,9 @@ def _deliver_fetch_error(consumer, tp, code):
     fut = Future()
     fut.set_result(r.decode(wire, 11))
     node = 12345
-    consumer._fetch_tps[node] = [tp]
-    consumer._on_fetch(node, fut)
+    consumer._node_fetches[node] += 1
+    consumer._in_flight[tp] = node
+    consumer._on_fetch(node, {tp: consumer.position(tp)}, fut)
 
 
 def test_columnar_poll(tansu):
@@ -158,6 +159,39 @@ def test_columnar_poll(tansu):
                 assert rb.schema.names == ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
                 rows += rb.num_rows
     assert rows == 1000
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_poll_decodes_a_bounded_chunk(tansu, columnar):
+    """A fetch brings ~1 MB of zstd data that decompresses to ~4 MB; with
+    max_poll_bytes=256 KiB each poll decodes at most that much (plus one
+    batch) and the rest stays compressed in the buffer: every record comes
+    back once, in order, with no refetch needed."""
+    topic = _topic(tansu.bootstrap, 1)
+    value = b"0123456789abcdef" * 64
+    n = 4000
+    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="zstd", batch_size=32768, linger_ms=5) as p:
+        for i in range(n):
+            p.send(topic, value, key=b"%08d" % i, partition=0)
+    budget, batch_bytes = 256 * 1024, 32768 * 2
+    offsets = []
+    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", max_poll_bytes=budget,
+                  max_poll_records=n) as c:
+        c.assign([(topic, 0)])
+        deadline = time.monotonic() + 30
+        while len(offsets) < n and time.monotonic() < deadline:
+            if columnar:
+                got = c.poll_columnar(500)
+                chunks = [(rb.column("offset").to_pylist(), sum(len(v) for v in rb.column("value").to_pylist()))
+                          for rb in got.values()]
+            else:
+                got = c.poll(500)
+                chunks = [([r.offset for r in recs], sum(len(r.value) for r in recs)) for recs in got.values()]
+            for offs, nbytes in chunks:
+                assert nbytes <= budget + batch_bytes
+                offsets += offs
+        assert offsets == list(range(n))
+        assert c.position((topic, 0)) == n
 
 
 def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(tansu):

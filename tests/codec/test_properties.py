@@ -59,9 +59,8 @@ def test_legacy_round_trip(records, magic, codec, base_offset):
     assert res.next_offset == base_offset + len(records)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.lists(record.filter(lambda r: abs(r[3]) < 2**52), max_size=8), st.sampled_from(CODECS)), max_size=6))
-def test_columnar_agrees_with_objects(batches):
+def _batches(batches) -> bytes:
+    """Consecutive v2 batches, one per (records, codec)."""
     buf = b""
     offset = 0
     for records, codec in batches:
@@ -70,8 +69,39 @@ def test_columnar_agrees_with_objects(batches):
             b.append(value, key=key, headers=hs, timestamp=ts)
         buf += b.build()
         offset += max(len(records), 1)
+    return buf
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(record.filter(lambda r: abs(r[3]) < 2**52), max_size=8), st.sampled_from(CODECS)), max_size=6))
+def test_columnar_agrees_with_objects(batches):
+    buf = _batches(batches)
     objs = kwire.decode(buf)
     cols = kwire.decode_columnar(buf)
     cols.record_batch.validate(full=True)
     assert columnar_tuples(cols.record_batch) == as_tuples(objs.records)
     assert (cols.consumed, cols.next_offset) == (objs.consumed, objs.next_offset)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(record.filter(lambda r: abs(r[3]) < 2**52), max_size=8), st.sampled_from(CODECS)),
+                max_size=6),
+       st.integers(-1, 3000))
+def test_max_bytes_chunks_add_up(batches, max_bytes):
+    """Decoding in ``max_bytes`` chunks (each going on at ``consumed``) gives
+    exactly the records of one call, a whole batch at least per chunk."""
+    buf = _batches(batches)
+    whole = as_tuples(kwire.decode(buf).records)
+    for decoder, rows in ((kwire.Decoder(), lambda r: as_tuples(r.records)),
+                          (kwire.ColumnarDecoder(), lambda r: columnar_tuples(r.record_batch))):
+        got, pos, calls = [], 0, 0
+        while pos < len(buf):
+            res = decoder.decode(memoryview(buf)[pos:], max_bytes=max_bytes)
+            assert res.consumed > 0
+            got += rows(res)
+            pos += res.consumed
+            calls += 1
+        assert got == whole
+        assert calls <= len(batches)
+        if max_bytes < 0:
+            assert calls <= 1
