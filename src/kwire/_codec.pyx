@@ -2431,3 +2431,272 @@ def partition_for_key(key, int num_partitions) -> int:
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+# ------------------------------------------------- producer accumulation
+# The producer's send() runs here: choosing the partition, appending to the
+# partition's open batch and making the record's future are one compiled
+# call. Everything else (sealing, sending, retries) is Python, in
+# kwire/producer.py, under the same lock.
+
+@cython.auto_pickle(False)
+@cython.freelist(64)
+cdef class ProducerBatch:
+    """The producer's batch of one partition while it takes records: the
+    builder and, per record, what its future reports (timestamp, key and
+    value sizes). ``bytes`` is what the batch counts against
+    ``buffer_memory``. Subclassed by the producer for its send state."""
+    cdef readonly str topic
+    cdef readonly int partition
+    cdef public RecordBatchBuilder builder
+    cdef public Py_ssize_t bytes
+    cdef int64_t* meta_ts
+    cdef int32_t* meta_sizes        # key size, value size per record (-1: null)
+    cdef Py_ssize_t meta_n, meta_cap
+
+    def __cinit__(self, str topic, int partition, RecordBatchBuilder builder, *args, **kwargs):
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+
+    def __dealloc__(self):
+        free(self.meta_ts)
+        free(self.meta_sizes)
+
+    cdef int add(self, value, key, headers, int64_t ts) except -1:
+        """Append one record (the producer's lock held); returns its index."""
+        cdef Py_ssize_t cap
+        cdef void* p
+        cdef int index
+        if self.builder is None:
+            raise KwireError("the batch was already sealed")
+        if self.meta_n == self.meta_cap:
+            cap = self.meta_cap * 2 if self.meta_cap else 64
+            p = realloc(self.meta_ts, cap * sizeof(int64_t))
+            if p == NULL:
+                raise MemoryError()
+            self.meta_ts = <int64_t*>p
+            p = realloc(self.meta_sizes, 2 * cap * sizeof(int32_t))
+            if p == NULL:
+                raise MemoryError()
+            self.meta_sizes = <int32_t*>p
+            self.meta_cap = cap
+        index = self.builder.append(value, key, headers, ts)
+        self.meta_ts[index] = ts
+        self.meta_sizes[2 * index] = -1 if key is None else len(key)
+        self.meta_sizes[2 * index + 1] = -1 if value is None else len(value)
+        self.meta_n = index + 1
+        return index
+
+    def append(self, value, key, headers, int64_t timestamp):
+        """Append one record (the producer's lock held); returns its index."""
+        return self.add(value, key, headers, timestamp)
+
+    @property
+    def record_count(self):
+        return self.meta_n
+
+    def record_meta(self, Py_ssize_t index):
+        """``(timestamp, key size, value size)`` of record ``index``."""
+        if not 0 <= index < self.meta_n:
+            raise IndexError(index)
+        return self.meta_ts[index], self.meta_sizes[2 * index], self.meta_sizes[2 * index + 1]
+
+
+@cython.auto_pickle(False)
+@cython.freelist(256)
+cdef class RecordFuture:
+    """The future of one sent record (record ``index`` of the producer's
+    ``batch``): :meth:`get` returns its ``RecordMetadata`` (partition,
+    offset, timestamp, sizes) once the broker acknowledged the batch, or
+    raises the batch's error. The producer's batch supplies ``future`` (a
+    :class:`kwire.future.Future`) and ``metadata(index)``."""
+    cdef readonly ProducerBatch _batch
+    cdef readonly Py_ssize_t _index
+
+    def __init__(self, ProducerBatch batch, Py_ssize_t index):
+        self._batch = batch
+        self._index = index
+
+    def done(self):
+        return self._batch.future.done()
+
+    def get(self, timeout=None):
+        """Wait up to ``timeout`` s (None: for ever) and return the record's metadata."""
+        self._batch.future.result(timeout)
+        return self._batch.metadata(self._index)
+
+    def result(self, timeout=None):
+        """The same as :meth:`get`."""
+        return self.get(timeout)
+
+    def exception(self):
+        """The error the record failed with, or None."""
+        return self._batch.future.exception()
+
+    def add_callback(self, fn):
+        """Call ``fn(metadata, None)`` or ``fn(None, error)`` when done."""
+        batch, index = self._batch, self._index
+
+        def cb(f):
+            if f.failed():
+                fn(None, f.exception())
+            else:
+                fn(batch.metadata(index), None)
+
+        self._batch.future.add_done_callback(cb)
+
+    def __repr__(self):
+        b = self._batch
+        return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
+
+
+cdef extern from "pythread.h":
+    ctypedef void* PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock()
+    void PyThread_free_lock(PyThread_type_lock)
+    int PyThread_acquire_lock_timed(PyThread_type_lock, long long microseconds, int intr_flag) nogil
+    void PyThread_release_lock(PyThread_type_lock) nogil
+
+
+@cython.auto_pickle(False)
+cdef class SendLock:
+    """The producer's lock, usable like ``threading.Lock`` (``with``,
+    ``acquire(blocking, timeout)``, ``release``, and so by
+    ``threading.Condition``), whose compiled users take it without a
+    Python call. A blocking acquire waits without the GIL."""
+    cdef PyThread_type_lock lock
+    cdef bint held
+
+    def __cinit__(self):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    cdef inline bint try_acquire(self) noexcept:
+        if PyThread_acquire_lock_timed(self.lock, 0, 0) == 1:
+            self.held = True
+            return True
+        return False
+
+    cdef inline void unlock(self) noexcept:
+        self.held = False
+        PyThread_release_lock(self.lock)
+
+    def acquire(self, bint blocking=True, double timeout=-1):
+        cdef long long us
+        cdef int got
+        if not blocking:
+            if timeout != -1:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            return self.try_acquire()
+        if self.try_acquire():
+            return True
+        us = -1 if timeout < 0 else <long long>(timeout * 1e6)
+        with nogil:
+            got = PyThread_acquire_lock_timed(self.lock, us, 0)
+        if got == 1:
+            self.held = True
+            return True
+        return False
+
+    def release(self):
+        if not self.held:
+            raise RuntimeError("release unlocked lock")
+        self.unlock()
+
+    def locked(self):
+        return self.held
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@cython.auto_pickle(False)
+cdef class Accumulator:
+    """The compiled half of ``Producer.send``: when the record's partition
+    is known, its batch is open and the lock is free, it appends the record and returns its future without running
+    Python; otherwise it calls ``slow`` (the producer's Python path, which
+    waits, refreshes metadata, opens batches and raises) with the same
+    arguments. The dictionaries are the producer's own, guarded by ``lock``
+    (a :class:`SendLock`): ``open`` maps (topic, partition) to the open
+    batch, ``sticky`` a topic to its partition for keyless records,
+    ``partitions`` a topic to (metadata version, partition list)."""
+    cdef public dict open
+    cdef public dict sticky
+    cdef public dict partitions
+    cdef public Py_ssize_t buffered
+    cdef public bint enabled
+    cdef Py_ssize_t batch_size
+    cdef object cluster
+    cdef SendLock lock
+    cdef object slow
+    cdef object on_full
+
+    def __init__(self, *, SendLock lock, cluster, slow, on_full, Py_ssize_t batch_size):
+        self.open = {}
+        self.sticky = {}
+        self.partitions = {}
+        self.buffered = 0
+        self.enabled = True
+        self.lock = lock
+        self.cluster = cluster
+        self.slow = slow
+        self.on_full = on_full
+        self.batch_size = batch_size
+
+    def send(self, str topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """``Producer.send``'s arguments; returns the record's future."""
+        cdef ProducerBatch batch
+        cdef object entry, parts, tp
+        cdef Py_ssize_t n, size
+        cdef int index
+        cdef int32_t h
+        cdef int64_t ts
+        cdef RecordFuture fut
+        if not self.enabled:
+            return self.slow(topic, value, key, headers, partition, timestamp_ms)
+        if partition is None:
+            entry = self.partitions.get(topic)
+            if entry is None or (<tuple>entry)[0] != self.cluster.updated_at:
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            if key is not None:
+                parts = (<tuple>entry)[1]
+                n = len(<list>parts)
+                if PyBytes_CheckExact(key):
+                    h = <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                else:
+                    h = murmur2(key)
+                partition = (<list>parts)[(h & 0x7FFFFFFF) % n]
+            else:
+                partition = self.sticky.get(topic)
+                if partition is None:
+                    return self.slow(topic, value, key, headers, partition, timestamp_ms)
+        ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
+        tp = (topic, partition)
+        if not self.lock.try_acquire():
+            return self.slow(topic, value, key, headers, partition, ts)
+        try:
+            batch = self.open.get(tp)
+            if batch is not None:
+                index = batch.add(value, key, headers, ts)
+                size = V2_HEADER + batch.builder.buf.len
+                self.buffered += size - batch.bytes
+                batch.bytes = size
+                if size >= self.batch_size:
+                    self.on_full(tp, batch)
+        finally:
+            self.lock.unlock()
+        if batch is None:
+            return self.slow(topic, value, key, headers, partition, ts)
+        fut = RecordFuture.__new__(RecordFuture)
+        fut._batch = batch
+        fut._index = index
+        return fut

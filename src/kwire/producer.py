@@ -30,10 +30,11 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kwire import protocol
-from kwire._codec import RecordBatchBuilder, partition_for_key, restamp_batch
+from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, partition_for_key,
+                          restamp_batch)
 from kwire.client import Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import KwireError
@@ -73,18 +74,15 @@ class RecordMetadata(NamedTuple):
     serialized_value_size: int
 
 
-class _Batch:
-    __slots__ = ("topic", "partition", "builder", "records", "created", "payload", "bytes", "attempts",
-                 "sequence", "next_try", "deadline", "future", "count", "stamp")
+class _Batch(ProducerBatch):
+    """A partition's batch: while open, the compiled builder takes records
+    (see :class:`kwire._codec.ProducerBatch`); then its send state."""
+
+    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "count", "stamp")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
-        self.topic = topic
-        self.partition = partition
-        self.builder: Optional[RecordBatchBuilder] = builder
-        self.records: List[Tuple[int, int, int]] = []   # (timestamp, key size, value size)
         self.created = now
         self.payload: Optional[bytes] = None             # the encoded batch, once sealed
-        self.bytes = 0
         self.attempts = 0
         self.sequence = -1
         self.next_try = 0.0
@@ -93,50 +91,12 @@ class _Batch:
         self.count = 0
         self.stamp: Tuple[int, int] = (-1, -1)           # producer id and epoch the payload carries
 
-
-class RecordFuture:
-    """The future of one sent record: :meth:`get` returns its
-    :class:`RecordMetadata` once the broker acknowledged it."""
-
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: _Batch, index: int) -> None:
-        self._batch = batch
-        self._index = index
-
-    def done(self) -> bool:
-        return self._batch.future.done()
-
-    def _meta(self) -> RecordMetadata:
-        b = self._batch
-        base, log_append = b.future.value
-        ts, ks, vs = b.records[self._index]
-        offset = -1 if base < 0 else base + self._index
-        return RecordMetadata(b.topic, b.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
-
-    def get(self, timeout: Optional[float] = None) -> RecordMetadata:
-        self._batch.future.result(timeout)
-        return self._meta()
-
-    result = get
-
-    def exception(self) -> Optional[BaseException]:
-        return self._batch.future.exception()
-
-    def add_callback(self, fn: Callable[[Optional[RecordMetadata], Optional[BaseException]], None]) -> None:
-        """Call ``fn(metadata, None)`` or ``fn(None, error)`` when done."""
-
-        def cb(f: Future) -> None:
-            if f.failed():
-                fn(None, f.exception())
-            else:
-                fn(self._meta(), None)
-
-        self._batch.future.add_done_callback(cb)
-
-    def __repr__(self) -> str:
-        b = self._batch
-        return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
+    def metadata(self, index: int) -> "RecordMetadata":
+        """Where record ``index`` landed (the batch is acknowledged)."""
+        base, log_append = self.future.value
+        ts, ks, vs = self.record_meta(index)
+        offset = -1 if base < 0 else base + index
+        return RecordMetadata(self.topic, self.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
 
 
 class Producer:
@@ -158,14 +118,17 @@ class Producer:
         if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > 5:
             raise KwireError("enable_idempotence allows at most 5 requests in flight per connection")
         self._client = Client(cfg)
-        self._lock = threading.Lock()
+        self._lock = SendLock()
         self._room = threading.Condition(self._lock)
-        self._open: Dict[Tuple[str, int], _Batch] = {}
+        self._acc = Accumulator(lock=self._lock, cluster=self._client.cluster,
+                                slow=self._send_slow, on_full=self._on_full, batch_size=cfg["batch_size"])
+        self._open: Dict[Tuple[str, int], _Batch] = self._acc.open
+        # the compiled path itself, so a send runs no Python frame (see send below)
+        self.send = self._acc.send  # type: ignore[method-assign]
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
-        self._buffered = 0
-        self._sticky: Dict[str, int] = {}
-        self._parts: Dict[str, Tuple[float, List[int]]] = {}     # topic -> (metadata time, partitions)
+        self._sticky: Dict[str, int] = self._acc.sticky
+        self._parts: Dict[str, Tuple[float, List[int]]] = self._acc.partitions   # topic -> (metadata time, partitions)
         self._batch_size = cfg["batch_size"]
         self._flushing = 0
         self._closing = False
@@ -208,7 +171,17 @@ class Producer:
         timestamp_ms: Optional[int] = None,
     ) -> RecordFuture:
         """Queue one record; returns its future at once (blocks only while
-        ``buffer_memory`` is full, at most ``max_block_ms``)."""
+        ``buffer_memory`` is full, at most ``max_block_ms``).
+
+        The common case runs compiled (:class:`kwire._codec.Accumulator`);
+        it falls back to :meth:`_send_slow` when a batch must be opened,
+        metadata fetched, room waited for or an error raised.
+        """
+        return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
+
+    def _send_slow(self, topic: str, value: Optional[bytes], key: Optional[bytes],
+                   headers: Optional[Sequence[Tuple[str, Optional[bytes]]]], partition: Optional[int],
+                   timestamp_ms: Optional[int]) -> RecordFuture:
         if self._closing:
             raise ProducerClosedError("send() after close()")
         if self._fatal is not None:
@@ -233,16 +206,18 @@ class Producer:
                 batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
                                now + self.cfg["delivery_timeout_ms"] / 1000.0)
                 self._open[tp] = batch
-            builder = batch.builder
-            index = builder.append(value, key, headers, ts)
-            size = builder.size_in_bytes
-            self._buffered += size - batch.bytes
+            index = batch.append(value, key, headers, ts)
+            size = batch.builder.size_in_bytes
+            self._acc.buffered += size - batch.bytes
             batch.bytes = size
-            batch.records.append((ts, -1 if key is None else len(key), -1 if value is None else len(value)))
             if size >= self._batch_size:
-                self._seal(tp, batch)
-                self._client.wakeup()
+                self._on_full(tp, batch)
         return RecordFuture(batch, index)
+
+    def _on_full(self, tp: Tuple[str, int], batch: _Batch) -> None:
+        """``batch`` reached ``batch_size`` (lock held): seal it, wake the sender."""
+        self._seal(tp, batch)
+        self._client.wakeup()
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or
@@ -277,6 +252,7 @@ class Producer:
                 self.flush(timeout)
         finally:
             self._closing = True
+            self._acc.enabled = False
             self._client.wakeup()
             self._thread.join(5.0)
             self._closed = True
@@ -315,11 +291,11 @@ class Producer:
 
     # -------------------------------------------------------- buffering
     def _wait_for_room(self) -> None:
-        if self._buffered < self.cfg["buffer_memory"]:
+        if self._acc.buffered < self.cfg["buffer_memory"]:
             return
         deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
         self._client.wakeup()
-        while self._buffered >= self.cfg["buffer_memory"]:
+        while self._acc.buffered >= self.cfg["buffer_memory"]:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BufferFullError(
@@ -341,7 +317,7 @@ class Producer:
 
     def _release(self, batch: _Batch) -> None:
         with self._lock:
-            self._buffered -= batch.bytes
+            self._acc.buffered -= batch.bytes
             batch.bytes = 0
             self._room.notify_all()
 
@@ -362,6 +338,7 @@ class Producer:
 
     def _fail_all(self, error: BaseException) -> None:
         self._fatal = error
+        self._acc.enabled = False
         with self._lock:
             pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
             pending += [b for bs in self._unacked.values() for b in bs]
@@ -401,7 +378,7 @@ class Producer:
         for b in expired:
             self._release(b)
             b.future.set_exception(KafkaTimeoutError(
-                f"{b.count or len(b.records)} record(s) for {b.topic}[{b.partition}] expired: not sent within "
+                f"{b.count or b.record_count} record(s) for {b.topic}[{b.partition}] expired: not sent within "
                 f"delivery_timeout_ms ({self.cfg['delivery_timeout_ms']} ms)"))
 
     def _init_producer_id(self) -> None:

@@ -16,7 +16,8 @@ def _stub():
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             names.add(node.name)
-            members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | {
+                n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
         elif isinstance(node, ast.FunctionDef):
             names.add(node.name)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

@@ -1,0 +1,130 @@
+"""The producer's compiled send path (kwire._codec.Accumulator): which
+records it takes itself, which it hands to the Python slow path, and that
+errors leave its lock free. The producer around it is tested against the
+broker in tests/client."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import kwire
+from kwire._codec import Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock
+
+
+class _Cluster:
+    updated_at = 1.0
+
+
+class _Harness:
+    def __init__(self, batch_size=1 << 20):
+        self.slow_calls = []
+        self.full = []
+        self.lock = SendLock()
+        self.acc = Accumulator(lock=self.lock, cluster=_Cluster, slow=self.slow, on_full=self.on_full,
+                               batch_size=batch_size)
+
+    def slow(self, *args):
+        self.slow_calls.append(args)
+        return "slow"
+
+    def on_full(self, tp, batch):
+        self.full.append((tp, batch))
+        del self.acc.open[tp]
+
+    def open(self, topic, partitions):
+        self.acc.partitions[topic] = (_Cluster.updated_at, list(partitions))
+        for p in partitions:
+            self.acc.open[(topic, p)] = ProducerBatch(topic, p, RecordBatchBuilder(None))
+
+
+def test_keyed_records_go_where_murmur2_says_and_futures_count_up():
+    h = _Harness()
+    h.open("t", range(5))
+    futs = [h.acc.send("t", b"v%d" % i, b"key-%d" % i, None, None, 1000 + i) for i in range(50)]
+    assert not h.slow_calls
+    per_partition = {}
+    for i, f in enumerate(futs):
+        assert isinstance(f, RecordFuture)
+        p = f._batch.partition
+        assert p == kwire.partition_for_key(b"key-%d" % i, 5)
+        assert f._index == per_partition.get(p, 0)
+        per_partition[p] = f._index + 1
+        assert f._batch.record_meta(f._index) == (1000 + i, len(b"key-%d" % i), len(b"v%d" % i))
+    for p, n in per_partition.items():
+        assert len(h.acc.open[("t", p)].builder) == n
+    assert h.acc.buffered == sum(b.bytes for b in h.acc.open.values())
+
+
+def test_what_goes_to_the_slow_path():
+    h = _Harness()
+    h.open("t", [0, 1])
+    assert h.acc.send("unknown", b"v", b"k") == "slow"                 # no partitions known
+    assert h.acc.send("t", b"v") == "slow"                             # keyless, no sticky partition yet
+    h.acc.sticky["t"] = 1
+    assert isinstance(h.acc.send("t", b"v"), RecordFuture)             # ... now it has one
+    assert h.acc.send("t", b"v", None, None, 7) == "slow"              # no open batch for partition 7
+    h.acc.partitions["t"] = (0.5, [0, 1])                               # metadata changed since
+    assert h.acc.send("t", b"v", b"k") == "slow"
+    h.open("t", [0, 1])
+    with h.lock:                                                       # the sender holds the lock
+        assert h.acc.send("t", b"v", b"k") == "slow"
+    h.acc.enabled = False                                              # closing or failed
+    assert h.acc.send("t", b"v", b"k") == "slow"
+    # the slow path gets the arguments, the timestamp fixed once taken
+    topic, value, key, headers, partition, ts = h.slow_calls[-2]
+    assert (topic, value, key, headers, partition) == ("t", b"v", b"k", None, kwire.partition_for_key(b"k", 2))
+    assert abs(ts - time.time() * 1000) < 60_000
+
+
+def test_a_full_batch_is_handed_over_once():
+    h = _Harness(batch_size=500)
+    h.open("t", [0])
+    sent = 0
+    while not h.full:
+        assert isinstance(h.acc.send("t", b"x" * 100, None, None, 0), RecordFuture)
+        sent += 1
+    assert sent == 5                                                   # 61-byte header + 5 records of 106
+    assert len(h.full) == 1 and h.full[0][0] == ("t", 0)
+    assert h.full[0][1].bytes >= 500
+    assert h.acc.send("t", b"x", None, None, 0) == "slow"              # the next record opens a new batch
+
+
+def test_a_bad_record_raises_and_leaves_the_lock_free():
+    h = _Harness()
+    h.open("t", [0])
+    with pytest.raises(TypeError):
+        h.acc.send("t", 12345, None, None, 0)
+    assert not h.lock.locked()
+    assert isinstance(h.acc.send("t", b"fine", None, None, 0), RecordFuture)
+
+
+def test_send_lock_behaves_like_threading_lock():
+    lock = SendLock()
+    assert lock.acquire() and lock.locked()
+    assert not lock.acquire(False)
+    assert not lock.acquire(timeout=0.01)
+    lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with lock:
+        assert lock.locked()
+    # a Condition over it waits and wakes
+    cond = threading.Condition(lock)
+    woke = []
+
+    def waiter():
+        with cond:
+            woke.append(cond.wait(5))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    with cond:
+        cond.notify_all()
+    t.join(5)
+    assert woke == [True]
+    with cond:
+        assert cond.wait(0.01) is False
