@@ -30,12 +30,13 @@ from kwire.config import CONSUMER, resolve
 from kwire.errors import CorruptRecordError, KwireError
 from kwire.future import Future, KafkaTimeoutError
 
-__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError"]
+__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "LogTruncationError"]
 
 log = logging.getLogger(__name__)
 
 FETCH = 1
 LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
 EARLIEST = -2
 LATEST = -1
 OFFSET_OUT_OF_RANGE = 1
@@ -56,6 +57,15 @@ class NoOffsetForPartitionError(KwireError):
     """A partition has no valid position and ``auto_offset_reset`` is none."""
 
 
+class LogTruncationError(NoOffsetForPartitionError):
+    """A new partition leader's log ends before the consumer's position (the
+    records past it were lost, e.g. an unclean leader election) and
+    ``auto_offset_reset`` is none. ``end_offset`` is where the logs agree."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int, end_offset: int) -> None:
+        super().__init__(message)
+        self.topic, self.partition, self.offset, self.end_offset = topic, partition, offset, end_offset
+
 
 @dataclass
 class _PartitionState:
@@ -65,6 +75,7 @@ class _PartitionState:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     error: Optional[BaseException] = None   # raised by the next poll (a corrupt batch)
+    epoch: int = -1                         # leader epoch the position was read or checked under (-1: unknown)
 
 
 @dataclass
@@ -101,6 +112,7 @@ class Consumer:
         self._buffer: Dict[TopicPartition, _Completed] = {}
         self._in_flight: Dict[TopicPartition, int] = {}  # partition -> node of the Fetch asking for it
         self._node_fetches: Dict[int, int] = collections.Counter()   # node -> Fetches in flight
+        self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
         self._read_committed = self.cfg["isolation_level"] == "read_committed"
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
@@ -128,19 +140,19 @@ class Consumer:
     def seek(self, tp: Tuple[str, int], offset: int) -> None:
         """Make ``offset`` the next offset returned for ``tp``."""
         st = self._state(tp)
-        st.position, st.reset, st.error = offset, None, None
+        st.position, st.reset, st.error, st.epoch = offset, None, None, -1
         self._buffer.pop(TopicPartition(*tp), None)
 
     def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
         for tp in tps or self._states:
             st = self._state(tp)
-            st.position, st.reset, st.error = None, EARLIEST, None
+            st.position, st.reset, st.error, st.epoch = None, EARLIEST, None, -1
             self._buffer.pop(TopicPartition(*tp), None)
 
     def seek_to_end(self, *tps: Tuple[str, int]) -> None:
         for tp in tps or self._states:
             st = self._state(tp)
-            st.position, st.reset, st.error = None, LATEST, None
+            st.position, st.reset, st.error, st.epoch = None, LATEST, None, -1
             self._buffer.pop(TopicPartition(*tp), None)
 
     def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
@@ -257,6 +269,7 @@ class Consumer:
         for tp in tps:
             topics[tp.topic].append(cls.FetchPartition(
                 partition=tp.partition, fetch_offset=self._states[tp].position,
+                current_leader_epoch=self._leader_epoch(tp),
                 partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
         ids = self._client.cluster.topic_ids
         return cls(
@@ -277,14 +290,20 @@ class Consumer:
         if need_positions:
             self._resolve_positions(need_positions)
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         for tp, st in self._states.items():
-            if tp in self._buffer or tp in self._in_flight or st.error is not None:
+            if tp in self._buffer or tp in self._in_flight or tp in self._validating or st.error is not None:
                 continue
             leader = client.cluster.leader_for(*tp)
             if leader is None:
                 client.request_metadata_update()
                 continue
+            if 0 <= st.epoch < self._leader_epoch(tp):
+                to_validate[leader].append(tp)      # a new leader: is the position still in its log?
+                continue
             by_node[leader].append(tp)
+        for node, tps in to_validate.items():
+            self._validate_positions(node, tps)
         depth = self.cfg["max_in_flight_fetches"]
         for node, tps in by_node.items():
             slots = min(depth - self._node_fetches[node], len(tps))
@@ -297,13 +316,88 @@ class Consumer:
                 raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
             for share in (tps[i::slots] for i in range(slots)):
                 asked = {tp: self._states[tp].position for tp in share}
+                epochs = {tp: self._leader_epoch(tp) for tp in share}
                 fut = client.send(node, self._fetch_request(conn.versions, share))
                 self._node_fetches[node] += 1
                 for tp in share:
                     self._in_flight[tp] = node
-                fut.add_done_callback(lambda f, node=node, asked=asked: self._on_fetch(node, asked, f))
+                fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs: self._on_fetch(node, asked, f, epochs))
 
-    def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future) -> None:
+    def _leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition leader's epoch in the current metadata (-1: unknown)."""
+        info = self._client.cluster.partitions.get(tp.topic, {}).get(tp.partition)
+        return -1 if info is None else info.leader_epoch
+
+    # -------------------------------------------------- position checks
+    def _validate_positions(self, node: int, tps: List[TopicPartition]) -> None:
+        """Ask the new leader (OffsetForLeaderEpoch) where the epoch of each
+        position ends in its log; a log that ends before the position was
+        truncated (KIP-320). A broker without the API cannot tell: the
+        position is taken as valid, as Kafka's own clients do."""
+        conn = self._client.connection(node)
+        if conn is None or not conn.ready:
+            return
+        version = conn.versions.get(OFFSET_FOR_LEADER_EPOCH)
+        if version is None:
+            for tp in tps:
+                log.debug("%s[%s]: leader changed; node %s lacks OffsetForLeaderEpoch, position %s kept",
+                          tp.topic, tp.partition, node, self._states[tp].position)
+                self._states[tp].epoch = self._leader_epoch(tp)
+            return
+        asked = {tp: (self._states[tp].position, self._states[tp].epoch, self._leader_epoch(tp)) for tp in tps}
+        self._validating.update(tps)
+        fut = self._client.send(node, self._epoch_request(asked), version)
+        fut.add_done_callback(lambda f: self._on_epoch_end(asked, f))
+
+    def _epoch_request(self, asked: Mapping[TopicPartition, Tuple[Optional[int], int, int]]) -> Any:
+        cls = protocol.message("OffsetForLeaderEpochRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp, (_, epoch, current) in asked.items():
+            topics[tp.topic].append(cls.OffsetForLeaderPartition(
+                partition=tp.partition, current_leader_epoch=current, leader_epoch=epoch))
+        return cls(replica_id=-1, topics=[cls.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+
+    def _on_epoch_end(self, asked: Mapping[TopicPartition, Tuple[Optional[int], int, int]], fut: Future) -> None:
+        self._validating.difference_update(asked)
+        if fut.failed():
+            log.debug("OffsetForLeaderEpoch failed: %s; checking again", fut.exception())
+            return
+        for t in fut.value.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                st = self._states.get(tp)
+                if st is None or tp not in asked or st.position != asked[tp][0]:
+                    continue      # unassigned or sought meanwhile
+                position, _, current = asked[tp]
+                if p.error_code:
+                    err = protocol.error_for(p.error_code, api="OffsetForLeaderEpoch", topic=tp.topic,
+                                             partition=tp.partition)
+                    if getattr(err, "invalid_metadata", False) or getattr(err, "retriable", False):
+                        self._client.request_metadata_update()
+                    else:
+                        st.error = err
+                    continue
+                if p.end_offset < 0:          # the leader knows no such epoch: the position is gone
+                    self._on_partition_error(tp, OFFSET_OUT_OF_RANGE)
+                    continue
+                if position is not None and p.end_offset < position:
+                    self._on_truncation(tp, position, p.end_offset)
+                st.epoch = current
+
+    def _on_truncation(self, tp: TopicPartition, position: int, end_offset: int) -> None:
+        st = self._states[tp]
+        self._buffer.pop(tp, None)      # fetched past the truncation: not in the log any more
+        what = (f"{tp.topic}[{tp.partition}]: the log of the new leader ends at {end_offset}, before the "
+                f"position {position}: records were lost")
+        if self.cfg["auto_offset_reset"] == "none":
+            st.error = LogTruncationError(what + " and auto_offset_reset is none", tp.topic, tp.partition,
+                                          position, end_offset)
+            return
+        log.warning("%s; going on from %s", what, end_offset)
+        st.position = end_offset
+
+    def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future,
+                  epochs: Optional[Dict[TopicPartition, int]] = None) -> None:
         self._node_fetches[node] -= 1
         for tp in asked:
             if self._in_flight.get(tp) == node:
@@ -333,6 +427,8 @@ class Consumer:
                 data = p.records
                 if data is None or len(data) == 0:
                     continue
+                if epochs is not None:
+                    st.epoch = epochs[tp]
                 aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
                 self._buffer[tp] = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
 
