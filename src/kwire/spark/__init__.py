@@ -16,7 +16,7 @@ from __future__ import annotations
 
 try:
     import pyspark  # noqa: F401
-    import pyarrow  # noqa: F401
+    import pyarrow  # noqa: F401  (both needed by the data source)
 except ImportError as _e:  # pragma: no cover - only without the extra
     raise ImportError(f"kwire.spark needs PySpark 4 and pyarrow: pip install 'kwire[spark]' ({_e})") from _e
 

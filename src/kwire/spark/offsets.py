@@ -167,11 +167,16 @@ class OffsetReader:
         return out
 
     def for_times(self, query: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
-        """The first offset at or after each timestamp (ms); None if none."""
+        """The first offset at or after each timestamp (ms); None if none.
+
+        An answer without a record timestamp is no match too: Kafka answers
+        a lookup that found a record with that record's timestamp, and no
+        record with offset and timestamp -1 (Tansu 0.6.0 with offset 0 and
+        timestamp -1)."""
         if not query:
             return {}
         got = self.consumer.offsets_for_times(query)
-        return {tp: (None if r is None else r.offset) for tp, r in got.items()}
+        return {tp: (None if r is None or r.timestamp < 0 else r.offset) for tp, r in got.items()}
 
     def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], starting: bool) -> Dict[TopicPartition, int]:
         """``spec`` as one offset per partition of ``tps``."""
