@@ -23,19 +23,10 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession whose Python workers run this interpreter."""
+    from kwire.demo import spark_session
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    from pyspark.sql import SparkSession
-
-    import kwire.spark
-
-    session = (SparkSession.builder.master("local[2]").appName("kwire-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    kwire.spark.register(session)
+    session = spark_session("kwire-tests")
     try:
         yield session
     finally:
