@@ -104,6 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--only", default="kwire,spark-native,python-ceiling")
+    ap.add_argument("--ops", default="count,parquet")
     args = ap.parse_args(argv)
     from kwire.admin import Admin, NewTopic
     from kwire.devbroker import start_tansu
@@ -130,22 +131,23 @@ def main(argv=None) -> int:
         for name in wanted:
             make = frames[name]
             assert make().count() == args.records, name        # warm-up, and every record is there
-            sys.stderr.write(f"[bench] {name}: count...\n")
-            counted = best(lambda: make().count(), args.repeat)
-            sys.stderr.write(f"[bench] {name}: parquet...\n")
             path = f"{out_dir}/{name}"
-            written = best(lambda: make().write.mode("overwrite").parquet(path), args.repeat)
-            results[name] = {"count": counted, "parquet": written}
+            ops = {"count": lambda: make().count(), "parquet": lambda: make().write.mode("overwrite").parquet(path)}
+            results[name] = {}
+            for op in args.ops.split(","):
+                sys.stderr.write(f"[bench] {name}: {op}...\n")
+                results[name][op] = best(ops[op], args.repeat)
         n = args.records
         print(f"\n{n:,} records ({args.partitions} partitions, 16-byte key, 100-byte value), local[2], "
               f"best of {args.repeat}; produced with kwire in {produce_s:.1f} s ({n / produce_s:,.0f}/s)\n")
-        print("| source | count s | count rows/s | parquet s | parquet rows/s | count vs ceiling | parquet vs ceiling |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        ops = args.ops.split(",")
+        print("| source | " + " | ".join(f"{op} s | {op} rows/s | {op} time vs ceiling" for op in ops) + " |")
+        print("|---|" + "---:|---:|---:|" * len(ops))
         ceiling = results.get("python-ceiling")
         for name, r in results.items():
-            vs = (lambda k: f"{r[k] / ceiling[k]:.2f}x" if ceiling else "-")
-            print(f"| {name} | {r['count']:.2f} | {n / r['count']:,.0f} | {r['parquet']:.2f} | {n / r['parquet']:,.0f} "
-                  f"| {vs('count')} | {vs('parquet')} |")
+            cells = [f"{r[op]:.2f} | {n / r[op]:,.0f} | " + (f"{r[op] / ceiling[op]:.2f}x" if ceiling else "-")
+                     for op in ops]
+            print(f"| {name} | " + " | ".join(cells) + " |")
         return 0
     finally:
         if spark is not None:

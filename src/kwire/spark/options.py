@@ -42,7 +42,7 @@ TP = Tuple[str, int]
 #: wait only happens on the prefetch past a range's end) and fetches large
 #: enough that each Arrow batch handed to Spark carries many rows.
 EXECUTOR_DEFAULTS: Dict[str, Any] = {
-    "fetch.max.wait.ms": 100,
+    "fetch.max.wait.ms": 10,
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
 }
 
