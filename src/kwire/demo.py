@@ -6,6 +6,7 @@ producer, read them into a Spark DataFrame through ``format("kwire")`` on
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -95,8 +96,11 @@ def run(records: int = DEFAULT_RECORDS, partitions: int = DEFAULT_PARTITIONS, ou
         out.write(f"time       {read_s:.2f} s\n")
         out.write(f"rows/s     {total / read_s:,.0f}\n\n")
         out.flush()
-        rows = (df.where("offset < 2").selectExpr("CAST(key AS STRING) AS key", "partition", "offset", "timestamp",
-                                                  "substring(CAST(value AS STRING), 1, 48) AS value")
+        first_two = json.dumps({topic: {str(p): 2 for p in range(partitions)}})
+        head = (spark.read.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic).option("endingOffsets", first_two).load())
+        rows = (head.selectExpr("CAST(key AS STRING) AS key", "partition", "offset", "timestamp",
+                                "substring(CAST(value AS STRING), 1, 48) AS value")
                 .orderBy("partition", "offset").limit(5).collect())
         out.write("key               partition  offset  timestamp                   value\n")
         for r in rows:
