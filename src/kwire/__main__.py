@@ -12,20 +12,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="kwire", description="kwire: a Kafka wire-protocol client")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="encode, decode and re-encode a large set of record batches; print throughput")
-    demo.add_argument("--batches", type=int, default=2000)
-    demo.add_argument("--records-per-batch", type=int, default=500)
-    demo.add_argument("--codecs", default="none,lz4,zstd", help="comma-separated: none,gzip,snappy,lz4,zstd")
-    from kwire import cli
+    from kwire import cli, demo as _demo
+
+    demo = sub.add_parser("demo", help="produce records to a local Tansu broker and read them with Spark "
+                                       "through format(\"kwire\") (needs kwire[spark,broker])")
+    demo.add_argument("--records", type=int, default=_demo.DEFAULT_RECORDS)
+    demo.add_argument("--partitions", type=int, default=_demo.DEFAULT_PARTITIONS)
 
     cli.add_commands(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else (logging.INFO if args.command == "demo" else logging.WARNING), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
-        from kwire import demo as _demo
-
-        ok = _demo.run(args.batches, args.records_per_batch, [c.strip() for c in args.codecs.split(",") if c.strip()])
-        return 0 if ok else 1
+        return 0 if _demo.run(args.records, args.partitions) else 1
     return cli.run(args)
 
 

@@ -1,103 +1,114 @@
-"""kwire's demo job: build a large set of record batches, decode them into
-Python records and into Arrow columns (1 and 2 threads), re-encode the decoded
-records and check the bytes come back identical; print throughput.
+"""kwire's demo job (``scripts/demo``, ``kwire demo``): start the bundled
+Tansu broker on loopback, produce a few million records with kwire's
+producer, read them into a Spark DataFrame through ``format("kwire")`` on
+``local[2]``, print a summary and a few rows, and stop everything.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
-import threading
 import time
-from typing import Callable, List, Sequence, TextIO
-
-import kwire
+from typing import Optional, TextIO
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
-HEADER = ("content-type", b"application/json")
+DEFAULT_RECORDS = 3_000_000
+DEFAULT_PARTITIONS = 4
 
 
-def workload(batches: int, per_batch: int, codec: str, base_ts: int = 1_700_000_000_000) -> List[bytes]:
-    """``batches`` record batches of ``per_batch`` records (16-byte key,
-    100-byte JSON-like value, one header), as a producer would write them."""
-    out = []
-    offset = 0
-    for _ in range(batches):
-        b = kwire.RecordBatchBuilder(codec, base_offset=offset)
-        for i in range(offset, offset + per_batch):
-            value = (b'{"id": %d, "user": "user-%d", "event": "click", "amount": %d.%02d, "tags": ["a", "b"]}'
-                     % (i, i % 9973, i % 1000, i % 100)).ljust(VALUE_SIZE, b" ")[:VALUE_SIZE]
-            b.append(value, key=b"%016d" % i, headers=[HEADER], timestamp=base_ts + i)
-        out.append(b.build())
-        offset += per_batch
-    return out
+def value_for(i: int) -> bytes:
+    """A 100-byte JSON-like value for record ``i``."""
+    return (b'{"id": %d, "user": "user-%d", "event": "click", "amount": %d.%02d}'
+            % (i, i % 9973, i % 1000, i % 100)).ljust(VALUE_SIZE, b" ")
 
 
-def _timed(fn: Callable[[], object], runs: int = 2) -> float:
-    """Best wall time of ``runs`` calls (the first pays for fresh memory)."""
-    best = float("inf")
-    for _ in range(runs):
+def produce(bootstrap: str, topic: str, records: int, partitions: int, progress: Optional[TextIO] = None) -> float:
+    """``records`` records (16-byte key, 100-byte value) spread evenly over
+    ``partitions`` with kwire's producer; returns the seconds it took."""
+    from kwire.producer import Producer
+
+    step = max(1, records // 10)
+    t = time.perf_counter()
+    with Producer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20, enable_idempotence=False,
+                  acks=1) as producer:
+        send = producer.send
+        for i in range(records):
+            send(topic, value_for(i), key=b"%016d" % i, partition=i % partitions)
+            if progress is not None and (i + 1) % step == 0:
+                progress.write(f"[demo] produced {i + 1:,} / {records:,} records "
+                               f"({(i + 1) / (time.perf_counter() - t):,.0f}/s)\n")
+                progress.flush()
+        producer.flush()
+    return time.perf_counter() - t
+
+
+def spark_session(app: str = "kwire-demo"):
+    """A ``local[2]`` session whose Python workers run this interpreter,
+    with ``format("kwire")`` registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import kwire.spark
+
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    kwire.spark.register(spark)
+    return spark
+
+
+def run(records: int = DEFAULT_RECORDS, partitions: int = DEFAULT_PARTITIONS, out: TextIO = sys.stdout,
+        progress: TextIO = sys.stderr) -> bool:
+    """Run the demo; returns False if Spark did not read back every record."""
+    from kwire.admin import Admin, NewTopic
+    from kwire.devbroker import start_tansu
+
+    progress.write("[demo] starting the bundled Tansu broker on loopback (in-memory storage)...\n")
+    broker = start_tansu()
+    spark = None
+    try:
+        topic = "kwire-demo"
+        with Admin(bootstrap_servers=broker.bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+        progress.write(f"[demo] Tansu {broker.bootstrap}: producing {records:,} records "
+                       f"({KEY_SIZE}-byte key, {VALUE_SIZE}-byte value) to {partitions} partitions...\n")
+        produce_s = produce(broker.bootstrap, topic, records, partitions, progress)
+        progress.write("[demo] starting Spark (local[2])...\n")
+        spark = spark_session()
+        df = (spark.read.format("kwire")
+              .option("kafka.bootstrap.servers", broker.bootstrap)
+              .option("subscribe", topic)
+              .load())
+        progress.write('[demo] reading with spark.read.format("kwire") ...\n')
         t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _halves(batches: Sequence[bytes]) -> List[bytes]:
-    mid = len(batches) // 2
-    return [b"".join(batches[:mid]), b"".join(batches[mid:])]
-
-
-def _columnar_threads(parts: Sequence[bytes], decoders: Sequence[kwire.ColumnarDecoder]) -> None:
-    def work(buf: bytes, dec: kwire.ColumnarDecoder) -> None:
-        dec.decode(buf)
-
-    threads = [threading.Thread(target=work, args=(p, d)) for p, d in zip(parts, decoders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def _reencode(records: Sequence[kwire.Record], per_batch: int, codec: str) -> List[bytes]:
-    out = []
-    for start in range(0, len(records), per_batch):
-        chunk = records[start : start + per_batch]
-        b = kwire.RecordBatchBuilder(codec, base_offset=chunk[0].offset)
-        for r in chunk:
-            b.append(r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
-        out.append(b.build())
-    return out
-
-
-def run(batches: int = 2000, per_batch: int = 500, codecs: Sequence[str] = ("none", "lz4", "zstd"),
-        out: TextIO = sys.stdout, progress: TextIO = sys.stderr) -> bool:
-    """Run the demo; returns False if a round trip did not give back the same bytes."""
-    n = batches * per_batch
-    ok = True
-    out.write(f"kwire {kwire.__version__}: {batches} batches x {per_batch} records "
-              f"({KEY_SIZE}-byte key, {VALUE_SIZE}-byte value, 1 header), CRC checks on, "
-              "decodes best of 2\n\n")
-    out.write("| codec | MB | encode rec/s | decode objects rec/s | columnar 1 thread rec/s "
-              "| columnar 2 threads rec/s | re-encode identical |\n|---|---|---|---|---|---|---|\n")
-    for codec in codecs:
-        progress.write(f"[demo] {codec}: encoding {n:,} records...\n")
-        t_enc = time.perf_counter()
-        encoded = workload(batches, per_batch, codec)
-        t_enc = time.perf_counter() - t_enc
-        buf = b"".join(encoded)
-        progress.write(f"[demo] {codec}: decoding {len(buf) / 1e6:.0f} MB...\n")
-        decoder, columnar = kwire.Decoder(), kwire.ColumnarDecoder()
-        result = decoder.decode(buf)
-        t_obj = _timed(lambda: decoder.decode(buf))
-        t_col = _timed(lambda: columnar.decode(buf))
-        parts = _halves(encoded)
-        pair = [kwire.ColumnarDecoder(), kwire.ColumnarDecoder()]
-        t_col2 = _timed(lambda: _columnar_threads(parts, pair))
-        progress.write(f"[demo] {codec}: re-encoding and comparing...\n")
-        same = len(result.records) == n and _reencode(result.records, per_batch, codec) == encoded
-        ok &= same
-        out.write(f"| {codec} | {len(buf) / 1e6:.0f} | {n / t_enc:,.0f} | {n / t_obj:,.0f} | {n / t_col:,.0f} "
-                  f"| {n / t_col2:,.0f} | {'yes' if same else 'NO'} |\n")
+        per_partition = sorted((r["partition"], r["count"]) for r in df.groupBy("partition").count().collect())
+        read_s = time.perf_counter() - t
+        total = sum(n for _, n in per_partition)
+        out.write(f"\nkwire: {records:,} records produced in {produce_s:.1f} s ({records / produce_s:,.0f}/s); "
+                  f"Spark read them through format(\"kwire\") on local[2]\n\n")
+        out.write(f"records    {total:,}\n")
+        out.write(f"partitions {len(per_partition)}  (" + ", ".join(f"{p}: {n:,}" for p, n in per_partition) + ")\n")
+        out.write(f"time       {read_s:.2f} s  (the session's first query: includes starting Spark's Python workers)\n")
+        out.write(f"rows/s     {total / read_s:,.0f}\n\n")
         out.flush()
-    return ok
+        first_two = json.dumps({topic: {str(p): 2 for p in range(partitions)}})
+        head = (spark.read.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic).option("endingOffsets", first_two).load())
+        rows = (head.selectExpr("CAST(key AS STRING) AS key", "partition", "offset", "timestamp",
+                                "substring(CAST(value AS STRING), 1, 48) AS value")
+                .orderBy("partition", "offset").limit(5).collect())
+        out.write("key               partition  offset  timestamp                   value\n")
+        for r in rows:
+            out.write(f"{r['key']:<17} {r['partition']:>9} {r['offset']:>7}  {r['timestamp']!s:<26}  {r['value']}\n")
+        out.flush()
+        return total == records
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        progress.write("[demo] stopped Spark and the broker\n")

@@ -1,0 +1,86 @@
+"""The schema of Spark's Kafka source, as a Spark ``StructType`` and as the
+Arrow schema Spark expects from a Python data source, and the step from
+kwire's columnar decoder output to that Arrow layout (no copy of keys,
+values or headers)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+__all__ = ["spark_schema", "arrow_schema", "ARROW_HEADERS", "to_spark_batch"]
+
+_HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+#: ``headers``: Spark's Arrow form of ``array<struct<key string, value binary>>``.
+ARROW_HEADERS = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
+_TIMESTAMP_US = pa.timestamp("us", tz="UTC")
+
+
+def spark_schema(include_headers: bool = False) -> StructType:
+    """``key binary, value binary, topic string, partition int, offset long,
+    timestamp timestamp, timestampType int`` (+ ``headers``), every field
+    nullable, exactly as ``format("kafka")`` has it."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(_HEADER)))
+    return StructType(fields)
+
+
+_ARROW = {
+    False: pa.schema([
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", _TIMESTAMP_US),
+        pa.field("timestampType", pa.int32()),
+    ]),
+}
+_ARROW[True] = _ARROW[False].append(pa.field("headers", ARROW_HEADERS))
+
+
+def arrow_schema(include_headers: bool = False) -> pa.Schema:
+    """The Arrow schema Spark checks the batches of a Python data source
+    against (``to_arrow_schema(spark_schema(...), timezone="UTC")``)."""
+    return _ARROW[include_headers]
+
+
+def to_spark_batch(rb: pa.RecordBatch, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+    """A :class:`kwire.ColumnarDecoder` batch (``offset, timestamp,
+    timestamp_type, key, value, headers``) of one partition as Spark's
+    Kafka rows: key and value buffers are passed through, the timestamp
+    becomes microseconds, ``topic`` and ``partition`` are filled in and the
+    headers are re-typed to Spark's field names (same buffers)."""
+    n = rb.num_rows
+    columns = [
+        rb.column(3),
+        rb.column(4),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        rb.column(0),
+        rb.column(1).cast(_TIMESTAMP_US),
+        rb.column(2),
+    ]
+    if include_headers:
+        columns.append(rb.column(5).view(ARROW_HEADERS))
+    return pa.RecordBatch.from_arrays(columns, schema=_ARROW[include_headers])
+

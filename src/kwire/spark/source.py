@@ -1,0 +1,272 @@
+"""The ``kwire`` PySpark data source: Spark's Kafka source and sink
+(``format("kafka")``) through the Python Data Source API, with kwire's
+compiled decoder handing Arrow batches to Spark.
+
+* batch read: :class:`KwireBatchReader` plans offset ranges on the driver
+  (:mod:`kwire.spark.offsets`); each Spark task reads one range
+  (:mod:`kwire.spark.read`);
+* streaming read: :class:`KwireStreamReader`, offsets as Spark's Kafka JSON
+  (``{"topic": {"0": 23}}``), ``maxOffsetsPerTrigger`` through read limits,
+  ``Trigger.AvailableNow``, new partitions picked up;
+* batch and streaming write: :mod:`kwire.spark.write`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from kwire.consumer import TopicPartition
+from kwire.spark.errors import DataLossError, SparkOptionError
+from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch, split_ranges
+from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from kwire.spark.read import read_range
+from kwire.spark.schema import spark_schema
+from kwire.spark.write import WriteResult, validate_sink_schema, write_batches
+
+__all__ = ["KwireDataSource", "KwireBatchReader", "KwireStreamReader", "RangePartition"]
+
+log = logging.getLogger(__name__)
+
+Offsets = Dict[TopicPartition, int]
+
+
+class RangePartition(InputPartition):
+    """One Spark partition: one offset range of one Kafka partition."""
+
+    def __init__(self, range: OffsetRange) -> None:
+        super().__init__(range)
+        self.range = range
+
+
+def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):     # Spark reads one placeholder partition when there are none
+        return iter(())
+    return read_range(partition.range, opts.consumer_config("executor"), opts.include_headers,
+                      opts.fail_on_data_loss, opts.poll_timeout_ms)
+
+
+def _check_schema(schema: StructType, opts: SourceOptions) -> None:
+    expected = spark_schema(opts.include_headers)
+    if schema != expected:
+        raise SparkOptionError("Kafka source has a fixed schema and cannot be set with a custom one "
+                               f"(expected {expected.simpleString()}, got {schema.simpleString()})")
+
+
+class KwireDataSource(DataSource):
+    """``spark.read.format("kwire")``, ``spark.readStream.format("kwire")``
+    and the same for ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kwire"
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return spark_schema(include)
+
+    def reader(self, schema: StructType) -> "KwireBatchReader":
+        opts = parse_source_options(self.options, streaming=False)
+        _check_schema(schema, opts)
+        return KwireBatchReader(opts)
+
+    def streamReader(self, schema: StructType) -> "KwireStreamReader":
+        opts = parse_source_options(self.options, streaming=True)
+        _check_schema(schema, opts)
+        return KwireStreamReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "KwireWriter":
+        sink = parse_sink_options(self.options)
+        validate_sink_schema(schema, sink)
+        return KwireWriter(sink)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "KwireStreamWriter":
+        sink = parse_sink_options(self.options)
+        validate_sink_schema(schema, sink)
+        return KwireStreamWriter(sink)
+
+
+class KwireBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = plan_batch(self.opts)
+        log.info("kwire batch read: %d offset ranges, %d records", len(ranges), sum(r.size for r in ranges))
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
+
+
+# ------------------------------------------------------------------ streaming
+def offsets_to_json(offsets: Offsets) -> Dict[str, Dict[str, int]]:
+    """``{TopicPartition("t", 0): 23}`` -> ``{"t": {"0": 23}}`` (Spark's Kafka offset JSON)."""
+    out: Dict[str, Dict[str, int]] = {}
+    for tp in sorted(offsets):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    return out
+
+
+def offsets_from_json(obj: Dict[str, Dict[str, int]]) -> Offsets:
+    return {TopicPartition(t, int(p)): int(o) for t, parts in obj.items() for p, o in parts.items()}
+
+
+def rate_limit(limit: int, start: Offsets, end: Offsets) -> Offsets:
+    """Spark's split of ``maxOffsetsPerTrigger`` over partitions, in
+    proportion to what each has available (a small partition's share is
+    rounded up to at least one offset; never past ``end``)."""
+    sizes = {tp: e - start[tp] for tp, e in end.items() if tp in start and e - start[tp] > 0}
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(end)
+    out = {}
+    for tp, e in end.items():
+        if tp not in sizes:
+            out[tp] = e
+            continue
+        share = limit * (sizes[tp] / total)
+        step = int(share) if share >= 1 else (1 if share > 0 else 0)
+        out[tp] = min(e, start[tp] + step)
+    return out
+
+
+class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reads. Offsets are Spark's Kafka JSON; Spark keeps them
+    in the checkpoint, so a restarted query goes on where it stopped and a
+    replayed batch reads exactly the same ranges."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._offsets: Optional[OffsetReader] = None
+        self._target: Optional[Offsets] = None        # Trigger.AvailableNow: read up to here
+        self._latest: Optional[Offsets] = None        # the broker's latest, for reportLatestOffset
+
+    def __getstate__(self) -> Dict[str, Any]:         # executors get the options only
+        return {"opts": self.opts, "_offsets": None, "_target": None, "_latest": None}
+
+    @property
+    def offset_reader(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.opts)
+        return self._offsets
+
+    def _report(self, message: str) -> None:
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(message + ' Set the source option "failOnDataLoss" to "false" to go on in such cases.')
+        log.warning("%s failOnDataLoss is false: going on.", message)
+
+    def initialOffset(self) -> Dict[str, Dict[str, int]]:
+        r = self.offset_reader
+        tps = r.partitions()
+        return offsets_to_json(r.resolve(self.opts.starting, tps, starting=True))
+
+    def _available(self) -> Offsets:
+        r = self.offset_reader
+        self._latest = r.latest(r.partitions())
+        return self._latest if self._target is None else dict(self._target)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        r = self.offset_reader
+        self._target = r.latest(r.partitions())
+        log.info("Trigger.AvailableNow: reading up to %s", offsets_to_json(self._target))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def latestOffset(self, start: Dict[str, Dict[str, int]], limit: ReadLimit) -> Dict[str, Dict[str, int]]:
+        begin = offsets_from_json(start)
+        end = self._available()
+        if isinstance(limit, ReadMaxRows):
+            new = [tp for tp in end if tp not in begin]
+            begin_all = {**self.offset_reader.earliest(new), **begin}
+            end = rate_limit(limit.max_rows, begin_all, end)
+        # a partition whose end went below the start (truncated) is reported by partitions()
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> Optional[Dict[str, Dict[str, int]]]:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def partitions(self, start: Dict[str, Dict[str, int]], end: Dict[str, Dict[str, int]]) -> Sequence[InputPartition]:
+        begin, until = offsets_from_json(start), offsets_from_json(end)
+        new = [tp for tp in until if tp not in begin]
+        found = self.offset_reader.earliest_existing(new)
+        for tp in new:
+            if tp not in found:
+                self._report(f"Cannot find earliest offsets of {tp.topic}-{tp.partition}. Some data may have been missed.")
+            elif found[tp] != 0:
+                self._report(f"Added partition {tp.topic}-{tp.partition} starts from {found[tp]} instead of 0. "
+                             "Some data may have been missed.")
+        gone = sorted(tp for tp in begin if tp not in until)
+        if gone:
+            self._report(f"{', '.join(f'{t}-{p}' for t, p in gone)} are gone. Some data may have been missed.")
+        ranges: List[OffsetRange] = []
+        for tp in sorted(until):
+            first = begin.get(tp, found.get(tp))
+            if first is None:
+                continue
+            if until[tp] < first:
+                self._report(f"Partition {tp.topic}-{tp.partition}'s offset was changed from {first} to {until[tp]}, "
+                             "some data may have been missed.")
+            ranges.append(OffsetRange(tp.topic, tp.partition, first, until[tp]))
+        ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
+
+    def commit(self, end: Dict[str, Dict[str, int]]) -> None:
+        log.debug("batch done up to %s (offsets live in Spark's checkpoint; nothing is committed to Kafka)", end)
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+
+
+# --------------------------------------------------------------------- writes
+def _acknowledged(messages: List[Optional[WriterCommitMessage]]) -> int:
+    return sum(m.records for m in messages if isinstance(m, WriteResult))
+
+
+class KwireWriter(DataSourceArrowWriter):
+    def __init__(self, sink: SinkOptions) -> None:
+        self.sink = sink
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(iterator, self.sink)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        log.info("kwire write: %d records", _acknowledged(messages))
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        log.warning("kwire write aborted after %d records were acknowledged (at least once: a retry may repeat them)",
+                    _acknowledged(messages))
+
+
+class KwireStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, sink: SinkOptions) -> None:
+        self.sink = sink
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(iterator, self.sink)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        log.info("kwire stream write: batch %d, %d records", batchId, _acknowledged(messages))
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        log.warning("kwire stream write: batch %d aborted (at least once: its retry may repeat records)", batchId)

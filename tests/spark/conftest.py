@@ -1,0 +1,105 @@
+"""Fixtures of the Spark tests: one local[2] session for the whole run,
+with ``format("kwire")`` registered, on the session's Tansu broker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from kwire.admin import Admin, NewTopic  # noqa: E402
+from kwire.producer import Producer  # noqa: E402
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] SparkSession whose Python workers run this interpreter."""
+    from kwire.demo import spark_session
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = spark_session("kwire-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
+    name = f"{prefix}-{os.getpid()}-{next(_names)}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    return name
+
+
+Row = Tuple[str, int, int, Optional[bytes], Optional[bytes], int, Optional[List[Tuple[str, bytes]]]]
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, codec: str = "none", start: int = 0,
+            headers_every: int = 3) -> None:
+    """``count`` records spread over the partitions (numbered from ``start``):
+    every 5th without key, every ``headers_every``-th with two headers."""
+    with Producer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=2) as p:
+        for i in range(start, start + count):
+            key = None if i % 5 == 0 else b"key-%06d" % i
+            headers = [("n", b"%d" % i), ("empty", b"")] if i % headers_every == 0 else None
+            p.send(topic, b"value-%d-" % i + bytes(i % 50), key=key, headers=headers, partition=i % partitions)
+        p.flush()
+
+
+def confluent_read(bootstrap: str, topics: Dict[str, int], expected: int, timeout: float = 60.0) -> List[Row]:
+    """Every record of ``topics`` ({topic: partitions}) as confluent-kafka
+    (librdkafka) reads them, until ``expected`` records have come."""
+    import confluent_kafka
+
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"cmp-{next(_names)}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING)
+              for t, n in topics.items() for p in range(n)])
+    out: List[Row] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            out.append((m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
+                        m.headers()))
+    finally:
+        c.close()
+    return sorted(out, key=lambda r: r[:3])
+
+
+def spark_rows(df) -> List[Row]:
+    """A kwire DataFrame's rows in the form of :func:`confluent_read`."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for r in df.withColumn("ms", F.unix_millis("timestamp")).collect():
+        headers = r["headers"] if "headers" in df.columns else None
+        out.append((r["topic"], r["partition"], r["offset"], None if r["key"] is None else bytes(r["key"]),
+                    None if r["value"] is None else bytes(r["value"]), r["ms"],
+                    None if headers is None else [(h["key"], bytes(h["value"])) for h in headers]))
+    return sorted(out, key=lambda r: r[:3])
+
+
+def kwire_read(spark, bootstrap: str, **options: str):
+    reader = spark.read.format("kwire").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def offsets_of(rows: Sequence[Row]) -> Dict[Tuple[str, int], List[int]]:
+    out: Dict[Tuple[str, int], List[int]] = {}
+    for r in rows:
+        out.setdefault((r[0], r[1]), []).append(r[2])
+    return out

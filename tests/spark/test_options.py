@@ -1,0 +1,120 @@
+"""Option parsing, range splitting and rate limiting: Spark's rules and
+messages, checked without a broker or a Spark session."""
+
+from __future__ import annotations
+
+import pytest
+
+from kwire.consumer import TopicPartition
+from kwire.spark.errors import SparkOptionError
+from kwire.spark.offsets import OffsetRange, split_ranges
+from kwire.spark.options import parse_sink_options, parse_source_options
+from kwire.spark.source import offsets_from_json, offsets_to_json, rate_limit
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def src(streaming: bool = False, **opts: str):
+    return parse_source_options({**BOOT, **opts}, streaming=streaming)
+
+
+def refused(match: str, streaming: bool = False, **opts: str) -> None:
+    with pytest.raises(SparkOptionError, match=match):
+        parse_source_options({**BOOT, **opts}, streaming=streaming)
+
+
+def test_exactly_one_subscription():
+    refused("One of the following options must be specified for Kafka source: subscribe, subscribePattern, assign")
+    refused("Only one of the following options can be specified", subscribe="a", assign='{"a":[0]}')
+    refused("No topics to subscribe to", subscribe=" , ")
+    refused("Pattern to subscribe is empty", subscribePattern="  ")
+    refused("No topicpartitions to assign", assign="a:0")
+    assert src(subscribe="a, b").subscription.topics == ("a", "b")
+    assert src(assign='{"a":[0,2],"b":[1]}').subscription.partitions == (("a", 0), ("a", 2), ("b", 1))
+    sub = src(subscribePattern="ev-.*").subscription
+    assert sub.matches("ev-1") and not sub.matches("xev-1")       # the whole name, as Java's matches()
+
+
+def test_option_names_are_case_insensitive():
+    o = src(SUBSCRIBE="a", STARTINGOFFSETS="earliest", includeheaders="TRUE", MinPartitions="4")
+    assert o.include_headers and o.min_partitions == 4 and o.starting.kind == "earliest"
+
+
+def test_kafka_options_spark_refuses():
+    refused("'auto.offset.reset' is not supported", subscribe="a", **{"kafka.auto.offset.reset": "earliest"})
+    refused("'key.deserializer' is not supported", subscribe="a", **{"kafka.key.deserializer": "x"})
+    refused("'value.deserializer' is not supported", subscribe="a", **{"kafka.value.deserializer": "x"})
+    refused("'enable.auto.commit' is not supported", subscribe="a", **{"kafka.enable.auto.commit": "false"})
+    refused("'interceptor.classes' is not supported", subscribe="a", **{"kafka.interceptor.classes": "x"})
+    with pytest.raises(SparkOptionError, match="'kafka.bootstrap.servers' must be specified"):
+        parse_source_options({"subscribe": "a"}, streaming=False)
+    refused("unknown kafka.* consumer option 'fetch.max.wait'.*did you mean", subscribe="a",
+            **{"kafka.fetch.max.wait": "10"})
+    with pytest.raises(SparkOptionError, match="'key.serializer' is not supported"):
+        parse_sink_options({**BOOT, "kafka.key.serializer": "x"})
+    o = src(subscribe="a", **{"kafka.fetch.max.wait.ms": "10", "kafka.group.id": "g"})
+    cfg = o.consumer_config("executor")
+    assert cfg["fetch.max.wait.ms"] == "10" and cfg["auto.offset.reset"] == "none" and cfg["group.id"] == "g"
+
+
+def test_batch_bounds_as_spark_checks_them():
+    refused("starting offset can't be latest for batch queries", subscribe="a", startingOffsets="latest")
+    refused("ending offset can't be earliest for batch queries", subscribe="a", endingOffsets="earliest")
+    refused("startingOffsets for a-0 can't be latest", subscribe="a", startingOffsets='{"a":{"0":-1}}')
+    refused("ending offset for a-0 can't be earliest", subscribe="a", endingOffsets='{"a":{"0":-2}}')
+    refused("name different partitions", subscribe="a", startingOffsets='{"a":{"0":1}}',
+            endingOffsets='{"a":{"1":5}}')
+    refused("start offset 9 for a-0 is greater than the end offset 5", subscribe="a",
+            startingOffsets='{"a":{"0":9}}', endingOffsets='{"a":{"0":5}}')
+    refused("Expected e.g.", subscribe="a", startingOffsets='{"a":[1]}')
+    refused("Expected a single long value, got soon", subscribe="a", startingTimestamp="soon")
+    refused("must be positive", subscribe="a", minPartitions="0")
+    refused("must be positive", subscribe="a", maxRecordsPerPartition="-3")
+    refused("failOnDataLoss' must be true or false", subscribe="a", failOnDataLoss="maybe")
+    o = src(subscribe="a")
+    assert (o.starting.kind, o.ending.kind) == ("earliest", "latest")
+
+
+def test_streaming_defaults_and_refusals():
+    refused("ending offset not valid in streaming queries", streaming=True, subscribe="a", endingOffsets="latest")
+    refused("ending timestamp not valid in streaming queries", streaming=True, subscribe="a",
+            endingOffsetsByTimestamp='{"a":{"0":1}}')
+    o = src(streaming=True, subscribe="a", maxOffsetsPerTrigger="100")
+    assert o.starting.kind == "latest" and o.ending is None and o.max_offsets_per_trigger == 100
+
+
+def test_timestamp_options_take_precedence_as_in_spark():
+    o = src(subscribe="a", startingTimestamp="1000", startingOffsetsByTimestamp='{"a":{"0":5}}',
+            startingOffsets="earliest", startingOffsetsByTimestampStrategy="LATEST")
+    assert (o.starting.kind, o.starting.timestamp, o.starting.no_match) == ("timestamp", 1000, "latest")
+    o = src(subscribe="a", endingOffsetsByTimestamp='{"a":{"0":5}}', endingOffsets="latest")
+    assert o.ending.kind == "timestamps" and o.ending.offsets == {("a", 0): 5}
+
+
+def test_split_ranges_like_spark():
+    a, b = OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 10)
+    assert split_ranges([a, b, OffsetRange("t", 2, 7, 7)], None, None) == [a, b]      # empty dropped
+    # minPartitions: the large range is cut, the small one (its share rounds to 1) kept whole
+    assert split_ranges([a, b], 5, None) == [OffsetRange("t", 0, 0, 25), OffsetRange("t", 0, 25, 50),
+                                             OffsetRange("t", 0, 50, 75), OffsetRange("t", 0, 75, 100), b]
+    assert split_ranges([a, b], 2, None) == [a, b]
+    # maxRecordsPerPartition: pieces of at most that many offsets, covering every offset once
+    pieces = split_ranges([a, b], None, 30)
+    assert all(p.size <= 30 for p in pieces) and len(pieces) == 5
+    for r in (a, b):
+        mine = [p for p in pieces if p.partition == r.partition]
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(x.end == y.start for x, y in zip(mine, mine[1:]))
+    # both: maxRecordsPerPartition first, then minPartitions if still too few
+    assert len(split_ranges([a], 8, 50)) == 8
+
+
+def test_offsets_json_and_rate_limit():
+    offsets = {TopicPartition("t", 1): 5, TopicPartition("t", 0): 3, TopicPartition("u", 0): 0}
+    assert offsets_to_json(offsets) == {"t": {"0": 3, "1": 5}, "u": {"0": 0}}
+    assert offsets_from_json(offsets_to_json(offsets)) == offsets
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    start, end = {t0: 0, t1: 100}, {t0: 900, t1: 200}
+    assert rate_limit(100, start, end) == {t0: 90, t1: 110}              # in proportion to what is available
+    assert rate_limit(5, {t0: 0, t1: 0}, {t0: 1000, t1: 1}) == {t0: 4, t1: 1}   # small ones not starved
+    assert rate_limit(10**9, start, end) == end                           # never past the end
