@@ -67,8 +67,9 @@ def produce_confluent(bootstrap, topic, recs, codec):
 def produce_kafka_python(bootstrap, topic, recs, codec):
     from kafka import KafkaProducer
 
+    # kafka-python 3 has no buffer_memory: its accumulator is unbounded
     p = KafkaProducer(bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
-                      linger_ms=5, batch_size=262144, buffer_memory=256 << 20)
+                      linger_ms=5, batch_size=262144)
     for k, v in recs:
         p.send(topic, v, key=k)
     p.flush()

@@ -29,6 +29,7 @@ from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact
                             PyBytes_GET_SIZE)
 from cpython.object cimport PyObject
 from cpython.list cimport PyList_CheckExact
+from cpython.long cimport PyLong_CheckExact
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
@@ -2087,12 +2088,14 @@ cdef class RecordBatchBuilder(_Builder):
             self.hitems = tuple(headers)
         return 0
 
-    cpdef int append(self, value, key=None, headers=None, timestamp=None) except -1:
+    def append(self, value, key=None, headers=None, timestamp=None):
         """Add a record; returns its offset delta in the batch. ``timestamp``
         is milliseconds since the epoch (now if None); ``headers`` is a
         sequence of ``(str, bytes | None)`` pairs or a dict."""
+        return self.add(value, key, headers, timestamp_arg(timestamp))
+
+    cdef int add(self, value, key, headers, int64_t ts) except -1:
         cdef Bytes k, v
-        cdef int64_t ts = timestamp_arg(timestamp)
         cdef int64_t ts_delta
         cdef int32_t hcount = 0
         cdef Py_ssize_t body, hlen = 0
@@ -2481,7 +2484,7 @@ cdef class ProducerBatch:
                 raise MemoryError()
             self.meta_sizes = <int32_t*>p
             self.meta_cap = cap
-        index = self.builder.append(value, key, headers, ts)
+        index = self.builder.add(value, key, headers, ts)
         self.meta_ts[index] = ts
         self.meta_sizes[2 * index] = -1 if key is None else len(key)
         self.meta_sizes[2 * index + 1] = -1 if value is None else len(value)
@@ -2625,11 +2628,13 @@ cdef class Accumulator:
     is known, its batch is open and the lock is free, it appends the record and returns its future without running
     Python; otherwise it calls ``slow`` (the producer's Python path, which
     waits, refreshes metadata, opens batches and raises) with the same
-    arguments. The dictionaries are the producer's own, guarded by ``lock``
-    (a :class:`SendLock`): ``open`` maps (topic, partition) to the open
-    batch, ``sticky`` a topic to its partition for keyless records,
+    arguments. Its state is the producer's, guarded by ``lock`` (a
+    :class:`SendLock`): ``open`` maps (topic, partition) to the open batch
+    (change it with :meth:`put`, :meth:`take` and :meth:`clear`, which
+    keep a per-topic index for the compiled path), ``sticky`` a topic to its partition for keyless records,
     ``partitions`` a topic to (metadata version, partition list)."""
-    cdef public dict open
+    cdef readonly dict open
+    cdef dict slots             # topic -> list indexed by partition: the open batch or None
     cdef public dict sticky
     cdef public dict partitions
     cdef public Py_ssize_t buffered
@@ -2642,6 +2647,7 @@ cdef class Accumulator:
 
     def __init__(self, *, SendLock lock, cluster, slow, on_full, Py_ssize_t batch_size):
         self.open = {}
+        self.slots = {}
         self.sticky = {}
         self.partitions = {}
         self.buffered = 0
@@ -2652,11 +2658,33 @@ cdef class Accumulator:
         self.on_full = on_full
         self.batch_size = batch_size
 
+    def put(self, tuple tp, ProducerBatch batch):
+        """Make ``batch`` the open batch of ``tp`` (lock held)."""
+        cdef list slots = self.slots.setdefault(tp[0], [])
+        cdef Py_ssize_t p = tp[1]
+        if p < 0:
+            raise ValueError(f"invalid partition {p}")
+        while len(slots) <= p:
+            slots.append(None)
+        slots[p] = batch
+        self.open[tp] = batch
+
+    def take(self, tuple tp):
+        """Remove and return the open batch of ``tp`` (lock held)."""
+        batch = self.open.pop(tp)
+        (<list>self.slots[tp[0]])[<Py_ssize_t>tp[1]] = None
+        return batch
+
+    def clear(self):
+        """Forget every open batch (lock held)."""
+        self.open.clear()
+        self.slots.clear()
+
     def send(self, str topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """``Producer.send``'s arguments; returns the record's future."""
         cdef ProducerBatch batch
-        cdef object entry, parts, tp
-        cdef Py_ssize_t n, size
+        cdef object entry, parts, slots
+        cdef Py_ssize_t n, size, p
         cdef int index
         cdef int32_t h
         cdef int64_t ts
@@ -2680,18 +2708,23 @@ cdef class Accumulator:
                 if partition is None:
                     return self.slow(topic, value, key, headers, partition, timestamp_ms)
         ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
-        tp = (topic, partition)
+        if not PyLong_CheckExact(partition):
+            return self.slow(topic, value, key, headers, partition, ts)
+        p = partition
         if not self.lock.try_acquire():
             return self.slow(topic, value, key, headers, partition, ts)
         try:
-            batch = self.open.get(tp)
+            batch = None
+            slots = self.slots.get(topic)
+            if slots is not None and 0 <= p < len(<list>slots):
+                batch = (<list>slots)[p]
             if batch is not None:
                 index = batch.add(value, key, headers, ts)
                 size = V2_HEADER + batch.builder.buf.len
                 self.buffered += size - batch.bytes
                 batch.bytes = size
                 if size >= self.batch_size:
-                    self.on_full(tp, batch)
+                    self.on_full((topic, partition), batch)
         finally:
             self.lock.unlock()
         if batch is None:

@@ -203,7 +203,8 @@ class Consumer:
             if missing:
                 client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
                 if not by_node:
-                    time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
+                    if any(client.cluster.leader_for(*tp) is None for tp in todo):
+                        time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)   # still unknown: back off
                     continue
             futures = {}
             for node, parts in by_node.items():

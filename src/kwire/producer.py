@@ -205,7 +205,7 @@ class Producer:
                 now = time.monotonic()
                 batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
                                now + self.cfg["delivery_timeout_ms"] / 1000.0)
-                self._open[tp] = batch
+                self._acc.put(tp, batch)
             index = batch.append(value, key, headers, ts)
             size = batch.builder.size_in_bytes
             self._acc.buffered += size - batch.bytes
@@ -307,7 +307,7 @@ class Producer:
 
     def _seal(self, tp: Tuple[str, int], batch: _Batch) -> None:
         """Close ``batch`` to appends (lock held); it waits to be sent."""
-        del self._open[tp]
+        self._acc.take(tp)
         self._ready[tp].append(batch)
         if self._sticky.get(tp[0]) == tp[1]:
             parts = self._client.cluster.partitions_for(tp[0]) or [tp[1]]
@@ -343,7 +343,7 @@ class Producer:
             pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
             pending += [b for bs in self._unacked.values() for b in bs]
             self._ready.clear()
-            self._open.clear()
+            self._acc.clear()
             self._unacked.clear()
             self._room.notify_all()
         for b in pending:

@@ -32,12 +32,12 @@ class _Harness:
 
     def on_full(self, tp, batch):
         self.full.append((tp, batch))
-        del self.acc.open[tp]
+        self.acc.take(tp)
 
     def open(self, topic, partitions):
         self.acc.partitions[topic] = (_Cluster.updated_at, list(partitions))
         for p in partitions:
-            self.acc.open[(topic, p)] = ProducerBatch(topic, p, RecordBatchBuilder(None))
+            self.acc.put((topic, p), ProducerBatch(topic, p, RecordBatchBuilder(None)))
 
 
 def test_keyed_records_go_where_murmur2_says_and_futures_count_up():
