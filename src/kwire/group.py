@@ -64,6 +64,8 @@ __all__ = [
     "ConsumerGroupMetadata",
     "CommitFailedError",
     "RequestPump",
+    "CoordinatorLink",
+    "leave_group_request",
     "find_coordinator_request",
     "coordinator_from_response",
     "remember_broker",
@@ -96,11 +98,11 @@ TRANSACTION_KEY = 1
 # The highest version kwire sends of APIs whose newer versions change what
 # they mean rather than how they are laid out: OffsetCommit/OffsetFetch v10
 # name topics by id; AddPartitionsToTxn v4+ is the brokers' own form;
-# EndTxn v5, TxnOffsetCommit v5 and Produce v12 belong to KIP-890's
-# transaction protocol v2, which kwire does not speak (it uses v1, with
-# explicit AddPartitionsToTxn, as Java does when the cluster has not
-# finalized transaction.version 2).
-MAX_VERSIONS = {OFFSET_COMMIT: 9, OFFSET_FETCH: 9, 24: 3, 26: 4, 28: 4, 0: 11}
+# EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
+# protocol v2, which kwire does not speak (it uses v1, with explicit
+# AddPartitionsToTxn, as Java does when the cluster has not finalized
+# transaction.version 2; kwire.transactions caps Produce likewise).
+MAX_VERSIONS = {OFFSET_COMMIT: 9, OFFSET_FETCH: 9, 24: 3, 26: 4, 28: 4}
 
 # error codes handled by name
 COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -438,6 +440,98 @@ def _relay(source: Future, target: Future) -> None:
         target.set_result(source.value)
 
 
+class CoordinatorLink:
+    """The coordinator of one key (a group id, or a transactional id), for
+    requests sent through a :class:`RequestPump`: found with
+    FindCoordinator, one lookup at a time, and found again after the
+    coordinator moved or could not be reached. ``on_found(node)`` runs in
+    the I/O thread when a lookup succeeds."""
+
+    def __init__(self, pump: RequestPump, client: Client, key: str, key_type: int, backoff_ms: int,
+                 on_found: Optional[Callable[[int], None]] = None) -> None:
+        self._pump = pump
+        self._client = client
+        self.key = key
+        self.key_type = key_type
+        self._backoff = backoff_ms / 1000.0
+        self._on_found = on_found
+        self._lock = threading.Lock()
+        self.node: Optional[int] = None
+        self._future: Optional[Future] = None
+
+    def lookup(self) -> Future:
+        """The future of the coordinator's node id."""
+        with self._lock:
+            fut = self._future
+            if fut is not None and not fut.done():
+                return fut
+            result: Future = Future()
+            self._future = result
+        sent = self._pump.submit(None, lambda v: find_coordinator_request(v, self.key, self.key_type))
+
+        def done(f: Future) -> None:   # runs in the I/O thread
+            try:
+                if f.failed():
+                    raise f.exception()   # type: ignore[misc]
+                broker = coordinator_from_response(f.value, self.key)
+            except BaseException as e:
+                log.debug("%r: FindCoordinator failed: %s", self.key, e)
+                result.set_exception(e)
+                return
+            remember_broker(self._client, broker)
+            self.node = broker.node_id
+            log.info("coordinator of %r is node %s (%s:%s)", self.key, broker.node_id, broker.host, broker.port)
+            if self._on_found is not None:
+                self._on_found(broker.node_id)
+            result.set_result(broker.node_id)
+
+        sent.add_done_callback(done)
+        return result
+
+    def forget(self, node: Optional[int]) -> bool:
+        """The coordinator ``node`` failed (or moved): look it up again next
+        time. True when it was the current one."""
+        with self._lock:
+            if node is None or self.node != node:
+                return False
+            log.info("coordinator node %s of %r is unavailable; looking it up again", node, self.key)
+            self.node = None
+            return True
+
+    def ensure(self, deadline: float) -> int:
+        """The coordinator's node id, looked up if needed (blocking)."""
+        while True:
+            node = self.node
+            if node is not None:
+                return node
+            fut = self.lookup()
+            try:
+                return fut.result(max(0.0, deadline - time.monotonic()))
+            except KafkaTimeoutError:
+                raise KafkaTimeoutError(f"no coordinator found for {self.key!r} in time") from None
+            except KwireError as e:
+                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                self.sleep(deadline)
+
+    def request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
+        """Send to the coordinator and wait (blocking): the coordinator is
+        found first, and again after a connection failure."""
+        while True:
+            node = self.ensure(deadline)
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                return self._pump.submit(node, make, left).result(left)
+            except (ConnectionLostError, NoBrokersAvailableError) as e:
+                self.forget(node)
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
+                self.sleep(deadline)
+
+    def sleep(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
+
+
 # ------------------------------------------------------- the coordinator
 UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
 
@@ -482,9 +576,7 @@ class GroupCoordinator:
         self._lost_pending = False
         self._pending_assignment: Optional[Tuple[int, List[TopicPartition]]] = None
         self._fatal: Optional[BaseException] = None
-        # coordinator
-        self._coordinator: Optional[int] = None
-        self._coordinator_future: Optional[Future] = None
+        self._link: Optional[CoordinatorLink] = None     # the coordinator, once started
         # join progress (I/O thread)
         self._joining_step: Optional[str] = None     # "find", "join", "metadata", "sync" while in flight
         self._join_retry_at = 0.0
@@ -895,33 +987,9 @@ class GroupCoordinator:
             log.info("group %s: LeaveGroup failed: %s", self.group_id, e)
 
     def _coordinator_request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
-        """Send to the coordinator and wait (application thread), finding the
-        coordinator first and again after connection failures."""
-        while True:
-            node = self._ensure_coordinator(deadline)
-            try:
-                return self._submit(node, make, max(0.0, deadline - time.monotonic())).result(
-                    max(0.0, deadline - time.monotonic()))
-            except (ConnectionLostError, NoBrokersAvailableError) as e:
-                self._coordinator_dead(node)
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"group {self.group_id}: coordinator request failed: {e}") from e
-                self._sleep_backoff(deadline)
-
-    def _ensure_coordinator(self, deadline: float) -> int:
-        while True:
-            node = self._coordinator
-            if node is not None:
-                return node
-            fut = self._lookup_coordinator()
-            try:
-                return fut.result(max(0.0, deadline - time.monotonic()))
-            except KafkaTimeoutError:
-                raise KafkaTimeoutError(f"group {self.group_id}: no coordinator found in time") from None
-            except KwireError as e:
-                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
-                    raise
-                self._sleep_backoff(deadline)
+        self._start()
+        assert self._link is not None
+        return self._link.request(make, deadline)
 
     def _sleep_backoff(self, deadline: float) -> None:
         time.sleep(max(0.0, min(self.cfg["retry_backoff_ms"] / 1000.0, deadline - time.monotonic())))
@@ -933,6 +1001,8 @@ class GroupCoordinator:
                 return
             self._client = Client(self._client_cfg)
             self._pump = RequestPump(self._client)
+            self._link = CoordinatorLink(self._pump, self._client, self.group_id, GROUP_KEY,
+                                         self.cfg["retry_backoff_ms"], self._coordinator_found)
             self._thread = threading.Thread(target=self._run, name=f"kwire-group-{self.group_id}", daemon=True)
             self._thread.start()
 
@@ -948,39 +1018,21 @@ class GroupCoordinator:
 
     def _lookup_coordinator(self) -> Future:
         """The future of the coordinator's node id (one lookup at a time)."""
+        self._start()
+        assert self._link is not None
+        return self._link.lookup()
+
+    @property
+    def _coordinator(self) -> Optional[int]:
+        return None if self._link is None else self._link.node
+
+    def _coordinator_found(self, node: int) -> None:
         with self._lock:
-            fut = self._coordinator_future
-            if fut is not None and not fut.done():
-                return fut
-            result: Future = Future()
-            self._coordinator_future = result
-        sent = self._submit(None, lambda v: find_coordinator_request(v, self.group_id, GROUP_KEY))
-
-        def done(f: Future) -> None:   # runs in the I/O thread
-            try:
-                if f.failed():
-                    raise f.exception()   # type: ignore[misc]
-                broker = coordinator_from_response(f.value, self.group_id)
-            except BaseException as e:
-                log.debug("group %s: FindCoordinator failed: %s", self.group_id, e)
-                result.set_exception(e)
-                return
-            assert self._client is not None
-            remember_broker(self._client, broker)
-            with self._lock:
-                self._coordinator = broker.node_id
-                self._last_heartbeat_ok = time.monotonic()
-            log.info("group %s: coordinator is node %s (%s:%s)", self.group_id, broker.node_id, broker.host, broker.port)
-            result.set_result(broker.node_id)
-
-        sent.add_done_callback(done)
-        return result
+            self._last_heartbeat_ok = time.monotonic()
 
     def _coordinator_dead(self, node: Optional[int]) -> None:
-        with self._lock:
-            if node is not None and self._coordinator == node:
-                log.info("group %s: coordinator node %s is unavailable; looking it up again", self.group_id, node)
-                self._coordinator = None
+        if self._link is not None and self._link.forget(node):
+            with self._lock:
                 self._heartbeat_in_flight = False
 
     def _request_rejoin(self, reason: str) -> None:
