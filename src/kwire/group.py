@@ -78,6 +78,8 @@ __all__ = [
     "offset_fetch_request",
     "offsets_from_response",
     "capped_version",
+    "as_offsets",
+    "grouped_partitions",
 ]
 
 log = logging.getLogger(__name__)
@@ -238,7 +240,7 @@ def _embedded_encode(cls: Any, obj: Any) -> bytes:
     return _I16.pack(version) + cls.encode_bytes(obj, version)
 
 
-def _grouped(tps: Iterable[Tuple[str, int]]) -> Dict[str, List[int]]:
+def grouped_partitions(tps: Iterable[Tuple[str, int]]) -> Dict[str, List[int]]:
     out: Dict[str, List[int]] = collections.defaultdict(list)
     for t, p in tps:
         out[t].append(p)
@@ -250,7 +252,7 @@ def encode_subscription(topics: Sequence[str], owned: Iterable[Tuple[str, int]] 
     cls = protocol.message("ConsumerProtocolSubscription")
     return _embedded_encode(cls, cls(
         topics=sorted(set(topics)), user_data=user_data,
-        owned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in _grouped(owned).items()],
+        owned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in grouped_partitions(owned).items()],
         generation_id=generation, rack_id=rack_id))
 
 
@@ -265,7 +267,7 @@ def decode_subscription(member_id: str, group_instance_id: Optional[str], data: 
 def encode_assignment(partitions: Iterable[Tuple[str, int]], user_data: Optional[bytes] = None) -> bytes:
     cls = protocol.message("ConsumerProtocolAssignment")
     return _embedded_encode(cls, cls(
-        assigned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in _grouped(partitions).items()],
+        assigned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in grouped_partitions(partitions).items()],
         user_data=user_data))
 
 
@@ -278,7 +280,7 @@ def decode_assignment(data: Any) -> List[TopicPartition]:
     return sorted(TopicPartition(t.topic, p) for t in a.assigned_partitions or () for p in t.partitions)
 
 
-def _as_offsets(offsets: OffsetsArg) -> Dict[TopicPartition, OffsetAndMetadata]:
+def as_offsets(offsets: OffsetsArg) -> Dict[TopicPartition, OffsetAndMetadata]:
     out = {}
     for tp, o in offsets.items():
         out[TopicPartition(*tp)] = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
@@ -289,7 +291,7 @@ def offset_commit_request(group_id: str, offsets: Mapping[TopicPartition, Offset
                           member_id: str = "", group_instance_id: Optional[str] = None) -> Any:
     cls = protocol.message("OffsetCommitRequest")
     topics = []
-    for t, ps in _grouped(offsets).items():
+    for t, ps in grouped_partitions(offsets).items():
         topics.append(cls.OffsetCommitRequestTopic(name=t, partitions=[
             cls.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=offsets[TopicPartition(t, p)].offset,
@@ -328,7 +330,7 @@ def offset_fetch_request(versions: Mapping[int, int], group_id: str,
     cls = protocol.message("OffsetFetchRequest")
     version = capped_version(versions, OFFSET_FETCH) or 0
     require_stable = require_stable and version >= 7
-    grouped = None if partitions is None else _grouped(partitions)
+    grouped = None if partitions is None else grouped_partitions(partitions)
     if version >= 8:
         topics = None if grouped is None else [cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                for t, ps in grouped.items()]
@@ -799,7 +801,7 @@ class GroupCoordinator:
     # ======================================================= app thread
     def _offsets_or_positions(self, offsets: Optional[OffsetsArg]) -> Dict[TopicPartition, OffsetAndMetadata]:
         if offsets is not None:
-            return _as_offsets(offsets)
+            return as_offsets(offsets)
         return {tp: OffsetAndMetadata(st.position) for tp, st in self._consumer._states.items()
                 if st.position is not None}
 

@@ -41,7 +41,7 @@ from kwire import protocol
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.group import (TRANSACTION_KEY, CommitFailedError, ConsumerGroupMetadata, CoordinatorLink,
-                         OffsetAndMetadata, RequestPump, commit_errors, _as_offsets, _grouped, GROUP_KEY)
+                         OffsetAndMetadata, RequestPump, commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
 
 __all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError", "mark_transactional"]
 
@@ -215,7 +215,7 @@ class TransactionManager:
         req = cls(v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=pid,
                   v3_and_below_producer_epoch=epoch,
                   v3_and_below_topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps)
-                                       for t, ps in _grouped(tps).items()])
+                                       for t, ps in grouped_partitions(tps).items()])
         self._pump.submit(node, lambda v: req).add_done_callback(lambda f: self._on_added(node, tps, f))
         self._client.wakeup()
 
@@ -385,7 +385,7 @@ class TransactionManager:
         rebalance cannot commit) or a group id."""
         self._check(IN_TRANSACTION, what="send_offsets_to_transaction()")
         meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(str(group))
-        todo = _as_offsets(offsets)
+        todo = as_offsets(offsets)
         deadline = self._deadline(timeout)
         p = self._producer
         pid, epoch = p._producer_id, p._producer_epoch
@@ -411,7 +411,7 @@ class TransactionManager:
                                partition_index=i, committed_offset=todo[(t, i)].offset,
                                committed_leader_epoch=todo[(t, i)].leader_epoch if v.get(28, 0) >= 2 else -1,
                                committed_metadata=todo[(t, i)].metadata)
-                           for i in ps]) for t, ps in _grouped(todo).items()])
+                           for i in ps]) for t, ps in grouped_partitions(todo).items()])
 
         def first_code(resp: Any) -> int:
             errors = commit_errors(resp, "TxnOffsetCommit")
