@@ -353,3 +353,46 @@ def test_member_removed_by_the_coordinator_rejoins(tansu):
     drive([c], [], lambda: c.group_metadata().member_id not in ("", old) and len(c.assignment()) == 1)
     assert [kind for kind, _ in rec.events] == ["assigned", "lost", "assigned"]
     c.close()
+
+
+def test_mixed_group_with_kafka_python_roundrobin(tansu):
+    kafka = pytest.importorskip("kafka")
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    topic, group = _topic(tansu.bootstrap, 4), _group()
+    _produce(tansu.bootstrap, topic, 0, 200)
+    theirs, their_assignment = [], []
+    stop = threading.Event()
+
+    def kafka_python_member():
+        c = kafka.KafkaConsumer(topic, bootstrap_servers=tansu.bootstrap, group_id=group,
+                                auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
+                                partition_assignment_strategy=[RoundRobinPartitionAssignor])
+        try:
+            while not stop.is_set():
+                for recs in c.poll(100).values():
+                    theirs.extend(r.value for r in recs)
+                their_assignment[:] = [TopicPartition(tp.topic, tp.partition) for tp in c.assignment()]
+        finally:
+            c.close()
+
+    t = threading.Thread(target=kafka_python_member)
+    t.start()
+    try:
+        ours = []
+        k = _consumer(tansu.bootstrap, group, partition_assignment_strategy="roundrobin")
+        k.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for recs in k.poll(100).values():
+                ours.extend(r.value for r in recs)
+            if (len(k.assignment()) == 2 and len(their_assignment) == 2
+                    and not set(k.assignment()) & set(their_assignment) and len(set(ours) | set(theirs)) >= 200):
+                break
+        assert len(k.assignment()) == 2 and len(their_assignment) == 2
+        assert not set(k.assignment()) & set(their_assignment)
+        assert {int(v) for v in set(ours) | set(theirs)} == set(range(200))
+        k.close()
+    finally:
+        stop.set()
+        t.join(30)
