@@ -34,9 +34,9 @@ class Progress:
     """Counts on stderr, at most a few times a second, when stderr is a terminal
     (or always with ``force``)."""
 
-    def __init__(self, what: str, stream: TextIO = sys.stderr, force: bool = False) -> None:
+    def __init__(self, what: str, stream: Optional[TextIO] = None, force: bool = False) -> None:
         self.what = what
-        self.stream = stream
+        self.stream = stream = stream if stream is not None else sys.stderr   # the current one, not import time's
         self.live = force or stream.isatty()
         self.count = 0
         self.start = time.monotonic()
