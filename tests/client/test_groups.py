@@ -111,15 +111,42 @@ def test_members_join_and_leave_mid_stream_without_loss(tansu):
     c.close()
 
 
+def share_group_with(tansu, topic, group, records, strategy, peer):
+    """A kwire member and ``peer(stop, values, assignment)`` (another
+    client's member, run in a thread) in one group: each gets half of the
+    four partitions, none twice, and together they read every record."""
+    theirs, their_assignment = [], []
+    stop = threading.Event()
+    t = threading.Thread(target=peer, args=(stop, theirs, their_assignment))
+    t.start()
+    try:
+        ours = []
+        k = _consumer(tansu.bootstrap, group, partition_assignment_strategy=strategy)
+        k.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for recs in k.poll(100).values():
+                ours.extend(r.value for r in recs)
+            mine = set(k.assignment())
+            if (len(mine) == 2 and len(their_assignment) == 2 and not mine & set(their_assignment)
+                    and len(set(ours) | set(theirs)) >= records):
+                break
+        assert len(k.assignment()) == 2 and len(their_assignment) == 2
+        assert not set(k.assignment()) & set(their_assignment)
+        assert {int(v) for v in set(ours) | set(theirs)} == set(range(records))
+        assert ours and theirs
+        k.close()
+    finally:
+        stop.set()
+        t.join(30)
+
+
 def test_mixed_group_with_confluent_kafka(tansu):
     ck = pytest.importorskip("confluent_kafka")
     topic, group = _topic(tansu.bootstrap, 4), _group()
     _produce(tansu.bootstrap, topic, 0, 400)
-    theirs = []
-    their_assignment = []
-    stop = threading.Event()
 
-    def librdkafka_member():
+    def librdkafka_member(stop, theirs, their_assignment):
         c = ck.Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
                          "partition.assignment.strategy": "range"})
@@ -133,28 +160,7 @@ def test_mixed_group_with_confluent_kafka(tansu):
         finally:
             c.close()
 
-    t = threading.Thread(target=librdkafka_member)
-    t.start()
-    try:
-        ours = []
-        k = _consumer(tansu.bootstrap, group, partition_assignment_strategy="range")
-        k.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for recs in k.poll(100).values():
-                ours.extend(r.value for r in recs)
-            mine = set(k.assignment())
-            if (len(mine) == 2 and len(their_assignment) == 2 and not mine & set(their_assignment)
-                    and len(set(ours) | set(theirs)) >= 400):
-                break
-        assert len(k.assignment()) == 2 and len(their_assignment) == 2
-        assert not set(k.assignment()) & set(their_assignment)
-        assert {int(v) for v in set(ours) | set(theirs)} == set(range(400))
-        assert ours and theirs
-        k.close()
-    finally:
-        stop.set()
-        t.join(30)
+    share_group_with(tansu, topic, group, 400, "range", librdkafka_member)
 
 
 def test_commits_survive_restarts_with_metadata(tansu):
@@ -362,10 +368,8 @@ def test_mixed_group_with_kafka_python_roundrobin(tansu):
 
     topic, group = _topic(tansu.bootstrap, 4), _group()
     _produce(tansu.bootstrap, topic, 0, 200)
-    theirs, their_assignment = [], []
-    stop = threading.Event()
 
-    def kafka_python_member():
+    def kafka_python_member(stop, theirs, their_assignment):
         c = kafka.KafkaConsumer(topic, bootstrap_servers=tansu.bootstrap, group_id=group,
                                 auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
                                 partition_assignment_strategy=[RoundRobinPartitionAssignor])
@@ -377,23 +381,4 @@ def test_mixed_group_with_kafka_python_roundrobin(tansu):
         finally:
             c.close()
 
-    t = threading.Thread(target=kafka_python_member)
-    t.start()
-    try:
-        ours = []
-        k = _consumer(tansu.bootstrap, group, partition_assignment_strategy="roundrobin")
-        k.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for recs in k.poll(100).values():
-                ours.extend(r.value for r in recs)
-            if (len(k.assignment()) == 2 and len(their_assignment) == 2
-                    and not set(k.assignment()) & set(their_assignment) and len(set(ours) | set(theirs)) >= 200):
-                break
-        assert len(k.assignment()) == 2 and len(their_assignment) == 2
-        assert not set(k.assignment()) & set(their_assignment)
-        assert {int(v) for v in set(ours) | set(theirs)} == set(range(200))
-        k.close()
-    finally:
-        stop.set()
-        t.join(30)
+    share_group_with(tansu, topic, group, 200, "roundrobin", kafka_python_member)
