@@ -10,6 +10,7 @@ raise only after all were answered.
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -20,7 +21,10 @@ from kwire.config import ADMIN, resolve
 from kwire.consumer import EARLIEST, LATEST, TopicPartition
 from kwire.errors import KwireError
 
-__all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
+           "GroupDescription", "MemberDescription"]
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -57,6 +61,54 @@ class ConfigEntry:
     is_default: bool
     is_sensitive: bool
     source: int
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: Optional[str] = None         # ListGroups v4+
+    group_type: Optional[str] = None    # ListGroups v5+
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: Optional[str]
+    client_id: str
+    client_host: str
+    assignment: Tuple[TopicPartition, ...]      # decoded for "consumer" groups, else empty
+    subscription: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str                              # the assignor, for consumer groups
+    members: Tuple[MemberDescription, ...]
+
+
+def group_description(g: Any) -> GroupDescription:
+    """A DescribeGroups response's group, with the members' assignments and
+    subscriptions decoded for consumer groups."""
+    from kwire.group import decode_assignment, decode_subscription
+
+    members = []
+    for m in g.members:
+        assignment: Tuple[TopicPartition, ...] = ()
+        subscription: Tuple[str, ...] = ()
+        if g.protocol_type == "consumer":
+            try:
+                assignment = tuple(decode_assignment(m.member_assignment))
+                if m.member_metadata:
+                    subscription = decode_subscription(m.member_id, None, m.member_metadata).topics
+            except KwireError as e:      # a member whose bytes cannot be read: say so, show the rest
+                log.warning("group %s member %s: %s", g.group_id, m.member_id, e)
+        members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                                         m.client_host, assignment, subscription))
+    return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members))
 
 
 class Admin:
@@ -273,3 +325,118 @@ class Admin:
                 for c in r.configs}
         self._raise_first(errors)
         return out
+
+    # ------------------------------------------------------------- groups
+    def _group_request(self, group_id: str, make: Any, api: str, timeout: Optional[float],
+                       code_of: Any = lambda r: getattr(r, "error_code", 0)) -> Any:
+        """Send ``make(versions)`` to ``group_id``'s coordinator (found
+        first, and again when it moved); retriable errors retried until the
+        timeout."""
+        from kwire.group import (GROUP_KEY, capped_version, coordinator_from_response, find_coordinator_request,
+                                 remember_broker)
+
+        client = self._client
+        deadline = time.monotonic() + self._timeout(timeout)
+        while True:
+            try:
+                found = client.request_any(lambda v: find_coordinator_request(v, group_id, GROUP_KEY),
+                                           max(0.1, deadline - time.monotonic()))
+                broker = coordinator_from_response(found, group_id)
+                remember_broker(client, broker)
+                conn = client.wait_ready(broker.node_id, deadline)
+                request = make(conn.versions)
+                version = capped_version(conn.versions, type(request).API_KEY)
+                resp = client.wait(client.send(broker.node_id, request, version), max(0.0, deadline - time.monotonic()))
+                code = code_of(resp)
+                if code:
+                    raise protocol.error_for(code, api=api, message=getattr(resp, "error_message", None))
+                return resp
+            except KwireError as e:
+                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
+
+    def list_groups(self, states: Optional[Sequence[str]] = None,
+                    timeout: Optional[float] = None) -> List[GroupListing]:
+        """The groups of every broker (each lists those it coordinates);
+        ``states`` filters by state on brokers that support it (v4+)."""
+        client = self._client
+        deadline = time.monotonic() + self._timeout(timeout)
+        md = client.refresh_metadata(timeout=self._timeout(timeout))
+        cls = protocol.message("ListGroupsRequest")
+        futures = []
+        for node in sorted(md.brokers):
+            conn = client.wait_ready(node, deadline)
+            v = conn.versions.get(16, 0)
+            futures.append(client.send(node, cls(states_filter=list(states or []) if v >= 4 else [])))
+        out: Dict[str, GroupListing] = {}
+        errors = []
+        for fut in futures:
+            resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+            if resp.error_code:
+                errors.append(protocol.error_for(resp.error_code, api="ListGroups"))
+                continue
+            for g in resp.groups:
+                out[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None) or None,
+                                               getattr(g, "group_type", None) or None)
+        self._raise_first(errors)
+        return [out[g] for g in sorted(out)]
+
+    def describe_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> Dict[str, GroupDescription]:
+        """State, assignor and members (with their decoded assignments, for
+        consumer groups) of each group."""
+        cls = protocol.message("DescribeGroupsRequest")
+        out = {}
+        for gid in group_ids:
+            resp = self._group_request(gid, lambda v, gid=gid: cls(groups=[gid]), "DescribeGroups", timeout,
+                                       lambda r: r.groups[0].error_code if r.groups else 0)
+            out[gid] = group_description(resp.groups[0])
+        return out
+
+    def delete_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> None:
+        """Delete empty groups (and their committed offsets); raises the
+        first failure (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) after trying all."""
+        cls = protocol.message("DeleteGroupsRequest")
+        errors = []
+        for gid in group_ids:
+            try:
+                self._group_request(gid, lambda v, gid=gid: cls(groups_names=[gid]), "DeleteGroups", timeout,
+                                    lambda r: r.results[0].error_code if r.results else 0)
+            except KwireError as e:
+                errors.append(e)
+        self._raise_first(errors)
+
+    def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
+                           timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+        """The group's committed offsets ({partition: OffsetAndMetadata});
+        all of them, or those of ``partitions`` (None where none is)."""
+        from kwire.group import offset_fetch_request, offsets_from_response
+
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        resp = self._group_request(group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=False),
+                                   "OffsetFetch", timeout, lambda r: 0)
+        got = offsets_from_response(resp, group_id)
+        if tps is None:
+            return {tp: om for tp, om in sorted(got.items()) if om is not None}
+        return {tp: got.get(tp) for tp in tps}
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[Tuple[str, int], Any],
+                            timeout: Optional[float] = None) -> None:
+        """Set the group's committed offsets ({partition: offset or
+        OffsetAndMetadata}); brokers accept this only while the group has no
+        active members."""
+        from kwire.group import as_offsets, commit_errors, offset_commit_request
+
+        todo = as_offsets(offsets)
+        resp = self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
+                                   timeout, lambda r: 0)
+        self._raise_first(list(commit_errors(resp).values()))
+
+    def group_lag(self, group_id: str, timeout: Optional[float] = None) -> Dict[TopicPartition, Tuple[int, int, int]]:
+        """Per partition with a committed offset: (committed, log end, lag)."""
+        committed = self.list_group_offsets(group_id, timeout=timeout)
+        if not committed:
+            return {}
+        ends = self.list_offsets({tp: "latest" for tp in committed}, timeout)
+        return {tp: (om.offset, ends[tp][0], max(0, ends[tp][0] - om.offset)) for tp, om in committed.items()}
+

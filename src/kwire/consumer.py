@@ -119,10 +119,20 @@ class Consumer:
         self._columnar: Optional[ColumnarDecoder] = None
         self._poll_bytes = self.cfg["max_poll_bytes"]
         self._closed = False
+        self._group: Any = None       # kwire.group.GroupCoordinator when there is a group_id
+        if self.cfg["group_id"]:
+            from kwire.group import GroupCoordinator
+
+            self._group = GroupCoordinator(self)
 
     # ------------------------------------------------------- assignment
     def assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
         """Consume exactly these partitions (replacing any earlier set)."""
+        if self._group is not None and self._group.subscribed:
+            raise KwireError("assign() while subscribed: the group assigns the partitions (unsubscribe() first)")
+        self._apply_assignment(partitions)
+
+    def _apply_assignment(self, partitions: Iterable[Tuple[str, int]]) -> None:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._buffer = {tp: c for tp, c in self._buffer.items() if tp in self._states}
@@ -130,6 +140,58 @@ class Consumer:
 
     def assignment(self) -> List[TopicPartition]:
         return list(self._states)
+
+    # ----------------------------------------------- group (kwire.group)
+    def _require_group(self) -> Any:
+        if self._group is None:
+            raise KwireError("this needs a consumer group: set group_id")
+        return self._group
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: Any = None, listener: Any = None) -> None:
+        """Join the consumer group ``group_id`` for ``topics`` (or the topics
+        matching the regular expression ``pattern``); the group assigns the
+        partitions. ``listener``: a :class:`kwire.group.RebalanceListener`."""
+        self._require_group().subscribe(topics, pattern, listener)
+
+    def unsubscribe(self) -> None:
+        """Leave the group and drop the subscription and assignment."""
+        if self._group is not None:
+            self._group.unsubscribe()
+
+    def subscription(self) -> set:
+        return set() if self._group is None else self._group.subscription()
+
+    def commit(self, offsets: Any = None, asynchronous: bool = False, callback: Any = None,
+               timeout: Optional[float] = None) -> Any:
+        """Commit ``offsets`` ({(topic, partition): offset or
+        :class:`kwire.group.OffsetAndMetadata`}; default: the position of
+        every assigned partition). Synchronous unless ``asynchronous``; see
+        :meth:`kwire.group.GroupCoordinator.commit` and ``commit_async``."""
+        if asynchronous:
+            return self._require_group().commit_async(offsets, callback)
+        return self._require_group().commit(offsets, timeout)
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> Future:
+        return self._require_group().commit_async(offsets, callback)
+
+    def committed(self, partitions: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+        """The group's committed :class:`kwire.group.OffsetAndMetadata` per
+        partition (None where nothing is committed)."""
+        return self._require_group().committed(partitions, timeout)
+
+    def group_metadata(self) -> Any:
+        """For ``Producer.send_offsets_to_transaction``."""
+        return self._require_group().group_metadata()
+
+    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """Records between the position and the end of ``tp`` (the last
+        stable offset for read_committed) as of the last fetch; None before
+        the first fetch answered."""
+        st = self._state(tp)
+        end = st.last_stable_offset if self._read_committed and st.last_stable_offset >= 0 else st.high_watermark
+        if end < 0 or st.position is None:
+            return None
+        return max(0, end - st.position)
 
     def _state(self, tp: Tuple[str, int]) -> _PartitionState:
         try:
@@ -468,6 +530,8 @@ class Consumer:
             raise KwireError("consumer is closed")
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
+            if self._group is not None:
+                self._group.on_poll()     # rebalances, listener callbacks, auto commit
             self._raise_pending_errors()
             out = take()
             self._send_fetches()          # prefetch while the caller works
@@ -626,8 +690,12 @@ class Consumer:
     # ------------------------------------------------------------ close
     def close(self) -> None:
         if not self._closed:
-            self._client.close()
-            self._closed = True
+            try:
+                if self._group is not None:
+                    self._group.close()   # commit, revoke, leave the group
+            finally:
+                self._client.close()
+                self._closed = True
 
     def __enter__(self) -> "Consumer":
         return self

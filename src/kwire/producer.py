@@ -142,7 +142,12 @@ class Producer:
         self._bump_from: Tuple[int, int] = (-1, -1)      # the id/epoch an InitProducerId should bump
         self._next_seq: Dict[Tuple[str, int], int] = {}
         self._unacked: Dict[Tuple[str, int], List[_Batch]] = collections.defaultdict(list)
-        self._need_pid = cfg["enable_idempotence"]
+        self._txn: Any = None       # kwire.transactions.TransactionManager with a transactional_id
+        if cfg["transactional_id"]:
+            from kwire.transactions import TransactionManager
+
+            self._txn = TransactionManager(self)
+        self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)
         self._thread.start()
@@ -186,6 +191,8 @@ class Producer:
             raise ProducerClosedError("send() after close()")
         if self._fatal is not None:
             raise self._fatal
+        if self._txn is not None:
+            self._txn.check_send()
         if partition is None:
             parts = self._known_partitions(topic)
             if parts is None:
@@ -264,6 +271,33 @@ class Producer:
                     b.future.set_exception(ProducerClosedError("producer closed before the record was acknowledged"))
             self._client.close()
 
+    # ----------------------------------------------------- transactions
+    def _transactions(self) -> Any:
+        if self._txn is None:
+            raise KwireError("transactions need a transactional_id")
+        return self._txn
+
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Register ``transactional_id`` with its coordinator (fencing older
+        producers with the same id); once, before the first transaction.
+        See :mod:`kwire.transactions`."""
+        self._transactions().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_metadata: Any,
+                                    timeout: Optional[float] = None) -> None:
+        """Commit a consumer group's offsets with the transaction;
+        ``group_metadata``: ``consumer.group_metadata()`` or a group id."""
+        self._transactions().send_offsets_to_transaction(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        self._transactions().commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        self._transactions().abort_transaction(timeout)
+
     # ----------------------------------------------------- partitioning
     def _known_partitions(self, topic: str) -> Optional[List[int]]:
         """The topic's partitions from the current metadata (cached until it changes)."""
@@ -316,6 +350,8 @@ class Producer:
                 self._sticky[tp[0]] = random.choice(choices)
 
     def _release(self, batch: _Batch) -> None:
+        if self._txn is not None:
+            self._txn.track(batch.future)     # every batch passes here before its future completes
         with self._lock:
             self._acc.buffered -= batch.bytes
             batch.bytes = 0
@@ -361,6 +397,8 @@ class Producer:
                     self._seal(tp, batch)
                 else:
                     wait = min(wait, self._linger - age)
+        if self._txn is not None:
+            self._txn.run()       # transactional requests, partitions to add
         if self._need_pid and self._producer_id < 0:
             self._init_producer_id()
             if self._producer_id < 0:
@@ -425,6 +463,8 @@ class Producer:
                     continue
                 if self.cfg["enable_idempotence"] and self._in_flight_tp.get(tp, 0) >= max_in_flight:
                     continue
+                if self._txn is not None and not self._txn.partition_ready(tp):
+                    continue      # waits for AddPartitionsToTxn
                 leader = client.cluster.leader_for(*tp)
                 if leader is None:
                     client.add_topics([tp[0]])
@@ -451,6 +491,8 @@ class Producer:
                 b.payload = b.builder.build()
             b.count = len(b.builder)
             b.builder = None
+            if self._txn is not None:
+                b.payload = self._txn.new_batch(b.payload)
             if self.cfg["enable_idempotence"]:
                 self._next_seq[tp] = (b.sequence + b.count) & 0x7FFFFFFF
                 self._unacked[tp].append(b)
@@ -464,6 +506,8 @@ class Producer:
         conn = client.connection(node)
         assert conn is not None
         version = conn.versions.get(PRODUCE)
+        if version is not None and self._txn is not None:
+            version = self._txn.produce_version(version)
         if version is None:
             err = protocol.no_common_version(PRODUCE, conn.broker_ranges.get(PRODUCE))
             for b in batches:
@@ -488,7 +532,7 @@ class Producer:
                 td.name = name
             topic_data.append(td)
         acks = self.cfg["acks"]
-        req = cls(transactional_id=None, acks=acks, timeout_ms=self.cfg["request_timeout_ms"], topic_data=topic_data)
+        req = cls(transactional_id=self.cfg["transactional_id"], acks=acks, timeout_ms=self.cfg["request_timeout_ms"], topic_data=topic_data)
         self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
         fut = client.send(node, req, version, expect_response=acks != 0)
         fut.add_done_callback(lambda f: self._on_produce(node, batches, f))
@@ -528,6 +572,9 @@ class Producer:
     def _on_partition_error(self, b: _Batch, code: int, err: BaseException) -> None:
         if getattr(err, "invalid_metadata", False):
             self._client.request_metadata_update()
+        if self._txn is not None and self._txn.produce_error(code, err):
+            self._fail(b, err)    # fenced or abortable: the transaction decides what comes next
+            return
         if code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) and self.cfg["enable_idempotence"]:
             self._bump_epoch(b, err)
             return

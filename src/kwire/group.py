@@ -1,0 +1,1403 @@
+"""Consumer groups (the classic protocol): the group coordinator, the
+rebalance listener and offset commits.
+
+A :class:`GroupCoordinator` belongs to one :class:`kwire.consumer.Consumer`
+with a ``group_id``. It has a :class:`kwire.client.Client` of its own (the
+connection to the group's coordinator broker) driven by a background thread,
+``kwire-group``, which is the only thread doing that client's I/O: it sends
+the requests other threads hand it (:class:`RequestPump`), runs the
+JoinGroup / SyncGroup exchange, and sends a Heartbeat every
+``heartbeat_interval_ms`` while the member is in a stable group. Because the
+heartbeat thread does not wait for the application, slow processing does not
+evict a live member; ``max_poll_interval_ms`` is checked separately: a member
+that does not call ``poll()`` for that long leaves the group (a dynamic
+member sends LeaveGroup) and loses its partitions, as in Kafka's clients.
+
+What the application sees happens in its own thread, inside ``poll()``:
+rebalance listener callbacks, commits before partitions are revoked, and
+the new assignment with its committed positions. The rebalance protocol is
+incremental (KIP-429) when every configured assignor supports it (only
+``cooperative-sticky`` does), eager otherwise:
+
+* eager: before rejoining, auto-commit (when enabled), then
+  ``on_partitions_revoked(everything owned)``; after the SyncGroup,
+  ``on_partitions_assigned(the new assignment)``;
+* cooperative: the member keeps consuming while it rejoins; after the
+  SyncGroup it commits and revokes only the partitions taken away, calls
+  ``on_partitions_assigned`` with the added ones, and rejoins once more when
+  it revoked any, so that their new owners get them.
+
+When the member learns that its generation is no longer valid (fenced by
+the coordinator: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, session expiry,
+``max_poll_interval_ms`` passed) its partitions may already belong to
+someone else: ``on_partitions_lost`` is called instead, and nothing is
+committed.
+
+Members speak the standard ``consumer`` embedded protocol
+(ConsumerProtocolSubscription / ConsumerProtocolAssignment), so they share a
+group with librdkafka, Java, kafka-python and aiokafka members.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import struct
+import threading
+import time
+from typing import (Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Sequence,
+                    Set, Tuple, Union)
+
+from kwire import protocol
+from kwire.assignors import COOPERATIVE, EAGER, Assignor, MemberSubscription, assignors_from_config
+from kwire.client import Broker, Client, NoBrokersAvailableError
+from kwire.consumer import TopicPartition
+from kwire.errors import KwireError, ProtocolError
+from kwire.future import Future, KafkaTimeoutError
+from kwire.net import ConnectionLostError
+
+__all__ = [
+    "GroupCoordinator",
+    "RebalanceListener",
+    "OffsetAndMetadata",
+    "ConsumerGroupMetadata",
+    "CommitFailedError",
+    "RequestPump",
+    "CoordinatorLink",
+    "leave_group_request",
+    "find_coordinator_request",
+    "coordinator_from_response",
+    "remember_broker",
+    "encode_subscription",
+    "decode_subscription",
+    "encode_assignment",
+    "decode_assignment",
+    "offset_commit_request",
+    "commit_errors",
+    "offset_fetch_request",
+    "offsets_from_response",
+    "capped_version",
+    "as_offsets",
+    "grouped_partitions",
+]
+
+log = logging.getLogger(__name__)
+
+# api keys
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+
+# FindCoordinator key types
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+# The highest version kwire sends of APIs whose newer versions change what
+# they mean rather than how they are laid out: OffsetCommit/OffsetFetch v10
+# name topics by id; AddPartitionsToTxn v4+ is the brokers' own form;
+# EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
+# protocol v2, which kwire does not speak (it uses v1, with explicit
+# AddPartitionsToTxn, as Java does when the cluster has not finalized
+# transaction.version 2; kwire.transactions caps Produce likewise).
+MAX_VERSIONS = {OFFSET_COMMIT: 9, OFFSET_FETCH: 9, 24: 3, 26: 4, 28: 4}
+
+# error codes handled by name
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+UNSTABLE_OFFSET_COMMIT = 88
+COORDINATOR_ERRORS = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
+
+PROTOCOL_TYPE = "consumer"
+_I16 = struct.Struct(">h")
+
+
+class CommitFailedError(KwireError):
+    """The commit cannot succeed: the member is no longer part of the group
+    in the generation that owned these partitions (they may belong to
+    another member now). Not retriable; the member rejoins on the next
+    ``poll()``."""
+
+    retriable = False
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the next offset to consume, the metadata string
+    stored with it and the leader epoch of the record before it (-1:
+    unknown)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What a transactional producer needs to commit offsets for a group
+    member (``Producer.send_offsets_to_transaction``)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: Optional[str] = None
+
+
+class RebalanceListener:
+    """Subclass and pass to ``Consumer.subscribe(..., listener=...)``. Every
+    callback runs in the thread that calls ``poll()``, with a list of
+    :class:`TopicPartition`; an exception raised by one is raised by that
+    ``poll()`` once the rebalance step is complete."""
+
+    def on_partitions_revoked(self, revoked: List[TopicPartition]) -> None:
+        """These partitions are being taken away (the member still owns them:
+        commit what was processed)."""
+
+    def on_partitions_assigned(self, assigned: List[TopicPartition]) -> None:
+        """These partitions are now this member's (eager: the whole new
+        assignment; cooperative: the added partitions; possibly empty)."""
+
+    def on_partitions_lost(self, lost: List[TopicPartition]) -> None:
+        """These partitions were lost without a clean hand-over (they may be
+        owned by another member already; do not commit). By default the same
+        as :meth:`on_partitions_revoked`."""
+        self.on_partitions_revoked(lost)
+
+
+OffsetsArg = Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]]
+CommitCallback = Callable[[Dict[TopicPartition, OffsetAndMetadata], Optional[BaseException]], None]
+
+
+# ---------------------------------------------------------------- helpers
+def capped_version(versions: Mapping[int, int], api_key: int) -> Optional[int]:
+    """The version to send ``api_key`` at: the negotiated one, capped at
+    :data:`MAX_VERSIONS`; None when the broker does not speak it."""
+    v = versions.get(api_key)
+    if v is None:
+        return None
+    return min(v, MAX_VERSIONS.get(api_key, v))
+
+
+def find_coordinator_request(versions: Mapping[int, int], key: str, key_type: int) -> Any:
+    cls = protocol.message("FindCoordinatorRequest")
+    if versions.get(FIND_COORDINATOR, 0) >= 4:
+        return cls(key_type=key_type, coordinator_keys=[key])
+    return cls(key=key, key_type=key_type)
+
+
+def coordinator_from_response(resp: Any, key: str) -> Broker:
+    """The coordinator a FindCoordinator response names (any version), or
+    its error (a :class:`kwire.errors.KafkaError`) raised."""
+    entries = getattr(resp, "coordinators", None) or []
+    for c in entries:
+        if c.key == key:
+            code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
+            break
+    else:
+        code, node, host, port, msg = resp.error_code, resp.node_id, resp.host, resp.port, resp.error_message
+    if code:
+        raise protocol.error_for(code, api="FindCoordinator", message=msg)
+    return Broker(node, host, port)
+
+
+def remember_broker(client: Client, broker: Broker) -> None:
+    """Make ``client`` able to connect to ``broker`` even before its
+    metadata names it."""
+    known = client.cluster.brokers.get(broker.node_id)
+    if known is None or (known.host, known.port) != (broker.host, broker.port):
+        client.cluster.brokers[broker.node_id] = broker
+
+
+def _embedded_decode(cls: Any, data: Any) -> Any:
+    """A consumer-protocol struct: an int16 version, then the body. A version
+    newer than kwire knows is read as the newest it knows, ignoring the
+    fields added after it (Kafka's forward-compatibility rule)."""
+    buf = memoryview(bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data).cast("B")
+    if len(buf) < 2:
+        raise ProtocolError("embedded consumer protocol data shorter than its version", cls.__name__, -1)
+    (version,) = _I16.unpack_from(buf, 0)
+    if version < 0:
+        raise ProtocolError(f"negative version {version}", cls.__name__, version)
+    if version <= cls.MAX_VERSION:
+        return cls.decode(buf, version, 2)
+    try:
+        obj, _ = cls._DECODERS[cls.MAX_VERSION](buf, 2, len(buf))
+    except Exception as e:   # the generated decoder's own errors, located here
+        raise ProtocolError(f"cannot read as v{cls.MAX_VERSION}: {e}", cls.__name__, version) from None
+    return obj
+
+
+def _embedded_encode(cls: Any, obj: Any) -> bytes:
+    version = cls.MAX_VERSION
+    return _I16.pack(version) + cls.encode_bytes(obj, version)
+
+
+def grouped_partitions(tps: Iterable[Tuple[str, int]]) -> Dict[str, List[int]]:
+    out: Dict[str, List[int]] = collections.defaultdict(list)
+    for t, p in tps:
+        out[t].append(p)
+    return {t: sorted(ps) for t, ps in sorted(out.items())}
+
+
+def encode_subscription(topics: Sequence[str], owned: Iterable[Tuple[str, int]] = (), generation: int = -1,
+                        rack_id: Optional[str] = None, user_data: Optional[bytes] = None) -> bytes:
+    cls = protocol.message("ConsumerProtocolSubscription")
+    return _embedded_encode(cls, cls(
+        topics=sorted(set(topics)), user_data=user_data,
+        owned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in grouped_partitions(owned).items()],
+        generation_id=generation, rack_id=rack_id))
+
+
+def decode_subscription(member_id: str, group_instance_id: Optional[str], data: Any) -> MemberSubscription:
+    sub = _embedded_decode(protocol.message("ConsumerProtocolSubscription"), data)
+    owned = tuple(TopicPartition(t.topic, p) for t in sub.owned_partitions or () for p in t.partitions)
+    ud = sub.user_data
+    return MemberSubscription(member_id, tuple(sub.topics or ()), owned, sub.generation_id, group_instance_id,
+                              sub.rack_id, None if ud is None else bytes(ud))
+
+
+def encode_assignment(partitions: Iterable[Tuple[str, int]], user_data: Optional[bytes] = None) -> bytes:
+    cls = protocol.message("ConsumerProtocolAssignment")
+    return _embedded_encode(cls, cls(
+        assigned_partitions=[cls.TopicPartition(topic=t, partitions=ps) for t, ps in grouped_partitions(partitions).items()],
+        user_data=user_data))
+
+
+def decode_assignment(data: Any) -> List[TopicPartition]:
+    """The partitions of a ConsumerProtocolAssignment (empty bytes: none,
+    as the coordinator sends a member that got no assignment)."""
+    if data is None or len(data) == 0:
+        return []
+    a = _embedded_decode(protocol.message("ConsumerProtocolAssignment"), data)
+    return sorted(TopicPartition(t.topic, p) for t in a.assigned_partitions or () for p in t.partitions)
+
+
+def as_offsets(offsets: OffsetsArg) -> Dict[TopicPartition, OffsetAndMetadata]:
+    out = {}
+    for tp, o in offsets.items():
+        out[TopicPartition(*tp)] = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
+    return out
+
+
+def offset_commit_request(group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
+                          member_id: str = "", group_instance_id: Optional[str] = None) -> Any:
+    cls = protocol.message("OffsetCommitRequest")
+    topics = []
+    for t, ps in grouped_partitions(offsets).items():
+        topics.append(cls.OffsetCommitRequestTopic(name=t, partitions=[
+            cls.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=offsets[TopicPartition(t, p)].offset,
+                committed_leader_epoch=offsets[TopicPartition(t, p)].leader_epoch, commit_timestamp=-1,
+                committed_metadata=offsets[TopicPartition(t, p)].metadata)
+            for p in ps]))
+    return cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
+               group_instance_id=group_instance_id, retention_time_ms=-1, topics=topics)
+
+
+def leave_group_request(versions: Mapping[int, int], group_id: str, member_id: str, reason: str,
+                        group_instance_id: Optional[str] = None) -> Any:
+    cls = protocol.message("LeaveGroupRequest")
+    v = versions.get(LEAVE_GROUP, 0)
+    if v < 3:
+        return cls(group_id=group_id, member_id=member_id)
+    return cls(group_id=group_id, members=[cls.MemberIdentity(
+        member_id=member_id, group_instance_id=group_instance_id, reason=reason if v >= 5 else None)])
+
+
+def commit_errors(resp: Any, api: str = "OffsetCommit") -> Dict[TopicPartition, BaseException]:
+    """The failed partitions of an OffsetCommit / TxnOffsetCommit response."""
+    out = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code:
+                out[TopicPartition(t.name, p.partition_index)] = protocol.error_for(
+                    p.error_code, api=api, topic=t.name, partition=p.partition_index)
+    return out
+
+
+def offset_fetch_request(versions: Mapping[int, int], group_id: str,
+                         partitions: Optional[Iterable[Tuple[str, int]]], require_stable: bool = True) -> Any:
+    """OffsetFetch for ``partitions`` (None: every partition the group has
+    offsets for), in the layout of the version that will be sent."""
+    cls = protocol.message("OffsetFetchRequest")
+    version = capped_version(versions, OFFSET_FETCH) or 0
+    require_stable = require_stable and version >= 7
+    grouped = None if partitions is None else grouped_partitions(partitions)
+    if version >= 8:
+        topics = None if grouped is None else [cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                                               for t, ps in grouped.items()]
+        return cls(groups=[cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
+                   require_stable=require_stable)
+    topics = None if grouped is None else [cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                           for t, ps in grouped.items()]
+    return cls(group_id=group_id, topics=topics, require_stable=require_stable)
+
+
+def offsets_from_response(resp: Any, group_id: str) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
+    """{partition: committed offset or None} from an OffsetFetch response
+    (any version); the group's or a partition's error raised."""
+    groups = getattr(resp, "groups", None) or []
+    topics, code = resp.topics, resp.error_code
+    for g in groups:
+        if g.group_id == group_id:
+            topics, code = g.topics, g.error_code
+    if code:
+        raise protocol.error_for(code, api="OffsetFetch")
+    out: Dict[TopicPartition, Optional[OffsetAndMetadata]] = {}
+    for t in topics or ():
+        for p in t.partitions:
+            if p.error_code:
+                raise protocol.error_for(p.error_code, api="OffsetFetch", topic=t.name, partition=p.partition_index)
+            tp = TopicPartition(t.name, p.partition_index)
+            out[tp] = None if p.committed_offset < 0 else OffsetAndMetadata(
+                p.committed_offset, p.metadata or "", p.committed_leader_epoch)
+    return out
+
+
+# ------------------------------------------------------------- the pump
+class RequestPump:
+    """Requests handed to the one thread that drives a :class:`Client`.
+
+    :meth:`submit` (any thread) queues ``make(versions) -> request`` for a
+    node (None: the least loaded broker) and returns a future of the
+    response; :meth:`pump` (the I/O thread) sends what can go now, at the
+    version :func:`capped_version` gives. A node that cannot be reached
+    fails its requests with a retriable error rather than holding them."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._queue: Deque[Tuple[Optional[int], Callable[[Mapping[int, int]], Any], Future, float]] = \
+            collections.deque()
+
+    def submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
+               timeout: Optional[float] = None) -> Future:
+        fut: Future = Future()
+        deadline = time.monotonic() + (timeout if timeout is not None else
+                                       self._client.cfg.get("request_timeout_ms", 30000) / 1000.0)
+        with self._lock:
+            self._queue.append((node, make, fut, deadline))
+        self._client.wakeup()
+        return fut
+
+    def fail_all(self, error: BaseException) -> None:
+        with self._lock:
+            items, self._queue = list(self._queue), collections.deque()
+        for _, _, fut, _ in items:
+            if not fut.done():
+                fut.set_exception(error)
+
+    def pump(self) -> None:
+        client = self._client
+        with self._lock:
+            items, self._queue = list(self._queue), collections.deque()
+        keep = []
+        now = time.monotonic()
+        for item in items:
+            node, make, fut, deadline = item
+            target = client.least_loaded_node() if node is None else node
+            conn = None if target is None else client.connection(target)
+            if conn is None or not conn.ready:
+                if now >= deadline:
+                    fut.set_exception(NoBrokersAvailableError(
+                        f"node {target} could not be reached in time" if target is not None else "no broker reachable"))
+                elif target is not None and conn is None and node is not None and client.broker(node) is not None:
+                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not reachable now"))
+                else:
+                    keep.append(item)
+                continue
+            try:
+                request = make(conn.versions)
+            except Exception as e:   # a request that cannot be built fails alone
+                fut.set_exception(e)
+                continue
+            api_key = type(request).API_KEY
+            version = capped_version(conn.versions, api_key)
+            if version is None:
+                fut.set_exception(protocol.no_common_version(api_key, conn.broker_ranges.get(api_key)))
+                continue
+            sent = client.send(target, request, version)
+            sent.add_done_callback(lambda f, fut=fut: _relay(f, fut))
+        if keep:
+            with self._lock:
+                self._queue.extendleft(reversed(keep))
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+
+def _relay(source: Future, target: Future) -> None:
+    if source.failed():
+        target.set_exception(source.exception())   # type: ignore[arg-type]
+    else:
+        target.set_result(source.value)
+
+
+class CoordinatorLink:
+    """The coordinator of one key (a group id, or a transactional id), for
+    requests sent through a :class:`RequestPump`: found with
+    FindCoordinator, one lookup at a time, and found again after the
+    coordinator moved or could not be reached. ``on_found(node)`` runs in
+    the I/O thread when a lookup succeeds."""
+
+    def __init__(self, pump: RequestPump, client: Client, key: str, key_type: int, backoff_ms: int,
+                 on_found: Optional[Callable[[int], None]] = None) -> None:
+        self._pump = pump
+        self._client = client
+        self.key = key
+        self.key_type = key_type
+        self._backoff = backoff_ms / 1000.0
+        self._on_found = on_found
+        self._lock = threading.Lock()
+        self.node: Optional[int] = None
+        self._future: Optional[Future] = None
+
+    def lookup(self) -> Future:
+        """The future of the coordinator's node id."""
+        with self._lock:
+            fut = self._future
+            if fut is not None and not fut.done():
+                return fut
+            result: Future = Future()
+            self._future = result
+        sent = self._pump.submit(None, lambda v: find_coordinator_request(v, self.key, self.key_type))
+
+        def done(f: Future) -> None:   # runs in the I/O thread
+            try:
+                if f.failed():
+                    raise f.exception()   # type: ignore[misc]
+                broker = coordinator_from_response(f.value, self.key)
+            except BaseException as e:
+                log.debug("%r: FindCoordinator failed: %s", self.key, e)
+                result.set_exception(e)
+                return
+            remember_broker(self._client, broker)
+            self.node = broker.node_id
+            log.info("coordinator of %r is node %s (%s:%s)", self.key, broker.node_id, broker.host, broker.port)
+            if self._on_found is not None:
+                self._on_found(broker.node_id)
+            result.set_result(broker.node_id)
+
+        sent.add_done_callback(done)
+        return result
+
+    def forget(self, node: Optional[int]) -> bool:
+        """The coordinator ``node`` failed (or moved): look it up again next
+        time. True when it was the current one."""
+        with self._lock:
+            if node is None or self.node != node:
+                return False
+            log.info("coordinator node %s of %r is unavailable; looking it up again", node, self.key)
+            self.node = None
+            return True
+
+    def ensure(self, deadline: float) -> int:
+        """The coordinator's node id, looked up if needed (blocking)."""
+        while True:
+            node = self.node
+            if node is not None:
+                return node
+            fut = self.lookup()
+            try:
+                return fut.result(max(0.0, deadline - time.monotonic()))
+            except KafkaTimeoutError:
+                raise KafkaTimeoutError(f"no coordinator found for {self.key!r} in time") from None
+            except KwireError as e:
+                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                self.sleep(deadline)
+
+    def request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
+        """Send to the coordinator and wait (blocking): the coordinator is
+        found first, and again after a connection failure."""
+        while True:
+            node = self.ensure(deadline)
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                return self._pump.submit(node, make, left).result(left)
+            except (ConnectionLostError, NoBrokersAvailableError) as e:
+                self.forget(node)
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
+                self.sleep(deadline)
+
+    def sleep(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
+
+
+# ------------------------------------------------------- the coordinator
+UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
+
+
+class GroupCoordinator:
+    """The group membership and offsets of one consumer (see the module
+    docstring). Created by the consumer when it has a ``group_id``; the
+    background thread starts at the first request."""
+
+    def __init__(self, consumer: Any) -> None:
+        cfg = consumer.cfg
+        self.cfg = cfg
+        self.group_id: str = cfg["group_id"]
+        self.group_instance_id: Optional[str] = cfg["group_instance_id"]
+        self._consumer = consumer
+        self._assignors: List[Assignor] = assignors_from_config(cfg["partition_assignment_strategy"])
+        self.rebalance_protocol = (COOPERATIVE if all(COOPERATIVE in a.protocols for a in self._assignors)
+                                   else EAGER)
+        if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
+            raise KwireError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer
+        ccfg = dict(cfg)
+        ccfg["request_timeout_ms"] = max(cfg["request_timeout_ms"], cfg["max_poll_interval_ms"] + 5000)
+        self._client_cfg = ccfg
+        self._client: Optional[Client] = None
+        self._pump: Optional[RequestPump] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        # membership (guarded by _lock)
+        self.generation = -1
+        self.member_id = ""
+        self.leader_id = ""
+        self.protocol_name: Optional[str] = None
+        self.state = UNJOINED
+        self._topics: Set[str] = set()
+        self._pattern: Optional[Pattern[str]] = None
+        self._listener: Optional[Any] = None
+        self._owned: Set[TopicPartition] = set()
+        self._need_rejoin = False
+        self._rejoin_reason = ""
+        self._lost_pending = False
+        self._pending_assignment: Optional[Tuple[int, List[TopicPartition]]] = None
+        self._fatal: Optional[BaseException] = None
+        self._link: Optional[CoordinatorLink] = None     # the coordinator, once started
+        # join progress (I/O thread)
+        self._joining_step: Optional[str] = None     # "find", "join", "metadata", "sync" while in flight
+        self._join_retry_at = 0.0
+        self._assigned_snapshot: Dict[str, int] = {}  # leader: partition counts it assigned from
+        self._group_topics: Set[str] = set()
+        # liveness (I/O thread, except _last_poll)
+        now = time.monotonic()
+        self._last_poll = now
+        self._last_heartbeat_ok = now
+        self._next_heartbeat = now
+        self._heartbeat_in_flight = False
+        self._metadata_check_at = now
+        self._metadata_in_flight = False
+        # commits
+        self._next_auto_commit = now + cfg["auto_commit_interval_ms"] / 1000.0
+        self._commit_results: Deque[Tuple[Optional[CommitCallback], Dict[TopicPartition, OffsetAndMetadata],
+                                          Optional[BaseException]]] = collections.deque()
+        self._closed = False
+
+    # ============================================================ public
+    @property
+    def subscribed(self) -> bool:
+        return bool(self._topics) or self._pattern is not None
+
+    def subscription(self) -> Set[str]:
+        with self._lock:
+            return set(self._topics)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: Optional[Union[str, Pattern[str]]] = None,
+                  listener: Optional[Any] = None) -> None:
+        """Subscribe to ``topics`` or to the topics matching ``pattern``
+        (replacing an earlier subscription); join at the next poll."""
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if bool(topics) == (pattern is not None):
+            raise KwireError("subscribe() takes topics or a pattern (one of the two)")
+        if self._consumer._states and not self.subscribed:
+            raise KwireError("subscribe() after assign(): call unsubscribe() or assign([]) first")
+        with self._lock:
+            self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self._topics = set(topics)
+            self._listener = listener
+            self._request_rejoin("subscription changed")
+            if self._pattern is not None:
+                self._metadata_check_at = 0.0
+        self._start()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing first when auto commit is on) and
+        drop the subscription and the assignment."""
+        if not self.subscribed:
+            return
+        self._leave("the consumer unsubscribed")
+        with self._lock:
+            self._topics, self._pattern = set(), None
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        with self._lock:
+            return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
+
+    def on_poll(self) -> None:
+        """The consumer's ``poll()`` turn (application thread): callbacks of
+        finished async commits, a fatal error, lost or new partitions, the
+        revocations before a rejoin, auto commit."""
+        self._last_poll = time.monotonic()
+        self._run_commit_callbacks()
+        if self._fatal is not None:
+            raise self._fatal
+        if not self.subscribed:
+            self._maybe_auto_commit()
+            return
+        self._start()
+        raised: Optional[BaseException] = None
+        with self._lock:
+            lost, self._lost_pending = self._lost_pending, False
+            pending, self._pending_assignment = self._pending_assignment, None
+        if lost:
+            raised = self._partitions_lost() or raised
+        if pending is not None:
+            raised = self._apply(pending[1]) or raised
+        with self._lock:
+            start_join = self._need_rejoin and self.state != JOINING and self._pending_assignment is None
+        if start_join:
+            raised = self._prepare_join() or raised
+            with self._lock:
+                self._need_rejoin = False
+                self.state = JOINING
+                self._join_retry_at = 0.0
+            self._wake()
+        if self.state == STABLE:
+            self._maybe_auto_commit()
+        if raised is not None:
+            raise raised
+
+    def commit(self, offsets: Optional[OffsetsArg] = None, timeout: Optional[float] = None) -> Dict[TopicPartition, OffsetAndMetadata]:
+        """Commit ``offsets`` ({(topic, partition): offset or
+        OffsetAndMetadata}; default: the position of every assigned
+        partition) and wait for the coordinator's answer. Retriable failures
+        are retried until ``timeout`` (default ``request_timeout_ms``)."""
+        self._run_commit_callbacks()
+        todo = self._offsets_or_positions(offsets)
+        if not todo:
+            return {}
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+        while True:
+            generation, member = self._commit_generation()
+            resp = self._coordinator_request(
+                lambda v: offset_commit_request(self.group_id, todo, generation, member, self.group_instance_id),
+                deadline)
+            errors = commit_errors(resp)
+            if not errors:
+                log.debug("group %s committed %s", self.group_id, todo)
+                return todo
+            err = self._commit_error(errors)
+            if not getattr(err, "retriable", False) or time.monotonic() >= deadline:
+                raise err
+            self._sleep_backoff(deadline)
+
+    def commit_async(self, offsets: Optional[OffsetsArg] = None, callback: Optional[CommitCallback] = None) -> Future:
+        """Send a commit and return at once; ``callback(offsets, error)``
+        runs in a later ``poll()`` or ``commit()`` (the application's
+        thread). The returned future completes with the offsets (or fails)."""
+        self._run_commit_callbacks()
+        result: Future = Future()
+        try:
+            todo = self._offsets_or_positions(offsets)
+            generation, member = self._commit_generation()
+        except KwireError as e:
+            self._commit_results.append((callback, {}, e))
+            result.set_exception(e)
+            return result
+        if not todo:
+            self._commit_results.append((callback, {}, None))
+            result.set_result({})
+            return result
+        node = self._coordinator
+        lookup: Future
+        if node is None:
+            lookup = self._lookup_coordinator()
+        else:
+            lookup = Future()
+            lookup.set_result(node)
+
+        def report(error: Optional[BaseException]) -> None:
+            self._commit_results.append((callback, todo, error))
+            if error is None:
+                result.set_result(todo)
+            else:
+                result.set_exception(error)
+
+        def answered(f: Future, node: int) -> None:
+            error: Optional[BaseException] = None
+            if f.failed():
+                error = f.exception()
+                if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)):
+                    self._coordinator_dead(node)
+            else:
+                errors = commit_errors(f.value)
+                if errors:
+                    error = self._commit_error(errors)
+            report(error)
+
+        def send(f: Future) -> None:
+            if f.failed():
+                report(f.exception())
+                return
+            node = f.value
+            self._submit(node, lambda v: offset_commit_request(
+                self.group_id, todo, generation, member, self.group_instance_id)).add_done_callback(
+                lambda r: answered(r, node))
+
+        lookup.add_done_callback(send)
+        return result
+
+    def committed(self, partitions: Iterable[Tuple[str, int]],
+                  timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
+        """The group's committed offsets of ``partitions`` (None where
+        nothing is committed). Transactional offsets not yet decided are
+        waited for (``require_stable``)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        if not tps:
+            return {}
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+        while True:
+            resp = self._coordinator_request(lambda v: offset_fetch_request(v, self.group_id, tps), deadline)
+            try:
+                got = offsets_from_response(resp, self.group_id)
+            except KwireError as e:
+                code = getattr(e, "code", None)
+                if code in COORDINATOR_ERRORS:
+                    self._coordinator_dead(self._coordinator)
+                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                self._sleep_backoff(deadline)
+                continue
+            return {tp: got.get(tp) for tp in tps}
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Commit (auto commit), revoke, leave the group (dynamic members),
+        stop the thread and close the connection."""
+        if self._closed:
+            return
+        try:
+            if self.subscribed:
+                self._leave("the consumer is closing", timeout)
+            elif self.cfg["enable_auto_commit"] and self._client is not None:
+                self._commit_quietly(timeout)
+            self._run_commit_callbacks()
+        finally:
+            self._closed = True
+            self._stop.set()
+            if self._client is not None:
+                self._client.wakeup()
+            if self._thread is not None:
+                self._thread.join(5.0)
+            if self._pump is not None:
+                self._pump.fail_all(KwireError("consumer closed"))
+            if self._client is not None:
+                self._client.close()
+
+    # ======================================================= app thread
+    def _offsets_or_positions(self, offsets: Optional[OffsetsArg]) -> Dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is not None:
+            return as_offsets(offsets)
+        return {tp: OffsetAndMetadata(st.position) for tp, st in self._consumer._states.items()
+                if st.position is not None}
+
+    def _commit_generation(self) -> Tuple[int, str]:
+        """The generation and member id a commit carries: -1 and "" for a
+        consumer that assigns partitions itself."""
+        with self._lock:
+            if not self.subscribed:
+                return -1, ""
+            if self.generation < 0 or not self.member_id:
+                if self.state == JOINING:
+                    raise protocol.error_for(REBALANCE_IN_PROGRESS, api="OffsetCommit",
+                                             message="the group is rebalancing; commit after it completes")
+                raise CommitFailedError("the consumer is not part of an active group generation "
+                                        "(its partitions were lost or it has not joined yet)")
+            return self.generation, self.member_id
+
+    def _commit_error(self, errors: Mapping[TopicPartition, BaseException]) -> BaseException:
+        """The error to report for a failed commit, reacting to it first."""
+        err = next(iter(errors.values()))
+        code = getattr(err, "code", None)
+        if code in COORDINATOR_ERRORS:
+            self._coordinator_dead(self._coordinator)
+        elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+            with self._lock:
+                self._reset_generation(f"commit refused: {err}", member_unknown=code == UNKNOWN_MEMBER_ID)
+            if code == FENCED_INSTANCE_ID:
+                return err
+            return CommitFailedError(f"commit failed: {err}; the group rebalanced and these partitions may "
+                                     "belong to another member now")
+        elif code == REBALANCE_IN_PROGRESS:
+            with self._lock:
+                self._request_rejoin("commit answered REBALANCE_IN_PROGRESS")
+        return err
+
+    def _commit_quietly(self, timeout: Optional[float] = None, offsets: Optional[OffsetsArg] = None) -> None:
+        try:
+            self.commit(offsets, timeout)
+        except KwireError as e:
+            log.warning("group %s: auto commit failed: %s", self.group_id, e)
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.cfg["enable_auto_commit"]:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.cfg["auto_commit_interval_ms"] / 1000.0
+        if not self._consumer._states:
+            return
+        self._start()
+
+        def report(offsets: Dict[TopicPartition, OffsetAndMetadata], error: Optional[BaseException]) -> None:
+            if error is not None:
+                log.warning("group %s: auto commit failed: %s", self.group_id, error)
+
+        self.commit_async(None, report)
+
+    def _run_commit_callbacks(self) -> None:
+        while self._commit_results:
+            cb, offsets, error = self._commit_results.popleft()
+            if cb is not None:
+                try:
+                    cb(offsets, error)
+                except Exception:
+                    log.exception("commit callback %r raised", cb)
+
+    def _call_listener(self, name: str, tps: Iterable[TopicPartition]) -> Optional[BaseException]:
+        listener = self._listener
+        if listener is None:
+            return None
+        fn = getattr(listener, name, None)
+        if fn is None and name == "on_partitions_lost":
+            fn = getattr(listener, "on_partitions_revoked", None)
+        if fn is None:
+            return None
+        try:
+            fn(sorted(tps))
+        except Exception as e:
+            log.error("group %s: rebalance listener %s raised %r", self.group_id, name, e)
+            return e
+        return None
+
+    def _set_assignment(self, tps: Iterable[TopicPartition]) -> None:
+        tps = sorted(set(tps))
+        self._consumer._apply_assignment(tps)
+        with self._lock:
+            self._owned = set(tps)
+
+    def _revoke(self, revoked: Set[TopicPartition], commit: bool) -> Optional[BaseException]:
+        """Commit (auto commit on) and hand back ``revoked``."""
+        if not revoked:
+            return None
+        if commit and self.cfg["enable_auto_commit"]:
+            states = self._consumer._states
+            self._commit_quietly(offsets={tp: states[tp].position for tp in revoked
+                                          if tp in states and states[tp].position is not None})
+        err = self._call_listener("on_partitions_revoked", revoked)
+        self._set_assignment(self._owned - revoked)
+        return err
+
+    def _partitions_lost(self) -> Optional[BaseException]:
+        lost = set(self._owned)
+        if not lost:
+            return None
+        log.info("group %s: partitions lost: %s", self.group_id, sorted(lost))
+        err = self._call_listener("on_partitions_lost", lost)
+        self._set_assignment(set())
+        return err
+
+    def _prepare_join(self) -> Optional[BaseException]:
+        """Before a JoinGroup: eager members commit and revoke everything;
+        cooperative ones revoke only what they no longer subscribe to."""
+        if self.rebalance_protocol == EAGER:
+            return self._revoke(set(self._owned), commit=True)
+        wanted = self._wanted_topics()
+        return self._revoke({tp for tp in self._owned if tp.topic not in wanted}, commit=True)
+
+    def _apply(self, assigned: List[TopicPartition]) -> Optional[BaseException]:
+        """Take in the assignment of a completed SyncGroup."""
+        new = set(assigned)
+        error = None
+        if self.rebalance_protocol == COOPERATIVE:
+            revoked = self._owned - new
+            added = new - self._owned
+            error = self._revoke(revoked, commit=True)
+            if revoked:
+                with self._lock:
+                    self._request_rejoin(f"revoked {len(revoked)} partition(s) for their new owners")
+        else:
+            error = self._revoke(self._owned - new, commit=True)    # none: eager members revoke before joining
+            added = new
+        self._set_assignment(self._owned | added)
+        log.info("group %s generation %s: assigned %s", self.group_id, self.generation, sorted(self._owned))
+        error = self._call_listener("on_partitions_assigned", added) or error
+        self._init_positions(added)
+        return error
+
+    def _init_positions(self, tps: Iterable[TopicPartition]) -> None:
+        """Seek newly assigned partitions to their committed offsets (those
+        without a position: a listener may have sought already)."""
+        states = self._consumer._states
+        todo = [tp for tp in tps if tp in states and states[tp].position is None]
+        if not todo:
+            return
+        for tp, om in self.committed(todo).items():
+            if om is not None and tp in states and states[tp].position is None:
+                self._consumer.seek(tp, om.offset)
+
+    def _wanted_topics(self) -> Set[str]:
+        with self._lock:
+            return set(self._topics)
+
+    def _leave(self, reason: str, timeout: Optional[float] = None) -> None:
+        """Commit, revoke (or lose), leave: for close() and unsubscribe()."""
+        with self._lock:
+            valid = self.generation >= 0 and bool(self.member_id)
+        if valid:
+            if self.cfg["enable_auto_commit"] and self._owned:
+                self._commit_quietly(timeout)
+            err = self._revoke(set(self._owned), commit=False)
+        else:
+            err = self._partitions_lost()
+        if err is not None:
+            log.warning("group %s: listener failed while leaving: %r", self.group_id, err)
+        with self._lock:
+            member, node = self.member_id, self._coordinator
+            dynamic = self.group_instance_id is None
+            self._reset_generation(reason, member_unknown=True, lost=False, rejoin=False)
+            self.state = UNJOINED
+            self._need_rejoin = False
+            self._pending_assignment = None
+        if dynamic and member and node is not None:
+            self._send_leave(node, member, reason, timeout)
+
+    def _send_leave(self, node: int, member: str, reason: str, timeout: Optional[float]) -> None:
+        try:
+            resp = self._submit(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout).result(
+                timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+            if resp.error_code:
+                log.info("group %s: LeaveGroup: %s", self.group_id, protocol.error_for(resp.error_code, api="LeaveGroup"))
+            else:
+                log.info("group %s: member %s left (%s)", self.group_id, member, reason)
+        except KwireError as e:
+            log.info("group %s: LeaveGroup failed: %s", self.group_id, e)
+
+    def _coordinator_request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
+        self._start()
+        assert self._link is not None
+        return self._link.request(make, deadline)
+
+    def _sleep_backoff(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self.cfg["retry_backoff_ms"] / 1000.0, deadline - time.monotonic())))
+
+    # ==================================================== shared, locked
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            self._client = Client(self._client_cfg)
+            self._pump = RequestPump(self._client)
+            self._link = CoordinatorLink(self._pump, self._client, self.group_id, GROUP_KEY,
+                                         self.cfg["retry_backoff_ms"], self._coordinator_found)
+            self._thread = threading.Thread(target=self._run, name=f"kwire-group-{self.group_id}", daemon=True)
+            self._thread.start()
+
+    def _submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
+                timeout: Optional[float] = None) -> Future:
+        self._start()
+        assert self._pump is not None
+        return self._pump.submit(node, make, timeout)
+
+    def _wake(self) -> None:
+        if self._client is not None:
+            self._client.wakeup()
+
+    def _lookup_coordinator(self) -> Future:
+        """The future of the coordinator's node id (one lookup at a time)."""
+        self._start()
+        assert self._link is not None
+        return self._link.lookup()
+
+    @property
+    def _coordinator(self) -> Optional[int]:
+        return None if self._link is None else self._link.node
+
+    def _coordinator_found(self, node: int) -> None:
+        with self._lock:
+            self._last_heartbeat_ok = time.monotonic()
+
+    def _coordinator_dead(self, node: Optional[int]) -> None:
+        if self._link is not None and self._link.forget(node):
+            with self._lock:
+                self._heartbeat_in_flight = False
+
+    def _request_rejoin(self, reason: str) -> None:
+        """(lock held)"""
+        if not self._need_rejoin:
+            log.info("group %s: rejoining: %s", self.group_id, reason)
+        self._need_rejoin = True
+        self._rejoin_reason = reason
+
+    def _reset_generation(self, reason: str, member_unknown: bool = False, lost: bool = True,
+                          rejoin: bool = True) -> None:
+        """The member's generation is void (lock held): its partitions are
+        lost (reported at the next poll), and it rejoins."""
+        log.info("group %s: generation %s of member %s ended: %s", self.group_id, self.generation,
+                 self.member_id, reason)
+        self.generation = -1
+        if member_unknown:
+            self.member_id = ""
+        if lost and self._owned:
+            self._lost_pending = True
+        if self.state == STABLE:
+            self.state = UNJOINED
+        if rejoin:
+            self._request_rejoin(reason)
+
+    def _fail(self, error: BaseException) -> None:
+        log.error("group %s: %s", self.group_id, error)
+        with self._lock:
+            self._fatal = error
+            self.state = UNJOINED
+
+    # ======================================================== I/O thread
+    def _run(self) -> None:
+        client, pump = self._client, self._pump
+        assert client is not None and pump is not None
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                pump.pump()
+                self._drive_join(now)
+                self._heartbeat(now)
+                self._check_metadata(now)
+                pump.pump()
+                client.poll(self._poll_timeout(now))
+            except Exception as e:   # a bug here must surface, not kill the group silently
+                log.exception("group %s: background thread failed", self.group_id)
+                self._fail(KwireError(f"group background thread failed: {e!r}"))
+                pump.fail_all(KwireError(f"group background thread failed: {e!r}"))
+                return
+
+    def _poll_timeout(self, now: float) -> float:
+        wait = 0.1
+        if self.state == STABLE and not self._heartbeat_in_flight:
+            wait = min(wait, max(0.0, self._next_heartbeat - now))
+        return wait
+
+    # ----------------------------------------------------- join / sync
+    def _drive_join(self, now: float) -> None:
+        with self._lock:
+            if self.state != JOINING or self._joining_step is not None or now < self._join_retry_at:
+                return
+            node = self._coordinator
+            if node is None:
+                self._joining_step = "find"
+        if node is None:
+            fut = self._lookup_coordinator()
+
+            def found(f: Future) -> None:
+                with self._lock:
+                    self._joining_step = None
+                    if f.failed():
+                        self._join_retry_at = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
+
+            fut.add_done_callback(found)
+            return
+        if self._pattern is None:
+            self._send_join(node)
+            return
+        # a pattern: match it against the cluster's topics now, then join with the matches
+        with self._lock:
+            self._joining_step = "join"
+        assert self._client is not None
+        client = self._client
+
+        def matched(f: Future) -> None:
+            if f.failed():
+                self._join_failed(node, f.exception())   # type: ignore[arg-type]
+                return
+            with self._lock:
+                self._topics = self._matching({t.name: len(t.partitions) for t in f.value.topics
+                                               if t.name and not t.error_code})
+            self._send_join(node)
+
+        self._submit(None, lambda v: client.metadata_request(v, None)).add_done_callback(matched)
+
+    def _subscription_bytes(self, assignor: Assignor) -> bytes:
+        with self._lock:
+            topics = sorted(self._topics)
+            owned = sorted(self._owned) if self.generation >= 0 else []
+            generation = self.generation
+        return encode_subscription(topics, owned, generation, self.cfg["client_rack"],
+                                   assignor.subscription_user_data(topics, owned, generation))
+
+    def _send_join(self, node: int) -> None:
+        cls = protocol.message("JoinGroupRequest")
+        protocols = [cls.JoinGroupRequestProtocol(name=a.name, metadata=self._subscription_bytes(a))
+                     for a in self._assignors]
+        with self._lock:
+            member = self.member_id
+            reason = self._rejoin_reason
+            self._joining_step = "join"
+
+        def make(v: Mapping[int, int]) -> Any:
+            return cls(group_id=self.group_id, session_timeout_ms=self.cfg["session_timeout_ms"],
+                       rebalance_timeout_ms=self.cfg["max_poll_interval_ms"], member_id=member,
+                       group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
+                       reason=(reason or None) if v.get(JOIN_GROUP, 0) >= 8 else None)
+
+        log.debug("group %s: JoinGroup as %r", self.group_id, member or "(new member)")
+        self._submit(node, make).add_done_callback(lambda f: self._on_join(node, f))
+
+    def _join_failed(self, node: int, error: BaseException, *, retry_in: Optional[float] = None) -> None:
+        """A step of the join failed (lock not held): retry, or fail for good."""
+        code = getattr(error, "code", None)
+        with self._lock:
+            self._joining_step = None
+            if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)) or code in COORDINATOR_ERRORS:
+                self._coordinator_dead(node)
+            elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+                self._reset_generation(str(error), member_unknown=code == UNKNOWN_MEMBER_ID)
+                self.state = JOINING
+            elif code == REBALANCE_IN_PROGRESS:
+                pass
+            elif not getattr(error, "retriable", False) and not isinstance(error, KafkaTimeoutError):
+                self._fatal = error
+                self.state = UNJOINED
+                log.error("group %s: cannot join: %s", self.group_id, error)
+                return
+            delay = self.cfg["retry_backoff_ms"] / 1000.0 if retry_in is None else retry_in
+            self._join_retry_at = time.monotonic() + delay
+        log.info("group %s: join step failed (%s); retrying", self.group_id, error)
+
+    def _on_join(self, node: int, fut: Future) -> None:
+        if fut.failed():
+            self._join_failed(node, fut.exception())   # type: ignore[arg-type]
+            return
+        resp = fut.value
+        code = resp.error_code
+        if code == MEMBER_ID_REQUIRED:
+            with self._lock:
+                self.member_id = resp.member_id
+                self._joining_step = None
+                self._join_retry_at = 0.0
+            log.debug("group %s: member id %s assigned; joining with it", self.group_id, resp.member_id)
+            return
+        if code:
+            self._join_failed(node, protocol.error_for(code, api="JoinGroup"))
+            return
+        with self._lock:
+            self.generation = resp.generation_id
+            self.member_id = resp.member_id
+            self.leader_id = resp.leader
+            self.protocol_name = resp.protocol_name
+            self._joining_step = "sync"
+        log.info("group %s: joined generation %s as %s (leader %s, protocol %s)", self.group_id,
+                 resp.generation_id, resp.member_id, resp.leader, resp.protocol_name)
+        if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
+            self._lead(node, resp)
+        else:
+            self._send_sync(node, resp.generation_id, resp.member_id, resp.protocol_name, [])
+
+    def _lead(self, node: int, resp: Any) -> None:
+        """As leader: read every member's subscription, get the partition
+        counts of all their topics, assign, then SyncGroup."""
+        assignor = next((a for a in self._assignors if a.name == resp.protocol_name), None)
+        if assignor is None:
+            self._join_failed(node, KwireError(f"the group chose assignor {resp.protocol_name!r}, which this "
+                                               "member did not offer"))
+            return
+        try:
+            members = {m.member_id: decode_subscription(m.member_id, m.group_instance_id, m.metadata)
+                       for m in resp.members}
+        except ProtocolError as e:
+            self._join_failed(node, e)
+            return
+        topics = sorted({t for m in members.values() for t in m.topics})
+        assert self._client is not None
+
+        def got_metadata(f: Future) -> None:
+            if f.failed():
+                self._join_failed(node, f.exception())   # type: ignore[arg-type]
+                return
+            counts = {t.name: len(t.partitions) for t in f.value.topics
+                      if t.name in set(topics) and not t.error_code and t.partitions}
+            try:
+                plan = assignor.assign(counts, members)
+            except Exception as e:
+                log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
+                self._join_failed(node, KwireError(f"assignor {assignor.name} failed: {e!r}"))
+                return
+            with self._lock:
+                self._assigned_snapshot = counts
+                self._group_topics = set(topics)
+            log.info("group %s: leader assigned with %s: %s", self.group_id, assignor.name,
+                     {m: len(tps) for m, tps in plan.items()})
+            cls = protocol.message("SyncGroupRequest")
+            assignments = [cls.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(tps))
+                           for m, tps in plan.items()]
+            self._send_sync(node, resp.generation_id, resp.member_id, resp.protocol_name, assignments)
+
+        client = self._client
+        self._submit(None, lambda v: client.metadata_request(v, topics)).add_done_callback(got_metadata)
+
+    def _send_sync(self, node: int, generation: int, member: str, protocol_name: str, assignments: List[Any]) -> None:
+        cls = protocol.message("SyncGroupRequest")
+
+        def make(v: Mapping[int, int]) -> Any:
+            named = v.get(SYNC_GROUP, 0) >= 5
+            return cls(group_id=self.group_id, generation_id=generation, member_id=member,
+                       group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE if named else None,
+                       protocol_name=protocol_name if named else None, assignments=assignments)
+
+        self._submit(node, make).add_done_callback(lambda f: self._on_sync(node, generation, f))
+
+    def _on_sync(self, node: int, generation: int, fut: Future) -> None:
+        if fut.failed():
+            self._join_failed(node, fut.exception())   # type: ignore[arg-type]
+            return
+        resp = fut.value
+        if resp.error_code:
+            self._join_failed(node, protocol.error_for(resp.error_code, api="SyncGroup"))
+            return
+        try:
+            assigned = decode_assignment(resp.assignment)
+        except ProtocolError as e:
+            self._join_failed(node, e)
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._joining_step = None
+            if self.state != JOINING or self.generation != generation:
+                return      # the member left or rejoined meanwhile
+            self.state = STABLE
+            self._pending_assignment = (generation, assigned)
+            self._last_heartbeat_ok = now
+            self._next_heartbeat = now + self.cfg["heartbeat_interval_ms"] / 1000.0
+            self._metadata_check_at = now + self.cfg["metadata_max_age_ms"] / 1000.0
+        log.debug("group %s: generation %s assignment %s", self.group_id, generation, assigned)
+
+    # --------------------------------------------------------- liveness
+    def _heartbeat(self, now: float) -> None:
+        with self._lock:
+            if self.state != STABLE:
+                return
+            if now - self._last_poll > self.cfg["max_poll_interval_ms"] / 1000.0:
+                self._poll_timeout_expired()
+                return
+            node = self._coordinator
+            if node is None:
+                self._lookup_coordinator()
+                return
+            if now - self._last_heartbeat_ok > self.cfg["session_timeout_ms"] / 1000.0:
+                self._coordinator_dead(node)
+                return
+            if self._heartbeat_in_flight or now < self._next_heartbeat:
+                return
+            self._heartbeat_in_flight = True
+            self._next_heartbeat = now + self.cfg["heartbeat_interval_ms"] / 1000.0
+            generation, member = self.generation, self.member_id
+        req = protocol.message("HeartbeatRequest")(group_id=self.group_id, generation_id=generation,
+                                                   member_id=member, group_instance_id=self.group_instance_id)
+        self._submit(node, lambda v: req).add_done_callback(lambda f: self._on_heartbeat(node, generation, f))
+
+    def _on_heartbeat(self, node: int, generation: int, fut: Future) -> None:
+        with self._lock:
+            self._heartbeat_in_flight = False
+            if fut.failed():
+                log.debug("group %s: heartbeat failed: %s", self.group_id, fut.exception())
+                if isinstance(fut.exception(), (ConnectionLostError, NoBrokersAvailableError)):
+                    self._coordinator_dead(node)
+                return
+            if self.generation != generation:
+                return
+            code = fut.value.error_code
+            if code == 0:
+                self._last_heartbeat_ok = time.monotonic()
+            elif code == REBALANCE_IN_PROGRESS:
+                self._last_heartbeat_ok = time.monotonic()
+                self._request_rejoin("the group is rebalancing")
+            elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID):
+                self._reset_generation(f"heartbeat: {protocol.error_for(code, api='Heartbeat')}",
+                                       member_unknown=code == UNKNOWN_MEMBER_ID)
+            elif code == FENCED_INSTANCE_ID:
+                self._reset_generation("another member uses this group_instance_id")
+                self._fatal = protocol.error_for(code, api="Heartbeat",
+                                                 message=f"group_instance_id {self.group_instance_id!r} is in use "
+                                                 "by another member")
+            elif code in COORDINATOR_ERRORS:
+                self._coordinator_dead(node)
+            else:
+                err = protocol.error_for(code, api="Heartbeat")
+                if not getattr(err, "retriable", False):
+                    self._fatal = err
+                log.info("group %s: heartbeat: %s", self.group_id, err)
+
+    def _poll_timeout_expired(self) -> None:
+        """(lock held) The application did not poll within
+        max_poll_interval_ms: leave so the group can move on without it."""
+        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
+                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
+                    self.group_id, self.cfg["max_poll_interval_ms"])
+        member, node = self.member_id, self._coordinator
+        if self.group_instance_id is None and member and node is not None:
+            self._submit(node, lambda v: leave_group_request(v, self.group_id, member,
+                                                            "consumer poll timeout has expired"))
+        self._reset_generation("max_poll_interval_ms passed without a poll", member_unknown=True)
+
+    # --------------------------------------------------------- metadata
+    def _check_metadata(self, now: float) -> None:
+        """Every metadata_max_age_ms while stable: a pattern's matches and
+        (leader) the partition counts the assignment was made from; a change
+        means a rejoin."""
+        with self._lock:
+            if self.state != STABLE or self._metadata_in_flight or now < self._metadata_check_at:
+                return
+            pattern = self._pattern
+            leader = self.member_id == self.leader_id and bool(self.member_id)
+            if pattern is None and not leader:
+                return
+            self._metadata_in_flight = True
+            self._metadata_check_at = now + self.cfg["metadata_max_age_ms"] / 1000.0
+            topics = None if pattern is not None else sorted(self._group_topics)
+        assert self._client is not None
+        client = self._client
+
+        def done(f: Future) -> None:
+            with self._lock:
+                self._metadata_in_flight = False
+                if f.failed() or self.state != STABLE:
+                    return
+                counts = {t.name: len(t.partitions) for t in f.value.topics if t.name and not t.error_code}
+                self._take_metadata(counts, pattern, leader)
+
+        self._submit(None, lambda v: client.metadata_request(v, topics)).add_done_callback(done)
+
+    def _take_metadata(self, counts: Mapping[str, int], pattern: Optional[Pattern[str]], leader: bool) -> None:
+        """(lock held)"""
+        if pattern is not None:
+            matched = self._matching(counts)
+            if matched != self._topics:
+                self._topics = matched
+                self._request_rejoin(f"the pattern now matches {len(matched)} topic(s)")
+                return
+        if leader:
+            now_counts = {t: counts[t] for t in self._group_topics if t in counts}
+            if now_counts != self._assigned_snapshot:
+                self._request_rejoin("the subscribed topics' partitions changed")
+
+    def _matching(self, topics: Iterable[str]) -> Set[str]:
+        """The topics the subscription's pattern matches (internal topics
+        left out when ``exclude_internal_topics``)."""
+        pattern = self._pattern
+        if pattern is None:
+            return set(self._topics)
+        internal = self.cfg["exclude_internal_topics"]
+        return {t for t in topics if pattern.fullmatch(t) and not (internal and t.startswith("__"))}

@@ -1,0 +1,519 @@
+"""Transactions for the producer: the transaction manager behind
+``Producer.init_transactions`` / ``begin_transaction`` /
+``send_offsets_to_transaction`` / ``commit_transaction`` /
+``abort_transaction``.
+
+A producer with a ``transactional_id`` has one :class:`TransactionManager`.
+Its requests go through the producer's own :class:`kwire.client.Client`,
+sent by the producer's sender thread (the only thread doing that client's
+I/O), so they are ordered with the Produce requests as Kafka requires: a
+partition's first batch of a transaction is held back until
+AddPartitionsToTxn has added the partition.
+
+States (Kafka's): uninitialized -> ready -> in transaction -> committing
+or aborting -> ready; errors put the manager in one of two states, as in
+Kafka's clients:
+
+* abortable error: a record of the transaction failed, or the broker said
+  TRANSACTION_ABORTABLE, or the group fenced the offsets' member: the
+  transaction cannot commit; ``abort_transaction()`` cleans up and the
+  producer goes on (with a new epoch when the broker lost the producer's
+  sequence state, KIP-360);
+* fatal error: the producer was fenced by a newer instance with the same
+  transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), or it is not
+  authorized, or the transaction state is invalid: every call raises the
+  error; only ``close()`` is left.
+
+Unsent batches of a transaction that is aborted, or of a producer in an
+error state, fail with :class:`TransactionAbortedError` (or the fatal error).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
+
+import google_crc32c
+
+from kwire import protocol
+from kwire.errors import KwireError
+from kwire.future import Future, KafkaTimeoutError
+from kwire.group import (TRANSACTION_KEY, CommitFailedError, ConsumerGroupMetadata, CoordinatorLink,
+                         OffsetAndMetadata, RequestPump, commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
+
+__all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError", "mark_transactional"]
+
+log = logging.getLogger(__name__)
+
+INIT_PRODUCER_ID = 22
+MAX_PRODUCE_VERSION = 11     # v12+ is KIP-890's transaction protocol v2 (implicit partition adds)
+
+# error codes handled by name
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+OPERATION_NOT_ATTEMPTED = 55
+UNKNOWN_PRODUCER_ID = 59
+FENCED_INSTANCE_ID = 82
+PRODUCER_FENCED = 90
+TRANSACTION_ABORTABLE = 120
+
+FENCING = (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
+FATAL = FENCING + (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE)
+# the producer's sequence state is gone: abort, then bump the epoch (KIP-360)
+NEEDS_EPOCH_BUMP = (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING)
+COORDINATOR_MOVED = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
+RETRY = (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS) + COORDINATOR_MOVED
+
+UNINITIALIZED = "uninitialized"
+INITIALIZING = "initializing"
+READY = "ready"
+IN_TRANSACTION = "in transaction"
+COMMITTING = "committing"
+ABORTING = "aborting"
+ABORTABLE_ERROR = "abortable error"
+FATAL_ERROR = "fatal error"
+
+_ATTRIBUTES = 21          # offset of a v2 batch's attributes; the CRC (at 17) covers from here on
+_TRANSACTIONAL = 0x10
+
+
+class TransactionAbortedError(KwireError):
+    """The record's transaction was aborted before the record was sent."""
+
+
+class TransactionStateError(KwireError):
+    """A transactional call in the wrong state (``send`` outside a
+    transaction, ``commit_transaction`` after an error, ...)."""
+
+
+def mark_transactional(batch: bytes) -> bytes:
+    """``batch`` (one v2 record batch) with its transactional attribute set
+    and its CRC32C recomputed."""
+    buf = bytearray(batch)
+    buf[_ATTRIBUTES + 1] |= _TRANSACTIONAL
+    crc = google_crc32c.value(bytes(buf[_ATTRIBUTES:]))
+    buf[17:21] = crc.to_bytes(4, "big")
+    return bytes(buf)
+
+
+class TransactionManager:
+    """The transactions of one producer (see the module docstring)."""
+
+    def __init__(self, producer: Any) -> None:
+        cfg = producer.cfg
+        self.transactional_id: str = cfg["transactional_id"]
+        if not cfg["enable_idempotence"]:
+            raise KwireError("a transactional producer is idempotent: enable_idempotence must stay true "
+                             "(and acks=all)")
+        self._producer = producer
+        self._client = producer._client
+        self._pump = RequestPump(self._client)
+        self._backoff_ms = cfg["retry_backoff_ms"]
+        self._link = CoordinatorLink(self._pump, self._client, self.transactional_id, TRANSACTION_KEY,
+                                     self._backoff_ms)
+        self._group_links: Dict[str, CoordinatorLink] = {}
+        self._timeout_ms = cfg["transaction_timeout_ms"]
+        self._lock = threading.Lock()
+        self.state = UNINITIALIZED
+        self._error: Optional[BaseException] = None
+        self._bump_epoch = False
+        self._added: Set[Tuple[str, int]] = set()
+        self._pending: Set[Tuple[str, int]] = set()
+        self._adding = False
+        self._add_retry_at = 0.0
+        self._started = False                     # partitions or offsets in this transaction
+        self._batches: List[Future] = []          # futures of this transaction's batches
+
+    # ------------------------------------------------- sender thread
+    def run(self) -> None:
+        """The sender thread's turn: send queued requests, add partitions,
+        fail unsent batches in an error state."""
+        self._pump.pump()
+        with self._lock:
+            state, error = self.state, self._error
+        if state in (ABORTABLE_ERROR, FATAL_ERROR) and error is not None:
+            self.fail_unsent(error)
+            return
+        self._maybe_add_partitions()
+
+    def partition_ready(self, tp: Tuple[str, int]) -> bool:
+        """May a batch of ``tp`` be sent now? (Producer lock held.) A
+        partition not yet in the transaction is queued to be added."""
+        with self._lock:
+            if tp in self._added:
+                return True
+            if self.state in (IN_TRANSACTION, COMMITTING):
+                self._pending.add(tp)
+            return False
+
+    @staticmethod
+    def produce_version(version: int) -> int:
+        """The Produce version a transactional producer sends."""
+        return min(version, MAX_PRODUCE_VERSION)
+
+    @staticmethod
+    def new_batch(payload: bytes) -> bytes:
+        """A batch of the transaction is built: its bytes marked
+        transactional."""
+        return mark_transactional(payload)
+
+    def track(self, future: Future) -> None:
+        """A batch of the transaction leaves the producer's buffer (sent and
+        answered, failed or expired); its outcome is checked before the
+        commit."""
+        with self._lock:
+            self._batches.append(future)
+
+    def produce_error(self, code: int, error: BaseException) -> bool:
+        """A Produce error of a transactional batch: True when it ends the
+        batch and puts the transaction in an error state (the producer fails
+        the batch), False for the producer's usual retry handling."""
+        if code in FENCING:
+            self._to_fatal(error if code == PRODUCER_FENCED else protocol.error_for(
+                PRODUCER_FENCED, api="Produce", message=f"INVALID_PRODUCER_EPOCH: a newer producer with "
+                f"transactional id {self.transactional_id!r} fenced this one"))
+            return True
+        if code in NEEDS_EPOCH_BUMP or code == TRANSACTION_ABORTABLE:
+            with self._lock:
+                self._bump_epoch = self._bump_epoch or code in NEEDS_EPOCH_BUMP
+            self._to_abortable(error)
+            return True
+        return False
+
+    def _maybe_add_partitions(self) -> None:
+        with self._lock:
+            if self._adding or not self._pending or time.monotonic() < self._add_retry_at:
+                return
+            node = self._link.node
+            if node is None:
+                self._adding = True
+            else:
+                tps = sorted(self._pending)
+                self._adding = True
+        if node is None:
+            def found(f: Future) -> None:
+                with self._lock:
+                    self._adding = False
+                    if f.failed():
+                        self._add_retry_at = time.monotonic() + self._backoff_ms / 1000.0
+
+            self._link.lookup().add_done_callback(found)
+            return
+        pid, epoch = self._producer._producer_id, self._producer._producer_epoch
+        cls = protocol.message("AddPartitionsToTxnRequest")
+        req = cls(v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=pid,
+                  v3_and_below_producer_epoch=epoch,
+                  v3_and_below_topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                                       for t, ps in grouped_partitions(tps).items()])
+        self._pump.submit(node, lambda v: req).add_done_callback(lambda f: self._on_added(node, tps, f))
+        self._client.wakeup()
+
+    def _on_added(self, node: int, tps: List[Tuple[str, int]], fut: Future) -> None:
+        retry = False
+        with self._lock:
+            self._adding = False
+        if fut.failed():
+            log.info("AddPartitionsToTxn failed: %s; retrying", fut.exception())
+            self._link.forget(node)
+            retry = True
+        else:
+            resp = fut.value
+            errors: Dict[Tuple[str, int], int] = {}
+            for t in resp.results_by_topic_v3_and_below or ():
+                for p in t.results_by_partition:
+                    errors[(t.name, p.partition_index)] = p.partition_error_code
+            added = [tp for tp in tps if errors.get(tp, 0) == 0]
+            with self._lock:
+                self._added.update(added)
+                self._pending.difference_update(added)
+                if added:
+                    self._started = True
+            for tp, code in errors.items():
+                if not code:
+                    continue
+                if code in RETRY or code == OPERATION_NOT_ATTEMPTED or protocol.error_for(code).retriable:
+                    if code in COORDINATOR_MOVED:
+                        self._link.forget(node)
+                    retry = True
+                else:
+                    self._error_code(code, "AddPartitionsToTxn", topic=tp[0], partition=tp[1])
+                    return
+            if added:
+                log.debug("%s: added %s to the transaction", self.transactional_id, added)
+        if retry:
+            with self._lock:
+                self._add_retry_at = time.monotonic() + self._backoff_ms / 1000.0
+        self._client.wakeup()
+
+    # ---------------------------------------------------------- errors
+    def _to_fatal(self, error: BaseException) -> None:
+        with self._lock:
+            if self.state != FATAL_ERROR:
+                log.error("transactional producer %s: fatal: %s", self.transactional_id, error)
+            self.state, self._error = FATAL_ERROR, error
+        self._client.wakeup()
+
+    def _to_abortable(self, error: BaseException) -> None:
+        with self._lock:
+            if self.state == FATAL_ERROR:
+                return
+            if self.state != ABORTABLE_ERROR:
+                log.warning("transactional producer %s: the transaction must be aborted: %s",
+                            self.transactional_id, error)
+            self.state, self._error = ABORTABLE_ERROR, error
+        self._client.wakeup()
+
+    def _error_code(self, code: int, api: str, **where: Any) -> BaseException:
+        """Put an error answer's code into the state it calls for; return it."""
+        err = protocol.error_for(code, api=api, **where)
+        if code in FATAL:
+            self._to_fatal(err)
+        else:
+            if code in NEEDS_EPOCH_BUMP:
+                with self._lock:
+                    self._bump_epoch = True
+            self._to_abortable(err)
+        return err
+
+    def _check(self, *allowed: str, what: str) -> None:
+        with self._lock:
+            state, error = self.state, self._error
+        if state == FATAL_ERROR:
+            assert error is not None
+            raise error
+        if state not in allowed:
+            if state == ABORTABLE_ERROR:
+                raise TransactionStateError(f"cannot {what}: the transaction must be aborted first ({error})")
+            raise TransactionStateError(f"cannot {what} in state {state!r}")
+
+    def check_send(self) -> None:
+        """``send()`` of a transactional producer: only inside a transaction."""
+        with self._lock:
+            state, error = self.state, self._error
+        if state == IN_TRANSACTION:
+            return
+        if error is not None:
+            raise TransactionStateError(f"cannot send: an earlier transactional request failed ({error})") from error
+        raise TransactionStateError(f"cannot send in state {state!r}: call begin_transaction() first"
+                                    if state == READY else f"cannot send in state {state!r}: call "
+                                    "init_transactions() first")
+
+    # ------------------------------------------------ blocking requests
+    def _deadline(self, timeout: Optional[float]) -> float:
+        return time.monotonic() + (timeout if timeout is not None else
+                                   self._producer.cfg["max_block_ms"] / 1000.0)
+
+    def _call(self, link: CoordinatorLink, make: Any, api: str, deadline: float,
+              code_of: Any = lambda r: r.error_code) -> Any:
+        """Send to ``link``'s coordinator until an answer other than a
+        retriable error comes; that answer's error, if any, raised (after
+        putting it into the manager's state)."""
+        while True:
+            resp = link.request(make, deadline)
+            code = code_of(resp)
+            if not code:
+                return resp
+            if code in RETRY:
+                if code in COORDINATOR_MOVED:
+                    link.forget(link.node)
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"{api}: {protocol.error_for(code, api=api)} until the timeout")
+                link.sleep(deadline)
+                continue
+            raise self._error_code(code, api)
+
+    def _init_producer_id(self, deadline: float, bump: bool) -> None:
+        p = self._producer
+        pid, epoch = (p._producer_id, p._producer_epoch) if bump else (-1, -1)
+
+        def make(v: Mapping[int, int]) -> Any:
+            if bump and v.get(INIT_PRODUCER_ID, 0) < 3:
+                raise KwireError("the broker cannot bump a transactional producer's epoch (InitProducerId v3+); "
+                                 "create a new producer")
+            return protocol.message("InitProducerIdRequest")(
+                transactional_id=self.transactional_id, transaction_timeout_ms=self._timeout_ms,
+                producer_id=pid, producer_epoch=epoch)
+
+        resp = self._call(self._link, make, "InitProducerId", deadline)
+        with p._lock:
+            p._producer_id, p._producer_epoch = resp.producer_id, resp.producer_epoch
+            p._next_seq.clear()
+        log.info("transactional producer %s: producer id %s epoch %s", self.transactional_id,
+                 resp.producer_id, resp.producer_epoch)
+
+    # ---------------------------------------------------------- public
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Register the transactional id (fencing older producers with it,
+        and completing or aborting their open transaction)."""
+        self._check(UNINITIALIZED, what="init_transactions()")
+        with self._lock:
+            self.state = INITIALIZING
+        try:
+            self._init_producer_id(self._deadline(timeout), bump=False)
+        except BaseException:
+            with self._lock:
+                if self.state == INITIALIZING:
+                    self.state = UNINITIALIZED     # may be called again
+            raise
+        with self._lock:
+            self.state = READY
+
+    def begin_transaction(self) -> None:
+        self._check(READY, what="begin_transaction()")
+        with self._lock:
+            self.state = IN_TRANSACTION
+            self._started = False
+            self._batches = []
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+                                    group: Union[str, ConsumerGroupMetadata],
+                                    timeout: Optional[float] = None) -> None:
+        """Commit ``offsets`` for the consumer group with the transaction
+        (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator).
+        ``group``: ``consumer.group_metadata()`` (so a member fenced by a
+        rebalance cannot commit) or a group id."""
+        self._check(IN_TRANSACTION, what="send_offsets_to_transaction()")
+        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(str(group))
+        todo = as_offsets(offsets)
+        deadline = self._deadline(timeout)
+        p = self._producer
+        pid, epoch = p._producer_id, p._producer_epoch
+        self._call(self._link, lambda v: protocol.message("AddOffsetsToTxnRequest")(
+            transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch,
+            group_id=meta.group_id), "AddOffsetsToTxn", deadline)
+        with self._lock:
+            self._started = True
+        link = self._group_links.get(meta.group_id)
+        if link is None:
+            link = self._group_links[meta.group_id] = CoordinatorLink(
+                self._pump, self._client, meta.group_id, GROUP_KEY, self._backoff_ms)
+        cls = protocol.message("TxnOffsetCommitRequest")
+
+        def make(v: Mapping[int, int]) -> Any:
+            member = v.get(28, 0) >= 3
+            return cls(transactional_id=self.transactional_id, group_id=meta.group_id, producer_id=pid,
+                       producer_epoch=epoch, generation_id=meta.generation_id if member else -1,
+                       member_id=meta.member_id if member else "",
+                       group_instance_id=meta.group_instance_id if member else None,
+                       topics=[cls.TxnOffsetCommitRequestTopic(name=t, partitions=[
+                           cls.TxnOffsetCommitRequestPartition(
+                               partition_index=i, committed_offset=todo[(t, i)].offset,
+                               committed_leader_epoch=todo[(t, i)].leader_epoch if v.get(28, 0) >= 2 else -1,
+                               committed_metadata=todo[(t, i)].metadata)
+                           for i in ps]) for t, ps in grouped_partitions(todo).items()])
+
+        def first_code(resp: Any) -> int:
+            errors = commit_errors(resp, "TxnOffsetCommit")
+            return next((e.code for e in errors.values()), 0)   # type: ignore[attr-defined]
+
+        try:
+            self._call(link, make, "TxnOffsetCommit", deadline, first_code)
+        except KwireError as e:
+            code = getattr(e, "code", None)
+            if code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+                err = CommitFailedError(f"the group fenced the consumer these offsets are from: {e}")
+                self._to_abortable(err)
+                raise err from e
+            raise
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Flush the transaction's records; if every one was written, commit
+        the transaction (EndTxn). If one failed, raise its error: the
+        transaction must be aborted."""
+        self._check(IN_TRANSACTION, what="commit_transaction()")
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self.state = COMMITTING
+        try:
+            self._producer.flush(max(0.0, deadline - time.monotonic()))
+            unflushed: Optional[KafkaTimeoutError] = None
+        except KafkaTimeoutError as e:     # the wait, or a record that expired: told apart below
+            unflushed = e
+        with self._lock:
+            failed = next((f.exception() for f in self._batches if f.failed()), None)
+            state, error = self.state, self._error
+        if failed is None and unflushed is not None:
+            with self._lock:
+                if self.state == COMMITTING:
+                    self.state = IN_TRANSACTION       # commit_transaction() may be called again
+            raise unflushed
+        if failed is not None and state not in (ABORTABLE_ERROR, FATAL_ERROR):
+            self._to_abortable(failed)
+            state, error = ABORTABLE_ERROR, failed
+        if state in (ABORTABLE_ERROR, FATAL_ERROR):
+            assert error is not None
+            if state == FATAL_ERROR:
+                raise error
+            raise TransactionStateError(f"the transaction cannot commit: {error}; abort it") from error
+        self._end(True, deadline)
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort: unsent records fail with :class:`TransactionAbortedError`,
+        records in flight are waited for, then EndTxn(abort); after an error
+        that lost the producer's sequence state, the epoch is bumped."""
+        self._check(IN_TRANSACTION, ABORTABLE_ERROR, COMMITTING, what="abort_transaction()")
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self.state = ABORTING
+        self.fail_unsent(TransactionAbortedError(f"transaction of {self.transactional_id!r} aborted"))
+        p = self._producer
+        with p._lock:
+            in_flight = [b.future for bs in p._unacked.values() for b in bs]
+        for f in in_flight:
+            try:
+                f.result(max(0.0, deadline - time.monotonic()))
+            except KafkaTimeoutError:
+                raise
+            except Exception:
+                pass        # its error is the record's own
+        self._end(False, deadline)
+        with self._lock:
+            bump, self._bump_epoch = self._bump_epoch, False
+        if bump:
+            self._init_producer_id(deadline, bump=True)
+
+    def _end(self, commit: bool, deadline: float) -> None:
+        with self._lock:
+            started = self._started
+        if started:
+            p = self._producer
+            pid, epoch = p._producer_id, p._producer_epoch
+            self._call(self._link, lambda v: protocol.message("EndTxnRequest")(
+                transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch, committed=commit),
+                "EndTxn", deadline)
+        log.debug("%s: transaction %s", self.transactional_id, "committed" if commit else "aborted")
+        with self._lock:
+            self.state = READY
+            self._error = None
+            self._added.clear()
+            self._pending.clear()
+            self._started = False
+            self._batches = []
+
+    def fail_unsent(self, error: BaseException) -> None:
+        """Fail every batch never sent (open, or waiting to be sent): the
+        transaction they belong to will not commit. Batches sent at least
+        once are left to finish, so their sequence numbers stay in order."""
+        p = self._producer
+        failed = []
+        with p._lock:
+            failed.extend(p._open.values())
+            p._open.clear()
+            for q in p._ready.values():
+                keep = [b for b in q if b.payload is not None]
+                failed.extend(b for b in q if b.payload is None)
+                q.clear()
+                q.extend(keep)
+        for b in failed:
+            p._fail(b, error)

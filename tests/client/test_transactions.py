@@ -1,0 +1,269 @@
+"""Transactions against the real Tansu broker: commits visible to
+confluent-kafka (librdkafka) and kwire read_committed readers, open
+transactions invisible to them, aborts, fencing, abortable errors, and
+consume-transform-produce with offsets committed in the transaction.
+
+Tansu 0.6.0 sends no aborted-transaction list in Fetch responses, so a
+read_committed reader of Tansu (librdkafka's as much as kwire's) returns
+the records of aborted transactions. The abort is therefore checked on the
+log itself (the ABORT marker Tansu wrote, read from a real Fetch response)
+and kwire's filtering on that real Fetch response with the aborted list a
+Kafka broker would have added (producer id, first offset of the aborted
+transaction)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kwire import protocol
+from kwire._codec import Decoder, RecordBatchBuilder, decode, parse_control_key
+from kwire.admin import Admin, NewTopic
+from kwire.client import Client
+from kwire.config import ADMIN, resolve
+from kwire.consumer import Consumer, TopicPartition
+from kwire.errors import ProducerFencedError
+from kwire.group import OffsetAndMetadata
+from kwire.producer import Producer
+from kwire.transactions import TransactionAbortedError, TransactionStateError, mark_transactional
+
+pytestmark = pytest.mark.broker
+
+COMMIT_MARKER, ABORT_MARKER = 1, 0
+
+
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    name = f"tx-{uuid.uuid4().hex[:10]}"
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.create_topics([NewTopic(name, partitions)])
+    return name
+
+
+def _txn_producer(bootstrap: str, **cfg) -> Producer:
+    p = Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}", **cfg)
+    p.init_transactions(20)
+    return p
+
+
+def _kwire_read(bootstrap, topic, isolation, seconds=2.0, partitions=1):
+    got = []
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation) as c:
+        c.assign([(topic, p) for p in range(partitions)])
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for recs in c.poll(200).values():
+                got.extend(r.value for r in recs)
+    return got
+
+
+def _librdkafka_read(bootstrap, topic, isolation, seconds=3.0):
+    ck = pytest.importorskip("confluent_kafka")
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"rd-{uuid.uuid4().hex[:6]}",
+                     "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def _fetch(bootstrap, topic):
+    """A real Fetch response of partition 0 from offset 0 (read_uncommitted: everything)."""
+    client = Client(resolve(ADMIN, {"bootstrap.servers": bootstrap}))
+    try:
+        client.add_topics([topic])
+        md = client.refresh_metadata(timeout=10)
+        leader = md.leader_for(topic, 0)
+        cls = protocol.message("FetchRequest")
+        req = cls(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                  session_id=0, session_epoch=-1,
+                  topics=[cls.FetchTopic(topic=topic, topic_id=md.topic_ids.get(topic), partitions=[
+                      cls.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+                  forgotten_topics_data=[], rack_id="")
+        client.wait_ready(leader, time.monotonic() + 10)
+        return client.request(leader, req, timeout=10).responses[0].partitions[0]
+    finally:
+        client.close()
+
+
+def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(tansu):
+    topic = _topic(tansu.bootstrap)
+    p = _txn_producer(tansu.bootstrap)
+    p.begin_transaction()
+    for i in range(10):
+        p.send(topic, b"t1-%d" % i)
+    p.flush(10)                      # written, not committed
+    assert _kwire_read(tansu.bootstrap, topic, "read_committed") == []
+    assert _librdkafka_read(tansu.bootstrap, topic, "read_committed") == []
+    assert len(_kwire_read(tansu.bootstrap, topic, "read_uncommitted")) == 10
+    p.commit_transaction(20)
+    want = [b"t1-%d" % i for i in range(10)]
+    assert _kwire_read(tansu.bootstrap, topic, "read_committed") == want
+    assert _librdkafka_read(tansu.bootstrap, topic, "read_committed") == want
+    p.close()
+
+
+def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_records(tansu):
+    topic = _topic(tansu.bootstrap)
+    p = _txn_producer(tansu.bootstrap)
+    p.begin_transaction()
+    p.send(topic, b"kept-1")
+    p.commit_transaction(20)
+    p.begin_transaction()
+    for i in range(4):
+        p.send(topic, b"dropped-%d" % i)
+    p.flush(10)
+    p.abort_transaction(20)
+    p.begin_transaction()
+    p.send(topic, b"kept-2")
+    p.commit_transaction(20)
+    pid = p._producer_id
+    p.close()
+
+    part = _fetch(tansu.bootstrap, topic)
+    everything = decode(part.records, include_control=True).records
+    markers = [(r.offset, parse_control_key(r.key)[1]) for r in everything if r.batch.is_control]
+    assert [kind for _, kind in markers] == [COMMIT_MARKER, ABORT_MARKER, COMMIT_MARKER]
+    first_aborted = next(r.offset for r in everything if r.value == b"dropped-0")
+    assert all(r.batch.is_transactional and r.batch.producer_id == pid for r in everything)
+    # what Tansu should have sent with that response (it sends none): one aborted transaction
+    assert not part.aborted_transactions
+    with Consumer(bootstrap_servers=tansu.bootstrap, isolation_level="read_committed") as c:
+        records = Decoder(include_control=True).decode(part.records).records
+        kept = c._committed_only(records, [(pid, first_aborted)])
+    assert [r.value for r in kept] == [b"kept-1", b"kept-2"]
+
+
+def test_fencing_a_zombie_producer(tansu):
+    topic = _topic(tansu.bootstrap)
+    tid = f"tid-{uuid.uuid4().hex[:8]}"
+    old = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=tid)
+    old.init_transactions(20)
+    old.begin_transaction()
+    old.send(topic, b"zombie-open").get(10)
+    new = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=tid)
+    new.init_transactions(20)        # fences old and aborts its open transaction
+    assert new._producer_epoch > old._producer_epoch
+    with pytest.raises(ProducerFencedError):
+        old.send(topic, b"zombie-late").get(10)
+    with pytest.raises(ProducerFencedError):
+        old.commit_transaction(10)
+    with pytest.raises(ProducerFencedError):
+        old.begin_transaction()
+    new.begin_transaction()
+    new.send(topic, b"from-new")
+    new.commit_transaction(20)
+    old.close(5)
+    new.close()
+    assert _kwire_read(tansu.bootstrap, topic, "read_committed")[-1:] == [b"from-new"]
+
+
+def test_state_errors(tansu):
+    topic = _topic(tansu.bootstrap)
+    p = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(TransactionStateError, match="init_transactions"):
+        p.send(topic, b"x")
+    with pytest.raises(TransactionStateError):
+        p.begin_transaction()
+    p.init_transactions(20)
+    with pytest.raises(TransactionStateError, match="begin_transaction"):
+        p.send(topic, b"x")
+    with pytest.raises(TransactionStateError):
+        p.commit_transaction()
+    p.begin_transaction()
+    with pytest.raises(TransactionStateError):
+        p.begin_transaction()
+    p.commit_transaction(10)          # an empty transaction: nothing to end on the broker
+    p.close()
+    with pytest.raises(Exception, match="transactional_id"):
+        Producer(bootstrap_servers=tansu.bootstrap).begin_transaction()
+
+
+def test_abortable_error_then_abort_and_continue(tansu):
+    """A record that cannot be delivered (a partition the topic does not
+    have, so it expires) makes the transaction abortable: commit refuses,
+    abort cleans up, the next transaction commits."""
+    topic = _topic(tansu.bootstrap)
+    p = _txn_producer(tansu.bootstrap, delivery_timeout_ms=1500)
+    p.begin_transaction()
+    good = p.send(topic, b"good")
+    bad = p.send(topic, b"bad", partition=9)
+    with pytest.raises(TransactionStateError, match="abort"):
+        p.commit_transaction(20)
+    assert bad.exception() is not None
+    with pytest.raises(TransactionStateError):
+        p.send(topic, b"more")
+    p.abort_transaction(20)
+    p.begin_transaction()
+    p.send(topic, b"next")
+    p.commit_transaction(20)
+    p.close()
+    assert good.get(1).offset >= 0
+    # as in the abort test: Tansu sends no aborted list, so check the log's markers
+    part = _fetch(tansu.bootstrap, topic)
+    kinds = [parse_control_key(r.key)[1] for r in decode(part.records, include_control=True).records
+             if r.batch.is_control]
+    assert kinds == [ABORT_MARKER, COMMIT_MARKER]
+
+
+def test_abort_fails_unsent_records(tansu):
+    topic = _topic(tansu.bootstrap)
+    p = _txn_producer(tansu.bootstrap, linger_ms=60000, batch_size=1 << 20)
+    p.begin_transaction()
+    f = p.send(topic, b"never sent")          # lingers: not sent when the abort comes
+    p.abort_transaction(20)
+    assert isinstance(f.exception(), TransactionAbortedError)
+    p.close()
+
+
+def test_consume_transform_produce_commits_offsets_in_the_transaction(tansu):
+    src, dst = _topic(tansu.bootstrap, 2), _topic(tansu.bootstrap)
+    group = f"ctp-{uuid.uuid4().hex[:6]}"
+    with Producer(bootstrap_servers=tansu.bootstrap) as plain:
+        for i in range(20):
+            plain.send(src, b"%d" % i, partition=i % 2)
+    c = Consumer(bootstrap_servers=tansu.bootstrap, group_id=group, auto_offset_reset="earliest",
+                 enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=300,
+                 isolation_level="read_committed")
+    c.subscribe([src])
+    p = _txn_producer(tansu.bootstrap)
+    seen = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 20 and time.monotonic() < deadline:
+        batch = c.poll(300)
+        if not batch:
+            continue
+        p.begin_transaction()
+        for tp, recs in batch.items():
+            for r in recs:
+                p.send(dst, r.value + b"-out")
+                seen.append(r.value)
+        p.send_offsets_to_transaction({tp: c.position(tp) for tp in batch}, c.group_metadata())
+        p.commit_transaction(20)
+    assert sorted(int(v) for v in seen) == list(range(20))
+    tps = [TopicPartition(src, 0), TopicPartition(src, 1)]
+    assert {tp: om.offset for tp, om in c.committed(tps).items()} == {tps[0]: 10, tps[1]: 10}
+    # an aborted transaction's offsets are not committed
+    p.begin_transaction()
+    p.send_offsets_to_transaction({tps[0]: OffsetAndMetadata(3)}, c.group_metadata())
+    p.abort_transaction(20)
+    assert c.committed([tps[0]])[tps[0]].offset == 10
+    c.close()
+    p.close()
+    assert sorted(_kwire_read(tansu.bootstrap, dst, "read_committed")) == sorted(v + b"-out" for v in seen)
+
+
+def test_mark_transactional_keeps_the_batch_valid():
+    b = RecordBatchBuilder(producer_id=5, producer_epoch=1, base_sequence=0)
+    b.append(b"v", key=b"k")
+    marked = mark_transactional(b.build())
+    rec = decode(marked).records[0]          # CRC checked on decode
+    assert rec.batch.is_transactional and rec.batch.producer_id == 5 and rec.value == b"v"
