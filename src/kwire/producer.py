@@ -147,6 +147,7 @@ class Producer:
             from kwire.transactions import TransactionManager
 
             self._txn = TransactionManager(self)
+            self._acc.enabled = False   # every send checks the transaction state (the Python path)
         self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)

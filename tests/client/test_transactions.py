@@ -13,6 +13,7 @@ transaction)."""
 
 from __future__ import annotations
 
+import collections
 import time
 import uuid
 
@@ -23,7 +24,7 @@ from kwire._codec import Decoder, RecordBatchBuilder, decode, parse_control_key
 from kwire.admin import Admin, NewTopic
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
-from kwire.consumer import Consumer, TopicPartition
+from kwire.consumer import Consumer, TopicPartition, _Completed
 from kwire.errors import ProducerFencedError
 from kwire.group import OffsetAndMetadata
 from kwire.producer import Producer
@@ -138,7 +139,9 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     assert not part.aborted_transactions
     with Consumer(bootstrap_servers=tansu.bootstrap, isolation_level="read_committed") as c:
         records = Decoder(include_control=True).decode(part.records).records
-        kept = c._committed_only(records, [(pid, first_aborted)])
+        completed = _Completed(TopicPartition(topic, 0), memoryview(part.records),
+                               collections.deque([(pid, first_aborted)]))
+        kept = c._committed_only(records, completed)
     assert [r.value for r in kept] == [b"kept-1", b"kept-2"]
 
 
@@ -182,6 +185,12 @@ def test_state_errors(tansu):
     with pytest.raises(TransactionStateError):
         p.begin_transaction()
     p.commit_transaction(10)          # an empty transaction: nothing to end on the broker
+    p.begin_transaction()
+    for i in range(20):               # records into an open batch: no send may skip the state check
+        p.send(topic, b"in-%d" % i, key=b"k")
+    p.commit_transaction(20)
+    with pytest.raises(TransactionStateError, match="begin_transaction"):
+        p.send(topic, b"after", key=b"k")
     p.close()
     with pytest.raises(Exception, match="transactional_id"):
         Producer(bootstrap_servers=tansu.bootstrap).begin_transaction()
