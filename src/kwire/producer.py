@@ -30,7 +30,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, partition_for_key,
@@ -126,6 +126,7 @@ class Producer:
         # the compiled path itself, so a send runs no Python frame (see send below)
         self.send = self._acc.send  # type: ignore[method-assign]
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._sealed: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._sticky: Dict[str, int] = self._acc.sticky
         self._parts: Dict[str, Tuple[float, List[int]]] = self._acc.partitions   # topic -> (metadata time, partitions)
@@ -233,8 +234,7 @@ class Producer:
         with self._lock:
             for tp, batch in list(self._open.items()):
                 self._seal(tp, batch)
-            futures = [b.future for q in self._ready.values() for b in q]
-            futures += [b.future for bs in self._unacked.values() for b in bs]
+            futures = [b.future for b in self._sealed]
             self._flushing += 1
         self._client.wakeup()
         try:
@@ -265,8 +265,7 @@ class Producer:
             self._thread.join(5.0)
             self._closed = True
             with self._lock:
-                pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
-                pending += [b for bs in self._unacked.values() for b in bs]
+                pending = list(self._sealed) + list(self._open.values())
             for b in pending:
                 if not b.future.done():
                     b.future.set_exception(ProducerClosedError("producer closed before the record was acknowledged"))
@@ -344,6 +343,7 @@ class Producer:
         """Close ``batch`` to appends (lock held); it waits to be sent."""
         self._acc.take(tp)
         self._ready[tp].append(batch)
+        self._sealed.add(batch)
         if self._sticky.get(tp[0]) == tp[1]:
             parts = self._client.cluster.partitions_for(tp[0]) or [tp[1]]
             if len(parts) > 1:
@@ -356,6 +356,7 @@ class Producer:
         with self._lock:
             self._acc.buffered -= batch.bytes
             batch.bytes = 0
+            self._sealed.discard(batch)
             self._room.notify_all()
 
     # ----------------------------------------------------- sender thread
@@ -371,14 +372,14 @@ class Producer:
 
     def _idle(self) -> bool:
         with self._lock:
-            return not self._open and not any(self._ready.values()) and not any(self._unacked.values())
+            return not self._open and not self._sealed
 
     def _fail_all(self, error: BaseException) -> None:
         self._fatal = error
         self._acc.enabled = False
         with self._lock:
-            pending = [b for q in self._ready.values() for b in q] + list(self._open.values())
-            pending += [b for bs in self._unacked.values() for b in bs]
+            pending = list(self._sealed) + list(self._open.values())
+            self._sealed.clear()
             self._ready.clear()
             self._acc.clear()
             self._unacked.clear()
@@ -480,7 +481,10 @@ class Producer:
         for node, batches in by_node.items():
             self._send_produce(node, batches)
 
-    def _payload(self, b: _Batch) -> bytes:
+    def _payload(self, b: _Batch) -> bool:
+        """Encode (compress, stamp) ``b`` for sending, or restamp it for a
+        new producer epoch; True when it was encoded now. Sender thread only,
+        without the lock, so send() goes on while a batch compresses."""
         tp = (b.topic, b.partition)
         if b.payload is None:
             if self.cfg["enable_idempotence"]:
@@ -496,11 +500,11 @@ class Producer:
                 b.payload = self._txn.new_batch(b.payload)
             if self.cfg["enable_idempotence"]:
                 self._next_seq[tp] = (b.sequence + b.count) & 0x7FFFFFFF
-                self._unacked[tp].append(b)
-        elif self.cfg["enable_idempotence"] and b.stamp != (self._producer_id, self._producer_epoch):
+            return True
+        if self.cfg["enable_idempotence"] and b.stamp != (self._producer_id, self._producer_epoch):
             b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
             b.stamp = (self._producer_id, self._producer_epoch)
-        return b.payload
+        return False
 
     def _send_produce(self, node: int, batches: List[_Batch]) -> None:
         client = self._client
@@ -517,11 +521,14 @@ class Producer:
             return
         cls = protocol.message("ProduceRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        fresh = [b for b in batches if self._payload(b)]
         with self._lock:
+            if self.cfg["enable_idempotence"]:
+                for b in fresh:
+                    self._unacked[(b.topic, b.partition)].append(b)
             for b in batches:
                 b.attempts += 1
-                topics[b.topic].append(cls.PartitionProduceData(
-                    index=b.partition, records=self._payload(b)))
+                topics[b.topic].append(cls.PartitionProduceData(index=b.partition, records=b.payload))
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 0) + 1
         topic_data = []

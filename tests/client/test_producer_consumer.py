@@ -80,6 +80,7 @@ def test_acks_and_idempotence(tansu):
         with Producer({"bootstrap.servers": tansu.bootstrap, "acks": acks}) as p:
             metas = [p.send(topic, b"a%s" % acks.encode(), partition=0) for _ in range(10)]
             p.flush(30)
+            assert all(m.done() for m in metas)      # flush waited for every batch, in flight too
             offs = [m.get(10).offset for m in metas]
         if acks == "0":
             assert offs == [-1] * 10          # no response: offsets unknown, as in Kafka's clients
