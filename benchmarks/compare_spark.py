@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--only", default="kwire,spark-native,python-ceiling")
     ap.add_argument("--ops", default="count,parquet")
+    ap.add_argument("--codec", default="none", help="compression of the produced records")
     args = ap.parse_args(argv)
     from kwire.admin import Admin, NewTopic
     from kwire.devbroker import start_tansu
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         with Admin(bootstrap_servers=broker.bootstrap) as admin:
             admin.create_topics([NewTopic("bench", num_partitions=args.partitions)])
         sys.stderr.write(f"[bench] producing {args.records:,} records to Tansu...\n")
-        produce_s = produce(broker.bootstrap, "bench", args.records, args.partitions, sys.stderr)
+        produce_s = produce(broker.bootstrap, "bench", args.records, args.partitions, sys.stderr, args.codec)
         spark = spark_session("kwire-bench")
         spark.dataSource.register(CeilingSource)
         frames = {
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
                 sys.stderr.write(f"[bench] {name}: {op}...\n")
                 results[name][op] = best(ops[op], args.repeat, broker.pid)
         n = args.records
-        print(f"\n{n:,} records ({args.partitions} partitions, 16-byte key, 100-byte value), local[2], "
+        print(f"\n{n:,} records ({args.partitions} partitions, 16-byte key, 100-byte value, codec {args.codec}), local[2], "
               f"best of {args.repeat}; produced with kwire in {produce_s:.1f} s ({n / produce_s:,.0f}/s)\n")
         ops = args.ops.split(",")
         print("| source | " + " | ".join(f"{op} s | {op} rows/s | {op} time vs ceiling | broker CPU s"

@@ -91,6 +91,7 @@ class _Completed:
     records: List[Record] = field(default_factory=list)   # the decoded chunk
     taken: int = 0                           # records of the chunk handed out
     next_offset: Optional[int] = None        # after the last batch decoded so far
+    end_offset: Optional[int] = None         # after the last complete batch of the fetch (None: none complete)
 
     @property
     def untaken(self) -> bool:
@@ -110,6 +111,7 @@ class Consumer:
         self._client = Client(self.cfg)
         self._states: Dict[TopicPartition, _PartitionState] = {}
         self._buffer: Dict[TopicPartition, _Completed] = {}
+        self._ahead: Dict[TopicPartition, _Completed] = {}   # the fetch after the buffered one (read-ahead)
         self._in_flight: Dict[TopicPartition, int] = {}  # partition -> node of the Fetch asking for it
         self._node_fetches: Dict[int, int] = collections.Counter()   # node -> Fetches in flight
         self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
@@ -136,6 +138,7 @@ class Consumer:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._buffer = {tp: c for tp, c in self._buffer.items() if tp in self._states}
+        self._ahead = {tp: c for tp, c in self._ahead.items() if tp in self._states}
         self._client.add_topics({tp.topic for tp in tps})
 
     def assignment(self) -> List[TopicPartition]:
@@ -203,19 +206,19 @@ class Consumer:
         """Make ``offset`` the next offset returned for ``tp``."""
         st = self._state(tp)
         st.position, st.reset, st.error, st.epoch = offset, None, None, -1
-        self._buffer.pop(TopicPartition(*tp), None)
+        self._drop_buffered(TopicPartition(*tp))
 
     def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
         for tp in tps or self._states:
             st = self._state(tp)
             st.position, st.reset, st.error, st.epoch = None, EARLIEST, None, -1
-            self._buffer.pop(TopicPartition(*tp), None)
+            self._drop_buffered(TopicPartition(*tp))
 
     def seek_to_end(self, *tps: Tuple[str, int]) -> None:
         for tp in tps or self._states:
             st = self._state(tp)
             st.position, st.reset, st.error, st.epoch = None, LATEST, None, -1
-            self._buffer.pop(TopicPartition(*tp), None)
+            self._drop_buffered(TopicPartition(*tp))
 
     def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The next offset :meth:`poll` will return for ``tp`` (looked up
@@ -326,12 +329,28 @@ class Consumer:
                 st.position, st.reset = offset, None
 
     # ------------------------------------------------------------ fetch
-    def _fetch_request(self, versions: Dict[int, int], tps: List[TopicPartition]) -> Any:
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        """Forget what was fetched for ``tp`` (its position changed)."""
+        self._buffer.pop(tp, None)
+        self._ahead.pop(tp, None)
+
+    def _fetch_offset(self, tp: TopicPartition) -> Optional[int]:
+        """Where the next Fetch of ``tp`` starts: its position, or, while a
+        fetch is buffered, where that one ends (read-ahead); None when it
+        should not be fetched now."""
+        c = self._buffer.get(tp)
+        if c is None:
+            return self._states[tp].position
+        if tp in self._ahead or c.end_offset is None:
+            return None
+        return c.end_offset
+
+    def _fetch_request(self, versions: Dict[int, int], offsets: Dict[TopicPartition, Optional[int]]) -> Any:
         cls = protocol.message("FetchRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
-        for tp in tps:
+        for tp, offset in offsets.items():
             topics[tp.topic].append(cls.FetchPartition(
-                partition=tp.partition, fetch_offset=self._states[tp].position,
+                partition=tp.partition, fetch_offset=offset,
                 current_leader_epoch=self._leader_epoch(tp),
                 partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
         ids = self._client.cluster.topic_ids
@@ -355,13 +374,17 @@ class Consumer:
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         for tp, st in self._states.items():
-            if tp in self._buffer or tp in self._in_flight or tp in self._validating or st.error is not None:
+            if tp in self._in_flight or tp in self._validating or st.error is not None:
+                continue
+            if tp in self._buffer and self._fetch_offset(tp) is None:
                 continue
             leader = client.cluster.leader_for(*tp)
             if leader is None:
                 client.request_metadata_update()
                 continue
             if 0 <= st.epoch < self._leader_epoch(tp):
+                if tp in self._buffer:
+                    continue                        # checked once the buffered records are out
                 to_validate[leader].append(tp)      # a new leader: is the position still in its log?
                 continue
             by_node[leader].append(tp)
@@ -378,9 +401,9 @@ class Consumer:
             if FETCH not in conn.versions:
                 raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
             for share in (tps[i::slots] for i in range(slots)):
-                asked = {tp: self._states[tp].position for tp in share}
+                asked = {tp: self._fetch_offset(tp) for tp in share}
                 epochs = {tp: self._leader_epoch(tp) for tp in share}
-                fut = client.send(node, self._fetch_request(conn.versions, share))
+                fut = client.send(node, self._fetch_request(conn.versions, asked))
                 self._node_fetches[node] += 1
                 for tp in share:
                     self._in_flight[tp] = node
@@ -449,7 +472,7 @@ class Consumer:
 
     def _on_truncation(self, tp: TopicPartition, position: int, end_offset: int) -> None:
         st = self._states[tp]
-        self._buffer.pop(tp, None)      # fetched past the truncation: not in the log any more
+        self._drop_buffered(tp)         # fetched past the truncation: not in the log any more
         what = (f"{tp.topic}[{tp.partition}]: the log of the new leader ends at {end_offset}, before the "
                 f"position {position}: records were lost")
         if self.cfg["auto_offset_reset"] == "none":
@@ -478,11 +501,13 @@ class Consumer:
             name = t.topic or names.get(getattr(t, "topic_id", None))
             for p in t.partitions:
                 tp = TopicPartition(name, p.partition_index)
-                if tp not in asked or self._states[tp].position != asked[tp]:
+                if tp not in asked or self._fetch_offset(tp) != asked[tp]:
                     continue      # unassigned or sought meanwhile: the data is stale
                 st = self._states[tp]
+                ahead = tp in self._buffer
                 if p.error_code:
-                    self._on_partition_error(tp, p.error_code)
+                    if not ahead:   # a read-ahead's error comes again when its offset is the position
+                        self._on_partition_error(tp, p.error_code)
                     continue
                 st.high_watermark = p.high_watermark
                 st.last_stable_offset = getattr(p, "last_stable_offset", -1)
@@ -493,7 +518,9 @@ class Consumer:
                 if epochs is not None:
                     st.epoch = epochs[tp]
                 aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
-                self._buffer[tp] = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
+                c = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
+                c.end_offset = split_batches(c.rest).next_offset
+                (self._ahead if ahead else self._buffer)[tp] = c
 
     def _on_partition_error(self, tp: TopicPartition, code: int) -> None:
         st = self._states[tp]
@@ -621,6 +648,10 @@ class Consumer:
             st.position = c.next_offset
         if not c.rest:
             del self._buffer[tp]
+            nxt = self._ahead.pop(tp, None)
+            if nxt is not None and st.error is None and st.position == c.end_offset:
+                nxt.aborting = c.aborting           # an aborted transaction may go on into it
+                self._buffer[tp] = nxt
 
     def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
         out: Dict[TopicPartition, List[Record]] = {}
@@ -631,7 +662,7 @@ class Consumer:
             c = self._buffer[tp]
             st = self._states.get(tp)
             if st is None:
-                del self._buffer[tp]
+                self._drop_buffered(tp)
                 continue
             if not c.untaken:
                 self._decode(c)
@@ -654,7 +685,7 @@ class Consumer:
             c = self._buffer[tp]
             st = self._states.get(tp)
             if st is None:
-                del self._buffer[tp]
+                self._drop_buffered(tp)
                 continue
             if c.untaken or (self._read_committed and (c.aborted or c.aborting)):
                 # records left by poll(), or aborted data (it needs per-batch
@@ -676,7 +707,7 @@ class Consumer:
                 if good:
                     out[tp] = _records_to_arrow(good)
                     st.position = good[-1].offset + 1
-                del self._buffer[tp]
+                self._drop_buffered(tp)
                 continue
             rb = res.record_batch
             if rb.num_rows:

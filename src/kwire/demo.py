@@ -24,15 +24,17 @@ def value_for(i: int) -> bytes:
             % (i, i % 9973, i % 1000, i % 100)).ljust(VALUE_SIZE, b" ")
 
 
-def produce(bootstrap: str, topic: str, records: int, partitions: int, progress: Optional[TextIO] = None) -> float:
+def produce(bootstrap: str, topic: str, records: int, partitions: int, progress: Optional[TextIO] = None,
+            compression: str = "none") -> float:
     """``records`` records (16-byte key, 100-byte value) spread evenly over
-    ``partitions`` with kwire's producer; returns the seconds it took."""
+    ``partitions`` with kwire's producer (``compression``: a codec name);
+    returns the seconds it took."""
     from kwire.producer import Producer
 
     step = max(1, records // 10)
     t = time.perf_counter()
     with Producer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20, enable_idempotence=False,
-                  acks=1) as producer:
+                  acks=1, compression_type=compression) as producer:
         send = producer.send
         for i in range(records):
             send(topic, value_for(i), key=b"%016d" % i, partition=i % partitions)

@@ -275,3 +275,34 @@ def test_aiokafka_both_ways(tansu):
     got = _consume_all(tansu.bootstrap, other, 1, 50)
     assert [(r.offset, r.key, r.value) for _, r in got] == [(i, None if i % 2 else b"x", b"aio-%d" % i)
                                                           for i in range(50)]
+
+
+def test_read_ahead_keeps_order_and_drops_on_seek(tansu):
+    """While one fetch of a partition is buffered the next is already asked
+    for (from where the buffered one ends): records come back once and in
+    order, and a seek forgets both."""
+    topic = _topic(tansu.bootstrap, 1)
+    n = 6000
+    with Producer(bootstrap_servers=tansu.bootstrap, batch_size=16384, linger_ms=2) as p:
+        for i in range(n):
+            p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
+    tp = TopicPartition(topic, 0)
+    seen_ahead = False
+    offsets = []
+    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_bytes=4 * 65536,
+                  max_poll_records=20) as c:
+        c.assign([tp])
+        deadline = time.monotonic() + 30
+        while len(offsets) < n and time.monotonic() < deadline:
+            offsets += [r.offset for r in c.poll(500).get(tp, [])]
+            if tp in c._ahead:
+                seen_ahead = True
+                assert c._ahead[tp].rest.nbytes and c._buffer[tp].end_offset is not None
+        assert offsets == list(range(n))
+        assert seen_ahead
+        c.seek(tp, 10)
+        assert tp not in c._buffer and tp not in c._ahead
+        again = []
+        while not again:
+            again = c.poll(1000, max_records=5).get(tp, [])
+        assert [r.offset for r in again] == list(range(10, 10 + len(again)))
