@@ -14,6 +14,21 @@ if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
 
+
+def _importable(*names: str) -> bool:
+    try:
+        for name in names:
+            __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+# The Spark tests need pyspark (test extra, Python 3.11+) and pyarrow; without
+# them the directory is left out rather than failing to collect.
+collect_ignore = [] if _importable("pyspark", "pyarrow") else ["spark"]
+
+
 @pytest.fixture(scope="session")
 def tansu():
     """A Tansu broker (in-memory storage, free loopback port) shared by the session.
