@@ -2693,7 +2693,7 @@ cdef class Accumulator:
             return self.slow(topic, value, key, headers, partition, timestamp_ms)
         if partition is None:
             entry = self.partitions.get(topic)
-            if entry is None or (<tuple>entry)[0] != self.cluster.updated_at:
+            if entry is None or (<tuple>entry)[0] is not self.cluster.updated_at:   # the same metadata
                 return self.slow(topic, value, key, headers, partition, timestamp_ms)
             if key is not None:
                 parts = (<tuple>entry)[1]
