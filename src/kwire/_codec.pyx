@@ -2473,8 +2473,9 @@ cdef class ProducerBatch:
         cdef int index
         if self.builder is None:
             raise KwireError("the batch was already sealed")
-        if self.meta_n == self.meta_cap:
-            cap = self.meta_cap * 2 if self.meta_cap else 64
+        index = self.builder.add(value, key, headers, ts)
+        if index >= self.meta_cap:       # sized by the builder's count, whoever else appended to it
+            cap = max(self.meta_cap * 2, index + 1, 64)
             p = realloc(self.meta_ts, cap * sizeof(int64_t))
             if p == NULL:
                 raise MemoryError()
@@ -2484,7 +2485,6 @@ cdef class ProducerBatch:
                 raise MemoryError()
             self.meta_sizes = <int32_t*>p
             self.meta_cap = cap
-        index = self.builder.add(value, key, headers, ts)
         self.meta_ts[index] = ts
         self.meta_sizes[2 * index] = -1 if key is None else len(key)
         self.meta_sizes[2 * index + 1] = -1 if value is None else len(value)

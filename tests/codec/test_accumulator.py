@@ -128,3 +128,12 @@ def test_send_lock_behaves_like_threading_lock():
     assert woke == [True]
     with cond:
         assert cond.wait(0.01) is False
+
+
+def test_batch_metadata_follows_the_builder_even_if_appended_to_directly():
+    b = ProducerBatch("t", 0, RecordBatchBuilder(None))
+    for i in range(100):                       # past the metadata arrays' first size, behind their back
+        b.builder.append(b"x", timestamp=i)
+    assert b.append(b"value", b"key", None, 12345) == 100
+    assert b.record_meta(100) == (12345, 3, 5)
+    assert b.record_count == 101
