@@ -2684,11 +2684,9 @@ cdef class Accumulator:
         """``Producer.send``'s arguments; returns the record's future."""
         cdef ProducerBatch batch
         cdef object entry, parts, slots
-        cdef Py_ssize_t n, size, p
-        cdef int index
+        cdef Py_ssize_t n, p
         cdef int32_t h
         cdef int64_t ts
-        cdef RecordFuture fut
         if not self.enabled:
             return self.slow(topic, value, key, headers, partition, timestamp_ms)
         if partition is None:
@@ -2714,22 +2712,29 @@ cdef class Accumulator:
         if not self.lock.try_acquire():
             return self.slow(topic, value, key, headers, partition, ts)
         try:
-            batch = None
             slots = self.slots.get(topic)
-            if slots is not None and 0 <= p < len(<list>slots):
-                batch = (<list>slots)[p]
-            if batch is not None:
-                index = batch.add(value, key, headers, ts)
-                size = V2_HEADER + batch.builder.buf.len
-                self.buffered += size - batch.bytes
-                batch.bytes = size
-                if size >= self.batch_size:
-                    self.on_full((topic, partition), batch)
+            if slots is not None and 0 <= p < len(<list>slots) and (<list>slots)[p] is not None:
+                return self.add_to(topic, partition, <ProducerBatch>(<list>slots)[p], value, key, headers, ts)
         finally:
             self.lock.unlock()
-        if batch is None:
-            return self.slow(topic, value, key, headers, partition, ts)
-        fut = RecordFuture.__new__(RecordFuture)
+        return self.slow(topic, value, key, headers, partition, ts)
+
+    cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
+                             int64_t ts):
+        """Append to ``batch`` (lock held): count its growth against the
+        buffer, hand it over once it reaches ``batch_size``, and return the
+        record's future."""
+        cdef Py_ssize_t size
+        cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)
+        fut._index = batch.add(value, key, headers, ts)
         fut._batch = batch
-        fut._index = index
+        size = V2_HEADER + batch.builder.buf.len
+        self.buffered += size - batch.bytes
+        batch.bytes = size
+        if size >= self.batch_size:
+            self.on_full((topic, partition), batch)
         return fut
+
+    def append(self, str topic, partition, ProducerBatch batch, value, key, headers, int64_t timestamp):
+        """The slow path's append to ``batch`` (lock held), as :meth:`send` appends."""
+        return self.add_to(topic, partition, batch, value, key, headers, timestamp)

@@ -78,7 +78,7 @@ class _Batch(ProducerBatch):
     """A partition's batch: while open, the compiled builder takes records
     (see :class:`kwire._codec.ProducerBatch`); then its send state."""
 
-    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "count", "stamp")
+    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
         self.created = now
@@ -88,7 +88,6 @@ class _Batch(ProducerBatch):
         self.next_try = 0.0
         self.deadline = deadline
         self.future: Future = Future()                   # -> (base_offset, log_append_time)
-        self.count = 0
         self.stamp: Tuple[int, int] = (-1, -1)           # producer id and epoch the payload carries
 
     def metadata(self, index: int) -> "RecordMetadata":
@@ -130,7 +129,6 @@ class Producer:
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._sticky: Dict[str, int] = self._acc.sticky
         self._parts: Dict[str, Tuple[float, List[int]]] = self._acc.partitions   # topic -> (metadata time, partitions)
-        self._batch_size = cfg["batch_size"]
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -215,13 +213,7 @@ class Producer:
                 batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
                                now + self.cfg["delivery_timeout_ms"] / 1000.0)
                 self._acc.put(tp, batch)
-            index = batch.append(value, key, headers, ts)
-            size = batch.builder.size_in_bytes
-            self._acc.buffered += size - batch.bytes
-            batch.bytes = size
-            if size >= self._batch_size:
-                self._on_full(tp, batch)
-        return RecordFuture(batch, index)
+            return self._acc.append(topic, partition, batch, value, key, headers, ts)
 
     def _on_full(self, tp: Tuple[str, int], batch: _Batch) -> None:
         """``batch`` reached ``batch_size`` (lock held): seal it, wake the sender."""
@@ -418,7 +410,7 @@ class Producer:
         for b in expired:
             self._release(b)
             b.future.set_exception(KafkaTimeoutError(
-                f"{b.count or b.record_count} record(s) for {b.topic}[{b.partition}] expired: not sent within "
+                f"{b.record_count} record(s) for {b.topic}[{b.partition}] expired: not sent within "
                 f"delivery_timeout_ms ({self.cfg['delivery_timeout_ms']} ms)"))
 
     def _init_producer_id(self) -> None:
@@ -494,12 +486,11 @@ class Producer:
                                             base_sequence=b.sequence)
             else:
                 b.payload = b.builder.build()
-            b.count = len(b.builder)
             b.builder = None
             if self._txn is not None:
                 b.payload = self._txn.new_batch(b.payload)
             if self.cfg["enable_idempotence"]:
-                self._next_seq[tp] = (b.sequence + b.count) & 0x7FFFFFFF
+                self._next_seq[tp] = (b.sequence + b.record_count) & 0x7FFFFFFF
             return True
         if self.cfg["enable_idempotence"] and b.stamp != (self._producer_id, self._producer_epoch):
             b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
@@ -604,7 +595,7 @@ class Producer:
                     seq = 0
                     for b in bs:
                         b.sequence = seq
-                        seq = (seq + b.count) & 0x7FFFFFFF
+                        seq = (seq + b.record_count) & 0x7FFFFFFF
                     self._next_seq[tp] = seq
         self._retry_or_fail(failed, err, force_retry=True)
 
