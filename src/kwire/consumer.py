@@ -456,12 +456,7 @@ class Consumer:
                     continue      # unassigned or sought meanwhile
                 position, _, current = asked[tp]
                 if p.error_code:
-                    err = protocol.error_for(p.error_code, api="OffsetForLeaderEpoch", topic=tp.topic,
-                                             partition=tp.partition)
-                    if getattr(err, "invalid_metadata", False) or getattr(err, "retriable", False):
-                        self._client.request_metadata_update()
-                    else:
-                        st.error = err
+                    self._on_partition_error(tp, p.error_code, api="OffsetForLeaderEpoch")
                     continue
                 if p.end_offset < 0:          # the leader knows no such epoch: the position is gone
                     self._on_partition_error(tp, OFFSET_OUT_OF_RANGE)
@@ -522,9 +517,12 @@ class Consumer:
                 c.end_offset = split_batches(c.rest).next_offset
                 (self._ahead if ahead else self._buffer)[tp] = c
 
-    def _on_partition_error(self, tp: TopicPartition, code: int) -> None:
+    def _on_partition_error(self, tp: TopicPartition, code: int, api: str = "Fetch") -> None:
+        """A partition's error in a Fetch (or an OffsetForLeaderEpoch): reset
+        by ``auto_offset_reset``, refresh the metadata and try again, or hold
+        the error for the next poll."""
         st = self._states[tp]
-        err = protocol.error_for(code, api="Fetch", topic=tp.topic, partition=tp.partition)
+        err = protocol.error_for(code, api=api, topic=tp.topic, partition=tp.partition)
         if code == OFFSET_OUT_OF_RANGE:
             policy = self.cfg["auto_offset_reset"]
             if policy == "none":
