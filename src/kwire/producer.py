@@ -210,8 +210,8 @@ class Producer:
             if batch is None:
                 self._wait_for_room()
                 now = time.monotonic()
-                batch = _Batch(topic, partition, RecordBatchBuilder(self._codec), now,
-                               now + self.cfg["delivery_timeout_ms"] / 1000.0)
+                builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
+                batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
                 self._acc.put(tp, batch)
             return self._acc.append(topic, partition, batch, value, key, headers, ts)
 
@@ -487,8 +487,6 @@ class Producer:
             else:
                 b.payload = b.builder.build()
             b.builder = None
-            if self._txn is not None:
-                b.payload = self._txn.new_batch(b.payload)
             if self.cfg["enable_idempotence"]:
                 self._next_seq[tp] = (b.sequence + b.record_count) & 0x7FFFFFFF
             return True

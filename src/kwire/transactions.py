@@ -35,15 +35,13 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
-import google_crc32c
-
 from kwire import protocol
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.group import (TRANSACTION_KEY, CommitFailedError, ConsumerGroupMetadata, CoordinatorLink,
                          OffsetAndMetadata, RequestPump, commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
 
-__all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError", "mark_transactional"]
+__all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError"]
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +82,6 @@ ABORTING = "aborting"
 ABORTABLE_ERROR = "abortable error"
 FATAL_ERROR = "fatal error"
 
-_ATTRIBUTES = 21          # offset of a v2 batch's attributes; the CRC (at 17) covers from here on
-_TRANSACTIONAL = 0x10
-
 
 class TransactionAbortedError(KwireError):
     """The record's transaction was aborted before the record was sent."""
@@ -95,16 +90,6 @@ class TransactionAbortedError(KwireError):
 class TransactionStateError(KwireError):
     """A transactional call in the wrong state (``send`` outside a
     transaction, ``commit_transaction`` after an error, ...)."""
-
-
-def mark_transactional(batch: bytes) -> bytes:
-    """``batch`` (one v2 record batch) with its transactional attribute set
-    and its CRC32C recomputed."""
-    buf = bytearray(batch)
-    buf[_ATTRIBUTES + 1] |= _TRANSACTIONAL
-    crc = google_crc32c.value(bytes(buf[_ATTRIBUTES:]))
-    buf[17:21] = crc.to_bytes(4, "big")
-    return bytes(buf)
 
 
 class TransactionManager:
@@ -161,12 +146,6 @@ class TransactionManager:
     def produce_version(version: int) -> int:
         """The Produce version a transactional producer sends."""
         return min(version, MAX_PRODUCE_VERSION)
-
-    @staticmethod
-    def new_batch(payload: bytes) -> bytes:
-        """A batch of the transaction is built: its bytes marked
-        transactional."""
-        return mark_transactional(payload)
 
     def track(self, future: Future) -> None:
         """A batch of the transaction leaves the producer's buffer (sent and

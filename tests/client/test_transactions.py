@@ -28,7 +28,7 @@ from kwire.consumer import Consumer, TopicPartition, _Completed
 from kwire.errors import ProducerFencedError
 from kwire.group import OffsetAndMetadata
 from kwire.producer import Producer
-from kwire.transactions import TransactionAbortedError, TransactionStateError, mark_transactional
+from kwire.transactions import TransactionAbortedError, TransactionStateError
 
 pytestmark = pytest.mark.broker
 
@@ -270,9 +270,11 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(tansu):
     assert sorted(_kwire_read(tansu.bootstrap, dst, "read_committed")) == sorted(v + b"-out" for v in seen)
 
 
-def test_mark_transactional_keeps_the_batch_valid():
-    b = RecordBatchBuilder(producer_id=5, producer_epoch=1, base_sequence=0)
+def test_a_transactional_batch_is_valid():
+    """A transactional producer builds its batches transactional (the
+    builder sets the attribute before the CRC is computed)."""
+    b = RecordBatchBuilder(producer_id=5, producer_epoch=1, base_sequence=0, transactional=True)
     b.append(b"v", key=b"k")
-    marked = mark_transactional(b.build())
+    marked = b.build()
     rec = decode(marked).records[0]          # CRC checked on decode
     assert rec.batch.is_transactional and rec.batch.producer_id == 5 and rec.value == b"v"
