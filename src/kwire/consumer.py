@@ -97,6 +97,11 @@ class _Completed:
     def untaken(self) -> bool:
         return self.taken < len(self.records)
 
+    def advance(self, consumed: int, incomplete_size: int) -> None:
+        """Past what a decode call consumed; a cut batch at the end is not
+        kept (the next fetch asks for it again)."""
+        self.rest = self.rest[:0] if incomplete_size else self.rest[consumed:]
+
 
 class Consumer:
     """A Kafka consumer with manual assignment.
@@ -593,7 +598,7 @@ class Consumer:
                 records, next_offset = self._decode_prefix(c, e)
             else:
                 records, next_offset = res.records, res.next_offset
-                c.rest = c.rest[:0] if res.incomplete_size else c.rest[res.consumed:]
+                c.advance(res.consumed, res.incomplete_size)
                 if first and not res.batches and res.incomplete_size:
                     # the first batch is bigger than the fetch brought: the next fetch asks again
                     log.warning("%s[%s]: a batch of %d bytes at offset %s exceeds max_partition_fetch_bytes",
@@ -710,7 +715,7 @@ class Consumer:
             rb = res.record_batch
             if rb.num_rows:
                 out[tp] = rb
-            c.rest = c.rest[:0] if res.incomplete_size else c.rest[res.consumed:]
+            c.advance(res.consumed, res.incomplete_size)
             if res.next_offset is not None:   # a cut rest is fetched again from here
                 c.next_offset = res.next_offset
             self._finish_chunk(tp, c, st)
