@@ -483,7 +483,7 @@ class Consumer:
         st.position = end_offset
 
     def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future,
-                  epochs: Optional[Dict[TopicPartition, int]] = None) -> None:
+                  epochs: Dict[TopicPartition, int]) -> None:
         self._node_fetches[node] -= 1
         for tp in asked:
             if self._in_flight.get(tp) == node:
@@ -515,8 +515,7 @@ class Consumer:
                 data = p.records
                 if data is None or len(data) == 0:
                     continue
-                if epochs is not None:
-                    st.epoch = epochs[tp]
+                st.epoch = epochs[tp]
                 aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
                 c = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
                 c.end_offset = split_batches(c.rest).next_offset

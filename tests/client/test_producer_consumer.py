@@ -142,7 +142,7 @@ def _deliver_fetch_error(consumer, tp, code):
     node = 12345
     consumer._node_fetches[node] += 1
     consumer._in_flight[tp] = node
-    consumer._on_fetch(node, {tp: consumer.position(tp)}, fut)
+    consumer._on_fetch(node, {tp: consumer.position(tp)}, fut, {tp: -1})
 
 
 def test_columnar_poll(tansu):
