@@ -2443,7 +2443,6 @@ def partition_for_key(key, int num_partitions) -> int:
 # kwire/producer.py, under the same lock.
 
 @cython.auto_pickle(False)
-@cython.freelist(64)
 cdef class ProducerBatch:
     """The producer's batch of one partition while it takes records: the
     builder and, per record, what its future reports (timestamp, key and
