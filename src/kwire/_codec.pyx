@@ -34,7 +34,7 @@ from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import google_crc32c as _google_crc32c
@@ -94,6 +94,178 @@ cdef inline uint32_t crc32c(const void* p, Py_ssize_t n) noexcept nogil:
 cdef object _decompress = _compression.decompress
 cdef object _compress = _compression.compress
 cdef object _codec_id = _compression.codec_id
+
+# Producers compress many batches per turn of their sender thread. Through
+# the codec packages' Python functions each batch would release and retake
+# the GIL, and a busy sending thread makes every retake wait out a GIL switch
+# interval (5 ms). So lz4 and zstd are called through the C entry points of
+# the libraries those packages link (found like CRC32C above), and
+# :func:`build_batches` compresses every batch of a turn without the GIL.
+# Where an entry point cannot be found, or its output differs from the
+# package's, the Python functions are used and a warning says so.
+cdef struct LZ4FFrameInfo:          # lz4frame.h's LZ4F_frameInfo_t (v1.8 and later)
+    int blockSizeID                 # enums are ints
+    int blockMode
+    int contentChecksumFlag
+    int frameType
+    unsigned long long contentSize
+    unsigned dictID
+    int blockChecksumFlag
+
+cdef struct LZ4FPrefs:              # lz4frame.h's LZ4F_preferences_t
+    LZ4FFrameInfo frameInfo
+    int compressionLevel
+    unsigned autoFlush
+    unsigned favorDecSpeed
+    unsigned reserved[3]
+
+ctypedef size_t (*lz4f_bound_t)(size_t n, const LZ4FPrefs* prefs) noexcept nogil
+ctypedef size_t (*lz4f_compress_t)(void* dst, size_t cap, const void* src, size_t n,
+                                   const LZ4FPrefs* prefs) noexcept nogil
+ctypedef unsigned (*is_error_t)(size_t code) noexcept nogil
+ctypedef void* (*zstd_create_t)() noexcept nogil
+ctypedef size_t (*zstd_free_t)(void* cctx) noexcept nogil
+ctypedef size_t (*zstd_bound_t)(size_t n) noexcept nogil
+ctypedef size_t (*zstd_compress_t)(void* cctx, void* dst, size_t cap, const void* src, size_t n,
+                                   int level) noexcept nogil
+
+cdef lz4f_bound_t _lz4f_bound = NULL
+cdef lz4f_compress_t _lz4f_compress = NULL
+cdef is_error_t _lz4f_is_error = NULL
+cdef zstd_create_t _zstd_create = NULL
+cdef zstd_free_t _zstd_free = NULL
+cdef zstd_bound_t _zstd_bound = NULL
+cdef zstd_compress_t _zstd_compress = NULL
+cdef is_error_t _zstd_is_error = NULL
+
+
+def _native_entry_points(module, names):
+    """Addresses of ``names`` in the shared library of extension ``module``
+    (which need not be imported), or None with the reason."""
+    import ctypes
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin:
+            return None, f"{module} not found"
+        lib = ctypes.CDLL(spec.origin)
+        return [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names], None
+    except (ImportError, OSError, AttributeError) as e:
+        return None, repr(e)
+
+
+cdef inline void lz4f_prefs(LZ4FPrefs* prefs, int level) noexcept nogil:
+    # like Kafka's Java writer and compression.py: independent 64 KiB blocks, no checksums, no size
+    memset(prefs, 0, sizeof(LZ4FPrefs))
+    prefs.frameInfo.blockSizeID = 4          # LZ4F_max64KB
+    prefs.frameInfo.blockMode = 1            # LZ4F_blockIndependent
+    prefs.compressionLevel = level
+
+
+cdef char EMPTY_SRC[1]
+
+cdef struct EncodeJob:             # one batch for build_batches
+    int mode                       # how the payload is made: 0 copied from src, 3 lz4, 4 zstd (codec ids)
+    int level
+    const char* src                # the records (or the payload, already compressed in Python)
+    Py_ssize_t src_len
+    char* batch                    # the batch: header written but for length and CRC
+    char* dst                      # where its payload goes (batch + V2_HEADER) ...
+    Py_ssize_t cap                 # ... with room for this much
+    Py_ssize_t size                # the whole batch's size once encoded; -1: the codec failed
+
+
+cdef Py_ssize_t native_bound(EncodeJob* job) noexcept nogil:
+    cdef LZ4FPrefs prefs
+    if job.mode == 3:
+        lz4f_prefs(&prefs, job.level)
+        return <Py_ssize_t>_lz4f_bound(<size_t>job.src_len, &prefs)
+    if job.mode == 4:
+        return <Py_ssize_t>_zstd_bound(<size_t>job.src_len)
+    return job.src_len
+
+
+cdef Py_ssize_t native_compress(EncodeJob* job, void* zctx) noexcept nogil:
+    """Write the payload at ``job.dst``; its size, or -1 if the codec failed."""
+    cdef LZ4FPrefs prefs
+    cdef size_t n
+    if job.mode == 3:
+        lz4f_prefs(&prefs, job.level)
+        n = _lz4f_compress(job.dst, <size_t>job.cap, job.src, <size_t>job.src_len, &prefs)
+        return -1 if _lz4f_is_error(n) else <Py_ssize_t>n
+    if job.mode == 4:
+        n = _zstd_compress(zctx, job.dst, <size_t>job.cap, job.src, <size_t>job.src_len, job.level)
+        return -1 if _zstd_is_error(n) else <Py_ssize_t>n
+    memcpy(job.dst, job.src, job.src_len)
+    return job.src_len
+
+
+def _load_native_codecs():
+    global _lz4f_bound, _lz4f_compress, _lz4f_is_error
+    global _zstd_create, _zstd_free, _zstd_bound, _zstd_compress, _zstd_is_error
+    found, why = _native_entry_points("lz4.frame._frame",
+                                      ("LZ4F_compressFrameBound", "LZ4F_compressFrame", "LZ4F_isError"))
+    if found is not None:
+        _lz4f_bound, _lz4f_compress, _lz4f_is_error = (<lz4f_bound_t><size_t>found[0],
+                                                       <lz4f_compress_t><size_t>found[1],
+                                                       <is_error_t><size_t>found[2])
+    if not _native_usable(3, "lz4", why):
+        _lz4f_compress = NULL
+    found, why = _native_entry_points("zstandard._cffi", ("ZSTD_createCCtx", "ZSTD_freeCCtx",
+                                                          "ZSTD_compressBound", "ZSTD_compressCCtx",
+                                                          "ZSTD_isError"))
+    if found is not None:
+        _zstd_create, _zstd_free, _zstd_bound, _zstd_compress, _zstd_is_error = (
+            <zstd_create_t><size_t>found[0], <zstd_free_t><size_t>found[1], <zstd_bound_t><size_t>found[2],
+            <zstd_compress_t><size_t>found[3], <is_error_t><size_t>found[4])
+    if not _native_usable(4, "zstd", why):
+        _zstd_compress = NULL
+
+
+def _native_usable(int codec, str name, why):
+    """Whether the entry points found for ``codec`` (``why`` None) give the
+    package's bytes at its default level; if not, a warning says why."""
+    sample = b"kwire native codec check " * 200
+    if why is None and _native_compress(codec, sample, 3 if codec == 4 else 0) != _compress(codec, sample, 2, None):
+        why = f"its output differs from the {name} package's"
+    if why is not None:
+        import logging
+        logging.getLogger("kwire").warning("kwire: %s's C library is not reachable (%s); producers compress %s "
+                                           "through the Python API, which is slower", name, why, name)
+    return why is None
+
+
+def _native_compress(int codec, bytes data, int level):
+    """``data`` compressed through the C entry points (the import-time check)."""
+    cdef EncodeJob job
+    cdef bytes out
+    cdef void* zctx = NULL
+    memset(&job, 0, sizeof(EncodeJob))
+    job.mode = codec
+    job.level = level
+    job.src = PyBytes_AS_STRING(data)
+    job.src_len = PyBytes_GET_SIZE(data)
+    job.cap = native_bound(&job)
+    out = PyBytes_FromStringAndSize(NULL, job.cap)
+    job.dst = PyBytes_AS_STRING(out)
+    if codec == 4:
+        zctx = _zstd_create()
+        if zctx == NULL:
+            raise MemoryError()
+    n = native_compress(&job, zctx)
+    if zctx != NULL:
+        _zstd_free(zctx)
+    return None if n < 0 else out[:n]
+
+
+
+def compiled_codecs():
+    """The codecs :func:`build_batches` compresses without the GIL (through
+    the libraries' C entry points), besides no compression."""
+    return tuple(name for name, ok in (("lz4", _lz4f_compress != NULL), ("zstd", _zstd_compress != NULL)) if ok)
+
+
+_load_native_codecs()
 
 # ----------------------------------------------------------------- constants
 cdef enum:
@@ -2006,6 +2178,7 @@ cdef class RecordBatchBuilder(_Builder):
     cdef GBuf hbuf                # encoded headers of the last append
     cdef int32_t hcount           # how many headers hbuf holds
     cdef tuple hitems             # the (immutable) pairs hbuf was made from, or None
+    cdef bytes staged             # the payload while encode_batch copies it (compressed in Python)
 
     def __init__(self, compression=None, *, int64_t base_offset=0, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
@@ -2143,33 +2316,43 @@ cdef class RecordBatchBuilder(_Builder):
         default (record count - 1), e.g. to write what compaction leaves;
         ``producer_id``, ``producer_epoch`` and ``base_sequence`` override the
         constructor's (a producer assigns sequences when a batch is sent)."""
-        cdef object payload
-        cdef const char* pp
-        cdef Py_ssize_t pn, total
+        return _build_batches([self], [(producer_id, producer_epoch, base_sequence)], last_offset_delta)[0]
+
+    cdef bytes start(self, EncodeJob* job, object last_offset_delta, object producer_id,
+                     object producer_epoch, object base_sequence):
+        """Begin encoding the batch (GIL held): the bytes it will be
+        written into, sized for the worst case, with the header written but
+        for length and CRC; ``job`` says how :func:`encode_batch` makes the
+        payload. gzip and snappy (and lz4 or zstd without their C entry
+        points) are compressed here, through the Python API."""
         cdef GBuf out
         cdef bytes result
         cdef int64_t max_ts = self.max_ts if self.count else -1
         if self.log_append_max_ts is not None:
             max_ts = self.log_append_max_ts
-        if self.codec:
-            payload = _compress(self.codec, memoryview(self.take()), 2, self.level)
-            pp = PyBytes_AS_STRING(payload)
-            pn = PyBytes_GET_SIZE(payload)
-        else:
-            pp = self.buf.data
-            pn = self.buf.len
-        total = V2_HEADER + pn
-        if total - LOG_OVERHEAD > INT32_MAX:
-            raise ValueError("batch is larger than Kafka allows (2 GiB)")
-        result = PyBytes_FromStringAndSize(NULL, total)
+        memset(job, 0, sizeof(EncodeJob))
+        job.src = self.buf.data if self.buf.len else EMPTY_SRC    # never NULL for the codecs
+        job.src_len = self.buf.len
+        if self.codec == 3 and _lz4f_compress != NULL:
+            job.mode = 3
+            job.level = 0 if self.level is None else self.level
+        elif self.codec == 4 and _zstd_compress != NULL:
+            job.mode = 4
+            job.level = 3 if self.level is None else self.level
+        elif self.codec:
+            self.staged = _compress(self.codec, memoryview(self.take()), 2, self.level)
+            job.src = PyBytes_AS_STRING(self.staged)
+            job.src_len = PyBytes_GET_SIZE(self.staged)
+        job.cap = native_bound(job)
+        result = PyBytes_FromStringAndSize(NULL, V2_HEADER + job.cap)
         out.data = PyBytes_AS_STRING(result)
         out.len = 0
-        out.cap = total
+        out.cap = V2_HEADER + job.cap
         put_be64(&out, self.base_offset)
-        put_be32(&out, <int32_t>(total - LOG_OVERHEAD))
+        out.len += 4                  # the length, written once the payload is
         put_be32(&out, self.leader_epoch)
         out.data[out.len] = 2
-        out.len += 5                  # magic, then the CRC written below
+        out.len += 5                  # magic, then the CRC
         put_be16(&out, <int16_t>self.attributes)
         put_be32(&out, <int32_t>(self.count - 1 if last_offset_delta is None else last_offset_delta))
         put_be64(&out, self.first_ts if self.count else -1)
@@ -2178,9 +2361,78 @@ cdef class RecordBatchBuilder(_Builder):
         put_be16(&out, self.producer_epoch if producer_epoch is None else <int16_t>producer_epoch)
         put_be32(&out, self.base_sequence if base_sequence is None else <int32_t>base_sequence)
         put_be32(&out, self.count)
-        put_raw(&out, pp, pn)
-        store_be32(out.data + 17, crc32c(out.data + V2_CRC_START, total - V2_CRC_START))
+        job.batch = out.data
+        job.dst = out.data + V2_HEADER
         return result
+
+
+cdef void encode_batch(EncodeJob* job, void* zctx) noexcept nogil:
+    """Make the payload, then the length and the CRC (no GIL needed)."""
+    cdef Py_ssize_t n = native_compress(job, zctx)
+    if n < 0:
+        job.size = -1
+        return
+    job.size = V2_HEADER + n
+    store_be32(job.batch + 8, <uint32_t>(job.size - LOG_OVERHEAD))
+    store_be32(job.batch + 17, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
+
+
+cdef list _build_batches(list builders, list stamps, object last_offset_delta):
+    cdef Py_ssize_t i, n = len(builders)
+    cdef EncodeJob* jobs
+    cdef EncodeJob* job
+    cdef RecordBatchBuilder b
+    cdef list outs = []
+    cdef list built = []
+    cdef void* zctx = NULL
+    if len(stamps) != n:
+        raise ValueError("one stamp per builder")
+    jobs = <EncodeJob*>calloc(max(n, 1), sizeof(EncodeJob))
+    if jobs == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            b = <RecordBatchBuilder?>builders[i]
+            stamp = stamps[i]
+            if stamp is None:
+                outs.append(b.start(&jobs[i], last_offset_delta, None, None, None))
+            else:
+                outs.append(b.start(&jobs[i], last_offset_delta, stamp[0], stamp[1], stamp[2]))
+            if jobs[i].mode == 4 and zctx == NULL:
+                zctx = _zstd_create()
+                if zctx == NULL:
+                    raise MemoryError()
+        with nogil:
+            for i in range(n):
+                encode_batch(&jobs[i], zctx)
+        for i in range(n):
+            job = &jobs[i]
+            if job.size < 0:
+                raise KwireError(f"{_compression.CODEC_NAMES[job.mode]} compression of a batch failed")
+            if job.size - LOG_OVERHEAD > INT32_MAX:
+                raise ValueError("batch is larger than Kafka allows (2 GiB)")
+            result = outs[i]
+            built.append(result if job.size == PyBytes_GET_SIZE(result)
+                         else PyBytes_FromStringAndSize(job.batch, job.size))
+        return built
+    finally:
+        for b in builders:
+            b.staged = None
+        free(jobs)
+        if zctx != NULL:
+            _zstd_free(zctx)
+
+
+def build_batches(list builders, list stamps):
+    """Encode several :class:`RecordBatchBuilder`\\ s at once, as ``build``
+    would one by one: the batches as bytes, in order. ``stamps`` holds per
+    builder None or ``(producer_id, producer_epoch, base_sequence)`` (each
+    None keeps the builder's). Uncompressed, lz4 and zstd batches are all
+    made in one stretch without the GIL, which is what a producer's sender
+    thread needs while another thread is busy sending: retaking the GIL per
+    batch would wait out a switch interval each time. The builders must not
+    change meanwhile."""
+    return _build_batches(builders, stamps, None)
 
 
 def restamp_batch(batch, int64_t producer_id, int producer_epoch, int32_t base_sequence):

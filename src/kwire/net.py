@@ -203,7 +203,12 @@ class Connection:
                 self._flush()
             if readable:
                 self._read()
-        except ssl.SSLError as e:
+        except (OSError, KwireError) as e:      # ssl.SSLError is an OSError
+            self._io_failed(e)
+
+    def _io_failed(self, e: BaseException) -> None:
+        """Close the connection for the I/O error ``e``, failing what is in flight."""
+        if isinstance(e, ssl.SSLError):
             if self.state == "handshake":    # refused right after the TLS handshake: TLS 1.3 reports a
                 self.close(TlsError(         # missing or refused client certificate this way
                     f"TLS to {self.host}:{self.port}: the broker ended the connection during setup ({e}); "
@@ -211,9 +216,9 @@ class Connection:
             else:
                 self.close(ConnectionLostError(f"TLS connection to {self.host}:{self.port} (node {self.node_id}) "
                                                f"failed: {e}"))
-        except OSError as e:
+        elif isinstance(e, OSError):
             self.close(ConnectionLostError(f"connection to {self.host}:{self.port} (node {self.node_id}) failed: {e}"))
-        except KwireError as e:
+        else:
             self.close(e)
 
     def check_timeouts(self, now: float) -> None:
@@ -402,7 +407,10 @@ class Connection:
         else:
             fut.set_result(None)
         if self.state in ("ready", "handshake"):
-            self._flush()
+            try:
+                self._flush()
+            except OSError as e:      # the request's future fails with the rest
+                self._io_failed(e)
 
     def _flush(self) -> None:
         sock = self.sock

@@ -33,8 +33,8 @@ import time
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
-from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, partition_for_key,
-                          restamp_batch)
+from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, build_batches,
+                          partition_for_key, restamp_batch)
 from kwire.client import Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import KwireError
@@ -448,52 +448,72 @@ class Producer:
         self._pid_future = self._client.send(node, req, version)
 
     def _send_ready(self, now: float) -> None:
+        """Send what is ready. A partition's batches may not share a Produce
+        request, so each leader gets one request per round with the next
+        batch of each partition, for as many rounds as the in-flight limits
+        allow: a turn of this thread sends everything that can go."""
         client = self._client
-        by_node: Dict[int, List[_Batch]] = collections.defaultdict(list)
         max_in_flight = self.cfg["max_in_flight_requests_per_connection"]
+        idempotent = self.cfg["enable_idempotence"]
+        requests: List[Tuple[int, List[_Batch]]] = []
         with self._lock:
-            for tp, q in self._ready.items():
-                if not q or q[0].next_try > now:
-                    continue
-                if self.cfg["enable_idempotence"] and self._in_flight_tp.get(tp, 0) >= max_in_flight:
-                    continue
-                if self._txn is not None and not self._txn.partition_ready(tp):
-                    continue      # waits for AddPartitionsToTxn
-                leader = client.cluster.leader_for(*tp)
-                if leader is None:
-                    client.add_topics([tp[0]])
-                    client.request_metadata_update()
-                    continue
-                if self._node_in_flight.get(leader, 0) >= max_in_flight:
-                    continue
-                conn = client.connection(leader)
-                if conn is None or not conn.ready:
-                    continue
-                by_node[leader].append(q.popleft())
-        for node, batches in by_node.items():
+            node_planned: Dict[int, int] = collections.Counter()
+            tp_planned: Dict[Tuple[str, int], int] = collections.Counter()
+            while True:
+                by_node: Dict[int, List[_Batch]] = collections.defaultdict(list)
+                for tp, q in self._ready.items():
+                    if not q or q[0].next_try > now:
+                        continue
+                    if idempotent and self._in_flight_tp.get(tp, 0) + tp_planned[tp] >= max_in_flight:
+                        continue
+                    if self._txn is not None and not self._txn.partition_ready(tp):
+                        continue      # waits for AddPartitionsToTxn
+                    leader = client.cluster.leader_for(*tp)
+                    if leader is None:
+                        client.add_topics([tp[0]])
+                        client.request_metadata_update()
+                        continue
+                    if self._node_in_flight.get(leader, 0) + node_planned[leader] >= max_in_flight:
+                        continue
+                    conn = client.connection(leader)
+                    if conn is None or not conn.ready:
+                        continue
+                    by_node[leader].append(q.popleft())
+                    tp_planned[tp] += 1
+                if not by_node:
+                    break
+                for node, batches in by_node.items():
+                    node_planned[node] += 1
+                    requests.append((node, batches))
+        for node, batches in requests:
             self._send_produce(node, batches)
 
-    def _payload(self, b: _Batch) -> bool:
-        """Encode (compress, stamp) ``b`` for sending, or restamp it for a
-        new producer epoch; True when it was encoded now. Sender thread only,
-        without the lock, so send() goes on while a batch compresses."""
-        tp = (b.topic, b.partition)
-        if b.payload is None:
-            if self.cfg["enable_idempotence"]:
+    def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
+        """Encode (compress, stamp) the batches not encoded yet, all in one
+        :func:`build_batches` call, and restamp those encoded for an older
+        producer epoch; returns the ones encoded now. Sender thread only,
+        without the lock, so send() goes on while they compress."""
+        idempotent = self.cfg["enable_idempotence"]
+        fresh = [b for b in batches if b.payload is None]
+        stamps: List[Optional[Tuple[int, int, int]]] = []
+        for b in fresh:
+            if idempotent:
+                tp = (b.topic, b.partition)
                 b.sequence = self._next_seq.get(tp, 0)
-                b.stamp = (self._producer_id, self._producer_epoch)
-                b.payload = b.builder.build(producer_id=self._producer_id, producer_epoch=self._producer_epoch,
-                                            base_sequence=b.sequence)
-            else:
-                b.payload = b.builder.build()
-            b.builder = None
-            if self.cfg["enable_idempotence"]:
                 self._next_seq[tp] = (b.sequence + b.record_count) & 0x7FFFFFFF
-            return True
-        if self.cfg["enable_idempotence"] and b.stamp != (self._producer_id, self._producer_epoch):
-            b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
-            b.stamp = (self._producer_id, self._producer_epoch)
-        return False
+                b.stamp = (self._producer_id, self._producer_epoch)
+                stamps.append((self._producer_id, self._producer_epoch, b.sequence))
+            else:
+                stamps.append(None)
+        for b, payload in zip(fresh, build_batches([b.builder for b in fresh], stamps)):
+            b.payload = payload
+            b.builder = None
+        if idempotent:
+            for b in batches:
+                if b.stamp != (self._producer_id, self._producer_epoch):
+                    b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
+                    b.stamp = (self._producer_id, self._producer_epoch)
+        return fresh
 
     def _send_produce(self, node: int, batches: List[_Batch]) -> None:
         client = self._client
@@ -510,7 +530,7 @@ class Producer:
             return
         cls = protocol.message("ProduceRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
-        fresh = [b for b in batches if self._payload(b)]
+        fresh = self._payloads(batches)
         with self._lock:
             if self.cfg["enable_idempotence"]:
                 for b in fresh:

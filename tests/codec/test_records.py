@@ -439,3 +439,45 @@ def test_build_with_producer_state_and_restamp():
         kwire.restamp_batch(stamped[:-1], 1, 1, 1)
     with pytest.raises(ValueError):
         kwire.restamp_batch(stamped + stamped, 1, 1, 1)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_build_batches_equals_building_one_by_one(codec):
+    from kwire._codec import build_batches
+
+    builders = []
+    for n in (0, 1, 700):          # an empty batch too
+        b = kwire.RecordBatchBuilder(codec)
+        for i in range(n):
+            b.append(b"value %d " % i * 3, key=b"%016d" % i, headers=[("h", b"x")] if i % 7 == 0 else None,
+                     timestamp=1_700_000_000_000 + i)
+        builders.append(b)
+    stamps = [None, (9, 2, 100), (9, 2, 101)]
+    one_by_one = [builders[0].build()] + [b.build(producer_id=p, producer_epoch=e, base_sequence=s)
+                                          for b, (p, e, s) in zip(builders[1:], stamps[1:])]
+    assert build_batches(builders, stamps) == one_by_one
+    assert [len(list(kwire.decode(x).records)) for x in one_by_one] == [0, 1, 700]
+    with pytest.raises(ValueError):
+        build_batches(builders, stamps[:2])
+
+
+@pytest.mark.parametrize("codec,levels", [("lz4", [None, 0, 1, 9]), ("zstd", [None, 1, 3, 10])])
+def test_compiled_compression_gives_the_packages_bytes(codec, levels):
+    """Batches are compressed through the C entry points of the lz4 and
+    zstandard packages' libraries; their payloads must be byte for byte
+    what the packages' Python functions give, at every level."""
+    from kwire._codec import compiled_codecs
+    from kwire.compression import codec_id, compress
+
+    assert codec in compiled_codecs()     # not the Python fallback
+
+    for level in levels:
+        b = kwire.RecordBatchBuilder(codec, compression_level=level)
+        for i in range(3000):
+            b.append(b"%d-" % i + b"v" * (i % 300), key=b"%016d" % i, timestamp=1_700_000_000_000)
+        batch = b.build()
+        plain = kwire.RecordBatchBuilder("none")
+        for i in range(3000):
+            plain.append(b"%d-" % i + b"v" * (i % 300), key=b"%016d" % i, timestamp=1_700_000_000_000)
+        records = plain.build()[61:]
+        assert batch[61:] == compress(codec_id(codec), records, 2, level)
