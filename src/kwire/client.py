@@ -130,6 +130,7 @@ class Client:
         self._metadata_wanted = True
         self._metadata_topics: Optional[set] = set()   # None: all topics
         self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_pending = False
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -384,7 +385,11 @@ class Client:
 
     # -------------------------------------------------------------- I/O
     def wakeup(self) -> None:
-        """Make a blocked :meth:`poll` return (callable from any thread)."""
+        """Make a blocked :meth:`poll` return (callable from any thread).
+        A wakeup not yet seen by :meth:`poll` is not repeated."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             self._wake_w.send(b"\0")
         except (BlockingIOError, OSError):
@@ -422,11 +427,12 @@ class Client:
         for key, ev in events:
             conn = key.data
             if conn is None:
+                # one read, not until empty: a thread calling wakeup() in a loop would keep it from ending
                 try:
-                    while self._wake_r.recv(4096):
-                        pass
+                    self._wake_r.recv(4096)
                 except (BlockingIOError, OSError):
                     pass
+                self._wake_pending = False      # after the read, so no wakeup is lost in between
                 continue
             conn.on_io(bool(ev & selectors.EVENT_READ), bool(ev & selectors.EVENT_WRITE))
             self._update_mask(conn)

@@ -72,3 +72,33 @@ def test_future_failure_timeout_and_bad_callbacks():
     assert f.failed() and isinstance(f.exception(), ValueError)
     with pytest.raises(ValueError, match="boom"):
         f.get()
+
+
+def test_poll_returns_while_another_thread_keeps_waking_it():
+    """A producer's send() wakes the sender thread's poll for every full
+    batch. poll() reads the wakeup once and returns; it used to read until
+    the socket was empty, which a thread waking it in a loop never let
+    happen. And a wakeup not yet seen is not written again."""
+    from kwire.client import Client
+
+    client = Client(resolve(PRODUCER, None, {"bootstrap_servers": "127.0.0.1:9"}, what="producer"))
+    stop = threading.Event()
+
+    def waker():      # like send(): busy with the GIL, now and then a wakeup
+        while not stop.is_set():
+            deadline = time.perf_counter() + 0.0005
+            while time.perf_counter() < deadline:
+                pass
+            client.wakeup()
+
+    t = threading.Thread(target=waker)
+    t.start()
+    try:
+        for _ in range(20):
+            t0 = time.monotonic()
+            client.poll(0.05)
+            assert time.monotonic() - t0 < 1.0
+    finally:
+        stop.set()
+        t.join(5)
+        client.close()
