@@ -48,6 +48,10 @@ cdef extern from "zlib.h" nogil:
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    const char* bytes_data "PyBytes_AS_STRING"(PyObject* o) nogil     # for bytes held by reference
+    Py_ssize_t bytes_size "PyBytes_GET_SIZE"(PyObject* o) nogil
+    void Py_XDECREF_ "Py_XDECREF"(PyObject* o)
+    void Py_INCREF_ptr "Py_INCREF"(PyObject* o)
 
 cdef extern from *:
     """
@@ -164,15 +168,39 @@ cdef inline void lz4f_prefs(LZ4FPrefs* prefs, int level) noexcept nogil:
 
 cdef char EMPTY_SRC[1]
 
+cdef struct Held:                  # the records a ProducerBatch holds until its batch is built
+    PyObject** refs                # per record: key, value, encoded headers (references to bytes, or NULL)
+    int64_t* ts
+    int32_t* sizes                 # per record: key size, value size (-1: null), header count
+    Py_ssize_t n, cap
+    Py_ssize_t encoded             # how many are in the builder already
+    Py_ssize_t bytes               # the builder's size once all are
+
+
 cdef struct EncodeJob:             # one batch for build_batches
+    GBuf* records                  # the builder's records (and what it counts of them)
+    int32_t* count
+    int64_t* first_ts
+    int64_t* max_ts
+    Held* held                     # records to append to the builder first (a ProducerBatch's), or NULL
     int mode                       # how the payload is made: 0 copied from src, 3 lz4, 4 zstd (codec ids)
     int level
     const char* src                # the records (or the payload, already compressed in Python)
     Py_ssize_t src_len
-    char* batch                    # the batch: header written but for length and CRC
-    char* dst                      # where its payload goes (batch + V2_HEADER) ...
+    int64_t base_offset            # the header's fields
+    int32_t leader_epoch
+    int attributes
+    bint has_last_offset_delta
+    int32_t last_offset_delta
+    bint has_log_append_ts
+    int64_t log_append_ts
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+    char* batch                    # the batch ...
+    char* dst                      # ... and where its payload goes (batch + V2_HEADER) ...
     Py_ssize_t cap                 # ... with room for this much
-    Py_ssize_t size                # the whole batch's size once encoded; -1: the codec failed
+    Py_ssize_t size                # the whole batch's size once encoded; -1: the codec failed; -2: no memory
 
 
 cdef Py_ssize_t native_bound(EncodeJob* job) noexcept nogil:
@@ -2134,6 +2162,44 @@ cdef inline int64_t timestamp_arg(object ts) except? -1:
     return kwire_now_ms() if ts is None else <int64_t>ts
 
 
+cdef inline Py_ssize_t record_body_size(int64_t ts_delta, int32_t offset_delta, Py_ssize_t kn, Py_ssize_t vn,
+                                         int32_t hcount, Py_ssize_t hlen) noexcept nogil:
+    """Size of a v2 record after its length varint (``kn``/``vn`` -1: null)."""
+    return (1 + varint_size(ts_delta) + varint_size(offset_delta) + varint_size(kn) + max(kn, 0)
+            + varint_size(vn) + max(vn, 0) + varint_size(hcount) + hlen)
+
+
+cdef int add_record(GBuf* buf, int32_t* count, int64_t* first_ts, int64_t* max_ts,
+                    const char* k, Py_ssize_t kn, const char* v, Py_ssize_t vn, int32_t hcount,
+                    const char* h, Py_ssize_t hlen, int64_t ts) noexcept nogil:
+    """Append one v2 record whose sizes were checked (``kn``/``vn`` -1:
+    null; ``h``: its ``hcount`` headers encoded) to a builder's ``buf``,
+    counting it; -1 if out of memory."""
+    cdef int64_t ts_delta
+    cdef Py_ssize_t body
+    if count[0] == 0:
+        first_ts[0] = max_ts[0] = ts
+    elif ts > max_ts[0]:
+        max_ts[0] = ts
+    ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>first_ts[0])
+    body = record_body_size(ts_delta, count[0], kn, vn, hcount, hlen)
+    if gbuf_reserve(buf, body + 5) < 0:
+        return -1
+    put_varint(buf, body)
+    buf.data[buf.len] = 0
+    buf.len += 1
+    put_varint(buf, ts_delta)
+    put_varint(buf, count[0])
+    put_varint(buf, kn)
+    put_raw(buf, k, kn)
+    put_varint(buf, vn)
+    put_raw(buf, v, vn)
+    put_varint(buf, hcount)
+    put_raw(buf, h, hlen)
+    count[0] += 1
+    return 0
+
+
 @cython.auto_pickle(False)
 cdef class _Builder:
     cdef GBuf buf
@@ -2269,46 +2335,28 @@ cdef class RecordBatchBuilder(_Builder):
 
     cdef int add(self, value, key, headers, int64_t ts) except -1:
         cdef Bytes k, v
-        cdef int64_t ts_delta
         cdef int32_t hcount = 0
-        cdef Py_ssize_t body, hlen = 0
+        cdef Py_ssize_t hlen = 0
         if self.count == INT32_MAX:
             raise OverflowError("a batch holds at most 2**31 - 1 records")
         if headers:
             self.encode_headers(headers)
             hcount = self.hcount
             hlen = self.hbuf.len
-        if self.count == 0:
-            self.first_ts = self.max_ts = ts
-        elif ts > self.max_ts:
-            self.max_ts = ts
-        ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>self.first_ts)
         borrow(key, &k, "key")
         try:
             borrow(value, &v, "value")
             try:
-                body = (1 + varint_size(ts_delta) + varint_size(self.count)
-                        + varint_size(k.n) + max(k.n, 0) + varint_size(v.n) + max(v.n, 0)
-                        + varint_size(hcount) + hlen)
-                if body > INT32_MAX:
+                if record_body_size(<int64_t>(<uint64_t>ts - <uint64_t>(self.first_ts if self.count else ts)),
+                                    self.count, k.n, v.n, hcount, hlen) > INT32_MAX:
                     raise ValueError("record is larger than Kafka allows (2 GiB)")
-                self.reserve(body + 5)
-                put_varint(&self.buf, body)
-                self.buf.data[self.buf.len] = 0
-                self.buf.len += 1
-                put_varint(&self.buf, ts_delta)
-                put_varint(&self.buf, self.count)
-                put_varint(&self.buf, k.n)
-                put_raw(&self.buf, k.p, k.n)
-                put_varint(&self.buf, v.n)
-                put_raw(&self.buf, v.p, v.n)
-                put_varint(&self.buf, hcount)
-                put_raw(&self.buf, self.hbuf.data, hlen)
+                if add_record(&self.buf, &self.count, &self.first_ts, &self.max_ts, k.p, k.n, v.p, v.n, hcount,
+                              self.hbuf.data, hlen, ts) < 0:
+                    raise MemoryError()
             finally:
                 unborrow(&v)
         finally:
             unborrow(&k)
-        self.count += 1
         return self.count - 1
 
     def build(self, *, last_offset_delta=None, producer_id=None, producer_epoch=None, base_sequence=None):
@@ -2318,21 +2366,33 @@ cdef class RecordBatchBuilder(_Builder):
         constructor's (a producer assigns sequences when a batch is sent)."""
         return _build_batches([self], [(producer_id, producer_epoch, base_sequence)], last_offset_delta)[0]
 
-    cdef bytes start(self, EncodeJob* job, object last_offset_delta, object producer_id,
-                     object producer_epoch, object base_sequence):
-        """Begin encoding the batch (GIL held): the bytes it will be
-        written into, sized for the worst case, with the header written but
-        for length and CRC; ``job`` says how :func:`encode_batch` makes the
-        payload. gzip and snappy (and lz4 or zstd without their C entry
+    cdef bytes plan(self, EncodeJob* job, Held* held, object last_offset_delta, object producer_id,
+                    object producer_epoch, object base_sequence):
+        """Plan encoding the batch (GIL held), with the ``held`` records (or
+        NULL) appended first: fill in ``job`` for :func:`encode_batch` and
+        return the bytes the batch will be written into, sized for the
+        worst case. gzip and snappy (and lz4 or zstd without their C entry
         points) are compressed here, through the Python API."""
-        cdef GBuf out
         cdef bytes result
-        cdef int64_t max_ts = self.max_ts if self.count else -1
-        if self.log_append_max_ts is not None:
-            max_ts = self.log_append_max_ts
         memset(job, 0, sizeof(EncodeJob))
-        job.src = self.buf.data if self.buf.len else EMPTY_SRC    # never NULL for the codecs
-        job.src_len = self.buf.len
+        job.records = &self.buf
+        job.count = &self.count
+        job.first_ts = &self.first_ts
+        job.max_ts = &self.max_ts
+        job.held = held
+        job.src_len = self.buf.len + (held.bytes if held != NULL else 0)
+        job.base_offset = self.base_offset
+        job.leader_epoch = self.leader_epoch
+        job.attributes = self.attributes
+        job.has_last_offset_delta = last_offset_delta is not None
+        if job.has_last_offset_delta:
+            job.last_offset_delta = last_offset_delta
+        job.has_log_append_ts = self.log_append_max_ts is not None
+        if job.has_log_append_ts:
+            job.log_append_ts = self.log_append_max_ts
+        job.producer_id = self.producer_id if producer_id is None else <int64_t>producer_id
+        job.producer_epoch = self.producer_epoch if producer_epoch is None else <int16_t>producer_epoch
+        job.base_sequence = self.base_sequence if base_sequence is None else <int32_t>base_sequence
         if self.codec == 3 and _lz4f_compress != NULL:
             job.mode = 3
             job.level = 0 if self.level is None else self.level
@@ -2340,48 +2400,85 @@ cdef class RecordBatchBuilder(_Builder):
             job.mode = 4
             job.level = 3 if self.level is None else self.level
         elif self.codec:
+            if held != NULL and held_encode(held, job) < 0:
+                raise MemoryError()
             self.staged = _compress(self.codec, memoryview(self.take()), 2, self.level)
             job.src = PyBytes_AS_STRING(self.staged)
             job.src_len = PyBytes_GET_SIZE(self.staged)
         job.cap = native_bound(job)
         result = PyBytes_FromStringAndSize(NULL, V2_HEADER + job.cap)
-        out.data = PyBytes_AS_STRING(result)
-        out.len = 0
-        out.cap = V2_HEADER + job.cap
-        put_be64(&out, self.base_offset)
-        out.len += 4                  # the length, written once the payload is
-        put_be32(&out, self.leader_epoch)
-        out.data[out.len] = 2
-        out.len += 5                  # magic, then the CRC
-        put_be16(&out, <int16_t>self.attributes)
-        put_be32(&out, <int32_t>(self.count - 1 if last_offset_delta is None else last_offset_delta))
-        put_be64(&out, self.first_ts if self.count else -1)
-        put_be64(&out, max_ts)
-        put_be64(&out, self.producer_id if producer_id is None else <int64_t>producer_id)
-        put_be16(&out, self.producer_epoch if producer_epoch is None else <int16_t>producer_epoch)
-        put_be32(&out, self.base_sequence if base_sequence is None else <int32_t>base_sequence)
-        put_be32(&out, self.count)
-        job.batch = out.data
-        job.dst = out.data + V2_HEADER
+        job.batch = PyBytes_AS_STRING(result)
+        job.dst = job.batch + V2_HEADER
         return result
 
 
+cdef int held_encode(Held* held, EncodeJob* job) noexcept nogil:
+    """Append the held records not yet in the builder; -1 if out of memory.
+    No GIL needed: they are bytes (immutable) the batch holds references to."""
+    cdef Py_ssize_t i
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef PyObject* h
+    if gbuf_reserve(job.records, held.bytes - job.records.len) < 0:
+        return -1
+    for i in range(held.encoded, held.n):
+        k = held.refs[3 * i]
+        v = held.refs[3 * i + 1]
+        h = held.refs[3 * i + 2]
+        if add_record(job.records, job.count, job.first_ts, job.max_ts,
+                      bytes_data(k) if k != NULL else NULL, held.sizes[3 * i],
+                      bytes_data(v) if v != NULL else NULL, held.sizes[3 * i + 1],
+                      held.sizes[3 * i + 2], bytes_data(h) if h != NULL else NULL,
+                      bytes_size(h) if h != NULL else 0, held.ts[i]) < 0:
+            return -1
+        held.encoded = i + 1
+    return 0
+
+
 cdef void encode_batch(EncodeJob* job, void* zctx) noexcept nogil:
-    """Make the payload, then the length and the CRC (no GIL needed)."""
-    cdef Py_ssize_t n = native_compress(job, zctx)
+    """Append the held records, make the payload, then the header and its
+    CRC (no GIL needed)."""
+    cdef GBuf out
+    cdef Py_ssize_t n
+    cdef int32_t count
+    if job.held != NULL and held_encode(job.held, job) < 0:
+        job.size = -2
+        return
+    if job.src == NULL:
+        job.src = job.records.data if job.records.len else EMPTY_SRC    # never NULL for the codecs
+        job.src_len = job.records.len
+    n = native_compress(job, zctx)
     if n < 0:
         job.size = -1
         return
     job.size = V2_HEADER + n
-    store_be32(job.batch + 8, <uint32_t>(job.size - LOG_OVERHEAD))
+    count = job.count[0]
+    out.data = job.batch
+    out.len = 0
+    out.cap = V2_HEADER
+    put_be64(&out, job.base_offset)
+    put_be32(&out, <int32_t>(job.size - LOG_OVERHEAD))
+    put_be32(&out, job.leader_epoch)
+    out.data[out.len] = 2
+    out.len += 5                  # magic, then the CRC
+    put_be16(&out, <int16_t>job.attributes)
+    put_be32(&out, job.last_offset_delta if job.has_last_offset_delta else count - 1)
+    put_be64(&out, job.first_ts[0] if count else -1)
+    put_be64(&out, job.log_append_ts if job.has_log_append_ts else (job.max_ts[0] if count else -1))
+    put_be64(&out, job.producer_id)
+    put_be16(&out, job.producer_epoch)
+    put_be32(&out, job.base_sequence)
+    put_be32(&out, count)
     store_be32(job.batch + 17, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
 
 
-cdef list _build_batches(list builders, list stamps, object last_offset_delta):
-    cdef Py_ssize_t i, n = len(builders)
+cdef list _build_batches(list items, list stamps, object last_offset_delta):
+    cdef Py_ssize_t i, n = len(items)
     cdef EncodeJob* jobs
     cdef EncodeJob* job
     cdef RecordBatchBuilder b
+    cdef ProducerBatch pb
+    cdef list builders = []
     cdef list outs = []
     cdef list built = []
     cdef void* zctx = NULL
@@ -2392,12 +2489,22 @@ cdef list _build_batches(list builders, list stamps, object last_offset_delta):
         raise MemoryError()
     try:
         for i in range(n):
-            b = <RecordBatchBuilder?>builders[i]
+            item = items[i]
+            if isinstance(item, ProducerBatch):
+                pb = item
+                b = pb.builder
+                if b is None:
+                    raise KwireError("the batch was built already")
+                held = &pb.held
+            else:
+                b = <RecordBatchBuilder?>item
+                held = NULL
+            builders.append(b)
             stamp = stamps[i]
             if stamp is None:
-                outs.append(b.start(&jobs[i], last_offset_delta, None, None, None))
+                outs.append(b.plan(&jobs[i], held, last_offset_delta, None, None, None))
             else:
-                outs.append(b.start(&jobs[i], last_offset_delta, stamp[0], stamp[1], stamp[2]))
+                outs.append(b.plan(&jobs[i], held, last_offset_delta, stamp[0], stamp[1], stamp[2]))
             if jobs[i].mode == 4 and zctx == NULL:
                 zctx = _zstd_create()
                 if zctx == NULL:
@@ -2407,6 +2514,8 @@ cdef list _build_batches(list builders, list stamps, object last_offset_delta):
                 encode_batch(&jobs[i], zctx)
         for i in range(n):
             job = &jobs[i]
+            if job.size == -2:
+                raise MemoryError()
             if job.size < 0:
                 raise KwireError(f"{_compression.CODEC_NAMES[job.mode]} compression of a batch failed")
             if job.size - LOG_OVERHEAD > INT32_MAX:
@@ -2418,21 +2527,26 @@ cdef list _build_batches(list builders, list stamps, object last_offset_delta):
     finally:
         for b in builders:
             b.staged = None
+        for item in items:
+            if isinstance(item, ProducerBatch):       # built (or failed): it takes no more records
+                held_release(&(<ProducerBatch>item).held)
+                (<ProducerBatch>item).builder = None
         free(jobs)
         if zctx != NULL:
             _zstd_free(zctx)
 
 
-def build_batches(list builders, list stamps):
-    """Encode several :class:`RecordBatchBuilder`\\ s at once, as ``build``
-    would one by one: the batches as bytes, in order. ``stamps`` holds per
-    builder None or ``(producer_id, producer_epoch, base_sequence)`` (each
-    None keeps the builder's). Uncompressed, lz4 and zstd batches are all
-    made in one stretch without the GIL, which is what a producer's sender
-    thread needs while another thread is busy sending: retaking the GIL per
-    batch would wait out a switch interval each time. The builders must not
-    change meanwhile."""
-    return _build_batches(builders, stamps, None)
+def build_batches(list batches, list stamps):
+    """Encode several batches at once, each a :class:`RecordBatchBuilder` or
+    a :class:`ProducerBatch`, as ``build`` would one by one: the batches as
+    bytes, in order. ``stamps`` holds per batch None or ``(producer_id,
+    producer_epoch, base_sequence)`` (each None keeps the builder's). The
+    records a ProducerBatch holds are encoded, and uncompressed, lz4 and
+    zstd batches made, all in one stretch without the GIL, which is what a
+    producer's sender thread needs while another thread is busy sending:
+    retaking the GIL per batch would wait out a switch interval each time.
+    The batches must not change meanwhile."""
+    return _build_batches(batches, stamps, None)
 
 
 def restamp_batch(batch, int64_t producer_id, int producer_epoch, int32_t base_sequence):
@@ -2696,65 +2810,151 @@ def partition_for_key(key, int num_partitions) -> int:
 
 @cython.auto_pickle(False)
 cdef class ProducerBatch:
-    """The producer's batch of one partition while it takes records: the
-    builder and, per record, what its future reports (timestamp, key and
-    value sizes). ``bytes`` is what the batch counts against
-    ``buffer_memory``. Subclassed by the producer for its send state."""
+    """The producer's batch of one partition while it takes records. It
+    holds each record by reference (key and value as bytes, a copy made of
+    other buffers, headers encoded) with what its future reports
+    (timestamp, key and value sizes); :func:`build_batches` encodes the
+    records into ``builder`` (which starts empty) and builds the batch, on
+    the sender thread without the GIL, so ``send()`` does not encode.
+    ``bytes`` is what the batch counts against ``buffer_memory``.
+    Subclassed by the producer for its send state."""
     cdef readonly str topic
     cdef readonly int partition
     cdef public RecordBatchBuilder builder
     cdef public Py_ssize_t bytes
-    cdef int64_t* meta_ts
-    cdef int32_t* meta_sizes        # key size, value size per record (-1: null)
-    cdef Py_ssize_t meta_n, meta_cap
+    cdef Held held
+    cdef bytes hbytes               # the last headers encoded, reused while the same pairs come again
+    cdef int32_t hcount
 
     def __cinit__(self, str topic, int partition, RecordBatchBuilder builder, *args, **kwargs):
+        if len(builder):
+            raise ValueError("a ProducerBatch's builder must start empty")
         self.topic = topic
         self.partition = partition
         self.builder = builder
 
     def __dealloc__(self):
-        free(self.meta_ts)
-        free(self.meta_sizes)
+        held_release(&self.held)
+        free(self.held.ts)
+        free(self.held.sizes)
 
     cdef int add(self, value, key, headers, int64_t ts) except -1:
-        """Append one record (the producer's lock held); returns its index."""
-        cdef Py_ssize_t cap
+        """Hold one record (the producer's lock held); returns its index."""
+        cdef Held* h = &self.held
+        cdef Py_ssize_t index = h.n, cap, body, hlen = 0
+        cdef int32_t hcount = 0
+        cdef PyObject* k = NULL
+        cdef PyObject* v = NULL
         cdef void* p
-        cdef int index
         if self.builder is None:
             raise KwireError("the batch was already sealed")
-        index = self.builder.add(value, key, headers, ts)
-        if index >= self.meta_cap:       # sized by the builder's count, whoever else appended to it
-            cap = max(self.meta_cap * 2, index + 1, 64)
-            p = realloc(self.meta_ts, cap * sizeof(int64_t))
+        if index == INT32_MAX:
+            raise OverflowError("a batch holds at most 2**31 - 1 records")
+        if index >= h.cap:
+            cap = max(h.cap * 2, 64)
+            p = realloc(h.refs, 3 * cap * sizeof(PyObject*))
             if p == NULL:
                 raise MemoryError()
-            self.meta_ts = <int64_t*>p
-            p = realloc(self.meta_sizes, 2 * cap * sizeof(int32_t))
+            h.refs = <PyObject**>p
+            p = realloc(h.ts, cap * sizeof(int64_t))
             if p == NULL:
                 raise MemoryError()
-            self.meta_sizes = <int32_t*>p
-            self.meta_cap = cap
-        self.meta_ts[index] = ts
-        self.meta_sizes[2 * index] = -1 if key is None else len(key)
-        self.meta_sizes[2 * index + 1] = -1 if value is None else len(value)
-        self.meta_n = index + 1
-        return index
+            h.ts = <int64_t*>p
+            p = realloc(h.sizes, 3 * cap * sizeof(int32_t))
+            if p == NULL:
+                raise MemoryError()
+            h.sizes = <int32_t*>p
+            h.cap = cap
+        if headers:
+            if self.hbytes is None or not self.builder.same_headers(headers):
+                self.builder.encode_headers(headers)
+                self.hbytes = PyBytes_FromStringAndSize(self.builder.hbuf.data, self.builder.hbuf.len)
+                self.hcount = self.builder.hcount
+            hcount = self.hcount
+            hlen = PyBytes_GET_SIZE(self.hbytes)
+        hold(key, &k, "key")
+        try:
+            hold(value, &v, "value")
+        except BaseException:
+            Py_XDECREF_(k)
+            raise
+        body = record_body_size(<int64_t>(<uint64_t>ts - <uint64_t>(h.ts[0] if index else ts)), <int32_t>index,
+                                bytes_size(k) if k != NULL else -1, bytes_size(v) if v != NULL else -1,
+                                hcount, hlen)
+        if body > INT32_MAX:
+            Py_XDECREF_(k)
+            Py_XDECREF_(v)
+            raise ValueError("record is larger than Kafka allows (2 GiB)")
+        h.refs[3 * index] = k
+        h.refs[3 * index + 1] = v
+        h.refs[3 * index + 2] = NULL
+        if hcount:
+            h.refs[3 * index + 2] = <PyObject*>self.hbytes
+            Py_INCREF_ptr(h.refs[3 * index + 2])
+        h.ts[index] = ts
+        h.sizes[3 * index] = bytes_size(k) if k != NULL else -1
+        h.sizes[3 * index + 1] = bytes_size(v) if v != NULL else -1
+        h.sizes[3 * index + 2] = hcount
+        h.bytes += varint_size(body) + body
+        h.n = index + 1
+        return <int>index
 
     def append(self, value, key, headers, int64_t timestamp):
-        """Append one record (the producer's lock held); returns its index."""
+        """Hold one record (the producer's lock held); returns its index."""
         return self.add(value, key, headers, timestamp)
 
     @property
     def record_count(self):
-        return self.meta_n
+        return self.held.n
+
+    @property
+    def encoded_size(self):
+        """The size of its records once encoded (uncompressed)."""
+        return self.held.bytes
 
     def record_meta(self, Py_ssize_t index):
         """``(timestamp, key size, value size)`` of record ``index``."""
-        if not 0 <= index < self.meta_n:
+        if not 0 <= index < self.held.n:
             raise IndexError(index)
-        return self.meta_ts[index], self.meta_sizes[2 * index], self.meta_sizes[2 * index + 1]
+        return self.held.ts[index], self.held.sizes[3 * index], self.held.sizes[3 * index + 1]
+
+
+cdef inline int hold(object o, PyObject** out, str what) except -1:
+    """A reference to ``o`` as bytes in ``out`` (NULL for None): bytes
+    themselves, a copy of any other buffer (which could change after
+    ``send()`` returns)."""
+    cdef Bytes b
+    cdef bytes copy
+    if o is None:
+        out[0] = NULL
+        return 0
+    if PyBytes_CheckExact(o) and PyBytes_GET_SIZE(o) <= INT32_MAX:    # the usual case, in short
+        out[0] = <PyObject*>o
+        Py_INCREF_ptr(out[0])
+        return 0
+    borrow(o, &b, what)          # checks the type and the size
+    try:
+        if PyBytes_Check(o):
+            out[0] = <PyObject*>o
+        else:
+            copy = PyBytes_FromStringAndSize(b.p, b.n)
+            out[0] = <PyObject*>copy
+        Py_INCREF_ptr(out[0])
+    finally:
+        unborrow(&b)
+    return 0
+
+
+cdef void held_release(Held* h) noexcept:
+    """Drop the references to the held records (GIL held); their
+    timestamps and sizes stay for the futures."""
+    cdef Py_ssize_t i
+    if h.refs == NULL:
+        return
+    for i in range(3 * h.n):
+        Py_XDECREF_(h.refs[i])
+    free(h.refs)
+    h.refs = NULL
 
 
 @cython.auto_pickle(False)
@@ -2979,7 +3179,7 @@ cdef class Accumulator:
         cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)
         fut._index = batch.add(value, key, headers, ts)
         fut._batch = batch
-        size = V2_HEADER + batch.builder.buf.len
+        size = V2_HEADER + batch.held.bytes
         self.buffered += size - batch.bytes
         batch.bytes = size
         if size >= self.batch_size:

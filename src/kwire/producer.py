@@ -39,6 +39,7 @@ from kwire.client import Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
+from kwire.net import Connection
 
 __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError"]
 
@@ -485,8 +486,14 @@ class Producer:
                 for node, batches in by_node.items():
                     node_planned[node] += 1
                     requests.append((node, batches))
+        unsent = []
         for node, batches in requests:
-            self._send_produce(node, batches)
+            conn = client.connection(node)
+            if conn is None or not conn.ready:      # an earlier request of this turn found it dead
+                unsent.append(batches)
+            else:
+                self._send_produce(conn, batches)
+        self._requeue([b for batches in unsent for b in batches])
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
@@ -505,9 +512,8 @@ class Producer:
                 stamps.append((self._producer_id, self._producer_epoch, b.sequence))
             else:
                 stamps.append(None)
-        for b, payload in zip(fresh, build_batches([b.builder for b in fresh], stamps)):
+        for b, payload in zip(fresh, build_batches(fresh, stamps)):
             b.payload = payload
-            b.builder = None
         if idempotent:
             for b in batches:
                 if b.stamp != (self._producer_id, self._producer_epoch):
@@ -515,10 +521,9 @@ class Producer:
                     b.stamp = (self._producer_id, self._producer_epoch)
         return fresh
 
-    def _send_produce(self, node: int, batches: List[_Batch]) -> None:
+    def _send_produce(self, conn: Connection, batches: List[_Batch]) -> None:
         client = self._client
-        conn = client.connection(node)
-        assert conn is not None
+        node = conn.node_id
         version = conn.versions.get(PRODUCE)
         if version is not None and self._txn is not None:
             version = self._txn.produce_version(version)
@@ -622,14 +627,20 @@ class Producer:
         retriable = force_retry or getattr(err, "retriable", False)
         if retriable and b.attempts <= self.cfg["retries"] and now < b.deadline:
             b.next_try = now + self.cfg["retry_backoff_ms"] / 1000.0
-            with self._lock:
-                q = self._ready[(b.topic, b.partition)]
-                # keep the partition's batches in sequence order
-                items = sorted(list(q) + [b], key=lambda x: (x.sequence < 0, x.sequence, x.created))
-                q.clear()
-                q.extend(items)
+            self._requeue([b])
             return
         self._fail(b, err)
+
+    def _requeue(self, batches: List[_Batch]) -> None:
+        """Put batches back to be sent, each partition's in sequence order:
+        those given sequences first, then the rest as they were made."""
+        with self._lock:
+            for tp in {(b.topic, b.partition) for b in batches}:
+                q = self._ready[tp]
+                items = sorted(list(q) + [b for b in batches if (b.topic, b.partition) == tp],
+                               key=lambda x: (x.sequence < 0, x.sequence, x.created))
+                q.clear()
+                q.extend(items)
 
     def _settle(self, b: _Batch) -> None:
         """``b`` is no longer in flight nor awaiting acknowledgement."""

@@ -54,7 +54,7 @@ def test_keyed_records_go_where_murmur2_says_and_futures_count_up():
         per_partition[p] = f._index + 1
         assert f._batch.record_meta(f._index) == (1000 + i, len(b"key-%d" % i), len(b"v%d" % i))
     for p, n in per_partition.items():
-        assert len(h.acc.open[("t", p)].builder) == n
+        assert h.acc.open[("t", p)].record_count == n
     assert h.acc.buffered == sum(b.bytes for b in h.acc.open.values())
 
 
@@ -130,10 +130,42 @@ def test_send_lock_behaves_like_threading_lock():
         assert cond.wait(0.01) is False
 
 
-def test_batch_metadata_follows_the_builder_even_if_appended_to_directly():
-    b = ProducerBatch("t", 0, RecordBatchBuilder(None))
-    for i in range(100):                       # past the metadata arrays' first size, behind their back
-        b.builder.append(b"x", timestamp=i)
-    assert b.append(b"value", b"key", None, 12345) == 100
-    assert b.record_meta(100) == (12345, 3, 5)
-    assert b.record_count == 101
+def test_held_records_build_the_same_batch_as_the_builder():
+    """A ProducerBatch holds its records by reference and encodes them only
+    when built (on the sender thread); the batch must be byte for byte what
+    appending to a builder gives, its size known exactly beforehand, and
+    its buffers copied at send (they could change after send returns)."""
+    from kwire._codec import build_batches
+
+    with pytest.raises(ValueError):                                     # its builder starts empty
+        ProducerBatch("t", 0, _one_record_builder())
+    for codec in ("none", "lz4", "zstd", "gzip"):
+        pb = ProducerBatch("t", 0, RecordBatchBuilder(codec))
+        direct = RecordBatchBuilder(codec)
+        mutable = bytearray(b"changes later")
+        headers = [("h", b"1"), ("k", None)]
+        for i in range(300):
+            value = mutable if i == 5 else (None if i == 7 else b"v%d" % i * (i % 9))
+            key = None if i % 4 == 0 else b"%016d" % i
+            hs = headers if i % 3 == 0 else ([("other", b"x")] if i % 5 == 0 else None)
+            ts = 1_700_000_000_000 + (i * 37) % 1000       # not in order
+            assert pb.append(value, key, hs, ts) == i
+            direct.append(bytes(value) if isinstance(value, bytearray) else value, key=key, headers=hs,
+                          timestamp=ts)
+        mutable[:] = b"XXXXXXXX"
+        assert pb.encoded_size == direct.size_in_bytes - 61
+        assert pb.record_meta(5) == (1_700_000_000_000 + 185, 16, len(b"changes later"))
+        assert pb.record_meta(7) == (1_700_000_000_000 + 259, 16, -1)
+        assert build_batches([pb], [(3, 1, 40)]) == [direct.build(producer_id=3, producer_epoch=1,
+                                                                  base_sequence=40)]
+        assert pb.builder is None and pb.record_count == 300          # built: sealed, metadata kept
+        with pytest.raises(kwire.KwireError):
+            pb.append(b"late", None, None, 0)
+    with pytest.raises(TypeError):
+        ProducerBatch("t", 0, RecordBatchBuilder(None)).append("text", None, None, 0)
+
+
+def _one_record_builder():
+    b = RecordBatchBuilder(None)
+    b.append(b"x")
+    return b
