@@ -168,6 +168,12 @@ cdef inline void lz4f_prefs(LZ4FPrefs* prefs, int level) noexcept nogil:
 
 cdef char EMPTY_SRC[1]
 
+cdef struct GBuf:                  # a growable buffer (malloc'd unless said otherwise)
+    char* data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
 cdef struct Held:                  # the records a ProducerBatch holds until its batch is built
     PyObject** refs                # per record: key, value, encoded headers (references to bytes, or NULL)
     int64_t* ts
@@ -183,6 +189,7 @@ cdef struct EncodeJob:             # one batch for build_batches
     int64_t* first_ts
     int64_t* max_ts
     Held* held                     # records to append to the builder first (a ProducerBatch's), or NULL
+    GBuf direct                    # uncompressed, they are encoded straight into the batch: its payload
     int mode                       # how the payload is made: 0 copied from src, 3 lz4, 4 zstd (codec ids)
     int level
     const char* src                # the records (or the payload, already compressed in Python)
@@ -224,7 +231,8 @@ cdef Py_ssize_t native_compress(EncodeJob* job, void* zctx) noexcept nogil:
     if job.mode == 4:
         n = _zstd_compress(zctx, job.dst, <size_t>job.cap, job.src, <size_t>job.src_len, job.level)
         return -1 if _zstd_is_error(n) else <Py_ssize_t>n
-    memcpy(job.dst, job.src, job.src_len)
+    if job.dst != job.src:
+        memcpy(job.dst, job.src, job.src_len)
     return job.src_len
 
 
@@ -1316,12 +1324,6 @@ cdef inline void set_tuple_item(tuple t, Py_ssize_t i, object o):
 
 
 # -------------------------------------------------------- columnar decoder
-cdef struct GBuf:
-    char* data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
 cdef int gbuf_grow(GBuf* g, Py_ssize_t extra) noexcept nogil:
     cdef Py_ssize_t want = g.len + extra
     cdef Py_ssize_t cap = g.cap if g.cap else 4096
@@ -2183,7 +2185,7 @@ cdef int add_record(GBuf* buf, int32_t* count, int64_t* first_ts, int64_t* max_t
         max_ts[0] = ts
     ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>first_ts[0])
     body = record_body_size(ts_delta, count[0], kn, vn, hcount, hlen)
-    if gbuf_reserve(buf, body + 5) < 0:
+    if gbuf_reserve(buf, varint_size(body) + body) < 0:      # exactly: it may be a batch's own bytes
         return -1
     put_varint(buf, body)
     buf.data[buf.len] = 0
@@ -2380,6 +2382,8 @@ cdef class RecordBatchBuilder(_Builder):
         job.first_ts = &self.first_ts
         job.max_ts = &self.max_ts
         job.held = held
+        if held != NULL and self.count:
+            raise ValueError("records held for a builder that has records of its own")
         job.src_len = self.buf.len + (held.bytes if held != NULL else 0)
         job.base_offset = self.base_offset
         job.leader_epoch = self.leader_epoch
@@ -2400,7 +2404,7 @@ cdef class RecordBatchBuilder(_Builder):
             job.mode = 4
             job.level = 3 if self.level is None else self.level
         elif self.codec:
-            if held != NULL and held_encode(held, job) < 0:
+            if held != NULL and held_encode(held, &self.buf, job) < 0:
                 raise MemoryError()
             self.staged = _compress(self.codec, memoryview(self.take()), 2, self.level)
             job.src = PyBytes_AS_STRING(self.staged)
@@ -2412,20 +2416,21 @@ cdef class RecordBatchBuilder(_Builder):
         return result
 
 
-cdef int held_encode(Held* held, EncodeJob* job) noexcept nogil:
-    """Append the held records not yet in the builder; -1 if out of memory.
-    No GIL needed: they are bytes (immutable) the batch holds references to."""
+cdef int held_encode(Held* held, GBuf* records, EncodeJob* job) noexcept nogil:
+    """Append the held records not yet encoded to ``records`` (counted by
+    the builder's fields in ``job``); -1 if out of memory. No GIL needed:
+    they are bytes (immutable) the batch holds references to."""
     cdef Py_ssize_t i
     cdef PyObject* k
     cdef PyObject* v
     cdef PyObject* h
-    if gbuf_reserve(job.records, held.bytes - job.records.len) < 0:
+    if gbuf_reserve(records, held.bytes - records.len) < 0:
         return -1
     for i in range(held.encoded, held.n):
         k = held.refs[3 * i]
         v = held.refs[3 * i + 1]
         h = held.refs[3 * i + 2]
-        if add_record(job.records, job.count, job.first_ts, job.max_ts,
+        if add_record(records, job.count, job.first_ts, job.max_ts,
                       bytes_data(k) if k != NULL else NULL, held.sizes[3 * i],
                       bytes_data(v) if v != NULL else NULL, held.sizes[3 * i + 1],
                       held.sizes[3 * i + 2], bytes_data(h) if h != NULL else NULL,
@@ -2435,16 +2440,29 @@ cdef int held_encode(Held* held, EncodeJob* job) noexcept nogil:
     return 0
 
 
-cdef void encode_batch(EncodeJob* job, void* zctx) noexcept nogil:
-    """Append the held records, make the payload, then the header and its
-    CRC (no GIL needed)."""
+cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil:
+    """Encode the held records (straight into the batch when uncompressed,
+    else into ``scratch``), make the payload, then the header and its CRC
+    (no GIL needed)."""
     cdef GBuf out
+    cdef GBuf* records
     cdef Py_ssize_t n
     cdef int32_t count
-    if job.held != NULL and held_encode(job.held, job) < 0:
-        job.size = -2
-        return
-    if job.src == NULL:
+    if job.held != NULL and job.src == NULL:
+        if job.mode == 0:
+            job.direct.data = job.dst     # sized exactly (plan): never reallocated
+            job.direct.len = 0
+            job.direct.cap = job.cap
+            records = &job.direct
+        else:
+            scratch.len = 0
+            records = scratch
+        if held_encode(job.held, records, job) < 0:
+            job.size = -2
+            return
+        job.src = records.data if records.len else EMPTY_SRC
+        job.src_len = records.len
+    elif job.src == NULL:
         job.src = job.records.data if job.records.len else EMPTY_SRC    # never NULL for the codecs
         job.src_len = job.records.len
     n = native_compress(job, zctx)
@@ -2482,6 +2500,8 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
     cdef list outs = []
     cdef list built = []
     cdef void* zctx = NULL
+    cdef GBuf scratch
+    memset(&scratch, 0, sizeof(GBuf))
     if len(stamps) != n:
         raise ValueError("one stamp per builder")
     jobs = <EncodeJob*>calloc(max(n, 1), sizeof(EncodeJob))
@@ -2511,7 +2531,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
                     raise MemoryError()
         with nogil:
             for i in range(n):
-                encode_batch(&jobs[i], zctx)
+                encode_batch(&jobs[i], zctx, &scratch)
         for i in range(n):
             job = &jobs[i]
             if job.size == -2:
@@ -2532,6 +2552,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
                 held_release(&(<ProducerBatch>item).held)
                 (<ProducerBatch>item).builder = None
         free(jobs)
+        free(scratch.data)
         if zctx != NULL:
             _zstd_free(zctx)
 

@@ -230,9 +230,11 @@ class Client:
 
     # --------------------------------------------------------- requests
     def send(self, node_id: int, request: Any, version: Optional[int] = None, *,
-             expect_response: bool = True) -> Future:
+             expect_response: bool = True, flush: bool = True) -> Future:
         """Send ``request`` to ``node_id`` (connecting if needed); the future
-        fails with a retriable error if the node cannot be reached."""
+        fails with a retriable error if the node cannot be reached. With
+        ``flush`` false it is written with the next request that flushes,
+        by :meth:`flush`, or when :meth:`poll` finds the socket writable."""
         conn = self.connection(node_id)
         if conn is None:
             fut: Future = Future()
@@ -240,9 +242,16 @@ class Client:
                               if self.broker(node_id) is not None else
                               KwireError(f"unknown broker node {node_id}"))
             return fut
-        fut = conn.send(request, version, expect_response=expect_response)
+        fut = conn.send(request, version, expect_response=expect_response, flush=flush)
         self._update_mask(conn)
         return fut
+
+    def flush(self, node_id: int) -> None:
+        """Write the requests queued for ``node_id``, as far as its socket takes them now."""
+        conn = self._conns.get(node_id)
+        if conn is not None:
+            conn.flush()
+            self._update_mask(conn)
 
     def request(self, node_id: int, request: Any, version: Optional[int] = None,
                 timeout: Optional[float] = None) -> Any:

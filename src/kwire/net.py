@@ -174,11 +174,14 @@ class Connection:
         if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
             self.close(ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}"))
 
-    def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True) -> Future:
+    def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True,
+             flush: bool = True) -> Future:
         """Queue ``request`` (a generated message object) and return the
         future of its response (of None when ``expect_response`` is false,
         as for a Produce with acks=0). The version is the negotiated one
-        unless given."""
+        unless given. With ``flush`` false the request waits for
+        :meth:`flush` (or the selector), so that several go out in one
+        write."""
         fut: Future = Future()
         if self.state == "closed":
             fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
@@ -186,8 +189,16 @@ class Connection:
         if self.state != "ready":
             self._waiting.append((request, -1 if version is None else version, fut, expect_response))
             return fut
-        self._send_now(request, version, fut, expect_response)
+        self._send_now(request, version, fut, expect_response, flush)
         return fut
+
+    def flush(self) -> None:
+        """Write what is queued, as far as the socket takes it now."""
+        if self.state in ("ready", "handshake") and self._out:
+            try:
+                self._flush()
+            except OSError as e:      # the requests' futures fail with the rest
+                self._io_failed(e)
 
     def on_io(self, readable: bool, writable: bool) -> None:
         """The selector found the socket ready."""
@@ -382,7 +393,8 @@ class Connection:
             self._send_now(request, None if version < 0 else version, fut, expect)
 
     # ---------------------------------------------------------- sending
-    def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool) -> None:
+    def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool,
+                  flush: bool = True) -> None:
         api_key = request.API_KEY
         if version is None:
             version = self.versions.get(api_key)
@@ -406,11 +418,8 @@ class Connection:
             self._order.append(corr)
         else:
             fut.set_result(None)
-        if self.state in ("ready", "handshake"):
-            try:
-                self._flush()
-            except OSError as e:      # the request's future fails with the rest
-                self._io_failed(e)
+        if flush:
+            self.flush()
 
     def _flush(self) -> None:
         sock = self.sock

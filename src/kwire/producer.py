@@ -486,6 +486,12 @@ class Producer:
                 for node, batches in by_node.items():
                     node_planned[node] += 1
                     requests.append((node, batches))
+        # every batch of the turn encoded at once: one GIL release, not one per request
+        fresh = self._payloads([b for _, batches in requests for b in batches])
+        if self.cfg["enable_idempotence"]:
+            with self._lock:
+                for b in fresh:
+                    self._unacked[(b.topic, b.partition)].append(b)
         unsent = []
         for node, batches in requests:
             conn = client.connection(node)
@@ -493,6 +499,8 @@ class Producer:
                 unsent.append(batches)
             else:
                 self._send_produce(conn, batches)
+        for node in {node for node, _ in requests}:
+            client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
@@ -535,11 +543,7 @@ class Producer:
             return
         cls = protocol.message("ProduceRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
-        fresh = self._payloads(batches)
         with self._lock:
-            if self.cfg["enable_idempotence"]:
-                for b in fresh:
-                    self._unacked[(b.topic, b.partition)].append(b)
             for b in batches:
                 b.attempts += 1
                 topics[b.topic].append(cls.PartitionProduceData(index=b.partition, records=b.payload))
@@ -556,7 +560,7 @@ class Producer:
         acks = self.cfg["acks"]
         req = cls(transactional_id=self.cfg["transactional_id"], acks=acks, timeout_ms=self.cfg["request_timeout_ms"], topic_data=topic_data)
         self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
-        fut = client.send(node, req, version, expect_response=acks != 0)
+        fut = client.send(node, req, version, expect_response=acks != 0, flush=False)
         fut.add_done_callback(lambda f: self._on_produce(node, batches, f))
 
     def _on_produce(self, node: int, batches: List[_Batch], fut: Future) -> None:
