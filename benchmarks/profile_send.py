@@ -33,7 +33,7 @@ def main(argv=None) -> int:
         acc.put(tp, ProducerBatch(tp[0], tp[1], RecordBatchBuilder(None)))
 
     acc = Accumulator(lock=SendLock(), cluster=_Metadata, slow=None, on_full=full, batch_size=262144)
-    acc.partitions["t"] = (_Metadata.updated_at, [0, 1, 2, 3])
+    acc.set_partitions("t", _Metadata.updated_at, [0, 1, 2, 3])
     for p in range(4):
         acc.put(("t", p), ProducerBatch("t", p, RecordBatchBuilder(None)))
     if args.no_send:

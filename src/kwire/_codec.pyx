@@ -3094,21 +3094,36 @@ cdef class SendLock:
         self.release()
 
 
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Topic:
+    """What the compiled send path knows of one topic: its partitions as of
+    metadata ``version`` and, by partition, the open batch or None."""
+    cdef object version
+    cdef list parts
+    cdef list slots
+
+    def __cinit__(self):
+        self.slots = []
+
+
 @cython.auto_pickle(False)
 cdef class Accumulator:
     """The compiled half of ``Producer.send``: when the record's partition
-    is known, its batch is open and the lock is free, it appends the record and returns its future without running
-    Python; otherwise it calls ``slow`` (the producer's Python path, which
-    waits, refreshes metadata, opens batches and raises) with the same
-    arguments. Its state is the producer's, guarded by ``lock`` (a
-    :class:`SendLock`): ``open`` maps (topic, partition) to the open batch
-    (change it with :meth:`put`, :meth:`take` and :meth:`clear`, which
-    keep a per-topic index for the compiled path), ``sticky`` a topic to its partition for keyless records,
-    ``partitions`` a topic to (metadata version, partition list)."""
+    is known, its batch is open and the lock is free, it appends the record
+    and returns its future without running Python; otherwise it calls
+    ``slow`` (the producer's Python path, which waits, refreshes metadata,
+    opens batches and raises) with the same arguments. Its state is the
+    producer's, guarded by ``lock`` (a :class:`SendLock`): ``open`` maps
+    (topic, partition) to the open batch (change it with :meth:`put`,
+    :meth:`take` and :meth:`clear`), ``sticky`` a topic to its partition for
+    keyless records, and each topic's partitions are set with
+    :meth:`set_partitions` for the metadata version they came from. Per
+    topic it keeps all the compiled path needs in one place, found with one
+    lookup."""
     cdef readonly dict open
-    cdef dict slots             # topic -> list indexed by partition: the open batch or None
+    cdef dict topics            # topic -> _Topic
     cdef public dict sticky
-    cdef public dict partitions
     cdef public Py_ssize_t buffered
     cdef public bint enabled
     cdef Py_ssize_t batch_size
@@ -3119,9 +3134,8 @@ cdef class Accumulator:
 
     def __init__(self, *, SendLock lock, cluster, slow, on_full, Py_ssize_t batch_size):
         self.open = {}
-        self.slots = {}
+        self.topics = {}
         self.sticky = {}
-        self.partitions = {}
         self.buffered = 0
         self.enabled = True
         self.lock = lock
@@ -3130,9 +3144,27 @@ cdef class Accumulator:
         self.on_full = on_full
         self.batch_size = batch_size
 
+    cdef _Topic topic(self, str name):
+        cdef _Topic t = self.topics.get(name)
+        if t is None:
+            t = self.topics[name] = _Topic()
+        return t
+
+    def set_partitions(self, str topic, version, list parts):
+        """``topic`` has partitions ``parts`` as of metadata ``version``
+        (the cluster metadata's ``updated_at``)."""
+        cdef _Topic t = self.topic(topic)
+        t.version = version
+        t.parts = parts
+
+    def known_partitions(self, str topic, version):
+        """The partitions set for ``topic`` if they are of metadata ``version``, else None."""
+        cdef _Topic t = self.topics.get(topic)
+        return t.parts if t is not None and t.version is version else None
+
     def put(self, tuple tp, ProducerBatch batch):
         """Make ``batch`` the open batch of ``tp`` (lock held)."""
-        cdef list slots = self.slots.setdefault(tp[0], [])
+        cdef list slots = self.topic(tp[0]).slots
         cdef Py_ssize_t p = tp[1]
         if p < 0:
             raise ValueError(f"invalid partition {p}")
@@ -3144,35 +3176,38 @@ cdef class Accumulator:
     def take(self, tuple tp):
         """Remove and return the open batch of ``tp`` (lock held)."""
         batch = self.open.pop(tp)
-        (<list>self.slots[tp[0]])[<Py_ssize_t>tp[1]] = None
+        (<_Topic>self.topics[tp[0]]).slots[<Py_ssize_t>tp[1]] = None
         return batch
 
     def clear(self):
         """Forget every open batch (lock held)."""
         self.open.clear()
-        self.slots.clear()
+        for t in self.topics.values():
+            (<_Topic>t).slots = []
 
     def send(self, str topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """``Producer.send``'s arguments; returns the record's future."""
-        cdef ProducerBatch batch
-        cdef object entry, parts, slots
+        cdef _Topic t
+        cdef list parts, slots
         cdef Py_ssize_t n, p
         cdef int32_t h
         cdef int64_t ts
         if not self.enabled:
             return self.slow(topic, value, key, headers, partition, timestamp_ms)
+        t = self.topics.get(topic)
+        if t is None:
+            return self.slow(topic, value, key, headers, partition, timestamp_ms)
         if partition is None:
-            entry = self.partitions.get(topic)
-            if entry is None or (<tuple>entry)[0] is not self.cluster.updated_at:   # the same metadata
+            if t.version is not self.cluster.updated_at:      # partitions of other metadata, or none
                 return self.slow(topic, value, key, headers, partition, timestamp_ms)
             if key is not None:
-                parts = (<tuple>entry)[1]
-                n = len(<list>parts)
+                parts = t.parts
+                n = len(parts)
                 if PyBytes_CheckExact(key):
                     h = <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
                 else:
                     h = murmur2(key)
-                partition = (<list>parts)[(h & 0x7FFFFFFF) % n]
+                partition = parts[(h & 0x7FFFFFFF) % n]
             else:
                 partition = self.sticky.get(topic)
                 if partition is None:
@@ -3184,9 +3219,9 @@ cdef class Accumulator:
         if not self.lock.try_acquire():
             return self.slow(topic, value, key, headers, partition, ts)
         try:
-            slots = self.slots.get(topic)
-            if slots is not None and 0 <= p < len(<list>slots) and (<list>slots)[p] is not None:
-                return self.add_to(topic, partition, <ProducerBatch>(<list>slots)[p], value, key, headers, ts)
+            slots = t.slots
+            if 0 <= p < len(slots) and slots[p] is not None:
+                return self.add_to(topic, partition, <ProducerBatch>slots[p], value, key, headers, ts)
         finally:
             self.lock.unlock()
         return self.slow(topic, value, key, headers, partition, ts)

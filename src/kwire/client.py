@@ -58,7 +58,7 @@ class PartitionInfo:
     error_code: int
 
 
-@dataclass
+@dataclass(slots=True)      # slots: every compiled send() reads updated_at
 class ClusterMetadata:
     """What the last Metadata responses said about the cluster."""
 

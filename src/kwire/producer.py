@@ -129,7 +129,6 @@ class Producer:
         self._sealed: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._sticky: Dict[str, int] = self._acc.sticky
-        self._parts: Dict[str, Tuple[float, List[int]]] = self._acc.partitions   # topic -> (metadata time, partitions)
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -295,12 +294,12 @@ class Producer:
     def _known_partitions(self, topic: str) -> Optional[List[int]]:
         """The topic's partitions from the current metadata (cached until it changes)."""
         cluster = self._client.cluster
-        cached = self._parts.get(topic)
-        if cached is not None and cached[0] == cluster.updated_at:
-            return cached[1]
-        parts = cluster.partitions_for(topic) or None
-        if parts:
-            self._parts[topic] = (cluster.updated_at, parts)
+        version = cluster.updated_at
+        parts = self._acc.known_partitions(topic, version)
+        if parts is None:
+            parts = cluster.partitions_for(topic) or None
+            if parts:
+                self._acc.set_partitions(topic, version, parts)
         return parts
 
     def _partitions(self, topic: str, deadline: float) -> List[int]:

@@ -35,7 +35,7 @@ class _Harness:
         self.acc.take(tp)
 
     def open(self, topic, partitions):
-        self.acc.partitions[topic] = (_Cluster.updated_at, list(partitions))
+        self.acc.set_partitions(topic, _Cluster.updated_at, list(partitions))
         for p in partitions:
             self.acc.put((topic, p), ProducerBatch(topic, p, RecordBatchBuilder(None)))
 
@@ -66,7 +66,7 @@ def test_what_goes_to_the_slow_path():
     h.acc.sticky["t"] = 1
     assert isinstance(h.acc.send("t", b"v"), RecordFuture)             # ... now it has one
     assert h.acc.send("t", b"v", None, None, 7) == "slow"              # no open batch for partition 7
-    h.acc.partitions["t"] = (0.5, [0, 1])                               # metadata changed since
+    h.acc.set_partitions("t", 0.5, [0, 1])                              # metadata changed since
     assert h.acc.send("t", b"v", b"k") == "slow"
     h.open("t", [0, 1])
     with h.lock:                                                       # the sender holds the lock
