@@ -40,7 +40,7 @@ from libc.string cimport memcmp, memcpy, memset
 import google_crc32c as _google_crc32c
 
 from kwire import compression as _compression
-from kwire.errors import (CorruptRecordError, CrcMismatchError, DecompressionError, KwireError,
+from kwire.errors import (CorruptRecordError, CrcMismatchError, DecompressionBombError, DecompressionError, KwireError,
                           UnsupportedCodecError)
 
 cdef extern from "zlib.h" nogil:
@@ -133,6 +133,16 @@ ctypedef size_t (*zstd_bound_t)(size_t n) noexcept nogil
 ctypedef size_t (*zstd_compress_t)(void* cctx, void* dst, size_t cap, const void* src, size_t n,
                                    int level) noexcept nogil
 
+ctypedef size_t (*lz4f_dctx_create_t)(void** dctx, unsigned version) noexcept nogil
+ctypedef size_t (*lz4f_dctx_free_t)(void* dctx) noexcept nogil
+ctypedef void (*lz4f_dctx_reset_t)(void* dctx) noexcept nogil
+ctypedef size_t (*lz4f_decompress_t)(void* dctx, void* dst, size_t* dst_size, const void* src, size_t* src_size,
+                                     const void* options) noexcept nogil
+
+cdef lz4f_dctx_create_t _lz4f_dctx_create = NULL
+cdef lz4f_dctx_free_t _lz4f_dctx_free = NULL
+cdef lz4f_dctx_reset_t _lz4f_dctx_reset = NULL
+cdef lz4f_decompress_t _lz4f_decompress = NULL
 cdef lz4f_bound_t _lz4f_bound = NULL
 cdef lz4f_compress_t _lz4f_compress = NULL
 cdef is_error_t _lz4f_is_error = NULL
@@ -247,6 +257,7 @@ def _load_native_codecs():
                                                        <is_error_t><size_t>found[2])
     if not _native_usable(3, "lz4", why):
         _lz4f_compress = NULL
+    _load_native_lz4_decompression()
     found, why = _native_entry_points("zstandard._cffi", ("ZSTD_createCCtx", "ZSTD_freeCCtx",
                                                           "ZSTD_compressBound", "ZSTD_compressCCtx",
                                                           "ZSTD_isError"))
@@ -256,6 +267,92 @@ def _load_native_codecs():
             <zstd_compress_t><size_t>found[3], <is_error_t><size_t>found[4])
     if not _native_usable(4, "zstd", why):
         _zstd_compress = NULL
+
+
+def _load_native_lz4_decompression():
+    """Consumers decompress lz4 through the library's C entry points too,
+    into a buffer each decoder reuses: the Python API allocates (and maps,
+    and unmaps) room for ``max_decompressed_bytes`` for every batch."""
+    global _lz4f_dctx_create, _lz4f_dctx_free, _lz4f_dctx_reset, _lz4f_decompress
+    cdef GBuf out
+    cdef int err = 0
+    cdef void* dctx = NULL
+    cdef bytes frame
+    found, why = _native_entry_points("lz4.frame._frame", (
+        "LZ4F_createDecompressionContext", "LZ4F_freeDecompressionContext", "LZ4F_resetDecompressionContext",
+        "LZ4F_decompress"))
+    if found is None or _lz4f_is_error == NULL:
+        import logging
+        logging.getLogger("kwire").warning("kwire: lz4's C library is not reachable (%s); lz4 batches are "
+                                           "decompressed through the Python API, which is slower", why)
+        return
+    _lz4f_dctx_create, _lz4f_dctx_free, _lz4f_dctx_reset, _lz4f_decompress = (
+        <lz4f_dctx_create_t><size_t>found[0], <lz4f_dctx_free_t><size_t>found[1],
+        <lz4f_dctx_reset_t><size_t>found[2], <lz4f_decompress_t><size_t>found[3])
+    sample = b"kwire native codec check " * 5000
+    frame = _compress(3, sample, 2, None)
+    memset(&out, 0, sizeof(GBuf))
+    try:
+        if _lz4f_is_error(_lz4f_dctx_create(&dctx, 100)):
+            dctx = NULL
+        elif lz4_frame_decompress(dctx, <const uint8_t*>PyBytes_AS_STRING(frame), len(frame), &out, 1 << 20,
+                                  &err) == len(sample) and out.data[:out.len] == sample:
+            return
+    finally:
+        free(out.data)
+        if dctx != NULL:
+            _lz4f_dctx_free(dctx)
+    _lz4f_decompress = NULL
+    import logging
+    logging.getLogger("kwire").warning("kwire: lz4's C library gave a wrong result; lz4 batches are "
+                                       "decompressed through the Python API, which is slower")
+
+
+cdef enum:                # lz4_frame_decompress's errors
+    LZ4_CORRUPT = 1
+    LZ4_BOMB = 2
+    LZ4_NOMEM = 3
+
+
+cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t n, GBuf* out, Py_ssize_t limit,
+                                     int* err) noexcept nogil:
+    """Decompress the lz4 frame ``src[:n]`` (all of it: nothing may follow)
+    into ``out`` (from its start, growing it up to ``limit`` + 1 bytes);
+    its size, or -1 with ``err`` set: LZ4_BOMB past ``limit``, LZ4_CORRUPT for a
+    corrupt or cut frame or bytes after it, LZ4_NOMEM."""
+    cdef size_t dst_size, src_size, hint
+    cdef Py_ssize_t pos = 0, room, grow
+    out.len = 0
+    while True:
+        room = out.cap - out.len
+        if room < 65536 and out.len + room <= limit:
+            grow = max(out.cap, 1 << 20)
+            if out.len + grow > limit + 1:
+                grow = limit + 1 - out.len
+            if grow > room:
+                if gbuf_reserve(out, grow) < 0:
+                    err[0] = LZ4_NOMEM
+                    return -1
+            room = out.cap - out.len
+        dst_size = <size_t>room
+        src_size = <size_t>(n - pos)
+        hint = _lz4f_decompress(dctx, out.data + out.len, &dst_size, src + pos, &src_size, NULL)
+        if _lz4f_is_error(hint):
+            err[0] = LZ4_CORRUPT
+            return -1
+        out.len += <Py_ssize_t>dst_size
+        pos += <Py_ssize_t>src_size
+        if out.len > limit:
+            err[0] = LZ4_BOMB
+            return -1
+        if hint == 0:                         # the frame is complete
+            if pos != n:
+                err[0] = LZ4_CORRUPT
+                return -1
+            return out.len
+        if dst_size == 0 and src_size == 0:   # no input left, no output to give: the frame is cut
+            err[0] = LZ4_CORRUPT
+            return -1
 
 
 def _native_usable(int codec, str name, why):
@@ -295,9 +392,12 @@ def _native_compress(int codec, bytes data, int level):
 
 
 
-def compiled_codecs():
+def compiled_codecs(bint decompress=False):
     """The codecs :func:`build_batches` compresses without the GIL (through
-    the libraries' C entry points), besides no compression."""
+    the libraries' C entry points), besides no compression; with
+    ``decompress``, those the decoders decompress through them."""
+    if decompress:
+        return ("lz4",) if _lz4f_decompress != NULL else ()
     return tuple(name for name, ok in (("lz4", _lz4f_compress != NULL), ("zstd", _zstd_compress != NULL)) if ok)
 
 
@@ -965,9 +1065,16 @@ cdef class _Driver:
     cdef const uint8_t* buf
     cdef object view            # memoryview over the input, for per-batch slices
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
+    cdef GBuf plain             # lz4 payloads decompressed natively, one batch at a time (sinks copy out)
+    cdef void* lz4_dctx
 
     def __cinit__(self, *args, **kwargs):
         self.budget = -1
+
+    def __dealloc__(self):
+        free(self.plain.data)
+        if self.lz4_dctx != NULL:
+            _lz4f_dctx_free(self.lz4_dctx)
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -1011,6 +1118,28 @@ cdef class _Driver:
         except Exception as e:  # a codec library's own exception type
             raise DecompressionError(f"codec {codec}: {e}", self.topic, self.partition,
                                      b.base_offset) from e
+
+    cdef Py_ssize_t lz4_payload(self, Batch* b, Py_ssize_t start, Py_ssize_t length) except -1:
+        """Decompress the lz4 payload of ``length`` bytes at ``start`` into
+        ``plain`` (reused batch after batch); its size."""
+        cdef int err = 0
+        cdef Py_ssize_t n
+        if self.lz4_dctx == NULL:
+            if _lz4f_is_error(_lz4f_dctx_create(&self.lz4_dctx, 100)):
+                self.lz4_dctx = NULL
+                raise MemoryError()
+        else:
+            _lz4f_dctx_reset(self.lz4_dctx)
+        n = lz4_frame_decompress(self.lz4_dctx, self.buf + start, length, &self.plain, self.max_decompressed, &err)
+        if n >= 0:
+            return n
+        if err == LZ4_NOMEM:
+            raise MemoryError()
+        if err == LZ4_BOMB:
+            raise DecompressionBombError("lz4 payload expands past max_decompressed_bytes", self.topic,
+                                         self.partition, b.base_offset)
+        raise DecompressionError("lz4: corrupt or truncated frame, or bytes after its end", self.topic,
+                                 self.partition, b.base_offset)
 
     # --- the walk ----------------------------------------------------------
     cdef int run(self, object data, object topic, object partition, int64_t min_offset) except -1:
@@ -1094,6 +1223,10 @@ cdef class _Driver:
         if codec == 0:
             self.decoded += body_len
             st = self.on_v2_records(b, self.buf + body, body_len)
+        elif codec == 3 and _lz4f_decompress != NULL:
+            n = self.lz4_payload(b, body, body_len)
+            self.decoded += n
+            st = self.on_v2_records(b, <const uint8_t*>self.plain.data, n)
         else:
             plain = self.payload(b, body, body_len, codec)
             self.decoded += PyBytes_GET_SIZE(plain)

@@ -259,6 +259,34 @@ def test_garbage_payload_is_a_decompression_error(codec):
     assert err.value.partition == 2
 
 
+def test_lz4_frames_cut_or_followed_by_bytes_are_decompression_errors():
+    """lz4 payloads are decompressed through the library's C entry points
+    into a reused buffer; a frame cut short, one with bytes after its end,
+    or one whose blocks are corrupt must fail like the Python path does,
+    naming where, and a good frame after a bad one must still decode."""
+    import lz4.frame
+
+    from kwire._codec import compiled_codecs
+
+    assert "lz4" in compiled_codecs(decompress=True)
+    records = record(GOOD_BODY) * 50
+    frame = comp.compress(comp.LZ4, records)
+    good = v2_batch(frame, 50, attributes=3, base_offset=7)
+    for bad in (frame[:-5], frame + b"\x00\x00\x00\x00junk", frame[:20] + bytes(len(frame) - 20)):
+        data = v2_batch(bad, 50, attributes=3, base_offset=7)
+        for decode in (kwire.decode, kwire.decode_columnar):
+            with pytest.raises(DecompressionError) as err:
+                decode(data, topic="t", partition=3)
+            assert (err.value.topic, err.value.partition, err.value.offset) == ("t", 3, 7)
+    dec = kwire.Decoder()
+    with pytest.raises(DecompressionError):
+        dec.decode(v2_batch(frame[:-5], 50, attributes=3))
+    assert [r.value for r in dec.decode(good).records] == [b"v"] * 50
+    # a frame that stores its content size and checksums (other writers do) decodes too
+    full = lz4.frame.compress(records, store_size=True, content_checksum=True, block_checksum=True)
+    assert [r.key for r in kwire.decode(v2_batch(full, 50, attributes=3)).records] == [b"k"] * 50
+
+
 def test_snappy_xerial_detected_by_magic_only():
     raw = comp._snappy.compress(b"hello" * 10)
     assert comp.decompress(comp.SNAPPY, raw) == b"hello" * 10
