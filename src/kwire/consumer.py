@@ -123,7 +123,7 @@ class Consumer:
         self._read_committed = self.cfg["isolation_level"] == "read_committed"
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
-        self._columnar: Optional[ColumnarDecoder] = None
+        self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
         self._poll_bytes = self.cfg["max_poll_bytes"]
         self._closed = False
         self._group: Any = None       # kwire.group.GroupCoordinator when there is a group_id
@@ -548,11 +548,14 @@ class Consumer:
         limit = self.cfg["max_poll_records"] if max_records is None else max_records
         return self._poll(timeout_ms, lambda: self._take_records(limit))
 
-    def poll_columnar(self, timeout_ms: int = 0) -> Dict[TopicPartition, Any]:
+    def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms") -> Dict[TopicPartition, Any]:
         """One ``pyarrow.RecordBatch`` per partition with data (columns as
-        :class:`kwire.ColumnarDecoder` makes them), no Python object per
-        record. Everything buffered is returned."""
-        return self._poll(timeout_ms, self._take_columnar)
+        :class:`kwire.ColumnarDecoder` makes them, timestamps in
+        ``timestamp_unit``: "ms" or "us"), no Python object per record.
+        Everything buffered is returned."""
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError("timestamp_unit must be 'ms' or 'us'")
+        return self._poll(timeout_ms, lambda: self._take_columnar(timestamp_unit))
 
     def _poll(self, timeout_ms: int, take: Any) -> Dict[TopicPartition, Any]:
         if self._closed:
@@ -678,10 +681,12 @@ class Consumer:
                 self._finish_chunk(tp, c, st)
         return out
 
-    def _take_columnar(self) -> Dict[TopicPartition, Any]:
-        if self._columnar is None:
-            self._columnar = ColumnarDecoder(check_crcs=self.cfg["check_crcs"],
-                                             max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+    def _take_columnar(self, unit: str) -> Dict[TopicPartition, Any]:
+        decoder = self._columnar.get(unit)
+        if decoder is None:
+            decoder = self._columnar[unit] = ColumnarDecoder(
+                check_crcs=self.cfg["check_crcs"], max_decompressed_bytes=self.cfg["max_decompressed_bytes"],
+                timestamp_unit=unit)
         out = {}
         for tp in list(self._buffer):
             c = self._buffer[tp]
@@ -697,17 +702,17 @@ class Consumer:
                 rest = c.records[c.taken:]
                 c.taken = len(c.records)
                 if rest:
-                    out[tp] = _records_to_arrow(rest)
+                    out[tp] = _records_to_arrow(rest, unit)
                     st.position = rest[-1].offset + 1
                 self._finish_chunk(tp, c, st)
                 continue
             try:
-                res = self._columnar.decode(c.rest, topic=tp.topic, partition=tp.partition,
+                res = decoder.decode(c.rest, topic=tp.topic, partition=tp.partition,
                                             min_offset=st.position, max_bytes=self._poll_bytes)
             except CorruptRecordError as e:
                 good, _ = self._decode_prefix(c, e)
                 if good:
-                    out[tp] = _records_to_arrow(good)
+                    out[tp] = _records_to_arrow(good, unit)
                     st.position = good[-1].offset + 1
                 self._drop_buffered(tp)
                 continue
@@ -743,7 +748,7 @@ def _control_type(r: Record) -> int:
     return parse_control_key(r.key)[1]
 
 
-def _records_to_arrow(records: List[Record]) -> Any:
+def _records_to_arrow(records: List[Record], unit: str) -> Any:
     """Records as the columnar decoder's Arrow layout (the rare path: a
     read_committed fetch with aborted data, or the good prefix of a corrupt
     fetch)."""
@@ -751,10 +756,11 @@ def _records_to_arrow(records: List[Record]) -> Any:
 
     from kwire._arrow import record_schema
 
-    schema = record_schema("ms")
+    schema = record_schema(unit)
+    scale = 1000 if unit == "us" else 1
     return pa.RecordBatch.from_pydict({
         "offset": [r.offset for r in records],
-        "timestamp": [r.timestamp for r in records],
+        "timestamp": [r.timestamp * scale for r in records],
         "timestamp_type": [r.batch.timestamp_type for r in records],
         "key": [r.key for r in records],
         "value": [r.value for r in records],

@@ -150,16 +150,20 @@ def test_columnar_poll(tansu):
     with Producer(bootstrap_servers=tansu.bootstrap, compression_type="lz4") as p:
         for i in range(1000):
             p.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("h", b"x")] if i % 2 else None)
-    rows = 0
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest") as c:
-        c.assign([(topic, 0), (topic, 1)])
-        deadline = time.monotonic() + 20
-        while rows < 1000 and time.monotonic() < deadline:
-            for tp, rb in c.poll_columnar(500).items():
-                rb.validate(full=True)
-                assert rb.schema.names == ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
-                rows += rb.num_rows
-    assert rows == 1000
+    for unit in ("ms", "us"):
+        rows = 0
+        with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([(topic, 0), (topic, 1)])
+            deadline = time.monotonic() + 20
+            while rows < 1000 and time.monotonic() < deadline:
+                for tp, rb in c.poll_columnar(500, timestamp_unit=unit).items():
+                    rb.validate(full=True)
+                    assert rb.schema.names == ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
+                    assert rb.schema.field("timestamp").type.unit == unit
+                    ts = rb.column(1).cast("int64").to_pylist()
+                    assert all(abs(t / (1000 if unit == "us" else 1) - time.time() * 1000) < 600_000 for t in ts)
+                    rows += rb.num_rows
+        assert rows == 1000
 
 
 @pytest.mark.parametrize("columnar", [False, True])

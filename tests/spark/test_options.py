@@ -118,3 +118,25 @@ def test_offsets_json_and_rate_limit():
     assert rate_limit(100, start, end) == {t0: 90, t1: 110}              # in proportion to what is available
     assert rate_limit(5, {t0: 0, t1: 0}, {t0: 1000, t1: 1}) == {t0: 4, t1: 1}   # small ones not starved
     assert rate_limit(10**9, start, end) == end                           # never past the end
+
+
+def test_spark_batches_from_either_timestamp_unit_and_shared_columns():
+    """to_spark_batch takes the decoder's columns in ms (cast) or us (as
+    they are), and fills topic and partition from arrays it keeps per value
+    (slices): batches of other topics, partitions and lengths must not mix."""
+    import kwire
+    from kwire.spark.schema import arrow_schema, to_spark_batch
+
+    b = kwire.RecordBatchBuilder(None)
+    for i in range(70_000):
+        b.append(b"v%d" % i, key=b"k", timestamp=1_700_000_000_000 + i)
+    data = b.build()
+    for unit in ("ms", "us"):
+        rb = kwire.ColumnarDecoder(timestamp_unit=unit).decode(data).record_batch
+        for topic, partition, n in (("a", 0, 10), ("b", 3, 70_000), ("a", 0, 70_000), ("a", 1, 5)):
+            sb = to_spark_batch(rb.slice(0, n), topic, partition, False)
+            sb.validate(full=True)
+            assert sb.schema == arrow_schema(False)
+            assert sb.column("topic").to_pylist() == [topic] * n
+            assert sb.column("partition").to_pylist() == [partition] * n
+            assert sb.column("timestamp").cast("int64").to_pylist()[-1] == (1_700_000_000_000 + n - 1) * 1000

@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 #: After this long without progress the reader checks whether its range still exists.
 STALL_CHECK_S = 2.0
+#: Rows per Arrow batch handed to Spark. A poll decodes up to
+#: ``max_poll_bytes`` (about 230,000 of the benchmark's records); Spark's JVM
+#: side took more CPU for batches that large than for zero-copy slices of
+#: this size (``benchmarks/compare_spark.py``, 10M lz4 records: 1.40x against
+#: 1.50x of the ceiling, mean of three rounds each).
+ARROW_BATCH_ROWS = 65_536
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 #: This worker's consumers, one per configuration, reused across tasks.
@@ -72,7 +78,7 @@ def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[s
     checked = progress
     while position < r.end:
         try:
-            got = consumer.poll_columnar(100)
+            got = consumer.poll_columnar(100, timestamp_unit="us")   # Spark's unit: no cast
         except NoOffsetForPartitionError:
             # the position is outside the log: its start moved past it, or the log ends before it
             position = _lost(tp, position, r, fail_on_data_loss, consumer)
@@ -88,7 +94,9 @@ def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[s
             if offsets[rb.num_rows - 1].as_py() >= r.end:
                 rb = rb.slice(0, pc.sum(pc.less(offsets, r.end)).as_py() or 0)
             if rb.num_rows:
-                yield to_spark_batch(rb, tp.topic, tp.partition, include_headers)
+                sb = to_spark_batch(rb, tp.topic, tp.partition, include_headers)
+                for start in range(0, sb.num_rows, ARROW_BATCH_ROWS):
+                    yield sb.slice(start, ARROW_BATCH_ROWS)
         new_position = consumer.position(tp)
         if new_position > position:
             position, progress, checked = new_position, now, now

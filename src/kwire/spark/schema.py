@@ -5,6 +5,8 @@ values or headers)."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, Tuple
+
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -71,16 +73,32 @@ def to_spark_batch(rb: pa.RecordBatch, topic: str, partition: int, include_heade
     becomes microseconds, ``topic`` and ``partition`` are filled in and the
     headers are re-typed to Spark's field names (same buffers)."""
     n = rb.num_rows
+    ts = rb.column(1)
     columns = [
         rb.column(3),
         rb.column(4),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        _repeated(topic, pa.string(), n),
+        _repeated(partition, pa.int32(), n),
         rb.column(0),
-        rb.column(1).cast(_TIMESTAMP_US),
+        ts if ts.type == _TIMESTAMP_US else ts.cast(_TIMESTAMP_US),
         rb.column(2),
     ]
     if include_headers:
         columns.append(rb.column(5).view(ARROW_HEADERS))
     return pa.RecordBatch.from_arrays(columns, schema=_ARROW[include_headers])
 
+
+_REPEATED: Dict[Tuple[Any, Any], pa.Array] = {}
+
+
+def _repeated(value: Any, type_: pa.DataType, n: int) -> pa.Array:
+    """``value`` ``n`` times: a slice of an array kept per value, made again
+    only when a longer one is asked for (each batch of a partition repeats
+    its topic and partition number)."""
+    key = (value, type_)
+    arr = _REPEATED.get(key)
+    if arr is None or len(arr) < n:
+        if len(_REPEATED) > 1024:
+            _REPEATED.clear()
+        arr = _REPEATED[key] = pa.repeat(pa.scalar(value, type_), max(n, 65_536))
+    return arr.slice(0, n)
