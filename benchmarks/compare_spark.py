@@ -7,7 +7,8 @@ against Spark without Kafka and against the ceiling of a Python data source.
 Workload: ``--records`` records (16-byte key, 100-byte value) in 4
 partitions, produced with kwire's producer to the bundled Tansu broker
 (in-memory, loopback). Each read runs on ``local[2]`` into ``count()`` and
-into a parquet write (to a temporary directory), best of ``--repeat``:
+into a parquet write (to a temporary directory), best of ``--repeat``
+rounds taken in turns:
 
 * ``kwire``: ``spark.read.format("kwire")`` over the topic;
 * ``spark-native``: the same columns made by Spark itself from
@@ -115,16 +116,13 @@ def machine_busy() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")      # up to steal; guest time is in user
 
 
-def best(fn: Callable[[], object], repeat: int, broker_pid: int) -> Tuple[float, float, float]:
-    """Best wall time of ``repeat`` runs, with the broker's CPU seconds and
-    the whole machine's busy CPU seconds in that run."""
-    runs = []
-    for _ in range(repeat):
-        c, m = process_cpu(broker_pid), machine_busy()
-        t = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t, process_cpu(broker_pid) - c, machine_busy() - m))
-    return min(runs)
+def timed(fn: Callable[[], object], broker_pid: int) -> Tuple[float, float, float]:
+    """Wall time of one run, with the broker's CPU seconds and the whole
+    machine's busy CPU seconds in it."""
+    c, m = process_cpu(broker_pid), machine_busy()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t, process_cpu(broker_pid) - c, machine_busy() - m
 
 
 def main(argv=None) -> int:
@@ -157,16 +155,22 @@ def main(argv=None) -> int:
             "python-ceiling": lambda: spark.read.format("kwire_ceiling").option("rows", str(args.records))
             .option("partitions", str(args.partitions)).load(),
         }
-        results: Dict[str, Dict[str, Tuple[float, float, float]]] = {}
+        results: Dict[str, Dict[str, Tuple[float, float, float]]] = {name: {} for name in wanted}
+        runs: Dict[str, Dict[str, Callable[[], object]]] = {}
         for name in wanted:
             make = frames[name]
             assert make().count() == args.records, name        # warm-up, and every record is there
             path = f"{out_dir}/{name}"
-            ops = {"count": lambda: make().count(), "parquet": lambda: make().write.mode("overwrite").parquet(path)}
-            results[name] = {}
-            for op in args.ops.split(","):
-                sys.stderr.write(f"[bench] {name}: {op}...\n")
-                results[name][op] = best(ops[op], args.repeat, broker.pid)
+            runs[name] = {"count": lambda make=make: make().count(),
+                          "parquet": lambda make=make, path=path: make().write.mode("overwrite").parquet(path)}
+        # rounds taken in turns, so that no source gets a JVM warmed up by the others' runs alone
+        for round_ in range(args.repeat):
+            for name in wanted:
+                for op in args.ops.split(","):
+                    sys.stderr.write(f"[bench] round {round_ + 1}: {name} {op}...\n")
+                    got = timed(runs[name][op], broker.pid)
+                    if op not in results[name] or got < results[name][op]:
+                        results[name][op] = got
         n = args.records
         print(f"\n{n:,} records ({args.partitions} partitions, 16-byte key, 100-byte value, codec {args.codec}), local[2], "
               f"best of {args.repeat}; produced with kwire in {produce_s:.1f} s ({n / produce_s:,.0f}/s)\n")
