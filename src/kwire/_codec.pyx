@@ -2306,10 +2306,11 @@ cdef inline Py_ssize_t record_body_size(int64_t ts_delta, int32_t offset_delta, 
 
 cdef int add_record(GBuf* buf, int32_t* count, int64_t* first_ts, int64_t* max_ts,
                     const char* k, Py_ssize_t kn, const char* v, Py_ssize_t vn, int32_t hcount,
-                    const char* h, Py_ssize_t hlen, int64_t ts) noexcept nogil:
+                    const char* h, Py_ssize_t hlen, int64_t ts, bint fixed=False) noexcept nogil:
     """Append one v2 record whose sizes were checked (``kn``/``vn`` -1:
     null; ``h``: its ``hcount`` headers encoded) to a builder's ``buf``,
-    counting it; -1 if out of memory."""
+    counting it; -1 if out of memory, or out of room in a ``fixed`` buffer
+    (one that is not malloc'd: it must not grow)."""
     cdef int64_t ts_delta
     cdef Py_ssize_t body
     if count[0] == 0:
@@ -2318,7 +2319,9 @@ cdef int add_record(GBuf* buf, int32_t* count, int64_t* first_ts, int64_t* max_t
         max_ts[0] = ts
     ts_delta = <int64_t>(<uint64_t>ts - <uint64_t>first_ts[0])
     body = record_body_size(ts_delta, count[0], kn, vn, hcount, hlen)
-    if gbuf_reserve(buf, varint_size(body) + body) < 0:      # exactly: it may be a batch's own bytes
+    if fixed and buf.len + varint_size(body) + body > buf.cap:
+        return -1
+    if gbuf_reserve(buf, varint_size(body) + body) < 0:
         return -1
     put_varint(buf, body)
     buf.data[buf.len] = 0
@@ -2549,15 +2552,16 @@ cdef class RecordBatchBuilder(_Builder):
         return result
 
 
-cdef int held_encode(Held* held, GBuf* records, EncodeJob* job) noexcept nogil:
+cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False) noexcept nogil:
     """Append the held records not yet encoded to ``records`` (counted by
-    the builder's fields in ``job``); -1 if out of memory. No GIL needed:
-    they are bytes (immutable) the batch holds references to."""
+    the builder's fields in ``job``; ``fixed``: a buffer that must not
+    grow); -1 if out of memory or room. No GIL needed: they are bytes
+    (immutable) the batch holds references to."""
     cdef Py_ssize_t i
     cdef PyObject* k
     cdef PyObject* v
     cdef PyObject* h
-    if gbuf_reserve(records, held.bytes - records.len) < 0:
+    if not fixed and gbuf_reserve(records, held.bytes - records.len) < 0:
         return -1
     for i in range(held.encoded, held.n):
         k = held.refs[3 * i]
@@ -2567,7 +2571,7 @@ cdef int held_encode(Held* held, GBuf* records, EncodeJob* job) noexcept nogil:
                       bytes_data(k) if k != NULL else NULL, held.sizes[3 * i],
                       bytes_data(v) if v != NULL else NULL, held.sizes[3 * i + 1],
                       held.sizes[3 * i + 2], bytes_data(h) if h != NULL else NULL,
-                      bytes_size(h) if h != NULL else 0, held.ts[i]) < 0:
+                      bytes_size(h) if h != NULL else 0, held.ts[i], fixed) < 0:
             return -1
         held.encoded = i + 1
     return 0
@@ -2590,7 +2594,7 @@ cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil
         else:
             scratch.len = 0
             records = scratch
-        if held_encode(job.held, records, job) < 0:
+        if held_encode(job.held, records, job, records == &job.direct) < 0:
             job.size = -2
             return
         job.src = records.data if records.len else EMPTY_SRC

@@ -487,7 +487,7 @@ class Producer:
                     requests.append((node, batches))
         # every batch of the turn encoded at once: one GIL release, not one per request
         fresh = self._payloads([b for _, batches in requests for b in batches])
-        if self.cfg["enable_idempotence"]:
+        if idempotent:
             with self._lock:
                 for b in fresh:
                     self._unacked[(b.topic, b.partition)].append(b)
