@@ -2552,6 +2552,20 @@ cdef class RecordBatchBuilder(_Builder):
         return result
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define kwire_prefetch(p) __builtin_prefetch((const void*)(p))
+    #else
+    #define kwire_prefetch(p) ((void)(p))
+    #endif
+    """
+    void prefetch "kwire_prefetch"(const void* p) nogil
+
+cdef enum:
+    PREFETCH_AHEAD = 8      # records: enough to cover a cache miss while encoding the ones between
+
+
 cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False) noexcept nogil:
     """Append the held records not yet encoded to ``records`` (counted by
     the builder's fields in ``job``; ``fixed``: a buffer that must not
@@ -2564,6 +2578,9 @@ cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False
     if not fixed and gbuf_reserve(records, held.bytes - records.len) < 0:
         return -1
     for i in range(held.encoded, held.n):
+        if i + PREFETCH_AHEAD < held.n:     # the objects lie anywhere on the heap: ask for them early
+            prefetch(held.refs[3 * (i + PREFETCH_AHEAD)])
+            prefetch(held.refs[3 * (i + PREFETCH_AHEAD) + 1])
         k = held.refs[3 * i]
         v = held.refs[3 * i + 1]
         h = held.refs[3 * i + 2]
