@@ -72,18 +72,31 @@ ctypedef uint32_t (*crc32c_extend_t)(uint32_t crc, const uint8_t* data, size_t n
 cdef crc32c_extend_t _crc32c_extend = NULL
 
 
-def _crc32c_address():
+def _native_entry_points(module, names):
+    """Addresses of ``names`` in the shared library of extension ``module``
+    (which need not be imported), or None with the reason."""
     import ctypes
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin:
+            return None, f"{module} not found"
+        lib = ctypes.CDLL(spec.origin)
+        return [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names], None
+    except (ImportError, OSError, AttributeError) as e:
+        return None, repr(e)
+
+
+def _crc32c_address():
     if _google_crc32c.implementation != "c":
         raise ImportError(
             "kwire needs google-crc32c's compiled extension for CRC32C at hardware "
             "speed, but it loaded its pure-Python fallback; reinstall google-crc32c "
             "from a wheel for this platform")
-    from google_crc32c import _crc32c as ext
-    try:
-        return ctypes.cast(ctypes.CDLL(ext.__file__).crc32c_extend, ctypes.c_void_p).value
-    except (OSError, AttributeError) as e:
-        raise ImportError(f"kwire could not find crc32c_extend in google-crc32c's library: {e}") from e
+    found, why = _native_entry_points("google_crc32c._crc32c", ("crc32c_extend",))
+    if found is None:
+        raise ImportError(f"kwire could not find crc32c_extend in google-crc32c's library: {why}")
+    return found[0]
 
 
 _crc32c_extend = <crc32c_extend_t><size_t>_crc32c_address()
@@ -153,21 +166,6 @@ cdef zstd_compress_t _zstd_compress = NULL
 cdef is_error_t _zstd_is_error = NULL
 
 
-def _native_entry_points(module, names):
-    """Addresses of ``names`` in the shared library of extension ``module``
-    (which need not be imported), or None with the reason."""
-    import ctypes
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec(module)
-        if spec is None or not spec.origin:
-            return None, f"{module} not found"
-        lib = ctypes.CDLL(spec.origin)
-        return [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names], None
-    except (ImportError, OSError, AttributeError) as e:
-        return None, repr(e)
-
-
 cdef inline void lz4f_prefs(LZ4FPrefs* prefs, int level) noexcept nogil:
     # like Kafka's Java writer and compression.py: independent 64 KiB blocks, no checksums, no size
     memset(prefs, 0, sizeof(LZ4FPrefs))
@@ -189,8 +187,7 @@ cdef struct Held:                  # the records a ProducerBatch holds until its
     int64_t* ts
     int32_t* sizes                 # per record: key size, value size (-1: null), header count
     Py_ssize_t n, cap
-    Py_ssize_t encoded             # how many are in the builder already
-    Py_ssize_t bytes               # the builder's size once all are
+    Py_ssize_t bytes               # their size once encoded
 
 
 cdef struct EncodeJob:             # one batch for build_batches
@@ -247,17 +244,24 @@ cdef Py_ssize_t native_compress(EncodeJob* job, void* zctx) noexcept nogil:
 
 
 def _load_native_codecs():
-    global _lz4f_bound, _lz4f_compress, _lz4f_is_error
+    global _lz4f_is_error, _lz4f_bound, _lz4f_compress
+    global _lz4f_dctx_create, _lz4f_dctx_free, _lz4f_dctx_reset, _lz4f_decompress
     global _zstd_create, _zstd_free, _zstd_bound, _zstd_compress, _zstd_is_error
-    found, why = _native_entry_points("lz4.frame._frame",
-                                      ("LZ4F_compressFrameBound", "LZ4F_compressFrame", "LZ4F_isError"))
+    found, why = _native_entry_points("lz4.frame._frame", (
+        "LZ4F_isError", "LZ4F_compressFrameBound", "LZ4F_compressFrame", "LZ4F_createDecompressionContext",
+        "LZ4F_freeDecompressionContext", "LZ4F_resetDecompressionContext", "LZ4F_decompress"))
     if found is not None:
-        _lz4f_bound, _lz4f_compress, _lz4f_is_error = (<lz4f_bound_t><size_t>found[0],
-                                                       <lz4f_compress_t><size_t>found[1],
-                                                       <is_error_t><size_t>found[2])
-    if not _native_usable(3, "lz4", why):
+        _lz4f_is_error = <is_error_t><size_t>found[0]
+        _lz4f_bound = <lz4f_bound_t><size_t>found[1]
+        _lz4f_compress = <lz4f_compress_t><size_t>found[2]
+        _lz4f_dctx_create = <lz4f_dctx_create_t><size_t>found[3]
+        _lz4f_dctx_free = <lz4f_dctx_free_t><size_t>found[4]
+        _lz4f_dctx_reset = <lz4f_dctx_reset_t><size_t>found[5]
+        _lz4f_decompress = <lz4f_decompress_t><size_t>found[6]
+    if not _native_usable("lz4", "compress", _native_compression_check(3, "lz4", why)):
         _lz4f_compress = NULL
-    _load_native_lz4_decompression()
+    if not _native_usable("lz4", "decompress", _native_lz4_decompression_check(why)):
+        _lz4f_decompress = NULL
     found, why = _native_entry_points("zstandard._cffi", ("ZSTD_createCCtx", "ZSTD_freeCCtx",
                                                           "ZSTD_compressBound", "ZSTD_compressCCtx",
                                                           "ZSTD_isError"))
@@ -265,47 +269,58 @@ def _load_native_codecs():
         _zstd_create, _zstd_free, _zstd_bound, _zstd_compress, _zstd_is_error = (
             <zstd_create_t><size_t>found[0], <zstd_free_t><size_t>found[1], <zstd_bound_t><size_t>found[2],
             <zstd_compress_t><size_t>found[3], <is_error_t><size_t>found[4])
-    if not _native_usable(4, "zstd", why):
+    if not _native_usable("zstd", "compress", _native_compression_check(4, "zstd", why)):
         _zstd_compress = NULL
 
 
-def _load_native_lz4_decompression():
-    """Consumers decompress lz4 through the library's C entry points too,
-    into a buffer each decoder reuses: the Python API allocates (and maps,
-    and unmaps) room for ``max_decompressed_bytes`` for every batch."""
-    global _lz4f_dctx_create, _lz4f_dctx_free, _lz4f_dctx_reset, _lz4f_decompress
+def _native_usable(str name, str verb, why):
+    """True if ``why`` is None; else a warning says that kwire will
+    ``verb`` ``name`` through the Python API, and why."""
+    if why is None:
+        return True
+    import logging
+    logging.getLogger("kwire").warning("kwire: %s's C library cannot be used (%s); kwire will %s %s through "
+                                       "the Python API, which is slower", name, why, verb, name)
+    return False
+
+
+def _native_compression_check(int codec, str name, why):
+    """Why the entry points found for ``codec`` cannot be used (``why`` if
+    they were not found), or None: they give the package's bytes at its
+    default level."""
+    sample = b"kwire native codec check " * 200
+    if why is None and _native_compress(codec, sample, 3 if codec == 4 else 0) != _compress(codec, sample, 2, None):
+        why = f"its output differs from the {name} package's"
+    return why
+
+
+def _native_lz4_decompression_check(why):
+    """Why lz4's decompression entry points cannot be used (``why`` if they
+    were not found), or None: they give back what the package compressed.
+    Consumers decompress through them into a buffer each decoder reuses;
+    the Python API allocates (and maps, and unmaps) room for
+    ``max_decompressed_bytes`` for every batch."""
     cdef GBuf out
     cdef int err = 0
     cdef void* dctx = NULL
     cdef bytes frame
-    found, why = _native_entry_points("lz4.frame._frame", (
-        "LZ4F_createDecompressionContext", "LZ4F_freeDecompressionContext", "LZ4F_resetDecompressionContext",
-        "LZ4F_decompress"))
-    if found is None or _lz4f_is_error == NULL:
-        import logging
-        logging.getLogger("kwire").warning("kwire: lz4's C library is not reachable (%s); lz4 batches are "
-                                           "decompressed through the Python API, which is slower", why)
-        return
-    _lz4f_dctx_create, _lz4f_dctx_free, _lz4f_dctx_reset, _lz4f_decompress = (
-        <lz4f_dctx_create_t><size_t>found[0], <lz4f_dctx_free_t><size_t>found[1],
-        <lz4f_dctx_reset_t><size_t>found[2], <lz4f_decompress_t><size_t>found[3])
+    if why is not None:
+        return why
     sample = b"kwire native codec check " * 5000
     frame = _compress(3, sample, 2, None)
     memset(&out, 0, sizeof(GBuf))
     try:
         if _lz4f_is_error(_lz4f_dctx_create(&dctx, 100)):
             dctx = NULL
-        elif lz4_frame_decompress(dctx, <const uint8_t*>PyBytes_AS_STRING(frame), len(frame), &out, 1 << 20,
-                                  &err) == len(sample) and out.data[:out.len] == sample:
-            return
+            return "no decompression context"
+        if lz4_frame_decompress(dctx, <const uint8_t*>PyBytes_AS_STRING(frame), len(frame), &out, 1 << 20,
+                                &err) != len(sample) or out.data[:out.len] != sample:
+            return "it does not give back what the lz4 package compressed"
+        return None
     finally:
         free(out.data)
         if dctx != NULL:
             _lz4f_dctx_free(dctx)
-    _lz4f_decompress = NULL
-    import logging
-    logging.getLogger("kwire").warning("kwire: lz4's C library gave a wrong result; lz4 batches are "
-                                       "decompressed through the Python API, which is slower")
 
 
 cdef enum:                # lz4_frame_decompress's errors
@@ -353,19 +368,6 @@ cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t 
         if dst_size == 0 and src_size == 0:   # no input left, no output to give: the frame is cut
             err[0] = LZ4_CORRUPT
             return -1
-
-
-def _native_usable(int codec, str name, why):
-    """Whether the entry points found for ``codec`` (``why`` None) give the
-    package's bytes at its default level; if not, a warning says why."""
-    sample = b"kwire native codec check " * 200
-    if why is None and _native_compress(codec, sample, 3 if codec == 4 else 0) != _compress(codec, sample, 2, None):
-        why = f"its output differs from the {name} package's"
-    if why is not None:
-        import logging
-        logging.getLogger("kwire").warning("kwire: %s's C library is not reachable (%s); producers compress %s "
-                                           "through the Python API, which is slower", name, why, name)
-    return why is None
 
 
 def _native_compress(int codec, bytes data, int level):
@@ -2520,7 +2522,7 @@ cdef class RecordBatchBuilder(_Builder):
         job.held = held
         if held != NULL and self.count:
             raise ValueError("records held for a builder that has records of its own")
-        job.src_len = self.buf.len + (held.bytes if held != NULL else 0)
+        job.src_len = held.bytes if held != NULL else self.buf.len
         job.base_offset = self.base_offset
         job.leader_epoch = self.leader_epoch
         job.attributes = self.attributes
@@ -2567,7 +2569,7 @@ cdef enum:
 
 
 cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False) noexcept nogil:
-    """Append the held records not yet encoded to ``records`` (counted by
+    """Append the held records to ``records`` (counted by
     the builder's fields in ``job``; ``fixed``: a buffer that must not
     grow); -1 if out of memory or room. No GIL needed: they are bytes
     (immutable) the batch holds references to."""
@@ -2577,7 +2579,7 @@ cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False
     cdef PyObject* h
     if not fixed and gbuf_reserve(records, held.bytes - records.len) < 0:
         return -1
-    for i in range(held.encoded, held.n):
+    for i in range(held.n):
         if i + PREFETCH_AHEAD < held.n:     # the objects lie anywhere on the heap: ask for them early
             prefetch(held.refs[3 * (i + PREFETCH_AHEAD)])
             prefetch(held.refs[3 * (i + PREFETCH_AHEAD) + 1])
@@ -2590,7 +2592,6 @@ cdef int held_encode(Held* held, GBuf* records, EncodeJob* job, bint fixed=False
                       held.sizes[3 * i + 2], bytes_data(h) if h != NULL else NULL,
                       bytes_size(h) if h != NULL else 0, held.ts[i], fixed) < 0:
             return -1
-        held.encoded = i + 1
     return 0
 
 
@@ -2650,6 +2651,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
     cdef EncodeJob* job
     cdef RecordBatchBuilder b
     cdef ProducerBatch pb
+    cdef Held* held
     cdef list builders = []
     cdef list outs = []
     cdef list built = []
@@ -3016,7 +3018,7 @@ cdef class ProducerBatch:
     cdef int add(self, value, key, headers, int64_t ts) except -1:
         """Hold one record (the producer's lock held); returns its index."""
         cdef Held* h = &self.held
-        cdef Py_ssize_t index = h.n, cap, body, hlen = 0
+        cdef Py_ssize_t index = h.n, cap, body, kn, vn, hlen = 0
         cdef int32_t hcount = 0
         cdef PyObject* k = NULL
         cdef PyObject* v = NULL
@@ -3053,9 +3055,10 @@ cdef class ProducerBatch:
         except BaseException:
             Py_XDECREF_(k)
             raise
+        kn = bytes_size(k) if k != NULL else -1
+        vn = bytes_size(v) if v != NULL else -1
         body = record_body_size(<int64_t>(<uint64_t>ts - <uint64_t>(h.ts[0] if index else ts)), <int32_t>index,
-                                bytes_size(k) if k != NULL else -1, bytes_size(v) if v != NULL else -1,
-                                hcount, hlen)
+                                kn, vn, hcount, hlen)
         if body > INT32_MAX:
             Py_XDECREF_(k)
             Py_XDECREF_(v)
@@ -3067,8 +3070,8 @@ cdef class ProducerBatch:
             h.refs[3 * index + 2] = <PyObject*>self.hbytes
             Py_INCREF_ptr(h.refs[3 * index + 2])
         h.ts[index] = ts
-        h.sizes[3 * index] = bytes_size(k) if k != NULL else -1
-        h.sizes[3 * index + 1] = bytes_size(v) if v != NULL else -1
+        h.sizes[3 * index] = <int32_t>kn
+        h.sizes[3 * index + 1] = <int32_t>vn
         h.sizes[3 * index + 2] = hcount
         h.bytes += varint_size(body) + body
         h.n = index + 1

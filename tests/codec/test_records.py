@@ -481,3 +481,16 @@ def test_compiled_compression_gives_the_packages_bytes(codec, levels):
             plain.append(b"%d-" % i + b"v" * (i % 300), key=b"%016d" % i, timestamp=1_700_000_000_000)
         records = plain.build()[61:]
         assert batch[61:] == compress(codec_id(codec), records, 2, level)
+
+
+def test_codec_library_that_cannot_be_used_is_said_so(caplog):
+    """Where a codec library's C entry points are missing or wrong, kwire
+    falls back to the Python API, never silently: a warning names the codec,
+    the direction and the reason."""
+    from kwire._codec import _native_compression_check, _native_usable
+
+    assert _native_compression_check(3, "lz4", None) is None          # the ones found here are right
+    assert _native_compression_check(4, "zstd", "not found") == "not found"
+    with caplog.at_level("WARNING", logger="kwire"):
+        assert not _native_usable("zstd", "compress", "not found")
+    assert "zstd" in caplog.text and "not found" in caplog.text and "Python API" in caplog.text
