@@ -14,11 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from kwire._codec import Accumulator, ProducerBatch, RecordBatchBuilder, SendLock
-
-
-class _Metadata:
-    updated_at = 1.0
+from kwire._codec import Accumulator, Generation, ProducerBatch, RecordBatchBuilder, SendLock
 
 
 def main(argv=None) -> int:
@@ -32,8 +28,8 @@ def main(argv=None) -> int:
         acc.take(tp)
         acc.put(tp, ProducerBatch(tp[0], tp[1], RecordBatchBuilder(None)))
 
-    acc = Accumulator(lock=SendLock(), cluster=_Metadata, slow=None, on_full=full, batch_size=262144)
-    acc.set_partitions("t", _Metadata.updated_at, [0, 1, 2, 3])
+    acc = Accumulator(lock=SendLock(), generation=Generation(), slow=None, on_full=full, batch_size=262144)
+    acc.set_partitions("t", 0, [0, 1, 2, 3])
     for p in range(4):
         acc.put(("t", p), ProducerBatch("t", p, RecordBatchBuilder(None)))
     if args.no_send:

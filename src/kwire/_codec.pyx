@@ -38,6 +38,7 @@ from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import google_crc32c as _google_crc32c
+from time import monotonic as _monotonic
 
 from kwire import compression as _compression
 from kwire.errors import (CorruptRecordError, CrcMismatchError, DecompressionBombError, DecompressionError, KwireError,
@@ -3196,45 +3197,73 @@ cdef class SendLock:
     """The producer's lock, usable like ``threading.Lock`` (``with``,
     ``acquire(blocking, timeout)``, ``release``, and so by
     ``threading.Condition``), whose compiled users take it without a
-    Python call. A blocking acquire waits without the GIL."""
-    cdef PyThread_type_lock lock
+    Python call.
+
+    Every acquire and release runs with the GIL held, so the GIL guards
+    the lock's state: taking a free lock is a flag test, with no atomic
+    instruction and no clock read (``PyThread_acquire_lock_timed`` reads
+    the monotonic clock even when it does not wait, a tenth of a
+    ``send()``). A thread that finds the lock taken waits without the GIL
+    on ``gate``, a lock kept taken that a release opens while anyone
+    waits; a woken waiter tries again, and waits again if another thread
+    took the lock first. ``gate_open`` is true exactly while ``gate`` is
+    released."""
+    cdef PyThread_type_lock gate
     cdef bint held
+    cdef bint gate_open
+    cdef Py_ssize_t waiters
 
     def __cinit__(self):
-        self.lock = PyThread_allocate_lock()
-        if self.lock == NULL:
+        self.gate = PyThread_allocate_lock()
+        if self.gate == NULL:
             raise MemoryError()
+        PyThread_acquire_lock_timed(self.gate, 0, 0)      # closed: a new lock is free, so this cannot fail
 
     def __dealloc__(self):
-        if self.lock != NULL:
-            PyThread_free_lock(self.lock)
+        if self.gate != NULL:
+            if not self.gate_open:
+                PyThread_release_lock(self.gate)           # as CPython does: a lock is freed released
+            PyThread_free_lock(self.gate)
 
     cdef inline bint try_acquire(self) noexcept:
-        if PyThread_acquire_lock_timed(self.lock, 0, 0) == 1:
-            self.held = True
-            return True
-        return False
+        if self.held:
+            return False
+        self.held = True
+        return True
 
     cdef inline void unlock(self) noexcept:
         self.held = False
-        PyThread_release_lock(self.lock)
+        if self.waiters and not self.gate_open:
+            self.gate_open = True
+            PyThread_release_lock(self.gate)
 
     def acquire(self, bint blocking=True, double timeout=-1):
-        cdef long long us
+        cdef long long us = -1
         cdef int got
+        cdef double deadline = 0
         if not blocking:
             if timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return self.try_acquire()
         if self.try_acquire():
             return True
-        us = -1 if timeout < 0 else <long long>(timeout * 1e6)
-        with nogil:
-            got = PyThread_acquire_lock_timed(self.lock, us, 0)
-        if got == 1:
-            self.held = True
-            return True
-        return False
+        if timeout >= 0:
+            deadline = _monotonic() + timeout
+        while True:
+            if timeout >= 0:
+                us = <long long>((deadline - _monotonic()) * 1e6)
+                if us < 0:
+                    us = 0
+            self.waiters += 1
+            with nogil:
+                got = PyThread_acquire_lock_timed(self.gate, us, 0)
+            self.waiters -= 1
+            if got == 1:
+                self.gate_open = False
+            if self.try_acquire():
+                return True
+            if got != 1:
+                return False                                # timed out
 
     def release(self):
         if not self.held:
@@ -3253,14 +3282,30 @@ cdef class SendLock:
 
 @cython.final
 @cython.auto_pickle(False)
+@cython.final
+@cython.auto_pickle(False)
+cdef class Generation:
+    """A counter that compiled code reads without an attribute lookup.
+    The cluster metadata bumps its own each time it takes in a Metadata
+    response; the producer's compiled send compares it with the generation
+    a topic's partitions were taken at."""
+    cdef readonly int64_t value
+
+    def bump(self):
+        self.value += 1
+
+
+@cython.final
 cdef class _Topic:
     """What the compiled send path knows of one topic: its partitions as of
-    metadata ``version`` and, by partition, the open batch or None."""
-    cdef object version
+    metadata generation ``version`` (-1: none yet) and, by partition, the
+    open batch or None."""
+    cdef int64_t version
     cdef list parts
     cdef list slots
 
     def __cinit__(self):
+        self.version = -1
         self.slots = []
 
 
@@ -3277,26 +3322,29 @@ cdef class Accumulator:
     keyless records, and each topic's partitions are set with
     :meth:`set_partitions` for the metadata version they came from. Per
     topic it keeps all the compiled path needs in one place, found with one
-    lookup."""
+    lookup (and none when the topic is the previous send's).
+    ``generation`` is the cluster metadata's :class:`Generation`."""
     cdef readonly dict open
     cdef dict topics            # topic -> _Topic
+    cdef str last_name          # the previous send's topic, and its _Topic
+    cdef _Topic last
     cdef public dict sticky
     cdef public Py_ssize_t buffered
     cdef public bint enabled
     cdef Py_ssize_t batch_size
-    cdef object cluster
+    cdef Generation generation
     cdef SendLock lock
     cdef object slow
     cdef object on_full
 
-    def __init__(self, *, SendLock lock, cluster, slow, on_full, Py_ssize_t batch_size):
+    def __init__(self, *, SendLock lock, Generation generation, slow, on_full, Py_ssize_t batch_size):
         self.open = {}
         self.topics = {}
         self.sticky = {}
         self.buffered = 0
         self.enabled = True
         self.lock = lock
-        self.cluster = cluster
+        self.generation = generation
         self.slow = slow
         self.on_full = on_full
         self.batch_size = batch_size
@@ -3307,17 +3355,19 @@ cdef class Accumulator:
             t = self.topics[name] = _Topic()
         return t
 
-    def set_partitions(self, str topic, version, list parts):
-        """``topic`` has partitions ``parts`` as of metadata ``version``
-        (the cluster metadata's ``updated_at``)."""
-        cdef _Topic t = self.topic(topic)
+    def set_partitions(self, str topic, int64_t version, list parts):
+        """``topic`` has partitions ``parts`` as of metadata generation ``version``."""
+        cdef _Topic t
+        if not parts:
+            raise ValueError("a topic has at least one partition")
+        t = self.topic(topic)
         t.version = version
         t.parts = parts
 
-    def known_partitions(self, str topic, version):
-        """The partitions set for ``topic`` if they are of metadata ``version``, else None."""
+    def known_partitions(self, str topic, int64_t version):
+        """The partitions set for ``topic`` if they are of metadata generation ``version``, else None."""
         cdef _Topic t = self.topics.get(topic)
-        return t.parts if t is not None and t.version is version else None
+        return t.parts if t is not None and t.version == version else None
 
     def put(self, tuple tp, ProducerBatch batch):
         """Make ``batch`` the open batch of ``tp`` (lock held)."""
@@ -3351,11 +3401,16 @@ cdef class Accumulator:
         cdef int64_t ts
         if not self.enabled:
             return self.slow(topic, value, key, headers, partition, timestamp_ms)
-        t = self.topics.get(topic)
-        if t is None:
-            return self.slow(topic, value, key, headers, partition, timestamp_ms)
+        if topic is self.last_name:
+            t = self.last
+        else:
+            t = self.topics.get(topic)
+            if t is None:
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            self.last_name = topic
+            self.last = t
         if partition is None:
-            if t.version is not self.cluster.updated_at:      # partitions of other metadata, or none
+            if t.version != self.generation.value:             # partitions of other metadata, or none
                 return self.slow(topic, value, key, headers, partition, timestamp_ms)
             if key is not None:
                 parts = t.parts

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kwire import protocol
+from kwire._codec import Generation
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, ssl_context_from_config
@@ -58,9 +59,11 @@ class PartitionInfo:
     error_code: int
 
 
-@dataclass(slots=True)      # slots: every compiled send() reads updated_at
+@dataclass
 class ClusterMetadata:
-    """What the last Metadata responses said about the cluster."""
+    """What the last Metadata responses said about the cluster.
+    ``generation`` counts the responses taken in (the producer's compiled
+    send checks it), ``updated_at`` is when the last one was."""
 
     brokers: Dict[int, Broker] = field(default_factory=dict)
     partitions: Dict[str, Dict[int, PartitionInfo]] = field(default_factory=dict)
@@ -70,6 +73,7 @@ class ClusterMetadata:
     cluster_id: Optional[str] = None
     controller_id: int = -1
     updated_at: float = 0.0
+    generation: Generation = field(default_factory=Generation)
 
     def leader_for(self, topic: str, partition: int) -> Optional[int]:
         info = self.partitions.get(topic, {}).get(partition)
@@ -110,6 +114,7 @@ class ClusterMetadata:
                 for p in t.partitions
             }
         self.updated_at = time.monotonic()
+        self.generation.bump()
 
 
 class Client:

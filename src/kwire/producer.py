@@ -120,7 +120,7 @@ class Producer:
         self._client = Client(cfg)
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
-        self._acc = Accumulator(lock=self._lock, cluster=self._client.cluster,
+        self._acc = Accumulator(lock=self._lock, generation=self._client.cluster.generation,
                                 slow=self._send_slow, on_full=self._on_full, batch_size=cfg["batch_size"])
         self._open: Dict[Tuple[str, int], _Batch] = self._acc.open
         # the compiled path itself, so a send runs no Python frame (see send below)
@@ -294,7 +294,7 @@ class Producer:
     def _known_partitions(self, topic: str) -> Optional[List[int]]:
         """The topic's partitions from the current metadata (cached until it changes)."""
         cluster = self._client.cluster
-        version = cluster.updated_at
+        version = cluster.generation.value
         parts = self._acc.known_partitions(topic, version)
         if parts is None:
             parts = cluster.partitions_for(topic) or None

@@ -11,11 +11,7 @@ import time
 import pytest
 
 import kwire
-from kwire._codec import Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock
-
-
-class _Cluster:
-    updated_at = 1.0
+from kwire._codec import Accumulator, Generation, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock
 
 
 class _Harness:
@@ -23,7 +19,9 @@ class _Harness:
         self.slow_calls = []
         self.full = []
         self.lock = SendLock()
-        self.acc = Accumulator(lock=self.lock, cluster=_Cluster, slow=self.slow, on_full=self.on_full,
+        self.generation = Generation()
+        self.generation.bump()
+        self.acc = Accumulator(lock=self.lock, generation=self.generation, slow=self.slow, on_full=self.on_full,
                                batch_size=batch_size)
 
     def slow(self, *args):
@@ -35,7 +33,7 @@ class _Harness:
         self.acc.take(tp)
 
     def open(self, topic, partitions):
-        self.acc.set_partitions(topic, _Cluster.updated_at, list(partitions))
+        self.acc.set_partitions(topic, self.generation.value, list(partitions))
         for p in partitions:
             self.acc.put((topic, p), ProducerBatch(topic, p, RecordBatchBuilder(None)))
 
@@ -66,7 +64,7 @@ def test_what_goes_to_the_slow_path():
     h.acc.sticky["t"] = 1
     assert isinstance(h.acc.send("t", b"v"), RecordFuture)             # ... now it has one
     assert h.acc.send("t", b"v", None, None, 7) == "slow"              # no open batch for partition 7
-    h.acc.set_partitions("t", 0.5, [0, 1])                              # metadata changed since
+    h.generation.bump()                                                # metadata changed since
     assert h.acc.send("t", b"v", b"k") == "slow"
     h.open("t", [0, 1])
     with h.lock:                                                       # the sender holds the lock
@@ -128,6 +126,55 @@ def test_send_lock_behaves_like_threading_lock():
     assert woke == [True]
     with cond:
         assert cond.wait(0.01) is False
+
+
+def test_send_lock_excludes_and_wakes_under_contention():
+    """The lock's state is guarded by the GIL and waiters sleep on a gate:
+    threads that take it blocking, with timeouts and through a Condition
+    must never overlap, and every waiter must be woken by a release."""
+    lock = SendLock()
+    cond = threading.Condition(lock)
+    inside = []
+    counts = [0] * 4
+    timeouts = [0]
+
+    def work(i):
+        for n in range(3000):
+            if n % 3 == 0:
+                if not lock.acquire(timeout=0.0005):
+                    timeouts[0] += 1
+                    continue
+            else:
+                lock.acquire()
+            try:
+                if n % 500 == 0:
+                    cond.wait(0.001)        # releases and retakes through the gate
+                    assert lock.locked()
+                inside.append(i)
+                assert len(inside) == 1
+                counts[i] += 1
+                inside.pop()
+            finally:
+                lock.release()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert sum(counts) + timeouts[0] == 4 * 3000 and not lock.locked()
+    # a blocked acquire wakes when the holder releases, long before its timeout
+    lock.acquire()
+    got = []
+    t = threading.Thread(target=lambda: got.append((lock.acquire(timeout=30), time.monotonic())))
+    t.start()
+    time.sleep(0.05)
+    released = time.monotonic()
+    lock.release()
+    t.join(30)
+    assert got and got[0][0] and got[0][1] - released < 5
+    lock.release()
 
 
 def test_held_records_build_the_same_batch_as_the_builder():
