@@ -9,6 +9,12 @@ produces its own topic, then each client consumes the topic kwire wrote
 (every client reads the same bytes). kwire consumes twice: into Python
 records (``poll``) and into Arrow (``poll_columnar``).
 
+The ``broker-ceiling`` producer is no client: it encodes the records into
+the same 256 KiB batches and Produce requests before its clock starts,
+then only writes them down one socket, 5 requests in flight (kwire's
+idempotent limit), and reads the answers. Its rate is what the broker
+takes in at most on this machine, the bound on every client's produce.
+
     python -m benchmarks.compare_clients [--records 1000000] [--codecs none,lz4,zstd] [--skip kafka-python]
                                          [--repeat 3]
 
@@ -22,11 +28,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import socket
+import struct
 import sys
 import time
 import uuid
 import warnings
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 PARTITIONS = 4
 
@@ -97,6 +105,71 @@ def produce_aiokafka(bootstrap, topic, recs, codec):
             await p.stop()
 
     asyncio.run(run())
+
+
+def prepare_ceiling(bootstrap, topic, recs, codec):
+    """The Produce requests of the broker ceiling, encoded (untimed): the
+    records in 256 KiB batches per partition (keys placed as Kafka's
+    partitioner places them), one batch per partition per request, at the
+    Produce version kwire and the broker agree on."""
+    from kwire import protocol
+    from kwire._codec import RecordBatchBuilder, partition_for_key
+    from kwire.admin import Admin
+
+    with Admin(bootstrap_servers=bootstrap) as a:
+        client = a._client
+        client.refresh_metadata(timeout=10)
+        version = client.wait_ready(next(iter(client.cluster.brokers)), time.monotonic() + 10).versions[0]
+    codec_arg = None if codec == "none" else codec
+    now = int(time.time() * 1000)
+    batches: List[List[bytes]] = [[] for _ in range(PARTITIONS)]
+    open_ = [RecordBatchBuilder(codec_arg) for _ in range(PARTITIONS)]
+    for k, v in recs:
+        p = partition_for_key(k, PARTITIONS)
+        b = open_[p]
+        b.append(v, key=k, timestamp=now)
+        if b.size_in_bytes >= 262144:
+            batches[p].append(b.build())
+            open_[p] = RecordBatchBuilder(codec_arg)
+    for p, b in enumerate(open_):
+        if len(b):
+            batches[p].append(b.build())
+    cls = protocol.message("ProduceRequest")
+    frames = []
+    for i in range(max(len(q) for q in batches)):
+        parts = [cls.PartitionProduceData(index=p, records=q[i]) for p, q in enumerate(batches) if i < len(q)]
+        req = cls(transactional_id=None, acks=-1, timeout_ms=30000,
+                  topic_data=[cls.TopicProduceData(name=topic, partition_data=parts)])
+        frames.append(b"".join(bytes(c) for c in protocol.encode_request(req, version, i + 1, "ceiling")))
+    return frames, version
+
+
+def produce_ceiling(bootstrap, topic, prepared, codec):
+    """Write the prepared requests, 5 in flight, and read every answer."""
+    from kwire import protocol
+
+    frames, version = prepared
+    host, port = bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    answers = sock.makefile("rb")
+    resp_cls = protocol.response_class(0)
+
+    def answer() -> None:
+        (size,) = struct.unpack(">i", answers.read(4))
+        _, resp = protocol.decode_response(answers.read(size), resp_cls, version)
+        codes = {p.error_code for t in resp.responses for p in t.partition_responses}
+        assert codes == {0}, codes
+
+    try:
+        for i, frame in enumerate(frames):
+            if i >= 5:
+                answer()
+            sock.sendall(frame)
+        for _ in range(min(5, len(frames))):
+            answer()
+    finally:
+        sock.close()
 
 
 # ------------------------------------------------------------------ consume
@@ -183,7 +256,9 @@ def consume_aiokafka(bootstrap, topic, n):
 
 
 PRODUCERS: Dict[str, Callable] = {"kwire": produce_kwire, "confluent-kafka": produce_confluent,
-                                  "aiokafka": produce_aiokafka, "kafka-python": produce_kafka_python}
+                                  "aiokafka": produce_aiokafka, "kafka-python": produce_kafka_python,
+                                  "broker-ceiling": produce_ceiling}
+PREPARE: Dict[str, Callable] = {"broker-ceiling": prepare_ceiling}     # untimed setup: what the clock skips
 CONSUMERS: Dict[str, Callable] = {"kwire": consume_kwire, "kwire-columnar": consume_kwire_columnar,
                                   "confluent-kafka": consume_confluent, "aiokafka": consume_aiokafka,
                                   "kafka-python": consume_kafka_python}
@@ -220,11 +295,12 @@ def main(argv=None) -> int:
                     topic = f"bench-{codec}-{name}-{uuid.uuid4().hex[:6]}"
                     with Admin(bootstrap_servers=broker.bootstrap) as a:
                         a.create_topics([NewTopic(topic, PARTITIONS)])
+                    data: Any = PREPARE[name](broker.bootstrap, topic, recs, codec) if name in PREPARE else recs
                     c0, t0 = _cpu(), time.perf_counter()
-                    fn(broker.bootstrap, topic, recs, codec)
+                    fn(broker.bootstrap, topic, data, codec)
                     record(codec, "produce", name, time.perf_counter() - t0, _cpu() - c0)
                     topics[name] = topic
-                source = topics.get("kwire") or next(iter(topics.values()))
+                source = topics.get("kwire") or next(t for n, t in topics.items() if n != "broker-ceiling")
                 for name, fn in CONSUMERS.items():
                     if name in skip or (name == "kwire-columnar" and "kwire" in skip):
                         continue
