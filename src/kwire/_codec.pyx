@@ -37,6 +37,8 @@ from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t, int3
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
+import os as _os
+
 import google_crc32c as _google_crc32c
 from time import monotonic as _monotonic
 
@@ -2646,6 +2648,144 @@ cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil
     store_be32(job.batch + 17, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
 
 
+
+# Compressing is most of a compressed batch's cost, and one thread doing it
+# leaves the other cores idle once send() stops. So build_batches shares the
+# jobs of a call between its caller and up to _BUILD_HELPERS native threads
+# (started per call: a thread kept between calls would not survive a fork,
+# which Spark's Python workers are made by). The threads run no Python:
+# encode_batch needs no GIL, and each thread has its own scratch buffer and
+# zstd context. Jobs are taken one at a time from a shared counter, so a
+# large batch does not hold up the rest.
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #include <windows.h>
+    static Py_ssize_t kwire_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return (Py_ssize_t)InterlockedExchangeAdd64((volatile LONG64*)p, (LONG64)v);
+    }
+    #else
+    static Py_ssize_t kwire_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+    }
+    #endif
+    """
+    Py_ssize_t fetch_add "kwire_fetch_add"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
+
+cdef extern from "pythread.h":
+    ctypedef void* PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock() nogil
+    void PyThread_free_lock(PyThread_type_lock) nogil
+    int PyThread_acquire_lock_timed(PyThread_type_lock, long long microseconds, int intr_flag) nogil
+    void PyThread_release_lock(PyThread_type_lock) nogil
+    unsigned long PyThread_start_new_thread(void (*func)(void*) noexcept nogil, void* arg) nogil
+    unsigned long PYTHREAD_INVALID_THREAD_ID
+
+
+cdef int _cpus():
+    try:
+        return len(_os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return _os.cpu_count() or 1
+
+
+cdef Py_ssize_t _BUILD_HELPERS = max(0, min(_cpus() - 1, 3))
+
+
+def build_threads(n=None):
+    """How many threads one :func:`build_batches` call may encode
+    compressed batches on, its caller's included (default: the CPUs this
+    process may use, at most 4); with ``n``, set it (1: the caller alone)
+    and return the previous value."""
+    global _BUILD_HELPERS
+    previous = _BUILD_HELPERS + 1
+    if n is not None:
+        if n < 1:
+            raise ValueError("build_threads needs at least 1")
+        _BUILD_HELPERS = n - 1
+    return previous
+
+
+cdef struct BuildShare:            # the jobs of one build_batches call, shared with its helper threads
+    EncodeJob* jobs
+    Py_ssize_t n
+    Py_ssize_t next                # the next job to take (atomic)
+    Py_ssize_t running             # helpers not finished (atomic): the last one releases done
+    Py_ssize_t refs                # holders of this struct (atomic): the last one frees it
+    PyThread_type_lock done
+
+
+cdef void take_jobs(BuildShare* share) noexcept nogil:
+    """Encode jobs until none is left, with this thread's own scratch
+    buffer and zstd context."""
+    cdef GBuf scratch
+    cdef void* zctx = NULL
+    cdef Py_ssize_t i
+    cdef EncodeJob* job
+    memset(&scratch, 0, sizeof(GBuf))
+    while True:
+        i = fetch_add(&share.next, 1)
+        if i >= share.n:
+            break
+        job = &share.jobs[i]
+        if job.mode == 4 and zctx == NULL:
+            zctx = _zstd_create()
+            if zctx == NULL:
+                job.size = -2
+                continue
+        encode_batch(job, zctx, &scratch)
+    free(scratch.data)
+    if zctx != NULL:
+        _zstd_free(zctx)
+
+
+cdef void share_unref(BuildShare* share) noexcept nogil:
+    if fetch_add(&share.refs, -1) == 1:
+        PyThread_free_lock(share.done)
+        free(share)
+
+
+cdef void build_helper(void* arg) noexcept nogil:
+    cdef BuildShare* share = <BuildShare*>arg
+    take_jobs(share)
+    if fetch_add(&share.running, -1) == 1:
+        PyThread_release_lock(share.done)
+    share_unref(share)
+
+
+cdef int encode_all(EncodeJob* jobs, Py_ssize_t n, Py_ssize_t helpers) except -1:
+    """Encode ``jobs`` on this thread and up to ``helpers`` others (fewer
+    if threads cannot be started), without the GIL; returns when all are done."""
+    cdef BuildShare* share = <BuildShare*>calloc(1, sizeof(BuildShare))
+    cdef Py_ssize_t h, started = 0
+    if share == NULL:
+        raise MemoryError()
+    share.jobs = jobs
+    share.n = n
+    share.done = PyThread_allocate_lock()
+    if share.done == NULL:
+        free(share)
+        raise MemoryError()
+    PyThread_acquire_lock_timed(share.done, 0, 0)        # taken: the last helper releases it
+    share.running = helpers
+    share.refs = 1 + helpers
+    with nogil:
+        for h in range(helpers):
+            if PyThread_start_new_thread(build_helper, share) == PYTHREAD_INVALID_THREAD_ID:
+                break
+            started += 1
+        if started < helpers:                            # the ones not started neither run nor hold it
+            fetch_add(&share.refs, started - helpers)
+            if fetch_add(&share.running, started - helpers) == helpers - started:
+                PyThread_release_lock(share.done)        # every started one finished already, or none started
+        take_jobs(share)
+        if helpers:
+            PyThread_acquire_lock_timed(share.done, -1, 0)
+            PyThread_release_lock(share.done)
+        share_unref(share)
+    return 0
+
+
 cdef list _build_batches(list items, list stamps, object last_offset_delta):
     cdef Py_ssize_t i, n = len(items)
     cdef EncodeJob* jobs
@@ -2656,9 +2796,8 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
     cdef list builders = []
     cdef list outs = []
     cdef list built = []
-    cdef void* zctx = NULL
-    cdef GBuf scratch
-    memset(&scratch, 0, sizeof(GBuf))
+    cdef set seen = set()
+    cdef Py_ssize_t compressed = 0
     if len(stamps) != n:
         raise ValueError("one stamp per builder")
     jobs = <EncodeJob*>calloc(max(n, 1), sizeof(EncodeJob))
@@ -2676,19 +2815,18 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
             else:
                 b = <RecordBatchBuilder?>item
                 held = NULL
+            if id(b) in seen:           # two jobs would encode into one builder
+                raise ValueError("a batch is given twice")
+            seen.add(id(b))
             builders.append(b)
             stamp = stamps[i]
             if stamp is None:
                 outs.append(b.plan(&jobs[i], held, last_offset_delta, None, None, None))
             else:
                 outs.append(b.plan(&jobs[i], held, last_offset_delta, stamp[0], stamp[1], stamp[2]))
-            if jobs[i].mode == 4 and zctx == NULL:
-                zctx = _zstd_create()
-                if zctx == NULL:
-                    raise MemoryError()
-        with nogil:
-            for i in range(n):
-                encode_batch(&jobs[i], zctx, &scratch)
+            if jobs[i].mode == 3 or jobs[i].mode == 4:
+                compressed += 1
+        encode_all(jobs, n, max(0, min(compressed - 1, _BUILD_HELPERS)))
         for i in range(n):
             job = &jobs[i]
             if job.size == -2:
@@ -2709,9 +2847,6 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
                 held_release(&(<ProducerBatch>item).held)
                 (<ProducerBatch>item).builder = None
         free(jobs)
-        free(scratch.data)
-        if zctx != NULL:
-            _zstd_free(zctx)
 
 
 def build_batches(list batches, list stamps):
@@ -3183,13 +3318,6 @@ cdef class RecordFuture:
         b = self._batch
         return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
 
-
-cdef extern from "pythread.h":
-    ctypedef void* PyThread_type_lock
-    PyThread_type_lock PyThread_allocate_lock()
-    void PyThread_free_lock(PyThread_type_lock)
-    int PyThread_acquire_lock_timed(PyThread_type_lock, long long microseconds, int intr_flag) nogil
-    void PyThread_release_lock(PyThread_type_lock) nogil
 
 
 @cython.auto_pickle(False)

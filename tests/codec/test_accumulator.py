@@ -212,6 +212,41 @@ def test_held_records_build_the_same_batch_as_the_builder():
         ProducerBatch("t", 0, RecordBatchBuilder(None)).append("text", None, None, 0)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_batches_built_on_several_threads_are_the_ones_built_alone(threads):
+    """build_batches shares a call's compressed batches between its caller
+    and native helper threads: every batch must come out byte for byte as
+    a builder makes it alone, whatever thread took it, call after call."""
+    from kwire._codec import build_batches, build_threads
+
+    previous = build_threads(threads)
+    try:
+        assert build_threads() == threads
+        for round_ in range(20):
+            pbs, expected, stamps = [], [], []
+            for j in range(9):
+                codec = ("lz4", "zstd", "none")[j % 3]
+                pb = ProducerBatch("t", j, RecordBatchBuilder(codec))
+                direct = RecordBatchBuilder(codec)
+                for i in range(50 + 97 * j + round_):
+                    value = b"%d-%d-" % (round_, i) * (1 + (i * j) % 13)
+                    key = None if i % 7 == 0 else b"%016d" % i
+                    pb.append(value, key, None, 1_700_000_000_000 + i)
+                    direct.append(value, key=key, timestamp=1_700_000_000_000 + i)
+                pbs.append(pb)
+                stamps.append((5, 2, 100 * j))
+                expected.append(direct.build(producer_id=5, producer_epoch=2, base_sequence=100 * j))
+            assert build_batches(pbs, stamps) == expected
+            assert all(pb.builder is None for pb in pbs)
+    finally:
+        build_threads(previous)
+    with pytest.raises(ValueError):
+        build_threads(0)
+    pb = ProducerBatch("t", 0, RecordBatchBuilder("lz4"))
+    with pytest.raises(ValueError):                                     # one batch twice: refused
+        build_batches([pb, pb], [None, None])
+
+
 def _one_record_builder():
     b = RecordBatchBuilder(None)
     b.append(b"x")
