@@ -24,9 +24,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     records = [(b"%016d" % i, (b"%d-" % i).ljust(100, b"v")) for i in range(args.records)]
 
-    def full(tp, batch):
+    def full(tp, batch):             # as the producer does: a new batch with room for as many records
         acc.take(tp)
-        acc.put(tp, ProducerBatch(tp[0], tp[1], RecordBatchBuilder(None)))
+        fresh = ProducerBatch(tp[0], tp[1], RecordBatchBuilder(None))
+        fresh.reserve(batch.record_count)
+        acc.put(tp, fresh)
 
     acc = Accumulator(lock=SendLock(), generation=Generation(), slow=None, on_full=full, batch_size=262144)
     acc.set_partitions("t", 0, [0, 1, 2, 3])

@@ -3121,6 +3121,25 @@ def partition_for_key(key, int num_partitions) -> int:
 # call. Everything else (sealing, sending, retries) is Python, in
 # kwire/producer.py, under the same lock.
 
+cdef int held_grow(Held* h, Py_ssize_t cap) noexcept:
+    """Room for ``cap`` records in ``h``'s arrays; -1 if out of memory
+    (what they held is kept)."""
+    cdef void* p = realloc(h.refs, 3 * cap * sizeof(PyObject*))
+    if p == NULL:
+        return -1
+    h.refs = <PyObject**>p
+    p = realloc(h.ts, cap * sizeof(int64_t))
+    if p == NULL:
+        return -1
+    h.ts = <int64_t*>p
+    p = realloc(h.sizes, 3 * cap * sizeof(int32_t))
+    if p == NULL:
+        return -1
+    h.sizes = <int32_t*>p
+    h.cap = cap
+    return 0
+
+
 @cython.auto_pickle(False)
 cdef class ProducerBatch:
     """The producer's batch of one partition while it takes records. It
@@ -3151,33 +3170,28 @@ cdef class ProducerBatch:
         free(self.held.ts)
         free(self.held.sizes)
 
+    def reserve(self, Py_ssize_t records):
+        """Make room for ``records`` records at once (the producer passes the
+        count of the partition's previous batch), so a batch's arrays are
+        not grown and copied while send() fills it."""
+        if self.builder is None:
+            raise KwireError("the batch was already sealed")
+        if records > self.held.cap and held_grow(&self.held, min(records, 1 << 20)) < 0:
+            raise MemoryError()
+
     cdef int add(self, value, key, headers, int64_t ts) except -1:
         """Hold one record (the producer's lock held); returns its index."""
         cdef Held* h = &self.held
-        cdef Py_ssize_t index = h.n, cap, body, kn, vn, hlen = 0
+        cdef Py_ssize_t index = h.n, body, kn, vn, hlen = 0
         cdef int32_t hcount = 0
         cdef PyObject* k = NULL
         cdef PyObject* v = NULL
-        cdef void* p
         if self.builder is None:
             raise KwireError("the batch was already sealed")
         if index == INT32_MAX:
             raise OverflowError("a batch holds at most 2**31 - 1 records")
-        if index >= h.cap:
-            cap = max(h.cap * 2, 64)
-            p = realloc(h.refs, 3 * cap * sizeof(PyObject*))
-            if p == NULL:
-                raise MemoryError()
-            h.refs = <PyObject**>p
-            p = realloc(h.ts, cap * sizeof(int64_t))
-            if p == NULL:
-                raise MemoryError()
-            h.ts = <int64_t*>p
-            p = realloc(h.sizes, 3 * cap * sizeof(int32_t))
-            if p == NULL:
-                raise MemoryError()
-            h.sizes = <int32_t*>p
-            h.cap = cap
+        if index >= h.cap and held_grow(h, max(h.cap * 2, 64)) < 0:
+            raise MemoryError()
         if headers:
             if self.hbytes is None or not self.builder.same_headers(headers):
                 self.builder.encode_headers(headers)
@@ -3273,12 +3287,18 @@ cdef void held_release(Held* h) noexcept:
 
 @cython.auto_pickle(False)
 @cython.freelist(256)
+@cython.no_gc
 cdef class RecordFuture:
     """The future of one sent record (record ``index`` of the producer's
     ``batch``): :meth:`get` returns its ``RecordMetadata`` (partition,
     offset, timestamp, sizes) once the broker acknowledged the batch, or
     raises the batch's error. The producer's batch supplies ``future`` (a
-    :class:`kwire.future.Future`) and ``metadata(index)``."""
+    :class:`kwire.future.Future`) and ``metadata(index)``.
+
+    One is made per send(), so it is kept out of the cyclic GC. It can be
+    in a cycle only through a callback that refers to it, on the batch's
+    future, and a future drops its callbacks when it completes, which every
+    batch's does (acknowledged, failed, or failed at close)."""
     cdef readonly ProducerBatch _batch
     cdef readonly Py_ssize_t _index
 

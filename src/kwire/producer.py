@@ -127,6 +127,7 @@ class Producer:
         self.send = self._acc.send  # type: ignore[method-assign]
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
         self._sealed: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
+        self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._sticky: Dict[str, int] = self._acc.sticky
         self._flushing = 0
@@ -212,6 +213,7 @@ class Producer:
                 now = time.monotonic()
                 builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
                 batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
+                batch.reserve(self._sealed_count.get(tp, 0))      # room for as many as the last one took
                 self._acc.put(tp, batch)
             return self._acc.append(topic, partition, batch, value, key, headers, ts)
 
@@ -334,6 +336,7 @@ class Producer:
     def _seal(self, tp: Tuple[str, int], batch: _Batch) -> None:
         """Close ``batch`` to appends (lock held); it waits to be sent."""
         self._acc.take(tp)
+        self._sealed_count[tp] = batch.record_count
         self._ready[tp].append(batch)
         self._sealed.add(batch)
         if self._sticky.get(tp[0]) == tp[1]:

@@ -208,6 +208,16 @@ def test_held_records_build_the_same_batch_as_the_builder():
         assert pb.builder is None and pb.record_count == 300          # built: sealed, metadata kept
         with pytest.raises(kwire.KwireError):
             pb.append(b"late", None, None, 0)
+        with pytest.raises(kwire.KwireError):
+            pb.reserve(1000)
+    reserved = ProducerBatch("t", 0, RecordBatchBuilder(None))             # room made first: the same batch
+    reserved.reserve(5000)
+    plain = RecordBatchBuilder(None)
+    for i in range(300):
+        reserved.append(b"v%d" % i, None, None, 1000 + i)
+        plain.append(b"v%d" % i, timestamp=1000 + i)
+    reserved.reserve(10)                                                # less than held: nothing changes
+    assert build_batches([reserved], [None]) == [plain.build()]
     with pytest.raises(TypeError):
         ProducerBatch("t", 0, RecordBatchBuilder(None)).append("text", None, None, 0)
 
