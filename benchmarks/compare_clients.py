@@ -276,7 +276,6 @@ def main(argv=None) -> int:
     from kwire.devbroker import start_tansu
 
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    recs = _records(args.records)
     best: Dict[Tuple[str, str, str], Tuple[float, float]] = {}
 
     def record(codec: str, op: str, name: str, wall: float, cpu: float) -> None:
@@ -286,6 +285,9 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
 
     with start_tansu() as broker:
+        # made after the broker's fork: made before it, their pages would be copy-on-write
+        # and the first client to touch them (kwire, in round 1) would pay a fault per page
+        recs = _records(args.records)
         for codec in [c.strip() for c in args.codecs.split(",") if c.strip()]:
             for _ in range(args.repeat):
                 topics = {}
