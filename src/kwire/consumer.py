@@ -196,10 +196,22 @@ class Consumer:
         stable offset for read_committed) as of the last fetch; None before
         the first fetch answered."""
         st = self._state(tp)
-        end = st.last_stable_offset if self._read_committed and st.last_stable_offset >= 0 else st.high_watermark
+        end = self._readable_end(st)
         if end < 0 or st.position is None:
             return None
         return max(0, end - st.position)
+
+    def _has_unread(self, tp: TopicPartition) -> bool:
+        """Whether the next fetch of ``tp`` starts before the end the last
+        answer gave (false before any answer: the partition may be empty)."""
+        offset, end = self._fetch_offset(tp), self._readable_end(self._states[tp])
+        return offset is not None and offset < end
+
+    def _readable_end(self, st: _PartitionState) -> int:
+        """Where a fetch stops finding records, as of the last one answered:
+        the high watermark (the last stable offset for read_committed); -1
+        before any."""
+        return st.last_stable_offset if self._read_committed and st.last_stable_offset >= 0 else st.high_watermark
 
     def _state(self, tp: Tuple[str, int]) -> _PartitionState:
         try:
@@ -371,7 +383,16 @@ class Consumer:
         buffered and no fetch in flight: up to ``max_in_flight_fetches`` per
         leader, each for a disjoint share of its partitions and an equal
         share of ``fetch_max_bytes``, so the broker serves one while the
-        client reads another."""
+        client reads another.
+
+        Only partitions with records left to read (before the end the last
+        answer gave) get shares of their own. A broker answers one request
+        of a connection at a time, so a fetch of caught-up partitions would
+        wait ``fetch_max_wait_ms`` for new records and hold up every fetch
+        behind it. Caught-up partitions, and those no answer has given an
+        end yet, ride along in the shares of partitions with records, which
+        are answered at once; when a leader has none of those, they go in
+        one fetch, once nothing else is in flight to it (a long poll)."""
         client = self._client
         need_positions = [tp for tp, st in self._states.items() if st.position is None]
         if need_positions:
@@ -397,7 +418,12 @@ class Consumer:
             self._validate_positions(node, tps)
         depth = self.cfg["max_in_flight_fetches"]
         for node, tps in by_node.items():
-            slots = min(depth - self._node_fetches[node], len(tps))
+            busy = self._node_fetches[node]
+            unread = [tp for tp in tps if self._has_unread(tp)]
+            if unread:
+                slots = min(depth - busy, len(unread))
+            else:
+                slots = 1 if busy == 0 else 0
             if slots <= 0:
                 continue
             conn = client.connection(node)
@@ -405,7 +431,11 @@ class Consumer:
                 continue
             if FETCH not in conn.versions:
                 raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
-            for share in (tps[i::slots] for i in range(slots)):
+            shares: List[List[TopicPartition]] = [[] for _ in range(slots)]
+            with_records = set(unread)
+            for i, tp in enumerate(unread + [tp for tp in tps if tp not in with_records]):
+                shares[i % slots].append(tp)
+            for share in shares:
                 asked = {tp: self._fetch_offset(tp) for tp in share}
                 epochs = {tp: self._leader_epoch(tp) for tp in share}
                 fut = client.send(node, self._fetch_request(conn.versions, asked))

@@ -290,6 +290,30 @@ def _wait_for_read_ahead(c, tp):
     assert c._buffer[tp].end_offset is not None and c._ahead[tp].rest.nbytes
 
 
+def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
+    """A broker answers a connection's requests one at a time (Apache Kafka
+    and Tansu alike), and a fetch of partitions with nothing to read waits
+    ``fetch_max_wait_ms`` there. So partitions without records to read (or
+    not answered for yet) must ride along with ones that have records, not
+    hold a fetch of their own that the others queue behind: here three of
+    four partitions stay empty, the wait is 20 s, and every record must
+    still arrive in less than one wait."""
+    topic = _topic(tansu.bootstrap, 4)
+    n = 6000
+    with Producer(bootstrap_servers=tansu.bootstrap, batch_size=16384, linger_ms=2) as p:
+        for i in range(n):
+            p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
+                  fetch_max_bytes=4 * 65536, max_in_flight_fetches=4) as c:
+        c.assign([(topic, p) for p in range(4)])
+        start = time.monotonic()
+        offsets: list = []
+        while len(offsets) < n and time.monotonic() - start < 15:
+            offsets += [r.offset for r in c.poll(500).get(tp, [])]
+        assert offsets == list(range(n)), f"{len(offsets)} of {n} records within 15 s"
+
+
 def test_read_ahead_keeps_order_and_drops_on_seek(tansu):
     """While one fetch of a partition is buffered the next is already asked
     for (from where the buffered one ends): records come back once and in
