@@ -290,6 +290,14 @@ def _wait_for_read_ahead(c, tp):
     assert c._buffer[tp].end_offset is not None and c._ahead[tp].rest.nbytes
 
 
+def _fill_partition_0(bootstrap: str, topic: str, n: int) -> TopicPartition:
+    """``n`` records of 206 bytes in partition 0, in 16 KiB batches."""
+    with Producer(bootstrap_servers=bootstrap, batch_size=16384, linger_ms=2) as p:
+        for i in range(n):
+            p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
+    return TopicPartition(topic, 0)
+
+
 def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
     """A broker answers a connection's requests one at a time (Apache Kafka
     and Tansu alike), and a fetch of partitions with nothing to read waits
@@ -300,10 +308,7 @@ def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
     still arrive in less than one wait."""
     topic = _topic(tansu.bootstrap, 4)
     n = 6000
-    with Producer(bootstrap_servers=tansu.bootstrap, batch_size=16384, linger_ms=2) as p:
-        for i in range(n):
-            p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
-    tp = TopicPartition(topic, 0)
+    tp = _fill_partition_0(tansu.bootstrap, topic, n)
     with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
                   fetch_max_bytes=4 * 65536, max_in_flight_fetches=4) as c:
         c.assign([(topic, p) for p in range(4)])
@@ -320,10 +325,7 @@ def test_read_ahead_keeps_order_and_drops_on_seek(tansu):
     order, and a seek forgets both."""
     topic = _topic(tansu.bootstrap, 1)
     n = 6000
-    with Producer(bootstrap_servers=tansu.bootstrap, batch_size=16384, linger_ms=2) as p:
-        for i in range(n):
-            p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
-    tp = TopicPartition(topic, 0)
+    tp = _fill_partition_0(tansu.bootstrap, topic, n)
     with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_bytes=4 * 65536,
                   max_poll_records=20) as c:
         c.assign([tp])
