@@ -2648,7 +2648,6 @@ cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil
     store_be32(job.batch + 17, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
 
 
-
 # Compressing is most of a compressed batch's cost, and one thread doing it
 # leaves the other cores idle once send() stops. So build_batches shares the
 # jobs of a call between its caller and up to _BUILD_HELPERS native threads
@@ -3339,7 +3338,6 @@ cdef class RecordFuture:
         return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
 
 
-
 @cython.auto_pickle(False)
 cdef class SendLock:
     """The producer's lock, usable like ``threading.Lock`` (``with``,
@@ -3348,7 +3346,9 @@ cdef class SendLock:
     Python call.
 
     Every acquire and release runs with the GIL held, so the GIL guards
-    the lock's state: taking a free lock is a flag test, with no atomic
+    the lock's state (the extension does not declare itself free-threading
+    compatible, so a free-threaded Python keeps its GIL while kwire is
+    loaded): taking a free lock is a flag test, with no atomic
     instruction and no clock read (``PyThread_acquire_lock_timed`` reads
     the monotonic clock even when it does not wait, a tenth of a
     ``send()``). A thread that finds the lock taken waits without the GIL
