@@ -20,13 +20,16 @@ takes in at most on this machine, the bound on every client's produce.
 
 With ``--repeat N`` every client runs N rounds, taking turns (so noise on
 this shared machine hits all of them alike), and each one's best round
-counts; CPU seconds are those of that round.
+counts; CPU seconds are those of that round. ``--pin-broker`` keeps the
+broker on a CPU of its own, as if it ran on another machine (every client
+then has one CPU fewer).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import socket
 import struct
@@ -42,6 +45,17 @@ PARTITIONS = 4
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def _pin(broker_pid: int) -> None:
+    """The broker's threads on the last CPU this process may use, this
+    process (the clients and their threads) on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-broker needs at least 2 CPUs")
+    for tid in os.listdir(f"/proc/{broker_pid}/task"):
+        os.sched_setaffinity(int(tid), {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
 
 
 def _records(n: int) -> List[Tuple[bytes, bytes]]:
@@ -270,6 +284,9 @@ def main(argv=None) -> int:
     p.add_argument("--codecs", default="none,lz4,zstd")
     p.add_argument("--skip", default="", help="comma-separated clients to leave out")
     p.add_argument("--repeat", type=int, default=1, help="rounds per client; the best counts")
+    p.add_argument("--pin-broker", action="store_true",
+                   help="run the broker on the last CPU and the clients on the others (Linux), as if the "
+                        "broker were another machine; every client then has one CPU fewer")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     from kwire.admin import Admin, NewTopic
@@ -285,6 +302,8 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
 
     with start_tansu() as broker:
+        if args.pin_broker:
+            _pin(broker.pid)
         # made after the broker's fork: made before it, their pages would be copy-on-write
         # and the first client to touch them (kwire, in round 1) would pay a fault per page
         recs = _records(args.records)
