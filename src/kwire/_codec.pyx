@@ -332,12 +332,23 @@ cdef enum:                # lz4_frame_decompress's errors
     LZ4_NOMEM = 3
 
 
+cdef inline Py_ssize_t lz4_failed(GBuf* out, int* err, int code) noexcept nogil:
+    """Free the partial output of a failed :func:`lz4_frame_decompress`; -1 with ``err`` set to ``code``."""
+    free(out.data)
+    out.data = NULL
+    out.len = out.cap = 0
+    err[0] = code
+    return -1
+
+
 cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t n, GBuf* out, Py_ssize_t limit,
                                      int* err) noexcept nogil:
     """Decompress the lz4 frame ``src[:n]`` (all of it: nothing may follow)
     into ``out`` (from its start, growing it up to ``limit`` + 1 bytes);
     its size, or -1 with ``err`` set: LZ4_BOMB past ``limit``, LZ4_CORRUPT for a
-    corrupt or cut frame or bytes after it, LZ4_NOMEM."""
+    corrupt or cut frame or bytes after it, LZ4_NOMEM. On an error ``out`` is
+    freed: the caller keeps it for the next batch, and a bomb has grown it
+    to the limit."""
     cdef size_t dst_size, src_size, hint
     cdef Py_ssize_t pos = 0, room, grow
     out.len = 0
@@ -349,28 +360,24 @@ cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t 
                 grow = limit + 1 - out.len
             if grow > room:
                 if gbuf_reserve(out, grow) < 0:
-                    err[0] = LZ4_NOMEM
-                    return -1
+                    return lz4_failed(out, err, LZ4_NOMEM)
             room = out.cap - out.len
         dst_size = <size_t>room
         src_size = <size_t>(n - pos)
         hint = _lz4f_decompress(dctx, out.data + out.len, &dst_size, src + pos, &src_size, NULL)
         if _lz4f_is_error(hint):
-            err[0] = LZ4_CORRUPT
-            return -1
+            return lz4_failed(out, err, LZ4_CORRUPT)
         out.len += <Py_ssize_t>dst_size
         pos += <Py_ssize_t>src_size
         if out.len > limit:
-            err[0] = LZ4_BOMB
-            return -1
+            return lz4_failed(out, err, LZ4_BOMB)
         if hint == 0:                         # the frame is complete
             if pos != n:
-                err[0] = LZ4_CORRUPT
-                return -1
+                return lz4_failed(out, err, LZ4_CORRUPT)
             return out.len
         if dst_size == 0 and src_size == 0:   # no input left, no output to give: the frame is cut
-            err[0] = LZ4_CORRUPT
-            return -1
+            return lz4_failed(out, err, LZ4_CORRUPT)
+
 
 
 def _native_compress(int codec, bytes data, int level):
@@ -1026,47 +1033,151 @@ _install_record_slots()
 
 
 # ------------------------------------------------------------------ results
+@cython.final
+@cython.auto_pickle(False)
+cdef class PartialBatch:
+    """The rest of a batch that a decode call stopped inside (its ``resume``).
+
+    It holds that batch's records, decompressed once (at most
+    ``max_decompressed_bytes``; for an uncompressed batch, a copy of its
+    records not yet returned), its header and the cursor. Pass it as
+    ``resume=`` to the next call on the same partition, with the bytes after
+    the batch (``data[consumed:]``): that call first returns the batch's next
+    records, then goes on into its buffer. Any decoder of the kind that made
+    it takes it (a :class:`Decoder`'s or a :class:`ColumnarDecoder`'s); a call
+    never changes the one it is given. The CRC was checked before the batch's
+    first record was returned; a corrupt record later in it raises when a call
+    reaches it.
+    """
+    cdef int kind                # the decoder kind that made it (KIND_*)
+    cdef Batch b                 # the batch's header (legacy wrapper: its message)
+    cdef bytes payload           # its records, from ``pos`` on
+    cdef Py_ssize_t pos          # the next record's position in ``payload``
+    cdef int32_t index           # records (legacy: inner messages) of the batch walked
+    cdef int64_t last            # the offset passed last (returned, or skipped past)
+    cdef int64_t rel_base        # a legacy wrapper's base for its inner offsets
+    cdef BatchInfo info          # the object decoder's BatchInfo of the batch (its records share it)
+
+    @property
+    def base_offset(self):
+        """The base offset of the batch."""
+        return self.b.base_offset
+
+    @property
+    def next_offset(self):
+        """The offset after the last record returned from it."""
+        return add_wrap(self.last, 1)
+
+    @property
+    def records_left(self):
+        """Records of the batch not walked yet (some may be skipped)."""
+        return self.b.count - self.index
+
+    @property
+    def size_in_bytes(self):
+        """The bytes of records it holds."""
+        return PyBytes_GET_SIZE(self.payload) if self.payload is not None else 0
+
+    def __repr__(self):
+        return (f"PartialBatch(base_offset={self.b.base_offset}, next_offset={self.next_offset}, "
+                f"records_left={self.records_left}, size_in_bytes={self.size_in_bytes})")
+
+
 cdef class DecodeResult:
     """What :meth:`Decoder.decode` found in a buffer.
 
-    ``records``: the records, in order. ``batches``: :class:`BatchInfo` of each
-    complete batch (control batches included). ``consumed``: bytes of whole
-    batches read; the rest of the buffer is a cut batch to fetch again.
-    ``next_offset``: the offset to fetch next (None if no batch was complete).
-    ``incomplete_size``: the size of the cut batch at the end of the buffer (0
-    if the buffer ends on a batch boundary; 12 if even its length is cut). When
-    ``consumed`` is 0 and ``incomplete_size`` exceeds the buffer, the first
-    batch is bigger than the fetch returned: fetch more bytes.
+    ``records``: the records, in offset order. ``batches``: :class:`BatchInfo`
+    of each batch this call began (control batches included; a batch a call
+    stopped inside is listed by that call only). ``consumed``: bytes of whole
+    batches read (a batch the call stopped inside counts whole); the rest of
+    the buffer is for the next call. ``next_offset``: the offset to fetch
+    next, after the last complete batch or, when the call stopped inside a
+    batch, after its last record returned (None if no batch was complete and
+    no record returned). ``incomplete_size``: the size of the cut batch at the
+    end of the buffer (0 if the buffer ends on a batch boundary; 12 if even
+    its length is cut). When ``consumed`` is 0 and ``incomplete_size`` exceeds
+    the buffer, the first batch is bigger than the fetch returned: fetch more
+    bytes. ``resume``: a :class:`PartialBatch` when the call stopped inside a
+    batch (pass it to the next call with ``data[consumed:]``), else None.
+    ``skipped``: records dropped because their offset was not above one
+    already passed (a batch whose offsets go backwards).
     """
     cdef readonly list records
     cdef readonly list batches
     cdef readonly Py_ssize_t consumed
     cdef readonly object next_offset
     cdef readonly Py_ssize_t incomplete_size
+    cdef readonly PartialBatch resume
+    cdef readonly Py_ssize_t skipped
 
     def __repr__(self):
         return (f"DecodeResult(records={len(self.records)}, batches={len(self.batches)}, "
                 f"consumed={self.consumed}, next_offset={self.next_offset}, "
-                f"incomplete_size={self.incomplete_size})")
+                f"incomplete_size={self.incomplete_size}, resume={self.resume!r}, skipped={self.skipped})")
 
 
 # ------------------------------------------------------------------- driver
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
+
+cdef enum:
+    # what a batch (or the records of one) walk returns
+    ST_NEXT = 0             # the batch is done: go on
+    ST_BEFORE = 1           # stop before this batch (the sink rolled it back)
+    ST_INSIDE = 2           # stop inside this batch, after a record (``at_pos``, ``at_index``)
+    ST_RETURNED = 3         # (one legacy message) it was returned
+    # decoder kinds, each with its PartialBatch
+    KIND_OBJECTS = 1
+    KIND_COLUMNS = 2
+    # What one returned record costs against ``max_bytes`` beyond its bytes in
+    # the (decompressed) batch. Objects: a Record is 64 bytes, its offset and
+    # timestamp ints 32 each, its list slot 8 (136: tracemalloc measures 136 per
+    # record with a null key and value), its key and value bytes objects 33 each
+    # beyond their bytes (tracemalloc: 226 with an 8-byte key and a 16-byte
+    # value, 24 of them counted as batch bytes): about 200.
+    RECORD_COST = 200
+    # Columns: a row's offset, timestamp (8 each), timestamp type and key, value
+    # and headers end offsets (4 each) = 32 bytes; its key, value and header bytes
+    # are counted as its bytes in the batch (which hold them).
+    ROW_COST = 32
+
+
 @cython.auto_pickle(False)
 cdef class _Driver:
-    """Walks a buffer batch by batch; subclasses receive the records."""
+    """Walks a buffer batch by batch; subclasses receive the records.
+
+    Every call also keeps the offsets it returns increasing: a record whose
+    offset is not above the last one passed (returned, or the end of a batch
+    walked; ``min_offset - 1`` at first) is dropped and counted (``skipped``)
+    unless it lies below ``min_offset``, as Kafka's consumer skips records
+    below its fetch position.
+    """
     cdef bint check_crcs
     cdef bint include_control
     cdef Py_ssize_t max_decompressed
+    cdef int kind                # KIND_*: which PartialBatch it makes and takes
+    cdef Py_ssize_t row_cost     # a returned record's cost against max_bytes (beyond its bytes)
+    cdef bint busy               # a call is under way: another one (another thread's) is refused
     # per call
     cdef object topic
     cdef object partition
     cdef int64_t min_offset
+    cdef int64_t last            # the offset passed last: records at or below it are dropped
+    cdef Py_ssize_t skipped      # records dropped for it (at or above min_offset)
     cdef Py_ssize_t consumed
     cdef int64_t next_offset
     cdef bint any_batch
     cdef Py_ssize_t incomplete_size
-    cdef Py_ssize_t budget      # stop at a batch boundary once ``decoded`` reaches it (-1: never)
-    cdef Py_ssize_t decoded     # record bytes walked so far (decompressed)
+    cdef bint bounded           # max_bytes or max_records given
+    cdef Py_ssize_t budget      # max_bytes (PY_SSIZE_T_MAX: none)
+    cdef Py_ssize_t max_records # (PY_SSIZE_T_MAX: none)
+    cdef Py_ssize_t decoded     # the cost so far: record bytes walked, and row_cost per record returned
+    cdef Py_ssize_t returned    # records returned so far
+    cdef Py_ssize_t at_pos      # where a record walk stopped inside its batch: the next record's
+    cdef int32_t at_index       # position in the records, and its index in the batch
+    cdef PartialBatch resume_out
+    cdef Batch held             # the batch fill_run stopped inside (made a PartialBatch with the GIL)
+    cdef bint held_pending
     cdef const uint8_t* buf
     cdef object view            # memoryview over the input, for per-batch slices
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
@@ -1074,7 +1185,7 @@ cdef class _Driver:
     cdef void* lz4_dctx
 
     def __cinit__(self, *args, **kwargs):
-        self.budget = -1
+        self.budget = self.max_records = PY_SSIZE_T_MAX
 
     def __dealloc__(self):
         free(self.plain.data)
@@ -1093,19 +1204,78 @@ cdef class _Driver:
     cdef int begin_batch(self, Batch* b) except -1:
         return 0
 
-    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
-        """Return 1 to stop before this batch (the sink rolled it back)."""
+    cdef int go_on_batch(self, PartialBatch pb) except -1:
+        """A call goes on with the batch of ``pb`` (begun by an earlier call)."""
         return 0
+
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                           int32_t first) except -1:
+        """Walk the records of ``b`` in ``p[start:n]``, the first of them its
+        record number ``first``; returns ST_NEXT, ST_BEFORE or ST_INSIDE."""
+        return ST_NEXT
 
     cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
                         const uint8_t* key, int32_t key_len,
                         const uint8_t* value, int32_t value_len) except -1:
-        return 0
+        """Take one legacy message (returns ST_BEFORE if the sink rolled its batch back)."""
+        return ST_NEXT
 
     cdef Py_ssize_t fast_path(self, Py_ssize_t pos, Py_ssize_t n) except -1:
         """Optionally consume batches from ``pos`` without Python; returns
         where the regular walk resumes."""
         return pos
+
+    # --- limits ------------------------------------------------------------
+    cdef inline bint stopping(self) noexcept nogil:
+        """The call has done its share (checked between batches and legacy
+        messages): ``max_records`` returned, or ``max_bytes`` reached after at
+        least one record or batch."""
+        if self.returned >= self.max_records and self.returned > 0:
+            return True
+        return self.decoded >= self.budget and (self.any_batch or self.returned > 0)
+
+    cdef inline Py_ssize_t records_room(self) noexcept nogil:
+        """Records the call may still return (1 at least: a call returns one)."""
+        cdef Py_ssize_t left = self.max_records - self.returned
+        return left if left > 1 else 1
+
+    cdef inline void walked(self, Py_ssize_t nbytes, Py_ssize_t k, int64_t last) noexcept nogil:
+        """Account a record walk: ``nbytes`` of records walked, ``k`` returned."""
+        self.decoded += nbytes + k * self.row_cost
+        self.returned += k
+        self.last = last
+
+    cdef inline void batch_done(self, Batch* b) noexcept nogil:
+        if b.last_offset > self.last:
+            self.last = b.last_offset
+        self.next_offset = add_wrap(self.last, 1)
+        self.any_batch = True
+
+    cdef int keep_partial(self, Batch* b, const uint8_t* p, Py_ssize_t n, bytes owner,
+                          int64_t rel_base, BatchInfo info) except -1:
+        """The call stopped inside ``b`` at ``at_pos`` of its records ``p[:n]``:
+        keep the rest for the next call (``owner`` holds ``p`` if it is a bytes
+        object; otherwise the rest is copied)."""
+        cdef PartialBatch pb = PartialBatch.__new__(PartialBatch)
+        pb.kind = self.kind
+        pb.b = b[0]
+        pb.index = self.at_index
+        pb.last = self.last
+        pb.rel_base = rel_base
+        pb.info = info
+        if owner is None:
+            pb.payload = PyBytes_FromStringAndSize(<const char*>(p + self.at_pos), n - self.at_pos)
+            pb.pos = 0
+        else:
+            pb.payload = owner
+            pb.pos = self.at_pos
+        self.resume_out = pb
+        self.next_offset = add_wrap(self.last, 1)
+        self.any_batch = True
+        return 0
+
+    cdef BatchInfo partial_info(self):
+        return None
 
     # --- errors ------------------------------------------------------------
     cdef raise_code(self, int code, int64_t offset):
@@ -1147,7 +1317,19 @@ cdef class _Driver:
                                  self.partition, b.base_offset)
 
     # --- the walk ----------------------------------------------------------
-    cdef int run(self, object data, object topic, object partition, int64_t min_offset) except -1:
+    cdef int enter(self, PartialBatch resume) except -1:
+        """Claim the decoder for one call (a decoder is not thread-safe: a
+        second call while one is under way would clobber its state)."""
+        if self.busy:
+            raise RuntimeError("this decoder is already decoding (another thread?): use one decoder per thread")
+        if resume is not None and resume.kind != self.kind:
+            raise TypeError(f"resume= takes a PartialBatch that a {type(self).__name__} made")
+        self.busy = True
+        return 0
+
+    cdef int run(self, object data, object topic, object partition, int64_t min_offset,
+                 Py_ssize_t max_bytes, Py_ssize_t max_records, PartialBatch resume) except -1:
+        """One call (claimed by ``enter``; the caller releases ``busy``)."""
         cdef _Pinned pin
         cdef Batch b
         cdef int st, err = 0
@@ -1155,11 +1337,18 @@ cdef class _Driver:
         self.topic = topic
         self.partition = partition
         self.min_offset = min_offset
+        self.last = min_offset - 1 if min_offset != INT64_MIN else INT64_MIN
+        self.skipped = 0
+        self.bounded = max_bytes >= 0 or max_records >= 0
+        self.budget = max_bytes if max_bytes >= 0 else PY_SSIZE_T_MAX
+        self.max_records = max_records if max_records >= 0 else PY_SSIZE_T_MAX
+        self.decoded = self.returned = 0
         self.consumed = 0
-        self.decoded = 0
         self.any_batch = False
         self.next_offset = -1
         self.incomplete_size = 0
+        self.resume_out = None
+        self.held_pending = False
         if PyBytes_CheckExact(data):
             self.input_owner = data
             self.buf = <const uint8_t*>PyBytes_AS_STRING(data)
@@ -1171,9 +1360,11 @@ cdef class _Driver:
             n = pin.view.len
         try:
             self.view = memoryview(data).cast("B")
+            if resume is not None and self.go_on(resume) != ST_NEXT:
+                return 0
             while pos < n:
                 pos = self.fast_path(pos, n)
-                if pos >= n or self.over_budget():
+                if pos >= n or self.resume_out is not None or self.stopping():
                     break
                 st = read_batch(self.buf, pos, n, &b, &err)
                 if st < 0:
@@ -1185,28 +1376,59 @@ cdef class _Driver:
                     st = self.run_v2(&b)
                 else:
                     st = self.run_legacy(&b)
-                if st == 1:
+                if st == ST_BEFORE:
                     break
                 pos += b.total
                 self.consumed = pos
-                self.next_offset = add_wrap(b.last_offset, 1)
-                self.any_batch = True
-                if self.over_budget():
+                if st == ST_INSIDE:
+                    break
+                self.batch_done(&b)
+                if self.stopping():
                     break
         finally:
             self.view = self.input_owner = None
             self.buf = NULL
         return 0
 
-    cdef inline bint over_budget(self) noexcept nogil:
-        return self.budget >= 0 and self.decoded >= self.budget and self.any_batch
+    cdef int go_on(self, PartialBatch pb) except -1:
+        """Go on with the batch an earlier call stopped inside."""
+        cdef Batch b = pb.b
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(pb.payload)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(pb.payload)
+        cdef int st
+        cdef int64_t min_offset = self.min_offset
+        if pb.last > self.last:
+            self.last = pb.last
+        if min_offset <= pb.last or min_offset - 1 == pb.last:
+            # min_offset is where the earlier calls stopped: a record of this
+            # batch dropped now went backwards (counted), it was not before the fetch offset
+            self.min_offset = INT64_MIN
+        self.go_on_batch(pb)
+        try:
+            if b.magic == 2:
+                st = self.on_v2_records(&b, p, pb.pos, n, pb.index)
+                if st == ST_INSIDE:
+                    self.keep_partial(&b, p, n, pb.payload, 0, pb.info)
+            else:
+                st = self.legacy_messages(&b, p, pb.pos, n, pb.index, pb.rel_base, pb.payload, pb.info)
+        finally:
+            self.min_offset = min_offset
+        if st == ST_BEFORE:        # nothing of it fits this call: it stays as it was
+            self.resume_out = pb
+            self.next_offset = add_wrap(pb.last, 1)
+            self.any_batch = True
+        elif st == ST_NEXT:
+            self.batch_done(&b)
+        return st
 
     cdef int run_v2(self, Batch* b) except -1:
         cdef int codec = b.attributes & ATTR_CODEC
         cdef Py_ssize_t body = b.pos + V2_HEADER
         cdef Py_ssize_t body_len = b.total - V2_HEADER
         cdef uint32_t crc
-        cdef object plain
+        cdef bytes plain = None
+        cdef const uint8_t* p
+        cdef Py_ssize_t n
         cdef int st
         if self.check_crcs:
             with nogil:
@@ -1220,22 +1442,22 @@ cdef class _Driver:
                                         self.topic, self.partition, b.base_offset)
         self.begin_batch(b)
         if (b.attributes & ATTR_CONTROL) and not self.include_control:
-            return 0
+            return ST_NEXT
         if b.count == 0 and codec == 0:
             if body_len:
                 self.raise_code(E_TRAILING, b.base_offset)
-            return 0
+            return ST_NEXT
         if codec == 0:
-            self.decoded += body_len
-            st = self.on_v2_records(b, self.buf + body, body_len)
+            p, n = self.buf + body, body_len
         elif codec == 3 and _lz4f_decompress != NULL:
             n = self.lz4_payload(b, body, body_len)
-            self.decoded += n
-            st = self.on_v2_records(b, <const uint8_t*>self.plain.data, n)
+            p = <const uint8_t*>self.plain.data
         else:
             plain = self.payload(b, body, body_len, codec)
-            self.decoded += PyBytes_GET_SIZE(plain)
-            st = self.on_v2_records(b, <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain))
+            p, n = <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain)
+        st = self.on_v2_records(b, p, 0, n, 0)
+        if st == ST_INSIDE:
+            self.keep_partial(b, p, n, plain, 0, self.partial_info())
         return st
 
     cdef int check_legacy_crc(self, const uint8_t* msg, Py_ssize_t n, Batch* b, int64_t offset) except -1:
@@ -1250,27 +1472,40 @@ cdef class _Driver:
                 self.topic, self.partition, offset)
         return 0
 
+    cdef int legacy_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
+                            const uint8_t* key, int32_t key_len,
+                            const uint8_t* value, int32_t value_len) except -1:
+        """One legacy message: ST_NEXT (dropped), ST_BEFORE (the sink rolled
+        its batch back) or ST_RETURNED."""
+        if offset <= self.last:
+            if offset >= self.min_offset:
+                self.skipped += 1
+            return ST_NEXT
+        if self.on_message(b, offset, ts, ts_type, key, key_len, value, value_len) == ST_BEFORE:
+            return ST_BEFORE
+        self.walked(0, 1, offset)
+        return ST_RETURNED
+
+    cdef inline int legacy_ts_type(self, Batch* b) noexcept:
+        if b.magic == 0:
+            return -1
+        return 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
+
     cdef int run_legacy(self, Batch* b) except -1:
         cdef int codec = b.attributes & ATTR_CODEC
-        cdef int ts_type
-        cdef object plain
+        cdef bytes plain
         cdef const uint8_t* p
         cdef Py_ssize_t n, pos
-        cdef Reader r
         cdef Batch inner
         cdef int err = 0, st, count = 0
-        cdef int64_t last_rel = 0, offset, ts, rel_base
+        cdef int64_t last_rel = 0, rel_base
         self.check_legacy_crc(self.buf + b.pos + LOG_OVERHEAD, b.total - LOG_OVERHEAD, b, b.base_offset)
-        if b.magic == 0:
-            ts_type = -1
-        else:
-            ts_type = 1 if b.attributes & ATTR_LOG_APPEND_TIME else 0
         if codec == 0:
             self.begin_batch(b)
             self.decoded += b.total
-            return self.on_message(b, b.base_offset, b.timestamp, ts_type,
-                                   self.buf + b.key_pos, b.key_len,
-                                   self.buf + b.value_pos, b.value_len)
+            st = self.legacy_message(b, b.base_offset, b.timestamp, self.legacy_ts_type(b),
+                                     self.buf + b.key_pos, b.key_len, self.buf + b.value_pos, b.value_len)
+            return ST_BEFORE if st == ST_BEFORE else ST_NEXT
         if codec > 4:
             raise UnsupportedCodecError(f"unknown compression codec id {codec}",
                                         self.topic, self.partition, b.base_offset)
@@ -1279,7 +1514,6 @@ cdef class _Driver:
         plain = self.payload(b, b.value_pos, b.value_len, codec)
         p = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
-        self.decoded += n
         # pass 1: frame the inner messages, find the last (relative) offset
         pos = 0
         while pos < n:
@@ -1304,7 +1538,16 @@ cdef class _Driver:
         b.last_offset = last_rel if last_rel > b.base_offset else b.base_offset
         self.begin_batch(b)
         # pass 2: the messages themselves
-        pos = 0
+        return self.legacy_messages(b, p, 0, n, 0, rel_base, plain, self.partial_info())
+
+    cdef int legacy_messages(self, Batch* b, const uint8_t* p, Py_ssize_t pos, Py_ssize_t n, int32_t index,
+                             int64_t rel_base, bytes owner, BatchInfo info) except -1:
+        """The inner messages of a compressed legacy wrapper ``b`` (framed by
+        run_legacy) from ``p[pos:n]`` on; ST_INSIDE keeps the rest."""
+        cdef Batch inner
+        cdef int err = 0, st
+        cdef int ts_type = self.legacy_ts_type(b)
+        cdef int64_t offset, ts
         while pos < n:
             read_batch(p, pos, n, &inner, &err)
             if inner.magic != b.magic:
@@ -1317,12 +1560,18 @@ cdef class _Driver:
                 ts = b.timestamp
             else:
                 ts = inner.timestamp
-            st = self.on_message(b, offset, ts, ts_type, p + inner.key_pos, inner.key_len,
-                                 p + inner.value_pos, inner.value_len)
-            if st == 1:
-                return 1
+            st = self.legacy_message(b, offset, ts, ts_type, p + inner.key_pos, inner.key_len,
+                                     p + inner.value_pos, inner.value_len)
+            if st == ST_BEFORE:
+                return ST_BEFORE
             pos += inner.total
-        return 0
+            index += 1
+            self.decoded += inner.total
+            if st == ST_RETURNED and pos < n and self.stopping():
+                self.at_pos, self.at_index = pos, index
+                self.keep_partial(b, p, n, owner, rel_base, info)
+                return ST_INSIDE
+        return ST_NEXT
 
 
 # ----------------------------------------------------------- object decoder
@@ -1333,41 +1582,60 @@ cdef class Decoder(_Driver):
     ``include_control`` also returns the records of control batches (commit
     and abort markers), which are skipped by default;
     ``max_decompressed_bytes`` caps the decompressed size of one batch.
-    A decoder holds no state between calls and may be reused; it is not
-    thread-safe (use one per thread).
+    A decoder holds no state between calls (a call stopped inside a batch
+    hands its rest back as ``resume``) and may be reused, for any number of
+    partitions; it is not thread-safe (use one per thread: a call while
+    another is under way raises RuntimeError).
     """
     cdef list records
     cdef list batches
     cdef BatchInfo cur
     cdef object last_hkey          # last header key str, reused when bytes match
-    cdef bytes last_hkey_raw
+    cdef bytes last_hkey_raw       # ... its bytes (None: no key yet)
     cdef tuple last_headers        # last headers tuple, reused when bytes match
-    cdef bytes last_headers_raw
+    cdef bytes last_headers_raw    # ... its bytes (None: none yet)
 
-    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1, Py_ssize_t max_bytes=-1):
-        """Decode every complete batch in ``data`` (any bytes-like object).
+    def __cinit__(self, *args, **kwargs):
+        self.kind = KIND_OBJECTS
+        self.row_cost = RECORD_COST
+
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1,
+               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None):
+        """Decode the complete batches in ``data`` (any bytes-like object).
 
         Records before ``min_offset`` are validated but not returned (a
         fetch returns whole batches, which may start before the fetch offset).
-        ``topic`` and ``partition`` only label errors. With ``max_bytes``
-        the call stops at the first batch boundary where the (decompressed)
-        record bytes decoded reach it, after at least one batch; ``consumed``
-        tells where to go on. Returns a :class:`DecodeResult`.
+        ``topic`` and ``partition`` only label errors.
+
+        A call does a bounded share of the work when asked: it stops once it
+        returned ``max_records`` records, or once the cost of what it walked
+        reaches ``max_bytes`` (the batches' decompressed record bytes, plus
+        about 200 bytes per record returned: a Record object and its list
+        slot), after one record at least, between batches or inside one. Then
+        ``consumed`` says where the next call goes on and, if the call stopped
+        inside a batch, ``resume`` holds the rest of that batch: pass it to the
+        next call, ``decode(data[consumed:], resume=result.resume, ...)``
+        (``min_offset`` the previous ``next_offset``), which returns those
+        records first. -1 means no limit. Returns a :class:`DecodeResult`.
         """
         cdef DecodeResult res = DecodeResult.__new__(DecodeResult)
-        self.budget = max_bytes
-        self.records = []
-        self.batches = []
+        self.enter(resume)
         try:
-            self.run(data, topic, partition, min_offset)
+            self.records = []
+            self.batches = []
+            self.run(data, topic, partition, min_offset, max_bytes, max_records, resume)
             res.records = self.records
             res.batches = self.batches
+            res.resume = self.resume_out
         finally:
             self.records = self.batches = None
             self.cur = None
+            self.resume_out = None
+            self.busy = False
         res.consumed = self.consumed
         res.next_offset = self.next_offset if self.any_batch else None
         res.incomplete_size = self.incomplete_size
+        res.skipped = self.skipped
         return res
 
     cdef int begin_batch(self, Batch* b) except -1:
@@ -1375,13 +1643,22 @@ cdef class Decoder(_Driver):
         self.batches.append(self.cur)
         return 0
 
+    cdef int go_on_batch(self, PartialBatch pb) except -1:
+        self.cur = pb.info
+        return 0
+
+    cdef BatchInfo partial_info(self):
+        return self.cur
+
     cdef object header_key(self, const uint8_t* p, int32_t n):
         cdef bytes raw = self.last_hkey_raw
+        cdef object key
         if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
             return self.last_hkey
-        self.last_hkey = header_key_str(p, n)
-        self.last_hkey_raw = PyBytes_FromStringAndSize(<const char*>p, n)
-        return self.last_hkey
+        key = header_key_str(p, n)
+        raw = PyBytes_FromStringAndSize(<const char*>p, n)
+        self.last_hkey, self.last_hkey_raw = key, raw     # together: one never outlives the other
+        return key
 
     cdef tuple headers(self, Rec* rec, const uint8_t* base):
         cdef Reader r
@@ -1402,24 +1679,33 @@ cdef class Decoder(_Driver):
             if rd_header(&r, &k, &kn, &v, &vn) < 0:   # cannot happen after parse_record; never read from NULL
                 raise CorruptRecordError(_MESSAGES[r.err], self.topic, self.partition, None)
             set_tuple_item(out, i, (self.header_key(k, kn), bytes_or_none(v, vn)))
-        self.last_headers = out
-        self.last_headers_raw = PyBytes_FromStringAndSize(<const char*>(base + rec.headers_pos), nbytes)
+        raw = PyBytes_FromStringAndSize(<const char*>(base + rec.headers_pos), nbytes)
+        self.last_headers, self.last_headers_raw = out, raw
         return out
 
-    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                           int32_t first) except -1:
         cdef Reader r
         cdef Rec rec
         cdef Record o
         cdef int32_t i
         cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
-        cdef int ts_type = 1 if log_append else 0
         cdef list out = self.records
         cdef BatchInfo bi = self.cur
-        rd_init(&r, p, 0, n)
-        for i in range(b.count):
+        cdef int64_t last = self.last
+        cdef bint bounded = self.bounded
+        cdef Py_ssize_t k = 0
+        cdef Py_ssize_t room = self.records_room()
+        cdef Py_ssize_t budget = self.budget - self.decoded
+        rd_init(&r, p, start, n)
+        for i in range(first, b.count):
             if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
                 self.raise_code(r.err, b.base_offset)
-            if rec.offset < self.min_offset:
+            if rec.offset <= last:
+                if rec.offset >= self.min_offset:
+                    self.skipped += 1
+                if bounded and (k or self.returned) and i + 1 < b.count and r.pos - start + k * RECORD_COST >= budget:
+                    break                   # the call returned a record: stop inside (below)
                 continue
             o = Record.__new__(Record)
             o.offset = rec.offset
@@ -1429,17 +1715,23 @@ cdef class Decoder(_Driver):
             o.headers = self.headers(&rec, p)
             o.batch = bi
             out.append(o)
-        if r.pos != n:
-            self.raise_code(E_TRAILING, b.base_offset)
-        return 0
+            last = rec.offset
+            k += 1
+            if bounded and (k >= room or r.pos - start + k * RECORD_COST >= budget) and i + 1 < b.count:
+                break
+        else:
+            if r.pos != n:
+                self.raise_code(E_TRAILING, b.base_offset)
+            self.walked(n - start, k, last)
+            return ST_NEXT
+        self.walked(r.pos - start, k, last)     # stopped inside the batch, after record i
+        self.at_pos, self.at_index = r.pos, i + 1
+        return ST_INSIDE
 
     cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
                         const uint8_t* key, int32_t key_len,
                         const uint8_t* value, int32_t value_len) except -1:
-        cdef Record o
-        if offset < self.min_offset:
-            return 0
-        o = Record.__new__(Record)
+        cdef Record o = Record.__new__(Record)
         o.offset = offset
         o.timestamp = ts
         o.key = bytes_or_none(key, key_len)
@@ -1447,7 +1739,7 @@ cdef class Decoder(_Driver):
         o.headers = ()
         o.batch = self.cur
         self.records.append(o)
-        return 0
+        return ST_NEXT
 
 
 cdef extern from "Python.h":
@@ -1629,18 +1921,26 @@ cdef struct ColsMark:          # enough to roll a batch back
     int64_t rows
     int64_t header_rows
     int64_t nulls[NNULLS]
+    Py_ssize_t nbatches
+    int64_t last                # the driver's counts
+    Py_ssize_t skipped
+    Py_ssize_t decoded
+    Py_ssize_t returned
 
 
 cdef class ColumnarResult:
     """What :meth:`ColumnarDecoder.decode` found: ``record_batch`` (a
     ``pyarrow.RecordBatch``), and ``consumed``, ``next_offset``,
-    ``incomplete_size`` as in :class:`DecodeResult`; ``batch_count`` is the
-    number of complete batches read."""
+    ``incomplete_size``, ``resume`` and ``skipped`` as in
+    :class:`DecodeResult`; ``batch_count`` is the number of batches the call
+    began (as ``DecodeResult.batches``)."""
     cdef readonly object record_batch
     cdef readonly Py_ssize_t consumed
     cdef readonly object next_offset
     cdef readonly Py_ssize_t incomplete_size
     cdef readonly Py_ssize_t batch_count
+    cdef readonly PartialBatch resume
+    cdef readonly Py_ssize_t skipped
 
     @property
     def num_records(self):
@@ -1649,7 +1949,7 @@ cdef class ColumnarResult:
     def __repr__(self):
         return (f"ColumnarResult(records={self.record_batch.num_rows}, batches={self.batch_count}, "
                 f"consumed={self.consumed}, next_offset={self.next_offset}, "
-                f"incomplete_size={self.incomplete_size})")
+                f"incomplete_size={self.incomplete_size}, resume={self.resume!r}, skipped={self.skipped})")
 
 
 cdef class ColumnarDecoder(_Driver):
@@ -1666,6 +1966,9 @@ cdef class ColumnarDecoder(_Driver):
     ``max_column_bytes`` caps the bytes of keys, of values, of header keys
     and of header values in one result (at most 2**31 - 1, what Arrow's int32
     offsets allow): a call stops at the batch boundary before the cap.
+    A decoder serves any number of partitions (a call stopped inside a batch
+    hands its rest back as ``resume``); a call while another is under way
+    (another thread's) raises RuntimeError.
 
     The column buffers are lent to pyarrow without a copy; when pyarrow frees
     them they come back to this decoder (which keeps at most 256 MiB of them)
@@ -1682,6 +1985,10 @@ cdef class ColumnarDecoder(_Driver):
     cdef Py_ssize_t nbatches
     cdef object ts_unit
     cdef Py_ssize_t max_column
+
+    def __cinit__(self, *args, **kwargs):
+        self.kind = KIND_COLUMNS
+        self.row_cost = ROW_COST
 
     def __init__(self, *, bint check_crcs=True, bint include_control=False,
                  Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -1719,24 +2026,34 @@ cdef class ColumnarDecoder(_Driver):
         self.sync_lens()
         return 0
 
-    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1, Py_ssize_t max_bytes=-1):
-        """Decode every complete batch in ``data`` into one Arrow record batch.
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1,
+               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None):
+        """Decode the complete batches in ``data`` into one Arrow record batch.
 
-        Arguments (``max_bytes`` too) and the cut-buffer rules are those of
-        :meth:`Decoder.decode`. A call also stops early, at a batch boundary,
+        Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`
+        (``max_records``, ``resume`` too); against ``max_bytes`` a row costs
+        its bytes in the decompressed batch (which bound its key, value and
+        header bytes) plus 32 bytes (its offset, timestamp, timestamp type
+        and end offsets). A call also stops early, at a batch boundary,
         rather than let a binary column pass ``max_column_bytes``
         (``consumed`` tells where).
         """
         cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
-        self.budget = max_bytes
-        self.start()
-        self.nbatches = 0
-        self.run(data, topic, partition, min_offset)
-        res.record_batch = self.finish()
+        self.enter(resume)
+        try:
+            self.start()
+            self.nbatches = 0
+            self.run(data, topic, partition, min_offset, max_bytes, max_records, resume)
+            res.record_batch = self.finish()
+            res.resume = self.resume_out
+        finally:
+            self.resume_out = None
+            self.busy = False
         res.consumed = self.consumed
         res.next_offset = self.next_offset if self.any_batch else None
         res.incomplete_size = self.incomplete_size
         res.batch_count = self.nbatches
+        res.skipped = self.skipped
         return res
 
     cdef object finish(self):
@@ -1769,64 +2086,90 @@ cdef class ColumnarDecoder(_Driver):
     cdef Py_ssize_t fast_path(self, Py_ssize_t pos, Py_ssize_t n) except -1:
         with nogil:
             pos = self.fill_run(pos, n)
+        if self.held_pending:       # fill_run stopped inside that batch
+            self.held_pending = False
+            self.keep_partial(&self.held, self.buf + self.held.pos + V2_HEADER, self.held.total - V2_HEADER,
+                              None, 0, None)
         return pos
 
     cdef Py_ssize_t fill_run(self, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
         """Parse consecutive uncompressed v2 batches in one GIL-free run.
         Stops at the first batch that needs Python (compressed, legacy, cut)
         or that fails in any way: the regular walk then takes it over and
-        raises or stops as it would."""
+        raises or stops as it would. A batch it stops inside is left in
+        ``held`` for fast_path."""
         cdef Batch b
-        cdef int err = 0
-        cdef Py_ssize_t body
-        while pos < n and not self.over_budget():
+        cdef int err = 0, st
+        while pos < n and not self.stopping():
             if read_batch(self.buf, pos, n, &b, &err) != 1 or b.magic != 2 or (b.attributes & ATTR_CODEC):
                 break
             if self.check_crcs and crc32c(self.buf + pos + V2_CRC_START, b.total - V2_CRC_START) != b.crc:
                 break
-            body = pos + V2_HEADER
-            self.mark_batch()
-            if (not (b.attributes & ATTR_CONTROL) or self.include_control) and (
-                    (b.count == 0 and b.total != V2_HEADER)
-                    or (b.count and self.fill_v2(&b, self.buf + body, b.total - V2_HEADER) != 0)):
+            self.mark_batch(True)
+            st = ST_NEXT
+            if (b.attributes & ATTR_CONTROL) and not self.include_control:
+                pass
+            elif b.count == 0:
+                if b.total != V2_HEADER:
+                    st = -E_TRAILING
+            else:
+                st = self.fill_v2(&b, self.buf + pos + V2_HEADER, 0, b.total - V2_HEADER, 0)
+            if st != ST_NEXT and st != ST_INSIDE:
                 self.rollback()
                 break
             pos += b.total
             self.consumed = pos
-            self.decoded += b.total - V2_HEADER
-            self.next_offset = add_wrap(b.last_offset, 1)
-            self.any_batch = True
+            if st == ST_INSIDE:
+                self.held = b
+                self.held_pending = True
+                break
+            self.batch_done(&b)
         return pos
 
     cdef int begin_batch(self, Batch* b) except -1:
-        self.mark_batch()
+        self.mark_batch(True)
         return 0
 
-    cdef void mark_batch(self) noexcept nogil:
+    cdef int go_on_batch(self, PartialBatch pb) except -1:
+        self.mark_batch(False)
+        return 0
+
+    cdef void mark_batch(self, bint new) noexcept nogil:
+        """Mark where a batch's rows begin (``new``: a batch this call began)."""
         cdef int i
-        self.nbatches += 1
+        self.mark.nbatches = self.nbatches
+        self.nbatches += new
         for i in range(NCOLS):
             self.mark.lens[i] = self.c.b[i].len
         self.mark.rows = self.c.rows
         self.mark.header_rows = self.c.header_rows
         for i in range(NNULLS):
             self.mark.nulls[i] = self.c.nulls[i]
+        self.mark.last = self.last
+        self.mark.skipped = self.skipped
+        self.mark.decoded = self.decoded
+        self.mark.returned = self.returned
 
     cdef void rollback(self) noexcept nogil:
         """Forget the current batch (a column would pass max_column_bytes)."""
         cdef int i
-        self.nbatches -= 1
+        self.nbatches = self.mark.nbatches
         for i in range(NCOLS):
             self.c.b[i].len = self.mark.lens[i]
         self.c.rows = self.mark.rows
         self.c.header_rows = self.mark.header_rows
         for i in range(NNULLS):
             self.c.nulls[i] = self.mark.nulls[i]
+        self.last = self.mark.last
+        self.skipped = self.mark.skipped
+        self.decoded = self.mark.decoded
+        self.returned = self.mark.returned
 
     cdef int check(self, int st, Batch* b) except -1:
-        """Turn a fill status into: 0 go on, 1 stop before this batch, or raise."""
-        if st == 0:
-            return 0
+        """Turn a fill status into: ST_NEXT, ST_INSIDE, ST_BEFORE (rolled
+        back: stop before this batch), or raise."""
+        if st == ST_NEXT or st == ST_INSIDE:
+            return st
         if st == -E_NOMEM:
             raise MemoryError()
         if st < 0:
@@ -1836,28 +2179,29 @@ cdef class ColumnarDecoder(_Driver):
             raise KwireError(f"the batch at offset {b.base_offset} of {self.topic!r} partition "
                              f"{self.partition} holds more than max_column_bytes={self.max_column} bytes "
                              "in one column, so it cannot be returned as one Arrow record batch")
-        return 1
+        return ST_BEFORE
 
-    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t n) except -1:
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                           int32_t first) except -1:
         cdef int st
         with nogil:
-            st = self.fill_v2(b, p, n)
+            st = self.fill_v2(b, p, start, n, first)
         return self.check(st, b)
 
     cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
                         const uint8_t* key, int32_t key_len,
                         const uint8_t* value, int32_t value_len) except -1:
-        cdef int st
-        if offset < self.min_offset:
-            return 0
-        st = self.reserve_rows(1)
+        cdef int st = self.reserve_rows(1)
         if st == 0:
             st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len, 0)
         return self.check(st, b)
 
-    cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-        """Append the records of one uncompressed v2 batch body, parsing and
-        validating each record and its headers in a single walk."""
+    cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                     int32_t first) noexcept nogil:
+        """Append the records of a v2 batch from ``p[start:n]`` on (its record
+        number ``first``), parsing and validating each record and its headers
+        in a single walk. Returns ST_NEXT, ST_INSIDE (``at_pos``, ``at_index``),
+        1 (a column is full: roll back) or -error."""
         cdef Reader r
         cdef Rec rec
         cdef int32_t i, j, kn, vn
@@ -1866,15 +2210,27 @@ cdef class ColumnarDecoder(_Driver):
         cdef int st
         cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
         cdef int ts_type = 1 if log_append else 0
-        # a record takes at least 7 bytes, so at most n // 7 rows can come
-        st = self.reserve_rows(min(<Py_ssize_t>b.count, n // 7 + 1))
+        cdef int64_t rows0 = self.c.rows
+        cdef bint bounded = self.bounded
+        cdef Py_ssize_t budget = self.budget - self.decoded
+        # a record takes at least 7 bytes, so at most n // 7 rows can come; a
+        # bounded call stops once it has ``room`` rows of this batch, or once
+        # they cost ``budget`` (budget // ROW_COST + 1 rows do)
+        cdef Py_ssize_t room = min(<Py_ssize_t>b.count - first, (n - start) // 7 + 1)
+        if bounded:
+            room = min(room, self.records_room(), max(budget, 0) // ROW_COST + 1)
+        st = self.reserve_rows(room)
         if st:
             return st
-        rd_init(&r, p, 0, n)
-        for i in range(b.count):
+        rd_init(&r, p, start, n)
+        # (self.last is read and written in place: a local copy measured 4
+        # more instructions per header, the register it takes spilling)
+        for i in range(first, b.count):
             if parse_record_fields(&r, b.base_offset, b.first_ts, &rec) < 0:
                 return -r.err
-            if rec.offset < self.min_offset:
+            if rec.offset <= self.last:
+                if rec.offset >= self.min_offset:
+                    self.skipped += 1
                 for j in range(rec.header_count):
                     if rd_header(&r, &k, &kn, &v, &vn) < 0:
                         return -r.err
@@ -1889,11 +2245,19 @@ cdef class ColumnarDecoder(_Driver):
                     st = self.add_header(k, kn, v, vn)
                     if st:
                         return st
+                self.last = rec.offset
             if end_record(&r, &rec) < 0:
                 return -r.err
+            # stop after a row of this call (this record's, or one before it was skipped)
+            if bounded and self.c.rows and i + 1 < b.count and (
+                    self.c.rows - rows0 >= room or r.pos - start + (self.c.rows - rows0) * ROW_COST >= budget):
+                self.walked(r.pos - start, self.c.rows - rows0, self.last)
+                self.at_pos, self.at_index = r.pos, i + 1
+                return ST_INSIDE
         if r.pos != n:
             return -E_TRAILING
-        return 0
+        self.walked(n - start, self.c.rows - rows0, self.last)
+        return ST_NEXT
 
     cdef void sync_lens(self) noexcept nogil:
         """Set the lengths of the fixed-width and offset columns (written by
@@ -2022,23 +2386,35 @@ cdef inline int note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) no
 cdef class SplitResult:
     """Batch boundaries of a buffer: ``batches`` is a list of zero-copy
     memoryviews, one per complete batch (or legacy message); ``consumed``,
-    ``next_offset`` and ``incomplete_size`` as in :class:`DecodeResult`."""
+    ``next_offset`` and ``incomplete_size`` as in :class:`DecodeResult`;
+    ``error``: with ``split_batches(..., raise_errors=False)``, the
+    :class:`CorruptRecordError` of the batch header that ended the walk
+    (None if none did)."""
     cdef readonly list batches
     cdef readonly Py_ssize_t consumed
     cdef readonly object next_offset
     cdef readonly Py_ssize_t incomplete_size
+    cdef readonly object error
 
     def __repr__(self):
         return (f"SplitResult(batches={len(self.batches)}, consumed={self.consumed}, "
-                f"next_offset={self.next_offset}, incomplete_size={self.incomplete_size})")
+                f"next_offset={self.next_offset}, incomplete_size={self.incomplete_size}, "
+                f"error={self.error!r})")
 
 
-def split_batches(data, *, topic=None, partition=None):
+def split_batches(data, *, topic=None, partition=None, bint raise_errors=True):
     """Walk the batch boundaries of ``data`` without decoding records.
 
     Each complete batch comes back as a memoryview into ``data`` (no copy), so
     batches can be handed on or decoded in parallel. Headers are validated
     (sizes, magic); CRCs and records are checked when a batch is decoded.
+
+    A header that cannot be right (an unknown magic byte, an impossible size
+    or record count: the CRC does not cover magic and size) raises
+    :class:`CorruptRecordError` naming ``topic``, ``partition`` and the bad
+    batch's base offset. With ``raise_errors=False`` it ends the walk
+    instead: the result has the good batches before it (``consumed`` and
+    ``next_offset`` theirs) and the error, not raised, in ``error``.
     """
     cdef Py_buffer pybuf
     cdef Batch b
@@ -2053,8 +2429,12 @@ def split_batches(data, *, topic=None, partition=None):
         while pos < pybuf.len:
             st = read_batch(<const uint8_t*>pybuf.buf, pos, pybuf.len, &b, &err)
             if st < 0:
-                raise CorruptRecordError(_MESSAGES.get(err, "corrupt record data"), topic, partition,
-                                         b.base_offset)
+                error = CorruptRecordError(_MESSAGES.get(err, "corrupt record data"), topic, partition,
+                                           b.base_offset)
+                if raise_errors:
+                    raise error
+                res.error = error
+                break
             if st == 0:
                 res.incomplete_size = b.total
                 break
@@ -2786,7 +3166,7 @@ cdef int encode_all(EncodeJob* jobs, Py_ssize_t n, Py_ssize_t helpers) except -1
 
 
 cdef list _build_batches(list items, list stamps, object last_offset_delta):
-    cdef Py_ssize_t i, n = len(items)
+    cdef Py_ssize_t i, n
     cdef EncodeJob* jobs
     cdef EncodeJob* job
     cdef RecordBatchBuilder b
@@ -2797,6 +3177,9 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
     cdef list built = []
     cdef set seen = set()
     cdef Py_ssize_t compressed = 0
+    items = list(items)             # copies no other thread can change while Python code runs (compressing)
+    stamps = list(stamps)
+    n = len(items)
     if len(stamps) != n:
         raise ValueError("one stamp per builder")
     jobs = <EncodeJob*>calloc(max(n, 1), sizeof(EncodeJob))
@@ -2811,9 +3194,11 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
                 if b is None:
                     raise KwireError("the batch was built already")
                 held = &pb.held
-            else:
-                b = <RecordBatchBuilder?>item
+            elif isinstance(item, RecordBatchBuilder):
+                b = item
                 held = NULL
+            else:
+                raise TypeError(f"build_batches takes RecordBatchBuilder or ProducerBatch, not {type(item).__name__}")
             if id(b) in seen:           # two jobs would encode into one builder
                 raise ValueError("a batch is given twice")
             seen.add(id(b))
@@ -2848,7 +3233,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
         free(jobs)
 
 
-def build_batches(list batches, list stamps):
+def build_batches(list batches not None, list stamps not None):
     """Encode several batches at once, each a :class:`RecordBatchBuilder` or
     a :class:`ProducerBatch`, as ``build`` would one by one: the batches as
     bytes, in order. ``stamps`` holds per batch None or ``(producer_id,
@@ -3147,17 +3532,20 @@ cdef class ProducerBatch:
     (timestamp, key and value sizes); :func:`build_batches` encodes the
     records into ``builder`` (which starts empty) and builds the batch, on
     the sender thread without the GIL, so ``send()`` does not encode.
-    ``bytes`` is what the batch counts against ``buffer_memory``.
+    ``bytes`` is what the batch counts against ``buffer_memory``;
+    ``refused_size`` the size a batch of the last record it refused (for
+    want of room, see :meth:`Accumulator.append`) alone would have.
     Subclassed by the producer for its send state."""
     cdef readonly str topic
     cdef readonly int partition
     cdef public RecordBatchBuilder builder
     cdef public Py_ssize_t bytes
+    cdef readonly Py_ssize_t refused_size
     cdef Held held
     cdef bytes hbytes               # the last headers encoded, reused while the same pairs come again
     cdef int32_t hcount
 
-    def __cinit__(self, str topic, int partition, RecordBatchBuilder builder, *args, **kwargs):
+    def __cinit__(self, str topic not None, int partition, RecordBatchBuilder builder not None, *args, **kwargs):
         if len(builder):
             raise ValueError("a ProducerBatch's builder must start empty")
         self.topic = topic
@@ -3178,10 +3566,14 @@ cdef class ProducerBatch:
         if records > self.held.cap and held_grow(&self.held, min(records, 1 << 20)) < 0:
             raise MemoryError()
 
-    cdef int add(self, value, key, headers, int64_t ts) except -1:
-        """Hold one record (the producer's lock held); returns its index."""
+    cdef int add(self, value, key, headers, int64_t ts, Py_ssize_t limit) except -1:
+        """Hold one record (the producer's lock held); returns its index, or
+        -2 (holding nothing) if the batch would then pass ``limit`` bytes
+        encoded (uncompressed, header included; at most INT32_MAX, what a
+        batch can be): the record does not fit. ``refused_size`` is then
+        the size of a batch of it alone when the batch is empty."""
         cdef Held* h = &self.held
-        cdef Py_ssize_t index = h.n, body, kn, vn, hlen = 0
+        cdef Py_ssize_t index = h.n, body, size, kn, vn, hlen = 0
         cdef int32_t hcount = 0
         cdef PyObject* k = NULL
         cdef PyObject* v = NULL
@@ -3208,10 +3600,12 @@ cdef class ProducerBatch:
         vn = bytes_size(v) if v != NULL else -1
         body = record_body_size(<int64_t>(<uint64_t>ts - <uint64_t>(h.ts[0] if index else ts)), <int32_t>index,
                                 kn, vn, hcount, hlen)
-        if body > INT32_MAX:
+        size = varint_size(body) + body
+        if V2_HEADER + h.bytes + size > limit:          # limit <= INT32_MAX: body too, as Kafka needs
             Py_XDECREF_(k)
             Py_XDECREF_(v)
-            raise ValueError("record is larger than Kafka allows (2 GiB)")
+            self.refused_size = V2_HEADER + size
+            return -2
         h.refs[3 * index] = k
         h.refs[3 * index + 1] = v
         h.refs[3 * index + 2] = NULL
@@ -3222,13 +3616,17 @@ cdef class ProducerBatch:
         h.sizes[3 * index] = <int32_t>kn
         h.sizes[3 * index + 1] = <int32_t>vn
         h.sizes[3 * index + 2] = hcount
-        h.bytes += varint_size(body) + body
+        h.bytes += size
         h.n = index + 1
         return <int>index
 
     def append(self, value, key, headers, int64_t timestamp):
         """Hold one record (the producer's lock held); returns its index."""
-        return self.add(value, key, headers, timestamp)
+        cdef int index = self.add(value, key, headers, timestamp, INT32_MAX)
+        if index < 0:
+            raise ValueError(f"a batch with this record would be {self.refused_size} bytes, larger than Kafka "
+                             "allows (2 GiB)")
+        return index
 
     @property
     def record_count(self):
@@ -3301,7 +3699,7 @@ cdef class RecordFuture:
     cdef readonly ProducerBatch _batch
     cdef readonly Py_ssize_t _index
 
-    def __init__(self, ProducerBatch batch, Py_ssize_t index):
+    def __init__(self, ProducerBatch batch not None, Py_ssize_t index):
         self._batch = batch
         self._index = index
 
@@ -3335,6 +3733,8 @@ cdef class RecordFuture:
 
     def __repr__(self):
         b = self._batch
+        if b is None:                 # made with __new__ and never initialised
+            return "<RecordFuture unbound>"
         return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
 
 
@@ -3393,6 +3793,8 @@ cdef class SendLock:
             if timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return self.try_acquire()
+        if timeout != -1 and not timeout >= 0:          # NaN too
+            raise ValueError("timeout value must be a non-negative number")
         if self.try_acquire():
             return True
         if timeout >= 0:
@@ -3446,10 +3848,11 @@ cdef class Generation:
 @cython.final
 cdef class _Topic:
     """What the compiled send path knows of one topic: its partitions as of
-    metadata generation ``version`` (-1: none yet) and, by partition, the
-    open batch or None."""
+    metadata generation ``version`` (-1: none yet; a tuple, which no caller
+    can empty under the send path's feet) and, by partition, the open batch
+    or None (never more slots than the topic has partitions)."""
     cdef int64_t version
-    cdef list parts
+    cdef tuple parts
     cdef list slots
 
     def __cinit__(self):
@@ -3457,37 +3860,59 @@ cdef class _Topic:
         self.slots = []
 
 
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
+cdef extern from "Python.h":
+    # without Cython's error check: an int too large for Py_ssize_t is -1 with an error set
+    Py_ssize_t long_as_ssize "PyLong_AsSsize_t"(object o) noexcept
+    PyObject* PyErr_Occurred() noexcept
+    void PyErr_Clear() noexcept
+
+# The Accumulator's cache of the previous send's topic starts with this,
+# which no caller can pass (send() takes a str), so a first call cannot
+# match it.
+cdef object _NO_TOPIC = object()
+
+
 @cython.auto_pickle(False)
 cdef class Accumulator:
     """The compiled half of ``Producer.send``: when the record's partition
-    is known, its batch is open and the lock is free, it appends the record
-    and returns its future without running Python; otherwise it calls
-    ``slow`` (the producer's Python path, which waits, refreshes metadata,
-    opens batches and raises) with the same arguments. Its state is the
-    producer's, guarded by ``lock`` (a :class:`SendLock`): ``open`` maps
-    (topic, partition) to the open batch (change it with :meth:`put`,
-    :meth:`take` and :meth:`clear`), ``sticky`` a topic to its partition for
-    keyless records, and each topic's partitions are set with
-    :meth:`set_partitions` for the metadata version they came from. Per
-    topic it keeps all the compiled path needs in one place, found with one
-    lookup (and none when the topic is the previous send's).
-    ``generation`` is the cluster metadata's :class:`Generation`."""
+    is known, its batch is open and has room and the lock is free, it
+    appends the record and returns its future without running Python;
+    otherwise it calls ``slow`` (the producer's Python path, which waits,
+    refreshes metadata, opens and seals batches and raises) with the same
+    arguments. Its state is the producer's, guarded by ``lock`` (a
+    :class:`SendLock`): ``open`` maps (topic, partition) to the open batch
+    (change it with :meth:`put`, :meth:`take` and :meth:`clear`),
+    ``sticky`` a topic to its partition for keyless records, and each
+    topic's partitions are set with :meth:`set_partitions` for the metadata
+    version they came from. Per topic it keeps all the compiled path needs
+    in one place, found with one lookup (and none when the topic is the
+    previous send's). ``generation`` is the cluster metadata's
+    :class:`Generation`. A batch takes records until it reaches
+    ``batch_size`` (then ``on_full`` is called) and never grows past
+    ``max_batch_bytes`` (encoded, uncompressed; None, or more than
+    2**31 - 1: 2**31 - 1, what the format allows)."""
     cdef readonly dict open
     cdef dict topics            # topic -> _Topic
-    cdef str last_name          # the previous send's topic, and its _Topic
+    cdef object last_name       # the previous send's topic (_NO_TOPIC before the first), and its _Topic
     cdef _Topic last
     cdef public dict sticky
     cdef public Py_ssize_t buffered
     cdef public bint enabled
     cdef Py_ssize_t batch_size
+    cdef Py_ssize_t max_batch
     cdef Generation generation
     cdef SendLock lock
     cdef object slow
     cdef object on_full
 
-    def __init__(self, *, SendLock lock, Generation generation, slow, on_full, Py_ssize_t batch_size):
+    def __init__(self, *, SendLock lock not None, Generation generation not None, slow, on_full,
+                 Py_ssize_t batch_size, max_batch_bytes=None):
         self.open = {}
         self.topics = {}
+        self.last_name = _NO_TOPIC
+        self.last = None
         self.sticky = {}
         self.buffered = 0
         self.enabled = True
@@ -3496,6 +3921,7 @@ cdef class Accumulator:
         self.slow = slow
         self.on_full = on_full
         self.batch_size = batch_size
+        self.max_batch = INT32_MAX if max_batch_bytes is None else min(max_batch_bytes, INT32_MAX)
 
     cdef _Topic topic(self, str name):
         cdef _Topic t = self.topics.get(name)
@@ -3503,35 +3929,51 @@ cdef class Accumulator:
             t = self.topics[name] = _Topic()
         return t
 
-    def set_partitions(self, str topic, int64_t version, list parts):
-        """``topic`` has partitions ``parts`` as of metadata generation ``version``."""
+    def set_partitions(self, str topic not None, int64_t version, parts):
+        """``topic`` has partitions ``parts`` (a sequence of ints) as of
+        metadata generation ``version``."""
         cdef _Topic t
-        if not parts:
+        cdef tuple kept = tuple(parts)
+        if not kept:
             raise ValueError("a topic has at least one partition")
         t = self.topic(topic)
         t.version = version
-        t.parts = parts
+        t.parts = kept
 
-    def known_partitions(self, str topic, int64_t version):
-        """The partitions set for ``topic`` if they are of metadata generation ``version``, else None."""
+    def known_partitions(self, str topic not None, int64_t version):
+        """The partitions set for ``topic`` (a tuple) if they are of
+        metadata generation ``version``, else None."""
         cdef _Topic t = self.topics.get(topic)
         return t.parts if t is not None and t.version == version else None
 
-    def put(self, tuple tp, ProducerBatch batch):
-        """Make ``batch`` the open batch of ``tp`` (lock held)."""
-        cdef list slots = self.topic(tp[0]).slots
+    def put(self, tuple tp not None, ProducerBatch batch not None):
+        """Make ``batch`` the open batch of ``tp`` (lock held). The
+        partition must be one of the topic's (set with
+        :meth:`set_partitions`): 0 to the partition count - 1, so what is
+        kept per partition is bounded by what the topic has."""
+        cdef str name = tp[0]
+        cdef _Topic t = self.topics.get(name)
+        cdef list slots
         cdef Py_ssize_t p = tp[1]
-        if p < 0:
-            raise ValueError(f"invalid partition {p}")
-        while len(slots) <= p:
-            slots.append(None)
+        if t is None or t.parts is None:
+            raise ValueError(f"no partitions known for topic {name!r}: set_partitions first")
+        if not 0 <= p < len(t.parts):
+            raise ValueError(f"partition {p} is not one of topic {name!r}'s {len(t.parts)} partitions")
+        slots = t.slots
+        if len(slots) <= p:
+            slots.extend([None] * (p + 1 - len(slots)))
         slots[p] = batch
         self.open[tp] = batch
 
-    def take(self, tuple tp):
+    def take(self, tuple tp not None):
         """Remove and return the open batch of ``tp`` (lock held)."""
+        cdef list slots
+        cdef Py_ssize_t p
         batch = self.open.pop(tp)
-        (<_Topic>self.topics[tp[0]]).slots[<Py_ssize_t>tp[1]] = None
+        slots = (<_Topic>self.topics[tp[0]]).slots
+        p = tp[1]
+        if 0 <= p < len(slots):          # put() made its slot (unless ``open`` was changed by hand)
+            slots[p] = None
         return batch
 
     def clear(self):
@@ -3540,10 +3982,13 @@ cdef class Accumulator:
         for t in self.topics.values():
             (<_Topic>t).slots = []
 
-    def send(self, str topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+    def send(self, str topic not None, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """``Producer.send``'s arguments; returns the record's future."""
         cdef _Topic t
-        cdef list parts, slots
+        cdef tuple parts
+        cdef list slots
+        cdef PyObject* batch
+        cdef RecordFuture fut
         cdef Py_ssize_t n, p
         cdef int32_t h
         cdef int64_t ts
@@ -3572,16 +4017,26 @@ cdef class Accumulator:
                 partition = self.sticky.get(topic)
                 if partition is None:
                     return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            if not PyLong_CheckExact(partition):
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            p = partition                                       # one of the topic's: small
+        else:                                                   # the caller's: any int, or not one
+            if not PyLong_CheckExact(partition):
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            p = long_as_ssize(partition)
+            if p == -1 and PyErr_Occurred() != NULL:            # too large for any partition
+                PyErr_Clear()
         ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
-        if not PyLong_CheckExact(partition):
-            return self.slow(topic, value, key, headers, partition, ts)
-        p = partition
         if not self.lock.try_acquire():
             return self.slow(topic, value, key, headers, partition, ts)
         try:
             slots = t.slots
-            if 0 <= p < len(slots) and slots[p] is not None:
-                return self.add_to(topic, partition, <ProducerBatch>slots[p], value, key, headers, ts)
+            if 0 <= p < PyList_GET_SIZE(slots):
+                batch = PyList_GET_ITEM(slots, p)              # borrowed: the lock keeps it there
+                if batch != <PyObject*>None:
+                    fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
+                    if fut is not None:
+                        return fut
         finally:
             self.lock.unlock()
         return self.slow(topic, value, key, headers, partition, ts)
@@ -3590,10 +4045,15 @@ cdef class Accumulator:
                              int64_t ts):
         """Append to ``batch`` (lock held): count its growth against the
         buffer, hand it over once it reaches ``batch_size``, and return the
-        record's future."""
+        record's future; None (nothing added) if the batch has no room for
+        the record (``max_batch_bytes``)."""
         cdef Py_ssize_t size
-        cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)
-        fut._index = batch.add(value, key, headers, ts)
+        cdef int index = batch.add(value, key, headers, ts, self.max_batch)
+        cdef RecordFuture fut
+        if index < 0:
+            return None
+        fut = RecordFuture.__new__(RecordFuture)
+        fut._index = index
         fut._batch = batch
         size = V2_HEADER + batch.held.bytes
         self.buffered += size - batch.bytes
@@ -3602,6 +4062,10 @@ cdef class Accumulator:
             self.on_full((topic, partition), batch)
         return fut
 
-    def append(self, str topic, partition, ProducerBatch batch, value, key, headers, int64_t timestamp):
-        """The slow path's append to ``batch`` (lock held), as :meth:`send` appends."""
+    def append(self, str topic not None, partition, ProducerBatch batch not None, value, key, headers,
+               int64_t timestamp):
+        """The slow path's append to ``batch`` (lock held), as :meth:`send`
+        appends: the record's future, or None if the batch has no room for
+        it (nothing added; if the batch is empty, the record alone is too
+        large: its size is ``batch.refused_size``)."""
         return self.add_to(topic, partition, batch, value, key, headers, timestamp)

@@ -67,6 +67,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     """Lines of stdin (or a file) become records; ``--key-separator`` splits
     key from value; ``--json`` reads JSON lines {"key", "value", "headers",
     "partition"} (strings as UTF-8, or base64 with ``"encoding": "base64"``)."""
+    from kwire.errors import KwireError
     from kwire.producer import Producer
 
     source = open(args.file, "rb") if args.file else sys.stdin.buffer
@@ -88,8 +89,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 k, sep, v = line.partition(args.key_separator.encode())
                 if sep:
                     key, value = k, v
-            fut = p.send(args.topic, value, key=key, headers=headers,
-                         partition=args.partition if partition is None else partition)
+            try:
+                fut = p.send(args.topic, value, key=key, headers=headers,
+                             partition=args.partition if partition is None else partition)
+            except (KwireError, TypeError, ValueError) as e:    # a partition it lacks, a record too large...
+                sys.stderr.write(f"kwire: line {lineno}: {e}\n")
+                return 1                                        # what went before is flushed on the way out
             fut.add_callback(lambda meta, err: failures.append(err) if err else None)
             progress.add()
         p.flush()

@@ -7,22 +7,41 @@ different brokers are in flight at the same time; on each connection several
 are in flight, matched by correlation id. A broker that cannot be reached is
 retried with exponential backoff (``reconnect_backoff_ms`` doubling up to
 ``reconnect_backoff_max_ms``); failures surface as retriable errors on the
-futures of the requests concerned, never as a hang.
+futures of the requests concerned, never as a hang. A connection idle for
+``connections_max_idle_ms`` (nothing in flight) is closed; the next request
+to that broker opens a new one.
+
+Metadata: the client refreshes it when asked (a partition without a known
+leader, a new topic, a stale-metadata error) and at least every
+``metadata_max_age_ms``. While the answers leave a followed partition
+without a leader the broker list names (or a topic with an error, or the
+request fails), each refresh waits ``retry_backoff_ms`` after the one
+before, doubling, up to ``retry_backoff_max_ms``: never a tight loop. New
+topics are asked for at once. Topics a response lists that nobody asked for
+are not taken in. A large Metadata response (from ``OFFLOAD_MIN_BYTES``,
+about 4,000 partitions) is decoded and made ready on a helper thread, one at
+a time, and installed by :meth:`Client.poll`, so that a cluster of 200,000
+topics does not stop :meth:`Client.poll` from keeping its timeout (the
+helper thread ends when it has nothing to do).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import itertools
 import logging
 import selectors
 import socket
+import ssl
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import Generation
-from kwire.errors import KwireError
+from kwire.errors import KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, ssl_context_from_config
 
@@ -31,6 +50,8 @@ __all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAva
 log = logging.getLogger(__name__)
 
 METADATA = 3
+_WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
+_warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
 
 
 class NoBrokersAvailableError(KwireError):
@@ -60,13 +81,42 @@ class PartitionInfo:
 
 
 @dataclass
+class MetadataUpdate:
+    """A Metadata response made ready to install (:meth:`ClusterMetadata.prepare`).
+
+    ``requested`` is None for a response about every topic (it replaces what
+    is known), else the topics asked for (only those are taken in).
+    ``complete`` is false when a partition has no leader the broker list
+    names, or a topic has an error: the client then refreshes again, with a
+    growing backoff."""
+
+    requested: Optional[FrozenSet[str]]
+    brokers: Dict[int, Broker]
+    cluster_id: Optional[str]
+    controller_id: int
+    partitions: Dict[str, Dict[int, PartitionInfo]]
+    partition_counts: Dict[str, int]
+    topic_errors: Dict[str, int]
+    topic_ids: Dict[str, Any]
+    internal_topics: Set[str]
+    removed: Set[str]
+    complete: bool
+
+
+@dataclass
 class ClusterMetadata:
     """What the last Metadata responses said about the cluster.
     ``generation`` counts the responses taken in (the producer's compiled
-    send checks it), ``updated_at`` is when the last one was."""
+    send checks it), ``updated_at`` is when the last one was.
+
+    A partition whose leader is not among the brokers of the response is
+    kept with leader -1 (unknown); a partition entry whose index is negative,
+    not below the number of partitions the topic lists, or repeated, is
+    dropped. Each is logged once."""
 
     brokers: Dict[int, Broker] = field(default_factory=dict)
     partitions: Dict[str, Dict[int, PartitionInfo]] = field(default_factory=dict)
+    partition_counts: Dict[str, int] = field(default_factory=dict)
     topic_errors: Dict[str, int] = field(default_factory=dict)
     topic_ids: Dict[str, Any] = field(default_factory=dict)
     internal_topics: set = field(default_factory=set)
@@ -74,6 +124,8 @@ class ClusterMetadata:
     controller_id: int = -1
     updated_at: float = 0.0
     generation: Generation = field(default_factory=Generation)
+    _missing_logged: Set[Tuple[str, int]] = field(default_factory=set, repr=False)
+    _bad_index_logged: Set[str] = field(default_factory=set, repr=False)
 
     def leader_for(self, topic: str, partition: int) -> Optional[int]:
         info = self.partitions.get(topic, {}).get(partition)
@@ -83,38 +135,150 @@ class ClusterMetadata:
         parts = self.partitions.get(topic)
         return None if parts is None else sorted(parts)
 
+    def partition_count(self, topic: str) -> Optional[int]:
+        """How many partitions the topic has, as the metadata lists them
+        (partition entries dropped as malformed still count)."""
+        n = self.partition_counts.get(topic)
+        if n is None:
+            parts = self.partitions.get(topic)
+            return None if parts is None else len(parts)
+        return n
+
     def topics(self) -> List[str]:
         return sorted(self.partitions)
 
     def update(self, resp: Any, requested: Optional[Sequence[str]]) -> None:
         """Take in a MetadataResponse (for ``requested`` topics, or all)."""
-        self.brokers = {b.node_id: Broker(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in resp.brokers}
-        self.cluster_id = getattr(resp, "cluster_id", None)
-        self.controller_id = getattr(resp, "controller_id", -1)
-        if requested is None:
-            self.partitions, self.topic_errors, self.topic_ids = {}, {}, {}
-            self.internal_topics = set()
+        self.install(self.prepare(resp, None if requested is None else frozenset(requested)))
+
+    def prepare(self, resp: Any, requested: Optional[FrozenSet[str]]) -> MetadataUpdate:
+        """A :class:`MetadataUpdate` of ``resp``: the topics of ``requested``
+        (all topics when None), their partitions checked. Reads nothing the
+        I/O thread changes, so it may run on the client's helper thread."""
+        brokers = {b.node_id: Broker(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in resp.brokers}
+        known = self.partitions          # unchanged topics keep their objects: replacing them is then cheap
+        partitions: Dict[str, Dict[int, PartitionInfo]] = {}
+        counts: Dict[str, int] = {}
+        errors: Dict[str, int] = {}
+        ids: Dict[str, Any] = {}
+        internal: Set[str] = set()
+        removed: Set[str] = set()
+        missing: Dict[str, Set[int]] = {}
+        bad: Dict[str, List[int]] = {}
+        complete = True
         for t in resp.topics:
             name = t.name
-            if name is None:
+            if name is None or (requested is not None and name not in requested):
                 continue
-            self.topic_errors[name] = t.error_code
+            errors[name] = t.error_code
+            if t.error_code:
+                complete = False
             if getattr(t, "topic_id", None) is not None:
-                self.topic_ids[name] = t.topic_id
+                ids[name] = t.topic_id
             if getattr(t, "is_internal", False):
-                self.internal_topics.add(name)
-            if t.error_code and not t.partitions:
-                self.partitions.pop(name, None)
+                internal.add(name)
+            listed = t.partitions or []
+            if t.error_code and not listed:
+                removed.add(name)
                 continue
-            self.partitions[name] = {
-                p.partition_index: PartitionInfo(
-                    name, p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1),
+            count = len(listed)
+            parts: Dict[int, PartitionInfo] = {}
+            for p in listed:
+                index = p.partition_index
+                if not 0 <= index < count or index in parts:
+                    bad.setdefault(name, []).append(index)
+                    continue
+                leader = p.leader_id
+                if leader >= 0 and leader not in brokers:
+                    missing.setdefault(name, set()).add(leader)
+                    leader = -1
+                if leader < 0:
+                    complete = False
+                parts[index] = PartitionInfo(
+                    name, index, leader, getattr(p, "leader_epoch", -1),
                     tuple(p.replica_nodes or ()), tuple(p.isr_nodes or ()),
                     tuple(getattr(p, "offline_replicas", None) or ()), p.error_code)
-                for p in t.partitions
-            }
+            before = known.get(name)
+            partitions[name] = before if before == parts else parts
+            counts[name] = count
+        self._log_anomalies(errors, counts, missing, bad)
+        return MetadataUpdate(requested, brokers, getattr(resp, "cluster_id", None),
+                              getattr(resp, "controller_id", -1), partitions, counts, errors, ids, internal, removed,
+                              complete)
+
+    def _log_anomalies(self, topics: Dict[str, int], counts: Dict[str, int], missing: Dict[str, Set[int]],
+                       bad: Dict[str, List[int]]) -> None:
+        """Say once each: a leader not among the brokers (again if it comes
+        back after being fixed), a topic's malformed partition entries."""
+        now_missing = {(name, leader) for name, leaders in missing.items() for leader in leaders}
+        self._missing_logged -= {pair for pair in self._missing_logged if pair[0] in topics} - now_missing
+        new = sorted(now_missing - self._missing_logged)
+        if new:
+            self._missing_logged |= set(new)
+            shown = ", ".join(f"topic {name!r}: node {leader}" for name, leader in new[:5])
+            log.warning("metadata: a partition leader named is not among the brokers the response lists (%s%s); "
+                        "those partitions have no known leader until a refresh (with backoff) names one", shown,
+                        f", and {len(new) - 5} more" if len(new) > 5 else "")
+        for name, indexes in bad.items():
+            if name in self._bad_index_logged:
+                continue
+            self._bad_index_logged.add(name)
+            log.warning("metadata: topic %r lists %d partitions, %d of them with an index that is negative, not "
+                        "below that count, or repeated (%s); those entries are ignored", name, counts.get(name, 0),
+                        len(indexes), ", ".join(str(i) for i in indexes[:5]) + (", ..." if len(indexes) > 5 else ""))
+
+    def install(self, update: MetadataUpdate) -> None:
+        """Make ``update`` the current metadata (for its topics, or all).
+        Cheap: the work was done by :meth:`prepare`."""
+        broker_change = update.brokers.keys() != self.brokers.keys()
+        self.brokers = update.brokers
+        self.cluster_id = update.cluster_id
+        self.controller_id = update.controller_id
+        if update.requested is None:
+            self.partitions, self.partition_counts = update.partitions, update.partition_counts
+            self.topic_errors, self.topic_ids = update.topic_errors, update.topic_ids
+            self.internal_topics = update.internal_topics
+        else:
+            for name in update.removed:
+                self.partitions.pop(name, None)
+                self.partition_counts.pop(name, None)
+            self.topic_errors.update(update.topic_errors)
+            self.topic_ids.update(update.topic_ids)
+            self.internal_topics |= update.internal_topics
+            self.partitions.update(update.partitions)
+            self.partition_counts.update(update.partition_counts)
+            if broker_change:
+                self._forget_lost_leaders(set(update.partitions))
         self.updated_at = time.monotonic()
         self.generation.bump()
+
+    def _forget_lost_leaders(self, fresh: Set[str]) -> None:
+        """After the broker list changed: a partition of a topic the update
+        did not cover whose leader is no longer listed has no known leader."""
+        brokers = self.brokers
+        for name, parts in self.partitions.items():
+            if name in fresh:
+                continue
+            lost = [i for i, info in parts.items() if info.leader >= 0 and info.leader not in brokers]
+            if lost:
+                parts = dict(parts)
+                for i in lost:
+                    info = parts[i]
+                    parts[i] = PartitionInfo(info.topic, i, -1, info.leader_epoch, info.replicas, info.isr,
+                                             info.offline_replicas, info.error_code)
+                self.partitions[name] = parts
+
+
+def _prepare_metadata(cluster: ClusterMetadata, requested: Optional[FrozenSet[str]], resp: Any) -> MetadataUpdate:
+    """``cluster.prepare(resp, requested)`` for a response the client asked
+    for itself, then the response's topics let go a slice at a time: freeing
+    200,000 topics at once is a tenth of a second in C, without a chance for
+    the I/O thread to take the GIL."""
+    update = cluster.prepare(resp, requested)
+    topics, resp.topics = resp.topics, []
+    while topics:
+        del topics[-1024:]
+    return update
 
 
 class Client:
@@ -131,9 +295,19 @@ class Client:
         self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(cfg["bootstrap_servers"])]
         proto = cfg.get("security_protocol", "PLAINTEXT")
         self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
+        if self._ssl is not None:
+            self._warn_unverified(self._ssl, proto)
         self._metadata_future: Optional[Future] = None
         self._metadata_wanted = True
+        self._metadata_new = True                      # topics never asked for yet: no backoff
         self._metadata_topics: Optional[set] = set()   # None: all topics
+        self._metadata_not_before = 0.0                # the refresh backoff
+        self._metadata_attempts = 0                    # refreshes in a row that left something unknown
+        self._jobs: Deque[Tuple[Callable[[], Any], Future]] = collections.deque()   # for the helper thread
+        self._finished: Deque[Tuple[Future, Any, Optional[BaseException]]] = collections.deque()
+        self._jobs_lock = threading.Lock()
+        self._worker: Optional[threading.Thread] = None
+        self._working: Optional[Future] = None         # the future of the job the helper thread is on
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_pending = False
         self._wake_r.setblocking(False)
@@ -142,6 +316,7 @@ class Client:
         self._closed = False
         self._rr = itertools.count()
         self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
+        self._logged: Dict[int, str] = {}             # the failure last logged per node
 
     # ---------------------------------------------------------- brokers
     def broker(self, node_id: int) -> Optional[Broker]:
@@ -165,7 +340,8 @@ class Client:
         broker = self.broker(node_id)
         if broker is None:
             return None
-        conn = Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state)
+        conn = Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
+                          offload=self._offload)
         self._conns[node_id] = conn
         conn.connect()
         return conn
@@ -183,23 +359,50 @@ class Client:
         return conn.versions if conn is not None else {}
 
     def _on_state(self, conn: Connection) -> None:
+        node = conn.node_id
         if conn.state == "ready":
-            self._backoff.pop(conn.node_id, None)
-            self._errors.pop(conn.node_id, None)
+            err = self._errors.pop(node, None)
+            if err is None or getattr(err, "retriable", True):
+                self._backoff.pop(node, None)
+                self._logged.pop(node, None)
+            # else: a broker that sets up fine and then breaks the protocol
+            # (an oversized or malformed response) is retried with a growing
+            # backoff, and its failure is said once, not at every reconnect
         elif conn.state == "closed":
             self._forget(conn)
+            if conn.orderly:       # closed idle, or with the client: nothing failed
+                return
             first = self.cfg.get("reconnect_backoff_ms", 50) / 1000.0
             top = self.cfg.get("reconnect_backoff_max_ms", 1000) / 1000.0
-            _, last = self._backoff.get(conn.node_id, (0.0, 0.0))
+            _, last = self._backoff.get(node, (0.0, 0.0))
             wait = min(top, last * 2) if last else first
-            self._backoff[conn.node_id] = (time.monotonic() + wait, wait)
+            self._backoff[node] = (time.monotonic() + wait, wait)
             if conn.error is not None:
-                before = self._errors.get(conn.node_id)
-                if before is None or str(before) != str(conn.error):   # say a new failure once, not every retry
-                    log.info("node %s (%s:%s): %s", conn.node_id, conn.host, conn.port, conn.error)
-                self._errors[conn.node_id] = conn.error
-            if conn.node_id >= 0:
+                said = str(conn.error)
+                if self._logged.get(node) != said:        # say a new failure once, not every retry
+                    level = logging.INFO if getattr(conn.error, "retriable", True) else logging.WARNING
+                    where = "" if f"node {node} " in said else f"node {node} ({conn.host}:{conn.port}): "
+                    log.log(level, "%s%s", where, said)
+                    self._logged[node] = said
+                self._errors[node] = conn.error
+            if node >= 0:
                 self._metadata_wanted = True
+
+    def _warn_unverified(self, ctx: ssl.SSLContext, proto: str) -> None:
+        """Warn, once per process and cluster (a consumer's group has a
+        client of its own), when TLS does not check the broker's host name
+        or its certificate."""
+        if ctx.check_hostname and ctx.verify_mode != ssl.CERT_NONE:
+            return
+        key = tuple((b.host, b.port) for b in self._bootstrap)
+        if key in _warned_hostname:
+            return
+        _warned_hostname.add(key)
+        what = "certificate" if ctx.verify_mode == ssl.CERT_NONE else "host name"
+        log.warning("%s to %s without verifying the broker's %s (ssl.endpoint.identification.algorithm is empty or "
+                    "ssl_check_hostname false, or the ssl_context given does not check): anyone who can intercept "
+                    "the connection can pose as the broker", proto,
+                    ", ".join(f"{h}:{p}" for h, p in key), what)
 
     def _forget(self, conn: Connection) -> None:
         fd = self._masks.pop(conn.node_id, None)
@@ -235,11 +438,14 @@ class Client:
 
     # --------------------------------------------------------- requests
     def send(self, node_id: int, request: Any, version: Optional[int] = None, *,
-             expect_response: bool = True, flush: bool = True) -> Future:
+             expect_response: bool = True, flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None,
+             offload: bool = False) -> Future:
         """Send ``request`` to ``node_id`` (connecting if needed); the future
         fails with a retriable error if the node cannot be reached. With
         ``flush`` false it is written with the next request that flushes,
-        by :meth:`flush`, or when :meth:`poll` finds the socket writable."""
+        by :meth:`flush`, or when :meth:`poll` finds the socket writable.
+        ``prepare`` and ``offload``: see :meth:`kwire.net.Connection.send`
+        (a large response is decoded on the helper thread)."""
         conn = self.connection(node_id)
         if conn is None:
             fut: Future = Future()
@@ -247,7 +453,8 @@ class Client:
                               if self.broker(node_id) is not None else
                               KwireError(f"unknown broker node {node_id}"))
             return fut
-        fut = conn.send(request, version, expect_response=expect_response, flush=flush)
+        fut = conn.send(request, version, expect_response=expect_response, flush=flush, prepare=prepare,
+                        offload=offload)
         self._update_mask(conn)
         return fut
 
@@ -274,9 +481,11 @@ class Client:
         return fut.result()
 
     def request_any(self, make: Callable[[Dict[int, int]], Any], timeout: Optional[float] = None,
-                    retries: int = 3) -> Any:
+                    retries: int = 3, *, send: Optional[Callable[[int, Any], Future]] = None) -> Any:
         """Send ``make(versions)`` to the least loaded broker, retrying on
-        another broker when the connection fails. Returns the response."""
+        another broker when the connection fails. Returns the response (the
+        result of the future ``send(node, request)`` returns, when given)."""
+        send = send or self.send
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg.get("request_timeout_ms", 30000) / 1000.0)
         last: Optional[BaseException] = None
         for _ in range(retries + 1):
@@ -286,7 +495,7 @@ class Client:
                 if conn is None:
                     raise NoBrokersAvailableError("no broker reachable")
                 self.wait_ready(node, deadline)
-                return self.wait(self.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
+                return self.wait(send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
             except (ConnectionLostError, NoBrokersAvailableError) as e:
                 if not e.retriable:
                     raise
@@ -340,13 +549,16 @@ class Client:
         if new:
             self._metadata_topics |= new
             self._metadata_wanted = True
+            self._metadata_new = True
 
     def want_all_topics(self) -> None:
         self._metadata_topics = None
         self._metadata_wanted = True
+        self._metadata_new = True
 
     def request_metadata_update(self) -> None:
-        """Refresh at the next poll (after a stale-metadata error)."""
+        """Refresh at the next poll (after a stale-metadata error), once
+        the refresh backoff allows."""
         self._metadata_wanted = True
 
     def metadata_request(self, versions: Dict[int, int], topics: Optional[Iterable[str]]) -> Any:
@@ -360,22 +572,60 @@ class Client:
 
     def refresh_metadata(self, topics: Optional[Iterable[str]] = None, timeout: Optional[float] = None) -> ClusterMetadata:
         """Fetch metadata now (blocking) for ``topics`` (None: the topics this
-        client follows; all topics if it follows all)."""
+        client follows; all topics if it follows all). On a timeout the
+        refresh goes on, and is taken in when it completes."""
         wanted = self._metadata_topics if topics is None else set(topics)
-        resp = self.request_any(lambda v: self.metadata_request(v, wanted), timeout)
-        self.cluster.update(resp, None if wanted is None else sorted(wanted))
+        requested = None if wanted is None else frozenset(wanted)
+        self.request_any(lambda v: self.metadata_request(v, requested), timeout,
+                         send=lambda node, req: self._send_metadata(node, req, requested))
         if topics is None:
             self._metadata_wanted = False
         return self.cluster
 
-    def _maybe_update_metadata(self) -> None:
+    def _send_metadata(self, node: int, request: Any, requested: Optional[FrozenSet[str]]) -> Future:
+        """Send a Metadata request; its future completes (on the I/O thread)
+        once the answer is installed, with the :class:`MetadataUpdate`."""
+        fut = self.send(node, request, prepare=functools.partial(_prepare_metadata, self.cluster, requested),
+                        offload=True)
+        fut.add_done_callback(self._metadata_done)
+        return fut
+
+    def _metadata_done(self, fut: Future) -> None:
+        """Install a refresh's answer and set the backoff of the next one:
+        none after an answer that left nothing unknown; else
+        ``retry_backoff_ms``, doubled for each further refresh in a row that
+        failed or left a partition without a known leader (or a topic with
+        an error), up to ``retry_backoff_max_ms``."""
+        if fut.failed():
+            self._metadata_wanted = True
+            complete = False
+        else:
+            update: MetadataUpdate = fut.value
+            self.cluster.install(update)
+            complete = update.complete
+        self._metadata_attempts = 0 if complete else self._metadata_attempts + 1
+        first = self.cfg.get("retry_backoff_ms", 100) / 1000.0
+        top = max(first, self.cfg.get("retry_backoff_max_ms", 1000) / 1000.0)
+        wait = min(top, first * 2 ** min(self._metadata_attempts - 1, 32)) if self._metadata_attempts else 0.0
+        self._metadata_not_before = time.monotonic() + wait
+
+    def _metadata_due(self, now: float) -> Optional[float]:
+        """Seconds until a refresh should go (0: now), None when none is due."""
         if self._metadata_future is not None:
-            return
+            return None
         max_age = self.cfg.get("metadata_max_age_ms", 300000) / 1000.0
-        if not self._metadata_wanted and time.monotonic() - self.cluster.updated_at < max_age:
+        if not self._metadata_wanted:
+            return max(0.0, self.cluster.updated_at + max_age - now)
+        if self._metadata_new:
+            return 0.0
+        return max(0.0, self._metadata_not_before - now)
+
+    def _maybe_update_metadata(self) -> None:
+        due = self._metadata_due(time.monotonic())
+        if due is None or due > 0:
             return
         if self._metadata_topics is not None and not self._metadata_topics and self.cluster.updated_at:
-            self._metadata_wanted = False
+            self._metadata_wanted = self._metadata_new = False
             return
         node = self.least_loaded_node()
         if node is None:
@@ -383,19 +633,61 @@ class Client:
         conn = self.connection(node)
         if conn is None or not conn.ready:
             return
-        wanted = None if self._metadata_topics is None else set(self._metadata_topics)
-        fut = self.send(node, self.metadata_request(conn.versions, wanted))
-        self._metadata_wanted = False
-        self._metadata_future = fut
+        requested = None if self._metadata_topics is None else frozenset(self._metadata_topics)
+        fut = self._send_metadata(node, self.metadata_request(conn.versions, requested), requested)
+        self._metadata_wanted = self._metadata_new = False
+        if fut.done():
+            return
 
         def done(f: Future) -> None:
             self._metadata_future = None
-            if f.failed():
-                self._metadata_wanted = True
-                return
-            self.cluster.update(f.value, None if wanted is None else sorted(wanted))
 
+        self._metadata_future = fut
         fut.add_done_callback(done)
+
+    # ------------------------------------------------------------ helper
+    def _offload(self, job: Callable[[], Any], fut: Future) -> None:
+        """Run ``job`` (a decode) on the helper thread; :meth:`poll`
+        completes ``fut`` with its result. The thread starts on demand and
+        ends once it has nothing to do."""
+        with self._jobs_lock:
+            if self._closed:
+                fut.set_exception(ConnectionLostError("client closed"))
+                return
+            self._jobs.append((job, fut))
+            if self._worker is not None:
+                return
+            worker = self._worker = threading.Thread(target=self._work, name="kwire-decode", daemon=True)
+        worker.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._jobs_lock:
+                if not self._jobs or self._closed:
+                    self._worker = self._working = None
+                    return
+                job, fut = self._jobs.popleft()
+                self._working = fut
+            try:
+                value, error = job(), None
+            except Exception as e:  # noqa: BLE001 - handed to the request's future, as a decode on the I/O thread would
+                value, error = None, without_traceback(e)
+            del job                  # the frame goes now, not with the next job
+            self._finished.append((fut, value, error))
+            del fut, value, error
+            self.wakeup()
+
+    def _complete_offloaded(self) -> None:
+        """Complete the futures of the helper thread's finished jobs (their
+        callbacks run here, on the I/O thread)."""
+        while self._finished:
+            fut, value, error = self._finished.popleft()
+            if fut.done():
+                continue
+            if error is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(error)
 
     # -------------------------------------------------------------- I/O
     def wakeup(self) -> None:
@@ -431,12 +723,16 @@ class Client:
 
     def poll(self, timeout: float = 0.0) -> None:
         """Do the network I/O that is ready, waiting at most ``timeout``
-        seconds for some; check request deadlines; refresh metadata when due."""
+        seconds for some; check request deadlines; refresh metadata when
+        due; close connections idle for ``connections_max_idle_ms``."""
         if self._closed:
             raise KwireError("client is closed")
         self._maybe_update_metadata()
         for conn in list(self._conns.values()):
             self._update_mask(conn)
+        due = self._metadata_due(time.monotonic())
+        if due is not None and 0 < due < timeout:
+            timeout = due             # a refresh waiting out its backoff goes when it ends
         events = self._selector.select(timeout)
         for key, ev in events:
             conn = key.data
@@ -450,16 +746,37 @@ class Client:
                 continue
             conn.on_io(bool(ev & selectors.EVENT_READ), bool(ev & selectors.EVENT_WRITE))
             self._update_mask(conn)
+        self._complete_offloaded()
         now = time.monotonic()
+        idle = self.cfg.get("connections_max_idle_ms", 540000)
         for conn in list(self._conns.values()):
             conn.check_timeouts(now)
+            if 0 <= idle and conn.idle() and (now - conn.last_activity) * 1000 > idle:
+                conn.close(ConnectionLostError(f"idle for more than {idle} ms"), quiet=True)
+        self._maybe_update_metadata()
 
     def close(self) -> None:
+        """Close every connection; fail what is in flight. A decode on the
+        helper thread cannot be stopped midway: close waits up to a second
+        for it (the thread touches no socket and ends right after)."""
         if self._closed:
             return
+        with self._jobs_lock:
+            self._closed = True
+            jobs = [fut for _, fut in self._jobs]
+            self._jobs.clear()
+            if self._working is not None:
+                jobs.append(self._working)
+            worker = self._worker
         for conn in list(self._conns.values()):
             conn.close(ConnectionLostError("client closed"), quiet=True)
+        jobs += [fut for fut, _, _ in self._finished]
+        self._finished.clear()
+        for fut in jobs:
+            if not fut.done():
+                fut.set_exception(ConnectionLostError("client closed"))
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        self._closed = True
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(_WORKER_JOIN)

@@ -4,7 +4,8 @@ The compiled codec calls :func:`compress` and :func:`decompress` once per
 batch (never per record). Libraries: :mod:`zlib` for gzip, python-snappy for
 snappy, python-lz4 for lz4 and zstandard for zstd. Every decompression is
 bounded by a byte limit, so a decompression bomb raises
-:class:`~kwire.errors.DecompressionBombError` instead of exhausting memory.
+:class:`~kwire.errors.DecompressionBombError` instead of exhausting memory,
+and the error keeps none of the partial output alive (see :func:`decompress`).
 
 Kafka specifics handled here:
 
@@ -290,9 +291,20 @@ def _zstd_decompress(data: Buffer, limit: int) -> bytes:
             return dctx.decompress(data)
         return dctx.decompress(data, max_output_size=limit)
     except _zstd.ZstdError as e:
-        if declared < 0 and len(dctx.stream_reader(data).read(limit + 1)) > limit:
-            raise DecompressionBombError("zstd payload expands past max_decompressed_bytes") from None
-        raise DecompressionError(f"zstd: {e}") from None
+        reason = f"zstd: {e}"
+    if declared < 0 and _zstd_expands_past(dctx, data, limit):
+        raise DecompressionBombError("zstd payload expands past max_decompressed_bytes")
+    raise DecompressionError(reason)
+
+
+def _zstd_expands_past(dctx: "_zstd.ZstdDecompressor", data: Buffer, limit: int) -> bool:
+    """Whether a frame that declares no size decompresses to more than
+    ``limit`` bytes (reading at most ``limit`` + 1 of them); False if it is
+    corrupt before that."""
+    try:
+        return len(dctx.stream_reader(data).read(limit + 1)) > limit
+    except _zstd.ZstdError:
+        return False
 
 
 def _zstd_compress(data: Buffer, level: int) -> bytes:
@@ -312,18 +324,37 @@ def decompress(codec: int, data: Buffer, limit: int = DEFAULT_MAX_DECOMPRESSED_B
 
     Raises :class:`DecompressionBombError` if the output would exceed ``limit``
     bytes and :class:`DecompressionError` if the payload is not valid.
+
+    Those errors (and a :class:`MemoryError`) leave with no traceback, no
+    chained exception and no reference to ``data``: the frames of the codec
+    functions hold the partial output, up to ``limit`` bytes, and an error a
+    consumer keeps to raise later must not keep that alive. So the partial
+    output is freed before the error leaves this function, and the error
+    forms no reference cycle (it never needs the cyclic GC to be freed).
     """
-    if codec == GZIP:
-        return _gzip_decompress(data, limit)
-    if codec == SNAPPY:
-        return _snappy_decompress(data, limit)
-    if codec == LZ4:
-        return _lz4_decompress(data, limit, magic)
-    if codec == ZSTD:
-        return _zstd_decompress(data, limit)
-    if codec == NONE:
-        return bytes(data)
-    raise UnsupportedCodecError(f"unknown compression codec id {codec}")
+    try:
+        if codec == GZIP:
+            return _gzip_decompress(data, limit)
+        if codec == SNAPPY:
+            return _snappy_decompress(data, limit)
+        if codec == LZ4:
+            return _lz4_decompress(data, limit, magic)
+        if codec == ZSTD:
+            return _zstd_decompress(data, limit)
+    except (DecompressionError, MemoryError) as e:
+        error = e
+    else:
+        if codec == NONE:
+            return bytes(data)
+        raise UnsupportedCodecError(f"unknown compression codec id {codec}")
+    # The codec functions' frames, reachable from the traceback and from the
+    # library error it was raised during, hold the partial output.
+    del data
+    error.__traceback__ = error.__cause__ = error.__context__ = None
+    try:
+        raise error
+    finally:
+        del error     # the frame the new traceback holds must not hold the error: no cycle
 
 
 def compress(codec: int, data: Buffer, magic: int = 2, level: Union[int, None] = None) -> bytes:

@@ -129,6 +129,7 @@ COMMON: Dict[str, Option] = {
     "reconnect_backoff_ms": Option(50, _int(0), "first wait before reconnecting to a broker"),
     "reconnect_backoff_max_ms": Option(1000, _int(0), "longest wait (the backoff doubles up to it)"),
     "retry_backoff_ms": Option(100, _int(0), "wait before retrying a failed request"),
+    "retry_backoff_max_ms": Option(1000, _int(0), "longest wait between retries (the backoff doubles up to it)"),
     "metadata_max_age_ms": Option(300000, _int(0), "refresh cluster metadata at least this often"),
     "security_protocol": Option("PLAINTEXT", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", upper=True)),
     "ssl_cafile": Option(None, _opt_str, "CA bundle to verify brokers (default: the system's)"),
@@ -142,7 +143,10 @@ COMMON: Dict[str, Option] = {
     "sasl_plain_password": Option(None, _opt_str, "SASL password (never logged)"),
     "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
     "socket_receive_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
-    "connections_max_idle_ms": Option(540000, _int(0), "close connections idle this long"),
+    "connections_max_idle_ms": Option(540000, _int(-1),
+                                      "close connections idle this long (nothing in flight); -1: never"),
+    "receive_message_max_bytes": Option(100_000_000, _int(1000, 2**31 - 1),
+                                        "largest response accepted (a Fetch may be up to its max_bytes)"),
 }
 
 PRODUCER: Dict[str, Option] = {
@@ -224,7 +228,7 @@ def resolve(
             name = _canonical(raw)
             name = ALIASES.get(name, name)
             if name == "ssl_endpoint_identification_algorithm":
-                name, value = "ssl_check_hostname", str(value or "").strip().lower() == "https"
+                name, value = "ssl_check_hostname", _endpoint_identification(raw, value, what)
             if name not in table:
                 close = difflib.get_close_matches(name, list(table), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -239,6 +243,18 @@ def resolve(
     if out.get("bootstrap_servers") is None and "bootstrap_servers" in table:
         raise ConfigError(f"{what} needs bootstrap_servers (host:port[,host:port...])")
     return out
+
+
+def _endpoint_identification(raw: str, value: Any, what: str) -> bool:
+    """Kafka's ``ssl.endpoint.identification.algorithm`` as
+    ``ssl_check_hostname``: ``https`` verifies the broker's host name
+    against its certificate, the empty string (or None) does not. Anything
+    else is refused: a typo must not turn the check off."""
+    s = "" if value is None else str(value).strip().lower()
+    if s not in ("https", ""):
+        raise ConfigError(f"{what} option {raw!r}={value!r}: expected 'https' (verify the broker's host name) or "
+                          "'' (do not verify it; librdkafka's 'none')")
+    return s == "https"
 
 
 def parse_bootstrap(value: Any) -> List[Tuple[str, int]]:

@@ -28,6 +28,7 @@ __all__: List[str] = [
     "DecompressionBombError",
     "UnsupportedCodecError",
     "ProtocolError",
+    "without_traceback",
 ]
 
 
@@ -117,6 +118,21 @@ class ProtocolError(KwireError):
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.reason, self.api, self.version))
+
+
+def without_traceback(error: BaseException) -> BaseException:
+    """``error`` with its traceback dropped, and those of its cause and
+    context: an error that is kept (on a closed connection, in a future)
+    must not keep the frames that raised it alive, and through their
+    locals the objects and buffers they used, in a reference cycle only the
+    cyclic GC would break. Returns ``error``."""
+    e: Optional[BaseException] = error
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return error
 
 
 # ------------------------------------------------------------ error codes

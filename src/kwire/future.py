@@ -4,13 +4,23 @@ Completed by the thread doing the network I/O and waited on by any other;
 callbacks run in the completing thread (or at once, when added to a future
 that is already done). Cheaper than ``concurrent.futures.Future``: no lock or
 event of its own until someone actually waits.
+
+A callback that raises is logged, never propagated: it runs in the I/O
+thread, which must go on. A failing callback usually fails again for every
+response that follows (a bug meets the same input, or a broker keeps sending
+the same bad answer), so the log says each failure once with its traceback
+and then, at most once a minute, how often it repeated: a flood of identical
+tracebacks would hide everything else in the log and cost the I/O thread
+more than the failure itself.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
-from typing import Any, Callable, Generic, List, Optional, TypeVar
+import time
+from typing import Any, Callable, Generic, List, Optional, Tuple, TypeVar
 
 from kwire.errors import KwireError
 
@@ -28,6 +38,43 @@ class KafkaTimeoutError(KwireError):
 
 
 _PENDING = object()
+
+#: A callback failure that repeats is summarised at most this often (seconds).
+REPEAT_REPORT_INTERVAL = 60.0
+#: How many distinct callback failures are remembered (the oldest is forgotten first).
+_MAX_FAILURES = 256
+# (callback, exception type, where raised) -> [repeats not yet reported, when last reported]
+_failures: "collections.OrderedDict[Tuple[str, str, str], List[Any]]" = collections.OrderedDict()
+_failures_lock = threading.Lock()
+
+
+def _callback_failed(cb: Any, error: BaseException) -> None:
+    """Log a callback's exception: the first time with its traceback; the
+    same failure again (same callback, exception type and raising line) only
+    as a count, at most once per :data:`REPEAT_REPORT_INTERVAL`."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "?"
+    name = getattr(cb, "__qualname__", None) or type(cb).__qualname__
+    key = (name, type(error).__qualname__, where)
+    now = time.monotonic()
+    with _failures_lock:
+        seen = _failures.get(key)
+        if seen is None:
+            _failures[key] = [0, now]
+            if len(_failures) > _MAX_FAILURES:
+                _failures.popitem(last=False)
+        else:
+            _failures.move_to_end(key)
+            seen[0] += 1
+            if now - seen[1] < REPEAT_REPORT_INTERVAL:
+                return
+            repeats, seen[0], seen[1] = seen[0], 0, now
+    if seen is None:
+        log.error("future callback %s raised %r (repeats are counted, not logged)", name, error, exc_info=error)
+    else:
+        log.error("future callback %s raised %r again: %d times since it was last logged", name, error, repeats)
 
 
 class Future(Generic[T]):
@@ -75,8 +122,8 @@ class Future(Generic[T]):
     def _run(self, cb: Callable[["Future[T]"], None]) -> None:
         try:
             cb(self)
-        except Exception:  # a user's callback must not break the I/O thread
-            log.exception("future callback %r raised", cb)
+        except Exception as e:  # a callback must not break the I/O thread
+            _callback_failed(cb, e)
 
     def add_done_callback(self, cb: Callable[["Future[T]"], None]) -> None:
         """Call ``cb(future)`` when done (now, if it already is)."""

@@ -15,9 +15,16 @@ member sends LeaveGroup) and loses its partitions, as in Kafka's clients.
 
 What the application sees happens in its own thread, inside ``poll()``:
 rebalance listener callbacks, commits before partitions are revoked, and
-the new assignment with its committed positions. The rebalance protocol is
-incremental (KIP-429) when every configured assignor supports it (only
-``cooperative-sticky`` does), eager otherwise:
+the new assignment with its committed positions. Nothing in ``poll()``
+waits for the coordinator, so ``poll(timeout)`` keeps its bound: a step
+that needs an answer (the commit before a revocation, the OffsetFetch of
+the committed positions) sends its request and a later ``poll()`` goes on
+once it is answered, as Kafka's Java client does. Meanwhile partitions
+being revoked are neither fetched nor returned (their committed positions
+stay what was returned), and newly assigned partitions wait for their
+committed offsets without being fetched or reset by ``auto_offset_reset``.
+The rebalance protocol is incremental (KIP-429) when every configured
+assignor supports it (only ``cooperative-sticky`` does), eager otherwise:
 
 * eager: before rejoining, auto-commit (when enabled), then
   ``on_partitions_revoked(everything owned)``; after the SyncGroup,
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import re
 import struct
 import threading
@@ -538,6 +546,26 @@ class CoordinatorLink:
 UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
 
 
+class _Handover:
+    """Partitions being revoked whose positions are being committed (auto
+    commit): the consumer neither fetches nor returns their records until
+    the coordinator answers, the commit fails for good, or
+    ``max_poll_interval_ms`` passes (Java's rebalance timeout); then
+    ``on_partitions_revoked`` runs, they are handed back, and ``then`` is
+    carried out: the partitions a SyncGroup added are taken in, or (None)
+    the member joins the group."""
+
+    def __init__(self, partitions: Set[TopicPartition], offsets: Dict[TopicPartition, int],
+                 then: Optional[Set[TopicPartition]], deadline: float) -> None:
+        self.partitions = partitions
+        self.offsets = offsets          # what to commit first (empty: nothing, go on at once)
+        self.then = then
+        self.deadline = deadline
+        self.commit: Optional[Future] = None
+        self.commit_failure: Optional[BaseException] = None   # the last retriable failure (said once)
+        self.retry_at = 0.0
+
+
 class GroupCoordinator:
     """The group membership and offsets of one consumer (see the module
     docstring). Created by the consumer when it has a ``group_id``; the
@@ -596,6 +624,14 @@ class GroupCoordinator:
         self._next_auto_commit = now + cfg["auto_commit_interval_ms"] / 1000.0
         self._commit_results: Deque[Tuple[Optional[CommitCallback], Dict[TopicPartition, OffsetAndMetadata],
                                           Optional[BaseException]]] = collections.deque()
+        # rebalance steps waiting for the coordinator (application thread)
+        self._handover: Optional[_Handover] = None     # partitions being revoked, their commit in flight
+        self._awaiting: Future = Future()   # the consumer's marker (in its _looking_up) of a committed offset awaited
+        self._awaiting_committed: Set[TopicPartition] = set()
+        self._offset_fetch: Optional[Future] = None    # the OffsetFetch of committed positions in flight
+        self._offset_fetch_asked: Set[TopicPartition] = set()
+        self._offset_fetch_retry_at = 0.0
+        self._offset_fetch_failure: Optional[str] = None   # the failure last logged (said once)
         self._closed = False
 
     # ============================================================ public
@@ -641,7 +677,9 @@ class GroupCoordinator:
     def on_poll(self) -> None:
         """The consumer's ``poll()`` turn (application thread): callbacks of
         finished async commits, a fatal error, lost or new partitions, the
-        revocations before a rejoin, auto commit."""
+        revocations before a rejoin, the committed positions of new
+        partitions, auto commit. Never waits for the coordinator: a step
+        that needs its answer goes on at a later call."""
         self._last_poll = time.monotonic()
         self._run_commit_callbacks()
         if self._fatal is not None:
@@ -653,20 +691,22 @@ class GroupCoordinator:
         raised: Optional[BaseException] = None
         with self._lock:
             lost, self._lost_pending = self._lost_pending, False
-            pending, self._pending_assignment = self._pending_assignment, None
         if lost:
+            self._handover = None           # lost, not revoked: nothing to commit
             raised = self._partitions_lost() or raised
-        if pending is not None:
-            raised = self._apply(pending[1]) or raised
-        with self._lock:
-            start_join = self._need_rejoin and self.state != JOINING and self._pending_assignment is None
-        if start_join:
-            raised = self._prepare_join() or raised
+        if self._handover is not None:
+            raised = self._continue_handover() or raised
+        if self._handover is None:
             with self._lock:
-                self._need_rejoin = False
-                self.state = JOINING
-                self._join_retry_at = 0.0
-            self._wake()
+                pending, self._pending_assignment = self._pending_assignment, None
+            if pending is not None:
+                raised = self._apply(pending[1]) or raised
+        if self._handover is None:
+            with self._lock:
+                start_join = self._need_rejoin and self.state != JOINING and self._pending_assignment is None
+            if start_join:
+                raised = self._prepare_join() or raised
+        raised = self._fetch_positions() or raised
         if self.state == STABLE:
             self._maybe_auto_commit()
         if raised is not None:
@@ -676,10 +716,14 @@ class GroupCoordinator:
         """Commit ``offsets`` ({(topic, partition): offset or
         OffsetAndMetadata}; default: the position of every assigned
         partition) and wait for the coordinator's answer. Retriable failures
-        are retried until ``timeout`` (default ``request_timeout_ms``)."""
+        are retried until ``timeout`` (default ``request_timeout_ms``).
+        Raises :class:`CommitFailedError` when the member lost its
+        partitions, even before their positions are known."""
         self._run_commit_callbacks()
         todo = self._offsets_or_positions(offsets)
         if not todo:
+            if offsets is None and self._consumer._states:
+                self._commit_generation()     # nothing to commit yet, but are they still this member's?
             return {}
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         while True:
@@ -713,43 +757,21 @@ class GroupCoordinator:
             self._commit_results.append((callback, {}, None))
             result.set_result({})
             return result
-        node = self._coordinator
-        lookup: Future
-        if node is None:
-            lookup = self._lookup_coordinator()
-        else:
-            lookup = Future()
-            lookup.set_result(node)
 
-        def report(error: Optional[BaseException]) -> None:
+        def answered(f: Future) -> None:
+            error = f.exception()
+            if error is None:
+                errors = commit_errors(f.value)
+                if errors:
+                    error = self._commit_error(errors)
             self._commit_results.append((callback, todo, error))
             if error is None:
                 result.set_result(todo)
             else:
                 result.set_exception(error)
 
-        def answered(f: Future, node: int) -> None:
-            error: Optional[BaseException] = None
-            if f.failed():
-                error = f.exception()
-                if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)):
-                    self._coordinator_dead(node)
-            else:
-                errors = commit_errors(f.value)
-                if errors:
-                    error = self._commit_error(errors)
-            report(error)
-
-        def send(f: Future) -> None:
-            if f.failed():
-                report(f.exception())
-                return
-            node = f.value
-            self._submit(node, lambda v: offset_commit_request(
-                self.group_id, todo, generation, member, self.group_instance_id)).add_done_callback(
-                lambda r: answered(r, node))
-
-        lookup.add_done_callback(send)
+        self._coordinator_async(lambda v: offset_commit_request(
+            self.group_id, todo, generation, member, self.group_instance_id)).add_done_callback(answered)
         return result
 
     def committed(self, partitions: Iterable[Tuple[str, int]],
@@ -777,14 +799,16 @@ class GroupCoordinator:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Commit (auto commit), revoke, leave the group (dynamic members),
-        stop the thread and close the connection."""
+        stop the thread and close the connection: all within ``timeout``
+        seconds (default ``request_timeout_ms``), as one budget."""
         if self._closed:
             return
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         try:
             if self.subscribed:
-                self._leave("the consumer is closing", timeout)
+                self._leave("the consumer is closing", deadline)
             elif self.cfg["enable_auto_commit"] and self._client is not None:
-                self._commit_quietly(timeout)
+                self._commit_quietly(max(0.0, deadline - time.monotonic()))
             self._run_commit_callbacks()
         finally:
             self._closed = True
@@ -792,7 +816,8 @@ class GroupCoordinator:
             if self._client is not None:
                 self._client.wakeup()
             if self._thread is not None:
-                self._thread.join(5.0)
+                # woken, the thread ends within one turn of its loop; a short grace even when time is up
+                self._thread.join(max(0.1, deadline - time.monotonic()))
             if self._pump is not None:
                 self._pump.fail_all(KwireError("consumer closed"))
             if self._client is not None:
@@ -837,9 +862,9 @@ class GroupCoordinator:
                 self._request_rejoin("commit answered REBALANCE_IN_PROGRESS")
         return err
 
-    def _commit_quietly(self, timeout: Optional[float] = None, offsets: Optional[OffsetsArg] = None) -> None:
+    def _commit_quietly(self, timeout: float) -> None:
         try:
-            self.commit(offsets, timeout)
+            self.commit(None, timeout)
         except KwireError as e:
             log.warning("group %s: auto commit failed: %s", self.group_id, e)
 
@@ -891,17 +916,84 @@ class GroupCoordinator:
         with self._lock:
             self._owned = set(tps)
 
-    def _revoke(self, revoked: Set[TopicPartition], commit: bool) -> Optional[BaseException]:
-        """Commit (auto commit on) and hand back ``revoked``."""
+    def _hold(self, tps: Iterable[TopicPartition]) -> None:
+        """Keep the consumer from returning or fetching records of ``tps``
+        while they are being revoked: their committed positions must stay
+        the ones returned. What is buffered is dropped (nothing was returned
+        from it: its next owner fetches it from the committed position)."""
+        consumer = self._consumer
+        for tp in tps:
+            st = consumer._states.get(tp)
+            if st is not None:
+                st.retry_at = math.inf          # no fetch (they are unassigned before anything resets it)
+                consumer._drop_buffered(tp)
+
+    def _wake_consumer(self, _done: Future) -> None:
+        """(any thread) An answer a poll waits for came: wake a ``poll()``
+        waiting in the consumer's client, so that it takes it in now."""
+        self._consumer._client.wakeup()
+
+    def _hand_back(self, revoked: Set[TopicPartition]) -> Optional[BaseException]:
+        """``on_partitions_revoked(revoked)``, then give them up."""
         if not revoked:
             return None
-        if commit and self.cfg["enable_auto_commit"]:
-            states = self._consumer._states
-            self._commit_quietly(offsets={tp: states[tp].position for tp in revoked
-                                          if tp in states and states[tp].position is not None})
         err = self._call_listener("on_partitions_revoked", revoked)
         self._set_assignment(self._owned - revoked)
         return err
+
+    def _revoke(self, revoked: Set[TopicPartition], then: Optional[Set[TopicPartition]]) -> Optional[BaseException]:
+        """Begin handing ``revoked`` back, then carry out ``then`` (see
+        :class:`_Handover`): with auto commit, their positions are committed
+        first, and the rest waits for the coordinator's answer (at a later
+        poll when it is not there yet)."""
+        offsets: Dict[TopicPartition, int] = {}
+        if self.cfg["enable_auto_commit"]:
+            offsets = {tp: st.position for tp, st in self._consumer._states.items()
+                       if tp in revoked and st.position is not None}
+        self._handover = _Handover(set(revoked), offsets, then,
+                                   time.monotonic() + self.cfg["max_poll_interval_ms"] / 1000.0)
+        return self._continue_handover()
+
+    def _continue_handover(self) -> Optional[BaseException]:
+        """Send the handover's commit, or look whether it was answered (a
+        retriable failure is sent again after ``retry_backoff_ms``); once it
+        is done with, revoke and go on. Returns a listener's error."""
+        h = self._handover
+        assert h is not None
+        if h.offsets:
+            now = time.monotonic()
+            if h.commit is None and now >= h.retry_at:
+                h.commit = self.commit_async(h.offsets)
+                h.commit.add_done_callback(self._wake_consumer)
+            fut = h.commit
+            if fut is None or not fut.done():
+                if now < h.deadline:
+                    self._hold(h.partitions)
+                    return None
+                log.error("group %s: the commit before revoking %s got no answer within max_poll_interval_ms "
+                          "(%s ms); revoking without it", self.group_id, sorted(h.partitions),
+                          self.cfg["max_poll_interval_ms"])
+            elif fut.failed():
+                err = fut.exception()
+                if getattr(err, "retriable", False) and now < h.deadline:
+                    if h.commit_failure is None:
+                        log.info("group %s: the commit before revoking failed (%s); retrying every %s ms",
+                                 self.group_id, err, self.cfg["retry_backoff_ms"])
+                    h.commit, h.commit_failure = None, err
+                    h.retry_at = now + self.cfg["retry_backoff_ms"] / 1000.0
+                    self._hold(h.partitions)
+                    return None
+                log.warning("group %s: auto commit failed: %s", self.group_id, err)
+        self._handover = None
+        error = self._hand_back(h.partitions)
+        if h.then is None:
+            with self._lock:
+                self._need_rejoin = False
+                self.state = JOINING
+                self._join_retry_at = 0.0
+            self._wake()
+            return error
+        return self._take_assignment(h.then, h.partitions) or error
 
     def _partitions_lost(self) -> Optional[BaseException]:
         lost = set(self._owned)
@@ -914,55 +1006,151 @@ class GroupCoordinator:
 
     def _prepare_join(self) -> Optional[BaseException]:
         """Before a JoinGroup: eager members commit and revoke everything;
-        cooperative ones revoke only what they no longer subscribe to."""
+        cooperative ones revoke only what they no longer subscribe to. The
+        JoinGroup goes once that is done."""
         if self.rebalance_protocol == EAGER:
-            return self._revoke(set(self._owned), commit=True)
+            return self._revoke(set(self._owned), then=None)
         wanted = self._wanted_topics()
-        return self._revoke({tp for tp in self._owned if tp.topic not in wanted}, commit=True)
+        return self._revoke({tp for tp in self._owned if tp.topic not in wanted}, then=None)
 
     def _apply(self, assigned: List[TopicPartition]) -> Optional[BaseException]:
-        """Take in the assignment of a completed SyncGroup."""
+        """Take in the assignment of a completed SyncGroup: cooperative
+        members first revoke what it takes away."""
         new = set(assigned)
-        error = None
         if self.rebalance_protocol == COOPERATIVE:
-            revoked = self._owned - new
-            added = new - self._owned
-            error = self._revoke(revoked, commit=True)
-            if revoked:
-                with self._lock:
-                    self._request_rejoin(f"revoked {len(revoked)} partition(s) for their new owners")
-        else:
-            error = self._revoke(self._owned - new, commit=True)    # none: eager members revoke before joining
-            added = new
+            return self._revoke(self._owned - new, then=new - self._owned)
+        return self._revoke(self._owned - new, then=new)    # none: eager members revoke before joining
+
+    def _take_assignment(self, added: Set[TopicPartition], revoked: Set[TopicPartition]) -> Optional[BaseException]:
+        """The end of :meth:`_apply`, once ``revoked`` are handed back."""
+        if revoked and self.rebalance_protocol == COOPERATIVE:
+            with self._lock:
+                self._request_rejoin(f"revoked {len(revoked)} partition(s) for their new owners")
         self._set_assignment(self._owned | added)
         log.info("group %s generation %s: assigned %s", self.group_id, self.generation, sorted(self._owned))
-        error = self._call_listener("on_partitions_assigned", added) or error
+        error = self._call_listener("on_partitions_assigned", added)
         self._init_positions(added)
         return error
 
     def _init_positions(self, tps: Iterable[TopicPartition]) -> None:
-        """Seek newly assigned partitions to their committed offsets (those
-        without a position: a listener may have sought already)."""
-        states = self._consumer._states
-        todo = [tp for tp in tps if tp in states and states[tp].position is None]
-        if not todo:
-            return
-        for tp, om in self.committed(todo).items():
-            if om is not None and tp in states and states[tp].position is None:
-                self._consumer.seek(tp, om.offset)
+        """Newly assigned partitions without a position (a listener may have
+        sought already) start at their committed offsets: until
+        :meth:`_fetch_positions` has them, the consumer counts them as
+        looked up, so that it neither fetches them nor resets them by
+        ``auto_offset_reset``. An OffsetFetch still in flight is not waited
+        for: it was sent before this assignment, maybe before the commits of
+        the partitions' previous owners."""
+        consumer = self._consumer
+        for tp in tps:
+            st = consumer._states.get(tp)
+            if st is not None and st.position is None:
+                consumer._looking_up[tp] = self._awaiting
+                self._awaiting_committed.add(tp)
+                self._offset_fetch, self._offset_fetch_retry_at = None, 0.0
+
+    def _fetch_positions(self) -> Optional[BaseException]:
+        """For the partitions waiting for their committed offsets: take in
+        the OffsetFetch's answer (seek to the committed offset; where none
+        is, the consumer's ``auto_offset_reset`` applies) and ask for those
+        still waiting. A failure is logged once and asked again after
+        ``retry_backoff_ms``; one that retrying cannot cure is also returned,
+        to be raised by this poll."""
+        if not self._awaiting_committed:
+            return None
+        consumer = self._consumer
+        looking = consumer._looking_up
+        # a partition sought or unassigned meanwhile waits no more
+        waiting = {tp for tp in self._awaiting_committed if looking.get(tp) is self._awaiting}
+        if not waiting:
+            self._awaiting_committed, self._offset_fetch = set(), None
+            return None
+        error = None
+        fut = self._offset_fetch
+        if fut is not None and fut.done():
+            self._offset_fetch = None
+            failure = fut.exception()
+            got: Dict[TopicPartition, Optional[OffsetAndMetadata]] = {}
+            if failure is None:
+                try:
+                    got = offsets_from_response(fut.value, self.group_id)
+                except KwireError as e:
+                    failure = e
+            if failure is not None:
+                error = self._offset_fetch_failed(failure, len(waiting))
+            else:
+                self._offset_fetch_failure = None
+                for tp in self._offset_fetch_asked & waiting:
+                    del looking[tp]
+                    waiting.discard(tp)
+                    om = got.get(tp)
+                    if om is not None:
+                        consumer.seek(tp, om.offset)
+        self._awaiting_committed = waiting
+        if waiting and self._offset_fetch is None and time.monotonic() >= self._offset_fetch_retry_at:
+            asked = sorted(waiting)
+            self._offset_fetch_asked = set(asked)
+            self._offset_fetch = self._coordinator_async(lambda v: offset_fetch_request(v, self.group_id, asked))
+            self._offset_fetch.add_done_callback(self._wake_consumer)
+        return error
+
+    def _offset_fetch_failed(self, error: BaseException, partitions: int) -> Optional[BaseException]:
+        """Ask again after ``retry_backoff_ms``; say the failure once; the
+        error to raise when retrying cannot cure it."""
+        if getattr(error, "code", None) in COORDINATOR_ERRORS:
+            self._coordinator_dead(self._coordinator)
+        self._offset_fetch_retry_at = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
+        text = f"{type(error).__name__}: {error}"
+        if text != self._offset_fetch_failure:
+            self._offset_fetch_failure = text
+            log.warning("group %s: OffsetFetch of the committed offsets of %d partition(s) failed: %s; asking "
+                        "again every %s ms until it works", self.group_id, partitions, error,
+                        self.cfg["retry_backoff_ms"])
+        return None if getattr(error, "retriable", False) else error
+
+    def wait_for_positions(self, partitions: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> None:
+        """Wait up to ``timeout`` seconds (default ``request_timeout_ms``)
+        for the committed offsets of those of ``partitions`` that are waiting
+        for them (for ``Consumer.position``, which must not look a position
+        up by ``auto_offset_reset`` meanwhile). Raises
+        :class:`KafkaTimeoutError`, or what the OffsetFetch failed with when
+        retrying cannot cure it."""
+        tps = {TopicPartition(*tp) for tp in partitions}
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+        while True:
+            error = self._fetch_positions()
+            if error is not None:
+                raise error
+            if not tps & self._awaiting_committed:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaTimeoutError(f"the committed offsets of {sorted(tps & self._awaiting_committed)} "
+                                        "did not come in time")
+            fut = self._offset_fetch
+            if fut is None:                 # backing off after a failure
+                time.sleep(max(0.0, min(left, self._offset_fetch_retry_at - time.monotonic())))
+                continue
+            try:
+                fut.result(left)
+            except KwireError:
+                pass                        # taken in (and raised if need be) by _fetch_positions
 
     def _wanted_topics(self) -> Set[str]:
         with self._lock:
             return set(self._topics)
 
-    def _leave(self, reason: str, timeout: Optional[float] = None) -> None:
-        """Commit, revoke (or lose), leave: for close() and unsubscribe()."""
+    def _leave(self, reason: str, deadline: Optional[float] = None) -> None:
+        """Commit, revoke (or lose), leave: for close() and unsubscribe(),
+        all within ``deadline`` (default: ``request_timeout_ms`` from now)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0
+        self._handover = None           # revoked now, after the commit of every position
         with self._lock:
             valid = self.generation >= 0 and bool(self.member_id)
         if valid:
             if self.cfg["enable_auto_commit"] and self._owned:
-                self._commit_quietly(timeout)
-            err = self._revoke(set(self._owned), commit=False)
+                self._commit_quietly(max(0.0, deadline - time.monotonic()))
+            err = self._hand_back(set(self._owned))
         else:
             err = self._partitions_lost()
         if err is not None:
@@ -975,12 +1163,12 @@ class GroupCoordinator:
             self._need_rejoin = False
             self._pending_assignment = None
         if dynamic and member and node is not None:
-            self._send_leave(node, member, reason, timeout)
+            self._send_leave(node, member, reason, max(0.0, deadline - time.monotonic()))
 
-    def _send_leave(self, node: int, member: str, reason: str, timeout: Optional[float]) -> None:
+    def _send_leave(self, node: int, member: str, reason: str, timeout: float) -> None:
         try:
-            resp = self._submit(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout).result(
-                timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+            resp = self._submit(node, lambda v: leave_group_request(v, self.group_id, member, reason),
+                                timeout).result(timeout)
             if resp.error_code:
                 log.info("group %s: LeaveGroup: %s", self.group_id, protocol.error_for(resp.error_code, api="LeaveGroup"))
             else:
@@ -1017,6 +1205,35 @@ class GroupCoordinator:
     def _wake(self) -> None:
         if self._client is not None:
             self._client.wakeup()
+
+    def _coordinator_async(self, make: Callable[[Mapping[int, int]], Any]) -> Future:
+        """Send to the coordinator (looked up first when unknown) without
+        waiting: the future of its answer. After a connection failure the
+        coordinator is looked up again."""
+        result: Future = Future()
+
+        def answered(f: Future, node: int) -> None:
+            error = f.exception()
+            if error is None:
+                result.set_result(f.value)
+                return
+            if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)):
+                self._coordinator_dead(node)
+            result.set_exception(error)
+
+        def send(f: Future) -> None:
+            if f.failed():
+                result.set_exception(f.exception())   # type: ignore[arg-type]
+                return
+            node = f.value
+            self._submit(node, make).add_done_callback(lambda r: answered(r, node))
+
+        node = self._coordinator
+        if node is None:
+            self._lookup_coordinator().add_done_callback(send)
+        else:
+            self._submit(node, make).add_done_callback(lambda r: answered(r, node))
+        return result
 
     def _lookup_coordinator(self) -> Future:
         """The future of the coordinator's node id (one lookup at a time)."""
@@ -1080,6 +1297,8 @@ class GroupCoordinator:
                 pump.pump()
                 client.poll(self._poll_timeout(now))
             except Exception as e:   # a bug here must surface, not kill the group silently
+                if self._stop.is_set():
+                    return               # closing: the client may be closed under it
                 log.exception("group %s: background thread failed", self.group_id)
                 self._fail(KwireError(f"group background thread failed: {e!r}"))
                 pump.fail_all(KwireError(f"group background thread failed: {e!r}"))
@@ -1283,6 +1502,7 @@ class GroupCoordinator:
             self._next_heartbeat = now + self.cfg["heartbeat_interval_ms"] / 1000.0
             self._metadata_check_at = now + self.cfg["metadata_max_age_ms"] / 1000.0
         log.debug("group %s: generation %s assignment %s", self.group_id, generation, assigned)
+        self._wake_consumer(fut)          # a poll takes it in now
 
     # --------------------------------------------------------- liveness
     def _heartbeat(self, now: float) -> None:

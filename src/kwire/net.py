@@ -8,15 +8,30 @@ selector reports the socket ready and :meth:`Connection.check_timeouts` on
 each turn. A connection that fails, for any reason, fails every request it
 holds with a retriable :class:`ConnectionLostError` and never hangs.
 
-Frames: each is an int32 size and that many bytes. A response body is read
-into a buffer of its own (one ``recv_into`` per chunk, no copy after), so the
-record data of a Fetch response is handed to the codec as views into it.
+Frames: each is an int32 size and that many bytes. A response larger than
+the read buffer is read into a buffer of its own (``recv_into``, no copy
+after), so the record data of a Fetch response is handed to the codec as
+views into it. That buffer grows as the bytes arrive (doubling, never past
+the declared size): a size prefix alone allocates nothing.
+
+Every response is bounded by what its request can legitimately get back
+(:func:`response_limit`): ``receive_message_max_bytes`` (librdkafka's option
+and default, 100,000,000 bytes), or for a Fetch the larger of that and the
+request's ``max_bytes``, plus room for the framing. A size prefix past the
+bound closes the connection with a :class:`ProtocolError` that names the
+node, the size, the limit and the option to raise. The bound is not tighter
+for a Fetch because of KIP-74: a broker returns the first batch of a fetch
+whole even when it is larger than ``max_bytes`` or ``partition_max_bytes``
+(the topic's ``max.message.bytes`` bounds it, which a client does not
+know), so that a consumer always makes progress; such a batch is accepted
+up to ``receive_message_max_bytes``.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
+import functools
 import logging
 import socket
 import ssl
@@ -25,20 +40,24 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kwire import protocol
-from kwire.errors import KwireError, ProtocolError
+from kwire.errors import KwireError, ProtocolError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import SaslAuthenticationError, mechanism_for
 
-__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "ssl_context_from_config"]
+__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "response_limit", "ssl_context_from_config"]
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
 READ_CHUNK = 256 * 1024
-MAX_FRAME = 1 << 30          # a response larger than 1 GiB is taken as garbage
+RECEIVE_MESSAGE_MAX_BYTES = 100_000_000     # librdkafka's receive.message.max.bytes default
+FETCH_FRAMING = 64 * 1024                   # a Fetch response's room for headers, ...
+FETCH_FRAMING_PER_PARTITION = 1024          # ... and per partition asked for (offsets, aborted transactions)
+OFFLOAD_MIN_BYTES = 256 * 1024              # an offloadable response this large is decoded off the I/O thread
 
+FETCH = 1
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -57,15 +76,40 @@ class RequestTimedOutError(KafkaTimeoutError):
 
 
 class _InFlight:
-    __slots__ = ("corr", "api_key", "version", "future", "deadline", "response_class")
+    __slots__ = ("corr", "api_key", "version", "future", "deadline", "response_class", "limit", "prepare",
+                 "offload")
 
-    def __init__(self, corr: int, api_key: int, version: int, future: Future, deadline: float, response_class: Any):
+    def __init__(self, corr: int, api_key: int, version: int, future: Future, deadline: float, response_class: Any,
+                 limit: int, prepare: Optional[Callable[[Any], Any]], offload: bool):
         self.corr = corr
         self.api_key = api_key
         self.version = version
         self.future = future
         self.deadline = deadline
         self.response_class = response_class
+        self.limit = limit            # the largest response frame accepted
+        self.prepare = prepare        # applied to the decoded response; its result completes the future
+        self.offload = offload        # a large response may be decoded (and prepared) off the I/O thread
+
+
+def response_limit(request: Any, cfg: Dict[str, Any]) -> int:
+    """The largest response frame (bytes after the size prefix) accepted for
+    ``request``: ``receive_message_max_bytes``; for a Fetch, the larger of
+    that and the request's ``max_bytes`` (the consumer's ``fetch_max_bytes``
+    shared among its ``max_in_flight_fetches``), plus 64 KiB and 1 KiB per
+    partition asked for, for the framing. KIP-74's oversized first batch is
+    accepted up to ``receive_message_max_bytes`` (see the module doc)."""
+    limit = cfg.get("receive_message_max_bytes", RECEIVE_MESSAGE_MAX_BYTES)
+    if request.API_KEY == FETCH:
+        parts = sum(len(t.partitions or ()) for t in (request.topics or ()))
+        limit = max(limit, request.max_bytes) + FETCH_FRAMING + FETCH_FRAMING_PER_PARTITION * parts
+    return limit
+
+
+def _decode(frame: memoryview, response_class: Any, version: int, prepare: Optional[Callable[[Any], Any]]) -> Any:
+    """The response in ``frame``, passed through ``prepare`` when given."""
+    _, resp = protocol.decode_response(frame, response_class, version)
+    return resp if prepare is None else prepare(resp)
 
 
 def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
@@ -100,6 +144,7 @@ class Connection:
         *,
         ssl_context: Optional[ssl.SSLContext] = None,
         on_state: Optional[Callable[["Connection"], None]] = None,
+        offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -112,6 +157,7 @@ class Connection:
         self.sock: Optional[socket.socket] = None
         self._ssl_context = ssl_context
         self._on_state = on_state
+        self._offload = offload
         self._client_id = cfg.get("client_id", "kwire")
         self._timeout = cfg.get("request_timeout_ms", 30000) / 1000.0
         self._setup_deadline = 0.0
@@ -124,7 +170,8 @@ class Connection:
         self._rbuf = bytearray(READ_CHUNK)
         self._rview = memoryview(self._rbuf)
         self._rlen = 0
-        self._frame: Optional[bytearray] = None          # a large frame read in place
+        self._frame: Optional[bytearray] = None          # a large frame read in place, grown as it arrives
+        self._frame_size = 0                             # its declared size
         self._frame_got = 0
         self.last_activity = time.monotonic()
 
@@ -142,6 +189,11 @@ class Connection:
 
     def in_flight_count(self) -> int:
         return len(self._in_flight)
+
+    def idle(self) -> bool:
+        """Ready with nothing in flight, waiting or unwritten."""
+        return self.state == "ready" and not self._in_flight and not self._waiting and not self._out and \
+            self._frame is None and not self._rlen
 
     def wants_write(self) -> bool:
         return bool(self._out) or self.state in ("connecting",) or (self.state == "tls" and self._tls_wants_write)
@@ -175,21 +227,29 @@ class Connection:
             self.close(ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}"))
 
     def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True,
-             flush: bool = True) -> Future:
+             flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False) -> Future:
         """Queue ``request`` (a generated message object) and return the
         future of its response (of None when ``expect_response`` is false,
         as for a Produce with acks=0). The version is the negotiated one
         unless given. With ``flush`` false the request waits for
         :meth:`flush` (or the selector), so that several go out in one
-        write."""
+        write.
+
+        ``prepare``, when given, is applied to the decoded response and its
+        result completes the future. With ``offload``, a response of
+        ``OFFLOAD_MIN_BYTES`` or more is handed, undecoded, to the owner's
+        ``offload`` hook (the client decodes and prepares it on a helper
+        thread and completes the future on its I/O thread): ``prepare`` must
+        then touch no state the I/O thread changes."""
         fut: Future = Future()
         if self.state == "closed":
             fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
             return fut
         if self.state != "ready":
-            self._waiting.append((request, -1 if version is None else version, fut, expect_response))
+            self._waiting.append((request, -1 if version is None else version, fut, expect_response, prepare,
+                                  offload))
             return fut
-        self._send_now(request, version, fut, expect_response, flush)
+        self._send_now(request, version, fut, expect_response, flush, prepare, offload)
         return fut
 
     def flush(self) -> None:
@@ -247,10 +307,12 @@ class Connection:
 
     def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
         """Close the socket and fail what is in flight or waiting with
-        ``error`` (logged unless ``quiet``: an orderly close)."""
+        ``error`` (logged unless ``quiet``: an orderly close, which
+        :attr:`orderly` then says). The read buffers are freed at once."""
         if self.state == "closed":
             return
-        self.error = error or ConnectionLostError(f"connection to node {self.node_id} closed")
+        self.error = without_traceback(error or ConnectionLostError(f"connection to node {self.node_id} closed"))
+        self.orderly = quiet
         if error is not None and not quiet:
             log.debug("node %s (%s:%s): %s", self.node_id, self.host, self.port, error)
         if self.sock is not None:
@@ -258,8 +320,13 @@ class Connection:
                 self.sock.close()
             except OSError:
                 pass
+        self._frame = None
+        self._frame_size = self._frame_got = 0
+        self._rbuf = bytearray()
+        self._rview = memoryview(self._rbuf)
+        self._rlen = 0
         self._set_state("closed")
-        pending = [self._in_flight[c].future for c in self._order if c in self._in_flight]
+        pending = [inf.future for inf in self._in_flight.values()]
         pending += [w[2] for w in self._waiting]
         self._in_flight.clear()
         self._order.clear()
@@ -268,6 +335,8 @@ class Connection:
         for fut in pending:
             if not fut.done():
                 fut.set_exception(self.error)
+
+    orderly = False      # closed by its owner (idle, or the client closing), not by a failure
 
     # ------------------------------------------------------------ setup
     def _set_state(self, state: str) -> None:
@@ -389,12 +458,12 @@ class Connection:
     def _become_ready(self) -> None:
         self._set_state("ready")
         waiting, self._waiting = self._waiting, []
-        for request, version, fut, expect in waiting:
-            self._send_now(request, None if version < 0 else version, fut, expect)
+        for request, version, fut, expect, prepare, offload in waiting:
+            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload)
 
     # ---------------------------------------------------------- sending
     def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool,
-                  flush: bool = True) -> None:
+                  flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False) -> None:
         api_key = request.API_KEY
         if version is None:
             version = self.versions.get(api_key)
@@ -414,7 +483,8 @@ class Connection:
             self._out_bytes += len(mv)
         if expect_response:
             self._in_flight[corr] = _InFlight(corr, api_key, version, fut, time.monotonic() + self._timeout,
-                                              protocol.response_class(api_key))
+                                              protocol.response_class(api_key), response_limit(request, self.cfg),
+                                              prepare, offload)
             self._order.append(corr)
         else:
             fut.set_result(None)
@@ -450,14 +520,20 @@ class Connection:
         assert sock is not None
         while self.state != "closed":
             if self._frame is not None:
+                if self._frame_got == len(self._frame):
+                    self._grow_frame()
+                view = memoryview(self._frame)[self._frame_got:]
                 try:
-                    n = sock.recv_into(memoryview(self._frame)[self._frame_got:])
+                    n = sock.recv_into(view)
                 except (BlockingIOError, ssl.SSLWantReadError):
                     return
+                finally:
+                    view.release()      # the frame may grow only while nothing views it
                 if n == 0:
                     raise ConnectionLostError(f"node {self.node_id} closed the connection mid-response")
                 self._frame_got += n
-                if self._frame_got == len(self._frame):
+                self.last_activity = time.monotonic()
+                if self._frame_got == self._frame_size:
                     frame, self._frame = self._frame, None
                     self._on_frame(memoryview(frame))
                 continue
@@ -471,36 +547,62 @@ class Connection:
             self.last_activity = time.monotonic()
             self._take_frames()
 
+    def _grow_frame(self) -> None:
+        """Room for more of the frame being read in place: double what it
+        holds (at least one read chunk more), never past its declared size,
+        so memory follows the bytes that actually came."""
+        frame = self._frame
+        assert frame is not None
+        have = len(frame)
+        frame.extend(bytes(min(self._frame_size, max(2 * have, have + READ_CHUNK)) - have))
+
     def _take_frames(self) -> None:
         """Hand on every complete frame in the read buffer; a frame that
-        does not fit moves into a buffer of its own, read in place."""
+        does not fit moves into a buffer of its own, read in place. A frame
+        is checked against its request's limit as soon as its size and
+        correlation id are in."""
         pos = 0
         buf, view = self._rbuf, self._rview
         while self._rlen - pos >= 4 and self.state != "closed":
             (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 4 or size > MAX_FRAME:
+            if size < 4:
                 raise ProtocolError(f"node {self.node_id} sent a frame of impossible size {size}")
+            if self._rlen - pos < 8:
+                break
+            (corr,) = _CORR.unpack_from(buf, pos + 4)
+            self._check_frame(size, corr)
             if self._rlen - pos - 4 >= size:
                 self._on_frame(memoryview(bytes(view[pos + 4:pos + 4 + size])))
                 pos += 4 + size
                 continue
             # incomplete: a big frame gets its own buffer; a small one waits
             if 4 + size > len(buf):
-                self._frame = bytearray(size)
-                have = self._rlen - pos - 4
-                self._frame[:have] = view[pos + 4:self._rlen]
-                self._frame_got = have
+                self._frame = bytearray(view[pos + 4:self._rlen])
+                self._frame_size = size
+                self._frame_got = self._rlen - pos - 4
                 pos = self._rlen
             break
-        if pos:
+        if pos and self.state != "closed":
             rest = self._rlen - pos
             if rest:
                 buf[:rest] = view[pos:self._rlen]
             self._rlen = rest
 
+    def _check_frame(self, size: int, corr: int) -> None:
+        """Refuse a response no request is waiting for, or one larger than
+        its request can legitimately get back (:func:`response_limit`)."""
+        inf = self._in_flight.get(corr)
+        if inf is None:
+            raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
+        if size > inf.limit:
+            option = "receive_message_max_bytes" if inf.api_key != FETCH else \
+                "receive_message_max_bytes (a Fetch may also be as large as fetch_max_bytes / max_in_flight_fetches)"
+            raise ProtocolError(
+                f"node {self.node_id} ({self.host}:{self.port}) declared a response of {size} bytes, more than "
+                f"the limit of {inf.limit} bytes for this request; raise {option} if the broker legitimately "
+                "sends responses this large", protocol.api_name(inf.api_key), inf.version)
+
     def _on_frame(self, frame: memoryview) -> None:
-        if len(frame) < 4:
-            raise ProtocolError(f"node {self.node_id} sent a response frame of {len(frame)} bytes")
         (corr,) = _CORR.unpack_from(frame, 0)
         inf = self._in_flight.pop(corr, None)
         if inf is None:
@@ -512,12 +614,16 @@ class Connection:
                 self._order.remove(corr)
             except ValueError:
                 pass
+        job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare)
+        if inf.offload and self._offload is not None and len(frame) >= OFFLOAD_MIN_BYTES:
+            self._offload(job, inf.future)
+            return
         try:
-            _, resp = protocol.decode_response(frame, inf.response_class, inf.version)
+            value = job()
         except ProtocolError as e:
             inf.future.set_exception(e)
             raise
-        inf.future.set_result(resp)
+        inf.future.set_result(value)
 
 
 class TlsError(ConnectionLostError):

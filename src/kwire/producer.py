@@ -5,10 +5,15 @@ thread.
 :class:`kwire.RecordBatchBuilder`) and returns a :class:`RecordFuture` at
 once. The sender thread sends a batch when it is full (``batch_size``), when
 it has waited ``linger_ms``, or on ``flush()``; the batches of all
-partitions led by one broker go in one Produce request, and requests to
+partitions led by one broker go in one Produce request (of at most
+``max_request_size`` bytes of batches: a batch never grows past it, and a
+record that alone would is refused by ``send()``), and requests to
 different brokers are in flight together. Retriable errors are retried
-(after ``retry_backoff_ms``, until ``delivery_timeout_ms``); stale-metadata
-errors refresh the metadata first.
+(after ``retry_backoff_ms``); stale-metadata errors refresh the metadata
+first. A batch not acknowledged ``delivery_timeout_ms`` after it was made
+fails with :class:`KafkaTimeoutError`, whether it was never sent, is
+waiting to be retried or is in flight (KIP-91); a response that comes for
+it later changes nothing.
 
 Partitioning follows Kafka's default partitioner: a keyed record goes to
 ``murmur2(key) % partitions`` (what Java and librdkafka's murmur2_random
@@ -18,15 +23,24 @@ each time a batch of it is sent (KIP-480).
 Idempotence (on by default, as in Kafka 3+): the producer gets a producer id
 (InitProducerId) and stamps each batch with its partition's next sequence
 number when the batch is first sent; a retry re-sends the same bytes, so the
-broker drops duplicates. On OUT_OF_ORDER_SEQUENCE_NUMBER or
-UNKNOWN_PRODUCER_ID it bumps its epoch (or gets a new id) and restamps the
-batches still unacknowledged, instead of stalling.
+broker drops duplicates. When a partition's sequence state is lost (the
+broker answers OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID) or
+unknown (a batch sent at least once expired), the producer bumps its epoch
+(or gets a new id) instead of stalling, as Kafka's client does. After an
+error, the partition's unacknowledged batches are renumbered from 0 under
+the new epoch once none of them is in flight; after an expiry, nothing new
+is sent to the partition until every batch sent to it before is
+acknowledged or failed, and it then starts again at sequence 0 under the
+new epoch. Every other partition moves to the new epoch when none of its
+batches under the old one is unacknowledged, so their batches are never
+sent under two epochs (which the broker could not recognise as duplicates).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import operator
 import random
 import threading
 import time
@@ -37,11 +51,12 @@ from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, Record
                           partition_for_key, restamp_batch)
 from kwire.client import Client
 from kwire.config import PRODUCER, resolve
-from kwire.errors import KwireError
+from kwire.errors import KwireError, MessageTooLargeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection
 
-__all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError"]
+__all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError",
+           "InvalidPartitionError", "RecordTooLargeError"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +70,15 @@ UNKNOWN_PRODUCER_ID = 59
 INVALID_PRODUCER_EPOCH = 47
 MESSAGE_TOO_LARGE = 10
 
+#: The size of a record batch's header: what a batch holding no record is.
+BATCH_OVERHEAD = RecordBatchBuilder(None).size_in_bytes
+#: How long ``close()`` waits past its timeout for the sender thread to end
+#: (it ends at its next turn, a few milliseconds away, unless a turn is
+#: busy encoding batches).
+CLOSE_GRACE = 1.0
+
+_NO_STAMP = (-1, -1)
+
 
 class BufferFullError(KafkaTimeoutError):
     """``send()`` waited ``max_block_ms`` for room in ``buffer_memory``."""
@@ -62,6 +86,24 @@ class BufferFullError(KafkaTimeoutError):
 
 class ProducerClosedError(KwireError):
     """The producer was closed."""
+
+
+class InvalidPartitionError(KwireError, ValueError):
+    """``send()`` named a partition its topic does not have (Kafka's
+    client: IllegalArgumentException "Invalid partition given with
+    record")."""
+
+
+class RecordTooLargeError(MessageTooLargeError):  # type: ignore[misc,valid-type]
+    """``send()`` refused a record that, serialized in a batch of its own,
+    is larger than ``max_request_size`` or than ``buffer_memory`` (Kafka's
+    client: RecordTooLargeException). The error of code 10,
+    MESSAGE_TOO_LARGE, a broker answers for such a record; not retriable."""
+
+    def __init__(self, error_message: Optional[str] = None, **where: Any) -> None:
+        super().__init__(error_message, **where)
+        # the producer's own words, not a broker's
+        self.args = (f"{error_message} (topic {self.topic!r}, partition {self.partition})",)
 
 
 class RecordMetadata(NamedTuple):
@@ -79,7 +121,8 @@ class _Batch(ProducerBatch):
     """A partition's batch: while open, the compiled builder takes records
     (see :class:`kwire._codec.ProducerBatch`); then its send state."""
 
-    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp")
+    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp",
+                 "in_flight")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
         self.created = now
@@ -89,7 +132,8 @@ class _Batch(ProducerBatch):
         self.next_try = 0.0
         self.deadline = deadline
         self.future: Future = Future()                   # -> (base_offset, log_append_time)
-        self.stamp: Tuple[int, int] = (-1, -1)           # producer id and epoch the payload carries
+        self.stamp: Tuple[int, int] = _NO_STAMP          # producer id and epoch the payload carries
+        self.in_flight = False                           # in a Produce request not answered yet
 
     def metadata(self, index: int) -> "RecordMetadata":
         """Where record ``index`` landed (the batch is acknowledged)."""
@@ -121,7 +165,8 @@ class Producer:
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
         self._acc = Accumulator(lock=self._lock, generation=self._client.cluster.generation,
-                                slow=self._send_slow, on_full=self._on_full, batch_size=cfg["batch_size"])
+                                slow=self._send_slow, on_full=self._on_full, batch_size=cfg["batch_size"],
+                                max_batch_bytes=min(cfg["max_request_size"], cfg["buffer_memory"]))
         self._open: Dict[Tuple[str, int], _Batch] = self._acc.open
         # the compiled path itself, so a send runs no Python frame (see send below)
         self.send = self._acc.send  # type: ignore[method-assign]
@@ -130,8 +175,10 @@ class Producer:
         self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
         self._sticky: Dict[str, int] = self._acc.sticky
+        self._next_expiry = float("inf")       # no sealed batch expires before this
         self._flushing = 0
         self._closing = False
+        self._close_deadline: Optional[float] = None     # close(timeout): when what is left fails
         self._closed = False
         self._fatal: Optional[BaseException] = None
         self._linger = cfg["linger_ms"] / 1000.0
@@ -139,9 +186,14 @@ class Producer:
         self._producer_id = -1
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
-        self._bump_from: Tuple[int, int] = (-1, -1)      # the id/epoch an InitProducerId should bump
+        self._bump_from: Tuple[int, int] = _NO_STAMP      # the id/epoch an InitProducerId should bump
+        # idempotence, per partition: the producer id and epoch its sequence numbers count under,
+        # the next sequence number, and its batches given one and not yet acknowledged or failed
+        self._tp_stamp: Dict[Tuple[str, int], Tuple[int, int]] = {}
         self._next_seq: Dict[Tuple[str, int], int] = {}
         self._unacked: Dict[Tuple[str, int], List[_Batch]] = collections.defaultdict(list)
+        self._rewrite: Set[Tuple[str, int]] = set()      # sequence state lost: renumber under the next epoch
+        self._unresolved: Set[Tuple[str, int]] = set()   # a batch sent at least once expired: state unknown
         self._txn: Any = None       # kwire.transactions.TransactionManager with a transactional_id
         if cfg["transactional_id"]:
             from kwire.transactions import TransactionManager
@@ -165,7 +217,8 @@ class Producer:
 
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[int]:
         """The partitions of ``topic`` (waits for metadata)."""
-        return self._partitions(topic, time.monotonic() + (timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0))
+        wait = timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0
+        return list(self._partitions(topic, time.monotonic() + wait))
 
     def send(
         self,
@@ -177,11 +230,16 @@ class Producer:
         timestamp_ms: Optional[int] = None,
     ) -> RecordFuture:
         """Queue one record; returns its future at once (blocks only while
-        ``buffer_memory`` is full, at most ``max_block_ms``).
+        the topic's metadata is fetched or ``buffer_memory`` is full, at
+        most ``max_block_ms``).
 
-        The common case runs compiled (:class:`kwire._codec.Accumulator`);
-        it falls back to :meth:`_send_slow` when a batch must be opened,
-        metadata fetched, room waited for or an error raised.
+        Raises at once :class:`InvalidPartitionError` for a ``partition``
+        the topic does not have, :class:`RecordTooLargeError` for a record
+        larger than ``max_request_size`` or ``buffer_memory`` serialized,
+        ``TypeError`` for arguments of the wrong type. The common case runs
+        compiled (:class:`kwire._codec.Accumulator`); it falls back to
+        :meth:`_send_slow` when a batch must be opened, metadata fetched,
+        room waited for or an error raised.
         """
         return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
 
@@ -194,28 +252,59 @@ class Producer:
             raise self._fatal
         if self._txn is not None:
             self._txn.check_send()
+        if partition is not None:
+            if isinstance(partition, bool):
+                raise TypeError("partition must be an int, not bool")
+            partition = operator.index(partition)
+        parts = self._known_partitions(topic)
+        if parts is None:
+            parts = self._partitions(topic, time.monotonic() + self.cfg["max_block_ms"] / 1000.0)
         if partition is None:
-            parts = self._known_partitions(topic)
-            if parts is None:
-                parts = self._partitions(topic, time.monotonic() + self.cfg["max_block_ms"] / 1000.0)
             if key is not None:
                 partition = parts[partition_for_key(key, len(parts))]
             else:
                 partition = self._sticky.get(topic)
-                if partition is None:
+                if partition is None or not 0 <= partition < len(parts):     # none yet, or of older metadata
                     partition = self._sticky[topic] = random.choice(parts)
+        if not 0 <= partition < len(parts):
+            n = len(parts)
+            raise InvalidPartitionError(f"partition {partition} does not exist (topic {topic!r} has {n} "
+                                        f"partition{'s: 0 to ' + str(n - 1) if n > 1 else ': 0'})")
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         tp = (topic, partition)
         with self._lock:
             batch = self._open.get(tp)
-            if batch is None:
-                self._wait_for_room()
-                now = time.monotonic()
-                builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
-                batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
-                batch.reserve(self._sealed_count.get(tp, 0))      # room for as many as the last one took
-                self._acc.put(tp, batch)
-            return self._acc.append(topic, partition, batch, value, key, headers, ts)
+            while True:
+                if self._closing:           # again under the lock: close() fails what it finds there
+                    raise ProducerClosedError("send() after close()")
+                if batch is None:
+                    self._wait_for_room(topic, partition, value, key, headers, ts)    # the lock may be let go
+                    batch = self._open.get(tp)                                      # ... and one opened meanwhile
+                    if batch is None:
+                        now = time.monotonic()
+                        builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
+                        batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
+                        batch.reserve(self._sealed_count.get(tp, 0))      # room for as many as the last one took
+                        self._acc.put(tp, batch)
+                fut = self._acc.append(topic, partition, batch, value, key, headers, ts)
+                if fut is not None:
+                    return fut
+                if not batch.record_count:     # the record alone is too large for a batch
+                    self._acc.take(tp)
+                    raise self._too_large(batch.refused_size, topic, partition)
+                self._seal(tp, batch)          # no room left for it: it goes in the next batch
+                batch = None
+
+    def _too_large(self, size: int, topic: str, partition: int) -> RecordTooLargeError:
+        """The error of a record that makes a batch of ``size`` bytes alone."""
+        limit = self.cfg["max_request_size"]
+        if size > limit:
+            text = (f"The message is {size} bytes when serialized which is larger than {limit}, which is the "
+                    "value of the max_request_size configuration.")
+        else:
+            text = (f"The message is {size} bytes when serialized which is larger than the total memory buffer "
+                    f"you have configured with the buffer_memory configuration ({self.cfg['buffer_memory']}).")
+        return RecordTooLargeError(text, api="Produce", topic=topic, partition=partition)
 
     def _on_full(self, tp: Tuple[str, int], batch: _Batch) -> None:
         """``batch`` reached ``batch_size`` (lock held): seal it, wake the sender."""
@@ -224,7 +313,8 @@ class Producer:
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or
-        failed). Raises :class:`KafkaTimeoutError` after ``timeout`` s."""
+        failed: a record's error is on its own future). Raises
+        :class:`KafkaTimeoutError` if that takes longer than ``timeout`` s."""
         with self._lock:
             for tp, batch in list(self._open.items()):
                 self._seal(tp, batch)
@@ -234,36 +324,46 @@ class Producer:
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             for f in futures:
+                if f.done():
+                    continue
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
                     f.result(left)
-                except KafkaTimeoutError:
-                    raise
                 except Exception:
-                    pass          # a failed record's error is on its own future
+                    if not f.done():        # the wait ended, not the batch
+                        pending = sum(not f.done() for f in futures)
+                        raise KafkaTimeoutError(f"flush(): {pending} batch(es) not acknowledged within "
+                                                f"{timeout} s") from None
         finally:
             with self._lock:
                 self._flushing -= 1
 
     def close(self, timeout: Optional[float] = None) -> None:
-        """Flush (up to ``timeout`` s, or for ever) and stop."""
+        """Send what is queued and wait up to ``timeout`` s (None: until
+        every record is acknowledged or failed, which ``delivery_timeout_ms``
+        bounds) for it; records not acknowledged by then fail with
+        :class:`ProducerClosedError`. The sender thread has ended when
+        this returns (it is given :data:`CLOSE_GRACE` s past ``timeout`` to
+        finish its turn)."""
         if self._closed:
             return
-        try:
-            if self._fatal is None:
-                self.flush(timeout)
-        finally:
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._lock:
             self._closing = True
+            if deadline is not None and (self._close_deadline is None or deadline < self._close_deadline):
+                self._close_deadline = deadline
             self._acc.enabled = False
-            self._client.wakeup()
-            self._thread.join(5.0)
-            self._closed = True
+            self._room.notify_all()            # sends waiting for room give up
+        self._client.wakeup()
+        if threading.current_thread() is self._thread:      # from a callback: the thread ends after this turn
             with self._lock:
-                pending = list(self._sealed) + list(self._open.values())
-            for b in pending:
-                if not b.future.done():
-                    b.future.set_exception(ProducerClosedError("producer closed before the record was acknowledged"))
-            self._client.close()
+                self._close_deadline = time.monotonic()
+            return
+        self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()) + CLOSE_GRACE)
+        if self._thread.is_alive():
+            log.warning("kwire producer: the sender thread did not end within %.1f s of close()'s timeout; "
+                        "it ends after its current turn", CLOSE_GRACE)
+        self._closed = True
 
     # ----------------------------------------------------- transactions
     def _transactions(self) -> Any:
@@ -293,7 +393,7 @@ class Producer:
         self._transactions().abort_transaction(timeout)
 
     # ----------------------------------------------------- partitioning
-    def _known_partitions(self, topic: str) -> Optional[List[int]]:
+    def _known_partitions(self, topic: str) -> Optional[Sequence[int]]:
         """The topic's partitions from the current metadata (cached until it changes)."""
         cluster = self._client.cluster
         version = cluster.generation.value
@@ -304,13 +404,15 @@ class Producer:
                 self._acc.set_partitions(topic, version, parts)
         return parts
 
-    def _partitions(self, topic: str, deadline: float) -> List[int]:
+    def _partitions(self, topic: str, deadline: float) -> Sequence[int]:
         self._client.add_topics([topic])
         self._client.wakeup()
         while True:
             parts = self._known_partitions(topic)
             if parts:
                 return parts
+            if self._closing:
+                raise ProducerClosedError("the producer was closed while waiting for metadata")
             if time.monotonic() >= deadline:
                 err = self._client.cluster.topic_errors.get(topic)
                 raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms"
@@ -318,27 +420,43 @@ class Producer:
             time.sleep(0.005)
 
     # -------------------------------------------------------- buffering
-    def _wait_for_room(self) -> None:
-        if self._acc.buffered < self.cfg["buffer_memory"]:
+    def _wait_for_room(self, topic: str, partition: int, value: Any, key: Any, headers: Any, ts: int) -> None:
+        """Wait (lock held, let go while waiting) until ``buffer_memory``
+        has room, at most ``max_block_ms``; a record that could never fit
+        is refused at once."""
+        limit = self.cfg["buffer_memory"]
+        if self._acc.buffered < limit:
             return
+        probe = ProducerBatch(topic, partition, RecordBatchBuilder(None))
+        probe.append(value, key, headers, ts)
+        size = BATCH_OVERHEAD + probe.encoded_size
+        if size > min(limit, self.cfg["max_request_size"]):
+            raise self._too_large(size, topic, partition)
         deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
         self._client.wakeup()
-        while self._acc.buffered >= self.cfg["buffer_memory"]:
+        while self._acc.buffered >= limit:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BufferFullError(
-                    f"buffer_memory ({self.cfg['buffer_memory']} bytes) full for max_block_ms; the brokers "
+                    f"buffer_memory ({limit} bytes) full for max_block_ms; the brokers "
                     "are not keeping up or cannot be reached")
             self._room.wait(left)
             if self._fatal is not None:
                 raise self._fatal
+            if self._closing:
+                raise ProducerClosedError("the producer was closed while send() waited for room")
 
     def _seal(self, tp: Tuple[str, int], batch: _Batch) -> None:
-        """Close ``batch`` to appends (lock held); it waits to be sent."""
+        """Close ``batch`` to appends (lock held); it waits to be sent. A
+        batch with no record (its first one was refused) is dropped."""
         self._acc.take(tp)
+        if not batch.record_count:
+            return
         self._sealed_count[tp] = batch.record_count
         self._ready[tp].append(batch)
         self._sealed.add(batch)
+        if batch.deadline < self._next_expiry:
+            self._next_expiry = batch.deadline
         if self._sticky.get(tp[0]) == tp[1]:
             parts = self._client.cluster.partitions_for(tp[0]) or [tp[1]]
             if len(parts) > 1:
@@ -356,21 +474,37 @@ class Producer:
 
     # ----------------------------------------------------- sender thread
     def _run(self) -> None:
+        """The sender thread: turns until closed (and done, or past the
+        close deadline); then it fails what is left and closes the client,
+        which only this thread uses."""
         client = self._client
         try:
-            while not (self._closing and self._idle()):
+            while not (self._closing and (self._idle() or self._close_due())):
                 timeout = self._sender_turn()
                 client.poll(timeout)
         except Exception as e:  # a bug here must not leave senders waiting for ever
             log.exception("kwire producer sender thread failed")
             self._fail_all(KwireError(f"producer sender thread failed: {e!r}"))
+        finally:
+            self._fail_all(ProducerClosedError("producer closed before the record was acknowledged"))
+            try:
+                client.close()
+            except Exception as e:  # closing sockets: nothing left to do about it
+                log.debug("closing the producer's client: %r", e)
+
+    def _close_due(self) -> bool:
+        deadline = self._close_deadline
+        return deadline is not None and time.monotonic() >= deadline
 
     def _idle(self) -> bool:
         with self._lock:
             return not self._open and not self._sealed
 
     def _fail_all(self, error: BaseException) -> None:
-        self._fatal = error
+        """Fail every batch not acknowledged yet with ``error`` (kept for
+        later sends, unless one is kept already)."""
+        if self._fatal is None:
+            self._fatal = error
         self._acc.enabled = False
         with self._lock:
             pending = list(self._sealed) + list(self._open.values())
@@ -384,37 +518,91 @@ class Producer:
                 b.future.set_exception(error)
 
     def _sender_turn(self) -> float:
-        """Seal lingering batches, send what is ready; the poll timeout."""
+        """Seal lingering batches, expire overdue ones, send what is ready;
+        the poll timeout."""
         now = time.monotonic()
         wait = 0.1
         with self._lock:
             for tp, batch in list(self._open.items()):
                 age = now - batch.created
-                if self._flushing or self._closing or age >= self._linger:
-                    self._seal(tp, batch)
+                if self._flushing or self._closing or age >= self._linger or batch.deadline <= now:
+                    self._seal(tp, batch)       # (one past its deadline, to expire below)
                 else:
                     wait = min(wait, self._linger - age)
         if self._txn is not None:
             self._txn.run()       # transactional requests, partitions to add
+        self._expire(now)
+        if self._unresolved:
+            self._resolve_sequences()
         if self._need_pid and self._producer_id < 0:
             self._init_producer_id()
-            if self._producer_id < 0:
-                return min(wait, 0.05)
-        self._expire(now)
-        self._send_ready(now)
+        if not self._need_pid or self._producer_id >= 0:
+            self._send_ready(now)
+        else:
+            wait = min(wait, 0.05)
+        wait = min(wait, self._next_expiry - now)
+        if self._close_deadline is not None:
+            wait = min(wait, self._close_deadline - now)
         return max(0.0, wait)
 
     def _expire(self, now: float) -> None:
+        """Fail the batches ``delivery_timeout_ms`` old: never sent, waiting
+        to be retried, or in flight (whose response, if it comes, changes
+        nothing). A partition whose expired batch had been sent may have it
+        written or not: its sequence state is unknown (see
+        :meth:`_resolve_sequences`)."""
+        if now < self._next_expiry:
+            return
         expired = []
         with self._lock:
-            for tp, q in self._ready.items():
-                while q and q[0].deadline <= now and q[0].sequence < 0:
-                    expired.append(q.popleft())
+            nearest = float("inf")
+            for b in self._sealed:
+                if b.deadline <= now:
+                    expired.append(b)
+                elif b.deadline < nearest:
+                    nearest = b.deadline
+            self._next_expiry = nearest
+            gone = set(expired)
+            for tp in {(b.topic, b.partition) for b in expired}:
+                q = self._ready.get(tp)
+                if q:
+                    kept = [b for b in q if b not in gone]
+                    q.clear()
+                    q.extend(kept)
+            if self._txn is None and self.cfg["enable_idempotence"]:
+                self._unresolved.update((b.topic, b.partition) for b in expired if b.sequence >= 0)
         for b in expired:
-            self._release(b)
-            b.future.set_exception(KafkaTimeoutError(
-                f"{b.record_count} record(s) for {b.topic}[{b.partition}] expired: not sent within "
-                f"delivery_timeout_ms ({self.cfg['delivery_timeout_ms']} ms)"))
+            sent = " (sent, perhaps written)" if b.attempts else ""
+            err = KafkaTimeoutError(
+                f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}{sent}: "
+                f"{(now - b.created) * 1000:.0f} ms has passed since batch creation "
+                f"(delivery_timeout_ms {self.cfg['delivery_timeout_ms']})")
+            if self._txn is not None and b.sequence >= 0:
+                self._txn.sequence_unknown(err)
+            self._fail(b, err)
+
+    def _resolve_sequences(self) -> None:
+        """A partition of :attr:`_unresolved` is resolved when none of its
+        batches is unacknowledged or in flight any more: then, unless the
+        epoch changed meanwhile, bump it, and the partition starts again at
+        sequence 0 under the new one (see :meth:`_may_send`)."""
+        current = (self._producer_id, self._producer_epoch)
+        with self._lock:
+            for tp in list(self._unresolved):
+                if self._unacked.get(tp) or self._in_flight_tp.get(tp, 0):
+                    continue
+                self._unresolved.discard(tp)
+                if self._tp_stamp.get(tp) == current and self._producer_id >= 0:
+                    log.info("producer %s epoch %s: a batch sent to %s expired, its sequence state is unknown; "
+                             "bumping the epoch", self._producer_id, self._producer_epoch, tp)
+                    self._request_bump()
+
+    def _request_bump(self) -> None:
+        """Get a new epoch (or id) for the producer (lock held). Nothing is
+        sent until it comes."""
+        self._bump_from = (self._producer_id, self._producer_epoch)
+        self._producer_id, self._producer_epoch = _NO_STAMP
+        self._pid_future = None
 
     def _init_producer_id(self) -> None:
         if self._pid_future is not None:
@@ -427,11 +615,17 @@ class Producer:
             resp = fut.value
             if resp.error_code:
                 err = protocol.error_for(resp.error_code, api="InitProducerId")
-                if not getattr(err, "retriable", False):
+                if self._bump_from != _NO_STAMP:
+                    # a broker that cannot bump this producer's epoch (some do not implement
+                    # KIP-360 for idempotent producers): a new producer id does as well
+                    log.info("producer %s: the broker did not bump epoch %s (%s); getting a new producer id",
+                             self._bump_from[0], self._bump_from[1], err)
+                    self._bump_from = _NO_STAMP
+                elif not getattr(err, "retriable", False):
                     self._fail_all(err)
                 return
             self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
-            self._bump_from = (-1, -1)
+            self._bump_from = _NO_STAMP
             log.debug("producer id %s epoch %s", self._producer_id, self._producer_epoch)
             return
         node = self._client.least_loaded_node()
@@ -450,24 +644,55 @@ class Producer:
             producer_epoch=self._bump_from[1] if version >= 3 else -1)
         self._pid_future = self._client.send(node, req, version)
 
+    def _may_send(self, tp: Tuple[str, int], b: _Batch, current: Tuple[int, int]) -> bool:
+        """May ``b``, the next batch of ``tp``, be sent now (idempotent,
+        lock held)? A partition counting sequences under an older producer
+        id or epoch (or none yet) moves to ``current`` once no batch of it
+        is in flight and none is unacknowledged (or its sequence state was
+        lost: they are renumbered); until then only its batches already
+        numbered go, under the old one. Nothing new goes to a partition
+        whose sequence state is unknown."""
+        if self._tp_stamp.get(tp) != current:
+            if not self._in_flight_tp.get(tp, 0) and (tp in self._rewrite or not self._unacked.get(tp)):
+                self._renumber(tp, current)
+            elif b.sequence < 0 or tp in self._rewrite:
+                return False
+        return b.sequence >= 0 or tp not in self._unresolved
+
+    def _renumber(self, tp: Tuple[str, int], stamp: Tuple[int, int]) -> None:
+        """Count ``tp``'s sequences under ``stamp`` from 0, its
+        unacknowledged batches first (restamped when sent; lock held)."""
+        self._tp_stamp[tp] = stamp
+        self._rewrite.discard(tp)
+        seq = 0
+        for b in self._unacked.get(tp, ()):
+            b.sequence = seq
+            seq = (seq + b.record_count) & 0x7FFFFFFF
+        self._next_seq[tp] = seq
+
     def _send_ready(self, now: float) -> None:
         """Send what is ready. A partition's batches may not share a Produce
         request, so each leader gets one request per round with the next
-        batch of each partition, for as many rounds as the in-flight limits
-        allow: a turn of this thread sends everything that can go."""
+        batch of each partition (up to ``max_request_size`` bytes of
+        batches), for as many rounds as the in-flight limits allow: a turn
+        of this thread sends everything that can go."""
         client = self._client
         max_in_flight = self.cfg["max_in_flight_requests_per_connection"]
+        max_request = self.cfg["max_request_size"]
         idempotent = self.cfg["enable_idempotence"]
+        current = (self._producer_id, self._producer_epoch)
         requests: List[Tuple[int, List[_Batch]]] = []
         with self._lock:
             node_planned: Dict[int, int] = collections.Counter()
             tp_planned: Dict[Tuple[str, int], int] = collections.Counter()
             while True:
-                by_node: Dict[int, List[_Batch]] = collections.defaultdict(list)
+                by_node: Dict[int, List[_Batch]] = {}
+                size_by_node: Dict[int, int] = collections.Counter()
                 for tp, q in self._ready.items():
                     if not q or q[0].next_try > now:
                         continue
-                    if idempotent and self._in_flight_tp.get(tp, 0) + tp_planned[tp] >= max_in_flight:
+                    if idempotent and (self._in_flight_tp.get(tp, 0) + tp_planned[tp] >= max_in_flight
+                                       or not self._may_send(tp, q[0], current)):
                         continue
                     if self._txn is not None and not self._txn.partition_ready(tp):
                         continue      # waits for AddPartitionsToTxn
@@ -478,10 +703,14 @@ class Producer:
                         continue
                     if self._node_in_flight.get(leader, 0) + node_planned[leader] >= max_in_flight:
                         continue
+                    size = len(q[0].payload) if q[0].payload is not None else q[0].bytes
+                    if leader in by_node and size_by_node[leader] + size > max_request:
+                        continue      # in the next request
                     conn = client.connection(leader)
                     if conn is None or not conn.ready:
                         continue
-                    by_node[leader].append(q.popleft())
+                    by_node.setdefault(leader, []).append(q.popleft())
+                    size_by_node[leader] += size
                     tp_planned[tp] += 1
                 if not by_node:
                     break
@@ -507,28 +736,31 @@ class Producer:
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
-        :func:`build_batches` call, and restamp those encoded for an older
-        producer epoch; returns the ones encoded now. Sender thread only,
-        without the lock, so send() goes on while they compress."""
+        :func:`build_batches` call, and restamp those encoded under another
+        producer id or epoch than their partition now counts under (see
+        :meth:`_renumber`); returns the ones encoded now. Sender thread
+        only, without the lock, so send() goes on while they compress."""
         idempotent = self.cfg["enable_idempotence"]
         fresh = [b for b in batches if b.payload is None]
         stamps: List[Optional[Tuple[int, int, int]]] = []
         for b in fresh:
             if idempotent:
                 tp = (b.topic, b.partition)
-                b.sequence = self._next_seq.get(tp, 0)
-                self._next_seq[tp] = (b.sequence + b.record_count) & 0x7FFFFFFF
-                b.stamp = (self._producer_id, self._producer_epoch)
-                stamps.append((self._producer_id, self._producer_epoch, b.sequence))
+                if b.sequence < 0:
+                    b.sequence = self._next_seq.get(tp, 0)
+                    self._next_seq[tp] = (b.sequence + b.record_count) & 0x7FFFFFFF
+                b.stamp = self._tp_stamp[tp]
+                stamps.append((b.stamp[0], b.stamp[1], b.sequence))
             else:
                 stamps.append(None)
         for b, payload in zip(fresh, build_batches(fresh, stamps)):
             b.payload = payload
         if idempotent:
             for b in batches:
-                if b.stamp != (self._producer_id, self._producer_epoch):
-                    b.payload = restamp_batch(b.payload, self._producer_id, self._producer_epoch, b.sequence)
-                    b.stamp = (self._producer_id, self._producer_epoch)
+                stamp = self._tp_stamp[(b.topic, b.partition)]
+                if b.stamp != stamp:
+                    b.payload = restamp_batch(b.payload, stamp[0], stamp[1], b.sequence)
+                    b.stamp = stamp
         return fresh
 
     def _send_produce(self, conn: Connection, batches: List[_Batch]) -> None:
@@ -540,14 +772,14 @@ class Producer:
         if version is None:
             err = protocol.no_common_version(PRODUCE, conn.broker_ranges.get(PRODUCE))
             for b in batches:
-                self._release(b)
-                b.future.set_exception(err)
+                self._fail(b, err)
             return
         cls = protocol.message("ProduceRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
         with self._lock:
             for b in batches:
                 b.attempts += 1
+                b.in_flight = True
                 topics[b.topic].append(cls.PartitionProduceData(index=b.partition, records=b.payload))
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 0) + 1
@@ -569,15 +801,20 @@ class Producer:
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:
             for b in batches:
+                b.in_flight = False
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 1) - 1
+        live = [b for b in batches if not b.future.done()]     # an expired one's answer changes nothing
+        for b in batches:
+            if b.future.done():
+                self._settle(b)
         if fut.failed():
-            for b in batches:
+            for b in live:
                 self._retry_or_fail(b, fut.exception())
             return
         resp = fut.value
         if resp is None:      # acks=0: no response, no offsets
-            for b in batches:
+            for b in live:
                 self._complete(b, -1, -1)
             return
         results: Dict[Tuple[str, int], Any] = {}
@@ -586,7 +823,7 @@ class Producer:
             name = t.name if t.name else names.get(getattr(t, "topic_id", None))
             for p in t.partition_responses:
                 results[(name, p.index)] = p
-        for b in batches:
+        for b in live:
             p = results.get((b.topic, b.partition))
             if p is None:
                 self._retry_or_fail(b, KwireError(f"Produce response lacks {b.topic}[{b.partition}]"))
@@ -609,26 +846,26 @@ class Producer:
         self._retry_or_fail(b, err)
 
     def _bump_epoch(self, failed: _Batch, err: BaseException) -> None:
-        """Recover the idempotent producer: a new epoch (or id), and the
-        sequences of every unacknowledged batch renumbered from 0 per
-        partition, so their re-sends are accepted."""
-        log.info("producer %s epoch %s: %s; bumping the epoch", self._producer_id, self._producer_epoch, err)
+        """Recover the idempotent producer when the broker lost (or never
+        had) the sequence state of ``failed``'s partition: a new epoch (or
+        id), and the partition's unacknowledged batches renumbered from 0
+        under it once none is in flight (see :meth:`_may_send`), so their
+        re-sends are accepted."""
+        tp = (failed.topic, failed.partition)
         with self._lock:
-            if failed.stamp == (self._producer_id, self._producer_epoch) and self._producer_id >= 0:
-                # InitProducerId v3+ with the current id and epoch bumps the epoch (KIP-360);
-                # older versions hand out a new id. Either way sequences restart at 0.
-                self._bump_from = (self._producer_id, self._producer_epoch)
-                self._producer_id, self._producer_epoch = -1, -1
-                self._pid_future = None
-                for tp, bs in self._unacked.items():
-                    seq = 0
-                    for b in bs:
-                        b.sequence = seq
-                        seq = (seq + b.record_count) & 0x7FFFFFFF
-                    self._next_seq[tp] = seq
+            if failed.stamp == self._tp_stamp.get(tp):       # not an answer to a stamp already left behind
+                log.info("producer %s epoch %s: %s; bumping the epoch", self._producer_id, self._producer_epoch, err)
+                self._rewrite.add(tp)
+                if failed.stamp == (self._producer_id, self._producer_epoch) and self._producer_id >= 0:
+                    # InitProducerId v3+ with the current id and epoch bumps the epoch (KIP-360);
+                    # older versions hand out a new id. Either way sequences restart at 0.
+                    self._request_bump()
         self._retry_or_fail(failed, err, force_retry=True)
 
     def _retry_or_fail(self, b: _Batch, err: BaseException, force_retry: bool = False) -> None:
+        if b.future.done():           # expired meanwhile
+            self._settle(b)
+            return
         now = time.monotonic()
         retriable = force_retry or getattr(err, "retriable", False)
         if retriable and b.attempts <= self.cfg["retries"] and now < b.deadline:

@@ -170,6 +170,14 @@ class TransactionManager:
             return True
         return False
 
+    def sequence_unknown(self, error: BaseException) -> None:
+        """A batch sent at least once expired (``delivery_timeout_ms``): it
+        may or may not be in the log, so the transaction cannot commit and
+        the abort bumps the epoch, as Kafka's client does."""
+        with self._lock:
+            self._bump_epoch = True
+        self._to_abortable(error)
+
     def _maybe_add_partitions(self) -> None:
         with self._lock:
             if self._adding or not self._pending or time.monotonic() < self._add_retry_at:
@@ -452,10 +460,9 @@ class TransactionManager:
         for f in in_flight:
             try:
                 f.result(max(0.0, deadline - time.monotonic()))
-            except KafkaTimeoutError:
-                raise
             except Exception:
-                pass        # its error is the record's own
+                if not f.done():    # the wait ended, not the batch (a batch's own timeout is its own)
+                    raise KafkaTimeoutError("abort_transaction(): batches in flight not answered in time") from None
         self._end(False, deadline)
         with self._lock:
             bump, self._bump_epoch = self._bump_epoch, False
@@ -488,7 +495,7 @@ class TransactionManager:
         failed = []
         with p._lock:
             failed.extend(p._open.values())
-            p._open.clear()
+            p._acc.clear()          # the open batches and the compiled path's slots
             for q in p._ready.values():
                 keep = [b for b in q if b.payload is not None]
                 failed.extend(b for b in q if b.payload is None)

@@ -29,6 +29,19 @@ def test_librdkafka_and_java_spellings():
     assert cfg["ssl_check_hostname"] is False
 
 
+def test_endpoint_identification_accepts_only_https_or_empty():
+    """Any other value used to turn host name verification off silently."""
+    def check(value):
+        return resolve(CONSUMER, {"bootstrap.servers": "x", "ssl.endpoint.identification.algorithm": value})[
+            "ssl_check_hostname"]
+
+    assert check("https") is True and check(" HTTPS ") is True
+    assert check("") is False and check(None) is False
+    for typo in ("htps", "none", "http", "true"):
+        with pytest.raises(ConfigError, match="ssl.endpoint.identification.algorithm.*expected 'https'"):
+            check(typo)
+
+
 def test_errors_name_the_option_and_hide_secrets():
     with pytest.raises(ConfigError, match="did you mean 'linger_ms'"):
         resolve(PRODUCER, {"bootstrap.servers": "x", "linger.msec": 1})

@@ -14,6 +14,7 @@ transaction)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 import uuid
 
@@ -197,13 +198,18 @@ def test_state_errors(tansu):
 
 
 def test_abortable_error_then_abort_and_continue(tansu):
-    """A record that cannot be delivered (a partition the topic does not
-    have, so it expires) makes the transaction abortable: commit refuses,
-    abort cleans up, the next transaction commits."""
+    """A record that cannot be delivered (a partition without a leader, so it
+    expires) makes the transaction abortable: commit refuses, abort cleans
+    up, the next transaction commits. (send() refuses a partition the topic
+    does not have at once, so the metadata is given leaderless partitions.)"""
     topic = _topic(tansu.bootstrap)
     p = _txn_producer(tansu.bootstrap, delivery_timeout_ms=1500)
     p.begin_transaction()
     good = p.send(topic, b"good")
+    cluster = p._client.cluster
+    info = cluster.partitions[topic][0]
+    cluster.partitions[topic].update({i: dataclasses.replace(info, partition=i, leader=-1) for i in range(1, 10)})
+    cluster.generation.bump()
     bad = p.send(topic, b"bad", partition=9)
     with pytest.raises(TransactionStateError, match="abort"):
         p.commit_transaction(20)

@@ -261,3 +261,152 @@ def _one_record_builder():
     b = RecordBatchBuilder(None)
     b.append(b"x")
     return b
+
+
+# ------------------------------------------------- bad arguments, bounds
+_BAD_CALLS = r'''
+import sys
+from kwire._codec import (Accumulator, Generation, LegacyMessageSetBuilder, ProducerBatch, RecordBatchBuilder,
+                          RecordFuture, SendLock, build_batches, encode_v07, murmur2, partition_for_key,
+                          restamp_batch)
+
+def acc():
+    return Accumulator(lock=SendLock(), generation=Generation(), slow=lambda *a: "slow", on_full=None,
+                       batch_size=1 << 20)
+
+def batch():
+    return ProducerBatch("t", 0, RecordBatchBuilder(None))
+
+CALLS = {
+    # a fresh accumulator's cache of the last topic must not take None for it (it segfaulted)
+    "send(None) first": lambda: acc().send(None, b"v", None, None, 0),
+    "send(None) after a topic": lambda: (lambda a: (a.send("t", b"v"), a.send(None, b"v")))(acc()),
+    "Accumulator(lock=None)": lambda: Accumulator(lock=None, generation=Generation(), slow=None, on_full=None,
+                                                  batch_size=1),
+    "Accumulator(generation=None)": lambda: Accumulator(lock=SendLock(), generation=None, slow=None,
+                                                        on_full=None, batch_size=1),
+    "set_partitions(None)": lambda: acc().set_partitions(None, 0, [0]),
+    "set_partitions(parts=None)": lambda: acc().set_partitions("t", 0, None),
+    "known_partitions(None)": lambda: acc().known_partitions(None, 0),
+    "put(None)": lambda: acc().put(None, batch()),
+    "put(batch=None)": lambda: acc().put(("t", 0), None),
+    "put((None, 0))": lambda: acc().put((None, 0), batch()),
+    "take(None)": lambda: acc().take(None),
+    "append(topic=None)": lambda: acc().append(None, 0, batch(), b"v", None, None, 0),
+    "append(batch=None)": lambda: acc().append("t", 0, None, b"v", None, None, 0),
+    "ProducerBatch(None)": lambda: ProducerBatch(None, 0, RecordBatchBuilder(None)),
+    "ProducerBatch(builder=None)": lambda: ProducerBatch("t", 0, None),
+    "RecordFuture(None)": lambda: RecordFuture(None, 0),
+    "build_batches(None)": lambda: build_batches(None, []),
+    "build_batches(stamps=None)": lambda: build_batches([], None),
+    "build_batches([None])": lambda: build_batches([None], [None]),
+    "build_batches([1])": lambda: build_batches([1], [None]),
+    "restamp_batch(None)": lambda: restamp_batch(None, 1, 1, 1),
+    "murmur2(None)": lambda: murmur2(None),
+    "partition_for_key(None)": lambda: partition_for_key(None, 3),
+    "encode_v07(None)": lambda: encode_v07(None),
+    "RecordBatchBuilder.append(headers=5)": lambda: RecordBatchBuilder(None).append(b"v", None, 5),
+    "LegacyMessageSetBuilder.append(value=1)": lambda: LegacyMessageSetBuilder(1).append(1),
+}
+for name, call in CALLS.items():
+    try:
+        call()
+    except (TypeError, ValueError) as e:
+        print(f"{name}: {type(e).__name__}: {e}", flush=True)
+    else:
+        print(f"{name}: NO ERROR", flush=True)
+        sys.exit(3)
+print(repr(RecordFuture.__new__(RecordFuture)))      # never initialised: no batch to read
+# the caller's list emptied after set_partitions: the send path divided by its length (zero)
+a, parts = acc(), [0, 1]
+a.set_partitions("t", 0, parts)
+parts.clear()
+a.put(("t", 0), batch())
+a.put(("t", 1), batch())
+assert type(a.send("t", b"v", b"k")).__name__ == "RecordFuture"
+# an entry put into ``open`` by hand: take() must not write past the partition table
+a.open[("t", 1000)] = batch()
+assert a.take(("t", 1000)) is not None
+print("done")
+'''
+
+
+def test_bad_arguments_raise_and_never_crash():
+    """Every compiled entry point of the send path given None (or a wrong
+    type) where it needs an object raises TypeError (or ValueError); none
+    reads None as the object (which crashed the interpreter). Run in a
+    child interpreter: a crash is a failure, not a dead test run."""
+    import os
+    import subprocess
+    import sys
+
+    src = os.path.dirname(os.path.dirname(kwire.__file__))
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONFAULTHANDLER="1")
+    proc = subprocess.run([sys.executable, "-c", _BAD_CALLS], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, f"child exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    assert lines[-2:] == ["<RecordFuture unbound>", "done"]
+    assert all(": TypeError: " in line or ": ValueError: " in line for line in lines[:-2]), proc.stdout
+    assert "send(None) first: TypeError: " in proc.stdout
+
+
+def test_put_takes_only_the_partitions_the_topic_has():
+    """A partition index from a hostile Metadata (50,000,000, or 2**31 - 1)
+    must not size the per-partition table (it took 400 MB, and would take
+    16 GiB): put() takes only partitions 0 to count - 1 of a topic whose
+    partitions are set, and a keyed send that picks such an index goes to
+    the slow path without allocating."""
+    h = _Harness()
+    h.acc.set_partitions("t", h.generation.value, [0, 50_000_000])
+    for p in (50_000_000, 2**31 - 1, 2, -1):
+        with pytest.raises(ValueError, match="not one of topic 't'"):
+            h.acc.put(("t", p), ProducerBatch("t", p, RecordBatchBuilder(None)))
+    h.acc.put(("t", 1), ProducerBatch("t", 1, RecordBatchBuilder(None)))
+    with pytest.raises(ValueError, match="no partitions known"):
+        h.acc.put(("u", 0), ProducerBatch("u", 0, RecordBatchBuilder(None)))
+    assert set(h.acc.open) == {("t", 1)}
+    key = next(b"k%d" % i for i in range(1000) if kwire.partition_for_key(b"k%d" % i, 2) == 1)
+    assert h.acc.send("t", b"v", key) == "slow"             # picks partition 50,000,000: no batch, no table
+    assert h.slow_calls[-1][4] == 50_000_000
+
+
+def test_any_int_for_a_partition_goes_to_the_slow_path():
+    h = _Harness()
+    h.open("t", [0, 1])
+    for p in (2, -1, 2**63, -2**63 - 1, 2**100):
+        assert h.acc.send("t", b"v", None, None, p) == "slow"
+    assert [c[4] for c in h.slow_calls] == [2, -1, 2**63, -2**63 - 1, 2**100]
+
+
+def test_a_batch_never_grows_past_max_batch_bytes():
+    """``max_batch_bytes`` (the producer's max_request_size): a batch takes
+    no record that would make it larger; send() hands such a record to the
+    slow path without adding it, and append() returns None for it. An
+    empty batch refusing a record tells how large a batch of it alone is."""
+    h = _Harness()
+    h.acc = Accumulator(lock=h.lock, generation=h.generation, slow=h.slow, on_full=h.on_full, batch_size=1 << 20,
+                        max_batch_bytes=1000)
+    h.open("t", [0])
+    batch = h.acc.open[("t", 0)]
+    added = 0
+    while isinstance(h.acc.send("t", b"x" * 100, None, None, 0), RecordFuture):
+        added += 1
+    assert added == 8 and batch.record_count == 8                      # 61 + 8 * 106 = 909; a 9th: 1015
+    assert batch.bytes <= 1000 and h.acc.buffered == batch.bytes
+    assert h.slow_calls[-1][1] == b"x" * 100
+    assert h.acc.append("t", 0, batch, b"x" * 100, None, None, 0) is None
+    assert batch.record_count == 8 and batch.bytes <= 1000
+    assert isinstance(h.acc.append("t", 0, batch, b"x" * 10, None, None, 0), RecordFuture)   # a small one fits
+    empty = ProducerBatch("t", 0, RecordBatchBuilder(None))
+    h.acc.take(("t", 0))
+    h.acc.put(("t", 0), empty)
+    assert h.acc.append("t", 0, empty, b"x" * 2000, b"k", None, 0) is None
+    assert empty.record_count == 0 and empty.bytes == 0 and empty.refused_size > 2000
+    assert empty.refused_size == _lone_batch_size(b"x" * 2000, b"k")
+
+
+def _lone_batch_size(value, key):
+    """The size of a batch of one record, as a builder makes it."""
+    b = RecordBatchBuilder(None)
+    b.append(value, key=key, timestamp=0)
+    return len(b.build())

@@ -269,7 +269,8 @@ def test_lz4_frames_cut_or_followed_by_bytes_are_decompression_errors():
     from kwire._codec import compiled_codecs
 
     assert "lz4" in compiled_codecs(decompress=True)
-    records = record(GOOD_BODY) * 50
+    # 50 good records at offsets 7..56 (equal offsets would be dropped as going backwards)
+    records = b"".join(record(b"\x00" + zz(0) + zz(i) + zz(1) + b"k" + zz(1) + b"v" + zz(0)) for i in range(50))
     frame = comp.compress(comp.LZ4, records)
     good = v2_batch(frame, 50, attributes=3, base_offset=7)
     for bad in (frame[:-5], frame + b"\x00\x00\x00\x00junk", frame[:20] + bytes(len(frame) - 20)):

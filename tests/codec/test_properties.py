@@ -88,20 +88,26 @@ def test_columnar_agrees_with_objects(batches):
                 max_size=6),
        st.integers(-1, 3000))
 def test_max_bytes_chunks_add_up(batches, max_bytes):
-    """Decoding in ``max_bytes`` chunks (each going on at ``consumed``) gives
-    exactly the records of one call, a whole batch at least per chunk."""
+    """Decoding in ``max_bytes`` chunks (each going on at ``consumed``, with
+    the ``resume`` of the call before when it stopped inside a batch) gives
+    exactly the records of one call, one record or one batch at least per
+    chunk."""
     buf = _batches(batches)
     whole = as_tuples(kwire.decode(buf).records)
     for decoder, rows in ((kwire.Decoder(), lambda r: as_tuples(r.records)),
                           (kwire.ColumnarDecoder(), lambda r: columnar_tuples(r.record_batch))):
-        got, pos, calls = [], 0, 0
-        while pos < len(buf):
-            res = decoder.decode(memoryview(buf)[pos:], max_bytes=max_bytes)
-            assert res.consumed > 0
-            got += rows(res)
+        got, pos, calls, resume, position = [], 0, 0, None, -1
+        while pos < len(buf) or resume is not None:
+            res = decoder.decode(memoryview(buf)[pos:], max_bytes=max_bytes, min_offset=position, resume=resume)
+            chunk = rows(res)
+            assert res.consumed > 0 or chunk
+            got += chunk
             pos += res.consumed
+            resume = res.resume
+            if res.next_offset is not None:
+                position = res.next_offset
             calls += 1
         assert got == whole
-        assert calls <= len(batches)
+        assert calls <= len(batches) + len(whole)
         if max_bytes < 0:
             assert calls <= 1

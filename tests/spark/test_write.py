@@ -53,12 +53,12 @@ def test_schema_checks_as_in_spark(spark, tansu):
 
 
 def test_a_send_error_fails_the_task(spark, tansu):
-    """A record for a partition the topic does not have is never
-    acknowledged: the task fails once the delivery timeout passes."""
+    """A record for a partition the topic does not have is refused by
+    send(): the task fails at once, naming the partition."""
     topic = new_topic(tansu.bootstrap, 1)
     df = spark.createDataFrame([("v", 7)], "value string, partition int")
     t = time.monotonic()
-    with pytest.raises(PySparkException, match="expired"):
+    with pytest.raises(PySparkException, match="partition 7 does not exist"):
         (df.write.mode("append").format("kwire").option("kafka.bootstrap.servers", tansu.bootstrap).option("topic", topic)
          .option("kafka.delivery.timeout.ms", "1500").save())
     assert time.monotonic() - t < 120
