@@ -25,6 +25,7 @@ hands each batch to a sink: Python :class:`Record` objects
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_Resize
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_Check, PyBytes_CheckExact, PyBytes_FromStringAndSize,
                             PyBytes_GET_SIZE)
 from cpython.object cimport PyObject
@@ -3442,6 +3443,17 @@ def parse_control_key(key):
     if key is None or len(key) < 4:
         raise CorruptRecordError("control record key is shorter than 4 bytes")
     return (int.from_bytes(key[0:2], "big", signed=True), int.from_bytes(key[2:4], "big", signed=True))
+
+
+def resize_frame(bytearray frame not None, Py_ssize_t size):
+    """Resize a response frame being read in place (kwire.net) to ``size``
+    bytes without filling the new room: the socket writes it before anyone
+    reads it. A large buffer grows by remapping its pages, not by copying
+    them, so reading a frame as its bytes arrive costs no more than
+    reading it into a buffer of its full size."""
+    if size < 0:
+        raise ValueError("a frame size is not negative")
+    PyByteArray_Resize(frame, size)
 
 
 # --------------------------------------------------------------- partitioning

@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kwire import protocol
+from kwire._codec import resize_frame
 from kwire.errors import KwireError, ProtocolError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.versions import apiversions_retry_version
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
 READ_CHUNK = 256 * 1024
+FRAME_GROWTH = 16            # a frame's buffer is at most this many times the bytes that came
 RECEIVE_MESSAGE_MAX_BYTES = 100_000_000     # librdkafka's receive.message.max.bytes default
 FETCH_FRAMING = 64 * 1024                   # a Fetch response's room for headers, ...
 FETCH_FRAMING_PER_PARTITION = 1024          # ... and per partition asked for (offsets, aborted transactions)
@@ -550,11 +552,14 @@ class Connection:
     def _grow_frame(self) -> None:
         """Room for more of the frame being read in place: double what it
         holds (at least one read chunk more), never past its declared size,
-        so memory follows the bytes that actually came."""
+        so memory follows the bytes that actually came; once a sixteenth of
+        the frame is in, the rest at once (each growth may copy what came,
+        and a usual Fetch of a few MiB then grows once)."""
         frame = self._frame
         assert frame is not None
         have = len(frame)
-        frame.extend(bytes(min(self._frame_size, max(2 * have, have + READ_CHUNK)) - have))
+        size = self._frame_size
+        resize_frame(frame, size if have * FRAME_GROWTH >= size else min(size, max(2 * have, have + READ_CHUNK)))
 
     def _take_frames(self) -> None:
         """Hand on every complete frame in the read buffer; a frame that
