@@ -11,7 +11,8 @@ from kwire import _codec
 
 def _stub():
     path = os.path.join(os.path.dirname(kwire.__file__), "_codec.pyi")
-    tree = ast.parse(open(path, encoding="utf-8").read())
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
     names, members = set(), {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
