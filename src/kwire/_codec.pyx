@@ -3208,7 +3208,8 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
             if stamp is None:
                 outs.append(b.plan(&jobs[i], held, last_offset_delta, None, None, None))
             else:
-                outs.append(b.plan(&jobs[i], held, last_offset_delta, stamp[0], stamp[1], stamp[2]))
+                pid, epoch, seq = stamp          # unpacked: a short tuple is a ValueError, not a read past it
+                outs.append(b.plan(&jobs[i], held, last_offset_delta, pid, epoch, seq))
             if jobs[i].mode == 3 or jobs[i].mode == 4:
                 compressed += 1
         encode_all(jobs, n, max(0, min(compressed - 1, _BUILD_HELPERS)))
@@ -3861,10 +3862,12 @@ cdef class Generation:
 cdef class _Topic:
     """What the compiled send path knows of one topic: its partitions as of
     metadata generation ``version`` (-1: none yet; a tuple, which no caller
-    can empty under the send path's feet) and, by partition, the open batch
-    or None (never more slots than the topic has partitions)."""
+    can empty under the send path's feet), ``count`` (how many it has: put()
+    takes 0 to count - 1) and, by partition, the open batch or None (at
+    most ``count`` slots when put() made them)."""
     cdef int64_t version
     cdef tuple parts
+    cdef Py_ssize_t count
     cdef list slots
 
     def __cinit__(self):
@@ -3941,16 +3944,21 @@ cdef class Accumulator:
             t = self.topics[name] = _Topic()
         return t
 
-    def set_partitions(self, str topic not None, int64_t version, parts):
+    def set_partitions(self, str topic not None, int64_t version, parts, Py_ssize_t count=-1):
         """``topic`` has partitions ``parts`` (a sequence of ints) as of
-        metadata generation ``version``."""
+        metadata generation ``version``, out of ``count`` (the number of
+        partitions the metadata lists, when it dropped malformed entries;
+        default: as many as ``parts``). put() takes partitions 0 to count - 1
+        only, whatever ``parts`` holds."""
         cdef _Topic t
         cdef tuple kept = tuple(parts)
+        cdef Py_ssize_t n = len(kept) if count < 0 else count
         if not kept:
             raise ValueError("a topic has at least one partition")
         t = self.topic(topic)
         t.version = version
         t.parts = kept
+        t.count = n
 
     def known_partitions(self, str topic not None, int64_t version):
         """The partitions set for ``topic`` (a tuple) if they are of
@@ -3963,14 +3971,16 @@ cdef class Accumulator:
         partition must be one of the topic's (set with
         :meth:`set_partitions`): 0 to the partition count - 1, so what is
         kept per partition is bounded by what the topic has."""
-        cdef str name = tp[0]
-        cdef _Topic t = self.topics.get(name)
+        cdef str name
+        cdef _Topic t
         cdef list slots
-        cdef Py_ssize_t p = tp[1]
+        cdef Py_ssize_t p
+        name, p = tp                     # unpacked: a short tuple is a ValueError, not a read past it
+        t = self.topics.get(name)
         if t is None or t.parts is None:
             raise ValueError(f"no partitions known for topic {name!r}: set_partitions first")
-        if not 0 <= p < len(t.parts):
-            raise ValueError(f"partition {p} is not one of topic {name!r}'s {len(t.parts)} partitions")
+        if not 0 <= p < t.count:
+            raise ValueError(f"partition {p} is not one of topic {name!r}'s {t.count} partitions")
         slots = t.slots
         if len(slots) <= p:
             slots.extend([None] * (p + 1 - len(slots)))
@@ -3982,8 +3992,8 @@ cdef class Accumulator:
         cdef list slots
         cdef Py_ssize_t p
         batch = self.open.pop(tp)
-        slots = (<_Topic>self.topics[tp[0]]).slots
-        p = tp[1]
+        name, p = tp
+        slots = (<_Topic>self.topics[name]).slots
         if 0 <= p < len(slots):          # put() made its slot (unless ``open`` was changed by hand)
             slots[p] = None
         return batch

@@ -101,6 +101,8 @@ class MetadataUpdate:
     internal_topics: Set[str]
     removed: Set[str]
     complete: bool
+    missing: Dict[str, Set[int]]       # leaders not among the brokers, by topic (logged by install)
+    bad: Dict[str, List[int]]          # malformed partition indexes, by topic (logged by install)
 
 
 @dataclass
@@ -153,8 +155,9 @@ class ClusterMetadata:
 
     def prepare(self, resp: Any, requested: Optional[FrozenSet[str]]) -> MetadataUpdate:
         """A :class:`MetadataUpdate` of ``resp``: the topics of ``requested``
-        (all topics when None), their partitions checked. Reads nothing the
-        I/O thread changes, so it may run on the client's helper thread."""
+        (all topics when None), their partitions checked. Changes nothing
+        (what it found wrong is logged by :meth:`install`), so it may run on
+        the client's helper thread."""
         brokers = {b.node_id: Broker(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in resp.brokers}
         known = self.partitions          # unchanged topics keep their objects: replacing them is then cheap
         partitions: Dict[str, Dict[int, PartitionInfo]] = {}
@@ -201,10 +204,9 @@ class ClusterMetadata:
             before = known.get(name)
             partitions[name] = before if before == parts else parts
             counts[name] = count
-        self._log_anomalies(errors, counts, missing, bad)
         return MetadataUpdate(requested, brokers, getattr(resp, "cluster_id", None),
                               getattr(resp, "controller_id", -1), partitions, counts, errors, ids, internal, removed,
-                              complete)
+                              complete, missing, bad)
 
     def _log_anomalies(self, topics: Dict[str, int], counts: Dict[str, int], missing: Dict[str, Set[int]],
                        bad: Dict[str, List[int]]) -> None:
@@ -230,6 +232,7 @@ class ClusterMetadata:
     def install(self, update: MetadataUpdate) -> None:
         """Make ``update`` the current metadata (for its topics, or all).
         Cheap: the work was done by :meth:`prepare`."""
+        self._log_anomalies(update.topic_errors, update.partition_counts, update.missing, update.bad)
         broker_change = update.brokers.keys() != self.brokers.keys()
         self.brokers = update.brokers
         self.cluster_id = update.cluster_id

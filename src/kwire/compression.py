@@ -325,8 +325,9 @@ def decompress(codec: int, data: Buffer, limit: int = DEFAULT_MAX_DECOMPRESSED_B
     Raises :class:`DecompressionBombError` if the output would exceed ``limit``
     bytes and :class:`DecompressionError` if the payload is not valid.
 
-    Those errors (and a :class:`MemoryError`) leave with no traceback, no
-    chained exception and no reference to ``data``: the frames of the codec
+    Those errors (and a :class:`MemoryError`) leave with no traceback into
+    the codec functions, no chained exception and no reference to ``data``:
+    the frames of the codec
     functions hold the partial output, up to ``limit`` bytes, and an error a
     consumer keeps to raise later must not keep that alive. So the partial
     output is freed before the error leaves this function, and the error

@@ -1058,8 +1058,8 @@ class Consumer:
     # ------------------------------------------------------------ close
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the connections; with a group, first commit (auto commit),
-        revoke and leave, waiting up to ``timeout`` seconds for each request
-        (default ``request_timeout_ms``)."""
+        revoke and leave, within ``timeout`` seconds in all (default
+        ``request_timeout_ms``)."""
         if not self._closed:
             try:
                 if self._group is not None:

@@ -11,8 +11,9 @@ holds with a retriable :class:`ConnectionLostError` and never hangs.
 Frames: each is an int32 size and that many bytes. A response larger than
 the read buffer is read into a buffer of its own (``recv_into``, no copy
 after), so the record data of a Fetch response is handed to the codec as
-views into it. That buffer grows as the bytes arrive (doubling, never past
-the declared size): a size prefix alone allocates nothing.
+views into it. That buffer grows as the bytes arrive (doubling, and to the
+declared size once a sixteenth of it came): a size prefix alone allocates
+nothing, and a buffer is at most 16 times the bytes received.
 
 Every response is bounded by what its request can legitimately get back
 (:func:`response_limit`): ``receive_message_max_bytes`` (librdkafka's option

@@ -25,7 +25,8 @@ Idempotence (on by default, as in Kafka 3+): the producer gets a producer id
 number when the batch is first sent; a retry re-sends the same bytes, so the
 broker drops duplicates. When a partition's sequence state is lost (the
 broker answers OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID) or
-unknown (a batch sent at least once expired), the producer bumps its epoch
+unknown (a batch given a sequence number expired: it may be in the log,
+or leave a gap in the sequence), the producer bumps its epoch
 (or gets a new id) instead of stalling, as Kafka's client does. After an
 error, the partition's unacknowledged batches are renumbered from 0 under
 the new epoch once none of them is in flight; after an expiry, nothing new
@@ -121,8 +122,7 @@ class _Batch(ProducerBatch):
     """A partition's batch: while open, the compiled builder takes records
     (see :class:`kwire._codec.ProducerBatch`); then its send state."""
 
-    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp",
-                 "in_flight")
+    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
         self.created = now
@@ -133,7 +133,6 @@ class _Batch(ProducerBatch):
         self.deadline = deadline
         self.future: Future = Future()                   # -> (base_offset, log_append_time)
         self.stamp: Tuple[int, int] = _NO_STAMP          # producer id and epoch the payload carries
-        self.in_flight = False                           # in a Produce request not answered yet
 
     def metadata(self, index: int) -> "RecordMetadata":
         """Where record ``index`` landed (the batch is acknowledged)."""
@@ -193,7 +192,7 @@ class Producer:
         self._next_seq: Dict[Tuple[str, int], int] = {}
         self._unacked: Dict[Tuple[str, int], List[_Batch]] = collections.defaultdict(list)
         self._rewrite: Set[Tuple[str, int]] = set()      # sequence state lost: renumber under the next epoch
-        self._unresolved: Set[Tuple[str, int]] = set()   # a batch sent at least once expired: state unknown
+        self._unresolved: Set[Tuple[str, int]] = set()   # a batch given a sequence expired: state unknown
         self._txn: Any = None       # kwire.transactions.TransactionManager with a transactional_id
         if cfg["transactional_id"]:
             from kwire.transactions import TransactionManager
@@ -256,18 +255,19 @@ class Producer:
             if isinstance(partition, bool):
                 raise TypeError("partition must be an int, not bool")
             partition = operator.index(partition)
+        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0     # metadata and room share it
         parts = self._known_partitions(topic)
         if parts is None:
-            parts = self._partitions(topic, time.monotonic() + self.cfg["max_block_ms"] / 1000.0)
+            parts = self._partitions(topic, deadline)
+        n = self._client.cluster.partition_count(topic) or len(parts)    # as the metadata lists them
         if partition is None:
             if key is not None:
                 partition = parts[partition_for_key(key, len(parts))]
             else:
                 partition = self._sticky.get(topic)
-                if partition is None or not 0 <= partition < len(parts):     # none yet, or of older metadata
+                if partition is None or not 0 <= partition < n:     # none yet, or of older metadata
                     partition = self._sticky[topic] = random.choice(parts)
-        if not 0 <= partition < len(parts):
-            n = len(parts)
+        if not 0 <= partition < n:
             raise InvalidPartitionError(f"partition {partition} does not exist (topic {topic!r} has {n} "
                                         f"partition{'s: 0 to ' + str(n - 1) if n > 1 else ': 0'})")
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
@@ -278,7 +278,7 @@ class Producer:
                 if self._closing:           # again under the lock: close() fails what it finds there
                     raise ProducerClosedError("send() after close()")
                 if batch is None:
-                    self._wait_for_room(topic, partition, value, key, headers, ts)    # the lock may be let go
+                    self._wait_for_room(topic, partition, value, key, headers, ts, deadline)    # may let the lock go
                     batch = self._open.get(tp)                                      # ... and one opened meanwhile
                     if batch is None:
                         now = time.monotonic()
@@ -401,7 +401,7 @@ class Producer:
         if parts is None:
             parts = cluster.partitions_for(topic) or None
             if parts:
-                self._acc.set_partitions(topic, version, parts)
+                self._acc.set_partitions(topic, version, parts, cluster.partition_count(topic) or -1)
         return parts
 
     def _partitions(self, topic: str, deadline: float) -> Sequence[int]:
@@ -420,10 +420,11 @@ class Producer:
             time.sleep(0.005)
 
     # -------------------------------------------------------- buffering
-    def _wait_for_room(self, topic: str, partition: int, value: Any, key: Any, headers: Any, ts: int) -> None:
+    def _wait_for_room(self, topic: str, partition: int, value: Any, key: Any, headers: Any, ts: int,
+                       deadline: float) -> None:
         """Wait (lock held, let go while waiting) until ``buffer_memory``
-        has room, at most ``max_block_ms``; a record that could never fit
-        is refused at once."""
+        has room, at most until ``deadline`` (send()'s ``max_block_ms``); a
+        record that could never fit is refused at once."""
         limit = self.cfg["buffer_memory"]
         if self._acc.buffered < limit:
             return
@@ -432,7 +433,6 @@ class Producer:
         size = BATCH_OVERHEAD + probe.encoded_size
         if size > min(limit, self.cfg["max_request_size"]):
             raise self._too_large(size, topic, partition)
-        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
         self._client.wakeup()
         while self._acc.buffered >= limit:
             left = deadline - time.monotonic()
@@ -779,7 +779,6 @@ class Producer:
         with self._lock:
             for b in batches:
                 b.attempts += 1
-                b.in_flight = True
                 topics[b.topic].append(cls.PartitionProduceData(index=b.partition, records=b.payload))
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 0) + 1
@@ -801,7 +800,6 @@ class Producer:
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:
             for b in batches:
-                b.in_flight = False
                 tp = (b.topic, b.partition)
                 self._in_flight_tp[tp] = self._in_flight_tp.get(tp, 1) - 1
         live = [b for b in batches if not b.future.done()]     # an expired one's answer changes nothing

@@ -171,9 +171,10 @@ class TransactionManager:
         return False
 
     def sequence_unknown(self, error: BaseException) -> None:
-        """A batch sent at least once expired (``delivery_timeout_ms``): it
-        may or may not be in the log, so the transaction cannot commit and
-        the abort bumps the epoch, as Kafka's client does."""
+        """A batch given a sequence number expired (``delivery_timeout_ms``):
+        it may or may not be in the log, or leave a gap in the sequence, so
+        the transaction cannot commit and the abort bumps the epoch, as
+        Kafka's client does."""
         with self._lock:
             self._bump_epoch = True
         self._to_abortable(error)
@@ -335,7 +336,6 @@ class TransactionManager:
         resp = self._call(self._link, make, "InitProducerId", deadline)
         with p._lock:
             p._producer_id, p._producer_epoch = resp.producer_id, resp.producer_epoch
-            p._next_seq.clear()
         log.info("transactional producer %s: producer id %s epoch %s", self.transactional_id,
                  resp.producer_id, resp.producer_epoch)
 

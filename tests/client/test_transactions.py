@@ -209,6 +209,7 @@ def test_abortable_error_then_abort_and_continue(tansu):
     cluster = p._client.cluster
     info = cluster.partitions[topic][0]
     cluster.partitions[topic].update({i: dataclasses.replace(info, partition=i, leader=-1) for i in range(1, 10)})
+    cluster.partition_counts[topic] = 10
     cluster.generation.bump()
     bad = p.send(topic, b"bad", partition=9)
     with pytest.raises(TransactionStateError, match="abort"):

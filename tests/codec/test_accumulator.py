@@ -291,6 +291,8 @@ CALLS = {
     "put(None)": lambda: acc().put(None, batch()),
     "put(batch=None)": lambda: acc().put(("t", 0), None),
     "put((None, 0))": lambda: acc().put((None, 0), batch()),
+    "put(())": lambda: acc().put((), batch()),                   # a short tuple was read past its end
+    "put(('t',))": lambda: acc().put(("t",), batch()),
     "take(None)": lambda: acc().take(None),
     "append(topic=None)": lambda: acc().append(None, 0, batch(), b"v", None, None, 0),
     "append(batch=None)": lambda: acc().append("t", 0, None, b"v", None, None, 0),
@@ -301,6 +303,7 @@ CALLS = {
     "build_batches(stamps=None)": lambda: build_batches([], None),
     "build_batches([None])": lambda: build_batches([None], [None]),
     "build_batches([1])": lambda: build_batches([1], [None]),
+    "build_batches(stamp=())": lambda: build_batches([RecordBatchBuilder(None)], [()]),
     "restamp_batch(None)": lambda: restamp_batch(None, 1, 1, 1),
     "murmur2(None)": lambda: murmur2(None),
     "partition_for_key(None)": lambda: partition_for_key(None, 3),
@@ -362,9 +365,14 @@ def test_put_takes_only_the_partitions_the_topic_has():
         with pytest.raises(ValueError, match="not one of topic 't'"):
             h.acc.put(("t", p), ProducerBatch("t", p, RecordBatchBuilder(None)))
     h.acc.put(("t", 1), ProducerBatch("t", 1, RecordBatchBuilder(None)))
+    # metadata that dropped a malformed entry: partitions [0, 2] of 3 listed; put() takes 2, not 3
+    h.acc.set_partitions("g", h.generation.value, [0, 2], 3)
+    h.acc.put(("g", 2), ProducerBatch("g", 2, RecordBatchBuilder(None)))
+    with pytest.raises(ValueError, match="not one of topic 'g'"):
+        h.acc.put(("g", 3), ProducerBatch("g", 3, RecordBatchBuilder(None)))
     with pytest.raises(ValueError, match="no partitions known"):
         h.acc.put(("u", 0), ProducerBatch("u", 0, RecordBatchBuilder(None)))
-    assert set(h.acc.open) == {("t", 1)}
+    assert set(h.acc.open) == {("t", 1), ("g", 2)}
     key = next(b"k%d" % i for i in range(1000) if kwire.partition_for_key(b"k%d" % i, 2) == 1)
     assert h.acc.send("t", b"v", key) == "slow"             # picks partition 50,000,000: no batch, no table
     assert h.slow_calls[-1][4] == 50_000_000
