@@ -27,8 +27,7 @@ from kwire._codec import PartialBatch
 
 from .helpers import CODECS, LEGACY_CODECS, as_tuples, columnar_tuples, fix_v2_crc
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+SRC = os.path.dirname(os.path.dirname(kwire.__file__))   # the kwire under test (a build, a wheel), for children
 
 
 # ------------------------------------------------------------------ helpers
