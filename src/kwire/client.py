@@ -442,13 +442,14 @@ class Client:
     # --------------------------------------------------------- requests
     def send(self, node_id: int, request: Any, version: Optional[int] = None, *,
              expect_response: bool = True, flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None,
-             offload: bool = False) -> Future:
+             offload: bool = False, timeout: Optional[float] = None) -> Future:
         """Send ``request`` to ``node_id`` (connecting if needed); the future
         fails with a retriable error if the node cannot be reached. With
         ``flush`` false it is written with the next request that flushes,
         by :meth:`flush`, or when :meth:`poll` finds the socket writable.
-        ``prepare`` and ``offload``: see :meth:`kwire.net.Connection.send`
-        (a large response is decoded on the helper thread)."""
+        ``prepare``, ``offload`` and ``timeout``: see
+        :meth:`kwire.net.Connection.send` (a large response is decoded on the
+        helper thread; ``timeout`` overrides ``request_timeout_ms``)."""
         conn = self.connection(node_id)
         if conn is None:
             fut: Future = Future()
@@ -457,7 +458,7 @@ class Client:
                               KwireError(f"unknown broker node {node_id}"))
             return fut
         fut = conn.send(request, version, expect_response=expect_response, flush=flush, prepare=prepare,
-                        offload=offload)
+                        offload=offload, timeout=timeout)
         self._update_mask(conn)
         return fut
 

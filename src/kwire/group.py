@@ -383,23 +383,26 @@ class RequestPump:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._lock = threading.Lock()
-        self._queue: Deque[Tuple[Optional[int], Callable[[Mapping[int, int]], Any], Future, float]] = \
-            collections.deque()
+        self._queue: Deque[Tuple[Optional[int], Callable[[Mapping[int, int]], Any], Future, float,
+                                 Optional[float]]] = collections.deque()
 
     def submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
-               timeout: Optional[float] = None) -> Future:
+               timeout: Optional[float] = None, response_timeout: Optional[float] = None) -> Future:
+        """``timeout``: how long it may wait for a connection to ``node``;
+        ``response_timeout``: how long its response may take once sent (both
+        default ``request_timeout_ms``)."""
         fut: Future = Future()
         deadline = time.monotonic() + (timeout if timeout is not None else
                                        self._client.cfg.get("request_timeout_ms", 30000) / 1000.0)
         with self._lock:
-            self._queue.append((node, make, fut, deadline))
+            self._queue.append((node, make, fut, deadline, response_timeout))
         self._client.wakeup()
         return fut
 
     def fail_all(self, error: BaseException) -> None:
         with self._lock:
             items, self._queue = list(self._queue), collections.deque()
-        for _, _, fut, _ in items:
+        for _, _, fut, _, _ in items:
             if not fut.done():
                 fut.set_exception(error)
 
@@ -410,7 +413,7 @@ class RequestPump:
         keep = []
         now = time.monotonic()
         for item in items:
-            node, make, fut, deadline = item
+            node, make, fut, deadline, response_timeout = item
             target = client.least_loaded_node() if node is None else node
             conn = None if target is None else client.connection(target)
             if conn is None or not conn.ready:
@@ -432,7 +435,7 @@ class RequestPump:
             if version is None:
                 fut.set_exception(protocol.no_common_version(api_key, conn.broker_ranges.get(api_key)))
                 continue
-            sent = client.send(target, request, version)
+            sent = client.send(target, request, version, timeout=response_timeout)
             sent.add_done_callback(lambda f, fut=fut: _relay(f, fut))
         if keep:
             with self._lock:
@@ -582,10 +585,7 @@ class GroupCoordinator:
                                    else EAGER)
         if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
             raise KwireError("heartbeat_interval_ms must be lower than session_timeout_ms")
-        # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer
-        ccfg = dict(cfg)
-        ccfg["request_timeout_ms"] = max(cfg["request_timeout_ms"], cfg["max_poll_interval_ms"] + 5000)
-        self._client_cfg = ccfg
+        self._client_cfg = dict(cfg)
         self._client: Optional[Client] = None
         self._pump: Optional[RequestPump] = None
         self._thread: Optional[threading.Thread] = None
@@ -1197,10 +1197,10 @@ class GroupCoordinator:
             self._thread.start()
 
     def _submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
-                timeout: Optional[float] = None) -> Future:
+                timeout: Optional[float] = None, response_timeout: Optional[float] = None) -> Future:
         self._start()
         assert self._pump is not None
-        return self._pump.submit(node, make, timeout)
+        return self._pump.submit(node, make, timeout, response_timeout)
 
     def _wake(self) -> None:
         if self._client is not None:
@@ -1373,7 +1373,9 @@ class GroupCoordinator:
                        reason=(reason or None) if v.get(JOIN_GROUP, 0) >= 8 else None)
 
         log.debug("group %s: JoinGroup as %r", self.group_id, member or "(new member)")
-        self._submit(node, make).add_done_callback(lambda f: self._on_join(node, f))
+        # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer; as Kafka's client
+        wait = max(self.cfg["request_timeout_ms"], self.cfg["max_poll_interval_ms"] + 5000) / 1000.0
+        self._submit(node, make, response_timeout=wait).add_done_callback(lambda f: self._on_join(node, f))
 
     def _join_failed(self, node: int, error: BaseException, *, retry_in: Optional[float] = None) -> None:
         """A step of the join failed (lock not held): retry, or fail for good."""

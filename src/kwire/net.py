@@ -79,16 +79,17 @@ class RequestTimedOutError(KafkaTimeoutError):
 
 
 class _InFlight:
-    __slots__ = ("corr", "api_key", "version", "future", "deadline", "response_class", "limit", "prepare",
+    __slots__ = ("corr", "api_key", "version", "future", "timeout", "deadline", "response_class", "limit", "prepare",
                  "offload")
 
-    def __init__(self, corr: int, api_key: int, version: int, future: Future, deadline: float, response_class: Any,
+    def __init__(self, corr: int, api_key: int, version: int, future: Future, timeout: float, response_class: Any,
                  limit: int, prepare: Optional[Callable[[Any], Any]], offload: bool):
         self.corr = corr
         self.api_key = api_key
         self.version = version
         self.future = future
-        self.deadline = deadline
+        self.timeout = timeout        # seconds it may wait for its response
+        self.deadline = time.monotonic() + timeout
         self.response_class = response_class
         self.limit = limit            # the largest response frame accepted
         self.prepare = prepare        # applied to the decoded response; its result completes the future
@@ -169,7 +170,7 @@ class Connection:
         self._order: Deque[int] = collections.deque()    # correlation ids in send order
         self._out: Deque[memoryview] = collections.deque()
         self._out_bytes = 0
-        self._waiting: List[Tuple[Any, int, Future, bool]] = []   # queued until ready
+        self._waiting: List[Tuple[Any, ...]] = []   # send()'s arguments, queued until ready
         self._rbuf = bytearray(READ_CHUNK)
         self._rview = memoryview(self._rbuf)
         self._rlen = 0
@@ -230,13 +231,15 @@ class Connection:
             self.close(ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}"))
 
     def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True,
-             flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False) -> Future:
+             flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False,
+             timeout: Optional[float] = None) -> Future:
         """Queue ``request`` (a generated message object) and return the
         future of its response (of None when ``expect_response`` is false,
         as for a Produce with acks=0). The version is the negotiated one
         unless given. With ``flush`` false the request waits for
         :meth:`flush` (or the selector), so that several go out in one
-        write.
+        write. ``timeout``: seconds the response may take (default
+        ``request_timeout_ms``; a JoinGroup may wait out a rebalance).
 
         ``prepare``, when given, is applied to the decoded response and its
         result completes the future. With ``offload``, a response of
@@ -250,9 +253,9 @@ class Connection:
             return fut
         if self.state != "ready":
             self._waiting.append((request, -1 if version is None else version, fut, expect_response, prepare,
-                                  offload))
+                                  offload, timeout))
             return fut
-        self._send_now(request, version, fut, expect_response, flush, prepare, offload)
+        self._send_now(request, version, fut, expect_response, flush, prepare, offload, timeout)
         return fut
 
     def flush(self) -> None:
@@ -296,17 +299,17 @@ class Connection:
             self.close(e)
 
     def check_timeouts(self, now: float) -> None:
-        """Close the connection if setup or the oldest request is overdue."""
+        """Close the connection if setup or a request is overdue."""
         if self.state in ("connecting", "tls", "handshake") and now > self._setup_deadline:
             self.close(ConnectionLostError(
                 f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state {self.state}"))
             return
-        if self._order:
-            first = self._in_flight.get(self._order[0])
-            if first is not None and now > first.deadline:
+        for inf in self._in_flight.values():     # a few; their timeouts may differ (JoinGroup)
+            if now > inf.deadline:
                 self.close(RequestTimedOutError(
-                    f"request {protocol.api_name(first.api_key)} v{first.version} to node {self.node_id} got no "
-                    f"response within {self._timeout:.1f} s"))
+                    f"request {protocol.api_name(inf.api_key)} v{inf.version} to node {self.node_id} got no "
+                    f"response within {inf.timeout:.1f} s"))
+                return
 
     def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
         """Close the socket and fail what is in flight or waiting with
@@ -461,12 +464,13 @@ class Connection:
     def _become_ready(self) -> None:
         self._set_state("ready")
         waiting, self._waiting = self._waiting, []
-        for request, version, fut, expect, prepare, offload in waiting:
-            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload)
+        for request, version, fut, expect, prepare, offload, timeout in waiting:
+            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload, timeout)
 
     # ---------------------------------------------------------- sending
     def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool,
-                  flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False) -> None:
+                  flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False,
+                  timeout: Optional[float] = None) -> None:
         api_key = request.API_KEY
         if version is None:
             version = self.versions.get(api_key)
@@ -485,7 +489,8 @@ class Connection:
             self._out.append(mv)
             self._out_bytes += len(mv)
         if expect_response:
-            self._in_flight[corr] = _InFlight(corr, api_key, version, fut, time.monotonic() + self._timeout,
+            wait = self._timeout if timeout is None else timeout
+            self._in_flight[corr] = _InFlight(corr, api_key, version, fut, wait,
                                               protocol.response_class(api_key), response_limit(request, self.cfg),
                                               prepare, offload)
             self._order.append(corr)

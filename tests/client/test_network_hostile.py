@@ -389,3 +389,36 @@ def test_tls_without_host_name_verification_is_said_once(kwire_logs):
         c.close()
     said = [t for t in kwire_logs.at_least(logging.WARNING) if "without verifying" in t]
     assert len(said) == 1 and "127.0.0.77:1" in said[0] and "host name" in said[0], said
+
+
+# ------------------------------------------- defect 9 (group coordinator)
+def _list_offsets() -> Any:
+    cls = m.ListOffsetsRequest
+    return cls(replica_id=-1, isolation_level=0, topics=[cls.ListOffsetsTopic(
+        name="t", partitions=[cls.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+
+
+def test_a_request_may_have_its_own_response_timeout(broker):
+    """A request's own ``timeout`` overrides ``request_timeout_ms`` in both
+    directions: a request given 0.3 s fails after 0.3 s although the
+    connection's default is 30 s (so a JoinGroup's long wait no longer
+    lengthens every group request's), and one given 5 s outlives a default
+    of 0.5 s."""
+    b = broker({"t": 1})
+    b.on("ListOffsets", lambda req: NEVER)
+    for default_ms, own, fails in ((30000, 0.3, True), (500, 5.0, False)):
+        client = _client(b.bootstrap, request_timeout_ms=default_ms)
+        try:
+            node = client.wait_for_node(time.monotonic() + 5)
+            client.wait_ready(node, time.monotonic() + 5)
+            t = time.monotonic()
+            fut = client.send(node, _list_offsets(), timeout=own)
+            while not fut.done() and time.monotonic() - t < 1.5:
+                client.poll(0.05)
+            if fails:
+                assert fut.done() and 0.25 <= time.monotonic() - t < 1.5
+                assert "within 0.3 s" in str(fut.exception())
+            else:
+                assert not fut.done()
+        finally:
+            client.close()
