@@ -13,6 +13,11 @@ Environment switches (the normal build sets none of them):
   extension outside your working copy's ``src/`` (``setup.py build
   --build-base build/asan``), so the normal one stays in place.
 * ``KWIRE_ANNOTATE=1``: Cython's HTML annotation of the ``.pyx``.
+* ``KWIRE_BENCH_SLOWDOWN=1``: defines the C macro ``KWIRE_BENCH_SLOWDOWN``,
+  which makes the record decode loop burn a few hundred instructions per
+  record: the deliberately slowed build the benchmark gate's self-test
+  (``scripts/bench --self-test``) must fail. Never for a real build; the
+  generated C is the same either way, only the compiler sees the macro.
 """
 
 import os
@@ -24,6 +29,7 @@ from setuptools import Extension, setup
 
 extra_compile_args = ["-O3"] if sys.platform != "win32" else ["/O2"]
 extra_link_args = []
+define_macros = [("KWIRE_BENCH_SLOWDOWN", "1")] if os.environ.get("KWIRE_BENCH_SLOWDOWN") else []
 if os.environ.get("KWIRE_DEBUG"):
     extra_compile_args = ["-O0", "-g"]
 sanitize = os.environ.get("KWIRE_SANITIZE", "").strip()
@@ -41,6 +47,7 @@ extensions = [
         libraries=["z"],  # zlib: CRC32 of legacy messages
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
+        define_macros=define_macros,
     )
 ]
 

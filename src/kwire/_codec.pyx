@@ -733,6 +733,25 @@ cdef struct Rec:
     int32_t header_count
 
 
+# The benchmark gate's self-test (scripts/bench --self-test) builds kwire with
+# KWIRE_BENCH_SLOWDOWN=1 (setup.py), which defines the macro below: then every
+# record parsed burns a few hundred instructions. In a normal build the call is
+# an empty macro, so the compiled code is what it would be without it.
+cdef extern from *:
+    """
+    #ifdef KWIRE_BENCH_SLOWDOWN
+    static volatile unsigned kwire_bench_sink;
+    static inline void kwire_bench_slowdown(void) {
+        unsigned i;
+        for (i = 0; i < 100; i++) kwire_bench_sink += i;
+    }
+    #else
+    #define kwire_bench_slowdown() ((void)0)
+    #endif
+    """
+    void kwire_bench_slowdown() noexcept nogil
+
+
 cdef inline int parse_record_fields(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
     """Parse one v2 record up to its header count, leaving ``r`` at its first
     header and bounded by the record's end (``rec.end``); ``end_record``
@@ -748,6 +767,7 @@ cdef inline int parse_record_fields(Reader* r, int64_t base_offset, int64_t base
     if length > r.end - r.pos:
         r.err = E_TRUNC
         return -1
+    kwire_bench_slowdown()         # nothing, except in a benchmark build with the slowdown
     rec.end = r.pos + length
     rec.outer_end = r.end
     r.end = rec.end

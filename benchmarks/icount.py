@@ -1,0 +1,389 @@
+"""Instruction counts per record of kwire's hot paths: the benchmark gate.
+
+Wall-clock timings on shared CI runners move by 15-30% run to run; the
+number of instructions a path executes does not. Each path below runs in
+its own ``valgrind --tool=callgrind`` process, started with
+``PYTHONHASHSEED=0`` and fixed-seed inputs, so the same binary and input give
+the same count every time.
+
+What is counted: the process builds the path's inputs, then calls
+``os.getppid()`` (a marker), does the work, and calls the marker again.
+Callgrind runs with ``--dump-before=getppid``, so it writes one profile per
+stretch between markers; the second one is the work alone (plus one Python
+call to the marker, a few thousand instructions, the same in every build).
+That is the difference between a run that does the work and one that only
+builds its inputs (the method of ``benchmarks/profile_send.py``), taken in one
+process instead of two. The count is divided by the path's record count.
+
+Usage:
+
+    python -m benchmarks.icount list
+    python -m benchmarks.icount measure [--path P ...] [--jobs 2]   # the kwire on PYTHONPATH
+    python -m benchmarks.icount run P            # one workload, no valgrind (a smoke run)
+
+``scripts/bench`` builds two revisions and compares them with
+:func:`compare` / :func:`format_table`; the comparison needs no valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+DEFAULT_THRESHOLD = 3.0          # percent
+SEED = 14
+BASE_TIMESTAMP = 1_700_000_000_000
+BATCH = 500                      # records per batch in every decode workload
+MARKER = "getppid"               # the C function whose entry dumps a profile
+
+
+# ------------------------------------------------------------ the workloads
+# A record: (timestamp, key or None, value, headers list).
+def standard_records(n: int) -> List[tuple]:
+    """benchmarks/workload.py's shape: 16-byte key, 100-byte JSON-like value,
+    one header (built here with a fixed seed, without its peer check)."""
+    rng = random.Random(SEED)
+    hdr = [("content-type", b"application/json")]
+    out = []
+    for i in range(n):
+        r = rng.getrandbits(32)
+        value = (b'{"id": %d, "user": "user_%05d", "amount": %d, "note": "' % (i, r % 100000, r % 1000))
+        value = value.ljust(98, b"x") + b'"}'
+        out.append((BASE_TIMESTAMP + i, b"k-%014d" % i, value, hdr))
+    return out
+
+
+_HEADER_SETS = ([], [("content-type", b"application/json")],
+                [("content-type", b"text/plain"), ("trace-id", b"0123456789abcdef"), ("retry", None)])
+_SIZES = (0, 8, 40, 100, 100, 300, 1000, 4000)
+
+
+def mixed_records(n: int) -> List[tuple]:
+    """Null keys (a fifth), zero/one/three headers, values of 0 to 4000 bytes."""
+    rng = random.Random(SEED + 1)
+    text = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz {}:,\"0123456789") for _ in range(8192))
+    out = []
+    for i in range(n):
+        key = None if rng.random() < 0.2 else b"user-%d" % rng.randrange(10 ** rng.randrange(1, 8))
+        size = rng.choice(_SIZES)
+        pos = rng.randrange(len(text) - size + 1)
+        headers = [(k, v) for k, v in rng.choice(_HEADER_SETS)]   # new pairs: no reuse of encoded headers
+        out.append((BASE_TIMESTAMP + i * 7, key, text[pos:pos + size], headers))
+    return out
+
+
+def encode(recs: Sequence[tuple], codec: Optional[str]) -> List[bytes]:
+    """The records as v2 batches of ``BATCH`` records each."""
+    from kwire import RecordBatchBuilder
+
+    out = []
+    for start in range(0, len(recs), BATCH):
+        b = RecordBatchBuilder(codec, base_offset=start)
+        for ts, key, value, headers in recs[start:start + BATCH]:
+            b.append(value, key, headers, ts)
+        out.append(b.build())
+    return out
+
+
+def _touch(records) -> None:
+    for r in records:
+        (r.offset, r.timestamp, r.key, r.value, r.headers)
+
+
+def _decode_records(buf: bytes) -> Callable[[], None]:
+    import kwire
+    dec = kwire.Decoder(check_crcs=True)
+
+    def work():
+        _touch(dec.decode(buf).records)
+    return work
+
+
+def _decode_arrow(buf: bytes) -> Callable[[], None]:
+    import kwire
+    import pyarrow  # noqa: F401  (imported before the marker)
+    dec = kwire.ColumnarDecoder(check_crcs=True)
+
+    def work():
+        assert dec.decode(buf).record_batch.num_rows > 0
+    return work
+
+
+def _setup_decode(kind: str, shape: str, codec: Optional[str], n: int) -> Callable[[], None]:
+    recs = (standard_records if shape == "standard" else mixed_records)(n)
+    buf = b"".join(encode(recs, codec))
+    return (_decode_records if kind == "records" else _decode_arrow)(buf)
+
+
+def _setup_encode(codec: Optional[str], n: int) -> Callable[[], None]:
+    from kwire import RecordBatchBuilder
+    recs = mixed_records(n)
+    chunks = [recs[s:s + BATCH] for s in range(0, n, BATCH)]
+
+    def work():
+        for i, chunk in enumerate(chunks):
+            b = RecordBatchBuilder(codec, base_offset=i * BATCH)
+            for ts, key, value, headers in chunk:
+                b.append(value, key, headers, ts)
+            b.build()
+    return work
+
+
+def send_workload(n: int) -> Callable[[], None]:
+    """The compiled send path alone (also benchmarks/profile_send.py's): ``n``
+    keyed records into four open batches of an Accumulator, sealed at 256
+    KiB; returns the function that sends them."""
+    from kwire._codec import Accumulator, Generation, ProducerBatch, RecordBatchBuilder, SendLock
+    records = [(b"%016d" % i, (b"%d-" % i).ljust(100, b"v")) for i in range(n)]
+
+    def full(tp, batch):
+        acc.take(tp)
+        fresh = ProducerBatch(tp[0], tp[1], RecordBatchBuilder(None))
+        fresh.reserve(batch.record_count)
+        acc.put(tp, fresh)
+
+    acc = Accumulator(lock=SendLock(), generation=Generation(), slow=None, on_full=full, batch_size=262144)
+    acc.set_partitions("t", 0, [0, 1, 2, 3])
+    for p in range(4):
+        acc.put(("t", p), ProducerBatch("t", p, RecordBatchBuilder(None)))
+
+    def work():
+        send = acc.send
+        for key, value in records:
+            send("t", value, key=key)
+    return work
+
+
+FETCH_VERSION = 12
+FETCH_PARTITIONS = 8
+
+
+def fetch_frame(n: int) -> bytes:
+    """A Fetch v12 response frame (correlation id, header, body; no size
+    prefix) of one topic whose ``FETCH_PARTITIONS`` partitions carry the
+    mixed workload's records, ``n`` in all."""
+    from kwire.protocol import messages as m
+    recs = mixed_records(n)
+    per = n // FETCH_PARTITIONS
+    cls = m.FetchResponse
+    parts = [cls.PartitionData(partition_index=p, high_watermark=n, last_stable_offset=n, log_start_offset=0,
+                               records=b"".join(encode(recs[p * per:(p + 1) * per], None)))
+             for p in range(FETCH_PARTITIONS)]
+    body = cls.encode_bytes(cls(responses=[cls.FetchableTopicResponse(topic="events", partitions=parts)]),
+                            FETCH_VERSION)
+    return (7).to_bytes(4, "big") + b"\0" + body          # correlation id, no header tags
+
+
+def _setup_fetch(n: int) -> Callable[[], None]:
+    # What the consumer does with a Fetch response: decode the frame, then
+    # each partition's record data to records.
+    import kwire
+    from kwire.protocol import decode_response, messages as m
+    frame = fetch_frame(n)
+    dec = kwire.Decoder(check_crcs=True)
+
+    def work():
+        _, resp = decode_response(frame, m.FetchResponse, FETCH_VERSION)
+        for topic in resp.responses:
+            for p in topic.partitions:
+                _touch(dec.decode(p.records, topic=topic.topic, partition=p.partition_index).records)
+    return work
+
+
+@dataclass(frozen=True)
+class Path:
+    name: str
+    records: int
+    setup: Callable[[int], Callable[[], None]]   # records -> the work
+
+
+def _paths() -> Dict[str, Path]:
+    out = {}
+    for kind in ("records", "arrow"):
+        for codec in ("none", "lz4"):
+            for shape in ("standard", "mixed"):
+                name = f"decode-{kind}/{codec}/{shape}"
+                c = None if codec == "none" else codec
+                out[name] = Path(name, 20_000, lambda n, k=kind, s=shape, c=c: _setup_decode(k, s, c, n))
+    out["encode/none/mixed"] = Path("encode/none/mixed", 20_000, lambda n: _setup_encode(None, n))
+    out["encode/lz4/mixed"] = Path("encode/lz4/mixed", 20_000, lambda n: _setup_encode("lz4", n))
+    out["send"] = Path("send", 50_000, send_workload)
+    out["fetch-response"] = Path("fetch-response", 16_000, _setup_fetch)
+    return out
+
+
+PATHS = _paths()
+
+
+def run_workload(name: str) -> None:
+    """The child: inputs, marker, the work, marker."""
+    path = PATHS[name]
+    work = path.setup(path.records)
+    os.getppid()
+    work()
+    os.getppid()
+
+
+# ------------------------------------------------------------- measurement
+HERE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def callgrind_env(pythonpath: Optional[str], harness: Optional[str] = None) -> Dict[str, str]:
+    """The child's environment: kwire from ``pythonpath``, this module from
+    ``harness`` (a directory holding ``benchmarks/``; default: this checkout).
+    Nothing else of the caller's: the strings a process starts with (its
+    environment, its paths) shift its allocations and hashes, and so a few
+    instructions of the work; scripts/bench keeps the paths the same too."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
+           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, harness or HERE_ROOT) if p)
+    return env
+
+
+def _totals(path: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{path}: no totals line")
+
+
+def measure_one(name: str, pythonpath: Optional[str] = None, harness: Optional[str] = None,
+                python: str = sys.executable, valgrind: str = "valgrind") -> float:
+    """Instructions per record of one path, for the kwire ``pythonpath``
+    resolves to (checked: the child refuses a kwire from elsewhere)."""
+    path = PATHS[name]
+    with tempfile.TemporaryDirectory(prefix="kwire-icount-") as tmp:
+        out = os.path.join(tmp, "cg.out")
+        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", f"--dump-before={MARKER}",
+               "--dump-line=no", "--compress-strings=no", python, "-m", "benchmarks.icount", "run", name]
+        if pythonpath:
+            cmd += ["--expect", pythonpath]
+        proc = subprocess.run(cmd, env=callgrind_env(pythonpath, harness), cwd=harness or HERE_ROOT,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name}: callgrind run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        # dumps: .1 = start-up and inputs (up to the first marker), .2 = the work
+        work = os.path.join(tmp, "cg.out.2")
+        if not os.path.exists(work) or os.path.exists(os.path.join(tmp, "cg.out.3")):
+            raise RuntimeError(f"{name}: expected exactly two marker dumps, got {sorted(os.listdir(tmp))}")
+        return _totals(work) / path.records
+
+
+def measure(names: Sequence[str], pythonpath: Optional[str] = None, jobs: int = 2,
+            label: str = "", log=None, harness: Optional[str] = None) -> Dict[str, float]:
+    """Every path of ``names``, ``jobs`` callgrind processes at a time. The
+    workloads come from ``harness`` (see :func:`callgrind_env`): scripts/bench
+    passes a snapshot, so both builds run the same workload code even if the
+    checkout changes during the run."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def one(name):
+        t = time.monotonic()
+        v = measure_one(name, pythonpath, harness)
+        log(f"  {label}{name}: {v:,.1f} instructions/record ({time.monotonic() - t:.1f} s)")
+        return name, v
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        return dict(ex.map(one, names))
+
+
+# -------------------------------------------------------------- comparison
+@dataclass(frozen=True)
+class Row:
+    path: str
+    base: Optional[float]
+    head: Optional[float]
+    change: Optional[float]      # percent, head against base
+    verdict: str                 # "ok", "FAIL", "better", "new", "gone"
+
+
+def compare(base: Dict[str, float], head: Dict[str, float],
+            threshold: float = DEFAULT_THRESHOLD) -> Tuple[List[Row], bool]:
+    """Rows in path order (head's, then any only in base) and whether the gate
+    fails: a path fails when it costs more than ``threshold`` percent more
+    instructions per record than in base. A path only in head is new (no
+    verdict); one only in base is gone; neither fails the gate."""
+    rows, failed = [], False
+    for name in list(head) + [n for n in base if n not in head]:
+        b, h = base.get(name), head.get(name)
+        if b is None:
+            rows.append(Row(name, None, h, None, "new"))
+            continue
+        if h is None:
+            rows.append(Row(name, b, None, None, "gone"))
+            continue
+        change = (h - b) / b * 100.0 if b else (0.0 if h == b else float("inf"))
+        if change > threshold:
+            verdict, failed = "FAIL", True
+        elif change < -threshold:
+            verdict = "better"
+        else:
+            verdict = "ok"
+        rows.append(Row(name, b, h, change, verdict))
+    return rows, failed
+
+
+def format_table(rows: Sequence[Row], threshold: float, base_label: str = "base",
+                 head_label: str = "head") -> str:
+    def num(v):
+        return "-" if v is None else f"{v:,.1f}"
+
+    def pct(v):
+        return "-" if v is None else f"{v:+.2f}%"
+
+    header = ("path", f"{base_label} instr/record", f"{head_label} instr/record", "change", "verdict")
+    body = [(r.path, num(r.base), num(r.head), pct(r.change), r.verdict) for r in rows]
+    widths = [max(len(str(line[i])) for line in [header] + body) for i in range(5)]
+    fmt = "  ".join("{:<%d}" % widths[0:1][0] if i == 0 else "{:>%d}" % widths[i] for i in range(5))
+    lines = [f"Instruction-count gate: a path fails above +{threshold:g}% instructions per record",
+             fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*line) for line in body]
+    n_fail = sum(r.verdict == "FAIL" for r in rows)
+    lines.append(f"verdict: {'FAIL' if n_fail else 'pass'} ({n_fail} of {len(rows)} paths over +{threshold:g}%)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------- CLI
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="the paths and their record counts")
+    r = sub.add_parser("run", help="one workload (the callgrind child)")
+    r.add_argument("path", choices=sorted(PATHS))
+    r.add_argument("--expect", help="refuse to run unless kwire comes from this directory")
+    m = sub.add_parser("measure", help="instructions/record of the kwire on PYTHONPATH, as JSON")
+    m.add_argument("--path", action="append", choices=sorted(PATHS))
+    m.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        for p in PATHS.values():
+            print(f"{p.name}\t{p.records}")
+    elif args.cmd == "run":
+        if args.expect:
+            import kwire._codec
+            where = os.path.realpath(kwire._codec.__file__)
+            if not where.startswith(os.path.realpath(args.expect) + os.sep):
+                raise SystemExit(f"kwire._codec is {where}, not under {args.expect}")
+        run_workload(args.path)
+    else:
+        import kwire._codec
+        print(f"kwire._codec: {kwire._codec.__file__}", file=sys.stderr)
+        pp = os.path.dirname(os.path.dirname(os.path.abspath(kwire._codec.__file__)))
+        res = measure(args.path or list(PATHS), pp, args.jobs)
+        print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
