@@ -26,7 +26,7 @@ from kwire.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
 from kwire.errors import CorruptRecordError, DecompressionBombError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol import messages as m
-from support.hostile_broker import zigzag as _zz
+from support.varint import zigzag as _zz
 
 TOPIC = "t"
 NEVER = object()          # a request never answered

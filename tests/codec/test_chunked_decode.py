@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import kwire
 from kwire import CorruptRecordError, CrcMismatchError
 from kwire._codec import PartialBatch
+from support.varint import zigzag as zz
 
 from .helpers import CODECS, LEGACY_CODECS, as_tuples, columnar_tuples, fix_v2_crc
 
@@ -31,17 +32,6 @@ SRC = os.path.dirname(os.path.dirname(kwire.__file__))   # the kwire under test 
 
 
 # ------------------------------------------------------------------ helpers
-def zz(n: int) -> bytes:
-    """A zigzag varint."""
-    u = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 def rec(delta: int, value: bytes = b"v") -> bytes:
     """One hand-made v2 record at ``delta`` (key b"k", no headers)."""
     body = b"\x00" + zz(0) + zz(delta) + zz(1) + b"k" + zz(len(value)) + value + zz(0)

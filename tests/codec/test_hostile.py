@@ -17,6 +17,7 @@ from kwire import (
     UnsupportedCodecError,
 )
 from kwire import compression as comp
+from support.varint import zigzag as zz
 
 from .helpers import (
     CODECS,
@@ -34,20 +35,6 @@ DECODERS = [
     pytest.param(lambda d, **kw: kwire.decode(d, **kw), id="objects"),
     pytest.param(lambda d, **kw: kwire.decode_columnar(d, **kw), id="columnar"),
 ]
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def zz(n: int) -> bytes:
-    return uvarint((n << 1) ^ (n >> 63))
 
 
 def v2_batch(records: bytes, count: int, attributes: int = 0, base_offset: int = 0) -> bytes:

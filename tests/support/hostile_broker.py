@@ -56,11 +56,11 @@ import kwire
 from kwire import protocol
 from kwire.protocol import messages as m
 from kwire.protocol._wire import _tags
+from support.varint import zigzag
 
 __all__ = [
     "HostileBroker", "Request", "PartitionLog", "Raw", "RawFrame", "Delay", "NEVER", "CLOSE",
     "records_batch", "v2_record", "v2_batch", "set_magic", "batch_header", "compressed_batch", "bomb_batch",
-    "uvarint", "zigzag",
 ]
 
 log = logging.getLogger(__name__)
@@ -576,21 +576,6 @@ def _close(sock: socket.socket) -> None:
 
 
 # ---------------------------------------------------------------- batches
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def zigzag(n: int) -> bytes:
-    """A signed varint (Kafka's zig-zag encoding)."""
-    return uvarint((n << 1) ^ (n >> 63))
-
-
 def records_batch(values: Sequence[Optional[bytes]], *, base_offset: int = 0, compression: Optional[str] = None,
                   keys: Optional[Sequence[Optional[bytes]]] = None, timestamp: int = 1_700_000_000_000) -> bytes:
     """A well-formed v2 batch of ``values``, built by kwire's own builder."""
