@@ -39,18 +39,17 @@ import logging
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
 from kwire.client import Client
 from kwire.config import CONSUMER, resolve
-from kwire.errors import CorruptRecordError, KwireError
+from kwire.errors import CorruptRecordError, KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "LogTruncationError"]
 
-E = TypeVar("E", bound=BaseException)
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ class _PartitionState:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    error: Optional[BaseException] = None   # raised once, by the next poll (held bare: see _bare)
+    error: Optional[BaseException] = None   # raised once, by the next poll (held bare: see without_traceback)
     corrupt: Optional[CorruptRecordError] = None   # the corrupt batch at the position: raised until a seek
     epoch: int = -1                         # leader epoch the position was read or checked under (-1: unknown)
     retry_at: float = 0.0                   # after a failure: no request for it before this (monotonic)
@@ -131,16 +130,6 @@ class _Completed:
     def exhausted(self) -> bool:
         """Nothing left to decode (a batch begun counts as something)."""
         return not self.rest and self.resume is None
-
-
-def _bare(error: E) -> E:
-    """``error`` without its traceback and chained exceptions, to be held
-    for a later poll: a held error must keep no frames alive (nor, through
-    their locals, the fetched or decompressed bytes), and no cycles."""
-    error.__traceback__ = None
-    error.__context__ = None
-    error.__cause__ = None
-    return error
 
 
 def _check_offset(offset: Any) -> int:
@@ -854,7 +843,7 @@ class Consumer:
         self._raised_last = True
         if st.error is not None:
             err, st.error = st.error, None
-            raise _bare(err)
+            raise without_traceback(err, chained=False)   # keeps no frames (nor the bytes they held) alive
         assert st.corrupt is not None
         raise st.corrupt.at(st.corrupt.topic, st.corrupt.partition, st.corrupt.offset)
 

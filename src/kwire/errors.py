@@ -16,7 +16,7 @@ subclasses. The tables themselves are data in :mod:`kwire.error_codes`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 from kwire.error_codes import ERROR_CODES, INVALID_METADATA, RETRIABLE, V07_ERROR_CODES
 
@@ -120,12 +120,18 @@ class ProtocolError(KwireError):
         return (type(self), (self.reason, self.api, self.version))
 
 
-def without_traceback(error: BaseException) -> BaseException:
+E = TypeVar("E", bound=BaseException)
+
+
+def without_traceback(error: E, *, chained: bool = True) -> E:
     """``error`` with its traceback dropped, and those of its cause and
-    context: an error that is kept (on a closed connection, in a future)
-    must not keep the frames that raised it alive, and through their
-    locals the objects and buffers they used, in a reference cycle only the
-    cyclic GC would break. Returns ``error``."""
+    context (or, with ``chained`` false, without cause and context at all):
+    an error that is kept (on a closed connection, in a future, held for a
+    consumer's next poll) must not keep the frames that raised it alive,
+    and through their locals the objects and buffers they used, in a
+    reference cycle only the cyclic GC would break. Returns ``error``."""
+    if not chained:
+        error.__cause__ = error.__context__ = None
     e: Optional[BaseException] = error
     seen = set()
     while e is not None and id(e) not in seen:

@@ -167,7 +167,6 @@ class Connection:
         self._setup_deadline = 0.0
         self._corr = 0
         self._in_flight: Dict[int, _InFlight] = {}
-        self._order: Deque[int] = collections.deque()    # correlation ids in send order
         self._out: Deque[memoryview] = collections.deque()
         self._out_bytes = 0
         self._waiting: List[Tuple[Any, ...]] = []   # send()'s arguments, queued until ready
@@ -335,7 +334,6 @@ class Connection:
         pending = [inf.future for inf in self._in_flight.values()]
         pending += [w[2] for w in self._waiting]
         self._in_flight.clear()
-        self._order.clear()
         self._waiting.clear()
         self._out.clear()
         for fut in pending:
@@ -493,7 +491,6 @@ class Connection:
             self._in_flight[corr] = _InFlight(corr, api_key, version, fut, wait,
                                               protocol.response_class(api_key), response_limit(request, self.cfg),
                                               prepare, offload)
-            self._order.append(corr)
         else:
             fut.set_result(None)
         if flush:
@@ -618,13 +615,6 @@ class Connection:
         inf = self._in_flight.pop(corr, None)
         if inf is None:
             raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
-        if self._order and self._order[0] == corr:
-            self._order.popleft()
-        else:  # Kafka answers in order on one connection; be lenient but keep the deadline queue right
-            try:
-                self._order.remove(corr)
-            except ValueError:
-                pass
         job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare)
         if inf.offload and self._offload is not None and len(frame) >= OFFLOAD_MIN_BYTES:
             self._offload(job, inf.future)
