@@ -16,7 +16,7 @@ idempotent limit), and reads the answers. Its rate is what the broker
 takes in at most on this machine, the bound on every client's produce.
 
     python -m benchmarks.compare_clients [--records 1000000] [--codecs none,lz4,zstd] [--skip kafka-python]
-                                         [--repeat 3]
+                                         [--repeat 3] [--json out.json]
 
 With ``--repeat N`` every client runs N rounds, taking turns (so noise on
 this shared machine hits all of them alike), and each one's best round
@@ -38,6 +38,8 @@ import time
 import uuid
 import warnings
 from typing import Any, Callable, Dict, List, Tuple
+
+from benchmarks import history
 
 PARTITIONS = 4
 
@@ -287,6 +289,7 @@ def main(argv=None) -> int:
     p.add_argument("--pin-broker", action="store_true",
                    help="run the broker on the last CPU and the clients on the others (Linux), as if the "
                         "broker were another machine; every client then has one CPU fewer")
+    p.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     from kwire.admin import Admin, NewTopic
@@ -342,6 +345,13 @@ def main(argv=None) -> int:
         ratio = base.get((codec, op))
         print(f"| {codec} | {op} | {name} | {args.records / wall:,.0f} | {cpu:.2f} | "
               f"{(ratio / wall) if ratio else float('nan'):.2f}x |")
+    if args.json:
+        env = dict(records=args.records, repeat=args.repeat, pin_broker=args.pin_broker)
+        results = [{"codec": c, "op": op, "client": name, "seconds": wall, "cpu_s": cpu}
+                   for c, op, name, wall, cpu in rows]
+        ratios = {f"{c}/{op}/{name} vs confluent-kafka": base[(c, op)] / wall
+                  for c, op, name, wall, _ in rows if name.startswith("kwire") and (c, op) in base}
+        history.write_results(args.json, "compare_clients", env, results, ratios)
     return 0
 
 

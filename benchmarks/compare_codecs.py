@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import sys
@@ -24,7 +23,7 @@ from importlib.metadata import version
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import workload  # noqa: E402
+from benchmarks import history, workload  # noqa: E402
 
 PEERS = ("aiokafka", "kafka-python")
 OPS = {"decode": workload.DECODERS, "encode": workload.ENCODERS}
@@ -49,7 +48,7 @@ def parse_args(argv=None):
                         "boundaries, one decode call each (default: the whole buffer at once)")
     p.add_argument("--skip", nargs="+", default=[], choices=("kwire",) + PEERS,
                    help="clients not to run (kafka-python is slow)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = p.parse_args(argv)
     args.codecs = [c for arg in args.codecs for c in arg.split(",") if c]
     bad = set(args.codecs) - set(workload.CODECS)
@@ -153,6 +152,18 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def ratios(results):
+    """The history's figures: each kwire adapter's speed over aiokafka per
+    codec and op (kafka-python, often skipped as slow, is left out)."""
+    out = {}
+    for r in results:
+        if workload.client_of(r["client"]) == "kwire":
+            peer = _rate(results, r["codec"], r["op"], "aiokafka")
+            if peer:
+                out[f"{r['codec']}/{r['op']}/{r['client']} vs aiokafka"] = r["records_per_s"] / peer
+    return out
+
+
 def markdown(results, env):
     lines = [
         f"{env['batches']} batches x {env['records_per_batch']} records "
@@ -192,8 +203,7 @@ def main(argv=None):
               "for the build loaded at start", file=sys.stderr)
     print(markdown(results, env))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=2)
+        history.write_results(args.json, "compare_codecs", env, results, ratios(results))
     return 0
 
 

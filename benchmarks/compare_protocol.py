@@ -7,7 +7,7 @@ protocol classes on the same input, in one run.
 
 The clients take turns each round; each one's best round counts.
 
-    python -m benchmarks.compare_protocol [--partitions 100] [--repeat 7] [--quick]
+    python -m benchmarks.compare_protocol [--partitions 100] [--repeat 7] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import warnings
 from typing import Callable, Dict, List, Tuple
 
 import kwire
+from benchmarks import history
 from kwire.protocol import messages as m
 
 FETCH_V, PRODUCE_V = 12, 9      # flexible versions both libraries speak
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--inner", type=int, default=20, help="calls per timed round")
     p.add_argument("--quick", action="store_true", help="one short round (a smoke run)")
+    p.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeat, args.inner = 1, 2
@@ -110,6 +112,11 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|")
     for op, a, b in rows:
         print(f"| {op} | {a * 1e6:.0f} | {b * 1e6:.0f} | {b / a:.1f}x |")
+    if args.json:
+        env = dict(partitions=args.partitions, repeat=args.repeat, inner=args.inner)
+        results = [{"op": op, "kwire_s": a, "kafka-python_s": b} for op, a, b in rows]
+        history.write_results(args.json, "compare_protocol", env, results,
+                              {f"{op} vs kafka-python": b / a for op, a, b in rows})
     return 0
 
 

@@ -2,7 +2,7 @@
 against Spark without Kafka and against the ceiling of a Python data source.
 
     python -m benchmarks.compare_spark                  # 10,000,000 records
-    python -m benchmarks.compare_spark --records 2000000
+    python -m benchmarks.compare_spark --records 2000000 [--json out.json]
 
 Workload: ``--records`` records (16-byte key, 100-byte value) in 4
 partitions, produced with kwire's producer to the bundled Tansu broker
@@ -38,6 +38,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from benchmarks import history
 from kwire.demo import DEFAULT_PARTITIONS, produce, spark_session, value_for
 from kwire.spark.schema import arrow_schema, spark_schema
 
@@ -133,6 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="kwire,spark-native,python-ceiling")
     ap.add_argument("--ops", default="count,parquet")
     ap.add_argument("--codec", default="none", help="compression of the produced records")
+    ap.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = ap.parse_args(argv)
     from kwire.admin import Admin, NewTopic
     from kwire.devbroker import start_tansu
@@ -184,6 +186,15 @@ def main(argv=None) -> int:
                      + (f"{r[op][0] / ceiling[op][0]:.2f}x" if ceiling else "-") + f" | {r[op][1]:.2f} | {r[op][2]:.2f}"
                      for op in ops]
             print(f"| {name} | " + " | ".join(cells) + " |")
+        if args.json:
+                env = dict(records=n, partitions=args.partitions, repeat=args.repeat,
+                       codec=args.codec)
+            rows = [{"source": name, "op": op, "seconds": t[0], "broker_cpu_s": t[1], "machine_cpu_s": t[2]}
+                    for name, r in results.items() for op, t in r.items()]
+            # the ceiling's time over kwire's: 1 would be the ceiling itself (kwire's target: >= 0.8)
+            ratios = {f"{op}/kwire vs python-ceiling": ceiling[op][0] / results["kwire"][op][0]
+                      for op in ops if ceiling and "kwire" in results and op in results["kwire"]}
+            history.write_results(args.json, "compare_spark", env, rows, ratios)
         return 0
     finally:
         if spark is not None:

@@ -281,21 +281,32 @@ def measure_one(name: str, pythonpath: Optional[str] = None, harness: Optional[s
 
 
 def measure(names: Sequence[str], pythonpath: Optional[str] = None, jobs: int = 2,
-            label: str = "", log=None, harness: Optional[str] = None) -> Dict[str, float]:
+            label: str = "", log=None, harness: Optional[str] = None,
+            tolerate: bool = False) -> Dict[str, float]:
     """Every path of ``names``, ``jobs`` callgrind processes at a time. The
     workloads come from ``harness`` (see :func:`callgrind_env`): scripts/bench
     passes a snapshot, so both builds run the same workload code even if the
-    checkout changes during the run."""
+    checkout changes during the run. ``tolerate``: a path that fails (an old
+    revision without an API the workload uses) is logged and left out
+    instead of raising."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def one(name):
         t = time.monotonic()
-        v = measure_one(name, pythonpath, harness)
+        try:
+            v = measure_one(name, pythonpath, harness)
+        except RuntimeError as e:
+            if not tolerate:
+                raise
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip() and not ln.startswith("==")]
+            last = lines[-1] if lines else str(e)
+            log(f"  {label}{name}: not measured ({last[:200]})")
+            return name, None
         log(f"  {label}{name}: {v:,.1f} instructions/record ({time.monotonic() - t:.1f} s)")
         return name, v
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        return dict(ex.map(one, names))
+        return {name: v for name, v in ex.map(one, names) if v is not None}
 
 
 # -------------------------------------------------------------- comparison
