@@ -62,25 +62,6 @@ def standard_records(n: int) -> List[tuple]:
     return out
 
 
-_HEADER_SETS = ([], [("content-type", b"application/json")],
-                [("content-type", b"text/plain"), ("trace-id", b"0123456789abcdef"), ("retry", None)])
-_SIZES = (0, 8, 40, 100, 100, 300, 1000, 4000)
-
-
-def mixed_records(n: int) -> List[tuple]:
-    """Null keys (a fifth), zero/one/three headers, values of 0 to 4000 bytes."""
-    rng = random.Random(SEED + 1)
-    text = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz {}:,\"0123456789") for _ in range(8192))
-    out = []
-    for i in range(n):
-        key = None if rng.random() < 0.2 else b"user-%d" % rng.randrange(10 ** rng.randrange(1, 8))
-        size = rng.choice(_SIZES)
-        pos = rng.randrange(len(text) - size + 1)
-        headers = [(k, v) for k, v in rng.choice(_HEADER_SETS)]   # new pairs: no reuse of encoded headers
-        out.append((BASE_TIMESTAMP + i * 7, key, text[pos:pos + size], headers))
-    return out
-
-
 def encode(recs: Sequence[tuple], codec: Optional[str]) -> List[bytes]:
     """The records as v2 batches of ``BATCH`` records each."""
     from kwire import RecordBatchBuilder
@@ -119,14 +100,16 @@ def _decode_arrow(buf: bytes) -> Callable[[], None]:
 
 
 def _setup_decode(kind: str, shape: str, codec: Optional[str], n: int) -> Callable[[], None]:
-    recs = (standard_records if shape == "standard" else mixed_records)(n)
+    from benchmarks import workload
+    recs = (standard_records if shape == "standard" else workload.mixed_records)(n)
     buf = b"".join(encode(recs, codec))
     return (_decode_records if kind == "records" else _decode_arrow)(buf)
 
 
 def _setup_encode(codec: Optional[str], n: int) -> Callable[[], None]:
+    from benchmarks import workload
     from kwire import RecordBatchBuilder
-    recs = mixed_records(n)
+    recs = workload.mixed_records(n)
     chunks = [recs[s:s + BATCH] for s in range(0, n, BATCH)]
 
     def work():
@@ -171,8 +154,9 @@ def fetch_frame(n: int) -> bytes:
     """A Fetch v12 response frame (correlation id, header, body; no size
     prefix) of one topic whose ``FETCH_PARTITIONS`` partitions carry the
     mixed workload's records, ``n`` in all."""
+    from benchmarks import workload
     from kwire.protocol import messages as m
-    recs = mixed_records(n)
+    recs = workload.mixed_records(n)
     per = n // FETCH_PARTITIONS
     cls = m.FetchResponse
     parts = [cls.PartitionData(partition_index=p, high_watermark=n, last_stable_offset=n, log_start_offset=0,

@@ -1,11 +1,19 @@
 """The codec benchmark workload and the per-client adapters, shared by
 ``test_codec_bench.py`` (pytest-benchmark) and ``compare_codecs.py``.
 
-Workload (fixed by the issue): ``n_batches`` v2 record batches of 500 records,
-each a 16-byte key, a 100-byte JSON-like value that varies per record and one
-header, concatenated as a Fetch response carries them. The buffer of a codec
-is built once per process with kwire's builder and cached; the first batch is
-checked against kafka-python's decoder.
+Two shapes of ``n_batches`` v2 record batches of 500 records, concatenated
+as a Fetch response carries them:
+
+- ``standard``: each record a 16-byte key, a 100-byte JSON-like value that
+  varies per record and one header;
+- ``mixed``: a fifth of the keys null, the others 6 to 12 bytes; zero, one
+  or three headers (one with a null value); values of 0 to 4,000 bytes
+  (0, 8, 40, 100, 100, 300, 1000, 4000 chosen at random: about 690 bytes
+  on average). ``benchmarks/icount.py``'s mixed paths use the same records.
+
+The buffer of a codec and shape is built once per process with kwire's
+builder and cached; its first batch is checked against kafka-python's
+decoder.
 
 Adapters: ``DECODERS[name](bufs)`` (a list of fetch buffers, see
 ``fetches``; by default the one whole buffer) and
@@ -22,7 +30,7 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import kwire
 
@@ -35,8 +43,11 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 PEER_BATCH_SIZE = 1 << 24  # builder size limit for the peers: never hit
 
-# (offset delta, timestamp, key, value): the order every encode loop unpacks.
-Rec = Tuple[int, int, bytes, bytes]
+SHAPES = ("standard", "mixed")
+
+Headers = List[Tuple[str, Optional[bytes]]]
+# (offset delta, timestamp, key, value, headers): the order every encode loop unpacks.
+Rec = Tuple[int, int, Optional[bytes], bytes, Headers]
 
 _EVENTS = (b"click", b"view", b"purchase", b"signup", b"logout", b"search")
 
@@ -46,9 +57,15 @@ def _text(rng: random.Random, n: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def records(n_batches: int, seed: int = 42) -> List[List[Rec]]:
-    """The records of the workload, one list per batch (deterministic)."""
-    rng = random.Random(seed)
+def records(n_batches: int, shape: str = "standard") -> List[List[Rec]]:
+    """The records of a shape, one list per batch (deterministic)."""
+    if shape == "mixed":
+        flat = mixed_records(n_batches * RECORDS_PER_BATCH)
+        return [[(d, ts, key, value, headers) for d, (ts, key, value, headers) in enumerate(flat[s:s + RECORDS_PER_BATCH])]
+                for s in range(0, len(flat), RECORDS_PER_BATCH)]
+    if shape != "standard":
+        raise ValueError(f"shape {shape!r}: not one of {SHAPES}")
+    rng = random.Random(42)
     filler = _text(rng, 4096)
     out = []
     for b in range(n_batches):
@@ -61,9 +78,29 @@ def records(n_batches: int, seed: int = 42) -> List[List[Rec]]:
                 i, r % 100000, _EVENTS[r % 6], r % 1000, r % 100)
             pos = r % 3000
             value = (head + filler[pos:pos + VALUE_SIZE])[:VALUE_SIZE - 2] + b'"}'
-            batch.append((d, BASE_TIMESTAMP + i, key, value))
+            batch.append((d, BASE_TIMESTAMP + i, key, value, HEADERS))
         out.append(batch)
     assert len(out[0][0][2]) == KEY_SIZE and len(out[0][0][3]) == VALUE_SIZE
+    return out
+
+
+_HEADER_SETS = ([], [("content-type", b"application/json")],
+                [("content-type", b"text/plain"), ("trace-id", b"0123456789abcdef"), ("retry", None)])
+_SIZES = (0, 8, 40, 100, 100, 300, 1000, 4000)
+
+
+def mixed_records(n: int, seed: int = 15) -> List[Tuple[int, Optional[bytes], bytes, Headers]]:
+    """The mixed shape as (timestamp, key or None, value, headers): null keys
+    (a fifth), zero/one/three headers, values of 0 to 4000 bytes."""
+    rng = random.Random(seed)
+    text = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz {}:,\"0123456789") for _ in range(8192))
+    out = []
+    for i in range(n):
+        key = None if rng.random() < 0.2 else b"user-%d" % rng.randrange(10 ** rng.randrange(1, 8))
+        size = rng.choice(_SIZES)
+        pos = rng.randrange(len(text) - size + 1)
+        headers = [(k, v) for k, v in rng.choice(_HEADER_SETS)]   # new pairs: no reuse of encoded headers
+        out.append((BASE_TIMESTAMP + i * 7, key, text[pos:pos + size], headers))
     return out
 
 
@@ -79,13 +116,12 @@ def _kwire_codec(codec: str):
 def encode_kwire(batches: List[List[Rec]], codec: str) -> Callable[[], List[bytes]]:
     comp = _kwire_codec(codec)
     Builder = kwire.RecordBatchBuilder
-    headers = HEADERS
 
     def run():
         out = []
         for i, recs in enumerate(batches):
             b = Builder(comp, base_offset=i * RECORDS_PER_BATCH)
-            for _, ts, key, value in recs:
+            for _, ts, key, value, headers in recs:
                 b.append(value, key, headers, ts)
             out.append(b.build())
         return out
@@ -98,13 +134,12 @@ def encode_aiokafka(batches: List[List[Rec]], codec: str) -> Callable[[], List[b
     from aiokafka.record._crecords import DefaultRecordBatchBuilder as Builder
 
     cid = CODEC_IDS[codec]
-    headers = HEADERS
 
     def run():
         out = []
         for recs in batches:
             b = Builder(2, cid, 0, -1, -1, 0, PEER_BATCH_SIZE)
-            for off, ts, key, value in recs:
+            for off, ts, key, value, headers in recs:
                 b.append(off, ts, key, value, headers)
             out.append(b.build())
         return out
@@ -117,13 +152,12 @@ def encode_kafka_python(batches: List[List[Rec]], codec: str) -> Callable[[], Li
     from kafka.record.default_records import DefaultRecordBatchBuilder as Builder
 
     cid = CODEC_IDS[codec]
-    headers = HEADERS
 
     def run():
         out = []
         for recs in batches:
             b = Builder(2, cid, False, -1, -1, -1, PEER_BATCH_SIZE)
-            for off, ts, key, value in recs:
+            for off, ts, key, value, headers in recs:
                 b.append(off, ts, key, value, headers)
             out.append(b.build())
         return out
@@ -139,10 +173,11 @@ ENCODERS: Dict[str, Callable] = {
 
 
 # -------------------------------------------------------------- the buffers
-@functools.lru_cache(maxsize=None)
-def buffer(codec: str, n_batches: int) -> bytes:
-    """The Fetch-response-like buffer of a codec (built once, then cached)."""
-    batches = records(n_batches)
+@functools.lru_cache(maxsize=2)
+def buffer(codec: str, n_batches: int, shape: str = "standard") -> bytes:
+    """The Fetch-response-like buffer of a codec and shape (built once, then
+    cached: the last two, since a mixed buffer of 2,000 batches is 700 MB)."""
+    batches = records(n_batches, shape)
     buf = b"".join(encode_kwire(batches, codec)())
     _check_with_kafka_python(buf, batches[0])
     return buf
@@ -154,8 +189,8 @@ def _check_with_kafka_python(buf: bytes, first: List[Rec]) -> None:
     batch = MemoryRecords(buf).next_batch()
     assert batch.validate_crc(), "kafka-python: bad CRC on kwire's first batch"
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
-    want = [(d, ts, key, value, HEADERS) for d, ts, key, value in first]
-    assert got == want, "kafka-python decodes kwire's first batch differently"
+    assert got == [(d, ts, key, value, headers) for d, ts, key, value, headers in first], \
+        "kafka-python decodes kwire's first batch differently"
 
 
 def halves(buf: bytes) -> Tuple[memoryview, memoryview]:
@@ -175,7 +210,7 @@ def check_encoded(encoded: List[bytes], batches: List[List[Rec]]) -> None:
     for i in (0, len(batches) - 1):
         recs = kwire.Decoder().decode(encoded[i]).records
         got = [(r.timestamp, r.key, r.value, list(r.headers)) for r in recs]
-        assert got == [(ts, key, value, HEADERS) for _, ts, key, value in batches[i]]
+        assert got == [(ts, key, value, headers) for _, ts, key, value, headers in batches[i]]
 
 
 # ----------------------------------------------------------------- decoders
