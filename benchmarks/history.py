@@ -95,7 +95,10 @@ def commit_info(rev: str, repo: Optional[str] = None) -> Dict[str, str]:
 
 
 def make_line(kind: str, commit: Dict[str, str], figures: Dict[str, float], env: Dict[str, str],
-              script: Optional[str] = None, run: Optional[str] = None) -> Dict[str, Any]:
+              script: Optional[str] = None, run: Optional[str] = None,
+              harness: Optional[str] = None) -> Dict[str, Any]:
+    """``harness``: icount's fingerprint of the workload code (see
+    benchmarks/icount.harness_id); the plots mark where it changes."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: not one of {KINDS}")
     line: Dict[str, Any] = {"format": FORMAT, "kind": kind, **commit, "env": env,
@@ -104,6 +107,8 @@ def make_line(kind: str, commit: Dict[str, str], figures: Dict[str, float], env:
         line["script"] = script
     if run:
         line["run"] = run
+    if harness:
+        line["harness"] = harness
     line["figures"] = {str(k): float(v) for k, v in figures.items()}
     return line
 
@@ -233,21 +238,25 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
 
 
-def _draw(ax, points: Sequence[Tuple[str, float]], label: Optional[str], threshold: float, marks: bool) -> None:
+def _draw(ax, points: Sequence[Tuple[str, float]], threshold: float, harness_changes: Sequence[str] = ()) -> None:
+    """``harness_changes``: commits measured with a changed workload harness
+    (a dotted line before them: a step there may be the harness's)."""
     xs = list(range(len(points)))
+    for i, (commit, _) in enumerate(points):
+        if i and commit in harness_changes:
+            ax.axvline(i - 0.5, color="gray", linestyle=":", linewidth=1)
     ys = [v for _, v in points]
-    ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=label)
-    # at least +-5% around the middle: a change too small for the gate
-    # (run-to-run build differences of a few instructions) stays flat
+    ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2)
+    # at least +-5% around the middle: a change too small for the gate (a
+    # few instructions from code moving between commits) stays flat
     mid = sorted(ys)[len(ys) // 2]
     ax.set_ylim(min(min(ys), mid * 0.95) * 0.98, max(max(ys), mid * 1.05) * 1.02)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
-    if marks:
-        for down, color, dy in ((False, "red", 8), (True, "green", -20)):
-            for i, pct in steps(points, threshold, down):
-                ax.plot([i], [ys[i]], marker="o", markersize=6, color=color, zorder=5)
-                ax.annotate(f"{points[i][0][:7]} {pct:+.1f}%", (i, ys[i]), textcoords="offset points",
-                            xytext=(0, dy), ha="center", fontsize=6, color=color)
+    for down, color, dy in ((False, "red", 8), (True, "green", -20)):
+        for i, pct in steps(points, threshold, down):
+            ax.plot([i], [ys[i]], marker="o", markersize=6, color=color, zorder=5)
+            ax.annotate(f"{points[i][0][:7]} {pct:+.1f}%", (i, ys[i]), textcoords="offset points",
+                        xytext=(0, dy), ha="center", fontsize=6, color=color)
 
 
 def _xticks(ax, commits: Sequence[str], max_labels: int = 24) -> None:
@@ -289,9 +298,12 @@ def plot(lines: Sequence[Dict[str, Any]], out_dir: str, threshold: float = DEFAU
         per = series(icount_lines, "icount")[env]
         commits = [line["commit"] for line in icount_lines if series_key(line["env"]) == env]
         points = {name: [(commits[x], v) for x, v in _aligned(per, name, commits)] for name in per}
+        mine = [line for line in icount_lines if series_key(line["env"]) == env]
+        changed = {b["commit"] for a, b in zip(mine, mine[1:])
+                   if a.get("harness") and b.get("harness") and a["harness"] != b["harness"]}
         for name, pts in points.items():
             fig, ax = plt.subplots(figsize=(9, 3.6))
-            _draw(ax, pts, None, threshold, True)
+            _draw(ax, pts, threshold, changed)
             ax.set_title(f"{name}: instructions per record", fontsize=10)
             ax.set_ylabel("instructions / record")
             ax.grid(True, alpha=0.3)
@@ -302,7 +314,7 @@ def plot(lines: Sequence[Dict[str, Any]], out_dir: str, threshold: float = DEFAU
                                  squeeze=False)
         cells = [a for row in axes for a in row]
         for ax, (name, pts) in zip(cells, points.items()):
-            _draw(ax, pts, None, threshold, True)
+            _draw(ax, pts, threshold, changed)
             ax.set_title(name, fontsize=9)
             ax.grid(True, alpha=0.3)
             ax.tick_params(axis="y", labelsize=7)
@@ -310,7 +322,8 @@ def plot(lines: Sequence[Dict[str, Any]], out_dir: str, threshold: float = DEFAU
         for ax in cells[len(points):]:
             ax.axis("off")
         fig.suptitle(f"kwire: instructions per record, commit by commit (red: more than +{threshold:g}% "
-                     f"over the commit before; green: more than -{threshold:g}%)", fontsize=11)
+                     f"over the commit before; green: more than -{threshold:g}%; dotted: the harness changed)",
+                     fontsize=11)
         written.append(_save(plt, fig, os.path.join(out_dir, "icount-overview.png"), env, 100, (0, 0.02, 1, 0.97)))
     for script in sorted({line.get("script", "") for line in lines if line["kind"] == "ratios"}):
         script_lines = [line for line in lines if line["kind"] == "ratios" and line.get("script") == script]
@@ -364,7 +377,8 @@ def main(argv=None) -> int:
         env = gate.get("environment") or environment(args.where)
         if args.where:
             env = dict(env, where=args.where)
-        line = make_line("icount", commit_info(gate["head"], args.repo), gate["head_figures"], env, run=args.run)
+        line = make_line("icount", commit_info(gate["head"], args.repo), gate["head_figures"], env, run=args.run,
+                         harness=gate.get("harness"))
         append(args.file, [line])
         print(f"{args.file}: icount of {gate['head'][:10]} ({len(gate['head_figures'])} paths)")
     elif args.cmd == "append-ratios":

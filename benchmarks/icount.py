@@ -225,6 +225,18 @@ def run_workload(name: str) -> None:
 HERE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def harness_id(root: Optional[str] = None) -> str:
+    """A fingerprint of the workload code (this module and workload.py under
+    ``root``): a count depends a little on the harness too (what it puts on
+    the heap before the work), so the history marks where it changed."""
+    import hashlib
+    h = hashlib.sha256()
+    for name in ("icount.py", "workload.py"):
+        with open(os.path.join(root or HERE_ROOT, "benchmarks", name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:12]
+
+
 def callgrind_env(pythonpath: Optional[str], harness: Optional[str] = None) -> Dict[str, str]:
     """The child's environment: kwire from ``pythonpath``, this module from
     ``harness`` (a directory holding ``benchmarks/``; default: this checkout).

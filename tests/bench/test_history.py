@@ -96,7 +96,9 @@ def _is_png(path) -> bool:
 
 def test_plot_draws_a_png_per_path_an_overview_and_per_script(tmp_path):
     lines = [line("z", {"send": 1.0, "gone": 1.0}, env=dict(ENV, cc="old"))]   # an older environment: not drawn
-    lines += [line(c, {"send": v, "decode-records/none/mixed": 3000.0}) for c, v in zip("abcd", (100, 101, 110, 108))]
+    lines += [history.make_line("icount", dict(COMMIT, commit=c * 40), {"send": v, "decode-records/none/mixed": 3000.0},
+                                ENV, harness="h2" if c == "d" else "h1")          # a dotted line before d
+              for c, v in zip("abcd", (100, 101, 110, 108))]
     lines.append(line("d", {"codec/none/decode vs aiokafka": 2.5}, kind="ratios", script="compare_codecs"))
     written = history.plot(lines, str(tmp_path / "plots"))
     names = sorted(os.path.basename(p) for p in written)
@@ -136,7 +138,7 @@ def gate_file(tmp_path, sha, send, dirty=False):
     f = tmp_path / f"gate-{sha[:6]}-{send}.json"
     f.write_text(json.dumps({"base": "0" * 40, "head": sha, "dirty": dirty, "threshold": 3.0,
                              "base_figures": {}, "head_figures": {"send": send}, "failed": False,
-                             "environment": ENV}))
+                             "environment": ENV, "harness": "h-%d" % send}))
     return str(f)
 
 
@@ -151,8 +153,8 @@ def test_publish_makes_the_branch_then_appends_keeping_one_commit(repos, tmp_pat
     proc = publish(project, "--gate", gate_file(tmp_path, shas[1], 1100.0))        # +10%: marked red
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(t) for t in branch_file(origin, "history.jsonl").splitlines()]
-    assert [(x["commit"], x["figures"]["send"], x["subject"]) for x in lines] == [
-        (shas[0], 1000.0, "commit 0"), (shas[1], 1100.0, "commit 1")]
+    assert [(x["commit"], x["figures"]["send"], x["subject"], x["harness"]) for x in lines] == [
+        (shas[0], 1000.0, "commit 0", "h-1000"), (shas[1], 1100.0, "commit 1", "h-1100")]
     assert git(origin, "rev-list", "--count", "bench-results") == "1"             # one parentless commit
     files = git(origin, "ls-tree", "-r", "--name-only", "bench-results").split()
     assert {"README.md", "history.jsonl", "plots/icount-overview.png", "plots/icount-send.png"} <= set(files)
