@@ -18,8 +18,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from kwire import protocol
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
 from kwire.config import ADMIN, resolve
-from kwire.consumer import EARLIEST, LATEST, TopicPartition
 from kwire.errors import KwireError
+from kwire.types import EARLIEST, LATEST, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ import logging
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
@@ -47,6 +47,8 @@ from kwire.client import Client
 from kwire.config import CONSUMER, resolve
 from kwire.errors import CorruptRecordError, KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
+from kwire.group import GroupCoordinator
+from kwire.types import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "LogTruncationError"]
 
@@ -56,21 +58,9 @@ log = logging.getLogger(__name__)
 FETCH = 1
 LIST_OFFSETS = 2
 OFFSET_FOR_LEADER_EPOCH = 23
-EARLIEST = -2
-LATEST = -1
 OFFSET_OUT_OF_RANGE = 1
 ABORT_MARKER = 0
 MAX_OFFSET = 2**63 - 1
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
 class NoOffsetForPartitionError(KwireError):
@@ -173,10 +163,8 @@ class Consumer:
         self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
         self._poll_bytes = self.cfg["max_poll_bytes"]
         self._closed = False
-        self._group: Any = None       # kwire.group.GroupCoordinator when there is a group_id
+        self._group: Optional[GroupCoordinator] = None     # when there is a group_id
         if self.cfg["group_id"]:
-            from kwire.group import GroupCoordinator
-
             self._group = GroupCoordinator(self)
 
     # ------------------------------------------------------- assignment

@@ -54,16 +54,16 @@ import re
 import struct
 import threading
 import time
-from typing import (Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Sequence,
+from typing import (Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Pattern, Sequence,
                     Set, Tuple, Union)
 
 from kwire import protocol
 from kwire.assignors import COOPERATIVE, EAGER, Assignor, MemberSubscription, assignors_from_config
 from kwire.client import Broker, Client, NoBrokersAvailableError
-from kwire.consumer import TopicPartition
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError
+from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "GroupCoordinator",
@@ -137,26 +137,6 @@ class CommitFailedError(KwireError):
     ``poll()``."""
 
     retriable = False
-
-
-class OffsetAndMetadata(NamedTuple):
-    """A committed position: the next offset to consume, the metadata string
-    stored with it and the leader epoch of the record before it (-1:
-    unknown)."""
-
-    offset: int
-    metadata: str = ""
-    leader_epoch: int = -1
-
-
-class ConsumerGroupMetadata(NamedTuple):
-    """What a transactional producer needs to commit offsets for a group
-    member (``Producer.send_offsets_to_transaction``)."""
-
-    group_id: str
-    generation_id: int = -1
-    member_id: str = ""
-    group_instance_id: Optional[str] = None
 
 
 class RebalanceListener:

@@ -45,7 +45,7 @@ import operator
 import random
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, build_batches,
@@ -55,6 +55,7 @@ from kwire.config import PRODUCER, resolve
 from kwire.errors import KwireError, MessageTooLargeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection
+from kwire.types import RecordMetadata
 
 __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError",
            "InvalidPartitionError", "RecordTooLargeError"]
@@ -105,17 +106,6 @@ class RecordTooLargeError(MessageTooLargeError):  # type: ignore[misc,valid-type
         super().__init__(error_message, **where)
         # the producer's own words, not a broker's
         self.args = (f"{error_message} (topic {self.topic!r}, partition {self.partition})",)
-
-
-class RecordMetadata(NamedTuple):
-    """Where a record landed."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int          # the record's timestamp, or the broker's LogAppendTime
-    serialized_key_size: int
-    serialized_value_size: int
 
 
 class _Batch(ProducerBatch):

@@ -38,8 +38,9 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 from kwire import protocol
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.group import (TRANSACTION_KEY, CommitFailedError, ConsumerGroupMetadata, CoordinatorLink,
-                         OffsetAndMetadata, RequestPump, commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
+from kwire.group import (TRANSACTION_KEY, CommitFailedError, CoordinatorLink, RequestPump, commit_errors, as_offsets,
+                         grouped_partitions, GROUP_KEY)
+from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError"]
 

@@ -22,13 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kwire.admin import Admin
-from kwire.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
+from kwire.consumer import Consumer, NoOffsetForPartitionError
 from kwire.errors import KafkaError
 from kwire.future import KafkaTimeoutError
 from kwire.spark._cache import ClientCache
 from kwire.spark.errors import DataLossError
 from kwire.spark.offsets import OffsetRange, admin_config
 from kwire.spark.schema import to_spark_batch
+from kwire.types import TopicPartition
 
 __all__ = ["read_range", "consumers"]
 
