@@ -19,6 +19,8 @@ from kwire import protocol
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
 from kwire.config import ADMIN, resolve
 from kwire.errors import KwireError
+from kwire.protocol.api_keys import ApiKey
+from kwire.protocol.versions import capped_version
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -233,7 +235,7 @@ class Admin:
         client = self._client
 
         def make(versions: Dict[int, int]) -> Any:
-            if 60 not in versions:
+            if ApiKey.DESCRIBE_CLUSTER not in versions:
                 return protocol.message("MetadataRequest")(topics=[], allow_auto_topic_creation=False)
             return protocol.message("DescribeClusterRequest")(include_cluster_authorized_operations=False)
 
@@ -332,8 +334,7 @@ class Admin:
         """Send ``make(versions)`` to ``group_id``'s coordinator (found
         first, and again when it moved); retriable errors retried until the
         timeout."""
-        from kwire.group import (GROUP_KEY, capped_version, coordinator_from_response, find_coordinator_request,
-                                 remember_broker)
+        from kwire.group import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
@@ -367,7 +368,7 @@ class Admin:
         futures = []
         for node in sorted(md.brokers):
             conn = client.wait_ready(node, deadline)
-            v = conn.versions.get(16, 0)
+            v = conn.versions.get(ApiKey.LIST_GROUPS, 0)
             futures.append(client.send(node, cls(states_filter=list(states or []) if v >= 4 else [])))
         out: Dict[str, GroupListing] = {}
         errors = []

@@ -48,6 +48,7 @@ from kwire.config import CONSUMER, resolve
 from kwire.errors import CorruptRecordError, KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.group import GroupCoordinator
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "LogTruncationError"]
@@ -55,10 +56,6 @@ __all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForParti
 
 log = logging.getLogger(__name__)
 
-FETCH = 1
-LIST_OFFSETS = 2
-OFFSET_FOR_LEADER_EPOCH = 23
-OFFSET_OUT_OF_RANGE = 1
 ABORT_MARKER = 0
 MAX_OFFSET = 2**63 - 1
 
@@ -574,8 +571,8 @@ class Consumer:
             conn = client.connection(node)
             if conn is None or not conn.ready:
                 continue
-            if FETCH not in conn.versions:
-                raise protocol.no_common_version(FETCH, conn.broker_ranges.get(FETCH))
+            if ApiKey.FETCH not in conn.versions:
+                raise protocol.no_common_version(ApiKey.FETCH, conn.broker_ranges.get(ApiKey.FETCH))
             shares: List[List[TopicPartition]] = [[] for _ in range(slots)]
             with_records = set(unread)
             for i, tp in enumerate(unread + [tp for tp in tps if tp not in with_records]):
@@ -604,7 +601,7 @@ class Consumer:
         conn = self._client.connection(node)
         if conn is None or not conn.ready:
             return
-        version = conn.versions.get(OFFSET_FOR_LEADER_EPOCH)
+        version = conn.versions.get(ApiKey.OFFSET_FOR_LEADER_EPOCH)
         if version is None:
             for tp in tps:
                 log.debug("%s[%s]: leader changed; node %s lacks OffsetForLeaderEpoch, position %s kept",
@@ -640,7 +637,7 @@ class Consumer:
                     self._on_partition_error(tp, p.error_code, api="OffsetForLeaderEpoch")
                     continue
                 if p.end_offset < 0:          # the leader knows no such epoch: the position is gone
-                    self._on_partition_error(tp, OFFSET_OUT_OF_RANGE)
+                    self._on_partition_error(tp, ErrorCode.OFFSET_OUT_OF_RANGE)
                     continue
                 if position is not None and p.end_offset < position:
                     self._on_truncation(tp, position, p.end_offset)
@@ -736,7 +733,7 @@ class Consumer:
         ``retry_backoff_ms``, or hold the error for the next poll."""
         st = self._states[tp]
         err = protocol.error_for(code, api=api, topic=tp.topic, partition=tp.partition)
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             policy = self.cfg["auto_offset_reset"]
             if policy == "none":
                 st.error = NoOffsetForPartitionError(

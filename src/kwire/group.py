@@ -63,6 +63,8 @@ from kwire.client import Broker, Client, NoBrokersAvailableError
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError
+from kwire.protocol.api_keys import ApiKey, ErrorCode
+from kwire.protocol.versions import capped_version
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -85,46 +87,17 @@ __all__ = [
     "commit_errors",
     "offset_fetch_request",
     "offsets_from_response",
-    "capped_version",
     "as_offsets",
     "grouped_partitions",
 ]
 
 log = logging.getLogger(__name__)
 
-# api keys
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-
 # FindCoordinator key types
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
-# The highest version kwire sends of APIs whose newer versions change what
-# they mean rather than how they are laid out: OffsetCommit/OffsetFetch v10
-# name topics by id; AddPartitionsToTxn v4+ is the brokers' own form;
-# EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
-# protocol v2, which kwire does not speak (it uses v1, with explicit
-# AddPartitionsToTxn, as Java does when the cluster has not finalized
-# transaction.version 2; kwire.transactions caps Produce likewise).
-MAX_VERSIONS = {OFFSET_COMMIT: 9, OFFSET_FETCH: 9, 24: 3, 26: 4, 28: 4}
-
-# error codes handled by name
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-UNSTABLE_OFFSET_COMMIT = 88
-COORDINATOR_ERRORS = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
+COORDINATOR_ERRORS = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
 
 PROTOCOL_TYPE = "consumer"
 _I16 = struct.Struct(">h")
@@ -165,18 +138,9 @@ CommitCallback = Callable[[Dict[TopicPartition, OffsetAndMetadata], Optional[Bas
 
 
 # ---------------------------------------------------------------- helpers
-def capped_version(versions: Mapping[int, int], api_key: int) -> Optional[int]:
-    """The version to send ``api_key`` at: the negotiated one, capped at
-    :data:`MAX_VERSIONS`; None when the broker does not speak it."""
-    v = versions.get(api_key)
-    if v is None:
-        return None
-    return min(v, MAX_VERSIONS.get(api_key, v))
-
-
 def find_coordinator_request(versions: Mapping[int, int], key: str, key_type: int) -> Any:
     cls = protocol.message("FindCoordinatorRequest")
-    if versions.get(FIND_COORDINATOR, 0) >= 4:
+    if versions.get(ApiKey.FIND_COORDINATOR, 0) >= 4:
         return cls(key_type=key_type, coordinator_keys=[key])
     return cls(key=key, key_type=key_type)
 
@@ -293,7 +257,7 @@ def offset_commit_request(group_id: str, offsets: Mapping[TopicPartition, Offset
 def leave_group_request(versions: Mapping[int, int], group_id: str, member_id: str, reason: str,
                         group_instance_id: Optional[str] = None) -> Any:
     cls = protocol.message("LeaveGroupRequest")
-    v = versions.get(LEAVE_GROUP, 0)
+    v = versions.get(ApiKey.LEAVE_GROUP, 0)
     if v < 3:
         return cls(group_id=group_id, member_id=member_id)
     return cls(group_id=group_id, members=[cls.MemberIdentity(
@@ -316,7 +280,7 @@ def offset_fetch_request(versions: Mapping[int, int], group_id: str,
     """OffsetFetch for ``partitions`` (None: every partition the group has
     offsets for), in the layout of the version that will be sent."""
     cls = protocol.message("OffsetFetchRequest")
-    version = capped_version(versions, OFFSET_FETCH) or 0
+    version = capped_version(versions, ApiKey.OFFSET_FETCH) or 0
     require_stable = require_stable and version >= 7
     grouped = None if partitions is None else grouped_partitions(partitions)
     if version >= 8:
@@ -357,8 +321,9 @@ class RequestPump:
     :meth:`submit` (any thread) queues ``make(versions) -> request`` for a
     node (None: the least loaded broker) and returns a future of the
     response; :meth:`pump` (the I/O thread) sends what can go now, at the
-    version :func:`capped_version` gives. A node that cannot be reached
-    fails its requests with a retriable error rather than holding them."""
+    version :func:`kwire.protocol.versions.capped_version` gives. A node
+    that cannot be reached fails its requests with a retriable error rather
+    than holding them."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -818,7 +783,7 @@ class GroupCoordinator:
                 return -1, ""
             if self.generation < 0 or not self.member_id:
                 if self.state == JOINING:
-                    raise protocol.error_for(REBALANCE_IN_PROGRESS, api="OffsetCommit",
+                    raise protocol.error_for(ErrorCode.REBALANCE_IN_PROGRESS, api="OffsetCommit",
                                              message="the group is rebalancing; commit after it completes")
                 raise CommitFailedError("the consumer is not part of an active group generation "
                                         "(its partitions were lost or it has not joined yet)")
@@ -830,14 +795,14 @@ class GroupCoordinator:
         code = getattr(err, "code", None)
         if code in COORDINATOR_ERRORS:
             self._coordinator_dead(self._coordinator)
-        elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+        elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
             with self._lock:
-                self._reset_generation(f"commit refused: {err}", member_unknown=code == UNKNOWN_MEMBER_ID)
-            if code == FENCED_INSTANCE_ID:
+                self._reset_generation(f"commit refused: {err}", member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            if code == ErrorCode.FENCED_INSTANCE_ID:
                 return err
             return CommitFailedError(f"commit failed: {err}; the group rebalanced and these partitions may "
                                      "belong to another member now")
-        elif code == REBALANCE_IN_PROGRESS:
+        elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             with self._lock:
                 self._request_rejoin("commit answered REBALANCE_IN_PROGRESS")
         return err
@@ -1350,7 +1315,7 @@ class GroupCoordinator:
             return cls(group_id=self.group_id, session_timeout_ms=self.cfg["session_timeout_ms"],
                        rebalance_timeout_ms=self.cfg["max_poll_interval_ms"], member_id=member,
                        group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
-                       reason=(reason or None) if v.get(JOIN_GROUP, 0) >= 8 else None)
+                       reason=(reason or None) if v.get(ApiKey.JOIN_GROUP, 0) >= 8 else None)
 
         log.debug("group %s: JoinGroup as %r", self.group_id, member or "(new member)")
         # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer; as Kafka's client
@@ -1364,10 +1329,10 @@ class GroupCoordinator:
             self._joining_step = None
             if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)) or code in COORDINATOR_ERRORS:
                 self._coordinator_dead(node)
-            elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
-                self._reset_generation(str(error), member_unknown=code == UNKNOWN_MEMBER_ID)
+            elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                self._reset_generation(str(error), member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
                 self.state = JOINING
-            elif code == REBALANCE_IN_PROGRESS:
+            elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 pass
             elif not getattr(error, "retriable", False) and not isinstance(error, KafkaTimeoutError):
                 self._fatal = error
@@ -1384,7 +1349,7 @@ class GroupCoordinator:
             return
         resp = fut.value
         code = resp.error_code
-        if code == MEMBER_ID_REQUIRED:
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
             with self._lock:
                 self.member_id = resp.member_id
                 self._joining_step = None
@@ -1453,7 +1418,7 @@ class GroupCoordinator:
         cls = protocol.message("SyncGroupRequest")
 
         def make(v: Mapping[int, int]) -> Any:
-            named = v.get(SYNC_GROUP, 0) >= 5
+            named = v.get(ApiKey.SYNC_GROUP, 0) >= 5
             return cls(group_id=self.group_id, generation_id=generation, member_id=member,
                        group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE if named else None,
                        protocol_name=protocol_name if named else None, assignments=assignments)
@@ -1521,15 +1486,15 @@ class GroupCoordinator:
             if self.generation != generation:
                 return
             code = fut.value.error_code
-            if code == 0:
+            if code == ErrorCode.NONE:
                 self._last_heartbeat_ok = time.monotonic()
-            elif code == REBALANCE_IN_PROGRESS:
+            elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._last_heartbeat_ok = time.monotonic()
                 self._request_rejoin("the group is rebalancing")
-            elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID):
+            elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
                 self._reset_generation(f"heartbeat: {protocol.error_for(code, api='Heartbeat')}",
-                                       member_unknown=code == UNKNOWN_MEMBER_ID)
-            elif code == FENCED_INSTANCE_ID:
+                                       member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            elif code == ErrorCode.FENCED_INSTANCE_ID:
                 self._reset_generation("another member uses this group_instance_id")
                 self._fatal = protocol.error_for(code, api="Heartbeat",
                                                  message=f"group_instance_id {self.group_instance_id!r} is in use "

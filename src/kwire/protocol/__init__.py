@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from kwire.errors import KwireError, ProtocolError
 from kwire.protocol import messages, versions
+from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import api_name
 from kwire.protocol._wire import _Bad, _Short, _tags
 from kwire.protocol.messages import APIS, MESSAGES
@@ -43,7 +44,6 @@ __all__ = [
 
 _head = struct.Struct(">hhih")
 _i32 = struct.Struct(">i")
-API_VERSIONS = 18
 
 
 def message(name: str) -> Type[Any]:
@@ -80,7 +80,7 @@ def request_header_version(api_key: int, version: int) -> int:
 
 
 def response_header_version(api_key: int, version: int) -> int:
-    if api_key == API_VERSIONS:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if _flexible(APIS[api_key][1], version) else 0
 
@@ -117,7 +117,8 @@ def decode_response(frame: Any, response_cls: Type[Any], version: int) -> Tuple[
             _, pos = _tags(buf, pos, len(buf))
         except (_Short, _Bad, IndexError) as e:
             raise ProtocolError(f"bad response header: {e}", name, version) from None
-    if response_cls.API_KEY == API_VERSIONS and version > 0 and len(buf) >= pos + 2 and buf[pos:pos + 2] != b"\0\0":
+    if (response_cls.API_KEY == ApiKey.API_VERSIONS and version > 0 and len(buf) >= pos + 2
+            and buf[pos:pos + 2] != b"\0\0"):
         # a broker that does not know the version asked for answers with a v0
         # body (error UNSUPPORTED_VERSION and the versions it does know)
         try:
