@@ -36,10 +36,10 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from kwire import protocol
+from kwire.commit import CommitFailedError, as_offsets, commit_errors, grouped_partitions
+from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.group import (COORDINATOR_ERRORS, TRANSACTION_KEY, CommitFailedError, CoordinatorLink, RequestPump,
-                         commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata

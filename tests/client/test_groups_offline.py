@@ -13,9 +13,10 @@ import pytest
 from kwire import protocol
 from kwire.consumer import TopicPartition as TP
 from kwire.errors import KwireError, ProtocolError
-from kwire.group import (OffsetAndMetadata, commit_errors, coordinator_from_response, decode_assignment,
-                         decode_subscription, encode_assignment, encode_subscription, find_coordinator_request,
-                         leave_group_request, offset_commit_request, offset_fetch_request, offsets_from_response)
+from kwire.commit import commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
+from kwire.coordinator import coordinator_from_response, find_coordinator_request
+from kwire.group import (OffsetAndMetadata, decode_assignment, decode_subscription, encode_assignment,
+                         encode_subscription, leave_group_request)
 from kwire.protocol.versions import capped_version
 
 
