@@ -7,8 +7,9 @@ Reads ``scripts/kafka-protocol/message/*.json`` (a vendored copy of Kafka
 * ``src/kwire/protocol/messages.py``: one class per message of the APIs kwire
   speaks, with nested classes for its structs, and per version flat
   encode/decode functions (fixed-width runs of fields packed with one
-  precompiled ``struct.Struct``), deduplicated across versions with the same
-  layout;
+  precompiled ``struct.Struct``), named after their message and version
+  (``_decode_FetchResponse_v12``) and deduplicated across versions with the
+  same layout (the first version keeps the name);
 * ``src/kwire/protocol/api_keys.py``: ``ApiKey`` and ``API_NAMES`` from the
   ``apiKey`` and ``name`` of every request definition (every API, spoken or
   not), and ``ErrorCode`` from kwire's error table,
@@ -27,7 +28,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFS = os.path.join(ROOT, "scripts", "kafka-protocol", "message")
@@ -196,6 +197,7 @@ class Gen:
         self.structs_fmt: Dict[str, str] = {}     # struct format -> name
         self.lines: List[str] = []
         self.bodies: Dict[str, str] = {}          # function text -> name (dedupe)
+        self.names: Set[str] = set()              # the functions' names
         self.funcs: List[str] = []
         self.classes: Dict[str, str] = {}         # qualified class name -> module constant
 
@@ -209,12 +211,19 @@ class Gen:
             self.structs_fmt[f] = f"_S{len(self.structs_fmt)}"
         return self.structs_fmt[f]
 
-    def add_func(self, prefix: str, params: str, body: List[str]) -> str:
+    def add_func(self, name: str, params: str, body: List[str]) -> str:
+        """The function ``name`` with ``body``; a body made before keeps the
+        name it was first given (versions with the same layout share it)."""
         text = "\n".join(body)
         key = params + "\n" + text
         if key in self.bodies:
             return self.bodies[key]
-        name = f"{prefix}_{len(self.bodies)}"
+        if name in self.names:
+            n = 2
+            while f"{name}_{n}" in self.names:
+                n += 1
+            name = f"{name}_{n}"
+        self.names.add(name)
         self.bodies[key] = name
         self.funcs.append(f"def {name}({params}):\n" + ("\n".join(body) if body else "    pass"))
         return name
@@ -322,7 +331,7 @@ class Gen:
         else:
             body.append("    o.unknown_tags = None")
         body.append("    return o, pos")
-        return self.add_func("_d", "buf, pos, end", body)
+        return self.add_func(f"_decode_{cls.replace('.', '_')}_v{v}", "buf, pos, end", body)
 
     def default_lines(self, f: Field, target: str, indent: str, depth: int = 0) -> List[str]:
         """Statements setting ``target.attr`` to ``f``'s default; a struct
@@ -342,9 +351,17 @@ class Gen:
         nullable = within(v, f.nullable)
         if f.is_array:
             inner = self.dec_elem(msg, f, v, flex)
-            return self.add_func("_da", "buf, pos, end", [
+            return self.add_func(self.array_name("_decode", f, inner, flex, nullable), "buf, pos, end", [
                 f"    return _array(buf, pos, end, {inner}, {flex}, {nullable}, {self.min_size(f, v, flex)})"])
         return self.dec_elem(msg, f, v, flex, nullable)
+
+    @staticmethod
+    def array_name(kind: str, f: Field, inner: str, flex: bool, nullable: bool) -> str:
+        """An array function's name: after its struct's function
+        (``_decode_FetchResponse_FetchableTopicResponse_v12_array``), or
+        after its element type (``_encode_int32_array_compact``)."""
+        name = f"{inner}_array" if f.struct is not None else f"{kind}_{f.elem}_array{'_compact' if flex else ''}"
+        return name + ("_nullable" if nullable else "")
 
     def dec_elem(self, msg: Message, f: Field, v: int, flex: bool, nullable: bool = False) -> str:
         t = f.elem
@@ -417,13 +434,14 @@ class Gen:
                 body.append("    _put_tags(out, tags, o.unknown_tags)")
             else:
                 body.append("    _put_tags(out, None, o.unknown_tags)")
-        return self.add_func("_e", "o, out, chunks", body)
+        cls = msg.name if st.name == msg.name else f"{msg.name}_{st.name}"
+        return self.add_func(f"_encode_{cls}_v{v}", "o, out, chunks", body)
 
     def enc_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
         nullable = within(v, f.nullable)
         if f.is_array:
             inner = self.enc_elem(msg, f, v, flex)
-            return self.add_func("_ea", "x, out, chunks", [
+            return self.add_func(self.array_name("_encode", f, inner, flex, nullable), "x, out, chunks", [
                 f"    _put_array(x, out, chunks, {inner}, {flex}, {nullable})"])
         return self.enc_elem(msg, f, v, flex, nullable)
 
@@ -546,7 +564,7 @@ def generate() -> str:
     ]
     body_text = "\n".join(class_lines + gen.funcs)
     used = sorted(set(re.findall(r"\b(_(?:fx|str|bytes|put|pfx|uuid|short|bad|absent|uvarint|tags|array|Message|UNSET|len_c|take_bytes|null|i32)\w*|ZERO_UUID)\b", body_text)))
-    used = [u for u in used if not re.match(r"_(?:d|da|e|ea)_\d+$", u)]
+    used = [u for u in used if not re.match(r"_(?:decode|encode)_", u)]
     head.append("from kwire.protocol._wire import (")
     head += [f"    {u}," for u in used]
     head += [")", ""]
