@@ -19,9 +19,10 @@ from and how they become what ``poll`` returns.
 :class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
 ``poll`` are the consumer's, and the partitions' states (``_states``) are
 shared between the two. Nothing here waits for a broker except the
-blocking ListOffsets of ``beginning_offsets`` and ``end_offsets``
-(:meth:`Fetcher._list_offsets`); every other request's answer is taken in
-by an I/O callback and acted on by a later poll.
+blocking ListOffsets (:meth:`Fetcher._list_offsets`) behind the consumer's
+``beginning_offsets``, ``end_offsets``, ``offsets_for_times`` and
+``position``; every other request's answer is taken in by an I/O callback
+and acted on by a later poll.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The Kafka wire protocol: request and response messages of every client
 API kwire speaks (generated from Apache Kafka's JSON definitions into
-:mod:`kwire.protocol.messages`), the request and response headers, version
-negotiation, and the Kafka 0.7 requests (:mod:`kwire.protocol.v07`).
+:mod:`kwire.protocol.messages`), API keys and error codes by name
+(:mod:`kwire.protocol.api_keys`, generated too), the request and response
+headers, version negotiation and the version caps
+(:mod:`kwire.protocol.versions`), and the Kafka 0.7 requests
+(:mod:`kwire.protocol.v07`).
 
 Framing, as FORMAT.md has it: every frame is an int32 size and that many
 bytes. A request carries header v1 (api key, version, correlation id,
