@@ -3,27 +3,38 @@
 
 Reads ``scripts/kafka-protocol/message/*.json`` (a vendored copy of Kafka
 4.3's definitions; see FORMAT.md there) and writes
-``src/kwire/protocol/messages.py``: one class per message with nested classes
-for its structs, and per version flat encode/decode functions (fixed-width
-runs of fields packed with one precompiled ``struct.Struct``), deduplicated
-across versions with the same layout.
 
-    python scripts/gen_protocol.py          # write the module
-    python scripts/gen_protocol.py --check  # exit 1 if the checked-in module is stale
+* ``src/kwire/protocol/messages.py``: one class per message of the APIs kwire
+  speaks, with nested classes for its structs, and per version flat
+  encode/decode functions (fixed-width runs of fields packed with one
+  precompiled ``struct.Struct``), named after their message and version
+  (``_decode_FetchResponse_v12``) and deduplicated across versions with the
+  same layout (the first version keeps the name);
+* ``src/kwire/protocol/api_keys.py``: ``ApiKey`` and ``API_NAMES`` from the
+  ``apiKey`` and ``name`` of every request definition (every API, spoken or
+  not), and ``ErrorCode`` from kwire's error table,
+  ``src/kwire/error_codes.py`` (the one source of the codes: the generator
+  reads it, kwire.errors makes the exception classes from it).
+
+    python scripts/gen_protocol.py          # write the modules
+    python scripts/gen_protocol.py --check  # exit 1 if a checked-in module is stale
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFS = os.path.join(ROOT, "scripts", "kafka-protocol", "message")
 OUT = os.path.join(ROOT, "src", "kwire", "protocol", "messages.py")
+API_KEYS_OUT = os.path.join(ROOT, "src", "kwire", "protocol", "api_keys.py")
+ERROR_TABLE = os.path.join(ROOT, "src", "kwire", "error_codes.py")
 
 # The APIs kwire speaks (issue 3), by message name stem; the embedded data
 # structs of the consumer group protocol; the headers are written by hand in
@@ -186,6 +197,7 @@ class Gen:
         self.structs_fmt: Dict[str, str] = {}     # struct format -> name
         self.lines: List[str] = []
         self.bodies: Dict[str, str] = {}          # function text -> name (dedupe)
+        self.names: Set[str] = set()              # the functions' names
         self.funcs: List[str] = []
         self.classes: Dict[str, str] = {}         # qualified class name -> module constant
 
@@ -199,12 +211,19 @@ class Gen:
             self.structs_fmt[f] = f"_S{len(self.structs_fmt)}"
         return self.structs_fmt[f]
 
-    def add_func(self, prefix: str, params: str, body: List[str]) -> str:
+    def add_func(self, name: str, params: str, body: List[str]) -> str:
+        """The function ``name`` with ``body``; a body made before keeps the
+        name it was first given (versions with the same layout share it)."""
         text = "\n".join(body)
         key = params + "\n" + text
         if key in self.bodies:
             return self.bodies[key]
-        name = f"{prefix}_{len(self.bodies)}"
+        if name in self.names:
+            n = 2
+            while f"{name}_{n}" in self.names:
+                n += 1
+            name = f"{name}_{n}"
+        self.names.add(name)
         self.bodies[key] = name
         self.funcs.append(f"def {name}({params}):\n" + ("\n".join(body) if body else "    pass"))
         return name
@@ -312,7 +331,7 @@ class Gen:
         else:
             body.append("    o.unknown_tags = None")
         body.append("    return o, pos")
-        return self.add_func("_d", "buf, pos, end", body)
+        return self.add_func(f"_decode_{cls.replace('.', '_')}_v{v}", "buf, pos, end", body)
 
     def default_lines(self, f: Field, target: str, indent: str, depth: int = 0) -> List[str]:
         """Statements setting ``target.attr`` to ``f``'s default; a struct
@@ -332,9 +351,17 @@ class Gen:
         nullable = within(v, f.nullable)
         if f.is_array:
             inner = self.dec_elem(msg, f, v, flex)
-            return self.add_func("_da", "buf, pos, end", [
+            return self.add_func(self.array_name("_decode", f, inner, flex, nullable), "buf, pos, end", [
                 f"    return _array(buf, pos, end, {inner}, {flex}, {nullable}, {self.min_size(f, v, flex)})"])
         return self.dec_elem(msg, f, v, flex, nullable)
+
+    @staticmethod
+    def array_name(kind: str, f: Field, inner: str, flex: bool, nullable: bool) -> str:
+        """An array function's name: after its struct's function
+        (``_decode_FetchResponse_FetchableTopicResponse_v12_array``), or
+        after its element type (``_encode_int32_array_compact``)."""
+        name = f"{inner}_array" if f.struct is not None else f"{kind}_{f.elem}_array{'_compact' if flex else ''}"
+        return name + ("_nullable" if nullable else "")
 
     def dec_elem(self, msg: Message, f: Field, v: int, flex: bool, nullable: bool = False) -> str:
         t = f.elem
@@ -407,13 +434,14 @@ class Gen:
                 body.append("    _put_tags(out, tags, o.unknown_tags)")
             else:
                 body.append("    _put_tags(out, None, o.unknown_tags)")
-        return self.add_func("_e", "o, out, chunks", body)
+        cls = msg.name if st.name == msg.name else f"{msg.name}_{st.name}"
+        return self.add_func(f"_encode_{cls}_v{v}", "o, out, chunks", body)
 
     def enc_value(self, msg: Message, f: Field, v: int, flex: bool) -> str:
         nullable = within(v, f.nullable)
         if f.is_array:
             inner = self.enc_elem(msg, f, v, flex)
-            return self.add_func("_ea", "x, out, chunks", [
+            return self.add_func(self.array_name("_encode", f, inner, flex, nullable), "x, out, chunks", [
                 f"    _put_array(x, out, chunks, {inner}, {flex}, {nullable})"])
         return self.enc_elem(msg, f, v, flex, nullable)
 
@@ -536,7 +564,7 @@ def generate() -> str:
     ]
     body_text = "\n".join(class_lines + gen.funcs)
     used = sorted(set(re.findall(r"\b(_(?:fx|str|bytes|put|pfx|uuid|short|bad|absent|uvarint|tags|array|Message|UNSET|len_c|take_bytes|null|i32)\w*|ZERO_UUID)\b", body_text)))
-    used = [u for u in used if not re.match(r"_(?:d|da|e|ea)_\d+$", u)]
+    used = [u for u in used if not re.match(r"_(?:decode|encode)_", u)]
     head.append("from kwire.protocol._wire import (")
     head += [f"    {u}," for u in used]
     head += [")", ""]
@@ -556,24 +584,88 @@ def generate() -> str:
     return "\n".join(head + class_lines + [""] + consts + [""] + gen.funcs + [""] + tables + registry) + "\n"
 
 
+def api_keys() -> List[Tuple[int, str]]:
+    """(apiKey, name without ``Request``) of every request definition."""
+    out: Dict[int, str] = {}
+    for fn in sorted(os.listdir(DEFS)):
+        if fn.endswith("Request.json"):
+            d = load(fn[:-len(".json")])
+            if d.get("type") == "request" and d.get("apiKey") is not None:
+                out[d["apiKey"]] = d["name"][:-len("Request")]
+    return sorted(out.items())
+
+
+def error_codes() -> List[Tuple[int, str]]:
+    """(code, NAME) of kwire's error table, read from its module (plain data:
+    it imports nothing of kwire's, so it loads without the package)."""
+    spec = importlib.util.spec_from_file_location("_kwire_error_codes", ERROR_TABLE)
+    assert spec is not None and spec.loader is not None
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    return [(row[0], row[1]) for row in table.ERROR_CODES]
+
+
+def generate_api_keys() -> str:
+    keys = api_keys()
+    lines = [
+        "# Generated by scripts/gen_protocol.py from Apache Kafka 4.3's message definitions",
+        "# (scripts/kafka-protocol/message) and kwire's error table (src/kwire/error_codes.py).",
+        "# Do not edit: run `python scripts/gen_protocol.py`.",
+        '"""' + "Kafka's API keys and error codes by name (generated).",
+        "",
+        "- :class:`ApiKey`: the ``apiKey`` of every request of Kafka's message",
+        "  definitions, named after the API (``ApiKey.FETCH``, ``ApiKey.API_VERSIONS``).",
+        "- :data:`API_NAMES`: api key -> Kafka's name of the API (``\"Fetch\"``).",
+        "- :class:`ErrorCode`: every code of kwire's error table",
+        "  (:data:`kwire.error_codes.ERROR_CODES`, the one source of the codes) by",
+        "  Kafka's name (``ErrorCode.NOT_COORDINATOR``).",
+        "",
+        "The codes of the Kafka 0.7 wire format are another table",
+        "(:data:`kwire.error_codes.V07_ERROR_CODES`) and are not here.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from enum import IntEnum",
+        "from typing import Dict",
+        "",
+        '__all__ = ["ApiKey", "API_NAMES", "ErrorCode"]',
+        "",
+        "",
+        "class ApiKey(IntEnum):",
+        '    """The api key of each of Kafka\'s APIs."""',
+        "",
+    ]
+    lines += [f"    {snake(name).upper()} = {key}" for key, name in keys]
+    lines += ["", "", "#: Every API of the message definitions: apiKey -> name (the JSON ``name``",
+              "#: without ``Request``).", "API_NAMES: Dict[int, str] = {"]
+    lines += [f"    {key}: {name!r}," for key, name in keys]
+    lines += ["}", "", "", "class ErrorCode(IntEnum):", '    """Each error code of Kafka\'s table by its name."""', ""]
+    lines += [f"    {name} = {code}" for code, name in error_codes()]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the checked-in module differs")
+    p.add_argument("--check", action="store_true", help="exit 1 if a checked-in module differs")
     args = p.parse_args(argv)
-    text = generate()
+    outputs = [(OUT, generate()), (API_KEYS_OUT, generate_api_keys())]
     if args.check:
-        try:
-            with open(OUT, encoding="utf-8") as f:
-                current = f.read()
-        except FileNotFoundError:
-            current = ""
-        if current != text:
-            print(f"{os.path.relpath(OUT, ROOT)} is stale: run python scripts/gen_protocol.py", file=sys.stderr)
-            return 1
-        return 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {os.path.relpath(OUT, ROOT)} ({text.count(chr(10))} lines)")
+        stale = 0
+        for path, text in outputs:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    current = f.read()
+            except FileNotFoundError:
+                current = ""
+            if current != text:
+                print(f"{os.path.relpath(path, ROOT)} is stale: run python scripts/gen_protocol.py", file=sys.stderr)
+                stale = 1
+        return stale
+    for path, text in outputs:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {os.path.relpath(path, ROOT)} ({text.count(chr(10))} lines)")
     return 0
 
 

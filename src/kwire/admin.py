@@ -17,9 +17,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire import protocol
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
+from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
-from kwire.consumer import EARLIEST, LATEST, TopicPartition
+from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError
+from kwire.group import decode_assignment, decode_subscription
+from kwire.protocol.api_keys import ApiKey
+from kwire.protocol.versions import capped_version
+from kwire.types import EARLIEST, LATEST, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,6 @@ class GroupDescription:
 def group_description(g: Any) -> GroupDescription:
     """A DescribeGroups response's group, with the members' assignments and
     subscriptions decoded for consumer groups."""
-    from kwire.group import decode_assignment, decode_subscription
-
     members = []
     for m in g.members:
         assignment: Tuple[TopicPartition, ...] = ()
@@ -233,7 +236,7 @@ class Admin:
         client = self._client
 
         def make(versions: Dict[int, int]) -> Any:
-            if 60 not in versions:
+            if ApiKey.DESCRIBE_CLUSTER not in versions:
                 return protocol.message("MetadataRequest")(topics=[], allow_auto_topic_creation=False)
             return protocol.message("DescribeClusterRequest")(include_cluster_authorized_operations=False)
 
@@ -332,9 +335,6 @@ class Admin:
         """Send ``make(versions)`` to ``group_id``'s coordinator (found
         first, and again when it moved); retriable errors retried until the
         timeout."""
-        from kwire.group import (GROUP_KEY, capped_version, coordinator_from_response, find_coordinator_request,
-                                 remember_broker)
-
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         while True:
@@ -367,7 +367,7 @@ class Admin:
         futures = []
         for node in sorted(md.brokers):
             conn = client.wait_ready(node, deadline)
-            v = conn.versions.get(16, 0)
+            v = conn.versions.get(ApiKey.LIST_GROUPS, 0)
             futures.append(client.send(node, cls(states_filter=list(states or []) if v >= 4 else [])))
         out: Dict[str, GroupListing] = {}
         errors = []
@@ -410,8 +410,6 @@ class Admin:
                            timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
         """The group's committed offsets ({partition: OffsetAndMetadata});
         all of them, or those of ``partitions`` (None where none is)."""
-        from kwire.group import offset_fetch_request, offsets_from_response
-
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
         resp = self._group_request(group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=False),
                                    "OffsetFetch", timeout, lambda r: 0)
@@ -425,8 +423,6 @@ class Admin:
         """Set the group's committed offsets ({partition: offset or
         OffsetAndMetadata}); brokers accept this only while the group has no
         active members."""
-        from kwire.group import as_offsets, commit_errors, offset_commit_request
-
         todo = as_offsets(offsets)
         resp = self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
                                    timeout, lambda r: 0)

@@ -32,8 +32,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from kwire.consumer import TopicPartition
 from kwire.errors import KwireError
+from kwire.types import TopicPartition
 
 __all__ = [
     "EAGER",

@@ -247,7 +247,7 @@ def _reset_target(a: Any, args: argparse.Namespace, tps: List[Any], committed: D
 def cmd_groups(args: argparse.Namespace) -> int:
     """``kwire groups list | describe GROUP... | reset-offsets GROUP | delete GROUP...``."""
     from kwire.admin import Admin
-    from kwire.consumer import TopicPartition
+    from kwire.types import TopicPartition
 
     with Admin(_config(args)) as a:
         if args.action == "list":

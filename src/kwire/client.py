@@ -44,12 +44,12 @@ from kwire._codec import Generation
 from kwire.errors import KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, ssl_context_from_config
+from kwire.protocol.api_keys import ApiKey
 
 __all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError"]
 
 log = logging.getLogger(__name__)
 
-METADATA = 3
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
 
@@ -566,7 +566,7 @@ class Client:
         self._metadata_wanted = True
 
     def metadata_request(self, versions: Dict[int, int], topics: Optional[Iterable[str]]) -> Any:
-        version = versions.get(METADATA, 0)
+        version = versions.get(ApiKey.METADATA, 0)
         cls = protocol.message("MetadataRequest")
         if topics is None:
             topic_list = None if version >= 1 else []

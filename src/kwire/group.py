@@ -1,12 +1,15 @@
-"""Consumer groups (the classic protocol): the group coordinator, the
-rebalance listener and offset commits.
+"""Consumer groups (the classic protocol): the group membership of a
+consumer (:class:`GroupCoordinator`), the rebalance listener and the
+``consumer`` embedded protocol. Finding the coordinator and the request
+pump are :mod:`kwire.coordinator`'s; the OffsetCommit and OffsetFetch
+requests :mod:`kwire.commit`'s.
 
 A :class:`GroupCoordinator` belongs to one :class:`kwire.consumer.Consumer`
 with a ``group_id``. It has a :class:`kwire.client.Client` of its own (the
 connection to the group's coordinator broker) driven by a background thread,
 ``kwire-group``, which is the only thread doing that client's I/O: it sends
-the requests other threads hand it (:class:`RequestPump`), runs the
-JoinGroup / SyncGroup exchange, and sends a Heartbeat every
+the requests other threads hand it (:class:`kwire.coordinator.RequestPump`),
+runs the JoinGroup / SyncGroup exchange, and sends a Heartbeat every
 ``heartbeat_interval_ms`` while the member is in a stable group. Because the
 heartbeat thread does not wait for the application, slow processing does not
 evict a live member; ``max_poll_interval_ms`` is checked separately: a member
@@ -54,16 +57,19 @@ import re
 import struct
 import threading
 import time
-from typing import (Any, Callable, Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Sequence,
-                    Set, Tuple, Union)
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union
 
 from kwire import protocol
 from kwire.assignors import COOPERATIVE, EAGER, Assignor, MemberSubscription, assignors_from_config
-from kwire.client import Broker, Client, NoBrokersAvailableError
-from kwire.consumer import TopicPartition
+from kwire.client import Client, NoBrokersAvailableError
+from kwire.commit import (CommitFailedError, OffsetsArg, as_offsets, commit_errors, grouped_partitions,
+                          offset_commit_request, offset_fetch_request, offsets_from_response)
+from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError
+from kwire.protocol.api_keys import ApiKey, ErrorCode
+from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "GroupCoordinator",
@@ -71,92 +77,17 @@ __all__ = [
     "OffsetAndMetadata",
     "ConsumerGroupMetadata",
     "CommitFailedError",
-    "RequestPump",
-    "CoordinatorLink",
     "leave_group_request",
-    "find_coordinator_request",
-    "coordinator_from_response",
-    "remember_broker",
     "encode_subscription",
     "decode_subscription",
     "encode_assignment",
     "decode_assignment",
-    "offset_commit_request",
-    "commit_errors",
-    "offset_fetch_request",
-    "offsets_from_response",
-    "capped_version",
-    "as_offsets",
-    "grouped_partitions",
 ]
 
 log = logging.getLogger(__name__)
 
-# api keys
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-
-# FindCoordinator key types
-GROUP_KEY = 0
-TRANSACTION_KEY = 1
-
-# The highest version kwire sends of APIs whose newer versions change what
-# they mean rather than how they are laid out: OffsetCommit/OffsetFetch v10
-# name topics by id; AddPartitionsToTxn v4+ is the brokers' own form;
-# EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
-# protocol v2, which kwire does not speak (it uses v1, with explicit
-# AddPartitionsToTxn, as Java does when the cluster has not finalized
-# transaction.version 2; kwire.transactions caps Produce likewise).
-MAX_VERSIONS = {OFFSET_COMMIT: 9, OFFSET_FETCH: 9, 24: 3, 26: 4, 28: 4}
-
-# error codes handled by name
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-UNSTABLE_OFFSET_COMMIT = 88
-COORDINATOR_ERRORS = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
-
 PROTOCOL_TYPE = "consumer"
 _I16 = struct.Struct(">h")
-
-
-class CommitFailedError(KwireError):
-    """The commit cannot succeed: the member is no longer part of the group
-    in the generation that owned these partitions (they may belong to
-    another member now). Not retriable; the member rejoins on the next
-    ``poll()``."""
-
-    retriable = False
-
-
-class OffsetAndMetadata(NamedTuple):
-    """A committed position: the next offset to consume, the metadata string
-    stored with it and the leader epoch of the record before it (-1:
-    unknown)."""
-
-    offset: int
-    metadata: str = ""
-    leader_epoch: int = -1
-
-
-class ConsumerGroupMetadata(NamedTuple):
-    """What a transactional producer needs to commit offsets for a group
-    member (``Producer.send_offsets_to_transaction``)."""
-
-    group_id: str
-    generation_id: int = -1
-    member_id: str = ""
-    group_instance_id: Optional[str] = None
 
 
 class RebalanceListener:
@@ -180,50 +111,10 @@ class RebalanceListener:
         self.on_partitions_revoked(lost)
 
 
-OffsetsArg = Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]]
 CommitCallback = Callable[[Dict[TopicPartition, OffsetAndMetadata], Optional[BaseException]], None]
 
 
-# ---------------------------------------------------------------- helpers
-def capped_version(versions: Mapping[int, int], api_key: int) -> Optional[int]:
-    """The version to send ``api_key`` at: the negotiated one, capped at
-    :data:`MAX_VERSIONS`; None when the broker does not speak it."""
-    v = versions.get(api_key)
-    if v is None:
-        return None
-    return min(v, MAX_VERSIONS.get(api_key, v))
-
-
-def find_coordinator_request(versions: Mapping[int, int], key: str, key_type: int) -> Any:
-    cls = protocol.message("FindCoordinatorRequest")
-    if versions.get(FIND_COORDINATOR, 0) >= 4:
-        return cls(key_type=key_type, coordinator_keys=[key])
-    return cls(key=key, key_type=key_type)
-
-
-def coordinator_from_response(resp: Any, key: str) -> Broker:
-    """The coordinator a FindCoordinator response names (any version), or
-    its error (a :class:`kwire.errors.KafkaError`) raised."""
-    entries = getattr(resp, "coordinators", None) or []
-    for c in entries:
-        if c.key == key:
-            code, node, host, port, msg = c.error_code, c.node_id, c.host, c.port, c.error_message
-            break
-    else:
-        code, node, host, port, msg = resp.error_code, resp.node_id, resp.host, resp.port, resp.error_message
-    if code:
-        raise protocol.error_for(code, api="FindCoordinator", message=msg)
-    return Broker(node, host, port)
-
-
-def remember_broker(client: Client, broker: Broker) -> None:
-    """Make ``client`` able to connect to ``broker`` even before its
-    metadata names it."""
-    known = client.cluster.brokers.get(broker.node_id)
-    if known is None or (known.host, known.port) != (broker.host, broker.port):
-        client.cluster.brokers[broker.node_id] = broker
-
-
+# ------------------------------------------- the consumer embedded protocol
 def _embedded_decode(cls: Any, data: Any) -> Any:
     """A consumer-protocol struct: an int16 version, then the body. A version
     newer than kwire knows is read as the newest it knows, ignoring the
@@ -246,13 +137,6 @@ def _embedded_decode(cls: Any, data: Any) -> Any:
 def _embedded_encode(cls: Any, obj: Any) -> bytes:
     version = cls.MAX_VERSION
     return _I16.pack(version) + cls.encode_bytes(obj, version)
-
-
-def grouped_partitions(tps: Iterable[Tuple[str, int]]) -> Dict[str, List[int]]:
-    out: Dict[str, List[int]] = collections.defaultdict(list)
-    for t, p in tps:
-        out[t].append(p)
-    return {t: sorted(ps) for t, ps in sorted(out.items())}
 
 
 def encode_subscription(topics: Sequence[str], owned: Iterable[Tuple[str, int]] = (), generation: int = -1,
@@ -288,261 +172,14 @@ def decode_assignment(data: Any) -> List[TopicPartition]:
     return sorted(TopicPartition(t.topic, p) for t in a.assigned_partitions or () for p in t.partitions)
 
 
-def as_offsets(offsets: OffsetsArg) -> Dict[TopicPartition, OffsetAndMetadata]:
-    out = {}
-    for tp, o in offsets.items():
-        out[TopicPartition(*tp)] = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
-    return out
-
-
-def offset_commit_request(group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
-                          member_id: str = "", group_instance_id: Optional[str] = None) -> Any:
-    cls = protocol.message("OffsetCommitRequest")
-    topics = []
-    for t, ps in grouped_partitions(offsets).items():
-        topics.append(cls.OffsetCommitRequestTopic(name=t, partitions=[
-            cls.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=offsets[TopicPartition(t, p)].offset,
-                committed_leader_epoch=offsets[TopicPartition(t, p)].leader_epoch, commit_timestamp=-1,
-                committed_metadata=offsets[TopicPartition(t, p)].metadata)
-            for p in ps]))
-    return cls(group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
-               group_instance_id=group_instance_id, retention_time_ms=-1, topics=topics)
-
-
 def leave_group_request(versions: Mapping[int, int], group_id: str, member_id: str, reason: str,
                         group_instance_id: Optional[str] = None) -> Any:
     cls = protocol.message("LeaveGroupRequest")
-    v = versions.get(LEAVE_GROUP, 0)
+    v = versions.get(ApiKey.LEAVE_GROUP, 0)
     if v < 3:
         return cls(group_id=group_id, member_id=member_id)
     return cls(group_id=group_id, members=[cls.MemberIdentity(
         member_id=member_id, group_instance_id=group_instance_id, reason=reason if v >= 5 else None)])
-
-
-def commit_errors(resp: Any, api: str = "OffsetCommit") -> Dict[TopicPartition, BaseException]:
-    """The failed partitions of an OffsetCommit / TxnOffsetCommit response."""
-    out = {}
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code:
-                out[TopicPartition(t.name, p.partition_index)] = protocol.error_for(
-                    p.error_code, api=api, topic=t.name, partition=p.partition_index)
-    return out
-
-
-def offset_fetch_request(versions: Mapping[int, int], group_id: str,
-                         partitions: Optional[Iterable[Tuple[str, int]]], require_stable: bool = True) -> Any:
-    """OffsetFetch for ``partitions`` (None: every partition the group has
-    offsets for), in the layout of the version that will be sent."""
-    cls = protocol.message("OffsetFetchRequest")
-    version = capped_version(versions, OFFSET_FETCH) or 0
-    require_stable = require_stable and version >= 7
-    grouped = None if partitions is None else grouped_partitions(partitions)
-    if version >= 8:
-        topics = None if grouped is None else [cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                                               for t, ps in grouped.items()]
-        return cls(groups=[cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
-                   require_stable=require_stable)
-    topics = None if grouped is None else [cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                                           for t, ps in grouped.items()]
-    return cls(group_id=group_id, topics=topics, require_stable=require_stable)
-
-
-def offsets_from_response(resp: Any, group_id: str) -> Dict[TopicPartition, Optional[OffsetAndMetadata]]:
-    """{partition: committed offset or None} from an OffsetFetch response
-    (any version); the group's or a partition's error raised."""
-    groups = getattr(resp, "groups", None) or []
-    topics, code = resp.topics, resp.error_code
-    for g in groups:
-        if g.group_id == group_id:
-            topics, code = g.topics, g.error_code
-    if code:
-        raise protocol.error_for(code, api="OffsetFetch")
-    out: Dict[TopicPartition, Optional[OffsetAndMetadata]] = {}
-    for t in topics or ():
-        for p in t.partitions:
-            if p.error_code:
-                raise protocol.error_for(p.error_code, api="OffsetFetch", topic=t.name, partition=p.partition_index)
-            tp = TopicPartition(t.name, p.partition_index)
-            out[tp] = None if p.committed_offset < 0 else OffsetAndMetadata(
-                p.committed_offset, p.metadata or "", p.committed_leader_epoch)
-    return out
-
-
-# ------------------------------------------------------------- the pump
-class RequestPump:
-    """Requests handed to the one thread that drives a :class:`Client`.
-
-    :meth:`submit` (any thread) queues ``make(versions) -> request`` for a
-    node (None: the least loaded broker) and returns a future of the
-    response; :meth:`pump` (the I/O thread) sends what can go now, at the
-    version :func:`capped_version` gives. A node that cannot be reached
-    fails its requests with a retriable error rather than holding them."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._lock = threading.Lock()
-        self._queue: Deque[Tuple[Optional[int], Callable[[Mapping[int, int]], Any], Future, float,
-                                 Optional[float]]] = collections.deque()
-
-    def submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
-               timeout: Optional[float] = None, response_timeout: Optional[float] = None) -> Future:
-        """``timeout``: how long it may wait for a connection to ``node``;
-        ``response_timeout``: how long its response may take once sent (both
-        default ``request_timeout_ms``)."""
-        fut: Future = Future()
-        deadline = time.monotonic() + (timeout if timeout is not None else
-                                       self._client.cfg.get("request_timeout_ms", 30000) / 1000.0)
-        with self._lock:
-            self._queue.append((node, make, fut, deadline, response_timeout))
-        self._client.wakeup()
-        return fut
-
-    def fail_all(self, error: BaseException) -> None:
-        with self._lock:
-            items, self._queue = list(self._queue), collections.deque()
-        for _, _, fut, _, _ in items:
-            if not fut.done():
-                fut.set_exception(error)
-
-    def pump(self) -> None:
-        client = self._client
-        with self._lock:
-            items, self._queue = list(self._queue), collections.deque()
-        keep = []
-        now = time.monotonic()
-        for item in items:
-            node, make, fut, deadline, response_timeout = item
-            target = client.least_loaded_node() if node is None else node
-            conn = None if target is None else client.connection(target)
-            if conn is None or not conn.ready:
-                if now >= deadline:
-                    fut.set_exception(NoBrokersAvailableError(
-                        f"node {target} could not be reached in time" if target is not None else "no broker reachable"))
-                elif target is not None and conn is None and node is not None and client.broker(node) is not None:
-                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not reachable now"))
-                else:
-                    keep.append(item)
-                continue
-            try:
-                request = make(conn.versions)
-            except Exception as e:   # a request that cannot be built fails alone
-                fut.set_exception(e)
-                continue
-            api_key = type(request).API_KEY
-            version = capped_version(conn.versions, api_key)
-            if version is None:
-                fut.set_exception(protocol.no_common_version(api_key, conn.broker_ranges.get(api_key)))
-                continue
-            sent = client.send(target, request, version, timeout=response_timeout)
-            sent.add_done_callback(lambda f, fut=fut: _relay(f, fut))
-        if keep:
-            with self._lock:
-                self._queue.extendleft(reversed(keep))
-
-    def pending(self) -> bool:
-        with self._lock:
-            return bool(self._queue)
-
-
-def _relay(source: Future, target: Future) -> None:
-    if source.failed():
-        target.set_exception(source.exception())   # type: ignore[arg-type]
-    else:
-        target.set_result(source.value)
-
-
-class CoordinatorLink:
-    """The coordinator of one key (a group id, or a transactional id), for
-    requests sent through a :class:`RequestPump`: found with
-    FindCoordinator, one lookup at a time, and found again after the
-    coordinator moved or could not be reached. ``on_found(node)`` runs in
-    the I/O thread when a lookup succeeds."""
-
-    def __init__(self, pump: RequestPump, client: Client, key: str, key_type: int, backoff_ms: int,
-                 on_found: Optional[Callable[[int], None]] = None) -> None:
-        self._pump = pump
-        self._client = client
-        self.key = key
-        self.key_type = key_type
-        self._backoff = backoff_ms / 1000.0
-        self._on_found = on_found
-        self._lock = threading.Lock()
-        self.node: Optional[int] = None
-        self._future: Optional[Future] = None
-
-    def lookup(self) -> Future:
-        """The future of the coordinator's node id."""
-        with self._lock:
-            fut = self._future
-            if fut is not None and not fut.done():
-                return fut
-            result: Future = Future()
-            self._future = result
-        sent = self._pump.submit(None, lambda v: find_coordinator_request(v, self.key, self.key_type))
-
-        def done(f: Future) -> None:   # runs in the I/O thread
-            try:
-                if f.failed():
-                    raise f.exception()   # type: ignore[misc]
-                broker = coordinator_from_response(f.value, self.key)
-            except BaseException as e:
-                log.debug("%r: FindCoordinator failed: %s", self.key, e)
-                result.set_exception(e)
-                return
-            remember_broker(self._client, broker)
-            self.node = broker.node_id
-            log.info("coordinator of %r is node %s (%s:%s)", self.key, broker.node_id, broker.host, broker.port)
-            if self._on_found is not None:
-                self._on_found(broker.node_id)
-            result.set_result(broker.node_id)
-
-        sent.add_done_callback(done)
-        return result
-
-    def forget(self, node: Optional[int]) -> bool:
-        """The coordinator ``node`` failed (or moved): look it up again next
-        time. True when it was the current one."""
-        with self._lock:
-            if node is None or self.node != node:
-                return False
-            log.info("coordinator node %s of %r is unavailable; looking it up again", node, self.key)
-            self.node = None
-            return True
-
-    def ensure(self, deadline: float) -> int:
-        """The coordinator's node id, looked up if needed (blocking)."""
-        while True:
-            node = self.node
-            if node is not None:
-                return node
-            fut = self.lookup()
-            try:
-                return fut.result(max(0.0, deadline - time.monotonic()))
-            except KafkaTimeoutError:
-                raise KafkaTimeoutError(f"no coordinator found for {self.key!r} in time") from None
-            except KwireError as e:
-                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
-                    raise
-                self.sleep(deadline)
-
-    def request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
-        """Send to the coordinator and wait (blocking): the coordinator is
-        found first, and again after a connection failure."""
-        while True:
-            node = self.ensure(deadline)
-            left = max(0.0, deadline - time.monotonic())
-            try:
-                return self._pump.submit(node, make, left).result(left)
-            except (ConnectionLostError, NoBrokersAvailableError) as e:
-                self.forget(node)
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
-                self.sleep(deadline)
-
-    def sleep(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
 
 
 # ------------------------------------------------------- the coordinator
@@ -838,7 +475,7 @@ class GroupCoordinator:
                 return -1, ""
             if self.generation < 0 or not self.member_id:
                 if self.state == JOINING:
-                    raise protocol.error_for(REBALANCE_IN_PROGRESS, api="OffsetCommit",
+                    raise protocol.error_for(ErrorCode.REBALANCE_IN_PROGRESS, api="OffsetCommit",
                                              message="the group is rebalancing; commit after it completes")
                 raise CommitFailedError("the consumer is not part of an active group generation "
                                         "(its partitions were lost or it has not joined yet)")
@@ -850,14 +487,14 @@ class GroupCoordinator:
         code = getattr(err, "code", None)
         if code in COORDINATOR_ERRORS:
             self._coordinator_dead(self._coordinator)
-        elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+        elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
             with self._lock:
-                self._reset_generation(f"commit refused: {err}", member_unknown=code == UNKNOWN_MEMBER_ID)
-            if code == FENCED_INSTANCE_ID:
+                self._reset_generation(f"commit refused: {err}", member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            if code == ErrorCode.FENCED_INSTANCE_ID:
                 return err
             return CommitFailedError(f"commit failed: {err}; the group rebalanced and these partitions may "
                                      "belong to another member now")
-        elif code == REBALANCE_IN_PROGRESS:
+        elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             with self._lock:
                 self._request_rejoin("commit answered REBALANCE_IN_PROGRESS")
         return err
@@ -1370,7 +1007,7 @@ class GroupCoordinator:
             return cls(group_id=self.group_id, session_timeout_ms=self.cfg["session_timeout_ms"],
                        rebalance_timeout_ms=self.cfg["max_poll_interval_ms"], member_id=member,
                        group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
-                       reason=(reason or None) if v.get(JOIN_GROUP, 0) >= 8 else None)
+                       reason=(reason or None) if v.get(ApiKey.JOIN_GROUP, 0) >= 8 else None)
 
         log.debug("group %s: JoinGroup as %r", self.group_id, member or "(new member)")
         # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer; as Kafka's client
@@ -1384,10 +1021,10 @@ class GroupCoordinator:
             self._joining_step = None
             if isinstance(error, (ConnectionLostError, NoBrokersAvailableError)) or code in COORDINATOR_ERRORS:
                 self._coordinator_dead(node)
-            elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
-                self._reset_generation(str(error), member_unknown=code == UNKNOWN_MEMBER_ID)
+            elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                self._reset_generation(str(error), member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
                 self.state = JOINING
-            elif code == REBALANCE_IN_PROGRESS:
+            elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 pass
             elif not getattr(error, "retriable", False) and not isinstance(error, KafkaTimeoutError):
                 self._fatal = error
@@ -1404,7 +1041,7 @@ class GroupCoordinator:
             return
         resp = fut.value
         code = resp.error_code
-        if code == MEMBER_ID_REQUIRED:
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
             with self._lock:
                 self.member_id = resp.member_id
                 self._joining_step = None
@@ -1473,7 +1110,7 @@ class GroupCoordinator:
         cls = protocol.message("SyncGroupRequest")
 
         def make(v: Mapping[int, int]) -> Any:
-            named = v.get(SYNC_GROUP, 0) >= 5
+            named = v.get(ApiKey.SYNC_GROUP, 0) >= 5
             return cls(group_id=self.group_id, generation_id=generation, member_id=member,
                        group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE if named else None,
                        protocol_name=protocol_name if named else None, assignments=assignments)
@@ -1541,15 +1178,15 @@ class GroupCoordinator:
             if self.generation != generation:
                 return
             code = fut.value.error_code
-            if code == 0:
+            if code == ErrorCode.NONE:
                 self._last_heartbeat_ok = time.monotonic()
-            elif code == REBALANCE_IN_PROGRESS:
+            elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._last_heartbeat_ok = time.monotonic()
                 self._request_rejoin("the group is rebalancing")
-            elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID):
+            elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
                 self._reset_generation(f"heartbeat: {protocol.error_for(code, api='Heartbeat')}",
-                                       member_unknown=code == UNKNOWN_MEMBER_ID)
-            elif code == FENCED_INSTANCE_ID:
+                                       member_unknown=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            elif code == ErrorCode.FENCED_INSTANCE_ID:
                 self._reset_generation("another member uses this group_instance_id")
                 self._fatal = protocol.error_for(code, api="Heartbeat",
                                                  message=f"group_instance_id {self.group_instance_id!r} is in use "

@@ -44,6 +44,7 @@ from kwire import protocol
 from kwire._codec import resize_frame
 from kwire.errors import KwireError, ProtocolError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
+from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import SaslAuthenticationError, mechanism_for
 
@@ -60,10 +61,6 @@ FETCH_FRAMING = 64 * 1024                   # a Fetch response's room for header
 FETCH_FRAMING_PER_PARTITION = 1024          # ... and per partition asked for (offsets, aborted transactions)
 OFFLOAD_MIN_BYTES = 256 * 1024              # an offloadable response this large is decoded off the I/O thread
 
-FETCH = 1
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 
 
 class ConnectionLostError(KwireError):
@@ -104,7 +101,7 @@ def response_limit(request: Any, cfg: Dict[str, Any]) -> int:
     partition asked for, for the framing. KIP-74's oversized first batch is
     accepted up to ``receive_message_max_bytes`` (see the module doc)."""
     limit = cfg.get("receive_message_max_bytes", RECEIVE_MESSAGE_MAX_BYTES)
-    if request.API_KEY == FETCH:
+    if request.API_KEY == ApiKey.FETCH:
         parts = sum(len(t.partitions or ()) for t in (request.topics or ()))
         limit = max(limit, request.max_bytes) + FETCH_FRAMING + FETCH_FRAMING_PER_PARTITION * parts
     return limit
@@ -384,7 +381,7 @@ class Connection:
 
     def _start_handshake(self) -> None:
         self._set_state("handshake")
-        self._api_versions(protocol.max_version(API_VERSIONS))
+        self._api_versions(protocol.max_version(ApiKey.API_VERSIONS))
 
     def _api_versions(self, version: int) -> None:
         req = protocol.message("ApiVersionsRequest")(
@@ -421,7 +418,7 @@ class Connection:
             return
         fut: Future = Future()
         self._send_now(protocol.message("SaslHandshakeRequest")(mechanism=mech_name),
-                       min(1, self.versions.get(SASL_HANDSHAKE, 1)), fut, True)
+                       min(1, self.versions.get(ApiKey.SASL_HANDSHAKE, 1)), fut, True)
         fut.add_done_callback(self._on_sasl_handshake)
 
     def _on_sasl_handshake(self, fut: Future) -> None:
@@ -438,7 +435,7 @@ class Connection:
     def _sasl_send(self, token: bytes) -> None:
         fut: Future = Future()
         self._send_now(protocol.message("SaslAuthenticateRequest")(auth_bytes=token),
-                       self.versions.get(SASL_AUTHENTICATE, 0), fut, True)
+                       self.versions.get(ApiKey.SASL_AUTHENTICATE, 0), fut, True)
         fut.add_done_callback(self._on_sasl_auth)
 
     def _on_sasl_auth(self, fut: Future) -> None:
@@ -603,7 +600,7 @@ class Connection:
         if inf is None:
             raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
         if size > inf.limit:
-            option = "receive_message_max_bytes" if inf.api_key != FETCH else \
+            option = "receive_message_max_bytes" if inf.api_key != ApiKey.FETCH else \
                 "receive_message_max_bytes (a Fetch may also be as large as fetch_max_bytes / max_in_flight_fetches)"
             raise ProtocolError(
                 f"node {self.node_id} ({self.host}:{self.port}) declared a response of {size} bytes, more than "

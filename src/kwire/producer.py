@@ -45,7 +45,7 @@ import operator
 import random
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, build_batches,
@@ -55,21 +55,14 @@ from kwire.config import PRODUCER, resolve
 from kwire.errors import KwireError, MessageTooLargeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection
+from kwire.protocol.api_keys import ApiKey, ErrorCode
+from kwire.types import RecordMetadata
 
 __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError",
            "InvalidPartitionError", "RecordTooLargeError"]
 
 log = logging.getLogger(__name__)
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
-
-# error codes handled by name here (the full table is kwire.errors)
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-UNKNOWN_PRODUCER_ID = 59
-INVALID_PRODUCER_EPOCH = 47
-MESSAGE_TOO_LARGE = 10
 
 #: The size of a record batch's header: what a batch holding no record is.
 BATCH_OVERHEAD = RecordBatchBuilder(None).size_in_bytes
@@ -105,17 +98,6 @@ class RecordTooLargeError(MessageTooLargeError):  # type: ignore[misc,valid-type
         super().__init__(error_message, **where)
         # the producer's own words, not a broker's
         self.args = (f"{error_message} (topic {self.topic!r}, partition {self.partition})",)
-
-
-class RecordMetadata(NamedTuple):
-    """Where a record landed."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int          # the record's timestamp, or the broker's LogAppendTime
-    serialized_key_size: int
-    serialized_value_size: int
 
 
 class _Batch(ProducerBatch):
@@ -634,9 +616,10 @@ class Producer:
         conn = self._client.connection(node)
         if conn is None or not conn.ready:
             return
-        version = conn.versions.get(INIT_PRODUCER_ID)
+        version = conn.versions.get(ApiKey.INIT_PRODUCER_ID)
         if version is None:
-            self._fail_all(protocol.no_common_version(INIT_PRODUCER_ID, conn.broker_ranges.get(INIT_PRODUCER_ID)))
+            self._fail_all(protocol.no_common_version(ApiKey.INIT_PRODUCER_ID,
+                                                      conn.broker_ranges.get(ApiKey.INIT_PRODUCER_ID)))
             return
         req = protocol.message("InitProducerIdRequest")(
             transactional_id=None, transaction_timeout_ms=self.cfg["transaction_timeout_ms"],
@@ -766,11 +749,11 @@ class Producer:
     def _send_produce(self, conn: Connection, batches: List[_Batch]) -> None:
         client = self._client
         node = conn.node_id
-        version = conn.versions.get(PRODUCE)
+        version = conn.versions.get(ApiKey.PRODUCE)
         if version is not None and self._txn is not None:
             version = self._txn.produce_version(version)
         if version is None:
-            err = protocol.no_common_version(PRODUCE, conn.broker_ranges.get(PRODUCE))
+            err = protocol.no_common_version(ApiKey.PRODUCE, conn.broker_ranges.get(ApiKey.PRODUCE))
             for b in batches:
                 self._fail(b, err)
             return
@@ -825,7 +808,7 @@ class Producer:
             p = results.get((b.topic, b.partition))
             if p is None:
                 self._retry_or_fail(b, KwireError(f"Produce response lacks {b.topic}[{b.partition}]"))
-            elif p.error_code == 0 or p.error_code == DUPLICATE_SEQUENCE_NUMBER:
+            elif p.error_code == ErrorCode.NONE or p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(b, p.base_offset, getattr(p, "log_append_time_ms", -1))
             else:
                 err = protocol.error_for(p.error_code, api="Produce", topic=b.topic, partition=b.partition,
@@ -838,7 +821,8 @@ class Producer:
         if self._txn is not None and self._txn.produce_error(code, err):
             self._fail(b, err)    # fenced or abortable: the transaction decides what comes next
             return
-        if code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) and self.cfg["enable_idempotence"]:
+        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                    ErrorCode.INVALID_PRODUCER_EPOCH) and self.cfg["enable_idempotence"]:
             self._bump_epoch(b, err)
             return
         self._retry_or_fail(b, err)

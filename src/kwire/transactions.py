@@ -36,42 +36,24 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from kwire import protocol
+from kwire.commit import CommitFailedError, as_offsets, commit_errors, grouped_partitions
+from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.group import (TRANSACTION_KEY, CommitFailedError, ConsumerGroupMetadata, CoordinatorLink,
-                         OffsetAndMetadata, RequestPump, commit_errors, as_offsets, grouped_partitions, GROUP_KEY)
+from kwire.protocol.api_keys import ApiKey, ErrorCode
+from kwire.protocol.versions import MAX_VERSIONS
+from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError"]
 
 log = logging.getLogger(__name__)
 
-INIT_PRODUCER_ID = 22
-MAX_PRODUCE_VERSION = 11     # v12+ is KIP-890's transaction protocol v2 (implicit partition adds)
-
-# error codes handled by name
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-INVALID_PRODUCER_ID_MAPPING = 49
-CONCURRENT_TRANSACTIONS = 51
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-OPERATION_NOT_ATTEMPTED = 55
-UNKNOWN_PRODUCER_ID = 59
-FENCED_INSTANCE_ID = 82
-PRODUCER_FENCED = 90
-TRANSACTION_ABORTABLE = 120
-
-FENCING = (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
-FATAL = FENCING + (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE)
+FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
+FATAL = FENCING + (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.INVALID_TXN_STATE)
 # the producer's sequence state is gone: abort, then bump the epoch (KIP-360)
-NEEDS_EPOCH_BUMP = (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING)
-COORDINATOR_MOVED = (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
-RETRY = (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS) + COORDINATOR_MOVED
+NEEDS_EPOCH_BUMP = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                    ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+RETRY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS) + COORDINATOR_ERRORS
 
 UNINITIALIZED = "uninitialized"
 INITIALIZING = "initializing"
@@ -144,8 +126,9 @@ class TransactionManager:
 
     @staticmethod
     def produce_version(version: int) -> int:
-        """The Produce version a transactional producer sends."""
-        return min(version, MAX_PRODUCE_VERSION)
+        """The Produce version a transactional producer sends (capped by
+        :data:`kwire.protocol.versions.MAX_VERSIONS`)."""
+        return min(version, MAX_VERSIONS[ApiKey.PRODUCE])
 
     def track(self, future: Future) -> None:
         """A batch of the transaction leaves the producer's buffer (sent and
@@ -159,11 +142,11 @@ class TransactionManager:
         batch and puts the transaction in an error state (the producer fails
         the batch), False for the producer's usual retry handling."""
         if code in FENCING:
-            self._to_fatal(error if code == PRODUCER_FENCED else protocol.error_for(
-                PRODUCER_FENCED, api="Produce", message=f"INVALID_PRODUCER_EPOCH: a newer producer with "
+            self._to_fatal(error if code == ErrorCode.PRODUCER_FENCED else protocol.error_for(
+                ErrorCode.PRODUCER_FENCED, api="Produce", message=f"INVALID_PRODUCER_EPOCH: a newer producer with "
                 f"transactional id {self.transactional_id!r} fenced this one"))
             return True
-        if code in NEEDS_EPOCH_BUMP or code == TRANSACTION_ABORTABLE:
+        if code in NEEDS_EPOCH_BUMP or code == ErrorCode.TRANSACTION_ABORTABLE:
             with self._lock:
                 self._bump_epoch = self._bump_epoch or code in NEEDS_EPOCH_BUMP
             self._to_abortable(error)
@@ -221,7 +204,7 @@ class TransactionManager:
             for t in resp.results_by_topic_v3_and_below or ():
                 for p in t.results_by_partition:
                     errors[(t.name, p.partition_index)] = p.partition_error_code
-            added = [tp for tp in tps if errors.get(tp, 0) == 0]
+            added = [tp for tp in tps if errors.get(tp, ErrorCode.NONE) == ErrorCode.NONE]
             with self._lock:
                 self._added.update(added)
                 self._pending.difference_update(added)
@@ -230,8 +213,8 @@ class TransactionManager:
             for tp, code in errors.items():
                 if not code:
                     continue
-                if code in RETRY or code == OPERATION_NOT_ATTEMPTED or protocol.error_for(code).retriable:
-                    if code in COORDINATOR_MOVED:
+                if code in RETRY or code == ErrorCode.OPERATION_NOT_ATTEMPTED or protocol.error_for(code).retriable:
+                    if code in COORDINATOR_ERRORS:
                         self._link.forget(node)
                     retry = True
                 else:
@@ -313,7 +296,7 @@ class TransactionManager:
             if not code:
                 return resp
             if code in RETRY:
-                if code in COORDINATOR_MOVED:
+                if code in COORDINATOR_ERRORS:
                     link.forget(link.node)
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"{api}: {protocol.error_for(code, api=api)} until the timeout")
@@ -326,7 +309,7 @@ class TransactionManager:
         pid, epoch = (p._producer_id, p._producer_epoch) if bump else (-1, -1)
 
         def make(v: Mapping[int, int]) -> Any:
-            if bump and v.get(INIT_PRODUCER_ID, 0) < 3:
+            if bump and v.get(ApiKey.INIT_PRODUCER_ID, 0) < 3:
                 raise KwireError("the broker cannot bump a transactional producer's epoch (InitProducerId v3+); "
                                  "create a new producer")
             return protocol.message("InitProducerIdRequest")(
@@ -388,7 +371,8 @@ class TransactionManager:
         cls = protocol.message("TxnOffsetCommitRequest")
 
         def make(v: Mapping[int, int]) -> Any:
-            member = v.get(28, 0) >= 3
+            version = v.get(ApiKey.TXN_OFFSET_COMMIT, 0)
+            member = version >= 3
             return cls(transactional_id=self.transactional_id, group_id=meta.group_id, producer_id=pid,
                        producer_epoch=epoch, generation_id=meta.generation_id if member else -1,
                        member_id=meta.member_id if member else "",
@@ -396,7 +380,7 @@ class TransactionManager:
                        topics=[cls.TxnOffsetCommitRequestTopic(name=t, partitions=[
                            cls.TxnOffsetCommitRequestPartition(
                                partition_index=i, committed_offset=todo[(t, i)].offset,
-                               committed_leader_epoch=todo[(t, i)].leader_epoch if v.get(28, 0) >= 2 else -1,
+                               committed_leader_epoch=todo[(t, i)].leader_epoch if version >= 2 else -1,
                                committed_metadata=todo[(t, i)].metadata)
                            for i in ps]) for t, ps in grouped_partitions(todo).items()])
 
@@ -408,7 +392,7 @@ class TransactionManager:
             self._call(link, make, "TxnOffsetCommit", deadline, first_code)
         except KwireError as e:
             code = getattr(e, "code", None)
-            if code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+            if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
                 err = CommitFailedError(f"the group fenced the consumer these offsets are from: {e}")
                 self._to_abortable(err)
                 raise err from e

@@ -534,7 +534,7 @@ def test_a_fetch_callback_that_raises_leaves_the_bookkeeping_right(monkeypatch, 
     split_batches) is logged once, and the fetch counts stay right: the
     partitions are fetched again, not stuck as in flight."""
     caplog.set_level(logging.DEBUG, logger="kwire")
-    import kwire.consumer as consumer_module
+    import kwire.fetcher as fetcher_module
 
     c, net = consumer(1)
     net.on_fetch = lambda offsets: {p: batch(0, 3) for p in offsets}
@@ -544,7 +544,7 @@ def test_a_fetch_callback_that_raises_leaves_the_bookkeeping_right(monkeypatch, 
         calls[0] += 1
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(consumer_module, "split_batches", broken_split)
+    monkeypatch.setattr(fetcher_module, "split_batches", broken_split)
     c.seek((TOPIC, 0), 0)
     with c:
         t0 = time.monotonic()

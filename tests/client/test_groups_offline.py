@@ -13,10 +13,11 @@ import pytest
 from kwire import protocol
 from kwire.consumer import TopicPartition as TP
 from kwire.errors import KwireError, ProtocolError
-from kwire.group import (OffsetAndMetadata, capped_version, commit_errors, coordinator_from_response,
-                         decode_assignment, decode_subscription, encode_assignment, encode_subscription,
-                         find_coordinator_request, leave_group_request, offset_commit_request, offset_fetch_request,
-                         offsets_from_response)
+from kwire.commit import commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
+from kwire.coordinator import coordinator_from_response, find_coordinator_request
+from kwire.group import (OffsetAndMetadata, decode_assignment, decode_subscription, encode_assignment,
+                         encode_subscription, leave_group_request)
+from kwire.protocol.versions import capped_version
 
 
 def test_subscription_round_trip_with_owned_partitions_generation_and_rack():

@@ -25,8 +25,9 @@ from kwire._codec import Decoder, RecordBatchBuilder, decode, parse_control_key
 from kwire.admin import Admin, NewTopic
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
-from kwire.consumer import Consumer, TopicPartition, _Completed
+from kwire.consumer import Consumer, TopicPartition
 from kwire.errors import ProducerFencedError
+from kwire.fetcher import _Completed
 from kwire.group import OffsetAndMetadata
 from kwire.producer import Producer
 from kwire.transactions import TransactionAbortedError, TransactionStateError

@@ -1,7 +1,10 @@
 """The Kafka wire protocol: request and response messages of every client
 API kwire speaks (generated from Apache Kafka's JSON definitions into
-:mod:`kwire.protocol.messages`), the request and response headers, version
-negotiation, and the Kafka 0.7 requests (:mod:`kwire.protocol.v07`).
+:mod:`kwire.protocol.messages`), API keys and error codes by name
+(:mod:`kwire.protocol.api_keys`, generated too), the request and response
+headers, version negotiation and the version caps
+(:mod:`kwire.protocol.versions`), and the Kafka 0.7 requests
+(:mod:`kwire.protocol.v07`).
 
 Framing, as FORMAT.md has it: every frame is an int32 size and that many
 bytes. A request carries header v1 (api key, version, correlation id,
@@ -18,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from kwire.errors import KwireError, ProtocolError
 from kwire.protocol import messages, versions
+from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import api_name
 from kwire.protocol._wire import _Bad, _Short, _tags
 from kwire.protocol.messages import APIS, MESSAGES
@@ -43,7 +47,6 @@ __all__ = [
 
 _head = struct.Struct(">hhih")
 _i32 = struct.Struct(">i")
-API_VERSIONS = 18
 
 
 def message(name: str) -> Type[Any]:
@@ -80,7 +83,7 @@ def request_header_version(api_key: int, version: int) -> int:
 
 
 def response_header_version(api_key: int, version: int) -> int:
-    if api_key == API_VERSIONS:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if _flexible(APIS[api_key][1], version) else 0
 
@@ -117,7 +120,8 @@ def decode_response(frame: Any, response_cls: Type[Any], version: int) -> Tuple[
             _, pos = _tags(buf, pos, len(buf))
         except (_Short, _Bad, IndexError) as e:
             raise ProtocolError(f"bad response header: {e}", name, version) from None
-    if response_cls.API_KEY == API_VERSIONS and version > 0 and len(buf) >= pos + 2 and buf[pos:pos + 2] != b"\0\0":
+    if (response_cls.API_KEY == ApiKey.API_VERSIONS and version > 0 and len(buf) >= pos + 2
+            and buf[pos:pos + 2] != b"\0\0"):
         # a broker that does not know the version asked for answers with a v0
         # body (error UNSUPPORTED_VERSION and the versions it does know)
         try:

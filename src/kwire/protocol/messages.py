@@ -2460,15 +2460,15 @@ _C142 = ConsumerProtocolSubscription.TopicPartition
 _C143 = ConsumerProtocolAssignment
 _C144 = ConsumerProtocolAssignment.TopicPartition
 
-def _d_0(buf, pos, end):
+def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
     o.client_software_name = ''
     o.client_software_version = ''
     o.unknown_tags = None
     return o, pos
-def _e_1(o, out, chunks):
+def _encode_ApiVersionsRequest_v0(o, out, chunks):
     pass
-def _d_2(buf, pos, end):
+def _decode_ApiVersionsRequest_v3(buf, pos, end):
     o = _C0.__new__(_C0)
     o.client_software_name, pos = _str_c(buf, pos, end)
     o.client_software_version, pos = _str_c(buf, pos, end)
@@ -2478,18 +2478,18 @@ def _d_2(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_3(o, out, chunks):
+def _encode_ApiVersionsRequest_v3(o, out, chunks):
     _put_str_c(o.client_software_name, out, chunks)
     _put_str_c(o.client_software_version, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_4(buf, pos, end):
+def _decode_ApiVersionsResponse_ApiVersion_v0(buf, pos, end):
     o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
     o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_5(buf, pos, end):
+def _decode_ApiVersionsResponse_v0(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -2498,7 +2498,7 @@ def _d_5(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.api_keys, pos = _array_n(buf, pos, end, _d_4, n, 6)
+        o.api_keys, pos = _array_n(buf, pos, end, _decode_ApiVersionsResponse_ApiVersion_v0, n, 6)
     elif n == 0:
         o.api_keys = []
     else:
@@ -2510,14 +2510,14 @@ def _d_5(buf, pos, end):
     o.zk_migration_ready = False
     o.unknown_tags = None
     return o, pos
-def _e_6(o, out, chunks):
+def _encode_ApiVersionsResponse_ApiVersion_v0(o, out, chunks):
     out += _S1.pack(o.api_key, o.min_version, o.max_version)
-def _ea_7(x, out, chunks):
-    _put_array(x, out, chunks, _e_6, False, False)
-def _e_8(o, out, chunks):
+def _encode_ApiVersionsResponse_ApiVersion_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ApiVersionsResponse_ApiVersion_v0, False, False)
+def _encode_ApiVersionsResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_7(o.api_keys, out, chunks)
-def _d_9(buf, pos, end):
+    _encode_ApiVersionsResponse_ApiVersion_v0_array(o.api_keys, out, chunks)
+def _decode_ApiVersionsResponse_v1(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -2526,7 +2526,7 @@ def _d_9(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.api_keys, pos = _array_n(buf, pos, end, _d_4, n, 6)
+        o.api_keys, pos = _array_n(buf, pos, end, _decode_ApiVersionsResponse_ApiVersion_v0, n, 6)
     elif n == 0:
         o.api_keys = []
     else:
@@ -2540,11 +2540,11 @@ def _d_9(buf, pos, end):
     o.zk_migration_ready = False
     o.unknown_tags = None
     return o, pos
-def _e_10(o, out, chunks):
+def _encode_ApiVersionsResponse_v1(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_7(o.api_keys, out, chunks)
+    _encode_ApiVersionsResponse_ApiVersion_v0_array(o.api_keys, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
-def _d_11(buf, pos, end):
+def _decode_ApiVersionsResponse_ApiVersion_v3(buf, pos, end):
     o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
     o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
@@ -2555,7 +2555,7 @@ def _d_11(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_12(buf, pos, end):
+def _decode_ApiVersionsResponse_SupportedFeatureKey_v3(buf, pos, end):
     o = _C3.__new__(_C3)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -2567,9 +2567,9 @@ def _d_12(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_13(buf, pos, end):
-    return _array(buf, pos, end, _d_12, True, False, 6)
-def _d_14(buf, pos, end):
+def _decode_ApiVersionsResponse_SupportedFeatureKey_v3_array(buf, pos, end):
+    return _array(buf, pos, end, _decode_ApiVersionsResponse_SupportedFeatureKey_v3, True, False, 6)
+def _decode_ApiVersionsResponse_FinalizedFeatureKey_v3(buf, pos, end):
     o = _C4.__new__(_C4)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -2581,9 +2581,9 @@ def _d_14(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_15(buf, pos, end):
-    return _array(buf, pos, end, _d_14, True, False, 6)
-def _d_16(buf, pos, end):
+def _decode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(buf, pos, end):
+    return _array(buf, pos, end, _decode_ApiVersionsResponse_FinalizedFeatureKey_v3, True, False, 6)
+def _decode_ApiVersionsResponse_v3(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -2593,7 +2593,7 @@ def _d_16(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.api_keys, pos = _array_n(buf, pos, end, _d_11, n, 7)
+        o.api_keys, pos = _array_n(buf, pos, end, _decode_ApiVersionsResponse_ApiVersion_v3, n, 7)
     elif n == 0:
         o.api_keys = []
     else:
@@ -2617,13 +2617,13 @@ def _d_16(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.supported_features, p2 = _da_13(buf, pos, stop)
+            o.supported_features, p2 = _decode_ApiVersionsResponse_SupportedFeatureKey_v3_array(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
             o.finalized_features_epoch, p2 = _fx_int64(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 2:
-            o.finalized_features, p2 = _da_15(buf, pos, stop)
+            o.finalized_features, p2 = _decode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 3:
             o.zk_migration_ready, p2 = _fx_bool(buf, pos, stop)
@@ -2634,31 +2634,31 @@ def _d_16(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_17(o, out, chunks):
+def _encode_ApiVersionsResponse_ApiVersion_v3(o, out, chunks):
     out += _S1.pack(o.api_key, o.min_version, o.max_version)
     _put_tags(out, None, o.unknown_tags)
-def _ea_18(x, out, chunks):
-    _put_array(x, out, chunks, _e_17, True, False)
-def _e_19(o, out, chunks):
+def _encode_ApiVersionsResponse_ApiVersion_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ApiVersionsResponse_ApiVersion_v3, True, False)
+def _encode_ApiVersionsResponse_SupportedFeatureKey_v3(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S3.pack(o.min_version, o.max_version)
     _put_tags(out, None, o.unknown_tags)
-def _ea_20(x, out, chunks):
-    _put_array(x, out, chunks, _e_19, True, False)
-def _e_21(o, out, chunks):
+def _encode_ApiVersionsResponse_SupportedFeatureKey_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ApiVersionsResponse_SupportedFeatureKey_v3, True, False)
+def _encode_ApiVersionsResponse_FinalizedFeatureKey_v3(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S3.pack(o.max_version_level, o.min_version_level)
     _put_tags(out, None, o.unknown_tags)
-def _ea_22(x, out, chunks):
-    _put_array(x, out, chunks, _e_21, True, False)
-def _e_23(o, out, chunks):
+def _encode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ApiVersionsResponse_FinalizedFeatureKey_v3, True, False)
+def _encode_ApiVersionsResponse_v3(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_18(o.api_keys, out, chunks)
+    _encode_ApiVersionsResponse_ApiVersion_v3_array(o.api_keys, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.supported_features != []:
         b = bytearray()
-        _ea_20(o.supported_features, b, None)
+        _encode_ApiVersionsResponse_SupportedFeatureKey_v3_array(o.supported_features, b, None)
         tags.append((0, b))
     if o.finalized_features_epoch != -1:
         b = bytearray()
@@ -2666,26 +2666,26 @@ def _e_23(o, out, chunks):
         tags.append((1, b))
     if o.finalized_features != []:
         b = bytearray()
-        _ea_22(o.finalized_features, b, None)
+        _encode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(o.finalized_features, b, None)
         tags.append((2, b))
     if o.zk_migration_ready != False:
         b = bytearray()
         _pfx_bool(o.zk_migration_ready, b, None)
         tags.append((3, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_24(buf, pos, end):
+def _decode_MetadataRequest_MetadataRequestTopic_v0(buf, pos, end):
     o = _C6.__new__(_C6)
     o.name, pos = _str_k(buf, pos, end)
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_25(buf, pos, end):
+def _decode_MetadataRequest_v0(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v0, n, 2)
     elif n == 0:
         o.topics = []
     else:
@@ -2695,22 +2695,22 @@ def _d_25(buf, pos, end):
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _e_26(o, out, chunks):
+def _encode_MetadataRequest_MetadataRequestTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-def _ea_27(x, out, chunks):
-    _put_array(x, out, chunks, _e_26, False, False)
-def _e_28(o, out, chunks):
-    _ea_27(o.topics, out, chunks)
+def _encode_MetadataRequest_MetadataRequestTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataRequest_MetadataRequestTopic_v0, False, False)
+def _encode_MetadataRequest_v0(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 0)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 0)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 0)
-def _d_29(buf, pos, end):
+def _decode_MetadataRequest_v1(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v0, n, 2)
     elif n == 0:
         o.topics = []
     else:
@@ -2720,30 +2720,30 @@ def _d_29(buf, pos, end):
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _ea_30(x, out, chunks):
-    _put_array(x, out, chunks, _e_26, False, True)
-def _e_31(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataRequest_MetadataRequestTopic_v0, False, True)
+def _encode_MetadataRequest_v1(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 1)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 1)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 1)
-def _e_32(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v2(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 2)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 2)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 2)
-def _e_33(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v3(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.allow_auto_topic_creation != True: _absent('MetadataRequest', 'allow_auto_topic_creation', 3)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 3)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 3)
-def _d_34(buf, pos, end):
+def _decode_MetadataRequest_v4(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v0, n, 2)
     elif n == 0:
         o.topics = []
     else:
@@ -2755,33 +2755,33 @@ def _d_34(buf, pos, end):
     o.include_topic_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _e_35(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v4(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 4)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 4)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_36(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v5(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 5)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 5)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_37(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v6(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 6)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 6)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _e_38(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v7(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 7)
     if o.include_topic_authorized_operations != False: _absent('MetadataRequest', 'include_topic_authorized_operations', 7)
     out += _S4.pack(o.allow_auto_topic_creation)
-def _d_39(buf, pos, end):
+def _decode_MetadataRequest_v8(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_24, n, 2)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v0, n, 2)
     elif n == 0:
         o.topics = []
     else:
@@ -2791,10 +2791,10 @@ def _d_39(buf, pos, end):
     pos += 3
     o.unknown_tags = None
     return o, pos
-def _e_40(o, out, chunks):
-    _ea_30(o.topics, out, chunks)
+def _encode_MetadataRequest_v8(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v0_array_nullable(o.topics, out, chunks)
     out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
-def _d_41(buf, pos, end):
+def _decode_MetadataRequest_MetadataRequestTopic_v9(buf, pos, end):
     o = _C6.__new__(_C6)
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id = ZERO_UUID
@@ -2804,14 +2804,14 @@ def _d_41(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_42(buf, pos, end):
+def _decode_MetadataRequest_v9(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_41, n, 2)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v9, n, 2)
     elif n == 0:
         o.topics = []
     else:
@@ -2825,16 +2825,16 @@ def _d_42(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_43(o, out, chunks):
+def _encode_MetadataRequest_MetadataRequestTopic_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_44(x, out, chunks):
-    _put_array(x, out, chunks, _e_43, True, True)
-def _e_45(o, out, chunks):
-    _ea_44(o.topics, out, chunks)
+def _encode_MetadataRequest_MetadataRequestTopic_v9_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataRequest_MetadataRequestTopic_v9, True, True)
+def _encode_MetadataRequest_v9(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v9_array_nullable(o.topics, out, chunks)
     out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_46(buf, pos, end):
+def _decode_MetadataRequest_MetadataRequestTopic_v10(buf, pos, end):
     o = _C6.__new__(_C6)
     o.topic_id, pos = _uuid(buf, pos, end)
     o.name, pos = _str_cn(buf, pos, end)
@@ -2844,14 +2844,14 @@ def _d_46(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_47(buf, pos, end):
+def _decode_MetadataRequest_v10(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_46, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -2865,24 +2865,24 @@ def _d_47(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_48(o, out, chunks):
+def _encode_MetadataRequest_MetadataRequestTopic_v10(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
     _put_str_cn(o.name, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_49(x, out, chunks):
-    _put_array(x, out, chunks, _e_48, True, True)
-def _e_50(o, out, chunks):
-    _ea_49(o.topics, out, chunks)
+def _encode_MetadataRequest_MetadataRequestTopic_v10_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataRequest_MetadataRequestTopic_v10, True, True)
+def _encode_MetadataRequest_v10(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v10_array_nullable(o.topics, out, chunks)
     out += _S5.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_51(buf, pos, end):
+def _decode_MetadataRequest_v11(buf, pos, end):
     o = _C5.__new__(_C5)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_46, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataRequest_MetadataRequestTopic_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -2897,22 +2897,22 @@ def _d_51(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_52(o, out, chunks):
-    _ea_49(o.topics, out, chunks)
+def _encode_MetadataRequest_v11(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v10_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 11)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _e_53(o, out, chunks):
-    _ea_49(o.topics, out, chunks)
+def _encode_MetadataRequest_v12(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v10_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 12)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _e_54(o, out, chunks):
-    _ea_49(o.topics, out, chunks)
+def _encode_MetadataRequest_v13(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v10_array_nullable(o.topics, out, chunks)
     if o.include_cluster_authorized_operations != False: _absent('MetadataRequest', 'include_cluster_authorized_operations', 13)
     out += _S6.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_55(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseBroker_v0(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -2924,7 +2924,7 @@ def _d_55(buf, pos, end):
     o.rack = None
     o.unknown_tags = None
     return o, pos
-def _d_56(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponsePartition_v0(buf, pos, end):
     o = _C10.__new__(_C10)
     if pos + 10 > end: _short()
     o.error_code, o.partition_index, o.leader_id = _S7.unpack_from(buf, pos)
@@ -2951,7 +2951,7 @@ def _d_56(buf, pos, end):
     o.offline_replicas = []
     o.unknown_tags = None
     return o, pos
-def _d_57(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v0(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -2961,7 +2961,7 @@ def _d_57(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_56, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v0, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -2971,13 +2971,13 @@ def _d_57(buf, pos, end):
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _d_58(buf, pos, end):
+def _decode_MetadataResponse_v0(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_55, n, 10)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v0, n, 10)
     elif n == 0:
         o.brokers = []
     else:
@@ -2986,7 +2986,7 @@ def _d_58(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_57, n, 8)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v0, n, 8)
     elif n == 0:
         o.topics = []
     else:
@@ -2998,32 +2998,32 @@ def _d_58(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_59(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v0(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     out += _S2.pack(o.port)
-def _ea_60(x, out, chunks):
-    _put_array(x, out, chunks, _e_59, False, False)
-def _ea_61(x, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseBroker_v0, False, False)
+def _encode_int32_array(x, out, chunks):
     _put_array(x, out, chunks, _pfx_int32, False, False)
-def _e_62(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponsePartition_v0(o, out, chunks):
     out += _S7.pack(o.error_code, o.partition_index, o.leader_id)
-    _ea_61(o.replica_nodes, out, chunks)
-    _ea_61(o.isr_nodes, out, chunks)
-def _ea_63(x, out, chunks):
-    _put_array(x, out, chunks, _e_62, False, False)
-def _e_64(o, out, chunks):
+    _encode_int32_array(o.replica_nodes, out, chunks)
+    _encode_int32_array(o.isr_nodes, out, chunks)
+def _encode_MetadataResponse_MetadataResponsePartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v0, False, False)
+def _encode_MetadataResponse_MetadataResponseTopic_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
-    _ea_63(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 0)
-def _ea_65(x, out, chunks):
-    _put_array(x, out, chunks, _e_64, False, False)
-def _e_66(o, out, chunks):
-    _ea_60(o.brokers, out, chunks)
-    _ea_65(o.topics, out, chunks)
+def _encode_MetadataResponse_MetadataResponseTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v0, False, False)
+def _encode_MetadataResponse_v0(o, out, chunks):
+    _encode_MetadataResponse_MetadataResponseBroker_v0_array(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v0_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 0)
-def _d_67(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseBroker_v1(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -3035,7 +3035,7 @@ def _d_67(buf, pos, end):
     o.rack, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_68(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v1(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3048,7 +3048,7 @@ def _d_68(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_56, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v0, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -3057,13 +3057,13 @@ def _d_68(buf, pos, end):
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _d_69(buf, pos, end):
+def _decode_MetadataResponse_v1(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3075,7 +3075,7 @@ def _d_69(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v1, n, 9)
     elif n == 0:
         o.topics = []
     else:
@@ -3086,33 +3086,33 @@ def _d_69(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_70(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v1(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_kn(o.rack, out, chunks)
-def _ea_71(x, out, chunks):
-    _put_array(x, out, chunks, _e_70, False, False)
-def _e_72(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseBroker_v1, False, False)
+def _encode_MetadataResponse_MetadataResponseTopic_v1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_63(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 1)
-def _ea_73(x, out, chunks):
-    _put_array(x, out, chunks, _e_72, False, False)
-def _e_74(o, out, chunks):
-    _ea_71(o.brokers, out, chunks)
+def _encode_MetadataResponse_MetadataResponseTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v1, False, False)
+def _encode_MetadataResponse_v1(o, out, chunks):
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_73(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v1_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 1)
-def _d_75(buf, pos, end):
+def _decode_MetadataResponse_v2(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3125,7 +3125,7 @@ def _d_75(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v1, n, 9)
     elif n == 0:
         o.topics = []
     else:
@@ -3135,21 +3135,21 @@ def _d_75(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_76(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v2(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_63(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 2)
-def _ea_77(x, out, chunks):
-    _put_array(x, out, chunks, _e_76, False, False)
-def _e_78(o, out, chunks):
-    _ea_71(o.brokers, out, chunks)
+def _encode_MetadataResponse_MetadataResponseTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v2, False, False)
+def _encode_MetadataResponse_v2(o, out, chunks):
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_77(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v2_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 2)
-def _d_79(buf, pos, end):
+def _decode_MetadataResponse_v3(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3158,7 +3158,7 @@ def _d_79(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3171,7 +3171,7 @@ def _d_79(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_68, n, 9)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v1, n, 9)
     elif n == 0:
         o.topics = []
     else:
@@ -3180,37 +3180,37 @@ def _d_79(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_80(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v3(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_63(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 3)
-def _ea_81(x, out, chunks):
-    _put_array(x, out, chunks, _e_80, False, False)
-def _e_82(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v3, False, False)
+def _encode_MetadataResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_81(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v3_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 3)
-def _e_83(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v4(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_63(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 4)
-def _ea_84(x, out, chunks):
-    _put_array(x, out, chunks, _e_83, False, False)
-def _e_85(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v4, False, False)
+def _encode_MetadataResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_84(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v4_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 4)
-def _d_86(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponsePartition_v5(buf, pos, end):
     o = _C10.__new__(_C10)
     if pos + 10 > end: _short()
     o.error_code, o.partition_index, o.leader_id = _S7.unpack_from(buf, pos)
@@ -3245,7 +3245,7 @@ def _d_86(buf, pos, end):
     o.leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_87(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v5(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3258,7 +3258,7 @@ def _d_87(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_86, n, 22)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v5, n, 22)
     elif n == 0:
         o.partitions = []
     else:
@@ -3267,7 +3267,7 @@ def _d_87(buf, pos, end):
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _d_88(buf, pos, end):
+def _decode_MetadataResponse_v5(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3276,7 +3276,7 @@ def _d_88(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3289,7 +3289,7 @@ def _d_88(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_87, n, 9)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v5, n, 9)
     elif n == 0:
         o.topics = []
     else:
@@ -3298,44 +3298,44 @@ def _d_88(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_89(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponsePartition_v5(o, out, chunks):
     out += _S7.pack(o.error_code, o.partition_index, o.leader_id)
-    _ea_61(o.replica_nodes, out, chunks)
-    _ea_61(o.isr_nodes, out, chunks)
-    _ea_61(o.offline_replicas, out, chunks)
-def _ea_90(x, out, chunks):
-    _put_array(x, out, chunks, _e_89, False, False)
-def _e_91(o, out, chunks):
+    _encode_int32_array(o.replica_nodes, out, chunks)
+    _encode_int32_array(o.isr_nodes, out, chunks)
+    _encode_int32_array(o.offline_replicas, out, chunks)
+def _encode_MetadataResponse_MetadataResponsePartition_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v5, False, False)
+def _encode_MetadataResponse_MetadataResponseTopic_v5(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_90(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v5_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 5)
-def _ea_92(x, out, chunks):
-    _put_array(x, out, chunks, _e_91, False, False)
-def _e_93(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v5, False, False)
+def _encode_MetadataResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_92(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v5_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 5)
-def _e_94(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v6(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_90(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v5_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 6)
-def _ea_95(x, out, chunks):
-    _put_array(x, out, chunks, _e_94, False, False)
-def _e_96(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v6, False, False)
+def _encode_MetadataResponse_v6(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_95(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v6_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 6)
-def _d_97(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponsePartition_v7(buf, pos, end):
     o = _C10.__new__(_C10)
     if pos + 14 > end: _short()
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S8.unpack_from(buf, pos)
@@ -3369,7 +3369,7 @@ def _d_97(buf, pos, end):
         o.offline_replicas = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_98(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v7(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3382,7 +3382,7 @@ def _d_98(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_97, n, 26)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v7, n, 26)
     elif n == 0:
         o.partitions = []
     else:
@@ -3391,7 +3391,7 @@ def _d_98(buf, pos, end):
     o.topic_authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _d_99(buf, pos, end):
+def _decode_MetadataResponse_v7(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3400,7 +3400,7 @@ def _d_99(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3413,7 +3413,7 @@ def _d_99(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_98, n, 9)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v7, n, 9)
     elif n == 0:
         o.topics = []
     else:
@@ -3422,29 +3422,29 @@ def _d_99(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_100(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponsePartition_v7(o, out, chunks):
     out += _S8.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _ea_61(o.replica_nodes, out, chunks)
-    _ea_61(o.isr_nodes, out, chunks)
-    _ea_61(o.offline_replicas, out, chunks)
-def _ea_101(x, out, chunks):
-    _put_array(x, out, chunks, _e_100, False, False)
-def _e_102(o, out, chunks):
+    _encode_int32_array(o.replica_nodes, out, chunks)
+    _encode_int32_array(o.isr_nodes, out, chunks)
+    _encode_int32_array(o.offline_replicas, out, chunks)
+def _encode_MetadataResponse_MetadataResponsePartition_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v7, False, False)
+def _encode_MetadataResponse_MetadataResponseTopic_v7(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_101(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v7_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 7)
-def _ea_103(x, out, chunks):
-    _put_array(x, out, chunks, _e_102, False, False)
-def _e_104(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v7, False, False)
+def _encode_MetadataResponse_v7(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_103(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v7_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 7)
-def _d_105(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v8(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3457,7 +3457,7 @@ def _d_105(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_97, n, 26)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v7, n, 26)
     elif n == 0:
         o.partitions = []
     else:
@@ -3468,7 +3468,7 @@ def _d_105(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_106(buf, pos, end):
+def _decode_MetadataResponse_v8(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3477,7 +3477,7 @@ def _d_106(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_67, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v1, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -3490,7 +3490,7 @@ def _d_106(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_105, n, 13)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v8, n, 13)
     elif n == 0:
         o.topics = []
     else:
@@ -3501,22 +3501,22 @@ def _d_106(buf, pos, end):
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
-def _e_107(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v8(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_101(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v7_array(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
-def _ea_108(x, out, chunks):
-    _put_array(x, out, chunks, _e_107, False, False)
-def _e_109(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v8, False, False)
+def _encode_MetadataResponse_v8(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_71(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_108(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v8_array(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
-def _d_110(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseBroker_v9(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -3532,7 +3532,7 @@ def _d_110(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_111(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponsePartition_v9(buf, pos, end):
     o = _C10.__new__(_C10)
     if pos + 14 > end: _short()
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S8.unpack_from(buf, pos)
@@ -3573,7 +3573,7 @@ def _d_111(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_112(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v9(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3587,7 +3587,7 @@ def _d_112(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v9, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -3602,7 +3602,7 @@ def _d_112(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_113(buf, pos, end):
+def _decode_MetadataResponse_v9(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3612,7 +3612,7 @@ def _d_113(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v9, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -3626,7 +3626,7 @@ def _d_113(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_112, n, 10)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v9, n, 10)
     elif n == 0:
         o.topics = []
     else:
@@ -3641,42 +3641,42 @@ def _d_113(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_114(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v9(o, out, chunks):
     out += _S2.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_115(x, out, chunks):
-    _put_array(x, out, chunks, _e_114, True, False)
-def _ea_116(x, out, chunks):
+def _encode_MetadataResponse_MetadataResponseBroker_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseBroker_v9, True, False)
+def _encode_int32_array_compact(x, out, chunks):
     _put_array(x, out, chunks, _pfx_int32, True, False)
-def _e_117(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponsePartition_v9(o, out, chunks):
     out += _S8.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _ea_116(o.replica_nodes, out, chunks)
-    _ea_116(o.isr_nodes, out, chunks)
-    _ea_116(o.offline_replicas, out, chunks)
+    _encode_int32_array_compact(o.replica_nodes, out, chunks)
+    _encode_int32_array_compact(o.isr_nodes, out, chunks)
+    _encode_int32_array_compact(o.offline_replicas, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_118(x, out, chunks):
-    _put_array(x, out, chunks, _e_117, True, False)
-def _e_119(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponsePartition_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v9, True, False)
+def _encode_MetadataResponse_MetadataResponseTopic_v9(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_118(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_120(x, out, chunks):
-    _put_array(x, out, chunks, _e_119, True, False)
-def _e_121(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v9, True, False)
+def _encode_MetadataResponse_v9(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_115(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_120(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v9_array(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_122(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v10(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3691,7 +3691,7 @@ def _d_122(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v9, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -3705,7 +3705,7 @@ def _d_122(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_123(buf, pos, end):
+def _decode_MetadataResponse_v10(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3715,7 +3715,7 @@ def _d_123(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v9, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -3729,7 +3729,7 @@ def _d_123(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_122, n, 26)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v10, n, 26)
     elif n == 0:
         o.topics = []
     else:
@@ -3744,25 +3744,25 @@ def _d_123(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_124(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v10(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_118(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_125(x, out, chunks):
-    _put_array(x, out, chunks, _e_124, True, False)
-def _e_126(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v10, True, False)
+def _encode_MetadataResponse_v10(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_115(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_125(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v10_array(o.topics, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_127(buf, pos, end):
+def _decode_MetadataResponse_v11(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3772,7 +3772,7 @@ def _d_127(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v9, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -3786,7 +3786,7 @@ def _d_127(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_122, n, 26)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v10, n, 26)
     elif n == 0:
         o.topics = []
     else:
@@ -3799,15 +3799,15 @@ def _d_127(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_128(o, out, chunks):
+def _encode_MetadataResponse_v11(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_115(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_125(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v10_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 11)
     _put_tags(out, None, o.unknown_tags)
-def _d_129(buf, pos, end):
+def _decode_MetadataResponse_MetadataResponseTopic_v12(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -3822,7 +3822,7 @@ def _d_129(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_111, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponsePartition_v9, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -3836,7 +3836,7 @@ def _d_129(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_130(buf, pos, end):
+def _decode_MetadataResponse_v12(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3846,7 +3846,7 @@ def _d_130(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v9, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -3860,7 +3860,7 @@ def _d_130(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_129, n, 26)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v12, n, 26)
     elif n == 0:
         o.topics = []
     else:
@@ -3873,25 +3873,25 @@ def _d_130(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_131(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v12(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
-    _ea_118(o.partitions, out, chunks)
+    _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
     out += _S2.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_132(x, out, chunks):
-    _put_array(x, out, chunks, _e_131, True, False)
-def _e_133(o, out, chunks):
+def _encode_MetadataResponse_MetadataResponseTopic_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v12, True, False)
+def _encode_MetadataResponse_v12(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_115(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_132(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v12_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 12)
     _put_tags(out, None, o.unknown_tags)
-def _d_134(buf, pos, end):
+def _decode_MetadataResponse_v13(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -3901,7 +3901,7 @@ def _d_134(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_110, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseBroker_v9, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -3915,7 +3915,7 @@ def _d_134(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_129, n, 26)
+        o.topics, pos = _array_n(buf, pos, end, _decode_MetadataResponse_MetadataResponseTopic_v12, n, 26)
     elif n == 0:
         o.topics = []
     else:
@@ -3930,16 +3930,16 @@ def _d_134(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_135(o, out, chunks):
+def _encode_MetadataResponse_v13(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_115(o.brokers, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_132(o.topics, out, chunks)
+    _encode_MetadataResponse_MetadataResponseTopic_v12_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 13)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_136(buf, pos, end):
+def _decode_ProduceRequest_PartitionProduceData_v3(buf, pos, end):
     o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
     o.index, = _S2.unpack_from(buf, pos)
@@ -3947,14 +3947,14 @@ def _d_136(buf, pos, end):
     o.records, pos = _bytes_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_137(buf, pos, end):
+def _decode_ProduceRequest_TopicProduceData_v3(buf, pos, end):
     o = _C12.__new__(_C12)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partition_data, pos = _array_n(buf, pos, end, _d_136, n, 8)
+        o.partition_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_PartitionProduceData_v3, n, 8)
     elif n == 0:
         o.partition_data = []
     else:
@@ -3962,7 +3962,7 @@ def _d_137(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_138(buf, pos, end):
+def _decode_ProduceRequest_v3(buf, pos, end):
     o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_kn(buf, pos, end)
     if pos + 6 > end: _short()
@@ -3972,28 +3972,28 @@ def _d_138(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topic_data, pos = _array_n(buf, pos, end, _d_137, n, 6)
+        o.topic_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_TopicProduceData_v3, n, 6)
     elif n == 0:
         o.topic_data = []
     else:
         o.topic_data = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_139(o, out, chunks):
+def _encode_ProduceRequest_PartitionProduceData_v3(o, out, chunks):
     out += _S2.pack(o.index)
     _put_records_k(o.records, out, chunks)
-def _ea_140(x, out, chunks):
-    _put_array(x, out, chunks, _e_139, False, False)
-def _e_141(o, out, chunks):
+def _encode_ProduceRequest_PartitionProduceData_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceRequest_PartitionProduceData_v3, False, False)
+def _encode_ProduceRequest_TopicProduceData_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_140(o.partition_data, out, chunks)
-def _ea_142(x, out, chunks):
-    _put_array(x, out, chunks, _e_141, False, False)
-def _e_143(o, out, chunks):
+    _encode_ProduceRequest_PartitionProduceData_v3_array(o.partition_data, out, chunks)
+def _encode_ProduceRequest_TopicProduceData_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceRequest_TopicProduceData_v3, False, False)
+def _encode_ProduceRequest_v3(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_142(o.topic_data, out, chunks)
-def _d_144(buf, pos, end):
+    _encode_ProduceRequest_TopicProduceData_v3_array(o.topic_data, out, chunks)
+def _decode_ProduceRequest_PartitionProduceData_v9(buf, pos, end):
     o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
     o.index, = _S2.unpack_from(buf, pos)
@@ -4009,7 +4009,7 @@ def _d_144(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_145(buf, pos, end):
+def _decode_ProduceRequest_TopicProduceData_v9(buf, pos, end):
     o = _C12.__new__(_C12)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -4017,7 +4017,7 @@ def _d_145(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partition_data, pos = _array_n(buf, pos, end, _d_144, n, 6)
+        o.partition_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_PartitionProduceData_v9, n, 6)
     elif n == 0:
         o.partition_data = []
     else:
@@ -4029,7 +4029,7 @@ def _d_145(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_146(buf, pos, end):
+def _decode_ProduceRequest_v9(buf, pos, end):
     o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
@@ -4040,7 +4040,7 @@ def _d_146(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topic_data, pos = _array_n(buf, pos, end, _d_145, n, 3)
+        o.topic_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_TopicProduceData_v9, n, 3)
     elif n == 0:
         o.topic_data = []
     else:
@@ -4051,24 +4051,24 @@ def _d_146(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_147(o, out, chunks):
+def _encode_ProduceRequest_PartitionProduceData_v9(o, out, chunks):
     out += _S2.pack(o.index)
     _put_records_c(o.records, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_148(x, out, chunks):
-    _put_array(x, out, chunks, _e_147, True, False)
-def _e_149(o, out, chunks):
+def _encode_ProduceRequest_PartitionProduceData_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceRequest_PartitionProduceData_v9, True, False)
+def _encode_ProduceRequest_TopicProduceData_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_148(o.partition_data, out, chunks)
+    _encode_ProduceRequest_PartitionProduceData_v9_array(o.partition_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_150(x, out, chunks):
-    _put_array(x, out, chunks, _e_149, True, False)
-def _e_151(o, out, chunks):
+def _encode_ProduceRequest_TopicProduceData_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceRequest_TopicProduceData_v9, True, False)
+def _encode_ProduceRequest_v9(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_150(o.topic_data, out, chunks)
+    _encode_ProduceRequest_TopicProduceData_v9_array(o.topic_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_152(buf, pos, end):
+def _decode_ProduceRequest_TopicProduceData_v13(buf, pos, end):
     o = _C12.__new__(_C12)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -4076,7 +4076,7 @@ def _d_152(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partition_data, pos = _array_n(buf, pos, end, _d_144, n, 6)
+        o.partition_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_PartitionProduceData_v9, n, 6)
     elif n == 0:
         o.partition_data = []
     else:
@@ -4088,7 +4088,7 @@ def _d_152(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_153(buf, pos, end):
+def _decode_ProduceRequest_v13(buf, pos, end):
     o = _C11.__new__(_C11)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
@@ -4099,7 +4099,7 @@ def _d_153(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topic_data, pos = _array_n(buf, pos, end, _d_152, n, 18)
+        o.topic_data, pos = _array_n(buf, pos, end, _decode_ProduceRequest_TopicProduceData_v13, n, 18)
     elif n == 0:
         o.topic_data = []
     else:
@@ -4110,18 +4110,18 @@ def _d_153(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_154(o, out, chunks):
+def _encode_ProduceRequest_TopicProduceData_v13(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_148(o.partition_data, out, chunks)
+    _encode_ProduceRequest_PartitionProduceData_v9_array(o.partition_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_155(x, out, chunks):
-    _put_array(x, out, chunks, _e_154, True, False)
-def _e_156(o, out, chunks):
+def _encode_ProduceRequest_TopicProduceData_v13_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceRequest_TopicProduceData_v13, True, False)
+def _encode_ProduceRequest_v13(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S9.pack(o.acks, o.timeout_ms)
-    _ea_155(o.topic_data, out, chunks)
+    _encode_ProduceRequest_TopicProduceData_v13_array(o.topic_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_157(buf, pos, end):
+def _decode_ProduceResponse_PartitionProduceResponse_v3(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 22 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms = _S10.unpack_from(buf, pos)
@@ -4136,14 +4136,14 @@ def _d_157(buf, pos, end):
     o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _d_158(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v3(buf, pos, end):
     o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_157, n, 22)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v3, n, 22)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4151,13 +4151,13 @@ def _d_158(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_159(buf, pos, end):
+def _decode_ProduceResponse_v3(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_158, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v3, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -4168,35 +4168,35 @@ def _d_159(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_160(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v3(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 3)
     out += _S10.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-def _ea_161(x, out, chunks):
-    _put_array(x, out, chunks, _e_160, False, False)
-def _e_162(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v3, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_161(o.partition_responses, out, chunks)
-def _ea_163(x, out, chunks):
-    _put_array(x, out, chunks, _e_162, False, False)
-def _e_164(o, out, chunks):
-    _ea_163(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v3_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v3, False, False)
+def _encode_ProduceResponse_v3(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v3_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 3)
     out += _S2.pack(o.throttle_time_ms)
-def _e_165(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v4(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 4)
     out += _S10.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-def _ea_166(x, out, chunks):
-    _put_array(x, out, chunks, _e_165, False, False)
-def _e_167(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v4, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v4(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_166(o.partition_responses, out, chunks)
-def _ea_168(x, out, chunks):
-    _put_array(x, out, chunks, _e_167, False, False)
-def _e_169(o, out, chunks):
-    _ea_168(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v4_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v4, False, False)
+def _encode_ProduceResponse_v4(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v4_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 4)
     out += _S2.pack(o.throttle_time_ms)
-def _d_170(buf, pos, end):
+def _decode_ProduceResponse_PartitionProduceResponse_v5(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -4210,14 +4210,14 @@ def _d_170(buf, pos, end):
     o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _d_171(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v5(buf, pos, end):
     o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_170, n, 30)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v5, n, 30)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4225,13 +4225,13 @@ def _d_171(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_172(buf, pos, end):
+def _decode_ProduceResponse_v5(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_171, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v5, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -4242,49 +4242,49 @@ def _d_172(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_173(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v5(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 5)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_174(x, out, chunks):
-    _put_array(x, out, chunks, _e_173, False, False)
-def _e_175(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v5, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v5(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_174(o.partition_responses, out, chunks)
-def _ea_176(x, out, chunks):
-    _put_array(x, out, chunks, _e_175, False, False)
-def _e_177(o, out, chunks):
-    _ea_176(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v5_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v5, False, False)
+def _encode_ProduceResponse_v5(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v5_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 5)
     out += _S2.pack(o.throttle_time_ms)
-def _e_178(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v6(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 6)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_179(x, out, chunks):
-    _put_array(x, out, chunks, _e_178, False, False)
-def _e_180(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v6, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v6(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_179(o.partition_responses, out, chunks)
-def _ea_181(x, out, chunks):
-    _put_array(x, out, chunks, _e_180, False, False)
-def _e_182(o, out, chunks):
-    _ea_181(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v6_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v6, False, False)
+def _encode_ProduceResponse_v6(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v6_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 6)
     out += _S2.pack(o.throttle_time_ms)
-def _e_183(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v7(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 7)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-def _ea_184(x, out, chunks):
-    _put_array(x, out, chunks, _e_183, False, False)
-def _e_185(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v7, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v7(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_184(o.partition_responses, out, chunks)
-def _ea_186(x, out, chunks):
-    _put_array(x, out, chunks, _e_185, False, False)
-def _e_187(o, out, chunks):
-    _ea_186(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v7_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v7, False, False)
+def _encode_ProduceResponse_v7(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v7_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 7)
     out += _S2.pack(o.throttle_time_ms)
-def _d_188(buf, pos, end):
+def _decode_ProduceResponse_BatchIndexAndErrorMessage_v8(buf, pos, end):
     o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
     o.batch_index, = _S2.unpack_from(buf, pos)
@@ -4292,7 +4292,7 @@ def _d_188(buf, pos, end):
     o.batch_index_error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_189(buf, pos, end):
+def _decode_ProduceResponse_PartitionProduceResponse_v8(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -4301,7 +4301,7 @@ def _d_189(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.record_errors, pos = _array_n(buf, pos, end, _d_188, n, 6)
+        o.record_errors, pos = _array_n(buf, pos, end, _decode_ProduceResponse_BatchIndexAndErrorMessage_v8, n, 6)
     elif n == 0:
         o.record_errors = []
     else:
@@ -4314,14 +4314,14 @@ def _d_189(buf, pos, end):
     o.current_leader = d0
     o.unknown_tags = None
     return o, pos
-def _d_190(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v8(buf, pos, end):
     o = _C15.__new__(_C15)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_189, n, 36)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v8, n, 36)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4329,13 +4329,13 @@ def _d_190(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_191(buf, pos, end):
+def _decode_ProduceResponse_v8(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_190, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v8, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -4346,28 +4346,28 @@ def _d_191(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_192(o, out, chunks):
+def _encode_ProduceResponse_BatchIndexAndErrorMessage_v8(o, out, chunks):
     out += _S2.pack(o.batch_index)
     _put_str_kn(o.batch_index_error_message, out, chunks)
-def _ea_193(x, out, chunks):
-    _put_array(x, out, chunks, _e_192, False, False)
-def _e_194(o, out, chunks):
+def _encode_ProduceResponse_BatchIndexAndErrorMessage_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_BatchIndexAndErrorMessage_v8, False, False)
+def _encode_ProduceResponse_PartitionProduceResponse_v8(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_193(o.record_errors, out, chunks)
+    _encode_ProduceResponse_BatchIndexAndErrorMessage_v8_array(o.record_errors, out, chunks)
     _put_str_kn(o.error_message, out, chunks)
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 8)
-def _ea_195(x, out, chunks):
-    _put_array(x, out, chunks, _e_194, False, False)
-def _e_196(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v8, False, False)
+def _encode_ProduceResponse_TopicProduceResponse_v8(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_195(o.partition_responses, out, chunks)
-def _ea_197(x, out, chunks):
-    _put_array(x, out, chunks, _e_196, False, False)
-def _e_198(o, out, chunks):
-    _ea_197(o.responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v8_array(o.partition_responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v8, False, False)
+def _encode_ProduceResponse_v8(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v8_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 8)
     out += _S2.pack(o.throttle_time_ms)
-def _d_199(buf, pos, end):
+def _decode_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos, end):
     o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
     o.batch_index, = _S2.unpack_from(buf, pos)
@@ -4379,7 +4379,7 @@ def _d_199(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_200(buf, pos, end):
+def _decode_ProduceResponse_PartitionProduceResponse_v9(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -4389,7 +4389,7 @@ def _d_200(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.record_errors, pos = _array_n(buf, pos, end, _d_199, n, 6)
+        o.record_errors, pos = _array_n(buf, pos, end, _decode_ProduceResponse_BatchIndexAndErrorMessage_v9, n, 6)
     elif n == 0:
         o.record_errors = []
     else:
@@ -4406,7 +4406,7 @@ def _d_200(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_201(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v9(buf, pos, end):
     o = _C15.__new__(_C15)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -4414,7 +4414,7 @@ def _d_201(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_200, n, 33)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v9, n, 33)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4426,14 +4426,14 @@ def _d_201(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_202(buf, pos, end):
+def _decode_ProduceResponse_v9(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_201, n, 3)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v9, n, 3)
     elif n == 0:
         o.responses = []
     else:
@@ -4448,32 +4448,32 @@ def _d_202(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_203(o, out, chunks):
+def _encode_ProduceResponse_BatchIndexAndErrorMessage_v9(o, out, chunks):
     out += _S2.pack(o.batch_index)
     _put_str_cn(o.batch_index_error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_204(x, out, chunks):
-    _put_array(x, out, chunks, _e_203, True, False)
-def _e_205(o, out, chunks):
+def _encode_ProduceResponse_BatchIndexAndErrorMessage_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_BatchIndexAndErrorMessage_v9, True, False)
+def _encode_ProduceResponse_PartitionProduceResponse_v9(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_204(o.record_errors, out, chunks)
+    _encode_ProduceResponse_BatchIndexAndErrorMessage_v9_array(o.record_errors, out, chunks)
     _put_str_cn(o.error_message, out, chunks)
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 9)
     _put_tags(out, None, o.unknown_tags)
-def _ea_206(x, out, chunks):
-    _put_array(x, out, chunks, _e_205, True, False)
-def _e_207(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v9, True, False)
+def _encode_ProduceResponse_TopicProduceResponse_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_206(o.partition_responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v9_array(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_208(x, out, chunks):
-    _put_array(x, out, chunks, _e_207, True, False)
-def _e_209(o, out, chunks):
-    _ea_208(o.responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v9, True, False)
+def _encode_ProduceResponse_v9(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v9_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 9)
     out += _S2.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_210(buf, pos, end):
+def _decode_ProduceResponse_LeaderIdAndEpoch_v10(buf, pos, end):
     o = _C17.__new__(_C17)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
@@ -4484,7 +4484,7 @@ def _d_210(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_211(buf, pos, end):
+def _decode_ProduceResponse_PartitionProduceResponse_v10(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -4494,7 +4494,7 @@ def _d_211(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.record_errors, pos = _array_n(buf, pos, end, _d_199, n, 6)
+        o.record_errors, pos = _array_n(buf, pos, end, _decode_ProduceResponse_BatchIndexAndErrorMessage_v9, n, 6)
     elif n == 0:
         o.record_errors = []
     else:
@@ -4517,7 +4517,7 @@ def _d_211(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.current_leader, p2 = _d_210(buf, pos, stop)
+            o.current_leader, p2 = _decode_ProduceResponse_LeaderIdAndEpoch_v10(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -4525,7 +4525,7 @@ def _d_211(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_212(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v10(buf, pos, end):
     o = _C15.__new__(_C15)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -4533,7 +4533,7 @@ def _d_212(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_211, n, 33)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v10, n, 33)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4545,7 +4545,7 @@ def _d_212(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_213(buf, pos, end):
+def _decode_ProduceResponse_NodeEndpoint_v10(buf, pos, end):
     o = _C19.__new__(_C19)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -4561,16 +4561,16 @@ def _d_213(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_214(buf, pos, end):
-    return _array(buf, pos, end, _d_213, True, False, 11)
-def _d_215(buf, pos, end):
+def _decode_ProduceResponse_NodeEndpoint_v10_array(buf, pos, end):
+    return _array(buf, pos, end, _decode_ProduceResponse_NodeEndpoint_v10, True, False, 11)
+def _decode_ProduceResponse_v10(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_212, n, 3)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v10, n, 3)
     elif n == 0:
         o.responses = []
     else:
@@ -4591,7 +4591,7 @@ def _d_215(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_214(buf, pos, stop)
+            o.node_endpoints, p2 = _decode_ProduceResponse_NodeEndpoint_v10_array(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -4599,37 +4599,37 @@ def _d_215(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_216(o, out, chunks):
+def _encode_ProduceResponse_LeaderIdAndEpoch_v10(o, out, chunks):
     out += _S12.pack(o.leader_id, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_217(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v10(o, out, chunks):
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    _ea_204(o.record_errors, out, chunks)
+    _encode_ProduceResponse_BatchIndexAndErrorMessage_v9_array(o.record_errors, out, chunks)
     _put_str_cn(o.error_message, out, chunks)
     tags = []
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch():
         b = bytearray()
-        _e_216(o.current_leader, b, None)
+        _encode_ProduceResponse_LeaderIdAndEpoch_v10(o.current_leader, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_218(x, out, chunks):
-    _put_array(x, out, chunks, _e_217, True, False)
-def _e_219(o, out, chunks):
+def _encode_ProduceResponse_PartitionProduceResponse_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_PartitionProduceResponse_v10, True, False)
+def _encode_ProduceResponse_TopicProduceResponse_v10(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_218(o.partition_responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v10_array(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_220(x, out, chunks):
-    _put_array(x, out, chunks, _e_219, True, False)
-def _e_221(o, out, chunks):
-    _ea_220(o.responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v10, True, False)
+def _encode_ProduceResponse_v10(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v10_array(o.responses, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_115(o.node_endpoints, b, None)
+        _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_222(buf, pos, end):
+def _decode_ProduceResponse_TopicProduceResponse_v13(buf, pos, end):
     o = _C15.__new__(_C15)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -4637,7 +4637,7 @@ def _d_222(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partition_responses, pos = _array_n(buf, pos, end, _d_211, n, 33)
+        o.partition_responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_PartitionProduceResponse_v10, n, 33)
     elif n == 0:
         o.partition_responses = []
     else:
@@ -4649,14 +4649,14 @@ def _d_222(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_223(buf, pos, end):
+def _decode_ProduceResponse_v13(buf, pos, end):
     o = _C14.__new__(_C14)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_222, n, 18)
+        o.responses, pos = _array_n(buf, pos, end, _decode_ProduceResponse_TopicProduceResponse_v13, n, 18)
     elif n == 0:
         o.responses = []
     else:
@@ -4677,7 +4677,7 @@ def _d_223(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_214(buf, pos, stop)
+            o.node_endpoints, p2 = _decode_ProduceResponse_NodeEndpoint_v10_array(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -4685,22 +4685,22 @@ def _d_223(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_224(o, out, chunks):
+def _encode_ProduceResponse_TopicProduceResponse_v13(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_218(o.partition_responses, out, chunks)
+    _encode_ProduceResponse_PartitionProduceResponse_v10_array(o.partition_responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_225(x, out, chunks):
-    _put_array(x, out, chunks, _e_224, True, False)
-def _e_226(o, out, chunks):
-    _ea_225(o.responses, out, chunks)
+def _encode_ProduceResponse_TopicProduceResponse_v13_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v13, True, False)
+def _encode_ProduceResponse_v13(o, out, chunks):
+    _encode_ProduceResponse_TopicProduceResponse_v13_array(o.responses, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_115(o.node_endpoints, b, None)
+        _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_227(buf, pos, end):
+def _decode_FetchRequest_FetchPartition_v4(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 16 > end: _short()
     o.partition, o.fetch_offset, o.partition_max_bytes = _S14.unpack_from(buf, pos)
@@ -4712,14 +4712,14 @@ def _d_227(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _d_228(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v4(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_227, n, 16)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v4, n, 16)
     elif n == 0:
         o.partitions = []
     else:
@@ -4727,7 +4727,7 @@ def _d_228(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_229(buf, pos, end):
+def _decode_FetchRequest_v4(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 17 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S13.unpack_from(buf, pos)
@@ -4736,7 +4736,7 @@ def _d_229(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_228, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v4, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -4753,22 +4753,22 @@ def _d_229(buf, pos, end):
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_230(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v4(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 4)
     out += _S14.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
-def _ea_231(x, out, chunks):
-    _put_array(x, out, chunks, _e_230, False, False)
-def _e_232(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v4, False, False)
+def _encode_FetchRequest_FetchTopic_v4(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_231(o.partitions, out, chunks)
-def _ea_233(x, out, chunks):
-    _put_array(x, out, chunks, _e_232, False, False)
-def _e_234(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v4_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v4, False, False)
+def _encode_FetchRequest_v4(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 4)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_233(o.topics, out, chunks)
+    _encode_FetchRequest_FetchTopic_v4_array(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 4)
-def _d_235(buf, pos, end):
+def _decode_FetchRequest_FetchPartition_v5(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 24 > end: _short()
     o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S15.unpack_from(buf, pos)
@@ -4779,14 +4779,14 @@ def _d_235(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _d_236(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v5(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_235, n, 24)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v5, n, 24)
     elif n == 0:
         o.partitions = []
     else:
@@ -4794,7 +4794,7 @@ def _d_236(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_237(buf, pos, end):
+def _decode_FetchRequest_v5(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 17 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S13.unpack_from(buf, pos)
@@ -4803,7 +4803,7 @@ def _d_237(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_236, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v5, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -4820,37 +4820,37 @@ def _d_237(buf, pos, end):
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_238(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v5(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 5)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_239(x, out, chunks):
-    _put_array(x, out, chunks, _e_238, False, False)
-def _e_240(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v5, False, False)
+def _encode_FetchRequest_FetchTopic_v5(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_239(o.partitions, out, chunks)
-def _ea_241(x, out, chunks):
-    _put_array(x, out, chunks, _e_240, False, False)
-def _e_242(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v5_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v5, False, False)
+def _encode_FetchRequest_v5(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 5)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_241(o.topics, out, chunks)
+    _encode_FetchRequest_FetchTopic_v5_array(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 5)
-def _e_243(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v6(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 6)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_244(x, out, chunks):
-    _put_array(x, out, chunks, _e_243, False, False)
-def _e_245(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v6, False, False)
+def _encode_FetchRequest_FetchTopic_v6(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_244(o.partitions, out, chunks)
-def _ea_246(x, out, chunks):
-    _put_array(x, out, chunks, _e_245, False, False)
-def _e_247(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v6_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v6, False, False)
+def _encode_FetchRequest_v6(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 6)
     out += _S13.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    _ea_246(o.topics, out, chunks)
+    _encode_FetchRequest_FetchTopic_v6_array(o.topics, out, chunks)
     if o.forgotten_topics_data != []: _absent('FetchRequest', 'forgotten_topics_data', 6)
-def _d_248(buf, pos, end):
+def _decode_FetchRequest_ForgottenTopic_v7(buf, pos, end):
     o = _C24.__new__(_C24)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -4865,7 +4865,7 @@ def _d_248(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_249(buf, pos, end):
+def _decode_FetchRequest_v7(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
@@ -4874,7 +4874,7 @@ def _d_249(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_236, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v5, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -4883,7 +4883,7 @@ def _d_249(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v7, n, 6)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -4897,42 +4897,42 @@ def _d_249(buf, pos, end):
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_250(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v7(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 7)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_251(x, out, chunks):
-    _put_array(x, out, chunks, _e_250, False, False)
-def _e_252(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v7, False, False)
+def _encode_FetchRequest_FetchTopic_v7(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_251(o.partitions, out, chunks)
-def _ea_253(x, out, chunks):
-    _put_array(x, out, chunks, _e_252, False, False)
-def _e_254(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v7_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v7, False, False)
+def _encode_FetchRequest_ForgottenTopic_v7(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_61(o.partitions, out, chunks)
-def _ea_255(x, out, chunks):
-    _put_array(x, out, chunks, _e_254, False, False)
-def _e_256(o, out, chunks):
+    _encode_int32_array(o.partitions, out, chunks)
+def _encode_FetchRequest_ForgottenTopic_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v7, False, False)
+def _encode_FetchRequest_v7(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 7)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_253(o.topics, out, chunks)
-    _ea_255(o.forgotten_topics_data, out, chunks)
-def _e_257(o, out, chunks):
+    _encode_FetchRequest_FetchTopic_v7_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.forgotten_topics_data, out, chunks)
+def _encode_FetchRequest_FetchPartition_v8(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 8)
     out += _S15.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_258(x, out, chunks):
-    _put_array(x, out, chunks, _e_257, False, False)
-def _e_259(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v8, False, False)
+def _encode_FetchRequest_FetchTopic_v8(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_258(o.partitions, out, chunks)
-def _ea_260(x, out, chunks):
-    _put_array(x, out, chunks, _e_259, False, False)
-def _e_261(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v8_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v8, False, False)
+def _encode_FetchRequest_v8(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 8)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_260(o.topics, out, chunks)
-    _ea_255(o.forgotten_topics_data, out, chunks)
-def _d_262(buf, pos, end):
+    _encode_FetchRequest_FetchTopic_v8_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.forgotten_topics_data, out, chunks)
+def _decode_FetchRequest_FetchPartition_v9(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 28 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S17.unpack_from(buf, pos)
@@ -4942,14 +4942,14 @@ def _d_262(buf, pos, end):
     o.high_watermark = 9223372036854775807
     o.unknown_tags = None
     return o, pos
-def _d_263(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v9(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_262, n, 28)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v9, n, 28)
     elif n == 0:
         o.partitions = []
     else:
@@ -4957,7 +4957,7 @@ def _d_263(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_264(buf, pos, end):
+def _decode_FetchRequest_v9(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
@@ -4966,7 +4966,7 @@ def _d_264(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_263, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v9, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -4975,7 +4975,7 @@ def _d_264(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v7, n, 6)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -4989,37 +4989,37 @@ def _d_264(buf, pos, end):
     o.rack_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_265(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v9(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 9)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_266(x, out, chunks):
-    _put_array(x, out, chunks, _e_265, False, False)
-def _e_267(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v9, False, False)
+def _encode_FetchRequest_FetchTopic_v9(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_266(o.partitions, out, chunks)
-def _ea_268(x, out, chunks):
-    _put_array(x, out, chunks, _e_267, False, False)
-def _e_269(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v9_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v9, False, False)
+def _encode_FetchRequest_v9(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 9)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_268(o.topics, out, chunks)
-    _ea_255(o.forgotten_topics_data, out, chunks)
-def _e_270(o, out, chunks):
+    _encode_FetchRequest_FetchTopic_v9_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.forgotten_topics_data, out, chunks)
+def _encode_FetchRequest_FetchPartition_v10(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 10)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_271(x, out, chunks):
-    _put_array(x, out, chunks, _e_270, False, False)
-def _e_272(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v10, False, False)
+def _encode_FetchRequest_FetchTopic_v10(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_271(o.partitions, out, chunks)
-def _ea_273(x, out, chunks):
-    _put_array(x, out, chunks, _e_272, False, False)
-def _e_274(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v10_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v10, False, False)
+def _encode_FetchRequest_v10(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 10)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_273(o.topics, out, chunks)
-    _ea_255(o.forgotten_topics_data, out, chunks)
-def _d_275(buf, pos, end):
+    _encode_FetchRequest_FetchTopic_v10_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.forgotten_topics_data, out, chunks)
+def _decode_FetchRequest_v11(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
@@ -5028,7 +5028,7 @@ def _d_275(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_263, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v9, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -5037,7 +5037,7 @@ def _d_275(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_248, n, 6)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v7, n, 6)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5051,23 +5051,23 @@ def _d_275(buf, pos, end):
     o.replica_state = d0
     o.unknown_tags = None
     return o, pos
-def _e_276(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v11(o, out, chunks):
     if o.last_fetched_epoch != -1: _absent('FetchPartition', 'last_fetched_epoch', 11)
     out += _S17.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-def _ea_277(x, out, chunks):
-    _put_array(x, out, chunks, _e_276, False, False)
-def _e_278(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v11, False, False)
+def _encode_FetchRequest_FetchTopic_v11(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_277(o.partitions, out, chunks)
-def _ea_279(x, out, chunks):
-    _put_array(x, out, chunks, _e_278, False, False)
-def _e_280(o, out, chunks):
+    _encode_FetchRequest_FetchPartition_v11_array(o.partitions, out, chunks)
+def _encode_FetchRequest_FetchTopic_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v11, False, False)
+def _encode_FetchRequest_v11(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 11)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_279(o.topics, out, chunks)
-    _ea_255(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v11_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.forgotten_topics_data, out, chunks)
     _put_str_k(o.rack_id, out, chunks)
-def _d_281(buf, pos, end):
+def _decode_FetchRequest_FetchPartition_v12(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
@@ -5080,7 +5080,7 @@ def _d_281(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_282(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v12(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -5088,7 +5088,7 @@ def _d_282(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_281, n, 33)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v12, n, 33)
     elif n == 0:
         o.partitions = []
     else:
@@ -5100,7 +5100,7 @@ def _d_282(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_283(buf, pos, end):
+def _decode_FetchRequest_ForgottenTopic_v12(buf, pos, end):
     o = _C24.__new__(_C24)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -5120,7 +5120,7 @@ def _d_283(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_284(buf, pos, end):
+def _decode_FetchRequest_v12(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
@@ -5130,7 +5130,7 @@ def _d_284(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_282, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v12, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -5140,7 +5140,7 @@ def _d_284(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_283, n, 3)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v12, n, 3)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5172,28 +5172,28 @@ def _d_284(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_285(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v12(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     _put_tags(out, None, o.unknown_tags)
-def _ea_286(x, out, chunks):
-    _put_array(x, out, chunks, _e_285, True, False)
-def _e_287(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v12, True, False)
+def _encode_FetchRequest_FetchTopic_v12(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_286(o.partitions, out, chunks)
+    _encode_FetchRequest_FetchPartition_v12_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_288(x, out, chunks):
-    _put_array(x, out, chunks, _e_287, True, False)
-def _e_289(o, out, chunks):
+def _encode_FetchRequest_FetchTopic_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v12, True, False)
+def _encode_FetchRequest_ForgottenTopic_v12(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_116(o.partitions, out, chunks)
+    _encode_int32_array_compact(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_290(x, out, chunks):
-    _put_array(x, out, chunks, _e_289, True, False)
-def _e_291(o, out, chunks):
+def _encode_FetchRequest_ForgottenTopic_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v12, True, False)
+def _encode_FetchRequest_v12(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 12)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_288(o.topics, out, chunks)
-    _ea_290(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v12_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v12_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5201,7 +5201,7 @@ def _e_291(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_292(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v13(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -5209,7 +5209,7 @@ def _d_292(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_281, n, 33)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v12, n, 33)
     elif n == 0:
         o.partitions = []
     else:
@@ -5221,7 +5221,7 @@ def _d_292(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_293(buf, pos, end):
+def _decode_FetchRequest_ForgottenTopic_v13(buf, pos, end):
     o = _C24.__new__(_C24)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -5241,7 +5241,7 @@ def _d_293(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_294(buf, pos, end):
+def _decode_FetchRequest_v13(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 25 > end: _short()
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S16.unpack_from(buf, pos)
@@ -5251,7 +5251,7 @@ def _d_294(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_292, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v13, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -5261,7 +5261,7 @@ def _d_294(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v13, n, 18)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5293,23 +5293,23 @@ def _d_294(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_295(o, out, chunks):
+def _encode_FetchRequest_FetchTopic_v13(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_286(o.partitions, out, chunks)
+    _encode_FetchRequest_FetchPartition_v12_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_296(x, out, chunks):
-    _put_array(x, out, chunks, _e_295, True, False)
-def _e_297(o, out, chunks):
+def _encode_FetchRequest_FetchTopic_v13_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v13, True, False)
+def _encode_FetchRequest_ForgottenTopic_v13(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_116(o.partitions, out, chunks)
+    _encode_int32_array_compact(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_298(x, out, chunks):
-    _put_array(x, out, chunks, _e_297, True, False)
-def _e_299(o, out, chunks):
+def _encode_FetchRequest_ForgottenTopic_v13_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v13, True, False)
+def _encode_FetchRequest_v13(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 13)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_296(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v13_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5317,11 +5317,11 @@ def _e_299(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _e_300(o, out, chunks):
+def _encode_FetchRequest_v14(o, out, chunks):
     if o.replica_state != FetchRequest.ReplicaState(): _absent('FetchRequest', 'replica_state', 14)
     out += _S16.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_296(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v13_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5329,7 +5329,7 @@ def _e_300(o, out, chunks):
         _put_str_cn(o.cluster_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_301(buf, pos, end):
+def _decode_FetchRequest_ReplicaState_v15(buf, pos, end):
     o = _C23.__new__(_C23)
     if pos + 12 > end: _short()
     o.replica_id, o.replica_epoch = _S20.unpack_from(buf, pos)
@@ -5340,7 +5340,7 @@ def _d_301(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_302(buf, pos, end):
+def _decode_FetchRequest_v15(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
@@ -5350,7 +5350,7 @@ def _d_302(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_292, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v13, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -5360,7 +5360,7 @@ def _d_302(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v13, n, 18)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5388,7 +5388,7 @@ def _d_302(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_301(buf, pos, stop)
+            o.replica_state, p2 = _decode_FetchRequest_ReplicaState_v15(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -5396,14 +5396,14 @@ def _d_302(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_303(o, out, chunks):
+def _encode_FetchRequest_ReplicaState_v15(o, out, chunks):
     out += _S20.pack(o.replica_id, o.replica_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_304(o, out, chunks):
+def _encode_FetchRequest_v15(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 15)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_296(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v13_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5412,14 +5412,14 @@ def _e_304(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_303(o.replica_state, b, None)
+        _encode_FetchRequest_ReplicaState_v15(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _e_305(o, out, chunks):
+def _encode_FetchRequest_v16(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 16)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_296(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v13_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5428,10 +5428,10 @@ def _e_305(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_303(o.replica_state, b, None)
+        _encode_FetchRequest_ReplicaState_v15(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_306(buf, pos, end):
+def _decode_FetchRequest_FetchPartition_v17(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
@@ -5458,7 +5458,7 @@ def _d_306(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_307(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v17(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -5466,7 +5466,7 @@ def _d_307(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_306, n, 33)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v17, n, 33)
     elif n == 0:
         o.partitions = []
     else:
@@ -5478,7 +5478,7 @@ def _d_307(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_308(buf, pos, end):
+def _decode_FetchRequest_v17(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
@@ -5488,7 +5488,7 @@ def _d_308(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_307, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v17, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -5498,7 +5498,7 @@ def _d_308(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v13, n, 18)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5526,7 +5526,7 @@ def _d_308(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_301(buf, pos, stop)
+            o.replica_state, p2 = _decode_FetchRequest_ReplicaState_v15(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -5534,7 +5534,7 @@ def _d_308(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_309(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v17(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tags = []
     if o.replica_directory_id != ZERO_UUID:
@@ -5542,19 +5542,19 @@ def _e_309(o, out, chunks):
         _put_uuid(o.replica_directory_id, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_310(x, out, chunks):
-    _put_array(x, out, chunks, _e_309, True, False)
-def _e_311(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v17_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v17, True, False)
+def _encode_FetchRequest_FetchTopic_v17(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_310(o.partitions, out, chunks)
+    _encode_FetchRequest_FetchPartition_v17_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_312(x, out, chunks):
-    _put_array(x, out, chunks, _e_311, True, False)
-def _e_313(o, out, chunks):
+def _encode_FetchRequest_FetchTopic_v17_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v17, True, False)
+def _encode_FetchRequest_v17(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 17)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_312(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v17_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5563,10 +5563,10 @@ def _e_313(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_303(o.replica_state, b, None)
+        _encode_FetchRequest_ReplicaState_v15(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_314(buf, pos, end):
+def _decode_FetchRequest_FetchPartition_v18(buf, pos, end):
     o = _C22.__new__(_C22)
     if pos + 32 > end: _short()
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S18.unpack_from(buf, pos)
@@ -5596,7 +5596,7 @@ def _d_314(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_315(buf, pos, end):
+def _decode_FetchRequest_FetchTopic_v18(buf, pos, end):
     o = _C21.__new__(_C21)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -5604,7 +5604,7 @@ def _d_315(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_314, n, 33)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchPartition_v18, n, 33)
     elif n == 0:
         o.partitions = []
     else:
@@ -5616,7 +5616,7 @@ def _d_315(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_316(buf, pos, end):
+def _decode_FetchRequest_v18(buf, pos, end):
     o = _C20.__new__(_C20)
     if pos + 21 > end: _short()
     o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S19.unpack_from(buf, pos)
@@ -5626,7 +5626,7 @@ def _d_316(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_315, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_FetchRequest_FetchTopic_v18, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -5636,7 +5636,7 @@ def _d_316(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _d_293, n, 18)
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_FetchRequest_ForgottenTopic_v13, n, 18)
     elif n == 0:
         o.forgotten_topics_data = []
     else:
@@ -5664,7 +5664,7 @@ def _d_316(buf, pos, end):
             o.cluster_id, p2 = _str_cn(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.replica_state, p2 = _d_301(buf, pos, stop)
+            o.replica_state, p2 = _decode_FetchRequest_ReplicaState_v15(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -5672,7 +5672,7 @@ def _d_316(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_317(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v18(o, out, chunks):
     out += _S18.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tags = []
     if o.replica_directory_id != ZERO_UUID:
@@ -5684,19 +5684,19 @@ def _e_317(o, out, chunks):
         _pfx_int64(o.high_watermark, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_318(x, out, chunks):
-    _put_array(x, out, chunks, _e_317, True, False)
-def _e_319(o, out, chunks):
+def _encode_FetchRequest_FetchPartition_v18_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchPartition_v18, True, False)
+def _encode_FetchRequest_FetchTopic_v18(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_318(o.partitions, out, chunks)
+    _encode_FetchRequest_FetchPartition_v18_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_320(x, out, chunks):
-    _put_array(x, out, chunks, _e_319, True, False)
-def _e_321(o, out, chunks):
+def _encode_FetchRequest_FetchTopic_v18_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_FetchTopic_v18, True, False)
+def _encode_FetchRequest_v18(o, out, chunks):
     if o.replica_id != -1: _absent('FetchRequest', 'replica_id', 18)
     out += _S19.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
-    _ea_320(o.topics, out, chunks)
-    _ea_298(o.forgotten_topics_data, out, chunks)
+    _encode_FetchRequest_FetchTopic_v18_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_str_c(o.rack_id, out, chunks)
     tags = []
     if o.cluster_id != None:
@@ -5705,17 +5705,17 @@ def _e_321(o, out, chunks):
         tags.append((0, b))
     if o.replica_state != FetchRequest.ReplicaState():
         b = bytearray()
-        _e_303(o.replica_state, b, None)
+        _encode_FetchRequest_ReplicaState_v15(o.replica_state, b, None)
         tags.append((1, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_322(buf, pos, end):
+def _decode_FetchResponse_AbortedTransaction_v4(buf, pos, end):
     o = _C28.__new__(_C28)
     if pos + 16 > end: _short()
     o.producer_id, o.first_offset = _S21.unpack_from(buf, pos)
     pos += 16
     o.unknown_tags = None
     return o, pos
-def _d_323(buf, pos, end):
+def _decode_FetchResponse_PartitionData_v4(buf, pos, end):
     o = _C27.__new__(_C27)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset = _S10.unpack_from(buf, pos)
@@ -5724,7 +5724,7 @@ def _d_323(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _decode_FetchResponse_AbortedTransaction_v4, n, 16)
     elif n == 0:
         o.aborted_transactions = []
     else:
@@ -5749,14 +5749,14 @@ def _d_323(buf, pos, end):
     o.preferred_read_replica = -1
     o.unknown_tags = None
     return o, pos
-def _d_324(buf, pos, end):
+def _decode_FetchResponse_FetchableTopicResponse_v4(buf, pos, end):
     o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_323, n, 30)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchResponse_PartitionData_v4, n, 30)
     elif n == 0:
         o.partitions = []
     else:
@@ -5764,7 +5764,7 @@ def _d_324(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_325(buf, pos, end):
+def _decode_FetchResponse_v4(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -5773,7 +5773,7 @@ def _d_325(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_324, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v4, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -5783,31 +5783,31 @@ def _d_325(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_326(o, out, chunks):
+def _encode_FetchResponse_AbortedTransaction_v4(o, out, chunks):
     out += _S21.pack(o.producer_id, o.first_offset)
-def _ea_327(x, out, chunks):
-    _put_array(x, out, chunks, _e_326, False, True)
-def _e_328(o, out, chunks):
+def _encode_FetchResponse_AbortedTransaction_v4_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_AbortedTransaction_v4, False, True)
+def _encode_FetchResponse_PartitionData_v4(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 4)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 4)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 4)
     out += _S10.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 4)
     _put_records_k(o.records, out, chunks)
-def _ea_329(x, out, chunks):
-    _put_array(x, out, chunks, _e_328, False, False)
-def _e_330(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v4, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v4(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_329(o.partitions, out, chunks)
-def _ea_331(x, out, chunks):
-    _put_array(x, out, chunks, _e_330, False, False)
-def _e_332(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v4_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v4, False, False)
+def _encode_FetchResponse_v4(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 4)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_331(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v4_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 4)
-def _d_333(buf, pos, end):
+def _decode_FetchResponse_PartitionData_v5(buf, pos, end):
     o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -5816,7 +5816,7 @@ def _d_333(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _decode_FetchResponse_AbortedTransaction_v4, n, 16)
     elif n == 0:
         o.aborted_transactions = []
     else:
@@ -5840,14 +5840,14 @@ def _d_333(buf, pos, end):
     o.preferred_read_replica = -1
     o.unknown_tags = None
     return o, pos
-def _d_334(buf, pos, end):
+def _decode_FetchResponse_FetchableTopicResponse_v5(buf, pos, end):
     o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_333, n, 38)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchResponse_PartitionData_v5, n, 38)
     elif n == 0:
         o.partitions = []
     else:
@@ -5855,7 +5855,7 @@ def _d_334(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_335(buf, pos, end):
+def _decode_FetchResponse_v5(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -5864,7 +5864,7 @@ def _d_335(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_334, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v5, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -5874,47 +5874,47 @@ def _d_335(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_336(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v5(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 5)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 5)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 5)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 5)
     _put_records_k(o.records, out, chunks)
-def _ea_337(x, out, chunks):
-    _put_array(x, out, chunks, _e_336, False, False)
-def _e_338(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v5, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v5(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_337(o.partitions, out, chunks)
-def _ea_339(x, out, chunks):
-    _put_array(x, out, chunks, _e_338, False, False)
-def _e_340(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v5_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v5, False, False)
+def _encode_FetchResponse_v5(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 5)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_339(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v5_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 5)
-def _e_341(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v6(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 6)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 6)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 6)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 6)
     _put_records_k(o.records, out, chunks)
-def _ea_342(x, out, chunks):
-    _put_array(x, out, chunks, _e_341, False, False)
-def _e_343(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v6, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v6(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_342(o.partitions, out, chunks)
-def _ea_344(x, out, chunks):
-    _put_array(x, out, chunks, _e_343, False, False)
-def _e_345(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v6_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v6, False, False)
+def _encode_FetchResponse_v6(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 6)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_344(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v6_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 6)
-def _d_346(buf, pos, end):
+def _decode_FetchResponse_v7(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
@@ -5923,7 +5923,7 @@ def _d_346(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_334, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v5, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -5931,83 +5931,83 @@ def _d_346(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_347(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v7(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 7)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 7)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 7)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 7)
     _put_records_k(o.records, out, chunks)
-def _ea_348(x, out, chunks):
-    _put_array(x, out, chunks, _e_347, False, False)
-def _e_349(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v7, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v7(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_348(o.partitions, out, chunks)
-def _ea_350(x, out, chunks):
-    _put_array(x, out, chunks, _e_349, False, False)
-def _e_351(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v7_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v7, False, False)
+def _encode_FetchResponse_v7(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_350(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v7_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 7)
-def _e_352(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v8(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 8)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 8)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 8)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 8)
     _put_records_k(o.records, out, chunks)
-def _ea_353(x, out, chunks):
-    _put_array(x, out, chunks, _e_352, False, False)
-def _e_354(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v8, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v8(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_353(o.partitions, out, chunks)
-def _ea_355(x, out, chunks):
-    _put_array(x, out, chunks, _e_354, False, False)
-def _e_356(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v8_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v8, False, False)
+def _encode_FetchResponse_v8(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_355(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v8_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 8)
-def _e_357(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v9(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 9)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 9)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 9)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 9)
     _put_records_k(o.records, out, chunks)
-def _ea_358(x, out, chunks):
-    _put_array(x, out, chunks, _e_357, False, False)
-def _e_359(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v9, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v9(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_358(o.partitions, out, chunks)
-def _ea_360(x, out, chunks):
-    _put_array(x, out, chunks, _e_359, False, False)
-def _e_361(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v9_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v9, False, False)
+def _encode_FetchResponse_v9(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_360(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v9_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 9)
-def _e_362(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v10(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 10)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 10)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 10)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     if o.preferred_read_replica != -1: _absent('PartitionData', 'preferred_read_replica', 10)
     _put_records_k(o.records, out, chunks)
-def _ea_363(x, out, chunks):
-    _put_array(x, out, chunks, _e_362, False, False)
-def _e_364(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v10, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v10(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_363(o.partitions, out, chunks)
-def _ea_365(x, out, chunks):
-    _put_array(x, out, chunks, _e_364, False, False)
-def _e_366(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v10_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v10, False, False)
+def _encode_FetchResponse_v10(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_365(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v10_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 10)
-def _d_367(buf, pos, end):
+def _decode_FetchResponse_PartitionData_v11(buf, pos, end):
     o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -6016,7 +6016,7 @@ def _d_367(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_322, n, 16)
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _decode_FetchResponse_AbortedTransaction_v4, n, 16)
     elif n == 0:
         o.aborted_transactions = []
     else:
@@ -6042,14 +6042,14 @@ def _d_367(buf, pos, end):
     o.snapshot_id = d0
     o.unknown_tags = None
     return o, pos
-def _d_368(buf, pos, end):
+def _decode_FetchResponse_FetchableTopicResponse_v11(buf, pos, end):
     o = _C26.__new__(_C26)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_367, n, 42)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchResponse_PartitionData_v11, n, 42)
     elif n == 0:
         o.partitions = []
     else:
@@ -6057,7 +6057,7 @@ def _d_368(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_369(buf, pos, end):
+def _decode_FetchResponse_v11(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
@@ -6066,7 +6066,7 @@ def _d_369(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_368, n, 6)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v11, n, 6)
     elif n == 0:
         o.responses = []
     else:
@@ -6074,26 +6074,26 @@ def _d_369(buf, pos, end):
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
-def _e_370(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v11(o, out, chunks):
     if o.diverging_epoch != FetchResponse.EpochEndOffset(): _absent('PartitionData', 'diverging_epoch', 11)
     if o.current_leader != FetchResponse.LeaderIdAndEpoch(): _absent('PartitionData', 'current_leader', 11)
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 11)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_327(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
     out += _S2.pack(o.preferred_read_replica)
     _put_records_k(o.records, out, chunks)
-def _ea_371(x, out, chunks):
-    _put_array(x, out, chunks, _e_370, False, False)
-def _e_372(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v11, False, False)
+def _encode_FetchResponse_FetchableTopicResponse_v11(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_371(o.partitions, out, chunks)
-def _ea_373(x, out, chunks):
-    _put_array(x, out, chunks, _e_372, False, False)
-def _e_374(o, out, chunks):
+    _encode_FetchResponse_PartitionData_v11_array(o.partitions, out, chunks)
+def _encode_FetchResponse_FetchableTopicResponse_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v11, False, False)
+def _encode_FetchResponse_v11(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_373(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v11_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 11)
-def _d_375(buf, pos, end):
+def _decode_FetchResponse_AbortedTransaction_v12(buf, pos, end):
     o = _C28.__new__(_C28)
     if pos + 16 > end: _short()
     o.producer_id, o.first_offset = _S21.unpack_from(buf, pos)
@@ -6104,7 +6104,7 @@ def _d_375(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_376(buf, pos, end):
+def _decode_FetchResponse_EpochEndOffset_v12(buf, pos, end):
     o = _C29.__new__(_C29)
     if pos + 12 > end: _short()
     o.epoch, o.end_offset = _S20.unpack_from(buf, pos)
@@ -6115,7 +6115,7 @@ def _d_376(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_377(buf, pos, end):
+def _decode_FetchResponse_LeaderIdAndEpoch_v12(buf, pos, end):
     o = _C30.__new__(_C30)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
@@ -6126,7 +6126,7 @@ def _d_377(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_378(buf, pos, end):
+def _decode_FetchResponse_SnapshotId_v12(buf, pos, end):
     o = _C31.__new__(_C31)
     if pos + 12 > end: _short()
     o.end_offset, o.epoch = _S23.unpack_from(buf, pos)
@@ -6137,7 +6137,7 @@ def _d_378(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_379(buf, pos, end):
+def _decode_FetchResponse_PartitionData_v12(buf, pos, end):
     o = _C27.__new__(_C27)
     if pos + 30 > end: _short()
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S11.unpack_from(buf, pos)
@@ -6147,7 +6147,7 @@ def _d_379(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.aborted_transactions, pos = _array_n(buf, pos, end, _d_375, n, 17)
+        o.aborted_transactions, pos = _array_n(buf, pos, end, _decode_FetchResponse_AbortedTransaction_v12, n, 17)
     elif n == 0:
         o.aborted_transactions = []
     else:
@@ -6187,13 +6187,13 @@ def _d_379(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.diverging_epoch, p2 = _d_376(buf, pos, stop)
+            o.diverging_epoch, p2 = _decode_FetchResponse_EpochEndOffset_v12(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 1:
-            o.current_leader, p2 = _d_377(buf, pos, stop)
+            o.current_leader, p2 = _decode_FetchResponse_LeaderIdAndEpoch_v12(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         elif tag == 2:
-            o.snapshot_id, p2 = _d_378(buf, pos, stop)
+            o.snapshot_id, p2 = _decode_FetchResponse_SnapshotId_v12(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -6201,7 +6201,7 @@ def _d_379(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_380(buf, pos, end):
+def _decode_FetchResponse_FetchableTopicResponse_v12(buf, pos, end):
     o = _C26.__new__(_C26)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -6209,7 +6209,7 @@ def _d_380(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_379, n, 37)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchResponse_PartitionData_v12, n, 37)
     elif n == 0:
         o.partitions = []
     else:
@@ -6221,7 +6221,7 @@ def _d_380(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_381(buf, pos, end):
+def _decode_FetchResponse_v12(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
@@ -6231,7 +6231,7 @@ def _d_381(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_380, n, 3)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v12, n, 3)
     elif n == 0:
         o.responses = []
     else:
@@ -6243,50 +6243,50 @@ def _d_381(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_382(o, out, chunks):
+def _encode_FetchResponse_AbortedTransaction_v12(o, out, chunks):
     out += _S21.pack(o.producer_id, o.first_offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_383(x, out, chunks):
-    _put_array(x, out, chunks, _e_382, True, True)
-def _e_384(o, out, chunks):
+def _encode_FetchResponse_AbortedTransaction_v12_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_AbortedTransaction_v12, True, True)
+def _encode_FetchResponse_EpochEndOffset_v12(o, out, chunks):
     out += _S20.pack(o.epoch, o.end_offset)
     _put_tags(out, None, o.unknown_tags)
-def _e_385(o, out, chunks):
+def _encode_FetchResponse_SnapshotId_v12(o, out, chunks):
     out += _S23.pack(o.end_offset, o.epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_386(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v12(o, out, chunks):
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
-    _ea_383(o.aborted_transactions, out, chunks)
+    _encode_FetchResponse_AbortedTransaction_v12_array_nullable(o.aborted_transactions, out, chunks)
     out += _S2.pack(o.preferred_read_replica)
     _put_records_c(o.records, out, chunks)
     tags = []
     if o.diverging_epoch != FetchResponse.EpochEndOffset():
         b = bytearray()
-        _e_384(o.diverging_epoch, b, None)
+        _encode_FetchResponse_EpochEndOffset_v12(o.diverging_epoch, b, None)
         tags.append((0, b))
     if o.current_leader != FetchResponse.LeaderIdAndEpoch():
         b = bytearray()
-        _e_216(o.current_leader, b, None)
+        _encode_ProduceResponse_LeaderIdAndEpoch_v10(o.current_leader, b, None)
         tags.append((1, b))
     if o.snapshot_id != FetchResponse.SnapshotId():
         b = bytearray()
-        _e_385(o.snapshot_id, b, None)
+        _encode_FetchResponse_SnapshotId_v12(o.snapshot_id, b, None)
         tags.append((2, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_387(x, out, chunks):
-    _put_array(x, out, chunks, _e_386, True, False)
-def _e_388(o, out, chunks):
+def _encode_FetchResponse_PartitionData_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v12, True, False)
+def _encode_FetchResponse_FetchableTopicResponse_v12(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_387(o.partitions, out, chunks)
+    _encode_FetchResponse_PartitionData_v12_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_389(x, out, chunks):
-    _put_array(x, out, chunks, _e_388, True, False)
-def _e_390(o, out, chunks):
+def _encode_FetchResponse_FetchableTopicResponse_v12_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v12, True, False)
+def _encode_FetchResponse_v12(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_389(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v12_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 12)
     _put_tags(out, None, o.unknown_tags)
-def _d_391(buf, pos, end):
+def _decode_FetchResponse_FetchableTopicResponse_v13(buf, pos, end):
     o = _C26.__new__(_C26)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -6294,7 +6294,7 @@ def _d_391(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_379, n, 37)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_FetchResponse_PartitionData_v12, n, 37)
     elif n == 0:
         o.partitions = []
     else:
@@ -6306,7 +6306,7 @@ def _d_391(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_392(buf, pos, end):
+def _decode_FetchResponse_v13(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
@@ -6316,7 +6316,7 @@ def _d_392(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_391, n, 18)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v13, n, 18)
     elif n == 0:
         o.responses = []
     else:
@@ -6328,28 +6328,28 @@ def _d_392(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_393(o, out, chunks):
+def _encode_FetchResponse_FetchableTopicResponse_v13(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_387(o.partitions, out, chunks)
+    _encode_FetchResponse_PartitionData_v12_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_394(x, out, chunks):
-    _put_array(x, out, chunks, _e_393, True, False)
-def _e_395(o, out, chunks):
+def _encode_FetchResponse_FetchableTopicResponse_v13_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v13, True, False)
+def _encode_FetchResponse_v13(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_394(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v13_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 13)
     _put_tags(out, None, o.unknown_tags)
-def _e_396(o, out, chunks):
+def _encode_FetchResponse_v14(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_394(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v13_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 14)
     _put_tags(out, None, o.unknown_tags)
-def _e_397(o, out, chunks):
+def _encode_FetchResponse_v15(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_394(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v13_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 15)
     _put_tags(out, None, o.unknown_tags)
-def _d_398(buf, pos, end):
+def _decode_FetchResponse_NodeEndpoint_v16(buf, pos, end):
     o = _C32.__new__(_C32)
     if pos + 4 > end: _short()
     o.node_id, = _S2.unpack_from(buf, pos)
@@ -6365,9 +6365,9 @@ def _d_398(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _da_399(buf, pos, end):
-    return _array(buf, pos, end, _d_398, True, False, 11)
-def _d_400(buf, pos, end):
+def _decode_FetchResponse_NodeEndpoint_v16_array(buf, pos, end):
+    return _array(buf, pos, end, _decode_FetchResponse_NodeEndpoint_v16, True, False, 11)
+def _decode_FetchResponse_v16(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.session_id = _S22.unpack_from(buf, pos)
@@ -6377,7 +6377,7 @@ def _d_400(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_391, n, 18)
+        o.responses, pos = _array_n(buf, pos, end, _decode_FetchResponse_FetchableTopicResponse_v13, n, 18)
     elif n == 0:
         o.responses = []
     else:
@@ -6395,7 +6395,7 @@ def _d_400(buf, pos, end):
         stop = pos + size
         if stop > end: _short()
         if tag == 0:
-            o.node_endpoints, p2 = _da_399(buf, pos, stop)
+            o.node_endpoints, p2 = _decode_FetchResponse_NodeEndpoint_v16_array(buf, pos, stop)
             if p2 != stop: _bad('tagged field size mismatch')
         else:
             if unknown is None: unknown = {}
@@ -6403,16 +6403,16 @@ def _d_400(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _e_401(o, out, chunks):
+def _encode_FetchResponse_v16(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.session_id)
-    _ea_394(o.responses, out, chunks)
+    _encode_FetchResponse_FetchableTopicResponse_v13_array(o.responses, out, chunks)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
-        _ea_115(o.node_endpoints, b, None)
+        _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _d_402(buf, pos, end):
+def _decode_ListOffsetsRequest_ListOffsetsPartition_v1(buf, pos, end):
     o = _C35.__new__(_C35)
     if pos + 12 > end: _short()
     o.partition_index, o.timestamp = _S20.unpack_from(buf, pos)
@@ -6421,21 +6421,21 @@ def _d_402(buf, pos, end):
     o.max_num_offsets = 1
     o.unknown_tags = None
     return o, pos
-def _d_403(buf, pos, end):
+def _decode_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos, end):
     o = _C34.__new__(_C34)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_402, n, 12)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsPartition_v1, n, 12)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_404(buf, pos, end):
+def _decode_ListOffsetsRequest_v1(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
@@ -6444,7 +6444,7 @@ def _d_404(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_403, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -6453,21 +6453,21 @@ def _d_404(buf, pos, end):
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_405(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v1(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 1)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_406(x, out, chunks):
-    _put_array(x, out, chunks, _e_405, False, False)
-def _e_407(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v1, False, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_406(o.partitions, out, chunks)
-def _ea_408(x, out, chunks):
-    _put_array(x, out, chunks, _e_407, False, False)
-def _e_409(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v1_array(o.partitions, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v1, False, False)
+def _encode_ListOffsetsRequest_v1(o, out, chunks):
     if o.isolation_level != 0: _absent('ListOffsetsRequest', 'isolation_level', 1)
     out += _S2.pack(o.replica_id)
-    _ea_408(o.topics, out, chunks)
-def _d_410(buf, pos, end):
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v1_array(o.topics, out, chunks)
+def _decode_ListOffsetsRequest_v2(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
@@ -6476,7 +6476,7 @@ def _d_410(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_403, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -6484,33 +6484,33 @@ def _d_410(buf, pos, end):
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_411(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v2(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 2)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_412(x, out, chunks):
-    _put_array(x, out, chunks, _e_411, False, False)
-def _e_413(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v2, False, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_412(o.partitions, out, chunks)
-def _ea_414(x, out, chunks):
-    _put_array(x, out, chunks, _e_413, False, False)
-def _e_415(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v2_array(o.partitions, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v2, False, False)
+def _encode_ListOffsetsRequest_v2(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_414(o.topics, out, chunks)
-def _e_416(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v2_array(o.topics, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v3(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 3)
     out += _S20.pack(o.partition_index, o.timestamp)
-def _ea_417(x, out, chunks):
-    _put_array(x, out, chunks, _e_416, False, False)
-def _e_418(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v3, False, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_417(o.partitions, out, chunks)
-def _ea_419(x, out, chunks):
-    _put_array(x, out, chunks, _e_418, False, False)
-def _e_420(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v3_array(o.partitions, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v3, False, False)
+def _encode_ListOffsetsRequest_v3(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_419(o.topics, out, chunks)
-def _d_421(buf, pos, end):
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v3_array(o.topics, out, chunks)
+def _decode_ListOffsetsRequest_ListOffsetsPartition_v4(buf, pos, end):
     o = _C35.__new__(_C35)
     if pos + 16 > end: _short()
     o.partition_index, o.current_leader_epoch, o.timestamp = _S25.unpack_from(buf, pos)
@@ -6518,21 +6518,21 @@ def _d_421(buf, pos, end):
     o.max_num_offsets = 1
     o.unknown_tags = None
     return o, pos
-def _d_422(buf, pos, end):
+def _decode_ListOffsetsRequest_ListOffsetsTopic_v4(buf, pos, end):
     o = _C34.__new__(_C34)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_421, n, 16)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsPartition_v4, n, 16)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_423(buf, pos, end):
+def _decode_ListOffsetsRequest_v4(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
@@ -6541,7 +6541,7 @@ def _d_423(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_422, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsTopic_v4, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -6549,33 +6549,33 @@ def _d_423(buf, pos, end):
     o.timeout_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_424(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v4(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 4)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-def _ea_425(x, out, chunks):
-    _put_array(x, out, chunks, _e_424, False, False)
-def _e_426(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v4, False, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v4(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_425(o.partitions, out, chunks)
-def _ea_427(x, out, chunks):
-    _put_array(x, out, chunks, _e_426, False, False)
-def _e_428(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v4_array(o.partitions, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v4, False, False)
+def _encode_ListOffsetsRequest_v4(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_427(o.topics, out, chunks)
-def _e_429(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v4_array(o.topics, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v5(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 5)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-def _ea_430(x, out, chunks):
-    _put_array(x, out, chunks, _e_429, False, False)
-def _e_431(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v5, False, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v5(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_430(o.partitions, out, chunks)
-def _ea_432(x, out, chunks):
-    _put_array(x, out, chunks, _e_431, False, False)
-def _e_433(o, out, chunks):
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v5_array(o.partitions, out, chunks)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v5, False, False)
+def _encode_ListOffsetsRequest_v5(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_432(o.topics, out, chunks)
-def _d_434(buf, pos, end):
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v5_array(o.topics, out, chunks)
+def _decode_ListOffsetsRequest_ListOffsetsPartition_v6(buf, pos, end):
     o = _C35.__new__(_C35)
     if pos + 16 > end: _short()
     o.partition_index, o.current_leader_epoch, o.timestamp = _S25.unpack_from(buf, pos)
@@ -6587,7 +6587,7 @@ def _d_434(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_435(buf, pos, end):
+def _decode_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos, end):
     o = _C34.__new__(_C34)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -6595,7 +6595,7 @@ def _d_435(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_434, n, 17)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsPartition_v6, n, 17)
     elif n == 0:
         o.partitions = []
     else:
@@ -6606,7 +6606,7 @@ def _d_435(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_436(buf, pos, end):
+def _decode_ListOffsetsRequest_v6(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
@@ -6616,7 +6616,7 @@ def _d_436(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_435, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsTopic_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -6628,71 +6628,71 @@ def _d_436(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_437(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v6(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 6)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_438(x, out, chunks):
-    _put_array(x, out, chunks, _e_437, True, False)
-def _e_439(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v6, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v6(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_438(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v6_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_440(x, out, chunks):
-    _put_array(x, out, chunks, _e_439, True, False)
-def _e_441(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v6, True, False)
+def _encode_ListOffsetsRequest_v6(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_440(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v6_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_442(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v7(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 7)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_443(x, out, chunks):
-    _put_array(x, out, chunks, _e_442, True, False)
-def _e_444(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v7, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v7(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_443(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v7_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_445(x, out, chunks):
-    _put_array(x, out, chunks, _e_444, True, False)
-def _e_446(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v7, True, False)
+def _encode_ListOffsetsRequest_v7(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_445(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v7_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_447(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v8(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 8)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_448(x, out, chunks):
-    _put_array(x, out, chunks, _e_447, True, False)
-def _e_449(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v8, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v8(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_448(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v8_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_450(x, out, chunks):
-    _put_array(x, out, chunks, _e_449, True, False)
-def _e_451(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v8, True, False)
+def _encode_ListOffsetsRequest_v8(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_450(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_452(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v9(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 9)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_453(x, out, chunks):
-    _put_array(x, out, chunks, _e_452, True, False)
-def _e_454(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v9, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_453(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v9_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_455(x, out, chunks):
-    _put_array(x, out, chunks, _e_454, True, False)
-def _e_456(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v9, True, False)
+def _encode_ListOffsetsRequest_v9(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_455(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v9_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_457(buf, pos, end):
+def _decode_ListOffsetsRequest_v10(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 5 > end: _short()
     o.replica_id, o.isolation_level = _S24.unpack_from(buf, pos)
@@ -6702,7 +6702,7 @@ def _d_457(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_435, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsRequest_ListOffsetsTopic_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -6716,41 +6716,41 @@ def _d_457(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_458(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v10(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 10)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_459(x, out, chunks):
-    _put_array(x, out, chunks, _e_458, True, False)
-def _e_460(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v10, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v10(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_459(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v10_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_461(x, out, chunks):
-    _put_array(x, out, chunks, _e_460, True, False)
-def _e_462(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v10, True, False)
+def _encode_ListOffsetsRequest_v10(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_461(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v10_array(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _e_463(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v11(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 11)
     out += _S25.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     _put_tags(out, None, o.unknown_tags)
-def _ea_464(x, out, chunks):
-    _put_array(x, out, chunks, _e_463, True, False)
-def _e_465(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsPartition_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsPartition_v11, True, False)
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v11(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_464(o.partitions, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsPartition_v11_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_466(x, out, chunks):
-    _put_array(x, out, chunks, _e_465, True, False)
-def _e_467(o, out, chunks):
+def _encode_ListOffsetsRequest_ListOffsetsTopic_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v11, True, False)
+def _encode_ListOffsetsRequest_v11(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
-    _ea_466(o.topics, out, chunks)
+    _encode_ListOffsetsRequest_ListOffsetsTopic_v11_array(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_468(buf, pos, end):
+def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos, end):
     o = _C38.__new__(_C38)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset = _S10.unpack_from(buf, pos)
@@ -6759,27 +6759,27 @@ def _d_468(buf, pos, end):
     o.leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_469(buf, pos, end):
+def _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos, end):
     o = _C37.__new__(_C37)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_468, n, 22)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1, n, 22)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_470(buf, pos, end):
+def _decode_ListOffsetsResponse_v1(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_469, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -6787,20 +6787,20 @@ def _d_470(buf, pos, end):
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_471(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 1)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 1)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_472(x, out, chunks):
-    _put_array(x, out, chunks, _e_471, False, False)
-def _e_473(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1, False, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_472(o.partitions, out, chunks)
-def _ea_474(x, out, chunks):
-    _put_array(x, out, chunks, _e_473, False, False)
-def _e_475(o, out, chunks):
-    _ea_474(o.topics, out, chunks)
-def _d_476(buf, pos, end):
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1_array(o.partitions, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v1, False, False)
+def _encode_ListOffsetsResponse_v1(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v1_array(o.topics, out, chunks)
+def _decode_ListOffsetsResponse_v2(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -6809,42 +6809,42 @@ def _d_476(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_469, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_477(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v2(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 2)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 2)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_478(x, out, chunks):
-    _put_array(x, out, chunks, _e_477, False, False)
-def _e_479(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v2, False, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_478(o.partitions, out, chunks)
-def _ea_480(x, out, chunks):
-    _put_array(x, out, chunks, _e_479, False, False)
-def _e_481(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v2_array(o.partitions, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2, False, False)
+def _encode_ListOffsetsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_480(o.topics, out, chunks)
-def _e_482(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2_array(o.topics, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v3(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 3)
     if o.leader_epoch != -1: _absent('ListOffsetsPartitionResponse', 'leader_epoch', 3)
     out += _S10.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-def _ea_483(x, out, chunks):
-    _put_array(x, out, chunks, _e_482, False, False)
-def _e_484(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v3, False, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_483(o.partitions, out, chunks)
-def _ea_485(x, out, chunks):
-    _put_array(x, out, chunks, _e_484, False, False)
-def _e_486(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v3_array(o.partitions, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3, False, False)
+def _encode_ListOffsetsResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_485(o.topics, out, chunks)
-def _d_487(buf, pos, end):
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3_array(o.topics, out, chunks)
+def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(buf, pos, end):
     o = _C38.__new__(_C38)
     if pos + 26 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S26.unpack_from(buf, pos)
@@ -6852,21 +6852,21 @@ def _d_487(buf, pos, end):
     o.old_style_offsets = []
     o.unknown_tags = None
     return o, pos
-def _d_488(buf, pos, end):
+def _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf, pos, end):
     o = _C37.__new__(_C37)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_487, n, 26)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4, n, 26)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_489(buf, pos, end):
+def _decode_ListOffsetsResponse_v4(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -6875,40 +6875,40 @@ def _d_489(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_488, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v4, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_490(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 4)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-def _ea_491(x, out, chunks):
-    _put_array(x, out, chunks, _e_490, False, False)
-def _e_492(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4, False, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_491(o.partitions, out, chunks)
-def _ea_493(x, out, chunks):
-    _put_array(x, out, chunks, _e_492, False, False)
-def _e_494(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4_array(o.partitions, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4, False, False)
+def _encode_ListOffsetsResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_493(o.topics, out, chunks)
-def _e_495(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4_array(o.topics, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v5(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 5)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-def _ea_496(x, out, chunks):
-    _put_array(x, out, chunks, _e_495, False, False)
-def _e_497(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v5, False, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_496(o.partitions, out, chunks)
-def _ea_498(x, out, chunks):
-    _put_array(x, out, chunks, _e_497, False, False)
-def _e_499(o, out, chunks):
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v5_array(o.partitions, out, chunks)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5, False, False)
+def _encode_ListOffsetsResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_498(o.topics, out, chunks)
-def _d_500(buf, pos, end):
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5_array(o.topics, out, chunks)
+def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf, pos, end):
     o = _C38.__new__(_C38)
     if pos + 26 > end: _short()
     o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S26.unpack_from(buf, pos)
@@ -6920,7 +6920,7 @@ def _d_500(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_501(buf, pos, end):
+def _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf, pos, end):
     o = _C37.__new__(_C37)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -6928,7 +6928,7 @@ def _d_501(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_500, n, 27)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6, n, 27)
     elif n == 0:
         o.partitions = []
     else:
@@ -6939,7 +6939,7 @@ def _d_501(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_502(buf, pos, end):
+def _decode_ListOffsetsResponse_v6(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -6949,7 +6949,7 @@ def _d_502(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_501, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -6960,114 +6960,114 @@ def _d_502(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_503(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 6)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_504(x, out, chunks):
-    _put_array(x, out, chunks, _e_503, True, False)
-def _e_505(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_504(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_506(x, out, chunks):
-    _put_array(x, out, chunks, _e_505, True, False)
-def _e_507(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6, True, False)
+def _encode_ListOffsetsResponse_v6(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_506(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_508(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v7(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 7)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_509(x, out, chunks):
-    _put_array(x, out, chunks, _e_508, True, False)
-def _e_510(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v7, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_509(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v7_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_511(x, out, chunks):
-    _put_array(x, out, chunks, _e_510, True, False)
-def _e_512(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7, True, False)
+def _encode_ListOffsetsResponse_v7(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_511(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_513(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v8(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 8)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_514(x, out, chunks):
-    _put_array(x, out, chunks, _e_513, True, False)
-def _e_515(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v8, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_514(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v8_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_516(x, out, chunks):
-    _put_array(x, out, chunks, _e_515, True, False)
-def _e_517(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8, True, False)
+def _encode_ListOffsetsResponse_v8(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_516(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_518(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v9(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 9)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_519(x, out, chunks):
-    _put_array(x, out, chunks, _e_518, True, False)
-def _e_520(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v9, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_519(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v9_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_521(x, out, chunks):
-    _put_array(x, out, chunks, _e_520, True, False)
-def _e_522(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9, True, False)
+def _encode_ListOffsetsResponse_v9(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_521(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_523(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v10(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 10)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_524(x, out, chunks):
-    _put_array(x, out, chunks, _e_523, True, False)
-def _e_525(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v10, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_524(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v10_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_526(x, out, chunks):
-    _put_array(x, out, chunks, _e_525, True, False)
-def _e_527(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10, True, False)
+def _encode_ListOffsetsResponse_v10(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_526(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_528(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v11(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 11)
     out += _S26.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_529(x, out, chunks):
-    _put_array(x, out, chunks, _e_528, True, False)
-def _e_530(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v11, True, False)
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_529(o.partitions, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v11_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_531(x, out, chunks):
-    _put_array(x, out, chunks, _e_530, True, False)
-def _e_532(o, out, chunks):
+def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11, True, False)
+def _encode_ListOffsetsResponse_v11(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_531(o.topics, out, chunks)
+    _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_533(buf, pos, end):
+def _decode_FindCoordinatorRequest_v0(buf, pos, end):
     o = _C39.__new__(_C39)
     o.key, pos = _str_k(buf, pos, end)
     o.key_type = 0
     o.coordinator_keys = []
     o.unknown_tags = None
     return o, pos
-def _e_534(o, out, chunks):
+def _encode_FindCoordinatorRequest_v0(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.key_type != 0: _absent('FindCoordinatorRequest', 'key_type', 0)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 0)
-def _d_535(buf, pos, end):
+def _decode_FindCoordinatorRequest_v1(buf, pos, end):
     o = _C39.__new__(_C39)
     o.key, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
@@ -7076,15 +7076,15 @@ def _d_535(buf, pos, end):
     o.coordinator_keys = []
     o.unknown_tags = None
     return o, pos
-def _e_536(o, out, chunks):
+def _encode_FindCoordinatorRequest_v1(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 1)
     out += _S27.pack(o.key_type)
-def _e_537(o, out, chunks):
+def _encode_FindCoordinatorRequest_v2(o, out, chunks):
     _put_str_k(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 2)
     out += _S27.pack(o.key_type)
-def _d_538(buf, pos, end):
+def _decode_FindCoordinatorRequest_v3(buf, pos, end):
     o = _C39.__new__(_C39)
     o.key, pos = _str_c(buf, pos, end)
     if pos + 1 > end: _short()
@@ -7097,12 +7097,12 @@ def _d_538(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_539(o, out, chunks):
+def _encode_FindCoordinatorRequest_v3(o, out, chunks):
     _put_str_c(o.key, out, chunks)
     if o.coordinator_keys != []: _absent('FindCoordinatorRequest', 'coordinator_keys', 3)
     out += _S27.pack(o.key_type)
     _put_tags(out, None, o.unknown_tags)
-def _d_540(buf, pos, end):
+def _decode_FindCoordinatorRequest_v4(buf, pos, end):
     o = _C39.__new__(_C39)
     if pos + 1 > end: _short()
     o.key_type, = _S27.unpack_from(buf, pos)
@@ -7124,24 +7124,24 @@ def _d_540(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _ea_541(x, out, chunks):
+def _encode_string_array_compact(x, out, chunks):
     _put_array(x, out, chunks, _put_str_c, True, False)
-def _e_542(o, out, chunks):
+def _encode_FindCoordinatorRequest_v4(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 4)
     out += _S27.pack(o.key_type)
-    _ea_541(o.coordinator_keys, out, chunks)
+    _encode_string_array_compact(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_543(o, out, chunks):
+def _encode_FindCoordinatorRequest_v5(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 5)
     out += _S27.pack(o.key_type)
-    _ea_541(o.coordinator_keys, out, chunks)
+    _encode_string_array_compact(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_544(o, out, chunks):
+def _encode_FindCoordinatorRequest_v6(o, out, chunks):
     if o.key != '': _absent('FindCoordinatorRequest', 'key', 6)
     out += _S27.pack(o.key_type)
-    _ea_541(o.coordinator_keys, out, chunks)
+    _encode_string_array_compact(o.coordinator_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_545(buf, pos, end):
+def _decode_FindCoordinatorResponse_v0(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.error_code, o.node_id = _S9.unpack_from(buf, pos)
@@ -7155,12 +7155,12 @@ def _d_545(buf, pos, end):
     o.coordinators = []
     o.unknown_tags = None
     return o, pos
-def _e_546(o, out, chunks):
+def _encode_FindCoordinatorResponse_v0(o, out, chunks):
     out += _S9.pack(o.error_code, o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 0)
     out += _S2.pack(o.port)
-def _d_547(buf, pos, end):
+def _decode_FindCoordinatorResponse_v1(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -7176,21 +7176,21 @@ def _d_547(buf, pos, end):
     o.coordinators = []
     o.unknown_tags = None
     return o, pos
-def _e_548(o, out, chunks):
+def _encode_FindCoordinatorResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 1)
     out += _S2.pack(o.port)
-def _e_549(o, out, chunks):
+def _encode_FindCoordinatorResponse_v2(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 2)
     out += _S2.pack(o.port)
-def _d_550(buf, pos, end):
+def _decode_FindCoordinatorResponse_v3(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -7210,7 +7210,7 @@ def _d_550(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_551(o, out, chunks):
+def _encode_FindCoordinatorResponse_v3(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S2.pack(o.node_id)
@@ -7218,7 +7218,7 @@ def _e_551(o, out, chunks):
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 3)
     out += _S2.pack(o.port)
     _put_tags(out, None, o.unknown_tags)
-def _d_552(buf, pos, end):
+def _decode_FindCoordinatorResponse_Coordinator_v4(buf, pos, end):
     o = _C41.__new__(_C41)
     o.key, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7235,7 +7235,7 @@ def _d_552(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_553(buf, pos, end):
+def _decode_FindCoordinatorResponse_v4(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -7245,7 +7245,7 @@ def _d_553(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.coordinators, pos = _array_n(buf, pos, end, _d_552, n, 14)
+        o.coordinators, pos = _array_n(buf, pos, end, _decode_FindCoordinatorResponse_Coordinator_v4, n, 14)
     elif n == 0:
         o.coordinators = []
     else:
@@ -7261,40 +7261,40 @@ def _d_553(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_554(o, out, chunks):
+def _encode_FindCoordinatorResponse_Coordinator_v4(o, out, chunks):
     _put_str_c(o.key, out, chunks)
     out += _S2.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     out += _S28.pack(o.port, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_555(x, out, chunks):
-    _put_array(x, out, chunks, _e_554, True, False)
-def _e_556(o, out, chunks):
+def _encode_FindCoordinatorResponse_Coordinator_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FindCoordinatorResponse_Coordinator_v4, True, False)
+def _encode_FindCoordinatorResponse_v4(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 4)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 4)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 4)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 4)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_555(o.coordinators, out, chunks)
+    _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_557(o, out, chunks):
+def _encode_FindCoordinatorResponse_v5(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 5)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 5)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 5)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 5)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_555(o.coordinators, out, chunks)
+    _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_558(o, out, chunks):
+def _encode_FindCoordinatorResponse_v6(o, out, chunks):
     if o.error_code != 0: _absent('FindCoordinatorResponse', 'error_code', 6)
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 6)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 6)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 6)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_555(o.coordinators, out, chunks)
+    _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_559(buf, pos, end):
+def _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v2(buf, pos, end):
     o = _C44.__new__(_C44)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
@@ -7304,14 +7304,14 @@ def _d_559(buf, pos, end):
     o.commit_timestamp = -1
     o.unknown_tags = None
     return o, pos
-def _d_560(buf, pos, end):
+def _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v2(buf, pos, end):
     o = _C43.__new__(_C43)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_559, n, 14)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v2, n, 14)
     elif n == 0:
         o.partitions = []
     else:
@@ -7319,7 +7319,7 @@ def _d_560(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_561(buf, pos, end):
+def _decode_OffsetCommitRequest_v2(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7333,7 +7333,7 @@ def _d_561(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_560, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7341,61 +7341,61 @@ def _d_561(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_562(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v2(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 2)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_563(x, out, chunks):
-    _put_array(x, out, chunks, _e_562, False, False)
-def _e_564(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v2, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_563(o.partitions, out, chunks)
-def _ea_565(x, out, chunks):
-    _put_array(x, out, chunks, _e_564, False, False)
-def _e_566(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v2_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2, False, False)
+def _encode_OffsetCommitRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 2)
     out += _S29.pack(o.retention_time_ms)
-    _ea_565(o.topics, out, chunks)
-def _e_567(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2_array(o.topics, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v3(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 3)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_568(x, out, chunks):
-    _put_array(x, out, chunks, _e_567, False, False)
-def _e_569(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v3, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_568(o.partitions, out, chunks)
-def _ea_570(x, out, chunks):
-    _put_array(x, out, chunks, _e_569, False, False)
-def _e_571(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v3_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3, False, False)
+def _encode_OffsetCommitRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 3)
     out += _S29.pack(o.retention_time_ms)
-    _ea_570(o.topics, out, chunks)
-def _e_572(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3_array(o.topics, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v4(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 4)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_573(x, out, chunks):
-    _put_array(x, out, chunks, _e_572, False, False)
-def _e_574(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v4, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_573(o.partitions, out, chunks)
-def _ea_575(x, out, chunks):
-    _put_array(x, out, chunks, _e_574, False, False)
-def _e_576(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v4_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4, False, False)
+def _encode_OffsetCommitRequest_v4(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 4)
     out += _S29.pack(o.retention_time_ms)
-    _ea_575(o.topics, out, chunks)
-def _d_577(buf, pos, end):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4_array(o.topics, out, chunks)
+def _decode_OffsetCommitRequest_v5(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7406,7 +7406,7 @@ def _d_577(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_560, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7415,24 +7415,24 @@ def _d_577(buf, pos, end):
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_578(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v5(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 5)
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_579(x, out, chunks):
-    _put_array(x, out, chunks, _e_578, False, False)
-def _e_580(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v5, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_579(o.partitions, out, chunks)
-def _ea_581(x, out, chunks):
-    _put_array(x, out, chunks, _e_580, False, False)
-def _e_582(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v5_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5, False, False)
+def _encode_OffsetCommitRequest_v5(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 5)
-    _ea_581(o.topics, out, chunks)
-def _d_583(buf, pos, end):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5_array(o.topics, out, chunks)
+def _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v6(buf, pos, end):
     o = _C44.__new__(_C44)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -7441,14 +7441,14 @@ def _d_583(buf, pos, end):
     o.commit_timestamp = -1
     o.unknown_tags = None
     return o, pos
-def _d_584(buf, pos, end):
+def _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos, end):
     o = _C43.__new__(_C43)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_583, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v6, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -7456,7 +7456,7 @@ def _d_584(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_585(buf, pos, end):
+def _decode_OffsetCommitRequest_v6(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7467,7 +7467,7 @@ def _d_585(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_584, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v6, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7476,24 +7476,24 @@ def _d_585(buf, pos, end):
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_586(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v6(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 6)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_587(x, out, chunks):
-    _put_array(x, out, chunks, _e_586, False, False)
-def _e_588(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v6, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_587(o.partitions, out, chunks)
-def _ea_589(x, out, chunks):
-    _put_array(x, out, chunks, _e_588, False, False)
-def _e_590(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v6_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6, False, False)
+def _encode_OffsetCommitRequest_v6(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 6)
-    _ea_589(o.topics, out, chunks)
-def _d_591(buf, pos, end):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6_array(o.topics, out, chunks)
+def _decode_OffsetCommitRequest_v7(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7505,7 +7505,7 @@ def _d_591(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_584, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v6, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7513,24 +7513,24 @@ def _d_591(buf, pos, end):
     o.retention_time_ms = -1
     o.unknown_tags = None
     return o, pos
-def _e_592(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v7(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 7)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_593(x, out, chunks):
-    _put_array(x, out, chunks, _e_592, False, False)
-def _e_594(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v7, False, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_593(o.partitions, out, chunks)
-def _ea_595(x, out, chunks):
-    _put_array(x, out, chunks, _e_594, False, False)
-def _e_596(o, out, chunks):
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v7_array(o.partitions, out, chunks)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7, False, False)
+def _encode_OffsetCommitRequest_v7(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-    _ea_595(o.topics, out, chunks)
-def _d_597(buf, pos, end):
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7_array(o.topics, out, chunks)
+def _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf, pos, end):
     o = _C44.__new__(_C44)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -7543,7 +7543,7 @@ def _d_597(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_598(buf, pos, end):
+def _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf, pos, end):
     o = _C43.__new__(_C43)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -7551,7 +7551,7 @@ def _d_598(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_597, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v8, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -7563,7 +7563,7 @@ def _d_598(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_599(buf, pos, end):
+def _decode_OffsetCommitRequest_v8(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7576,7 +7576,7 @@ def _d_599(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_598, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v8, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -7588,47 +7588,47 @@ def _d_599(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_600(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v8(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 8)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_601(x, out, chunks):
-    _put_array(x, out, chunks, _e_600, True, False)
-def _e_602(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v8, True, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_601(o.partitions, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v8_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_603(x, out, chunks):
-    _put_array(x, out, chunks, _e_602, True, False)
-def _e_604(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8, True, False)
+def _encode_OffsetCommitRequest_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_603(o.topics, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_605(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v9(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 9)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_606(x, out, chunks):
-    _put_array(x, out, chunks, _e_605, True, False)
-def _e_607(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v9, True, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_606(o.partitions, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v9_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_608(x, out, chunks):
-    _put_array(x, out, chunks, _e_607, True, False)
-def _e_609(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9, True, False)
+def _encode_OffsetCommitRequest_v9(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_608(o.topics, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_610(buf, pos, end):
+def _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf, pos, end):
     o = _C43.__new__(_C43)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -7636,7 +7636,7 @@ def _d_610(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_597, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v8, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -7648,7 +7648,7 @@ def _d_610(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_611(buf, pos, end):
+def _decode_OffsetCommitRequest_v10(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7661,7 +7661,7 @@ def _d_611(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_610, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitRequest_OffsetCommitRequestTopic_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -7673,41 +7673,41 @@ def _d_611(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_612(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v10(o, out, chunks):
     if o.commit_timestamp != -1: _absent('OffsetCommitRequestPartition', 'commit_timestamp', 10)
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_613(x, out, chunks):
-    _put_array(x, out, chunks, _e_612, True, False)
-def _e_614(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v10, True, False)
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_613(o.partitions, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestPartition_v10_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_615(x, out, chunks):
-    _put_array(x, out, chunks, _e_614, True, False)
-def _e_616(o, out, chunks):
+def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10, True, False)
+def _encode_OffsetCommitRequest_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_615(o.topics, out, chunks)
+    _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_617(buf, pos, end):
+def _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v2(buf, pos, end):
     o = _C47.__new__(_C47)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_618(buf, pos, end):
+def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v2(buf, pos, end):
     o = _C46.__new__(_C46)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_617, n, 6)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v2, n, 6)
     elif n == 0:
         o.partitions = []
     else:
@@ -7715,13 +7715,13 @@ def _d_618(buf, pos, end):
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
     return o, pos
-def _d_619(buf, pos, end):
+def _decode_OffsetCommitResponse_v2(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_618, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7729,18 +7729,18 @@ def _d_619(buf, pos, end):
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_620(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v2(o, out, chunks):
     out += _S28.pack(o.partition_index, o.error_code)
-def _ea_621(x, out, chunks):
-    _put_array(x, out, chunks, _e_620, False, False)
-def _e_622(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v2, False, False)
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_621(o.partitions, out, chunks)
-def _ea_623(x, out, chunks):
-    _put_array(x, out, chunks, _e_622, False, False)
-def _e_624(o, out, chunks):
-    _ea_623(o.topics, out, chunks)
-def _d_625(buf, pos, end):
+    _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v2_array(o.partitions, out, chunks)
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2, False, False)
+def _encode_OffsetCommitResponse_v2(o, out, chunks):
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(o.topics, out, chunks)
+def _decode_OffsetCommitResponse_v3(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -7749,17 +7749,17 @@ def _d_625(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_618, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_626(o, out, chunks):
+def _encode_OffsetCommitResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_623(o.topics, out, chunks)
-def _d_627(buf, pos, end):
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(o.topics, out, chunks)
+def _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos, end):
     o = _C47.__new__(_C47)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
@@ -7770,7 +7770,7 @@ def _d_627(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_628(buf, pos, end):
+def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf, pos, end):
     o = _C46.__new__(_C46)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -7778,7 +7778,7 @@ def _d_628(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_627, n, 7)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v8, n, 7)
     elif n == 0:
         o.partitions = []
     else:
@@ -7790,7 +7790,7 @@ def _d_628(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_629(buf, pos, end):
+def _decode_OffsetCommitResponse_v8(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -7800,7 +7800,7 @@ def _d_629(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_628, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v8, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -7811,22 +7811,22 @@ def _d_629(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_630(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8(o, out, chunks):
     out += _S28.pack(o.partition_index, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_631(x, out, chunks):
-    _put_array(x, out, chunks, _e_630, True, False)
-def _e_632(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8, True, False)
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_631(o.partitions, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_633(x, out, chunks):
-    _put_array(x, out, chunks, _e_632, True, False)
-def _e_634(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8, True, False)
+def _encode_OffsetCommitResponse_v8(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_633(o.topics, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_635(buf, pos, end):
+def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos, end):
     o = _C46.__new__(_C46)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -7834,7 +7834,7 @@ def _d_635(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_627, n, 7)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v8, n, 7)
     elif n == 0:
         o.partitions = []
     else:
@@ -7846,7 +7846,7 @@ def _d_635(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_636(buf, pos, end):
+def _decode_OffsetCommitResponse_v10(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -7856,7 +7856,7 @@ def _d_636(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_635, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -7867,17 +7867,17 @@ def _d_636(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_637(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_631(o.partitions, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_638(x, out, chunks):
-    _put_array(x, out, chunks, _e_637, True, False)
-def _e_639(o, out, chunks):
+def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10, True, False)
+def _encode_OffsetCommitResponse_v10(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_638(o.topics, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_640(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v1(buf, pos, end):
     o = _C49.__new__(_C49)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -7891,14 +7891,14 @@ def _d_640(buf, pos, end):
         o.partition_indexes = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_641(buf, pos, end):
+def _decode_OffsetFetchRequest_v1(buf, pos, end):
     o = _C48.__new__(_C48)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_640, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7907,24 +7907,24 @@ def _d_641(buf, pos, end):
     o.require_stable = False
     o.unknown_tags = None
     return o, pos
-def _e_642(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_61(o.partition_indexes, out, chunks)
-def _ea_643(x, out, chunks):
-    _put_array(x, out, chunks, _e_642, False, False)
-def _e_644(o, out, chunks):
+    _encode_int32_array(o.partition_indexes, out, chunks)
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1, False, False)
+def _encode_OffsetFetchRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_643(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 1)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 1)
-def _d_645(buf, pos, end):
+def _decode_OffsetFetchRequest_v2(buf, pos, end):
     o = _C48.__new__(_C48)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_640, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -7933,29 +7933,29 @@ def _d_645(buf, pos, end):
     o.require_stable = False
     o.unknown_tags = None
     return o, pos
-def _ea_646(x, out, chunks):
-    _put_array(x, out, chunks, _e_642, False, True)
-def _e_647(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1, False, True)
+def _encode_OffsetFetchRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_646(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 2)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 2)
-def _e_648(o, out, chunks):
+def _encode_OffsetFetchRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_646(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 3)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 3)
-def _e_649(o, out, chunks):
+def _encode_OffsetFetchRequest_v4(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_646(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 4)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 4)
-def _e_650(o, out, chunks):
+def _encode_OffsetFetchRequest_v5(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    _ea_646(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v1_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 5)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 5)
-def _d_651(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos, end):
     o = _C49.__new__(_C49)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -7974,7 +7974,7 @@ def _d_651(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_652(buf, pos, end):
+def _decode_OffsetFetchRequest_v6(buf, pos, end):
     o = _C48.__new__(_C48)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -7982,7 +7982,7 @@ def _d_652(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_651, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -7995,19 +7995,19 @@ def _d_652(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_653(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_116(o.partition_indexes, out, chunks)
+    _encode_int32_array_compact(o.partition_indexes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_654(x, out, chunks):
-    _put_array(x, out, chunks, _e_653, True, True)
-def _e_655(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6, True, True)
+def _encode_OffsetFetchRequest_v6(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_654(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 6)
     if o.require_stable != False: _absent('OffsetFetchRequest', 'require_stable', 6)
     _put_tags(out, None, o.unknown_tags)
-def _d_656(buf, pos, end):
+def _decode_OffsetFetchRequest_v7(buf, pos, end):
     o = _C48.__new__(_C48)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8015,7 +8015,7 @@ def _d_656(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_651, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -8030,13 +8030,13 @@ def _d_656(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_657(o, out, chunks):
+def _encode_OffsetFetchRequest_v7(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_654(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchRequest', 'groups', 7)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_658(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf, pos, end):
     o = _C51.__new__(_C51)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8056,7 +8056,7 @@ def _d_658(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_659(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf, pos, end):
     o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8064,7 +8064,7 @@ def _d_659(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_658, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopics_v8, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -8077,14 +8077,14 @@ def _d_659(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_660(buf, pos, end):
+def _decode_OffsetFetchRequest_v8(buf, pos, end):
     o = _C48.__new__(_C48)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_659, n, 3)
+        o.groups, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v8, n, 3)
     elif n == 0:
         o.groups = []
     else:
@@ -8100,19 +8100,19 @@ def _d_660(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_661(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_654(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_662(x, out, chunks):
-    _put_array(x, out, chunks, _e_661, True, False)
-def _e_663(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v8, True, False)
+def _encode_OffsetFetchRequest_v8(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 8)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 8)
-    _ea_662(o.groups, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v8_array(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_664(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf, pos, end):
     o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
@@ -8124,7 +8124,7 @@ def _d_664(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_658, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopics_v8, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -8135,14 +8135,14 @@ def _d_664(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_665(buf, pos, end):
+def _decode_OffsetFetchRequest_v9(buf, pos, end):
     o = _C48.__new__(_C48)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_664, n, 8)
+        o.groups, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v9, n, 8)
     elif n == 0:
         o.groups = []
     else:
@@ -8158,21 +8158,21 @@ def _d_665(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_666(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
     out += _S2.pack(o.member_epoch)
-    _ea_654(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_667(x, out, chunks):
-    _put_array(x, out, chunks, _e_666, True, False)
-def _e_668(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9, True, False)
+def _encode_OffsetFetchRequest_v9(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 9)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 9)
-    _ea_667(o.groups, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9_array(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_669(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestTopics_v10(buf, pos, end):
     o = _C51.__new__(_C51)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -8192,7 +8192,7 @@ def _d_669(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_670(buf, pos, end):
+def _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf, pos, end):
     o = _C50.__new__(_C50)
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
@@ -8204,7 +8204,7 @@ def _d_670(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_669, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestTopics_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -8215,14 +8215,14 @@ def _d_670(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_671(buf, pos, end):
+def _decode_OffsetFetchRequest_v10(buf, pos, end):
     o = _C48.__new__(_C48)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_670, n, 8)
+        o.groups, pos = _array_n(buf, pos, end, _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v10, n, 8)
     elif n == 0:
         o.groups = []
     else:
@@ -8238,27 +8238,27 @@ def _d_671(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_672(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_116(o.partition_indexes, out, chunks)
+    _encode_int32_array_compact(o.partition_indexes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_673(x, out, chunks):
-    _put_array(x, out, chunks, _e_672, True, True)
-def _e_674(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10, True, True)
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
     out += _S2.pack(o.member_epoch)
-    _ea_673(o.topics, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_675(x, out, chunks):
-    _put_array(x, out, chunks, _e_674, True, False)
-def _e_676(o, out, chunks):
+def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10, True, False)
+def _encode_OffsetFetchRequest_v10(o, out, chunks):
     if o.group_id != '': _absent('OffsetFetchRequest', 'group_id', 10)
     if o.topics != []: _absent('OffsetFetchRequest', 'topics', 10)
-    _ea_675(o.groups, out, chunks)
+    _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10_array(o.groups, out, chunks)
     out += _S4.pack(o.require_stable)
     _put_tags(out, None, o.unknown_tags)
-def _d_677(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v1(buf, pos, end):
     o = _C54.__new__(_C54)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
@@ -8270,27 +8270,27 @@ def _d_677(buf, pos, end):
     o.committed_leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_678(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v1(buf, pos, end):
     o = _C53.__new__(_C53)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_677, n, 16)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v1, n, 16)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_679(buf, pos, end):
+def _decode_OffsetFetchResponse_v1(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -8300,27 +8300,27 @@ def _d_679(buf, pos, end):
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_680(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1(o, out, chunks):
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_681(x, out, chunks):
-    _put_array(x, out, chunks, _e_680, False, False)
-def _e_682(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1, False, False)
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_681(o.partitions, out, chunks)
-def _ea_683(x, out, chunks):
-    _put_array(x, out, chunks, _e_682, False, False)
-def _e_684(o, out, chunks):
-    _ea_683(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1_array(o.partitions, out, chunks)
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1, False, False)
+def _encode_OffsetFetchResponse_v1(o, out, chunks):
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 1)
-def _d_685(buf, pos, end):
+def _decode_OffsetFetchResponse_v2(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -8332,11 +8332,11 @@ def _d_685(buf, pos, end):
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_686(o, out, chunks):
-    _ea_683(o.topics, out, chunks)
+def _encode_OffsetFetchResponse_v2(o, out, chunks):
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 2)
     out += _S0.pack(o.error_code)
-def _d_687(buf, pos, end):
+def _decode_OffsetFetchResponse_v3(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -8345,7 +8345,7 @@ def _d_687(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_678, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v1, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -8356,17 +8356,17 @@ def _d_687(buf, pos, end):
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_688(o, out, chunks):
+def _encode_OffsetFetchResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_683(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 3)
     out += _S0.pack(o.error_code)
-def _e_689(o, out, chunks):
+def _encode_OffsetFetchResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_683(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 4)
     out += _S0.pack(o.error_code)
-def _d_690(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v5(buf, pos, end):
     o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -8377,21 +8377,21 @@ def _d_690(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _d_691(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf, pos, end):
     o = _C53.__new__(_C53)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_690, n, 20)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v5, n, 20)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_692(buf, pos, end):
+def _decode_OffsetFetchResponse_v5(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -8400,7 +8400,7 @@ def _d_692(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_691, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v5, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -8411,23 +8411,23 @@ def _d_692(buf, pos, end):
     o.groups = []
     o.unknown_tags = None
     return o, pos
-def _e_693(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_694(x, out, chunks):
-    _put_array(x, out, chunks, _e_693, False, False)
-def _e_695(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5, False, False)
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_694(o.partitions, out, chunks)
-def _ea_696(x, out, chunks):
-    _put_array(x, out, chunks, _e_695, False, False)
-def _e_697(o, out, chunks):
+    _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5_array(o.partitions, out, chunks)
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5, False, False)
+def _encode_OffsetFetchResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_696(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 5)
     out += _S0.pack(o.error_code)
-def _d_698(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf, pos, end):
     o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -8442,7 +8442,7 @@ def _d_698(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_699(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf, pos, end):
     o = _C53.__new__(_C53)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8450,7 +8450,7 @@ def _d_699(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_698, n, 20)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v6, n, 20)
     elif n == 0:
         o.partitions = []
     else:
@@ -8461,7 +8461,7 @@ def _d_699(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_700(buf, pos, end):
+def _decode_OffsetFetchResponse_v6(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -8471,7 +8471,7 @@ def _d_700(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_699, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v6, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -8486,32 +8486,32 @@ def _d_700(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_701(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.metadata, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_702(x, out, chunks):
-    _put_array(x, out, chunks, _e_701, True, False)
-def _e_703(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6, True, False)
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_702(o.partitions, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_704(x, out, chunks):
-    _put_array(x, out, chunks, _e_703, True, False)
-def _e_705(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6, True, False)
+def _encode_OffsetFetchResponse_v6(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_704(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 6)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _e_706(o, out, chunks):
+def _encode_OffsetFetchResponse_v7(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_704(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 7)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_707(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos, end):
     o = _C57.__new__(_C57)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -8526,7 +8526,7 @@ def _d_707(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_708(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf, pos, end):
     o = _C56.__new__(_C56)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8534,7 +8534,7 @@ def _d_708(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_707, n, 20)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponsePartitions_v8, n, 20)
     elif n == 0:
         o.partitions = []
     else:
@@ -8546,7 +8546,7 @@ def _d_708(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_709(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos, end):
     o = _C55.__new__(_C55)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8554,7 +8554,7 @@ def _d_709(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_708, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopics_v8, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -8568,7 +8568,7 @@ def _d_709(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_710(buf, pos, end):
+def _decode_OffsetFetchResponse_v8(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -8578,7 +8578,7 @@ def _d_710(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_709, n, 5)
+        o.groups, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v8, n, 5)
     elif n == 0:
         o.groups = []
     else:
@@ -8591,24 +8591,24 @@ def _d_710(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_711(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_704(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_712(x, out, chunks):
-    _put_array(x, out, chunks, _e_711, True, False)
-def _e_713(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8, True, False)
+def _encode_OffsetFetchResponse_v8(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 8)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_712(o.groups, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_714(o, out, chunks):
+def _encode_OffsetFetchResponse_v9(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 9)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_712(o.groups, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_715(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf, pos, end):
     o = _C56.__new__(_C56)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -8616,7 +8616,7 @@ def _d_715(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_707, n, 20)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponsePartitions_v8, n, 20)
     elif n == 0:
         o.partitions = []
     else:
@@ -8628,7 +8628,7 @@ def _d_715(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_716(buf, pos, end):
+def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos, end):
     o = _C55.__new__(_C55)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8636,7 +8636,7 @@ def _d_716(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_715, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseTopics_v10, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -8650,7 +8650,7 @@ def _d_716(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_717(buf, pos, end):
+def _decode_OffsetFetchResponse_v10(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -8660,7 +8660,7 @@ def _d_717(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_716, n, 5)
+        o.groups, pos = _array_n(buf, pos, end, _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v10, n, 5)
     elif n == 0:
         o.groups = []
     else:
@@ -8673,31 +8673,31 @@ def _d_717(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_718(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10(o, out, chunks):
     _put_uuid(o.topic_id, out, chunks)
-    _ea_702(o.partitions, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_719(x, out, chunks):
-    _put_array(x, out, chunks, _e_718, True, False)
-def _e_720(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10, True, False)
+def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    _ea_719(o.topics, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10_array(o.topics, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_721(x, out, chunks):
-    _put_array(x, out, chunks, _e_720, True, False)
-def _e_722(o, out, chunks):
+def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10, True, False)
+def _encode_OffsetFetchResponse_v10(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 10)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_721(o.groups, out, chunks)
+    _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_723(buf, pos, end):
+def _decode_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos, end):
     o = _C59.__new__(_C59)
     o.name, pos = _str_k(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_724(buf, pos, end):
+def _decode_JoinGroupRequest_v0(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -8709,7 +8709,7 @@ def _d_724(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+        o.protocols, pos = _array_n(buf, pos, end, _decode_JoinGroupRequest_JoinGroupRequestProtocol_v0, n, 6)
     elif n == 0:
         o.protocols = []
     else:
@@ -8719,19 +8719,19 @@ def _d_724(buf, pos, end):
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_725(o, out, chunks):
+def _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_726(x, out, chunks):
-    _put_array(x, out, chunks, _e_725, False, False)
-def _e_727(o, out, chunks):
+def _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0, False, False)
+def _encode_JoinGroupRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.session_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 0)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _d_728(buf, pos, end):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _decode_JoinGroupRequest_v1(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 8 > end: _short()
@@ -8743,7 +8743,7 @@ def _d_728(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+        o.protocols, pos = _array_n(buf, pos, end, _decode_JoinGroupRequest_JoinGroupRequestProtocol_v0, n, 6)
     elif n == 0:
         o.protocols = []
     else:
@@ -8752,35 +8752,35 @@ def _d_728(buf, pos, end):
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_729(o, out, chunks):
+def _encode_JoinGroupRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 1)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _e_730(o, out, chunks):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _encode_JoinGroupRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 2)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _e_731(o, out, chunks):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _encode_JoinGroupRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 3)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _e_732(o, out, chunks):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _encode_JoinGroupRequest_v4(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 4)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _d_733(buf, pos, end):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _decode_JoinGroupRequest_v5(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 8 > end: _short()
@@ -8793,7 +8793,7 @@ def _d_733(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.protocols, pos = _array_n(buf, pos, end, _d_723, n, 6)
+        o.protocols, pos = _array_n(buf, pos, end, _decode_JoinGroupRequest_JoinGroupRequestProtocol_v0, n, 6)
     elif n == 0:
         o.protocols = []
     else:
@@ -8801,14 +8801,14 @@ def _d_733(buf, pos, end):
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _e_734(o, out, chunks):
+def _encode_JoinGroupRequest_v5(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
-    _ea_726(o.protocols, out, chunks)
-def _d_735(buf, pos, end):
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(o.protocols, out, chunks)
+def _decode_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf, pos, end):
     o = _C59.__new__(_C59)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -8822,7 +8822,7 @@ def _d_735(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_736(buf, pos, end):
+def _decode_JoinGroupRequest_v6(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 8 > end: _short()
@@ -8836,7 +8836,7 @@ def _d_736(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.protocols, pos = _array_n(buf, pos, end, _d_735, n, 3)
+        o.protocols, pos = _array_n(buf, pos, end, _decode_JoinGroupRequest_JoinGroupRequestProtocol_v6, n, 3)
     elif n == 0:
         o.protocols = []
     else:
@@ -8848,21 +8848,21 @@ def _d_736(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_737(o, out, chunks):
+def _encode_JoinGroupRequest_JoinGroupRequestProtocol_v6(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_bytes_c(o.metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_738(x, out, chunks):
-    _put_array(x, out, chunks, _e_737, True, False)
-def _e_739(o, out, chunks):
+def _encode_JoinGroupRequest_JoinGroupRequestProtocol_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_JoinGroupRequest_JoinGroupRequestProtocol_v6, True, False)
+def _encode_JoinGroupRequest_v6(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
-    _ea_738(o.protocols, out, chunks)
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v6_array(o.protocols, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_740(buf, pos, end):
+def _decode_JoinGroupRequest_v8(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 8 > end: _short()
@@ -8876,7 +8876,7 @@ def _d_740(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.protocols, pos = _array_n(buf, pos, end, _d_735, n, 3)
+        o.protocols, pos = _array_n(buf, pos, end, _decode_JoinGroupRequest_JoinGroupRequestProtocol_v6, n, 3)
     elif n == 0:
         o.protocols = []
     else:
@@ -8888,23 +8888,23 @@ def _d_740(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_741(o, out, chunks):
+def _encode_JoinGroupRequest_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S12.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
-    _ea_738(o.protocols, out, chunks)
+    _encode_JoinGroupRequest_JoinGroupRequestProtocol_v6_array(o.protocols, out, chunks)
     _put_str_cn(o.reason, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_742(buf, pos, end):
+def _decode_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos, end):
     o = _C61.__new__(_C61)
     o.member_id, pos = _str_k(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _d_743(buf, pos, end):
+def _decode_JoinGroupResponse_v0(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 6 > end: _short()
     o.error_code, o.generation_id = _S9.unpack_from(buf, pos)
@@ -8916,7 +8916,7 @@ def _d_743(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_742, n, 6)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v0, n, 6)
     elif n == 0:
         o.members = []
     else:
@@ -8926,26 +8926,26 @@ def _d_743(buf, pos, end):
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_744(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v0(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_745(x, out, chunks):
-    _put_array(x, out, chunks, _e_744, False, False)
-def _e_746(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_JoinGroupResponse_JoinGroupResponseMember_v0, False, False)
+def _encode_JoinGroupResponse_v0(o, out, chunks):
     out += _S9.pack(o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 0)
     _put_str_k(o.member_id, out, chunks)
-    _ea_745(o.members, out, chunks)
-def _e_747(o, out, chunks):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(o.members, out, chunks)
+def _encode_JoinGroupResponse_v1(o, out, chunks):
     out += _S9.pack(o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 1)
     _put_str_k(o.member_id, out, chunks)
-    _ea_745(o.members, out, chunks)
-def _d_748(buf, pos, end):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(o.members, out, chunks)
+def _decode_JoinGroupResponse_v2(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
@@ -8957,7 +8957,7 @@ def _d_748(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_742, n, 6)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v0, n, 6)
     elif n == 0:
         o.members = []
     else:
@@ -8966,35 +8966,35 @@ def _d_748(buf, pos, end):
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_749(o, out, chunks):
+def _encode_JoinGroupResponse_v2(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 2)
     _put_str_k(o.member_id, out, chunks)
-    _ea_745(o.members, out, chunks)
-def _e_750(o, out, chunks):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(o.members, out, chunks)
+def _encode_JoinGroupResponse_v3(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 3)
     _put_str_k(o.member_id, out, chunks)
-    _ea_745(o.members, out, chunks)
-def _e_751(o, out, chunks):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(o.members, out, chunks)
+def _encode_JoinGroupResponse_v4(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 4)
     _put_str_k(o.member_id, out, chunks)
-    _ea_745(o.members, out, chunks)
-def _d_752(buf, pos, end):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v0_array(o.members, out, chunks)
+def _decode_JoinGroupResponse_JoinGroupResponseMember_v5(buf, pos, end):
     o = _C61.__new__(_C61)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.metadata, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_753(buf, pos, end):
+def _decode_JoinGroupResponse_v5(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
@@ -9006,7 +9006,7 @@ def _d_753(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_752, n, 8)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v5, n, 8)
     elif n == 0:
         o.members = []
     else:
@@ -9015,20 +9015,20 @@ def _d_753(buf, pos, end):
     o.skip_assignment = False
     o.unknown_tags = None
     return o, pos
-def _e_754(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v5(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_bytes_k(o.metadata, out, chunks)
-def _ea_755(x, out, chunks):
-    _put_array(x, out, chunks, _e_754, False, False)
-def _e_756(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_JoinGroupResponse_JoinGroupResponseMember_v5, False, False)
+def _encode_JoinGroupResponse_v5(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_k(o.protocol_name, out, chunks)
     _put_str_k(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 5)
     _put_str_k(o.member_id, out, chunks)
-    _ea_755(o.members, out, chunks)
-def _d_757(buf, pos, end):
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v5_array(o.members, out, chunks)
+def _decode_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos, end):
     o = _C61.__new__(_C61)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9043,7 +9043,7 @@ def _d_757(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_758(buf, pos, end):
+def _decode_JoinGroupResponse_v6(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
@@ -9056,7 +9056,7 @@ def _d_758(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v6, n, 4)
     elif n == 0:
         o.members = []
     else:
@@ -9069,22 +9069,22 @@ def _d_758(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_759(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v6(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_bytes_c(o.metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_760(x, out, chunks):
-    _put_array(x, out, chunks, _e_759, True, False)
-def _e_761(o, out, chunks):
+def _encode_JoinGroupResponse_JoinGroupResponseMember_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_JoinGroupResponse_JoinGroupResponseMember_v6, True, False)
+def _encode_JoinGroupResponse_v6(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_c(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 6)
     _put_str_c(o.member_id, out, chunks)
-    _ea_760(o.members, out, chunks)
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v6_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_762(buf, pos, end):
+def _decode_JoinGroupResponse_v7(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
@@ -9098,7 +9098,7 @@ def _d_762(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v6, n, 4)
     elif n == 0:
         o.members = []
     else:
@@ -9110,25 +9110,25 @@ def _d_762(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_763(o, out, chunks):
+def _encode_JoinGroupResponse_v7(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 7)
     _put_str_c(o.member_id, out, chunks)
-    _ea_760(o.members, out, chunks)
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v6_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _e_764(o, out, chunks):
+def _encode_JoinGroupResponse_v8(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     if o.skip_assignment != False: _absent('JoinGroupResponse', 'skip_assignment', 8)
     _put_str_c(o.member_id, out, chunks)
-    _ea_760(o.members, out, chunks)
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v6_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_765(buf, pos, end):
+def _decode_JoinGroupResponse_v9(buf, pos, end):
     o = _C60.__new__(_C60)
     if pos + 10 > end: _short()
     o.throttle_time_ms, o.error_code, o.generation_id = _S22.unpack_from(buf, pos)
@@ -9145,7 +9145,7 @@ def _d_765(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_757, n, 4)
+        o.members, pos = _array_n(buf, pos, end, _decode_JoinGroupResponse_JoinGroupResponseMember_v6, n, 4)
     elif n == 0:
         o.members = []
     else:
@@ -9156,22 +9156,22 @@ def _d_765(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_766(o, out, chunks):
+def _encode_JoinGroupResponse_v9(o, out, chunks):
     out += _S22.pack(o.throttle_time_ms, o.error_code, o.generation_id)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_str_c(o.leader, out, chunks)
     out += _S4.pack(o.skip_assignment)
     _put_str_c(o.member_id, out, chunks)
-    _ea_760(o.members, out, chunks)
+    _encode_JoinGroupResponse_JoinGroupResponseMember_v6_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_767(buf, pos, end):
+def _decode_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos, end):
     o = _C63.__new__(_C63)
     o.member_id, pos = _str_k(buf, pos, end)
     o.assignment, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_768(buf, pos, end):
+def _decode_SyncGroupRequest_v0(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9182,7 +9182,7 @@ def _d_768(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_767, n, 6)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_SyncGroupRequest_SyncGroupRequestAssignment_v0, n, 6)
     elif n == 0:
         o.assignments = []
     else:
@@ -9192,30 +9192,30 @@ def _d_768(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_769(o, out, chunks):
+def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_bytes_k(o.assignment, out, chunks)
-def _ea_770(x, out, chunks):
-    _put_array(x, out, chunks, _e_769, False, False)
-def _e_771(o, out, chunks):
+def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0, False, False)
+def _encode_SyncGroupRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 0)
-    _ea_770(o.assignments, out, chunks)
-def _e_772(o, out, chunks):
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
+def _encode_SyncGroupRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 1)
-    _ea_770(o.assignments, out, chunks)
-def _e_773(o, out, chunks):
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
+def _encode_SyncGroupRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 2)
-    _ea_770(o.assignments, out, chunks)
-def _d_774(buf, pos, end):
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
+def _decode_SyncGroupRequest_v3(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9227,7 +9227,7 @@ def _d_774(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_767, n, 6)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_SyncGroupRequest_SyncGroupRequestAssignment_v0, n, 6)
     elif n == 0:
         o.assignments = []
     else:
@@ -9236,13 +9236,13 @@ def _d_774(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_775(o, out, chunks):
+def _encode_SyncGroupRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-    _ea_770(o.assignments, out, chunks)
-def _d_776(buf, pos, end):
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
+def _decode_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf, pos, end):
     o = _C63.__new__(_C63)
     o.member_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -9256,7 +9256,7 @@ def _d_776(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_777(buf, pos, end):
+def _decode_SyncGroupRequest_v4(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9269,7 +9269,7 @@ def _d_777(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_776, n, 3)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_SyncGroupRequest_SyncGroupRequestAssignment_v4, n, 3)
     elif n == 0:
         o.assignments = []
     else:
@@ -9282,20 +9282,20 @@ def _d_777(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_778(o, out, chunks):
+def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_779(x, out, chunks):
-    _put_array(x, out, chunks, _e_778, True, False)
-def _e_780(o, out, chunks):
+def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4, True, False)
+def _encode_SyncGroupRequest_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_779(o.assignments, out, chunks)
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4_array(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_781(buf, pos, end):
+def _decode_SyncGroupRequest_v5(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9310,7 +9310,7 @@ def _d_781(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_776, n, 3)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_SyncGroupRequest_SyncGroupRequestAssignment_v4, n, 3)
     elif n == 0:
         o.assignments = []
     else:
@@ -9321,16 +9321,16 @@ def _d_781(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_782(o, out, chunks):
+def _encode_SyncGroupRequest_v5(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
-    _ea_779(o.assignments, out, chunks)
+    _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4_array(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_783(buf, pos, end):
+def _decode_SyncGroupResponse_v0(buf, pos, end):
     o = _C64.__new__(_C64)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -9341,10 +9341,10 @@ def _d_783(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_784(o, out, chunks):
+def _encode_SyncGroupResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_bytes_k(o.assignment, out, chunks)
-def _d_785(buf, pos, end):
+def _decode_SyncGroupResponse_v1(buf, pos, end):
     o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9354,10 +9354,10 @@ def _d_785(buf, pos, end):
     o.protocol_name = None
     o.unknown_tags = None
     return o, pos
-def _e_786(o, out, chunks):
+def _encode_SyncGroupResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_bytes_k(o.assignment, out, chunks)
-def _d_787(buf, pos, end):
+def _decode_SyncGroupResponse_v4(buf, pos, end):
     o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9375,11 +9375,11 @@ def _d_787(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_788(o, out, chunks):
+def _encode_SyncGroupResponse_v4(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_789(buf, pos, end):
+def _decode_SyncGroupResponse_v5(buf, pos, end):
     o = _C64.__new__(_C64)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9397,13 +9397,13 @@ def _d_789(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_790(o, out, chunks):
+def _encode_SyncGroupResponse_v5(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.protocol_type, out, chunks)
     _put_str_cn(o.protocol_name, out, chunks)
     _put_bytes_c(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_791(buf, pos, end):
+def _decode_HeartbeatRequest_v0(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9413,22 +9413,22 @@ def _d_791(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_792(o, out, chunks):
+def _encode_HeartbeatRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 0)
-def _e_793(o, out, chunks):
+def _encode_HeartbeatRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 1)
-def _e_794(o, out, chunks):
+def _encode_HeartbeatRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 2)
-def _d_795(buf, pos, end):
+def _decode_HeartbeatRequest_v3(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9438,12 +9438,12 @@ def _d_795(buf, pos, end):
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_796(o, out, chunks):
+def _encode_HeartbeatRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-def _d_797(buf, pos, end):
+def _decode_HeartbeatRequest_v4(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9457,13 +9457,13 @@ def _d_797(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_798(o, out, chunks):
+def _encode_HeartbeatRequest_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_799(buf, pos, end):
+def _decode_HeartbeatResponse_v0(buf, pos, end):
     o = _C66.__new__(_C66)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -9471,18 +9471,18 @@ def _d_799(buf, pos, end):
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_800(o, out, chunks):
+def _encode_HeartbeatResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
-def _d_801(buf, pos, end):
+def _decode_HeartbeatResponse_v1(buf, pos, end):
     o = _C66.__new__(_C66)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _e_802(o, out, chunks):
+def _encode_HeartbeatResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _d_803(buf, pos, end):
+def _decode_HeartbeatResponse_v4(buf, pos, end):
     o = _C66.__new__(_C66)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9493,43 +9493,43 @@ def _d_803(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_804(o, out, chunks):
+def _encode_HeartbeatResponse_v4(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _d_805(buf, pos, end):
+def _decode_LeaveGroupRequest_v0(buf, pos, end):
     o = _C67.__new__(_C67)
     o.group_id, pos = _str_k(buf, pos, end)
     o.member_id, pos = _str_k(buf, pos, end)
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_806(o, out, chunks):
+def _encode_LeaveGroupRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 0)
-def _e_807(o, out, chunks):
+def _encode_LeaveGroupRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 1)
-def _e_808(o, out, chunks):
+def _encode_LeaveGroupRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.member_id, out, chunks)
     if o.members != []: _absent('LeaveGroupRequest', 'members', 2)
-def _d_809(buf, pos, end):
+def _decode_LeaveGroupRequest_MemberIdentity_v3(buf, pos, end):
     o = _C68.__new__(_C68)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     o.reason = None
     o.unknown_tags = None
     return o, pos
-def _d_810(buf, pos, end):
+def _decode_LeaveGroupRequest_v3(buf, pos, end):
     o = _C67.__new__(_C67)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_809, n, 4)
+        o.members, pos = _array_n(buf, pos, end, _decode_LeaveGroupRequest_MemberIdentity_v3, n, 4)
     elif n == 0:
         o.members = []
     else:
@@ -9537,16 +9537,16 @@ def _d_810(buf, pos, end):
     o.member_id = ''
     o.unknown_tags = None
     return o, pos
-def _e_811(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v3(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-def _ea_812(x, out, chunks):
-    _put_array(x, out, chunks, _e_811, False, False)
-def _e_813(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_LeaveGroupRequest_MemberIdentity_v3, False, False)
+def _encode_LeaveGroupRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 3)
-    _ea_812(o.members, out, chunks)
-def _d_814(buf, pos, end):
+    _encode_LeaveGroupRequest_MemberIdentity_v3_array(o.members, out, chunks)
+def _decode_LeaveGroupRequest_MemberIdentity_v4(buf, pos, end):
     o = _C68.__new__(_C68)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9557,7 +9557,7 @@ def _d_814(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_815(buf, pos, end):
+def _decode_LeaveGroupRequest_v4(buf, pos, end):
     o = _C67.__new__(_C67)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -9565,7 +9565,7 @@ def _d_815(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_814, n, 3)
+        o.members, pos = _array_n(buf, pos, end, _decode_LeaveGroupRequest_MemberIdentity_v4, n, 3)
     elif n == 0:
         o.members = []
     else:
@@ -9577,18 +9577,18 @@ def _d_815(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_816(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v4(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_817(x, out, chunks):
-    _put_array(x, out, chunks, _e_816, True, False)
-def _e_818(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_LeaveGroupRequest_MemberIdentity_v4, True, False)
+def _encode_LeaveGroupRequest_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 4)
-    _ea_817(o.members, out, chunks)
+    _encode_LeaveGroupRequest_MemberIdentity_v4_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_819(buf, pos, end):
+def _decode_LeaveGroupRequest_MemberIdentity_v5(buf, pos, end):
     o = _C68.__new__(_C68)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9599,7 +9599,7 @@ def _d_819(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_820(buf, pos, end):
+def _decode_LeaveGroupRequest_v5(buf, pos, end):
     o = _C67.__new__(_C67)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -9607,7 +9607,7 @@ def _d_820(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_819, n, 4)
+        o.members, pos = _array_n(buf, pos, end, _decode_LeaveGroupRequest_MemberIdentity_v5, n, 4)
     elif n == 0:
         o.members = []
     else:
@@ -9619,19 +9619,19 @@ def _d_820(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_821(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v5(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_cn(o.reason, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_822(x, out, chunks):
-    _put_array(x, out, chunks, _e_821, True, False)
-def _e_823(o, out, chunks):
+def _encode_LeaveGroupRequest_MemberIdentity_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_LeaveGroupRequest_MemberIdentity_v5, True, False)
+def _encode_LeaveGroupRequest_v5(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     if o.member_id != '': _absent('LeaveGroupRequest', 'member_id', 5)
-    _ea_822(o.members, out, chunks)
+    _encode_LeaveGroupRequest_MemberIdentity_v5_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_824(buf, pos, end):
+def _decode_LeaveGroupResponse_v0(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -9640,10 +9640,10 @@ def _d_824(buf, pos, end):
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_825(o, out, chunks):
+def _encode_LeaveGroupResponse_v0(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 0)
     out += _S0.pack(o.error_code)
-def _d_826(buf, pos, end):
+def _decode_LeaveGroupResponse_v1(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9651,13 +9651,13 @@ def _d_826(buf, pos, end):
     o.members = []
     o.unknown_tags = None
     return o, pos
-def _e_827(o, out, chunks):
+def _encode_LeaveGroupResponse_v1(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 1)
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _e_828(o, out, chunks):
+def _encode_LeaveGroupResponse_v2(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 2)
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-def _d_829(buf, pos, end):
+def _decode_LeaveGroupResponse_MemberResponse_v3(buf, pos, end):
     o = _C70.__new__(_C70)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
@@ -9666,7 +9666,7 @@ def _d_829(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _d_830(buf, pos, end):
+def _decode_LeaveGroupResponse_v3(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9675,23 +9675,23 @@ def _d_830(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_829, n, 6)
+        o.members, pos = _array_n(buf, pos, end, _decode_LeaveGroupResponse_MemberResponse_v3, n, 6)
     elif n == 0:
         o.members = []
     else:
         o.members = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_831(o, out, chunks):
+def _encode_LeaveGroupResponse_MemberResponse_v3(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_832(x, out, chunks):
-    _put_array(x, out, chunks, _e_831, False, False)
-def _e_833(o, out, chunks):
+def _encode_LeaveGroupResponse_MemberResponse_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_LeaveGroupResponse_MemberResponse_v3, False, False)
+def _encode_LeaveGroupResponse_v3(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_832(o.members, out, chunks)
-def _d_834(buf, pos, end):
+    _encode_LeaveGroupResponse_MemberResponse_v3_array(o.members, out, chunks)
+def _decode_LeaveGroupResponse_MemberResponse_v4(buf, pos, end):
     o = _C70.__new__(_C70)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9704,7 +9704,7 @@ def _d_834(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_835(buf, pos, end):
+def _decode_LeaveGroupResponse_v4(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9714,7 +9714,7 @@ def _d_835(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_834, n, 5)
+        o.members, pos = _array_n(buf, pos, end, _decode_LeaveGroupResponse_MemberResponse_v4, n, 5)
     elif n == 0:
         o.members = []
     else:
@@ -9725,33 +9725,33 @@ def _d_835(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_836(o, out, chunks):
+def _encode_LeaveGroupResponse_MemberResponse_v4(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_837(x, out, chunks):
-    _put_array(x, out, chunks, _e_836, True, False)
-def _e_838(o, out, chunks):
+def _encode_LeaveGroupResponse_MemberResponse_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_LeaveGroupResponse_MemberResponse_v4, True, False)
+def _encode_LeaveGroupResponse_v4(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_837(o.members, out, chunks)
+    _encode_LeaveGroupResponse_MemberResponse_v4_array(o.members, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_839(buf, pos, end):
+def _decode_ListGroupsRequest_v0(buf, pos, end):
     o = _C71.__new__(_C71)
     o.states_filter = []
     o.types_filter = []
     o.unknown_tags = None
     return o, pos
-def _e_840(o, out, chunks):
+def _encode_ListGroupsRequest_v0(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 0)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 0)
-def _e_841(o, out, chunks):
+def _encode_ListGroupsRequest_v1(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 1)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 1)
-def _e_842(o, out, chunks):
+def _encode_ListGroupsRequest_v2(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 2)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 2)
-def _d_843(buf, pos, end):
+def _decode_ListGroupsRequest_v3(buf, pos, end):
     o = _C71.__new__(_C71)
     o.states_filter = []
     o.types_filter = []
@@ -9761,11 +9761,11 @@ def _d_843(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_844(o, out, chunks):
+def _encode_ListGroupsRequest_v3(o, out, chunks):
     if o.states_filter != []: _absent('ListGroupsRequest', 'states_filter', 3)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 3)
     _put_tags(out, None, o.unknown_tags)
-def _d_845(buf, pos, end):
+def _decode_ListGroupsRequest_v4(buf, pos, end):
     o = _C71.__new__(_C71)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9784,11 +9784,11 @@ def _d_845(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_846(o, out, chunks):
-    _ea_541(o.states_filter, out, chunks)
+def _encode_ListGroupsRequest_v4(o, out, chunks):
+    _encode_string_array_compact(o.states_filter, out, chunks)
     if o.types_filter != []: _absent('ListGroupsRequest', 'types_filter', 4)
     _put_tags(out, None, o.unknown_tags)
-def _d_847(buf, pos, end):
+def _decode_ListGroupsRequest_v5(buf, pos, end):
     o = _C71.__new__(_C71)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9816,11 +9816,11 @@ def _d_847(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_848(o, out, chunks):
-    _ea_541(o.states_filter, out, chunks)
-    _ea_541(o.types_filter, out, chunks)
+def _encode_ListGroupsRequest_v5(o, out, chunks):
+    _encode_string_array_compact(o.states_filter, out, chunks)
+    _encode_string_array_compact(o.types_filter, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_849(buf, pos, end):
+def _decode_ListGroupsResponse_ListedGroup_v0(buf, pos, end):
     o = _C73.__new__(_C73)
     o.group_id, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
@@ -9828,7 +9828,7 @@ def _d_849(buf, pos, end):
     o.group_type = ''
     o.unknown_tags = None
     return o, pos
-def _d_850(buf, pos, end):
+def _decode_ListGroupsResponse_v0(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -9837,7 +9837,7 @@ def _d_850(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_849, n, 4)
+        o.groups, pos = _array_n(buf, pos, end, _decode_ListGroupsResponse_ListedGroup_v0, n, 4)
     elif n == 0:
         o.groups = []
     else:
@@ -9845,15 +9845,15 @@ def _d_850(buf, pos, end):
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_851(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
-def _ea_852(x, out, chunks):
-    _put_array(x, out, chunks, _e_851, False, False)
-def _e_853(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListGroupsResponse_ListedGroup_v0, False, False)
+def _encode_ListGroupsResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_852(o.groups, out, chunks)
-def _d_854(buf, pos, end):
+    _encode_ListGroupsResponse_ListedGroup_v0_array(o.groups, out, chunks)
+def _decode_ListGroupsResponse_v1(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9862,17 +9862,17 @@ def _d_854(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_849, n, 4)
+        o.groups, pos = _array_n(buf, pos, end, _decode_ListGroupsResponse_ListedGroup_v0, n, 4)
     elif n == 0:
         o.groups = []
     else:
         o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_855(o, out, chunks):
+def _encode_ListGroupsResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_852(o.groups, out, chunks)
-def _d_856(buf, pos, end):
+    _encode_ListGroupsResponse_ListedGroup_v0_array(o.groups, out, chunks)
+def _decode_ListGroupsResponse_ListedGroup_v3(buf, pos, end):
     o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
@@ -9884,7 +9884,7 @@ def _d_856(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_857(buf, pos, end):
+def _decode_ListGroupsResponse_v3(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9894,7 +9894,7 @@ def _d_857(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_856, n, 3)
+        o.groups, pos = _array_n(buf, pos, end, _decode_ListGroupsResponse_ListedGroup_v3, n, 3)
     elif n == 0:
         o.groups = []
     else:
@@ -9905,17 +9905,17 @@ def _d_857(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_858(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v3(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_859(x, out, chunks):
-    _put_array(x, out, chunks, _e_858, True, False)
-def _e_860(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListGroupsResponse_ListedGroup_v3, True, False)
+def _encode_ListGroupsResponse_v3(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_859(o.groups, out, chunks)
+    _encode_ListGroupsResponse_ListedGroup_v3_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_861(buf, pos, end):
+def _decode_ListGroupsResponse_ListedGroup_v4(buf, pos, end):
     o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
@@ -9927,7 +9927,7 @@ def _d_861(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_862(buf, pos, end):
+def _decode_ListGroupsResponse_v4(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9937,7 +9937,7 @@ def _d_862(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_861, n, 4)
+        o.groups, pos = _array_n(buf, pos, end, _decode_ListGroupsResponse_ListedGroup_v4, n, 4)
     elif n == 0:
         o.groups = []
     else:
@@ -9948,18 +9948,18 @@ def _d_862(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_863(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_864(x, out, chunks):
-    _put_array(x, out, chunks, _e_863, True, False)
-def _e_865(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListGroupsResponse_ListedGroup_v4, True, False)
+def _encode_ListGroupsResponse_v4(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_864(o.groups, out, chunks)
+    _encode_ListGroupsResponse_ListedGroup_v4_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_866(buf, pos, end):
+def _decode_ListGroupsResponse_ListedGroup_v5(buf, pos, end):
     o = _C73.__new__(_C73)
     o.group_id, pos = _str_c(buf, pos, end)
     o.protocol_type, pos = _str_c(buf, pos, end)
@@ -9971,7 +9971,7 @@ def _d_866(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_867(buf, pos, end):
+def _decode_ListGroupsResponse_v5(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -9981,7 +9981,7 @@ def _d_867(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_866, n, 5)
+        o.groups, pos = _array_n(buf, pos, end, _decode_ListGroupsResponse_ListedGroup_v5, n, 5)
     elif n == 0:
         o.groups = []
     else:
@@ -9992,19 +9992,19 @@ def _d_867(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_868(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v5(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.group_type, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_869(x, out, chunks):
-    _put_array(x, out, chunks, _e_868, True, False)
-def _e_870(o, out, chunks):
+def _encode_ListGroupsResponse_ListedGroup_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListGroupsResponse_ListedGroup_v5, True, False)
+def _encode_ListGroupsResponse_v5(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_869(o.groups, out, chunks)
+    _encode_ListGroupsResponse_ListedGroup_v5_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_871(buf, pos, end):
+def _decode_DescribeGroupsRequest_v0(buf, pos, end):
     o = _C74.__new__(_C74)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -10018,18 +10018,18 @@ def _d_871(buf, pos, end):
     o.include_authorized_operations = False
     o.unknown_tags = None
     return o, pos
-def _ea_872(x, out, chunks):
+def _encode_string_array(x, out, chunks):
     _put_array(x, out, chunks, _put_str_k, False, False)
-def _e_873(o, out, chunks):
-    _ea_872(o.groups, out, chunks)
+def _encode_DescribeGroupsRequest_v0(o, out, chunks):
+    _encode_string_array(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 0)
-def _e_874(o, out, chunks):
-    _ea_872(o.groups, out, chunks)
+def _encode_DescribeGroupsRequest_v1(o, out, chunks):
+    _encode_string_array(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 1)
-def _e_875(o, out, chunks):
-    _ea_872(o.groups, out, chunks)
+def _encode_DescribeGroupsRequest_v2(o, out, chunks):
+    _encode_string_array(o.groups, out, chunks)
     if o.include_authorized_operations != False: _absent('DescribeGroupsRequest', 'include_authorized_operations', 2)
-def _d_876(buf, pos, end):
+def _decode_DescribeGroupsRequest_v3(buf, pos, end):
     o = _C74.__new__(_C74)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -10045,10 +10045,10 @@ def _d_876(buf, pos, end):
     pos += 1
     o.unknown_tags = None
     return o, pos
-def _e_877(o, out, chunks):
-    _ea_872(o.groups, out, chunks)
+def _encode_DescribeGroupsRequest_v3(o, out, chunks):
+    _encode_string_array(o.groups, out, chunks)
     out += _S4.pack(o.include_authorized_operations)
-def _d_878(buf, pos, end):
+def _decode_DescribeGroupsRequest_v5(buf, pos, end):
     o = _C74.__new__(_C74)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10069,11 +10069,11 @@ def _d_878(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_879(o, out, chunks):
-    _ea_541(o.groups, out, chunks)
+def _encode_DescribeGroupsRequest_v5(o, out, chunks):
+    _encode_string_array_compact(o.groups, out, chunks)
     out += _S4.pack(o.include_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_880(buf, pos, end):
+def _decode_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos, end):
     o = _C77.__new__(_C77)
     o.member_id, pos = _str_k(buf, pos, end)
     o.client_id, pos = _str_k(buf, pos, end)
@@ -10083,7 +10083,7 @@ def _d_880(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _d_881(buf, pos, end):
+def _decode_DescribeGroupsResponse_DescribedGroup_v0(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -10096,7 +10096,7 @@ def _d_881(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_880, n, 14)
+        o.members, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroupMember_v0, n, 14)
     elif n == 0:
         o.members = []
     else:
@@ -10105,13 +10105,13 @@ def _d_881(buf, pos, end):
     o.authorized_operations = -2147483648
     o.unknown_tags = None
     return o, pos
-def _d_882(buf, pos, end):
+def _decode_DescribeGroupsResponse_v0(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_881, n, 14)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v0, n, 14)
     elif n == 0:
         o.groups = []
     else:
@@ -10119,28 +10119,28 @@ def _d_882(buf, pos, end):
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_883(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v0(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_k(o.client_id, out, chunks)
     _put_str_k(o.client_host, out, chunks)
     _put_bytes_k(o.member_metadata, out, chunks)
     _put_bytes_k(o.member_assignment, out, chunks)
-def _ea_884(x, out, chunks):
-    _put_array(x, out, chunks, _e_883, False, False)
-def _e_885(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v0, False, False)
+def _encode_DescribeGroupsResponse_DescribedGroup_v0(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 0)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_884(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 0)
-def _ea_886(x, out, chunks):
-    _put_array(x, out, chunks, _e_885, False, False)
-def _e_887(o, out, chunks):
-    _ea_886(o.groups, out, chunks)
-def _d_888(buf, pos, end):
+def _encode_DescribeGroupsResponse_DescribedGroup_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v0, False, False)
+def _encode_DescribeGroupsResponse_v0(o, out, chunks):
+    _encode_DescribeGroupsResponse_DescribedGroup_v0_array(o.groups, out, chunks)
+def _decode_DescribeGroupsResponse_v1(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10149,42 +10149,42 @@ def _d_888(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_881, n, 14)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v0, n, 14)
     elif n == 0:
         o.groups = []
     else:
         o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_889(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v1(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 1)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_884(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 1)
-def _ea_890(x, out, chunks):
-    _put_array(x, out, chunks, _e_889, False, False)
-def _e_891(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v1, False, False)
+def _encode_DescribeGroupsResponse_v1(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_890(o.groups, out, chunks)
-def _e_892(o, out, chunks):
+    _encode_DescribeGroupsResponse_DescribedGroup_v1_array(o.groups, out, chunks)
+def _encode_DescribeGroupsResponse_DescribedGroup_v2(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 2)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_884(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(o.members, out, chunks)
     if o.authorized_operations != -2147483648: _absent('DescribedGroup', 'authorized_operations', 2)
-def _ea_893(x, out, chunks):
-    _put_array(x, out, chunks, _e_892, False, False)
-def _e_894(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v2, False, False)
+def _encode_DescribeGroupsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_893(o.groups, out, chunks)
-def _d_895(buf, pos, end):
+    _encode_DescribeGroupsResponse_DescribedGroup_v2_array(o.groups, out, chunks)
+def _decode_DescribeGroupsResponse_DescribedGroup_v3(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -10197,7 +10197,7 @@ def _d_895(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_880, n, 14)
+        o.members, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroupMember_v0, n, 14)
     elif n == 0:
         o.members = []
     else:
@@ -10208,7 +10208,7 @@ def _d_895(buf, pos, end):
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _d_896(buf, pos, end):
+def _decode_DescribeGroupsResponse_v3(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10217,28 +10217,28 @@ def _d_896(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_895, n, 18)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v3, n, 18)
     elif n == 0:
         o.groups = []
     else:
         o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_897(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v3(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 3)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_884(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
-def _ea_898(x, out, chunks):
-    _put_array(x, out, chunks, _e_897, False, False)
-def _e_899(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v3, False, False)
+def _encode_DescribeGroupsResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_898(o.groups, out, chunks)
-def _d_900(buf, pos, end):
+    _encode_DescribeGroupsResponse_DescribedGroup_v3_array(o.groups, out, chunks)
+def _decode_DescribeGroupsResponse_DescribedGroupMember_v4(buf, pos, end):
     o = _C77.__new__(_C77)
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
@@ -10248,7 +10248,7 @@ def _d_900(buf, pos, end):
     o.member_assignment, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_901(buf, pos, end):
+def _decode_DescribeGroupsResponse_DescribedGroup_v4(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -10261,7 +10261,7 @@ def _d_901(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_900, n, 16)
+        o.members, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroupMember_v4, n, 16)
     elif n == 0:
         o.members = []
     else:
@@ -10272,7 +10272,7 @@ def _d_901(buf, pos, end):
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _d_902(buf, pos, end):
+def _decode_DescribeGroupsResponse_v4(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10281,37 +10281,37 @@ def _d_902(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_901, n, 18)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v4, n, 18)
     elif n == 0:
         o.groups = []
     else:
         o.groups = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_903(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v4(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _put_str_k(o.client_id, out, chunks)
     _put_str_k(o.client_host, out, chunks)
     _put_bytes_k(o.member_metadata, out, chunks)
     _put_bytes_k(o.member_assignment, out, chunks)
-def _ea_904(x, out, chunks):
-    _put_array(x, out, chunks, _e_903, False, False)
-def _e_905(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v4, False, False)
+def _encode_DescribeGroupsResponse_DescribedGroup_v4(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 4)
     out += _S0.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
-    _ea_904(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v4_array(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
-def _ea_906(x, out, chunks):
-    _put_array(x, out, chunks, _e_905, False, False)
-def _e_907(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v4, False, False)
+def _encode_DescribeGroupsResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_906(o.groups, out, chunks)
-def _d_908(buf, pos, end):
+    _encode_DescribeGroupsResponse_DescribedGroup_v4_array(o.groups, out, chunks)
+def _decode_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos, end):
     o = _C77.__new__(_C77)
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -10333,7 +10333,7 @@ def _d_908(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_909(buf, pos, end):
+def _decode_DescribeGroupsResponse_DescribedGroup_v5(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -10347,7 +10347,7 @@ def _d_909(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_908, n, 7)
+        o.members, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroupMember_v5, n, 7)
     elif n == 0:
         o.members = []
     else:
@@ -10362,7 +10362,7 @@ def _d_909(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_910(buf, pos, end):
+def _decode_DescribeGroupsResponse_v5(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10372,7 +10372,7 @@ def _d_910(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_909, n, 12)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v5, n, 12)
     elif n == 0:
         o.groups = []
     else:
@@ -10383,7 +10383,7 @@ def _d_910(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_911(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v5(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_c(o.client_id, out, chunks)
@@ -10391,25 +10391,25 @@ def _e_911(o, out, chunks):
     _put_bytes_c(o.member_metadata, out, chunks)
     _put_bytes_c(o.member_assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_912(x, out, chunks):
-    _put_array(x, out, chunks, _e_911, True, False)
-def _e_913(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v5, True, False)
+def _encode_DescribeGroupsResponse_DescribedGroup_v5(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 5)
     out += _S0.pack(o.error_code)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
-    _ea_912(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_914(x, out, chunks):
-    _put_array(x, out, chunks, _e_913, True, False)
-def _e_915(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v5, True, False)
+def _encode_DescribeGroupsResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_914(o.groups, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroup_v5_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_916(buf, pos, end):
+def _decode_DescribeGroupsResponse_DescribedGroup_v6(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -10424,7 +10424,7 @@ def _d_916(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.members, pos = _array_n(buf, pos, end, _d_908, n, 7)
+        o.members, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroupMember_v5, n, 7)
     elif n == 0:
         o.members = []
     else:
@@ -10438,7 +10438,7 @@ def _d_916(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_917(buf, pos, end):
+def _decode_DescribeGroupsResponse_v6(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10448,7 +10448,7 @@ def _d_917(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.groups, pos = _array_n(buf, pos, end, _d_916, n, 13)
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeGroupsResponse_DescribedGroup_v6, n, 13)
     elif n == 0:
         o.groups = []
     else:
@@ -10459,23 +10459,23 @@ def _d_917(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_918(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v6(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
-    _ea_912(o.members, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(o.members, out, chunks)
     out += _S2.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _ea_919(x, out, chunks):
-    _put_array(x, out, chunks, _e_918, True, False)
-def _e_920(o, out, chunks):
+def _encode_DescribeGroupsResponse_DescribedGroup_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v6, True, False)
+def _encode_DescribeGroupsResponse_v6(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_919(o.groups, out, chunks)
+    _encode_DescribeGroupsResponse_DescribedGroup_v6_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_921(buf, pos, end):
+def _decode_DeleteGroupsRequest_v0(buf, pos, end):
     o = _C78.__new__(_C78)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -10488,9 +10488,9 @@ def _d_921(buf, pos, end):
         o.groups_names = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_922(o, out, chunks):
-    _ea_872(o.groups_names, out, chunks)
-def _d_923(buf, pos, end):
+def _encode_DeleteGroupsRequest_v0(o, out, chunks):
+    _encode_string_array(o.groups_names, out, chunks)
+def _decode_DeleteGroupsRequest_v2(buf, pos, end):
     o = _C78.__new__(_C78)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10508,10 +10508,10 @@ def _d_923(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_924(o, out, chunks):
-    _ea_541(o.groups_names, out, chunks)
+def _encode_DeleteGroupsRequest_v2(o, out, chunks):
+    _encode_string_array_compact(o.groups_names, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_925(buf, pos, end):
+def _decode_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos, end):
     o = _C80.__new__(_C80)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
@@ -10519,7 +10519,7 @@ def _d_925(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _d_926(buf, pos, end):
+def _decode_DeleteGroupsResponse_v0(buf, pos, end):
     o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10528,22 +10528,22 @@ def _d_926(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_925, n, 4)
+        o.results, pos = _array_n(buf, pos, end, _decode_DeleteGroupsResponse_DeletableGroupResult_v0, n, 4)
     elif n == 0:
         o.results = []
     else:
         o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_927(o, out, chunks):
+def _encode_DeleteGroupsResponse_DeletableGroupResult_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_928(x, out, chunks):
-    _put_array(x, out, chunks, _e_927, False, False)
-def _e_929(o, out, chunks):
+def _encode_DeleteGroupsResponse_DeletableGroupResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteGroupsResponse_DeletableGroupResult_v0, False, False)
+def _encode_DeleteGroupsResponse_v0(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_928(o.results, out, chunks)
-def _d_930(buf, pos, end):
+    _encode_DeleteGroupsResponse_DeletableGroupResult_v0_array(o.results, out, chunks)
+def _decode_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos, end):
     o = _C80.__new__(_C80)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -10555,7 +10555,7 @@ def _d_930(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_931(buf, pos, end):
+def _decode_DeleteGroupsResponse_v2(buf, pos, end):
     o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10565,7 +10565,7 @@ def _d_931(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_930, n, 4)
+        o.results, pos = _array_n(buf, pos, end, _decode_DeleteGroupsResponse_DeletableGroupResult_v2, n, 4)
     elif n == 0:
         o.results = []
     else:
@@ -10576,17 +10576,17 @@ def _d_931(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_932(o, out, chunks):
+def _encode_DeleteGroupsResponse_DeletableGroupResult_v2(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_933(x, out, chunks):
-    _put_array(x, out, chunks, _e_932, True, False)
-def _e_934(o, out, chunks):
+def _encode_DeleteGroupsResponse_DeletableGroupResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteGroupsResponse_DeletableGroupResult_v2, True, False)
+def _encode_DeleteGroupsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_933(o.results, out, chunks)
+    _encode_DeleteGroupsResponse_DeletableGroupResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_935(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableReplicaAssignment_v2(buf, pos, end):
     o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
     o.partition_index, = _S2.unpack_from(buf, pos)
@@ -10602,13 +10602,13 @@ def _d_935(buf, pos, end):
         o.broker_ids = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_936(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableTopicConfig_v2(buf, pos, end):
     o = _C84.__new__(_C84)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_937(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableTopic_v2(buf, pos, end):
     o = _C82.__new__(_C82)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 6 > end: _short()
@@ -10618,7 +10618,7 @@ def _d_937(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_935, n, 8)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableReplicaAssignment_v2, n, 8)
     elif n == 0:
         o.assignments = []
     else:
@@ -10627,20 +10627,20 @@ def _d_937(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_936, n, 4)
+        o.configs, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableTopicConfig_v2, n, 4)
     elif n == 0:
         o.configs = []
     else:
         o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_938(buf, pos, end):
+def _decode_CreateTopicsRequest_v2(buf, pos, end):
     o = _C81.__new__(_C81)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_937, n, 16)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableTopic_v2, n, 16)
     elif n == 0:
         o.topics = []
     else:
@@ -10650,27 +10650,27 @@ def _d_938(buf, pos, end):
     pos += 5
     o.unknown_tags = None
     return o, pos
-def _e_939(o, out, chunks):
+def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2(o, out, chunks):
     out += _S2.pack(o.partition_index)
-    _ea_61(o.broker_ids, out, chunks)
-def _ea_940(x, out, chunks):
-    _put_array(x, out, chunks, _e_939, False, False)
-def _e_941(o, out, chunks):
+    _encode_int32_array(o.broker_ids, out, chunks)
+def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2, False, False)
+def _encode_CreateTopicsRequest_CreatableTopicConfig_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
-def _ea_942(x, out, chunks):
-    _put_array(x, out, chunks, _e_941, False, False)
-def _e_943(o, out, chunks):
+def _encode_CreateTopicsRequest_CreatableTopicConfig_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableTopicConfig_v2, False, False)
+def _encode_CreateTopicsRequest_CreatableTopic_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_940(o.assignments, out, chunks)
-    _ea_942(o.configs, out, chunks)
-def _ea_944(x, out, chunks):
-    _put_array(x, out, chunks, _e_943, False, False)
-def _e_945(o, out, chunks):
-    _ea_944(o.topics, out, chunks)
+    _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2_array(o.assignments, out, chunks)
+    _encode_CreateTopicsRequest_CreatableTopicConfig_v2_array(o.configs, out, chunks)
+def _encode_CreateTopicsRequest_CreatableTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableTopic_v2, False, False)
+def _encode_CreateTopicsRequest_v2(o, out, chunks):
+    _encode_CreateTopicsRequest_CreatableTopic_v2_array(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
-def _d_946(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableReplicaAssignment_v5(buf, pos, end):
     o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
     o.partition_index, = _S2.unpack_from(buf, pos)
@@ -10691,7 +10691,7 @@ def _d_946(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_947(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableTopicConfig_v5(buf, pos, end):
     o = _C84.__new__(_C84)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
@@ -10701,7 +10701,7 @@ def _d_947(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_948(buf, pos, end):
+def _decode_CreateTopicsRequest_CreatableTopic_v5(buf, pos, end):
     o = _C82.__new__(_C82)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 6 > end: _short()
@@ -10712,7 +10712,7 @@ def _d_948(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_946, n, 6)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableReplicaAssignment_v5, n, 6)
     elif n == 0:
         o.assignments = []
     else:
@@ -10722,7 +10722,7 @@ def _d_948(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_947, n, 3)
+        o.configs, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableTopicConfig_v5, n, 3)
     elif n == 0:
         o.configs = []
     else:
@@ -10733,14 +10733,14 @@ def _d_948(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_949(buf, pos, end):
+def _decode_CreateTopicsRequest_v5(buf, pos, end):
     o = _C81.__new__(_C81)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_948, n, 10)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreateTopicsRequest_CreatableTopic_v5, n, 10)
     elif n == 0:
         o.topics = []
     else:
@@ -10754,31 +10754,31 @@ def _d_949(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_950(o, out, chunks):
+def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5(o, out, chunks):
     out += _S2.pack(o.partition_index)
-    _ea_116(o.broker_ids, out, chunks)
+    _encode_int32_array_compact(o.broker_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_951(x, out, chunks):
-    _put_array(x, out, chunks, _e_950, True, False)
-def _e_952(o, out, chunks):
+def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5, True, False)
+def _encode_CreateTopicsRequest_CreatableTopicConfig_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_953(x, out, chunks):
-    _put_array(x, out, chunks, _e_952, True, False)
-def _e_954(o, out, chunks):
+def _encode_CreateTopicsRequest_CreatableTopicConfig_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableTopicConfig_v5, True, False)
+def _encode_CreateTopicsRequest_CreatableTopic_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_951(o.assignments, out, chunks)
-    _ea_953(o.configs, out, chunks)
+    _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5_array(o.assignments, out, chunks)
+    _encode_CreateTopicsRequest_CreatableTopicConfig_v5_array(o.configs, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_955(x, out, chunks):
-    _put_array(x, out, chunks, _e_954, True, False)
-def _e_956(o, out, chunks):
-    _ea_955(o.topics, out, chunks)
+def _encode_CreateTopicsRequest_CreatableTopic_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableTopic_v5, True, False)
+def _encode_CreateTopicsRequest_v5(o, out, chunks):
+    _encode_CreateTopicsRequest_CreatableTopic_v5_array(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
     _put_tags(out, None, o.unknown_tags)
-def _d_957(buf, pos, end):
+def _decode_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos, end):
     o = _C86.__new__(_C86)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
@@ -10792,7 +10792,7 @@ def _d_957(buf, pos, end):
     o.configs = []
     o.unknown_tags = None
     return o, pos
-def _d_958(buf, pos, end):
+def _decode_CreateTopicsResponse_v2(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10801,23 +10801,23 @@ def _d_958(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_957, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreateTopicsResponse_CreatableTopicResult_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_959(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicResult_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
-def _ea_960(x, out, chunks):
-    _put_array(x, out, chunks, _e_959, False, False)
-def _e_961(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v2, False, False)
+def _encode_CreateTopicsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_960(o.topics, out, chunks)
-def _d_962(buf, pos, end):
+    _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(o.topics, out, chunks)
+def _decode_CreateTopicsResponse_CreatableTopicConfigs_v5(buf, pos, end):
     o = _C87.__new__(_C87)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
@@ -10830,7 +10830,7 @@ def _d_962(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_963(buf, pos, end):
+def _decode_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos, end):
     o = _C86.__new__(_C86)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -10845,7 +10845,7 @@ def _d_963(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_962, n, 6)
+        o.configs, pos = _array_n(buf, pos, end, _decode_CreateTopicsResponse_CreatableTopicConfigs_v5, n, 6)
     elif n == 0:
         o.configs = []
     else:
@@ -10872,7 +10872,7 @@ def _d_963(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_964(buf, pos, end):
+def _decode_CreateTopicsResponse_v5(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10882,7 +10882,7 @@ def _d_964(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_963, n, 12)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreateTopicsResponse_CreatableTopicResult_v5, n, 12)
     elif n == 0:
         o.topics = []
     else:
@@ -10893,32 +10893,32 @@ def _d_964(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_965(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicConfigs_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
     _put_tags(out, None, o.unknown_tags)
-def _ea_966(x, out, chunks):
-    _put_array(x, out, chunks, _e_965, True, True)
-def _e_967(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicConfigs_v5, True, True)
+def _encode_CreateTopicsResponse_CreatableTopicResult_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_966(o.configs, out, chunks)
+    _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(o.configs, out, chunks)
     tags = []
     if o.topic_config_error_code != 0:
         b = bytearray()
         _pfx_int16(o.topic_config_error_code, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_968(x, out, chunks):
-    _put_array(x, out, chunks, _e_967, True, False)
-def _e_969(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicResult_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v5, True, False)
+def _encode_CreateTopicsResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_968(o.topics, out, chunks)
+    _encode_CreateTopicsResponse_CreatableTopicResult_v5_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_970(buf, pos, end):
+def _decode_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos, end):
     o = _C86.__new__(_C86)
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
@@ -10934,7 +10934,7 @@ def _d_970(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_962, n, 6)
+        o.configs, pos = _array_n(buf, pos, end, _decode_CreateTopicsResponse_CreatableTopicConfigs_v5, n, 6)
     elif n == 0:
         o.configs = []
     else:
@@ -10960,7 +10960,7 @@ def _d_970(buf, pos, end):
         pos = stop
     o.unknown_tags = unknown
     return o, pos
-def _d_971(buf, pos, end):
+def _decode_CreateTopicsResponse_v7(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -10970,7 +10970,7 @@ def _d_971(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_970, n, 28)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreateTopicsResponse_CreatableTopicResult_v7, n, 28)
     elif n == 0:
         o.topics = []
     else:
@@ -10981,26 +10981,26 @@ def _d_971(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_972(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicResult_v7(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
-    _ea_966(o.configs, out, chunks)
+    _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(o.configs, out, chunks)
     tags = []
     if o.topic_config_error_code != 0:
         b = bytearray()
         _pfx_int16(o.topic_config_error_code, b, None)
         tags.append((0, b))
     _put_tags(out, tags, o.unknown_tags)
-def _ea_973(x, out, chunks):
-    _put_array(x, out, chunks, _e_972, True, False)
-def _e_974(o, out, chunks):
+def _encode_CreateTopicsResponse_CreatableTopicResult_v7_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v7, True, False)
+def _encode_CreateTopicsResponse_v7(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_973(o.topics, out, chunks)
+    _encode_CreateTopicsResponse_CreatableTopicResult_v7_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_975(buf, pos, end):
+def _decode_DeleteTopicsRequest_v1(buf, pos, end):
     o = _C88.__new__(_C88)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -11017,19 +11017,19 @@ def _d_975(buf, pos, end):
     o.topics = []
     o.unknown_tags = None
     return o, pos
-def _e_976(o, out, chunks):
+def _encode_DeleteTopicsRequest_v1(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 1)
-    _ea_872(o.topic_names, out, chunks)
+    _encode_string_array(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _e_977(o, out, chunks):
+def _encode_DeleteTopicsRequest_v2(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 2)
-    _ea_872(o.topic_names, out, chunks)
+    _encode_string_array(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _e_978(o, out, chunks):
+def _encode_DeleteTopicsRequest_v3(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 3)
-    _ea_872(o.topic_names, out, chunks)
+    _encode_string_array(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _d_979(buf, pos, end):
+def _decode_DeleteTopicsRequest_v4(buf, pos, end):
     o = _C88.__new__(_C88)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -11051,17 +11051,17 @@ def _d_979(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_980(o, out, chunks):
+def _encode_DeleteTopicsRequest_v4(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 4)
-    _ea_541(o.topic_names, out, chunks)
+    _encode_string_array_compact(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _e_981(o, out, chunks):
+def _encode_DeleteTopicsRequest_v5(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 5)
-    _ea_541(o.topic_names, out, chunks)
+    _encode_string_array_compact(o.topic_names, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_982(buf, pos, end):
+def _decode_DeleteTopicsRequest_DeleteTopicState_v6(buf, pos, end):
     o = _C89.__new__(_C89)
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
@@ -11071,14 +11071,14 @@ def _d_982(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_983(buf, pos, end):
+def _decode_DeleteTopicsRequest_v6(buf, pos, end):
     o = _C88.__new__(_C88)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_982, n, 18)
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteTopicsRequest_DeleteTopicState_v6, n, 18)
     elif n == 0:
         o.topics = []
     else:
@@ -11093,17 +11093,17 @@ def _d_983(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_984(o, out, chunks):
+def _encode_DeleteTopicsRequest_DeleteTopicState_v6(o, out, chunks):
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_985(x, out, chunks):
-    _put_array(x, out, chunks, _e_984, True, False)
-def _e_986(o, out, chunks):
-    _ea_985(o.topics, out, chunks)
+def _encode_DeleteTopicsRequest_DeleteTopicState_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteTopicsRequest_DeleteTopicState_v6, True, False)
+def _encode_DeleteTopicsRequest_v6(o, out, chunks):
+    _encode_DeleteTopicsRequest_DeleteTopicState_v6_array(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_987(buf, pos, end):
+def _decode_DeleteTopicsResponse_DeletableTopicResult_v1(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
@@ -11113,7 +11113,7 @@ def _d_987(buf, pos, end):
     o.error_message = None
     o.unknown_tags = None
     return o, pos
-def _d_988(buf, pos, end):
+def _decode_DeleteTopicsResponse_v1(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11122,22 +11122,22 @@ def _d_988(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_987, n, 4)
+        o.responses, pos = _array_n(buf, pos, end, _decode_DeleteTopicsResponse_DeletableTopicResult_v1, n, 4)
     elif n == 0:
         o.responses = []
     else:
         o.responses = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_989(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S0.pack(o.error_code)
-def _ea_990(x, out, chunks):
-    _put_array(x, out, chunks, _e_989, False, False)
-def _e_991(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v1, False, False)
+def _encode_DeleteTopicsResponse_v1(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_990(o.responses, out, chunks)
-def _d_992(buf, pos, end):
+    _encode_DeleteTopicsResponse_DeletableTopicResult_v1_array(o.responses, out, chunks)
+def _decode_DeleteTopicsResponse_DeletableTopicResult_v4(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -11151,7 +11151,7 @@ def _d_992(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_993(buf, pos, end):
+def _decode_DeleteTopicsResponse_v4(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11161,7 +11161,7 @@ def _d_993(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_992, n, 4)
+        o.responses, pos = _array_n(buf, pos, end, _decode_DeleteTopicsResponse_DeletableTopicResult_v4, n, 4)
     elif n == 0:
         o.responses = []
     else:
@@ -11172,17 +11172,17 @@ def _d_993(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_994(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v4(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_995(x, out, chunks):
-    _put_array(x, out, chunks, _e_994, True, False)
-def _e_996(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v4, True, False)
+def _encode_DeleteTopicsResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_995(o.responses, out, chunks)
+    _encode_DeleteTopicsResponse_DeletableTopicResult_v4_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_997(buf, pos, end):
+def _decode_DeleteTopicsResponse_DeletableTopicResult_v5(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -11196,7 +11196,7 @@ def _d_997(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_998(buf, pos, end):
+def _decode_DeleteTopicsResponse_v5(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11206,7 +11206,7 @@ def _d_998(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_997, n, 5)
+        o.responses, pos = _array_n(buf, pos, end, _decode_DeleteTopicsResponse_DeletableTopicResult_v5, n, 5)
     elif n == 0:
         o.responses = []
     else:
@@ -11217,18 +11217,18 @@ def _d_998(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_999(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1000(x, out, chunks):
-    _put_array(x, out, chunks, _e_999, True, False)
-def _e_1001(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v5, True, False)
+def _encode_DeleteTopicsResponse_v5(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1000(o.responses, out, chunks)
+    _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1002(buf, pos, end):
+def _decode_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
@@ -11242,7 +11242,7 @@ def _d_1002(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1003(buf, pos, end):
+def _decode_DeleteTopicsResponse_v6(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11252,7 +11252,7 @@ def _d_1003(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.responses, pos = _array_n(buf, pos, end, _d_1002, n, 21)
+        o.responses, pos = _array_n(buf, pos, end, _decode_DeleteTopicsResponse_DeletableTopicResult_v6, n, 21)
     elif n == 0:
         o.responses = []
     else:
@@ -11263,19 +11263,19 @@ def _d_1003(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1004(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v6(o, out, chunks):
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1005(x, out, chunks):
-    _put_array(x, out, chunks, _e_1004, True, False)
-def _e_1006(o, out, chunks):
+def _encode_DeleteTopicsResponse_DeletableTopicResult_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v6, True, False)
+def _encode_DeleteTopicsResponse_v6(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1005(o.responses, out, chunks)
+    _encode_DeleteTopicsResponse_DeletableTopicResult_v6_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1007(buf, pos, end):
+def _decode_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf, pos, end):
     o = _C94.__new__(_C94)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -11288,7 +11288,7 @@ def _d_1007(buf, pos, end):
         o.broker_ids = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1008(buf, pos, end):
+def _decode_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos, end):
     o = _C93.__new__(_C93)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -11298,20 +11298,20 @@ def _d_1008(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_1007, n, 4)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_CreatePartitionsRequest_CreatePartitionsAssignment_v0, n, 4)
     elif n == 0:
         o.assignments = []
     else:
         o.assignments = _null(n, True)
     o.unknown_tags = None
     return o, pos
-def _d_1009(buf, pos, end):
+def _decode_CreatePartitionsRequest_v0(buf, pos, end):
     o = _C92.__new__(_C92)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1008, n, 10)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreatePartitionsRequest_CreatePartitionsTopic_v0, n, 10)
     elif n == 0:
         o.topics = []
     else:
@@ -11321,20 +11321,20 @@ def _d_1009(buf, pos, end):
     pos += 5
     o.unknown_tags = None
     return o, pos
-def _e_1010(o, out, chunks):
-    _ea_61(o.broker_ids, out, chunks)
-def _ea_1011(x, out, chunks):
-    _put_array(x, out, chunks, _e_1010, False, True)
-def _e_1012(o, out, chunks):
+def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0(o, out, chunks):
+    _encode_int32_array(o.broker_ids, out, chunks)
+def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0, False, True)
+def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     out += _S2.pack(o.count)
-    _ea_1011(o.assignments, out, chunks)
-def _ea_1013(x, out, chunks):
-    _put_array(x, out, chunks, _e_1012, False, False)
-def _e_1014(o, out, chunks):
-    _ea_1013(o.topics, out, chunks)
+    _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0_array_nullable(o.assignments, out, chunks)
+def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0, False, False)
+def _encode_CreatePartitionsRequest_v0(o, out, chunks):
+    _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0_array(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
-def _d_1015(buf, pos, end):
+def _decode_CreatePartitionsRequest_CreatePartitionsAssignment_v2(buf, pos, end):
     o = _C94.__new__(_C94)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -11352,7 +11352,7 @@ def _d_1015(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1016(buf, pos, end):
+def _decode_CreatePartitionsRequest_CreatePartitionsTopic_v2(buf, pos, end):
     o = _C93.__new__(_C93)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -11363,7 +11363,7 @@ def _d_1016(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.assignments, pos = _array_n(buf, pos, end, _d_1015, n, 2)
+        o.assignments, pos = _array_n(buf, pos, end, _decode_CreatePartitionsRequest_CreatePartitionsAssignment_v2, n, 2)
     elif n == 0:
         o.assignments = []
     else:
@@ -11374,14 +11374,14 @@ def _d_1016(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1017(buf, pos, end):
+def _decode_CreatePartitionsRequest_v2(buf, pos, end):
     o = _C92.__new__(_C92)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1016, n, 7)
+        o.topics, pos = _array_n(buf, pos, end, _decode_CreatePartitionsRequest_CreatePartitionsTopic_v2, n, 7)
     elif n == 0:
         o.topics = []
     else:
@@ -11395,23 +11395,23 @@ def _d_1017(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1018(o, out, chunks):
-    _ea_116(o.broker_ids, out, chunks)
+def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2(o, out, chunks):
+    _encode_int32_array_compact(o.broker_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1019(x, out, chunks):
-    _put_array(x, out, chunks, _e_1018, True, True)
-def _e_1020(o, out, chunks):
+def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2, True, True)
+def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     out += _S2.pack(o.count)
-    _ea_1019(o.assignments, out, chunks)
+    _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2_array_nullable(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1021(x, out, chunks):
-    _put_array(x, out, chunks, _e_1020, True, False)
-def _e_1022(o, out, chunks):
-    _ea_1021(o.topics, out, chunks)
+def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2, True, False)
+def _encode_CreatePartitionsRequest_v2(o, out, chunks):
+    _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2_array(o.topics, out, chunks)
     out += _S30.pack(o.timeout_ms, o.validate_only)
     _put_tags(out, None, o.unknown_tags)
-def _d_1023(buf, pos, end):
+def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos, end):
     o = _C96.__new__(_C96)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
@@ -11420,7 +11420,7 @@ def _d_1023(buf, pos, end):
     o.error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_1024(buf, pos, end):
+def _decode_CreatePartitionsResponse_v0(buf, pos, end):
     o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11429,17 +11429,17 @@ def _d_1024(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_1023, n, 6)
+        o.results, pos = _array_n(buf, pos, end, _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v0, n, 6)
     elif n == 0:
         o.results = []
     else:
         o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1025(o, out, chunks):
+def _encode_CreatePartitionsResponse_v0(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_960(o.results, out, chunks)
-def _d_1026(buf, pos, end):
+    _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(o.results, out, chunks)
+def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(buf, pos, end):
     o = _C96.__new__(_C96)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -11452,7 +11452,7 @@ def _d_1026(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1027(buf, pos, end):
+def _decode_CreatePartitionsResponse_v2(buf, pos, end):
     o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11462,7 +11462,7 @@ def _d_1027(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_1026, n, 5)
+        o.results, pos = _array_n(buf, pos, end, _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v2, n, 5)
     elif n == 0:
         o.results = []
     else:
@@ -11473,38 +11473,38 @@ def _d_1027(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1028(o, out, chunks):
+def _encode_CreatePartitionsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1000(o.results, out, chunks)
+    _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1029(buf, pos, end):
+def _decode_DeleteRecordsRequest_DeleteRecordsPartition_v0(buf, pos, end):
     o = _C99.__new__(_C99)
     if pos + 12 > end: _short()
     o.partition_index, o.offset = _S20.unpack_from(buf, pos)
     pos += 12
     o.unknown_tags = None
     return o, pos
-def _d_1030(buf, pos, end):
+def _decode_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf, pos, end):
     o = _C98.__new__(_C98)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1029, n, 12)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DeleteRecordsRequest_DeleteRecordsPartition_v0, n, 12)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1031(buf, pos, end):
+def _decode_DeleteRecordsRequest_v0(buf, pos, end):
     o = _C97.__new__(_C97)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1030, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteRecordsRequest_DeleteRecordsTopic_v0, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -11514,19 +11514,19 @@ def _d_1031(buf, pos, end):
     pos += 4
     o.unknown_tags = None
     return o, pos
-def _e_1032(o, out, chunks):
+def _encode_DeleteRecordsRequest_DeleteRecordsPartition_v0(o, out, chunks):
     out += _S20.pack(o.partition_index, o.offset)
-def _ea_1033(x, out, chunks):
-    _put_array(x, out, chunks, _e_1032, False, False)
-def _e_1034(o, out, chunks):
+def _encode_DeleteRecordsRequest_DeleteRecordsPartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsPartition_v0, False, False)
+def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1033(o.partitions, out, chunks)
-def _ea_1035(x, out, chunks):
-    _put_array(x, out, chunks, _e_1034, False, False)
-def _e_1036(o, out, chunks):
-    _ea_1035(o.topics, out, chunks)
+    _encode_DeleteRecordsRequest_DeleteRecordsPartition_v0_array(o.partitions, out, chunks)
+def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0, False, False)
+def _encode_DeleteRecordsRequest_v0(o, out, chunks):
+    _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0_array(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
-def _d_1037(buf, pos, end):
+def _decode_DeleteRecordsRequest_DeleteRecordsPartition_v2(buf, pos, end):
     o = _C99.__new__(_C99)
     if pos + 12 > end: _short()
     o.partition_index, o.offset = _S20.unpack_from(buf, pos)
@@ -11537,7 +11537,7 @@ def _d_1037(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1038(buf, pos, end):
+def _decode_DeleteRecordsRequest_DeleteRecordsTopic_v2(buf, pos, end):
     o = _C98.__new__(_C98)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -11545,7 +11545,7 @@ def _d_1038(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1037, n, 13)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DeleteRecordsRequest_DeleteRecordsPartition_v2, n, 13)
     elif n == 0:
         o.partitions = []
     else:
@@ -11556,14 +11556,14 @@ def _d_1038(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1039(buf, pos, end):
+def _decode_DeleteRecordsRequest_v2(buf, pos, end):
     o = _C97.__new__(_C97)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1038, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteRecordsRequest_DeleteRecordsTopic_v2, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -11577,43 +11577,43 @@ def _d_1039(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1040(o, out, chunks):
+def _encode_DeleteRecordsRequest_DeleteRecordsPartition_v2(o, out, chunks):
     out += _S20.pack(o.partition_index, o.offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1041(x, out, chunks):
-    _put_array(x, out, chunks, _e_1040, True, False)
-def _e_1042(o, out, chunks):
+def _encode_DeleteRecordsRequest_DeleteRecordsPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsPartition_v2, True, False)
+def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1041(o.partitions, out, chunks)
+    _encode_DeleteRecordsRequest_DeleteRecordsPartition_v2_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1043(x, out, chunks):
-    _put_array(x, out, chunks, _e_1042, True, False)
-def _e_1044(o, out, chunks):
-    _ea_1043(o.topics, out, chunks)
+def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2, True, False)
+def _encode_DeleteRecordsRequest_v2(o, out, chunks):
+    _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2_array(o.topics, out, chunks)
     out += _S2.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1045(buf, pos, end):
+def _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(buf, pos, end):
     o = _C102.__new__(_C102)
     if pos + 14 > end: _short()
     o.partition_index, o.low_watermark, o.error_code = _S32.unpack_from(buf, pos)
     pos += 14
     o.unknown_tags = None
     return o, pos
-def _d_1046(buf, pos, end):
+def _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos, end):
     o = _C101.__new__(_C101)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1045, n, 14)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0, n, 14)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1047(buf, pos, end):
+def _decode_DeleteRecordsResponse_v0(buf, pos, end):
     o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11622,26 +11622,26 @@ def _d_1047(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1046, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1048(o, out, chunks):
+def _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(o, out, chunks):
     out += _S32.pack(o.partition_index, o.low_watermark, o.error_code)
-def _ea_1049(x, out, chunks):
-    _put_array(x, out, chunks, _e_1048, False, False)
-def _e_1050(o, out, chunks):
+def _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0, False, False)
+def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1049(o.partitions, out, chunks)
-def _ea_1051(x, out, chunks):
-    _put_array(x, out, chunks, _e_1050, False, False)
-def _e_1052(o, out, chunks):
+    _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0_array(o.partitions, out, chunks)
+def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0, False, False)
+def _encode_DeleteRecordsResponse_v0(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1051(o.topics, out, chunks)
-def _d_1053(buf, pos, end):
+    _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0_array(o.topics, out, chunks)
+def _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2(buf, pos, end):
     o = _C102.__new__(_C102)
     if pos + 14 > end: _short()
     o.partition_index, o.low_watermark, o.error_code = _S32.unpack_from(buf, pos)
@@ -11652,7 +11652,7 @@ def _d_1053(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1054(buf, pos, end):
+def _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(buf, pos, end):
     o = _C101.__new__(_C101)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -11660,7 +11660,7 @@ def _d_1054(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1053, n, 15)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2, n, 15)
     elif n == 0:
         o.partitions = []
     else:
@@ -11671,7 +11671,7 @@ def _d_1054(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1055(buf, pos, end):
+def _decode_DeleteRecordsResponse_v2(buf, pos, end):
     o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11681,7 +11681,7 @@ def _d_1055(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1054, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -11692,22 +11692,22 @@ def _d_1055(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1056(o, out, chunks):
+def _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2(o, out, chunks):
     out += _S32.pack(o.partition_index, o.low_watermark, o.error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1057(x, out, chunks):
-    _put_array(x, out, chunks, _e_1056, True, False)
-def _e_1058(o, out, chunks):
+def _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2, True, False)
+def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1057(o.partitions, out, chunks)
+    _encode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1059(x, out, chunks):
-    _put_array(x, out, chunks, _e_1058, True, False)
-def _e_1060(o, out, chunks):
+def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2, True, False)
+def _encode_DeleteRecordsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1059(o.topics, out, chunks)
+    _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1061(buf, pos, end):
+def _decode_DescribeConfigsRequest_DescribeConfigsResource_v1(buf, pos, end):
     o = _C104.__new__(_C104)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
@@ -11724,13 +11724,13 @@ def _d_1061(buf, pos, end):
         o.configuration_keys = _null(n, True)
     o.unknown_tags = None
     return o, pos
-def _d_1062(buf, pos, end):
+def _decode_DescribeConfigsRequest_v1(buf, pos, end):
     o = _C103.__new__(_C103)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.resources, pos = _array_n(buf, pos, end, _d_1061, n, 7)
+        o.resources, pos = _array_n(buf, pos, end, _decode_DescribeConfigsRequest_DescribeConfigsResource_v1, n, 7)
     elif n == 0:
         o.resources = []
     else:
@@ -11741,29 +11741,29 @@ def _d_1062(buf, pos, end):
     o.include_documentation = False
     o.unknown_tags = None
     return o, pos
-def _ea_1063(x, out, chunks):
+def _encode_string_array_nullable(x, out, chunks):
     _put_array(x, out, chunks, _put_str_k, False, True)
-def _e_1064(o, out, chunks):
+def _encode_DescribeConfigsRequest_DescribeConfigsResource_v1(o, out, chunks):
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1063(o.configuration_keys, out, chunks)
-def _ea_1065(x, out, chunks):
-    _put_array(x, out, chunks, _e_1064, False, False)
-def _e_1066(o, out, chunks):
-    _ea_1065(o.resources, out, chunks)
+    _encode_string_array_nullable(o.configuration_keys, out, chunks)
+def _encode_DescribeConfigsRequest_DescribeConfigsResource_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsRequest_DescribeConfigsResource_v1, False, False)
+def _encode_DescribeConfigsRequest_v1(o, out, chunks):
+    _encode_DescribeConfigsRequest_DescribeConfigsResource_v1_array(o.resources, out, chunks)
     if o.include_documentation != False: _absent('DescribeConfigsRequest', 'include_documentation', 1)
     out += _S4.pack(o.include_synonyms)
-def _e_1067(o, out, chunks):
-    _ea_1065(o.resources, out, chunks)
+def _encode_DescribeConfigsRequest_v2(o, out, chunks):
+    _encode_DescribeConfigsRequest_DescribeConfigsResource_v1_array(o.resources, out, chunks)
     if o.include_documentation != False: _absent('DescribeConfigsRequest', 'include_documentation', 2)
     out += _S4.pack(o.include_synonyms)
-def _d_1068(buf, pos, end):
+def _decode_DescribeConfigsRequest_v3(buf, pos, end):
     o = _C103.__new__(_C103)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.resources, pos = _array_n(buf, pos, end, _d_1061, n, 7)
+        o.resources, pos = _array_n(buf, pos, end, _decode_DescribeConfigsRequest_DescribeConfigsResource_v1, n, 7)
     elif n == 0:
         o.resources = []
     else:
@@ -11773,10 +11773,10 @@ def _d_1068(buf, pos, end):
     pos += 2
     o.unknown_tags = None
     return o, pos
-def _e_1069(o, out, chunks):
-    _ea_1065(o.resources, out, chunks)
+def _encode_DescribeConfigsRequest_v3(o, out, chunks):
+    _encode_DescribeConfigsRequest_DescribeConfigsResource_v1_array(o.resources, out, chunks)
     out += _S6.pack(o.include_synonyms, o.include_documentation)
-def _d_1070(buf, pos, end):
+def _decode_DescribeConfigsRequest_DescribeConfigsResource_v4(buf, pos, end):
     o = _C104.__new__(_C104)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
@@ -11798,14 +11798,14 @@ def _d_1070(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1071(buf, pos, end):
+def _decode_DescribeConfigsRequest_v4(buf, pos, end):
     o = _C103.__new__(_C103)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.resources, pos = _array_n(buf, pos, end, _d_1070, n, 4)
+        o.resources, pos = _array_n(buf, pos, end, _decode_DescribeConfigsRequest_DescribeConfigsResource_v4, n, 4)
     elif n == 0:
         o.resources = []
     else:
@@ -11819,20 +11819,20 @@ def _d_1071(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _ea_1072(x, out, chunks):
+def _encode_string_array_compact_nullable(x, out, chunks):
     _put_array(x, out, chunks, _put_str_c, True, True)
-def _e_1073(o, out, chunks):
+def _encode_DescribeConfigsRequest_DescribeConfigsResource_v4(o, out, chunks):
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
-    _ea_1072(o.configuration_keys, out, chunks)
+    _encode_string_array_compact_nullable(o.configuration_keys, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1074(x, out, chunks):
-    _put_array(x, out, chunks, _e_1073, True, False)
-def _e_1075(o, out, chunks):
-    _ea_1074(o.resources, out, chunks)
+def _encode_DescribeConfigsRequest_DescribeConfigsResource_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsRequest_DescribeConfigsResource_v4, True, False)
+def _encode_DescribeConfigsRequest_v4(o, out, chunks):
+    _encode_DescribeConfigsRequest_DescribeConfigsResource_v4_array(o.resources, out, chunks)
     out += _S6.pack(o.include_synonyms, o.include_documentation)
     _put_tags(out, None, o.unknown_tags)
-def _d_1076(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf, pos, end):
     o = _C108.__new__(_C108)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
@@ -11841,7 +11841,7 @@ def _d_1076(buf, pos, end):
     pos += 1
     o.unknown_tags = None
     return o, pos
-def _d_1077(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf, pos, end):
     o = _C107.__new__(_C107)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
@@ -11852,7 +11852,7 @@ def _d_1077(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.synonyms, pos = _array_n(buf, pos, end, _d_1076, n, 5)
+        o.synonyms, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v1, n, 5)
     elif n == 0:
         o.synonyms = []
     else:
@@ -11862,7 +11862,7 @@ def _d_1077(buf, pos, end):
     o.documentation = ''
     o.unknown_tags = None
     return o, pos
-def _d_1078(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -11876,14 +11876,14 @@ def _d_1078(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_1077, n, 11)
+        o.configs, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1, n, 11)
     elif n == 0:
         o.configs = []
     else:
         o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1079(buf, pos, end):
+def _decode_DescribeConfigsResponse_v1(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11892,58 +11892,58 @@ def _d_1079(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_1078, n, 11)
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResult_v1, n, 11)
     elif n == 0:
         o.results = []
     else:
         o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1080(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     out += _S27.pack(o.source)
-def _ea_1081(x, out, chunks):
-    _put_array(x, out, chunks, _e_1080, False, False)
-def _e_1082(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1, False, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 1)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1081(o.synonyms, out, chunks)
-def _ea_1083(x, out, chunks):
-    _put_array(x, out, chunks, _e_1082, False, False)
-def _e_1084(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1_array(o.synonyms, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1, False, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1083(o.configs, out, chunks)
-def _ea_1085(x, out, chunks):
-    _put_array(x, out, chunks, _e_1084, False, False)
-def _e_1086(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1_array(o.configs, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v1, False, False)
+def _encode_DescribeConfigsResponse_v1(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1085(o.results, out, chunks)
-def _e_1087(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsResult_v1_array(o.results, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 2)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1081(o.synonyms, out, chunks)
-def _ea_1088(x, out, chunks):
-    _put_array(x, out, chunks, _e_1087, False, False)
-def _e_1089(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1_array(o.synonyms, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2, False, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v2(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1088(o.configs, out, chunks)
-def _ea_1090(x, out, chunks):
-    _put_array(x, out, chunks, _e_1089, False, False)
-def _e_1091(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2_array(o.configs, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v2, False, False)
+def _encode_DescribeConfigsResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1090(o.results, out, chunks)
-def _d_1092(buf, pos, end):
+    _encode_DescribeConfigsResponse_DescribeConfigsResult_v2_array(o.results, out, chunks)
+def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos, end):
     o = _C107.__new__(_C107)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
@@ -11954,7 +11954,7 @@ def _d_1092(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.synonyms, pos = _array_n(buf, pos, end, _d_1076, n, 5)
+        o.synonyms, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v1, n, 5)
     elif n == 0:
         o.synonyms = []
     else:
@@ -11966,7 +11966,7 @@ def _d_1092(buf, pos, end):
     o.is_default = False
     o.unknown_tags = None
     return o, pos
-def _d_1093(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -11980,14 +11980,14 @@ def _d_1093(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_1092, n, 14)
+        o.configs, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3, n, 14)
     elif n == 0:
         o.configs = []
     else:
         o.configs = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1094(buf, pos, end):
+def _decode_DescribeConfigsResponse_v3(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -11996,35 +11996,35 @@ def _d_1094(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_1093, n, 11)
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResult_v3, n, 11)
     elif n == 0:
         o.results = []
     else:
         o.results = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1095(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(o, out, chunks):
     _put_str_k(o.name, out, chunks)
     _put_str_kn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 3)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1081(o.synonyms, out, chunks)
+    _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v1_array(o.synonyms, out, chunks)
     out += _S27.pack(o.config_type)
     _put_str_kn(o.documentation, out, chunks)
-def _ea_1096(x, out, chunks):
-    _put_array(x, out, chunks, _e_1095, False, False)
-def _e_1097(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3, False, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v3(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
-    _ea_1096(o.configs, out, chunks)
-def _ea_1098(x, out, chunks):
-    _put_array(x, out, chunks, _e_1097, False, False)
-def _e_1099(o, out, chunks):
+    _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3_array(o.configs, out, chunks)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v3, False, False)
+def _encode_DescribeConfigsResponse_v3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1098(o.results, out, chunks)
-def _d_1100(buf, pos, end):
+    _encode_DescribeConfigsResponse_DescribeConfigsResult_v3_array(o.results, out, chunks)
+def _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v4(buf, pos, end):
     o = _C108.__new__(_C108)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
@@ -12037,7 +12037,7 @@ def _d_1100(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1101(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(buf, pos, end):
     o = _C107.__new__(_C107)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
@@ -12049,7 +12049,7 @@ def _d_1101(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.synonyms, pos = _array_n(buf, pos, end, _d_1100, n, 4)
+        o.synonyms, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v4, n, 4)
     elif n == 0:
         o.synonyms = []
     else:
@@ -12065,7 +12065,7 @@ def _d_1101(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1102(buf, pos, end):
+def _decode_DescribeConfigsResponse_DescribeConfigsResult_v4(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -12080,7 +12080,7 @@ def _d_1102(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.configs, pos = _array_n(buf, pos, end, _d_1101, n, 9)
+        o.configs, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4, n, 9)
     elif n == 0:
         o.configs = []
     else:
@@ -12091,7 +12091,7 @@ def _d_1102(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1103(buf, pos, end):
+def _decode_DescribeConfigsResponse_v4(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -12101,7 +12101,7 @@ def _d_1103(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results, pos = _array_n(buf, pos, end, _d_1102, n, 7)
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeConfigsResponse_DescribeConfigsResult_v4, n, 7)
     elif n == 0:
         o.results = []
     else:
@@ -12112,38 +12112,38 @@ def _d_1103(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1104(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v4(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     out += _S27.pack(o.source)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1105(x, out, chunks):
-    _put_array(x, out, chunks, _e_1104, True, False)
-def _e_1106(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v4, True, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_str_cn(o.value, out, chunks)
     if o.is_default != False: _absent('DescribeConfigsResourceResult', 'is_default', 4)
     out += _S31.pack(o.read_only, o.config_source, o.is_sensitive)
-    _ea_1105(o.synonyms, out, chunks)
+    _encode_DescribeConfigsResponse_DescribeConfigsSynonym_v4_array(o.synonyms, out, chunks)
     out += _S27.pack(o.config_type)
     _put_str_cn(o.documentation, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1107(x, out, chunks):
-    _put_array(x, out, chunks, _e_1106, True, False)
-def _e_1108(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4, True, False)
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v4(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
-    _ea_1107(o.configs, out, chunks)
+    _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4_array(o.configs, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1109(x, out, chunks):
-    _put_array(x, out, chunks, _e_1108, True, False)
-def _e_1110(o, out, chunks):
+def _encode_DescribeConfigsResponse_DescribeConfigsResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v4, True, False)
+def _encode_DescribeConfigsResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1109(o.results, out, chunks)
+    _encode_DescribeConfigsResponse_DescribeConfigsResult_v4_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1111(buf, pos, end):
+def _decode_InitProducerIdRequest_v0(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -12155,21 +12155,21 @@ def _d_1111(buf, pos, end):
     o.keep_prepared_txn = False
     o.unknown_tags = None
     return o, pos
-def _e_1112(o, out, chunks):
+def _encode_InitProducerIdRequest_v0(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 0)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 0)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 0)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 0)
     out += _S2.pack(o.transaction_timeout_ms)
-def _e_1113(o, out, chunks):
+def _encode_InitProducerIdRequest_v1(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 1)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 1)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 1)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 1)
     out += _S2.pack(o.transaction_timeout_ms)
-def _d_1114(buf, pos, end):
+def _decode_InitProducerIdRequest_v2(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -12185,7 +12185,7 @@ def _d_1114(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1115(o, out, chunks):
+def _encode_InitProducerIdRequest_v2(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 2)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 2)
@@ -12193,7 +12193,7 @@ def _e_1115(o, out, chunks):
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 2)
     out += _S2.pack(o.transaction_timeout_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1116(buf, pos, end):
+def _decode_InitProducerIdRequest_v3(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 14 > end: _short()
@@ -12207,25 +12207,25 @@ def _d_1116(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1117(o, out, chunks):
+def _encode_InitProducerIdRequest_v3(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 3)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 3)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1118(o, out, chunks):
+def _encode_InitProducerIdRequest_v4(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 4)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 4)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1119(o, out, chunks):
+def _encode_InitProducerIdRequest_v5(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 5)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 5)
     out += _S32.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1120(buf, pos, end):
+def _decode_InitProducerIdRequest_v6(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 16 > end: _short()
@@ -12237,11 +12237,11 @@ def _d_1120(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1121(o, out, chunks):
+def _encode_InitProducerIdRequest_v6(o, out, chunks):
     _put_str_cn(o.transactional_id, out, chunks)
     out += _S33.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch, o.enable2_pc, o.keep_prepared_txn)
     _put_tags(out, None, o.unknown_tags)
-def _d_1122(buf, pos, end):
+def _decode_InitProducerIdResponse_v0(buf, pos, end):
     o = _C110.__new__(_C110)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
@@ -12250,15 +12250,15 @@ def _d_1122(buf, pos, end):
     o.ongoing_txn_producer_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _e_1123(o, out, chunks):
+def _encode_InitProducerIdResponse_v0(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 0)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 0)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
-def _e_1124(o, out, chunks):
+def _encode_InitProducerIdResponse_v1(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 1)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 1)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
-def _d_1125(buf, pos, end):
+def _decode_InitProducerIdResponse_v2(buf, pos, end):
     o = _C110.__new__(_C110)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
@@ -12271,27 +12271,27 @@ def _d_1125(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1126(o, out, chunks):
+def _encode_InitProducerIdResponse_v2(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 2)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 2)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1127(o, out, chunks):
+def _encode_InitProducerIdResponse_v3(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 3)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 3)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1128(o, out, chunks):
+def _encode_InitProducerIdResponse_v4(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 4)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 4)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _e_1129(o, out, chunks):
+def _encode_InitProducerIdResponse_v5(o, out, chunks):
     if o.ongoing_txn_producer_id != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_id', 5)
     if o.ongoing_txn_producer_epoch != -1: _absent('InitProducerIdResponse', 'ongoing_txn_producer_epoch', 5)
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1130(buf, pos, end):
+def _decode_InitProducerIdResponse_v6(buf, pos, end):
     o = _C110.__new__(_C110)
     if pos + 26 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch = _S35.unpack_from(buf, pos)
@@ -12302,10 +12302,10 @@ def _d_1130(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1131(o, out, chunks):
+def _encode_InitProducerIdResponse_v6(o, out, chunks):
     out += _S35.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1132(buf, pos, end):
+def _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf, pos, end):
     o = _C112.__new__(_C112)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -12319,7 +12319,7 @@ def _d_1132(buf, pos, end):
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1133(buf, pos, end):
+def _decode_AddPartitionsToTxnRequest_v0(buf, pos, end):
     o = _C111.__new__(_C111)
     o.v3_and_below_transactional_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
@@ -12329,7 +12329,7 @@ def _d_1133(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _d_1132, n, 6)
+        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0, n, 6)
     elif n == 0:
         o.v3_and_below_topics = []
     else:
@@ -12337,27 +12337,27 @@ def _d_1133(buf, pos, end):
     o.transactions = []
     o.unknown_tags = None
     return o, pos
-def _e_1134(o, out, chunks):
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_61(o.partitions, out, chunks)
-def _ea_1135(x, out, chunks):
-    _put_array(x, out, chunks, _e_1134, False, False)
-def _e_1136(o, out, chunks):
+    _encode_int32_array(o.partitions, out, chunks)
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0, False, False)
+def _encode_AddPartitionsToTxnRequest_v0(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 0)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1135(o.v3_and_below_topics, out, chunks)
-def _e_1137(o, out, chunks):
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0_array(o.v3_and_below_topics, out, chunks)
+def _encode_AddPartitionsToTxnRequest_v1(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 1)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1135(o.v3_and_below_topics, out, chunks)
-def _e_1138(o, out, chunks):
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0_array(o.v3_and_below_topics, out, chunks)
+def _encode_AddPartitionsToTxnRequest_v2(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 2)
     _put_str_k(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1135(o.v3_and_below_topics, out, chunks)
-def _d_1139(buf, pos, end):
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0_array(o.v3_and_below_topics, out, chunks)
+def _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf, pos, end):
     o = _C112.__new__(_C112)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -12376,7 +12376,7 @@ def _d_1139(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1140(buf, pos, end):
+def _decode_AddPartitionsToTxnRequest_v3(buf, pos, end):
     o = _C111.__new__(_C111)
     o.v3_and_below_transactional_id, pos = _str_c(buf, pos, end)
     if pos + 10 > end: _short()
@@ -12387,7 +12387,7 @@ def _d_1140(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _d_1139, n, 3)
+        o.v3_and_below_topics, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3, n, 3)
     elif n == 0:
         o.v3_and_below_topics = []
     else:
@@ -12399,19 +12399,19 @@ def _d_1140(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1141(o, out, chunks):
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_116(o.partitions, out, chunks)
+    _encode_int32_array_compact(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1142(x, out, chunks):
-    _put_array(x, out, chunks, _e_1141, True, False)
-def _e_1143(o, out, chunks):
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3, True, False)
+def _encode_AddPartitionsToTxnRequest_v3(o, out, chunks):
     if o.transactions != []: _absent('AddPartitionsToTxnRequest', 'transactions', 3)
     _put_str_c(o.v3_and_below_transactional_id, out, chunks)
     out += _S36.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
-    _ea_1142(o.v3_and_below_topics, out, chunks)
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3_array(o.v3_and_below_topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1144(buf, pos, end):
+def _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(buf, pos, end):
     o = _C113.__new__(_C113)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 11 > end: _short()
@@ -12422,7 +12422,7 @@ def _d_1144(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1139, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -12433,14 +12433,14 @@ def _d_1144(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1145(buf, pos, end):
+def _decode_AddPartitionsToTxnRequest_v4(buf, pos, end):
     o = _C111.__new__(_C111)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.transactions, pos = _array_n(buf, pos, end, _d_1144, n, 14)
+        o.transactions, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4, n, 14)
     elif n == 0:
         o.transactions = []
     else:
@@ -12455,49 +12455,49 @@ def _d_1145(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1146(o, out, chunks):
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.verify_only)
-    _ea_1142(o.topics, out, chunks)
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1147(x, out, chunks):
-    _put_array(x, out, chunks, _e_1146, True, False)
-def _e_1148(o, out, chunks):
-    _ea_1147(o.transactions, out, chunks)
+def _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4, True, False)
+def _encode_AddPartitionsToTxnRequest_v4(o, out, chunks):
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4_array(o.transactions, out, chunks)
     if o.v3_and_below_transactional_id != '': _absent('AddPartitionsToTxnRequest', 'v3_and_below_transactional_id', 4)
     if o.v3_and_below_producer_id != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_id', 4)
     if o.v3_and_below_producer_epoch != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_epoch', 4)
     if o.v3_and_below_topics != []: _absent('AddPartitionsToTxnRequest', 'v3_and_below_topics', 4)
     _put_tags(out, None, o.unknown_tags)
-def _e_1149(o, out, chunks):
-    _ea_1147(o.transactions, out, chunks)
+def _encode_AddPartitionsToTxnRequest_v5(o, out, chunks):
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4_array(o.transactions, out, chunks)
     if o.v3_and_below_transactional_id != '': _absent('AddPartitionsToTxnRequest', 'v3_and_below_transactional_id', 5)
     if o.v3_and_below_producer_id != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_id', 5)
     if o.v3_and_below_producer_epoch != 0: _absent('AddPartitionsToTxnRequest', 'v3_and_below_producer_epoch', 5)
     if o.v3_and_below_topics != []: _absent('AddPartitionsToTxnRequest', 'v3_and_below_topics', 5)
     _put_tags(out, None, o.unknown_tags)
-def _d_1150(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(buf, pos, end):
     o = _C116.__new__(_C116)
     if pos + 6 > end: _short()
     o.partition_index, o.partition_error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_1151(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos, end):
     o = _C115.__new__(_C115)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results_by_partition, pos = _array_n(buf, pos, end, _d_1150, n, 6)
+        o.results_by_partition, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0, n, 6)
     elif n == 0:
         o.results_by_partition = []
     else:
         o.results_by_partition = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1152(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_v0(buf, pos, end):
     o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -12506,7 +12506,7 @@ def _d_1152(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _d_1151, n, 6)
+        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0, n, 6)
     elif n == 0:
         o.results_by_topic_v3_and_below = []
     else:
@@ -12515,28 +12515,28 @@ def _d_1152(buf, pos, end):
     o.results_by_transaction = []
     o.unknown_tags = None
     return o, pos
-def _e_1153(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(o, out, chunks):
     out += _S28.pack(o.partition_index, o.partition_error_code)
-def _ea_1154(x, out, chunks):
-    _put_array(x, out, chunks, _e_1153, False, False)
-def _e_1155(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0, False, False)
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1154(o.results_by_partition, out, chunks)
-def _ea_1156(x, out, chunks):
-    _put_array(x, out, chunks, _e_1155, False, False)
-def _e_1157(o, out, chunks):
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0_array(o.results_by_partition, out, chunks)
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0, False, False)
+def _encode_AddPartitionsToTxnResponse_v0(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 0)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
-def _e_1158(o, out, chunks):
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
+def _encode_AddPartitionsToTxnResponse_v1(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 1)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
-def _e_1159(o, out, chunks):
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
+def _encode_AddPartitionsToTxnResponse_v2(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 2)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1156(o.results_by_topic_v3_and_below, out, chunks)
-def _d_1160(buf, pos, end):
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
+def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(buf, pos, end):
     o = _C116.__new__(_C116)
     if pos + 6 > end: _short()
     o.partition_index, o.partition_error_code = _S28.unpack_from(buf, pos)
@@ -12547,7 +12547,7 @@ def _d_1160(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1161(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf, pos, end):
     o = _C115.__new__(_C115)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -12555,7 +12555,7 @@ def _d_1161(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results_by_partition, pos = _array_n(buf, pos, end, _d_1160, n, 7)
+        o.results_by_partition, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3, n, 7)
     elif n == 0:
         o.results_by_partition = []
     else:
@@ -12566,7 +12566,7 @@ def _d_1161(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1162(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_v3(buf, pos, end):
     o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -12576,7 +12576,7 @@ def _d_1162(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _d_1161, n, 3)
+        o.results_by_topic_v3_and_below, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3, n, 3)
     elif n == 0:
         o.results_by_topic_v3_and_below = []
     else:
@@ -12589,23 +12589,23 @@ def _d_1162(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1163(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(o, out, chunks):
     out += _S28.pack(o.partition_index, o.partition_error_code)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1164(x, out, chunks):
-    _put_array(x, out, chunks, _e_1163, True, False)
-def _e_1165(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3, True, False)
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1164(o.results_by_partition, out, chunks)
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3_array(o.results_by_partition, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1166(x, out, chunks):
-    _put_array(x, out, chunks, _e_1165, True, False)
-def _e_1167(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3, True, False)
+def _encode_AddPartitionsToTxnResponse_v3(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 3)
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1166(o.results_by_topic_v3_and_below, out, chunks)
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3_array(o.results_by_topic_v3_and_below, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1168(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(buf, pos, end):
     o = _C117.__new__(_C117)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -12613,7 +12613,7 @@ def _d_1168(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topic_results, pos = _array_n(buf, pos, end, _d_1161, n, 3)
+        o.topic_results, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3, n, 3)
     elif n == 0:
         o.topic_results = []
     else:
@@ -12624,7 +12624,7 @@ def _d_1168(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1169(buf, pos, end):
+def _decode_AddPartitionsToTxnResponse_v4(buf, pos, end):
     o = _C114.__new__(_C114)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -12634,7 +12634,7 @@ def _d_1169(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.results_by_transaction, pos = _array_n(buf, pos, end, _d_1168, n, 3)
+        o.results_by_transaction, pos = _array_n(buf, pos, end, _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4, n, 3)
     elif n == 0:
         o.results_by_transaction = []
     else:
@@ -12646,23 +12646,23 @@ def _d_1169(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1170(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
-    _ea_1166(o.topic_results, out, chunks)
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3_array(o.topic_results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1171(x, out, chunks):
-    _put_array(x, out, chunks, _e_1170, True, False)
-def _e_1172(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4, True, False)
+def _encode_AddPartitionsToTxnResponse_v4(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_1171(o.results_by_transaction, out, chunks)
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4_array(o.results_by_transaction, out, chunks)
     if o.results_by_topic_v3_and_below != []: _absent('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', 4)
     _put_tags(out, None, o.unknown_tags)
-def _e_1173(o, out, chunks):
+def _encode_AddPartitionsToTxnResponse_v5(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
-    _ea_1171(o.results_by_transaction, out, chunks)
+    _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4_array(o.results_by_transaction, out, chunks)
     if o.results_by_topic_v3_and_below != []: _absent('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', 5)
     _put_tags(out, None, o.unknown_tags)
-def _d_1174(buf, pos, end):
+def _decode_AddOffsetsToTxnRequest_v0(buf, pos, end):
     o = _C118.__new__(_C118)
     o.transactional_id, pos = _str_k(buf, pos, end)
     if pos + 10 > end: _short()
@@ -12671,11 +12671,11 @@ def _d_1174(buf, pos, end):
     o.group_id, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1175(o, out, chunks):
+def _encode_AddOffsetsToTxnRequest_v0(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     out += _S36.pack(o.producer_id, o.producer_epoch)
     _put_str_k(o.group_id, out, chunks)
-def _d_1176(buf, pos, end):
+def _decode_AddOffsetsToTxnRequest_v3(buf, pos, end):
     o = _C118.__new__(_C118)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 10 > end: _short()
@@ -12688,19 +12688,19 @@ def _d_1176(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1177(o, out, chunks):
+def _encode_AddOffsetsToTxnRequest_v3(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S36.pack(o.producer_id, o.producer_epoch)
     _put_str_c(o.group_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1178(buf, pos, end):
+def _decode_AddOffsetsToTxnResponse_v0(buf, pos, end):
     o = _C119.__new__(_C119)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_1179(buf, pos, end):
+def _decode_AddOffsetsToTxnResponse_v3(buf, pos, end):
     o = _C119.__new__(_C119)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -12711,7 +12711,7 @@ def _d_1179(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1180(buf, pos, end):
+def _decode_EndTxnRequest_v0(buf, pos, end):
     o = _C120.__new__(_C120)
     o.transactional_id, pos = _str_k(buf, pos, end)
     if pos + 11 > end: _short()
@@ -12719,10 +12719,10 @@ def _d_1180(buf, pos, end):
     pos += 11
     o.unknown_tags = None
     return o, pos
-def _e_1181(o, out, chunks):
+def _encode_EndTxnRequest_v0(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.committed)
-def _d_1182(buf, pos, end):
+def _decode_EndTxnRequest_v3(buf, pos, end):
     o = _C120.__new__(_C120)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 11 > end: _short()
@@ -12734,11 +12734,11 @@ def _d_1182(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1183(o, out, chunks):
+def _encode_EndTxnRequest_v3(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     out += _S37.pack(o.producer_id, o.producer_epoch, o.committed)
     _put_tags(out, None, o.unknown_tags)
-def _d_1184(buf, pos, end):
+def _decode_EndTxnResponse_v0(buf, pos, end):
     o = _C121.__new__(_C121)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -12747,7 +12747,7 @@ def _d_1184(buf, pos, end):
     o.producer_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_1185(buf, pos, end):
+def _decode_EndTxnResponse_v3(buf, pos, end):
     o = _C121.__new__(_C121)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -12760,7 +12760,7 @@ def _d_1185(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1186(buf, pos, end):
+def _decode_EndTxnResponse_v5(buf, pos, end):
     o = _C121.__new__(_C121)
     if pos + 16 > end: _short()
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S34.unpack_from(buf, pos)
@@ -12771,10 +12771,10 @@ def _d_1186(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1187(o, out, chunks):
+def _encode_EndTxnResponse_v5(o, out, chunks):
     out += _S34.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _d_1188(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(buf, pos, end):
     o = _C124.__new__(_C124)
     if pos + 12 > end: _short()
     o.partition_index, o.committed_offset = _S20.unpack_from(buf, pos)
@@ -12783,21 +12783,21 @@ def _d_1188(buf, pos, end):
     o.committed_leader_epoch = -1
     o.unknown_tags = None
     return o, pos
-def _d_1189(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos, end):
     o = _C123.__new__(_C123)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1188, n, 14)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0, n, 14)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1190(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_v0(buf, pos, end):
     o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_k(buf, pos, end)
     o.group_id, pos = _str_k(buf, pos, end)
@@ -12808,7 +12808,7 @@ def _d_1190(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1189, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -12818,33 +12818,33 @@ def _d_1190(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1191(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(o, out, chunks):
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_1192(x, out, chunks):
-    _put_array(x, out, chunks, _e_1191, False, False)
-def _e_1193(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0, False, False)
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1192(o.partitions, out, chunks)
-def _ea_1194(x, out, chunks):
-    _put_array(x, out, chunks, _e_1193, False, False)
-def _e_1195(o, out, chunks):
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0_array(o.partitions, out, chunks)
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0, False, False)
+def _encode_TxnOffsetCommitRequest_v0(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 0)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 0)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 0)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1194(o.topics, out, chunks)
-def _e_1196(o, out, chunks):
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0_array(o.topics, out, chunks)
+def _encode_TxnOffsetCommitRequest_v1(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 1)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 1)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 1)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1194(o.topics, out, chunks)
-def _d_1197(buf, pos, end):
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0_array(o.topics, out, chunks)
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(buf, pos, end):
     o = _C124.__new__(_C124)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -12852,21 +12852,21 @@ def _d_1197(buf, pos, end):
     o.committed_metadata, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _d_1198(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos, end):
     o = _C123.__new__(_C123)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1197, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2, n, 18)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1199(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_v2(buf, pos, end):
     o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_k(buf, pos, end)
     o.group_id, pos = _str_k(buf, pos, end)
@@ -12877,7 +12877,7 @@ def _d_1199(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1198, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -12887,25 +12887,25 @@ def _d_1199(buf, pos, end):
     o.group_instance_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1200(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.committed_metadata, out, chunks)
-def _ea_1201(x, out, chunks):
-    _put_array(x, out, chunks, _e_1200, False, False)
-def _e_1202(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2, False, False)
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    _ea_1201(o.partitions, out, chunks)
-def _ea_1203(x, out, chunks):
-    _put_array(x, out, chunks, _e_1202, False, False)
-def _e_1204(o, out, chunks):
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2_array(o.partitions, out, chunks)
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2, False, False)
+def _encode_TxnOffsetCommitRequest_v2(o, out, chunks):
     _put_str_k(o.transactional_id, out, chunks)
     _put_str_k(o.group_id, out, chunks)
     if o.generation_id != -1: _absent('TxnOffsetCommitRequest', 'generation_id', 2)
     if o.member_id != '': _absent('TxnOffsetCommitRequest', 'member_id', 2)
     if o.group_instance_id != None: _absent('TxnOffsetCommitRequest', 'group_instance_id', 2)
     out += _S36.pack(o.producer_id, o.producer_epoch)
-    _ea_1203(o.topics, out, chunks)
-def _d_1205(buf, pos, end):
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2_array(o.topics, out, chunks)
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf, pos, end):
     o = _C124.__new__(_C124)
     if pos + 16 > end: _short()
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _S14.unpack_from(buf, pos)
@@ -12917,7 +12917,7 @@ def _d_1205(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1206(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf, pos, end):
     o = _C123.__new__(_C123)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -12925,7 +12925,7 @@ def _d_1206(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1205, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3, n, 18)
     elif n == 0:
         o.partitions = []
     else:
@@ -12936,7 +12936,7 @@ def _d_1206(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1207(buf, pos, end):
+def _decode_TxnOffsetCommitRequest_v3(buf, pos, end):
     o = _C122.__new__(_C122)
     o.transactional_id, pos = _str_c(buf, pos, end)
     o.group_id, pos = _str_c(buf, pos, end)
@@ -12950,7 +12950,7 @@ def _d_1207(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1206, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -12961,48 +12961,48 @@ def _d_1207(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1208(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.committed_metadata, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1209(x, out, chunks):
-    _put_array(x, out, chunks, _e_1208, True, False)
-def _e_1210(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3, True, False)
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    _ea_1209(o.partitions, out, chunks)
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1211(x, out, chunks):
-    _put_array(x, out, chunks, _e_1210, True, False)
-def _e_1212(o, out, chunks):
+def _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3, True, False)
+def _encode_TxnOffsetCommitRequest_v3(o, out, chunks):
     _put_str_c(o.transactional_id, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     out += _S38.pack(o.producer_id, o.producer_epoch, o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    _ea_1211(o.topics, out, chunks)
+    _encode_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1213(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(buf, pos, end):
     o = _C127.__new__(_C127)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
-def _d_1214(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos, end):
     o = _C126.__new__(_C126)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1213, n, 6)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0, n, 6)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1215(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_v0(buf, pos, end):
     o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -13011,14 +13011,14 @@ def _d_1215(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1214, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1216(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf, pos, end):
     o = _C127.__new__(_C127)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
@@ -13029,7 +13029,7 @@ def _d_1216(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1217(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf, pos, end):
     o = _C126.__new__(_C126)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -13037,7 +13037,7 @@ def _d_1217(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1216, n, 7)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3, n, 7)
     elif n == 0:
         o.partitions = []
     else:
@@ -13048,7 +13048,7 @@ def _d_1217(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1218(buf, pos, end):
+def _decode_TxnOffsetCommitResponse_v3(buf, pos, end):
     o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -13058,7 +13058,7 @@ def _d_1218(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1217, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -13069,14 +13069,14 @@ def _d_1218(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1219(buf, pos, end):
+def _decode_SaslHandshakeRequest_v0(buf, pos, end):
     o = _C128.__new__(_C128)
     o.mechanism, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1220(o, out, chunks):
+def _encode_SaslHandshakeRequest_v0(o, out, chunks):
     _put_str_k(o.mechanism, out, chunks)
-def _d_1221(buf, pos, end):
+def _decode_SaslHandshakeResponse_v0(buf, pos, end):
     o = _C129.__new__(_C129)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -13092,17 +13092,17 @@ def _d_1221(buf, pos, end):
         o.mechanisms = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1222(o, out, chunks):
+def _encode_SaslHandshakeResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    _ea_872(o.mechanisms, out, chunks)
-def _d_1223(buf, pos, end):
+    _encode_string_array(o.mechanisms, out, chunks)
+def _decode_SaslAuthenticateRequest_v0(buf, pos, end):
     o = _C130.__new__(_C130)
     o.auth_bytes, pos = _bytes_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1224(o, out, chunks):
+def _encode_SaslAuthenticateRequest_v0(o, out, chunks):
     _put_bytes_k(o.auth_bytes, out, chunks)
-def _d_1225(buf, pos, end):
+def _decode_SaslAuthenticateRequest_v2(buf, pos, end):
     o = _C130.__new__(_C130)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13115,10 +13115,10 @@ def _d_1225(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1226(o, out, chunks):
+def _encode_SaslAuthenticateRequest_v2(o, out, chunks):
     _put_bytes_c(o.auth_bytes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1227(buf, pos, end):
+def _decode_SaslAuthenticateResponse_v0(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -13128,11 +13128,11 @@ def _d_1227(buf, pos, end):
     o.session_lifetime_ms = 0
     o.unknown_tags = None
     return o, pos
-def _e_1228(o, out, chunks):
+def _encode_SaslAuthenticateResponse_v0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
-def _d_1229(buf, pos, end):
+def _decode_SaslAuthenticateResponse_v1(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -13144,12 +13144,12 @@ def _d_1229(buf, pos, end):
     pos += 8
     o.unknown_tags = None
     return o, pos
-def _e_1230(o, out, chunks):
+def _encode_SaslAuthenticateResponse_v1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
-def _d_1231(buf, pos, end):
+def _decode_SaslAuthenticateResponse_v2(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
     o.error_code, = _S0.unpack_from(buf, pos)
@@ -13169,13 +13169,13 @@ def _d_1231(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1232(o, out, chunks):
+def _encode_SaslAuthenticateResponse_v2(o, out, chunks):
     out += _S0.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_bytes_c(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
     _put_tags(out, None, o.unknown_tags)
-def _d_1233(buf, pos, end):
+def _decode_DescribeClusterRequest_v0(buf, pos, end):
     o = _C132.__new__(_C132)
     if pos + 1 > end: _short()
     o.include_cluster_authorized_operations, = _S4.unpack_from(buf, pos)
@@ -13188,12 +13188,12 @@ def _d_1233(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1234(o, out, chunks):
+def _encode_DescribeClusterRequest_v0(o, out, chunks):
     if o.endpoint_type != 1: _absent('DescribeClusterRequest', 'endpoint_type', 0)
     if o.include_fenced_brokers != False: _absent('DescribeClusterRequest', 'include_fenced_brokers', 0)
     out += _S4.pack(o.include_cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1235(buf, pos, end):
+def _decode_DescribeClusterRequest_v1(buf, pos, end):
     o = _C132.__new__(_C132)
     if pos + 2 > end: _short()
     o.include_cluster_authorized_operations, o.endpoint_type = _S39.unpack_from(buf, pos)
@@ -13205,11 +13205,11 @@ def _d_1235(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1236(o, out, chunks):
+def _encode_DescribeClusterRequest_v1(o, out, chunks):
     if o.include_fenced_brokers != False: _absent('DescribeClusterRequest', 'include_fenced_brokers', 1)
     out += _S39.pack(o.include_cluster_authorized_operations, o.endpoint_type)
     _put_tags(out, None, o.unknown_tags)
-def _d_1237(buf, pos, end):
+def _decode_DescribeClusterRequest_v2(buf, pos, end):
     o = _C132.__new__(_C132)
     if pos + 3 > end: _short()
     o.include_cluster_authorized_operations, o.endpoint_type, o.include_fenced_brokers = _S31.unpack_from(buf, pos)
@@ -13220,10 +13220,10 @@ def _d_1237(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1238(o, out, chunks):
+def _encode_DescribeClusterRequest_v2(o, out, chunks):
     out += _S31.pack(o.include_cluster_authorized_operations, o.endpoint_type, o.include_fenced_brokers)
     _put_tags(out, None, o.unknown_tags)
-def _d_1239(buf, pos, end):
+def _decode_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos, end):
     o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
     o.broker_id, = _S2.unpack_from(buf, pos)
@@ -13240,7 +13240,7 @@ def _d_1239(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1240(buf, pos, end):
+def _decode_DescribeClusterResponse_v0(buf, pos, end):
     o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -13255,7 +13255,7 @@ def _d_1240(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_1239, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_DescribeClusterResponse_DescribeClusterBroker_v0, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -13270,25 +13270,25 @@ def _d_1240(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1241(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v0(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 0)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1242(x, out, chunks):
-    _put_array(x, out, chunks, _e_1241, True, False)
-def _e_1243(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClusterResponse_DescribeClusterBroker_v0, True, False)
+def _encode_DescribeClusterResponse_v0(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     if o.endpoint_type != 1: _absent('DescribeClusterResponse', 'endpoint_type', 0)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1242(o.brokers, out, chunks)
+    _encode_DescribeClusterResponse_DescribeClusterBroker_v0_array(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1244(buf, pos, end):
+def _decode_DescribeClusterResponse_v1(buf, pos, end):
     o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -13306,7 +13306,7 @@ def _d_1244(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_1239, n, 11)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_DescribeClusterResponse_DescribeClusterBroker_v0, n, 11)
     elif n == 0:
         o.brokers = []
     else:
@@ -13320,25 +13320,25 @@ def _d_1244(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1245(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v1(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 1)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1246(x, out, chunks):
-    _put_array(x, out, chunks, _e_1245, True, False)
-def _e_1247(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClusterResponse_DescribeClusterBroker_v1, True, False)
+def _encode_DescribeClusterResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1246(o.brokers, out, chunks)
+    _encode_DescribeClusterResponse_DescribeClusterBroker_v1_array(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1248(buf, pos, end):
+def _decode_DescribeClusterResponse_DescribeClusterBroker_v2(buf, pos, end):
     o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
     o.broker_id, = _S2.unpack_from(buf, pos)
@@ -13357,7 +13357,7 @@ def _d_1248(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1249(buf, pos, end):
+def _decode_DescribeClusterResponse_v2(buf, pos, end):
     o = _C133.__new__(_C133)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
@@ -13375,7 +13375,7 @@ def _d_1249(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.brokers, pos = _array_n(buf, pos, end, _d_1248, n, 12)
+        o.brokers, pos = _array_n(buf, pos, end, _decode_DescribeClusterResponse_DescribeClusterBroker_v2, n, 12)
     elif n == 0:
         o.brokers = []
     else:
@@ -13389,52 +13389,52 @@ def _d_1249(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1250(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v2(o, out, chunks):
     out += _S2.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
     out += _S2.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     out += _S4.pack(o.is_fenced)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1251(x, out, chunks):
-    _put_array(x, out, chunks, _e_1250, True, False)
-def _e_1252(o, out, chunks):
+def _encode_DescribeClusterResponse_DescribeClusterBroker_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClusterResponse_DescribeClusterBroker_v2, True, False)
+def _encode_DescribeClusterResponse_v2(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
     out += _S2.pack(o.controller_id)
-    _ea_1251(o.brokers, out, chunks)
+    _encode_DescribeClusterResponse_DescribeClusterBroker_v2_array(o.brokers, out, chunks)
     out += _S2.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
-def _d_1253(buf, pos, end):
+def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(buf, pos, end):
     o = _C137.__new__(_C137)
     if pos + 12 > end: _short()
     o.partition, o.current_leader_epoch, o.leader_epoch = _S40.unpack_from(buf, pos)
     pos += 12
     o.unknown_tags = None
     return o, pos
-def _d_1254(buf, pos, end):
+def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos, end):
     o = _C136.__new__(_C136)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1253, n, 12)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2, n, 12)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1255(buf, pos, end):
+def _decode_OffsetForLeaderEpochRequest_v2(buf, pos, end):
     o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1254, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
@@ -13442,18 +13442,18 @@ def _d_1255(buf, pos, end):
     o.replica_id = -2
     o.unknown_tags = None
     return o, pos
-def _e_1256(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(o, out, chunks):
     out += _S40.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
-def _ea_1257(x, out, chunks):
-    _put_array(x, out, chunks, _e_1256, False, False)
-def _e_1258(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2, False, False)
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_1257(o.partitions, out, chunks)
-def _ea_1259(x, out, chunks):
-    _put_array(x, out, chunks, _e_1258, False, False)
-def _e_1260(o, out, chunks):
-    _ea_1259(o.topics, out, chunks)
-def _d_1261(buf, pos, end):
+    _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2_array(o.partitions, out, chunks)
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2, False, False)
+def _encode_OffsetForLeaderEpochRequest_v2(o, out, chunks):
+    _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2_array(o.topics, out, chunks)
+def _decode_OffsetForLeaderEpochRequest_v3(buf, pos, end):
     o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
@@ -13462,17 +13462,17 @@ def _d_1261(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1254, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1262(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_v3(o, out, chunks):
     out += _S2.pack(o.replica_id)
-    _ea_1259(o.topics, out, chunks)
-def _d_1263(buf, pos, end):
+    _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2_array(o.topics, out, chunks)
+def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(buf, pos, end):
     o = _C137.__new__(_C137)
     if pos + 12 > end: _short()
     o.partition, o.current_leader_epoch, o.leader_epoch = _S40.unpack_from(buf, pos)
@@ -13483,7 +13483,7 @@ def _d_1263(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1264(buf, pos, end):
+def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(buf, pos, end):
     o = _C136.__new__(_C136)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -13491,7 +13491,7 @@ def _d_1264(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1263, n, 13)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4, n, 13)
     elif n == 0:
         o.partitions = []
     else:
@@ -13502,7 +13502,7 @@ def _d_1264(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1265(buf, pos, end):
+def _decode_OffsetForLeaderEpochRequest_v4(buf, pos, end):
     o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
     o.replica_id, = _S2.unpack_from(buf, pos)
@@ -13512,7 +13512,7 @@ def _d_1265(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1264, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -13523,43 +13523,43 @@ def _d_1265(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1266(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(o, out, chunks):
     out += _S40.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1267(x, out, chunks):
-    _put_array(x, out, chunks, _e_1266, True, False)
-def _e_1268(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4, True, False)
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_1267(o.partitions, out, chunks)
+    _encode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1269(x, out, chunks):
-    _put_array(x, out, chunks, _e_1268, True, False)
-def _e_1270(o, out, chunks):
+def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4, True, False)
+def _encode_OffsetForLeaderEpochRequest_v4(o, out, chunks):
     out += _S2.pack(o.replica_id)
-    _ea_1269(o.topics, out, chunks)
+    _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1271(buf, pos, end):
+def _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v2(buf, pos, end):
     o = _C140.__new__(_C140)
     if pos + 18 > end: _short()
     o.error_code, o.partition, o.leader_epoch, o.end_offset = _S41.unpack_from(buf, pos)
     pos += 18
     o.unknown_tags = None
     return o, pos
-def _d_1272(buf, pos, end):
+def _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(buf, pos, end):
     o = _C139.__new__(_C139)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1271, n, 18)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v2, n, 18)
     elif n == 0:
         o.partitions = []
     else:
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1273(buf, pos, end):
+def _decode_OffsetForLeaderEpochResponse_v2(buf, pos, end):
     o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -13568,26 +13568,26 @@ def _d_1273(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1272, n, 6)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2, n, 6)
     elif n == 0:
         o.topics = []
     else:
         o.topics = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _e_1274(o, out, chunks):
+def _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v2(o, out, chunks):
     out += _S41.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-def _ea_1275(x, out, chunks):
-    _put_array(x, out, chunks, _e_1274, False, False)
-def _e_1276(o, out, chunks):
+def _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v2, False, False)
+def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(o, out, chunks):
     _put_str_k(o.topic, out, chunks)
-    _ea_1275(o.partitions, out, chunks)
-def _ea_1277(x, out, chunks):
-    _put_array(x, out, chunks, _e_1276, False, False)
-def _e_1278(o, out, chunks):
+    _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v2_array(o.partitions, out, chunks)
+def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2, False, False)
+def _encode_OffsetForLeaderEpochResponse_v2(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1277(o.topics, out, chunks)
-def _d_1279(buf, pos, end):
+    _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2_array(o.topics, out, chunks)
+def _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v4(buf, pos, end):
     o = _C140.__new__(_C140)
     if pos + 18 > end: _short()
     o.error_code, o.partition, o.leader_epoch, o.end_offset = _S41.unpack_from(buf, pos)
@@ -13598,7 +13598,7 @@ def _d_1279(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1280(buf, pos, end):
+def _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(buf, pos, end):
     o = _C139.__new__(_C139)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -13606,7 +13606,7 @@ def _d_1280(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.partitions, pos = _array_n(buf, pos, end, _d_1279, n, 19)
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v4, n, 19)
     elif n == 0:
         o.partitions = []
     else:
@@ -13617,7 +13617,7 @@ def _d_1280(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _d_1281(buf, pos, end):
+def _decode_OffsetForLeaderEpochResponse_v4(buf, pos, end):
     o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S2.unpack_from(buf, pos)
@@ -13627,7 +13627,7 @@ def _d_1281(buf, pos, end):
     if n < 0x7f: pos += 1
     else: n, pos = _len_c(buf, pos, end)
     if n > 0:
-        o.topics, pos = _array_n(buf, pos, end, _d_1280, n, 3)
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4, n, 3)
     elif n == 0:
         o.topics = []
     else:
@@ -13638,22 +13638,22 @@ def _d_1281(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _e_1282(o, out, chunks):
+def _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v4(o, out, chunks):
     out += _S41.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1283(x, out, chunks):
-    _put_array(x, out, chunks, _e_1282, True, False)
-def _e_1284(o, out, chunks):
+def _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v4, True, False)
+def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(o, out, chunks):
     _put_str_c(o.topic, out, chunks)
-    _ea_1283(o.partitions, out, chunks)
+    _encode_OffsetForLeaderEpochResponse_EpochEndOffset_v4_array(o.partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _ea_1285(x, out, chunks):
-    _put_array(x, out, chunks, _e_1284, True, False)
-def _e_1286(o, out, chunks):
+def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4, True, False)
+def _encode_OffsetForLeaderEpochResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
-    _ea_1285(o.topics, out, chunks)
+    _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _d_1287(buf, pos, end):
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
     o = _C141.__new__(_C141)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13670,10 +13670,10 @@ def _d_1287(buf, pos, end):
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1288(o, out, chunks):
-    _ea_872(o.topics, out, chunks)
+def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
+    _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-def _d_1289(buf, pos, end):
+def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o = _C142.__new__(_C142)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -13687,7 +13687,7 @@ def _d_1289(buf, pos, end):
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1290(buf, pos, end):
+def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
     o = _C141.__new__(_C141)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13703,7 +13703,7 @@ def _d_1290(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+        o.owned_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerProtocolSubscription_TopicPartition_v1, n, 6)
     elif n == 0:
         o.owned_partitions = []
     else:
@@ -13712,11 +13712,11 @@ def _d_1290(buf, pos, end):
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1291(o, out, chunks):
-    _ea_872(o.topics, out, chunks)
+def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
+    _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_255(o.owned_partitions, out, chunks)
-def _d_1292(buf, pos, end):
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
+def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
     o = _C141.__new__(_C141)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13732,7 +13732,7 @@ def _d_1292(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+        o.owned_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerProtocolSubscription_TopicPartition_v1, n, 6)
     elif n == 0:
         o.owned_partitions = []
     else:
@@ -13743,12 +13743,12 @@ def _d_1292(buf, pos, end):
     o.rack_id = None
     o.unknown_tags = None
     return o, pos
-def _e_1293(o, out, chunks):
-    _ea_872(o.topics, out, chunks)
+def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
+    _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_255(o.owned_partitions, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
-def _d_1294(buf, pos, end):
+def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
     o = _C141.__new__(_C141)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13764,7 +13764,7 @@ def _d_1294(buf, pos, end):
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.owned_partitions, pos = _array_n(buf, pos, end, _d_1289, n, 6)
+        o.owned_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerProtocolSubscription_TopicPartition_v1, n, 6)
     elif n == 0:
         o.owned_partitions = []
     else:
@@ -13775,13 +13775,13 @@ def _d_1294(buf, pos, end):
     o.rack_id, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1295(o, out, chunks):
-    _ea_872(o.topics, out, chunks)
+def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
+    _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
-    _ea_255(o.owned_partitions, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
-def _d_1296(buf, pos, end):
+def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o = _C144.__new__(_C144)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -13795,13 +13795,13 @@ def _d_1296(buf, pos, end):
         o.partitions = _null(n, False)
     o.unknown_tags = None
     return o, pos
-def _d_1297(buf, pos, end):
+def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
     o = _C143.__new__(_C143)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
     if n > 0:
-        o.assigned_partitions, pos = _array_n(buf, pos, end, _d_1296, n, 6)
+        o.assigned_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerProtocolAssignment_TopicPartition_v0, n, 6)
     elif n == 0:
         o.assigned_partitions = []
     else:
@@ -13809,130 +13809,130 @@ def _d_1297(buf, pos, end):
     o.user_data, pos = _bytes_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
-def _e_1298(o, out, chunks):
-    _ea_255(o.assigned_partitions, out, chunks)
+def _encode_ConsumerProtocolAssignment_v0(o, out, chunks):
+    _encode_FetchRequest_ForgottenTopic_v7_array(o.assigned_partitions, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 
-ApiVersionsRequest._DECODERS = {0: _d_0, 1: _d_0, 2: _d_0, 3: _d_2, 4: _d_2}
-ApiVersionsRequest._ENCODERS = {0: _e_1, 1: _e_1, 2: _e_1, 3: _e_3, 4: _e_3}
-ApiVersionsResponse._DECODERS = {0: _d_5, 1: _d_9, 2: _d_9, 3: _d_16, 4: _d_16}
-ApiVersionsResponse._ENCODERS = {0: _e_8, 1: _e_10, 2: _e_10, 3: _e_23, 4: _e_23}
-MetadataRequest._DECODERS = {0: _d_25, 1: _d_29, 2: _d_29, 3: _d_29, 4: _d_34, 5: _d_34, 6: _d_34, 7: _d_34, 8: _d_39, 9: _d_42, 10: _d_47, 11: _d_51, 12: _d_51, 13: _d_51}
-MetadataRequest._ENCODERS = {0: _e_28, 1: _e_31, 2: _e_32, 3: _e_33, 4: _e_35, 5: _e_36, 6: _e_37, 7: _e_38, 8: _e_40, 9: _e_45, 10: _e_50, 11: _e_52, 12: _e_53, 13: _e_54}
-MetadataResponse._DECODERS = {0: _d_58, 1: _d_69, 2: _d_75, 3: _d_79, 4: _d_79, 5: _d_88, 6: _d_88, 7: _d_99, 8: _d_106, 9: _d_113, 10: _d_123, 11: _d_127, 12: _d_130, 13: _d_134}
-MetadataResponse._ENCODERS = {0: _e_66, 1: _e_74, 2: _e_78, 3: _e_82, 4: _e_85, 5: _e_93, 6: _e_96, 7: _e_104, 8: _e_109, 9: _e_121, 10: _e_126, 11: _e_128, 12: _e_133, 13: _e_135}
-ProduceRequest._DECODERS = {3: _d_138, 4: _d_138, 5: _d_138, 6: _d_138, 7: _d_138, 8: _d_138, 9: _d_146, 10: _d_146, 11: _d_146, 12: _d_146, 13: _d_153}
-ProduceRequest._ENCODERS = {3: _e_143, 4: _e_143, 5: _e_143, 6: _e_143, 7: _e_143, 8: _e_143, 9: _e_151, 10: _e_151, 11: _e_151, 12: _e_151, 13: _e_156}
-ProduceResponse._DECODERS = {3: _d_159, 4: _d_159, 5: _d_172, 6: _d_172, 7: _d_172, 8: _d_191, 9: _d_202, 10: _d_215, 11: _d_215, 12: _d_215, 13: _d_223}
-ProduceResponse._ENCODERS = {3: _e_164, 4: _e_169, 5: _e_177, 6: _e_182, 7: _e_187, 8: _e_198, 9: _e_209, 10: _e_221, 11: _e_221, 12: _e_221, 13: _e_226}
-FetchRequest._DECODERS = {4: _d_229, 5: _d_237, 6: _d_237, 7: _d_249, 8: _d_249, 9: _d_264, 10: _d_264, 11: _d_275, 12: _d_284, 13: _d_294, 14: _d_294, 15: _d_302, 16: _d_302, 17: _d_308, 18: _d_316}
-FetchRequest._ENCODERS = {4: _e_234, 5: _e_242, 6: _e_247, 7: _e_256, 8: _e_261, 9: _e_269, 10: _e_274, 11: _e_280, 12: _e_291, 13: _e_299, 14: _e_300, 15: _e_304, 16: _e_305, 17: _e_313, 18: _e_321}
-FetchResponse._DECODERS = {4: _d_325, 5: _d_335, 6: _d_335, 7: _d_346, 8: _d_346, 9: _d_346, 10: _d_346, 11: _d_369, 12: _d_381, 13: _d_392, 14: _d_392, 15: _d_392, 16: _d_400, 17: _d_400, 18: _d_400}
-FetchResponse._ENCODERS = {4: _e_332, 5: _e_340, 6: _e_345, 7: _e_351, 8: _e_356, 9: _e_361, 10: _e_366, 11: _e_374, 12: _e_390, 13: _e_395, 14: _e_396, 15: _e_397, 16: _e_401, 17: _e_401, 18: _e_401}
-ListOffsetsRequest._DECODERS = {1: _d_404, 2: _d_410, 3: _d_410, 4: _d_423, 5: _d_423, 6: _d_436, 7: _d_436, 8: _d_436, 9: _d_436, 10: _d_457, 11: _d_457}
-ListOffsetsRequest._ENCODERS = {1: _e_409, 2: _e_415, 3: _e_420, 4: _e_428, 5: _e_433, 6: _e_441, 7: _e_446, 8: _e_451, 9: _e_456, 10: _e_462, 11: _e_467}
-ListOffsetsResponse._DECODERS = {1: _d_470, 2: _d_476, 3: _d_476, 4: _d_489, 5: _d_489, 6: _d_502, 7: _d_502, 8: _d_502, 9: _d_502, 10: _d_502, 11: _d_502}
-ListOffsetsResponse._ENCODERS = {1: _e_475, 2: _e_481, 3: _e_486, 4: _e_494, 5: _e_499, 6: _e_507, 7: _e_512, 8: _e_517, 9: _e_522, 10: _e_527, 11: _e_532}
-FindCoordinatorRequest._DECODERS = {0: _d_533, 1: _d_535, 2: _d_535, 3: _d_538, 4: _d_540, 5: _d_540, 6: _d_540}
-FindCoordinatorRequest._ENCODERS = {0: _e_534, 1: _e_536, 2: _e_537, 3: _e_539, 4: _e_542, 5: _e_543, 6: _e_544}
-FindCoordinatorResponse._DECODERS = {0: _d_545, 1: _d_547, 2: _d_547, 3: _d_550, 4: _d_553, 5: _d_553, 6: _d_553}
-FindCoordinatorResponse._ENCODERS = {0: _e_546, 1: _e_548, 2: _e_549, 3: _e_551, 4: _e_556, 5: _e_557, 6: _e_558}
-OffsetCommitRequest._DECODERS = {2: _d_561, 3: _d_561, 4: _d_561, 5: _d_577, 6: _d_585, 7: _d_591, 8: _d_599, 9: _d_599, 10: _d_611}
-OffsetCommitRequest._ENCODERS = {2: _e_566, 3: _e_571, 4: _e_576, 5: _e_582, 6: _e_590, 7: _e_596, 8: _e_604, 9: _e_609, 10: _e_616}
-OffsetCommitResponse._DECODERS = {2: _d_619, 3: _d_625, 4: _d_625, 5: _d_625, 6: _d_625, 7: _d_625, 8: _d_629, 9: _d_629, 10: _d_636}
-OffsetCommitResponse._ENCODERS = {2: _e_624, 3: _e_626, 4: _e_626, 5: _e_626, 6: _e_626, 7: _e_626, 8: _e_634, 9: _e_634, 10: _e_639}
-OffsetFetchRequest._DECODERS = {1: _d_641, 2: _d_645, 3: _d_645, 4: _d_645, 5: _d_645, 6: _d_652, 7: _d_656, 8: _d_660, 9: _d_665, 10: _d_671}
-OffsetFetchRequest._ENCODERS = {1: _e_644, 2: _e_647, 3: _e_648, 4: _e_649, 5: _e_650, 6: _e_655, 7: _e_657, 8: _e_663, 9: _e_668, 10: _e_676}
-OffsetFetchResponse._DECODERS = {1: _d_679, 2: _d_685, 3: _d_687, 4: _d_687, 5: _d_692, 6: _d_700, 7: _d_700, 8: _d_710, 9: _d_710, 10: _d_717}
-OffsetFetchResponse._ENCODERS = {1: _e_684, 2: _e_686, 3: _e_688, 4: _e_689, 5: _e_697, 6: _e_705, 7: _e_706, 8: _e_713, 9: _e_714, 10: _e_722}
-JoinGroupRequest._DECODERS = {0: _d_724, 1: _d_728, 2: _d_728, 3: _d_728, 4: _d_728, 5: _d_733, 6: _d_736, 7: _d_736, 8: _d_740, 9: _d_740}
-JoinGroupRequest._ENCODERS = {0: _e_727, 1: _e_729, 2: _e_730, 3: _e_731, 4: _e_732, 5: _e_734, 6: _e_739, 7: _e_739, 8: _e_741, 9: _e_741}
-JoinGroupResponse._DECODERS = {0: _d_743, 1: _d_743, 2: _d_748, 3: _d_748, 4: _d_748, 5: _d_753, 6: _d_758, 7: _d_762, 8: _d_762, 9: _d_765}
-JoinGroupResponse._ENCODERS = {0: _e_746, 1: _e_747, 2: _e_749, 3: _e_750, 4: _e_751, 5: _e_756, 6: _e_761, 7: _e_763, 8: _e_764, 9: _e_766}
-SyncGroupRequest._DECODERS = {0: _d_768, 1: _d_768, 2: _d_768, 3: _d_774, 4: _d_777, 5: _d_781}
-SyncGroupRequest._ENCODERS = {0: _e_771, 1: _e_772, 2: _e_773, 3: _e_775, 4: _e_780, 5: _e_782}
-SyncGroupResponse._DECODERS = {0: _d_783, 1: _d_785, 2: _d_785, 3: _d_785, 4: _d_787, 5: _d_789}
-SyncGroupResponse._ENCODERS = {0: _e_784, 1: _e_786, 2: _e_786, 3: _e_786, 4: _e_788, 5: _e_790}
-HeartbeatRequest._DECODERS = {0: _d_791, 1: _d_791, 2: _d_791, 3: _d_795, 4: _d_797}
-HeartbeatRequest._ENCODERS = {0: _e_792, 1: _e_793, 2: _e_794, 3: _e_796, 4: _e_798}
-HeartbeatResponse._DECODERS = {0: _d_799, 1: _d_801, 2: _d_801, 3: _d_801, 4: _d_803}
-HeartbeatResponse._ENCODERS = {0: _e_800, 1: _e_802, 2: _e_802, 3: _e_802, 4: _e_804}
-LeaveGroupRequest._DECODERS = {0: _d_805, 1: _d_805, 2: _d_805, 3: _d_810, 4: _d_815, 5: _d_820}
-LeaveGroupRequest._ENCODERS = {0: _e_806, 1: _e_807, 2: _e_808, 3: _e_813, 4: _e_818, 5: _e_823}
-LeaveGroupResponse._DECODERS = {0: _d_824, 1: _d_826, 2: _d_826, 3: _d_830, 4: _d_835, 5: _d_835}
-LeaveGroupResponse._ENCODERS = {0: _e_825, 1: _e_827, 2: _e_828, 3: _e_833, 4: _e_838, 5: _e_838}
-ListGroupsRequest._DECODERS = {0: _d_839, 1: _d_839, 2: _d_839, 3: _d_843, 4: _d_845, 5: _d_847}
-ListGroupsRequest._ENCODERS = {0: _e_840, 1: _e_841, 2: _e_842, 3: _e_844, 4: _e_846, 5: _e_848}
-ListGroupsResponse._DECODERS = {0: _d_850, 1: _d_854, 2: _d_854, 3: _d_857, 4: _d_862, 5: _d_867}
-ListGroupsResponse._ENCODERS = {0: _e_853, 1: _e_855, 2: _e_855, 3: _e_860, 4: _e_865, 5: _e_870}
-DescribeGroupsRequest._DECODERS = {0: _d_871, 1: _d_871, 2: _d_871, 3: _d_876, 4: _d_876, 5: _d_878, 6: _d_878}
-DescribeGroupsRequest._ENCODERS = {0: _e_873, 1: _e_874, 2: _e_875, 3: _e_877, 4: _e_877, 5: _e_879, 6: _e_879}
-DescribeGroupsResponse._DECODERS = {0: _d_882, 1: _d_888, 2: _d_888, 3: _d_896, 4: _d_902, 5: _d_910, 6: _d_917}
-DescribeGroupsResponse._ENCODERS = {0: _e_887, 1: _e_891, 2: _e_894, 3: _e_899, 4: _e_907, 5: _e_915, 6: _e_920}
-DeleteGroupsRequest._DECODERS = {0: _d_921, 1: _d_921, 2: _d_923}
-DeleteGroupsRequest._ENCODERS = {0: _e_922, 1: _e_922, 2: _e_924}
-DeleteGroupsResponse._DECODERS = {0: _d_926, 1: _d_926, 2: _d_931}
-DeleteGroupsResponse._ENCODERS = {0: _e_929, 1: _e_929, 2: _e_934}
-CreateTopicsRequest._DECODERS = {2: _d_938, 3: _d_938, 4: _d_938, 5: _d_949, 6: _d_949, 7: _d_949}
-CreateTopicsRequest._ENCODERS = {2: _e_945, 3: _e_945, 4: _e_945, 5: _e_956, 6: _e_956, 7: _e_956}
-CreateTopicsResponse._DECODERS = {2: _d_958, 3: _d_958, 4: _d_958, 5: _d_964, 6: _d_964, 7: _d_971}
-CreateTopicsResponse._ENCODERS = {2: _e_961, 3: _e_961, 4: _e_961, 5: _e_969, 6: _e_969, 7: _e_974}
-DeleteTopicsRequest._DECODERS = {1: _d_975, 2: _d_975, 3: _d_975, 4: _d_979, 5: _d_979, 6: _d_983}
-DeleteTopicsRequest._ENCODERS = {1: _e_976, 2: _e_977, 3: _e_978, 4: _e_980, 5: _e_981, 6: _e_986}
-DeleteTopicsResponse._DECODERS = {1: _d_988, 2: _d_988, 3: _d_988, 4: _d_993, 5: _d_998, 6: _d_1003}
-DeleteTopicsResponse._ENCODERS = {1: _e_991, 2: _e_991, 3: _e_991, 4: _e_996, 5: _e_1001, 6: _e_1006}
-CreatePartitionsRequest._DECODERS = {0: _d_1009, 1: _d_1009, 2: _d_1017, 3: _d_1017}
-CreatePartitionsRequest._ENCODERS = {0: _e_1014, 1: _e_1014, 2: _e_1022, 3: _e_1022}
-CreatePartitionsResponse._DECODERS = {0: _d_1024, 1: _d_1024, 2: _d_1027, 3: _d_1027}
-CreatePartitionsResponse._ENCODERS = {0: _e_1025, 1: _e_1025, 2: _e_1028, 3: _e_1028}
-DeleteRecordsRequest._DECODERS = {0: _d_1031, 1: _d_1031, 2: _d_1039}
-DeleteRecordsRequest._ENCODERS = {0: _e_1036, 1: _e_1036, 2: _e_1044}
-DeleteRecordsResponse._DECODERS = {0: _d_1047, 1: _d_1047, 2: _d_1055}
-DeleteRecordsResponse._ENCODERS = {0: _e_1052, 1: _e_1052, 2: _e_1060}
-DescribeConfigsRequest._DECODERS = {1: _d_1062, 2: _d_1062, 3: _d_1068, 4: _d_1071}
-DescribeConfigsRequest._ENCODERS = {1: _e_1066, 2: _e_1067, 3: _e_1069, 4: _e_1075}
-DescribeConfigsResponse._DECODERS = {1: _d_1079, 2: _d_1079, 3: _d_1094, 4: _d_1103}
-DescribeConfigsResponse._ENCODERS = {1: _e_1086, 2: _e_1091, 3: _e_1099, 4: _e_1110}
-InitProducerIdRequest._DECODERS = {0: _d_1111, 1: _d_1111, 2: _d_1114, 3: _d_1116, 4: _d_1116, 5: _d_1116, 6: _d_1120}
-InitProducerIdRequest._ENCODERS = {0: _e_1112, 1: _e_1113, 2: _e_1115, 3: _e_1117, 4: _e_1118, 5: _e_1119, 6: _e_1121}
-InitProducerIdResponse._DECODERS = {0: _d_1122, 1: _d_1122, 2: _d_1125, 3: _d_1125, 4: _d_1125, 5: _d_1125, 6: _d_1130}
-InitProducerIdResponse._ENCODERS = {0: _e_1123, 1: _e_1124, 2: _e_1126, 3: _e_1127, 4: _e_1128, 5: _e_1129, 6: _e_1131}
-AddPartitionsToTxnRequest._DECODERS = {0: _d_1133, 1: _d_1133, 2: _d_1133, 3: _d_1140, 4: _d_1145, 5: _d_1145}
-AddPartitionsToTxnRequest._ENCODERS = {0: _e_1136, 1: _e_1137, 2: _e_1138, 3: _e_1143, 4: _e_1148, 5: _e_1149}
-AddPartitionsToTxnResponse._DECODERS = {0: _d_1152, 1: _d_1152, 2: _d_1152, 3: _d_1162, 4: _d_1169, 5: _d_1169}
-AddPartitionsToTxnResponse._ENCODERS = {0: _e_1157, 1: _e_1158, 2: _e_1159, 3: _e_1167, 4: _e_1172, 5: _e_1173}
-AddOffsetsToTxnRequest._DECODERS = {0: _d_1174, 1: _d_1174, 2: _d_1174, 3: _d_1176, 4: _d_1176}
-AddOffsetsToTxnRequest._ENCODERS = {0: _e_1175, 1: _e_1175, 2: _e_1175, 3: _e_1177, 4: _e_1177}
-AddOffsetsToTxnResponse._DECODERS = {0: _d_1178, 1: _d_1178, 2: _d_1178, 3: _d_1179, 4: _d_1179}
-AddOffsetsToTxnResponse._ENCODERS = {0: _e_802, 1: _e_802, 2: _e_802, 3: _e_804, 4: _e_804}
-EndTxnRequest._DECODERS = {0: _d_1180, 1: _d_1180, 2: _d_1180, 3: _d_1182, 4: _d_1182, 5: _d_1182}
-EndTxnRequest._ENCODERS = {0: _e_1181, 1: _e_1181, 2: _e_1181, 3: _e_1183, 4: _e_1183, 5: _e_1183}
-EndTxnResponse._DECODERS = {0: _d_1184, 1: _d_1184, 2: _d_1184, 3: _d_1185, 4: _d_1185, 5: _d_1186}
-EndTxnResponse._ENCODERS = {0: _e_802, 1: _e_802, 2: _e_802, 3: _e_804, 4: _e_804, 5: _e_1187}
-TxnOffsetCommitRequest._DECODERS = {0: _d_1190, 1: _d_1190, 2: _d_1199, 3: _d_1207, 4: _d_1207, 5: _d_1207}
-TxnOffsetCommitRequest._ENCODERS = {0: _e_1195, 1: _e_1196, 2: _e_1204, 3: _e_1212, 4: _e_1212, 5: _e_1212}
-TxnOffsetCommitResponse._DECODERS = {0: _d_1215, 1: _d_1215, 2: _d_1215, 3: _d_1218, 4: _d_1218, 5: _d_1218}
-TxnOffsetCommitResponse._ENCODERS = {0: _e_626, 1: _e_626, 2: _e_626, 3: _e_634, 4: _e_634, 5: _e_634}
-SaslHandshakeRequest._DECODERS = {0: _d_1219, 1: _d_1219}
-SaslHandshakeRequest._ENCODERS = {0: _e_1220, 1: _e_1220}
-SaslHandshakeResponse._DECODERS = {0: _d_1221, 1: _d_1221}
-SaslHandshakeResponse._ENCODERS = {0: _e_1222, 1: _e_1222}
-SaslAuthenticateRequest._DECODERS = {0: _d_1223, 1: _d_1223, 2: _d_1225}
-SaslAuthenticateRequest._ENCODERS = {0: _e_1224, 1: _e_1224, 2: _e_1226}
-SaslAuthenticateResponse._DECODERS = {0: _d_1227, 1: _d_1229, 2: _d_1231}
-SaslAuthenticateResponse._ENCODERS = {0: _e_1228, 1: _e_1230, 2: _e_1232}
-DescribeClusterRequest._DECODERS = {0: _d_1233, 1: _d_1235, 2: _d_1237}
-DescribeClusterRequest._ENCODERS = {0: _e_1234, 1: _e_1236, 2: _e_1238}
-DescribeClusterResponse._DECODERS = {0: _d_1240, 1: _d_1244, 2: _d_1249}
-DescribeClusterResponse._ENCODERS = {0: _e_1243, 1: _e_1247, 2: _e_1252}
-OffsetForLeaderEpochRequest._DECODERS = {2: _d_1255, 3: _d_1261, 4: _d_1265}
-OffsetForLeaderEpochRequest._ENCODERS = {2: _e_1260, 3: _e_1262, 4: _e_1270}
-OffsetForLeaderEpochResponse._DECODERS = {2: _d_1273, 3: _d_1273, 4: _d_1281}
-OffsetForLeaderEpochResponse._ENCODERS = {2: _e_1278, 3: _e_1278, 4: _e_1286}
-ConsumerProtocolSubscription._DECODERS = {0: _d_1287, 1: _d_1290, 2: _d_1292, 3: _d_1294}
-ConsumerProtocolSubscription._ENCODERS = {0: _e_1288, 1: _e_1291, 2: _e_1293, 3: _e_1295}
-ConsumerProtocolAssignment._DECODERS = {0: _d_1297, 1: _d_1297, 2: _d_1297, 3: _d_1297}
-ConsumerProtocolAssignment._ENCODERS = {0: _e_1298, 1: _e_1298, 2: _e_1298, 3: _e_1298}
+ApiVersionsRequest._DECODERS = {0: _decode_ApiVersionsRequest_v0, 1: _decode_ApiVersionsRequest_v0, 2: _decode_ApiVersionsRequest_v0, 3: _decode_ApiVersionsRequest_v3, 4: _decode_ApiVersionsRequest_v3}
+ApiVersionsRequest._ENCODERS = {0: _encode_ApiVersionsRequest_v0, 1: _encode_ApiVersionsRequest_v0, 2: _encode_ApiVersionsRequest_v0, 3: _encode_ApiVersionsRequest_v3, 4: _encode_ApiVersionsRequest_v3}
+ApiVersionsResponse._DECODERS = {0: _decode_ApiVersionsResponse_v0, 1: _decode_ApiVersionsResponse_v1, 2: _decode_ApiVersionsResponse_v1, 3: _decode_ApiVersionsResponse_v3, 4: _decode_ApiVersionsResponse_v3}
+ApiVersionsResponse._ENCODERS = {0: _encode_ApiVersionsResponse_v0, 1: _encode_ApiVersionsResponse_v1, 2: _encode_ApiVersionsResponse_v1, 3: _encode_ApiVersionsResponse_v3, 4: _encode_ApiVersionsResponse_v3}
+MetadataRequest._DECODERS = {0: _decode_MetadataRequest_v0, 1: _decode_MetadataRequest_v1, 2: _decode_MetadataRequest_v1, 3: _decode_MetadataRequest_v1, 4: _decode_MetadataRequest_v4, 5: _decode_MetadataRequest_v4, 6: _decode_MetadataRequest_v4, 7: _decode_MetadataRequest_v4, 8: _decode_MetadataRequest_v8, 9: _decode_MetadataRequest_v9, 10: _decode_MetadataRequest_v10, 11: _decode_MetadataRequest_v11, 12: _decode_MetadataRequest_v11, 13: _decode_MetadataRequest_v11}
+MetadataRequest._ENCODERS = {0: _encode_MetadataRequest_v0, 1: _encode_MetadataRequest_v1, 2: _encode_MetadataRequest_v2, 3: _encode_MetadataRequest_v3, 4: _encode_MetadataRequest_v4, 5: _encode_MetadataRequest_v5, 6: _encode_MetadataRequest_v6, 7: _encode_MetadataRequest_v7, 8: _encode_MetadataRequest_v8, 9: _encode_MetadataRequest_v9, 10: _encode_MetadataRequest_v10, 11: _encode_MetadataRequest_v11, 12: _encode_MetadataRequest_v12, 13: _encode_MetadataRequest_v13}
+MetadataResponse._DECODERS = {0: _decode_MetadataResponse_v0, 1: _decode_MetadataResponse_v1, 2: _decode_MetadataResponse_v2, 3: _decode_MetadataResponse_v3, 4: _decode_MetadataResponse_v3, 5: _decode_MetadataResponse_v5, 6: _decode_MetadataResponse_v5, 7: _decode_MetadataResponse_v7, 8: _decode_MetadataResponse_v8, 9: _decode_MetadataResponse_v9, 10: _decode_MetadataResponse_v10, 11: _decode_MetadataResponse_v11, 12: _decode_MetadataResponse_v12, 13: _decode_MetadataResponse_v13}
+MetadataResponse._ENCODERS = {0: _encode_MetadataResponse_v0, 1: _encode_MetadataResponse_v1, 2: _encode_MetadataResponse_v2, 3: _encode_MetadataResponse_v3, 4: _encode_MetadataResponse_v4, 5: _encode_MetadataResponse_v5, 6: _encode_MetadataResponse_v6, 7: _encode_MetadataResponse_v7, 8: _encode_MetadataResponse_v8, 9: _encode_MetadataResponse_v9, 10: _encode_MetadataResponse_v10, 11: _encode_MetadataResponse_v11, 12: _encode_MetadataResponse_v12, 13: _encode_MetadataResponse_v13}
+ProduceRequest._DECODERS = {3: _decode_ProduceRequest_v3, 4: _decode_ProduceRequest_v3, 5: _decode_ProduceRequest_v3, 6: _decode_ProduceRequest_v3, 7: _decode_ProduceRequest_v3, 8: _decode_ProduceRequest_v3, 9: _decode_ProduceRequest_v9, 10: _decode_ProduceRequest_v9, 11: _decode_ProduceRequest_v9, 12: _decode_ProduceRequest_v9, 13: _decode_ProduceRequest_v13}
+ProduceRequest._ENCODERS = {3: _encode_ProduceRequest_v3, 4: _encode_ProduceRequest_v3, 5: _encode_ProduceRequest_v3, 6: _encode_ProduceRequest_v3, 7: _encode_ProduceRequest_v3, 8: _encode_ProduceRequest_v3, 9: _encode_ProduceRequest_v9, 10: _encode_ProduceRequest_v9, 11: _encode_ProduceRequest_v9, 12: _encode_ProduceRequest_v9, 13: _encode_ProduceRequest_v13}
+ProduceResponse._DECODERS = {3: _decode_ProduceResponse_v3, 4: _decode_ProduceResponse_v3, 5: _decode_ProduceResponse_v5, 6: _decode_ProduceResponse_v5, 7: _decode_ProduceResponse_v5, 8: _decode_ProduceResponse_v8, 9: _decode_ProduceResponse_v9, 10: _decode_ProduceResponse_v10, 11: _decode_ProduceResponse_v10, 12: _decode_ProduceResponse_v10, 13: _decode_ProduceResponse_v13}
+ProduceResponse._ENCODERS = {3: _encode_ProduceResponse_v3, 4: _encode_ProduceResponse_v4, 5: _encode_ProduceResponse_v5, 6: _encode_ProduceResponse_v6, 7: _encode_ProduceResponse_v7, 8: _encode_ProduceResponse_v8, 9: _encode_ProduceResponse_v9, 10: _encode_ProduceResponse_v10, 11: _encode_ProduceResponse_v10, 12: _encode_ProduceResponse_v10, 13: _encode_ProduceResponse_v13}
+FetchRequest._DECODERS = {4: _decode_FetchRequest_v4, 5: _decode_FetchRequest_v5, 6: _decode_FetchRequest_v5, 7: _decode_FetchRequest_v7, 8: _decode_FetchRequest_v7, 9: _decode_FetchRequest_v9, 10: _decode_FetchRequest_v9, 11: _decode_FetchRequest_v11, 12: _decode_FetchRequest_v12, 13: _decode_FetchRequest_v13, 14: _decode_FetchRequest_v13, 15: _decode_FetchRequest_v15, 16: _decode_FetchRequest_v15, 17: _decode_FetchRequest_v17, 18: _decode_FetchRequest_v18}
+FetchRequest._ENCODERS = {4: _encode_FetchRequest_v4, 5: _encode_FetchRequest_v5, 6: _encode_FetchRequest_v6, 7: _encode_FetchRequest_v7, 8: _encode_FetchRequest_v8, 9: _encode_FetchRequest_v9, 10: _encode_FetchRequest_v10, 11: _encode_FetchRequest_v11, 12: _encode_FetchRequest_v12, 13: _encode_FetchRequest_v13, 14: _encode_FetchRequest_v14, 15: _encode_FetchRequest_v15, 16: _encode_FetchRequest_v16, 17: _encode_FetchRequest_v17, 18: _encode_FetchRequest_v18}
+FetchResponse._DECODERS = {4: _decode_FetchResponse_v4, 5: _decode_FetchResponse_v5, 6: _decode_FetchResponse_v5, 7: _decode_FetchResponse_v7, 8: _decode_FetchResponse_v7, 9: _decode_FetchResponse_v7, 10: _decode_FetchResponse_v7, 11: _decode_FetchResponse_v11, 12: _decode_FetchResponse_v12, 13: _decode_FetchResponse_v13, 14: _decode_FetchResponse_v13, 15: _decode_FetchResponse_v13, 16: _decode_FetchResponse_v16, 17: _decode_FetchResponse_v16, 18: _decode_FetchResponse_v16}
+FetchResponse._ENCODERS = {4: _encode_FetchResponse_v4, 5: _encode_FetchResponse_v5, 6: _encode_FetchResponse_v6, 7: _encode_FetchResponse_v7, 8: _encode_FetchResponse_v8, 9: _encode_FetchResponse_v9, 10: _encode_FetchResponse_v10, 11: _encode_FetchResponse_v11, 12: _encode_FetchResponse_v12, 13: _encode_FetchResponse_v13, 14: _encode_FetchResponse_v14, 15: _encode_FetchResponse_v15, 16: _encode_FetchResponse_v16, 17: _encode_FetchResponse_v16, 18: _encode_FetchResponse_v16}
+ListOffsetsRequest._DECODERS = {1: _decode_ListOffsetsRequest_v1, 2: _decode_ListOffsetsRequest_v2, 3: _decode_ListOffsetsRequest_v2, 4: _decode_ListOffsetsRequest_v4, 5: _decode_ListOffsetsRequest_v4, 6: _decode_ListOffsetsRequest_v6, 7: _decode_ListOffsetsRequest_v6, 8: _decode_ListOffsetsRequest_v6, 9: _decode_ListOffsetsRequest_v6, 10: _decode_ListOffsetsRequest_v10, 11: _decode_ListOffsetsRequest_v10}
+ListOffsetsRequest._ENCODERS = {1: _encode_ListOffsetsRequest_v1, 2: _encode_ListOffsetsRequest_v2, 3: _encode_ListOffsetsRequest_v3, 4: _encode_ListOffsetsRequest_v4, 5: _encode_ListOffsetsRequest_v5, 6: _encode_ListOffsetsRequest_v6, 7: _encode_ListOffsetsRequest_v7, 8: _encode_ListOffsetsRequest_v8, 9: _encode_ListOffsetsRequest_v9, 10: _encode_ListOffsetsRequest_v10, 11: _encode_ListOffsetsRequest_v11}
+ListOffsetsResponse._DECODERS = {1: _decode_ListOffsetsResponse_v1, 2: _decode_ListOffsetsResponse_v2, 3: _decode_ListOffsetsResponse_v2, 4: _decode_ListOffsetsResponse_v4, 5: _decode_ListOffsetsResponse_v4, 6: _decode_ListOffsetsResponse_v6, 7: _decode_ListOffsetsResponse_v6, 8: _decode_ListOffsetsResponse_v6, 9: _decode_ListOffsetsResponse_v6, 10: _decode_ListOffsetsResponse_v6, 11: _decode_ListOffsetsResponse_v6}
+ListOffsetsResponse._ENCODERS = {1: _encode_ListOffsetsResponse_v1, 2: _encode_ListOffsetsResponse_v2, 3: _encode_ListOffsetsResponse_v3, 4: _encode_ListOffsetsResponse_v4, 5: _encode_ListOffsetsResponse_v5, 6: _encode_ListOffsetsResponse_v6, 7: _encode_ListOffsetsResponse_v7, 8: _encode_ListOffsetsResponse_v8, 9: _encode_ListOffsetsResponse_v9, 10: _encode_ListOffsetsResponse_v10, 11: _encode_ListOffsetsResponse_v11}
+FindCoordinatorRequest._DECODERS = {0: _decode_FindCoordinatorRequest_v0, 1: _decode_FindCoordinatorRequest_v1, 2: _decode_FindCoordinatorRequest_v1, 3: _decode_FindCoordinatorRequest_v3, 4: _decode_FindCoordinatorRequest_v4, 5: _decode_FindCoordinatorRequest_v4, 6: _decode_FindCoordinatorRequest_v4}
+FindCoordinatorRequest._ENCODERS = {0: _encode_FindCoordinatorRequest_v0, 1: _encode_FindCoordinatorRequest_v1, 2: _encode_FindCoordinatorRequest_v2, 3: _encode_FindCoordinatorRequest_v3, 4: _encode_FindCoordinatorRequest_v4, 5: _encode_FindCoordinatorRequest_v5, 6: _encode_FindCoordinatorRequest_v6}
+FindCoordinatorResponse._DECODERS = {0: _decode_FindCoordinatorResponse_v0, 1: _decode_FindCoordinatorResponse_v1, 2: _decode_FindCoordinatorResponse_v1, 3: _decode_FindCoordinatorResponse_v3, 4: _decode_FindCoordinatorResponse_v4, 5: _decode_FindCoordinatorResponse_v4, 6: _decode_FindCoordinatorResponse_v4}
+FindCoordinatorResponse._ENCODERS = {0: _encode_FindCoordinatorResponse_v0, 1: _encode_FindCoordinatorResponse_v1, 2: _encode_FindCoordinatorResponse_v2, 3: _encode_FindCoordinatorResponse_v3, 4: _encode_FindCoordinatorResponse_v4, 5: _encode_FindCoordinatorResponse_v5, 6: _encode_FindCoordinatorResponse_v6}
+OffsetCommitRequest._DECODERS = {2: _decode_OffsetCommitRequest_v2, 3: _decode_OffsetCommitRequest_v2, 4: _decode_OffsetCommitRequest_v2, 5: _decode_OffsetCommitRequest_v5, 6: _decode_OffsetCommitRequest_v6, 7: _decode_OffsetCommitRequest_v7, 8: _decode_OffsetCommitRequest_v8, 9: _decode_OffsetCommitRequest_v8, 10: _decode_OffsetCommitRequest_v10}
+OffsetCommitRequest._ENCODERS = {2: _encode_OffsetCommitRequest_v2, 3: _encode_OffsetCommitRequest_v3, 4: _encode_OffsetCommitRequest_v4, 5: _encode_OffsetCommitRequest_v5, 6: _encode_OffsetCommitRequest_v6, 7: _encode_OffsetCommitRequest_v7, 8: _encode_OffsetCommitRequest_v8, 9: _encode_OffsetCommitRequest_v9, 10: _encode_OffsetCommitRequest_v10}
+OffsetCommitResponse._DECODERS = {2: _decode_OffsetCommitResponse_v2, 3: _decode_OffsetCommitResponse_v3, 4: _decode_OffsetCommitResponse_v3, 5: _decode_OffsetCommitResponse_v3, 6: _decode_OffsetCommitResponse_v3, 7: _decode_OffsetCommitResponse_v3, 8: _decode_OffsetCommitResponse_v8, 9: _decode_OffsetCommitResponse_v8, 10: _decode_OffsetCommitResponse_v10}
+OffsetCommitResponse._ENCODERS = {2: _encode_OffsetCommitResponse_v2, 3: _encode_OffsetCommitResponse_v3, 4: _encode_OffsetCommitResponse_v3, 5: _encode_OffsetCommitResponse_v3, 6: _encode_OffsetCommitResponse_v3, 7: _encode_OffsetCommitResponse_v3, 8: _encode_OffsetCommitResponse_v8, 9: _encode_OffsetCommitResponse_v8, 10: _encode_OffsetCommitResponse_v10}
+OffsetFetchRequest._DECODERS = {1: _decode_OffsetFetchRequest_v1, 2: _decode_OffsetFetchRequest_v2, 3: _decode_OffsetFetchRequest_v2, 4: _decode_OffsetFetchRequest_v2, 5: _decode_OffsetFetchRequest_v2, 6: _decode_OffsetFetchRequest_v6, 7: _decode_OffsetFetchRequest_v7, 8: _decode_OffsetFetchRequest_v8, 9: _decode_OffsetFetchRequest_v9, 10: _decode_OffsetFetchRequest_v10}
+OffsetFetchRequest._ENCODERS = {1: _encode_OffsetFetchRequest_v1, 2: _encode_OffsetFetchRequest_v2, 3: _encode_OffsetFetchRequest_v3, 4: _encode_OffsetFetchRequest_v4, 5: _encode_OffsetFetchRequest_v5, 6: _encode_OffsetFetchRequest_v6, 7: _encode_OffsetFetchRequest_v7, 8: _encode_OffsetFetchRequest_v8, 9: _encode_OffsetFetchRequest_v9, 10: _encode_OffsetFetchRequest_v10}
+OffsetFetchResponse._DECODERS = {1: _decode_OffsetFetchResponse_v1, 2: _decode_OffsetFetchResponse_v2, 3: _decode_OffsetFetchResponse_v3, 4: _decode_OffsetFetchResponse_v3, 5: _decode_OffsetFetchResponse_v5, 6: _decode_OffsetFetchResponse_v6, 7: _decode_OffsetFetchResponse_v6, 8: _decode_OffsetFetchResponse_v8, 9: _decode_OffsetFetchResponse_v8, 10: _decode_OffsetFetchResponse_v10}
+OffsetFetchResponse._ENCODERS = {1: _encode_OffsetFetchResponse_v1, 2: _encode_OffsetFetchResponse_v2, 3: _encode_OffsetFetchResponse_v3, 4: _encode_OffsetFetchResponse_v4, 5: _encode_OffsetFetchResponse_v5, 6: _encode_OffsetFetchResponse_v6, 7: _encode_OffsetFetchResponse_v7, 8: _encode_OffsetFetchResponse_v8, 9: _encode_OffsetFetchResponse_v9, 10: _encode_OffsetFetchResponse_v10}
+JoinGroupRequest._DECODERS = {0: _decode_JoinGroupRequest_v0, 1: _decode_JoinGroupRequest_v1, 2: _decode_JoinGroupRequest_v1, 3: _decode_JoinGroupRequest_v1, 4: _decode_JoinGroupRequest_v1, 5: _decode_JoinGroupRequest_v5, 6: _decode_JoinGroupRequest_v6, 7: _decode_JoinGroupRequest_v6, 8: _decode_JoinGroupRequest_v8, 9: _decode_JoinGroupRequest_v8}
+JoinGroupRequest._ENCODERS = {0: _encode_JoinGroupRequest_v0, 1: _encode_JoinGroupRequest_v1, 2: _encode_JoinGroupRequest_v2, 3: _encode_JoinGroupRequest_v3, 4: _encode_JoinGroupRequest_v4, 5: _encode_JoinGroupRequest_v5, 6: _encode_JoinGroupRequest_v6, 7: _encode_JoinGroupRequest_v6, 8: _encode_JoinGroupRequest_v8, 9: _encode_JoinGroupRequest_v8}
+JoinGroupResponse._DECODERS = {0: _decode_JoinGroupResponse_v0, 1: _decode_JoinGroupResponse_v0, 2: _decode_JoinGroupResponse_v2, 3: _decode_JoinGroupResponse_v2, 4: _decode_JoinGroupResponse_v2, 5: _decode_JoinGroupResponse_v5, 6: _decode_JoinGroupResponse_v6, 7: _decode_JoinGroupResponse_v7, 8: _decode_JoinGroupResponse_v7, 9: _decode_JoinGroupResponse_v9}
+JoinGroupResponse._ENCODERS = {0: _encode_JoinGroupResponse_v0, 1: _encode_JoinGroupResponse_v1, 2: _encode_JoinGroupResponse_v2, 3: _encode_JoinGroupResponse_v3, 4: _encode_JoinGroupResponse_v4, 5: _encode_JoinGroupResponse_v5, 6: _encode_JoinGroupResponse_v6, 7: _encode_JoinGroupResponse_v7, 8: _encode_JoinGroupResponse_v8, 9: _encode_JoinGroupResponse_v9}
+SyncGroupRequest._DECODERS = {0: _decode_SyncGroupRequest_v0, 1: _decode_SyncGroupRequest_v0, 2: _decode_SyncGroupRequest_v0, 3: _decode_SyncGroupRequest_v3, 4: _decode_SyncGroupRequest_v4, 5: _decode_SyncGroupRequest_v5}
+SyncGroupRequest._ENCODERS = {0: _encode_SyncGroupRequest_v0, 1: _encode_SyncGroupRequest_v1, 2: _encode_SyncGroupRequest_v2, 3: _encode_SyncGroupRequest_v3, 4: _encode_SyncGroupRequest_v4, 5: _encode_SyncGroupRequest_v5}
+SyncGroupResponse._DECODERS = {0: _decode_SyncGroupResponse_v0, 1: _decode_SyncGroupResponse_v1, 2: _decode_SyncGroupResponse_v1, 3: _decode_SyncGroupResponse_v1, 4: _decode_SyncGroupResponse_v4, 5: _decode_SyncGroupResponse_v5}
+SyncGroupResponse._ENCODERS = {0: _encode_SyncGroupResponse_v0, 1: _encode_SyncGroupResponse_v1, 2: _encode_SyncGroupResponse_v1, 3: _encode_SyncGroupResponse_v1, 4: _encode_SyncGroupResponse_v4, 5: _encode_SyncGroupResponse_v5}
+HeartbeatRequest._DECODERS = {0: _decode_HeartbeatRequest_v0, 1: _decode_HeartbeatRequest_v0, 2: _decode_HeartbeatRequest_v0, 3: _decode_HeartbeatRequest_v3, 4: _decode_HeartbeatRequest_v4}
+HeartbeatRequest._ENCODERS = {0: _encode_HeartbeatRequest_v0, 1: _encode_HeartbeatRequest_v1, 2: _encode_HeartbeatRequest_v2, 3: _encode_HeartbeatRequest_v3, 4: _encode_HeartbeatRequest_v4}
+HeartbeatResponse._DECODERS = {0: _decode_HeartbeatResponse_v0, 1: _decode_HeartbeatResponse_v1, 2: _decode_HeartbeatResponse_v1, 3: _decode_HeartbeatResponse_v1, 4: _decode_HeartbeatResponse_v4}
+HeartbeatResponse._ENCODERS = {0: _encode_HeartbeatResponse_v0, 1: _encode_HeartbeatResponse_v1, 2: _encode_HeartbeatResponse_v1, 3: _encode_HeartbeatResponse_v1, 4: _encode_HeartbeatResponse_v4}
+LeaveGroupRequest._DECODERS = {0: _decode_LeaveGroupRequest_v0, 1: _decode_LeaveGroupRequest_v0, 2: _decode_LeaveGroupRequest_v0, 3: _decode_LeaveGroupRequest_v3, 4: _decode_LeaveGroupRequest_v4, 5: _decode_LeaveGroupRequest_v5}
+LeaveGroupRequest._ENCODERS = {0: _encode_LeaveGroupRequest_v0, 1: _encode_LeaveGroupRequest_v1, 2: _encode_LeaveGroupRequest_v2, 3: _encode_LeaveGroupRequest_v3, 4: _encode_LeaveGroupRequest_v4, 5: _encode_LeaveGroupRequest_v5}
+LeaveGroupResponse._DECODERS = {0: _decode_LeaveGroupResponse_v0, 1: _decode_LeaveGroupResponse_v1, 2: _decode_LeaveGroupResponse_v1, 3: _decode_LeaveGroupResponse_v3, 4: _decode_LeaveGroupResponse_v4, 5: _decode_LeaveGroupResponse_v4}
+LeaveGroupResponse._ENCODERS = {0: _encode_LeaveGroupResponse_v0, 1: _encode_LeaveGroupResponse_v1, 2: _encode_LeaveGroupResponse_v2, 3: _encode_LeaveGroupResponse_v3, 4: _encode_LeaveGroupResponse_v4, 5: _encode_LeaveGroupResponse_v4}
+ListGroupsRequest._DECODERS = {0: _decode_ListGroupsRequest_v0, 1: _decode_ListGroupsRequest_v0, 2: _decode_ListGroupsRequest_v0, 3: _decode_ListGroupsRequest_v3, 4: _decode_ListGroupsRequest_v4, 5: _decode_ListGroupsRequest_v5}
+ListGroupsRequest._ENCODERS = {0: _encode_ListGroupsRequest_v0, 1: _encode_ListGroupsRequest_v1, 2: _encode_ListGroupsRequest_v2, 3: _encode_ListGroupsRequest_v3, 4: _encode_ListGroupsRequest_v4, 5: _encode_ListGroupsRequest_v5}
+ListGroupsResponse._DECODERS = {0: _decode_ListGroupsResponse_v0, 1: _decode_ListGroupsResponse_v1, 2: _decode_ListGroupsResponse_v1, 3: _decode_ListGroupsResponse_v3, 4: _decode_ListGroupsResponse_v4, 5: _decode_ListGroupsResponse_v5}
+ListGroupsResponse._ENCODERS = {0: _encode_ListGroupsResponse_v0, 1: _encode_ListGroupsResponse_v1, 2: _encode_ListGroupsResponse_v1, 3: _encode_ListGroupsResponse_v3, 4: _encode_ListGroupsResponse_v4, 5: _encode_ListGroupsResponse_v5}
+DescribeGroupsRequest._DECODERS = {0: _decode_DescribeGroupsRequest_v0, 1: _decode_DescribeGroupsRequest_v0, 2: _decode_DescribeGroupsRequest_v0, 3: _decode_DescribeGroupsRequest_v3, 4: _decode_DescribeGroupsRequest_v3, 5: _decode_DescribeGroupsRequest_v5, 6: _decode_DescribeGroupsRequest_v5}
+DescribeGroupsRequest._ENCODERS = {0: _encode_DescribeGroupsRequest_v0, 1: _encode_DescribeGroupsRequest_v1, 2: _encode_DescribeGroupsRequest_v2, 3: _encode_DescribeGroupsRequest_v3, 4: _encode_DescribeGroupsRequest_v3, 5: _encode_DescribeGroupsRequest_v5, 6: _encode_DescribeGroupsRequest_v5}
+DescribeGroupsResponse._DECODERS = {0: _decode_DescribeGroupsResponse_v0, 1: _decode_DescribeGroupsResponse_v1, 2: _decode_DescribeGroupsResponse_v1, 3: _decode_DescribeGroupsResponse_v3, 4: _decode_DescribeGroupsResponse_v4, 5: _decode_DescribeGroupsResponse_v5, 6: _decode_DescribeGroupsResponse_v6}
+DescribeGroupsResponse._ENCODERS = {0: _encode_DescribeGroupsResponse_v0, 1: _encode_DescribeGroupsResponse_v1, 2: _encode_DescribeGroupsResponse_v2, 3: _encode_DescribeGroupsResponse_v3, 4: _encode_DescribeGroupsResponse_v4, 5: _encode_DescribeGroupsResponse_v5, 6: _encode_DescribeGroupsResponse_v6}
+DeleteGroupsRequest._DECODERS = {0: _decode_DeleteGroupsRequest_v0, 1: _decode_DeleteGroupsRequest_v0, 2: _decode_DeleteGroupsRequest_v2}
+DeleteGroupsRequest._ENCODERS = {0: _encode_DeleteGroupsRequest_v0, 1: _encode_DeleteGroupsRequest_v0, 2: _encode_DeleteGroupsRequest_v2}
+DeleteGroupsResponse._DECODERS = {0: _decode_DeleteGroupsResponse_v0, 1: _decode_DeleteGroupsResponse_v0, 2: _decode_DeleteGroupsResponse_v2}
+DeleteGroupsResponse._ENCODERS = {0: _encode_DeleteGroupsResponse_v0, 1: _encode_DeleteGroupsResponse_v0, 2: _encode_DeleteGroupsResponse_v2}
+CreateTopicsRequest._DECODERS = {2: _decode_CreateTopicsRequest_v2, 3: _decode_CreateTopicsRequest_v2, 4: _decode_CreateTopicsRequest_v2, 5: _decode_CreateTopicsRequest_v5, 6: _decode_CreateTopicsRequest_v5, 7: _decode_CreateTopicsRequest_v5}
+CreateTopicsRequest._ENCODERS = {2: _encode_CreateTopicsRequest_v2, 3: _encode_CreateTopicsRequest_v2, 4: _encode_CreateTopicsRequest_v2, 5: _encode_CreateTopicsRequest_v5, 6: _encode_CreateTopicsRequest_v5, 7: _encode_CreateTopicsRequest_v5}
+CreateTopicsResponse._DECODERS = {2: _decode_CreateTopicsResponse_v2, 3: _decode_CreateTopicsResponse_v2, 4: _decode_CreateTopicsResponse_v2, 5: _decode_CreateTopicsResponse_v5, 6: _decode_CreateTopicsResponse_v5, 7: _decode_CreateTopicsResponse_v7}
+CreateTopicsResponse._ENCODERS = {2: _encode_CreateTopicsResponse_v2, 3: _encode_CreateTopicsResponse_v2, 4: _encode_CreateTopicsResponse_v2, 5: _encode_CreateTopicsResponse_v5, 6: _encode_CreateTopicsResponse_v5, 7: _encode_CreateTopicsResponse_v7}
+DeleteTopicsRequest._DECODERS = {1: _decode_DeleteTopicsRequest_v1, 2: _decode_DeleteTopicsRequest_v1, 3: _decode_DeleteTopicsRequest_v1, 4: _decode_DeleteTopicsRequest_v4, 5: _decode_DeleteTopicsRequest_v4, 6: _decode_DeleteTopicsRequest_v6}
+DeleteTopicsRequest._ENCODERS = {1: _encode_DeleteTopicsRequest_v1, 2: _encode_DeleteTopicsRequest_v2, 3: _encode_DeleteTopicsRequest_v3, 4: _encode_DeleteTopicsRequest_v4, 5: _encode_DeleteTopicsRequest_v5, 6: _encode_DeleteTopicsRequest_v6}
+DeleteTopicsResponse._DECODERS = {1: _decode_DeleteTopicsResponse_v1, 2: _decode_DeleteTopicsResponse_v1, 3: _decode_DeleteTopicsResponse_v1, 4: _decode_DeleteTopicsResponse_v4, 5: _decode_DeleteTopicsResponse_v5, 6: _decode_DeleteTopicsResponse_v6}
+DeleteTopicsResponse._ENCODERS = {1: _encode_DeleteTopicsResponse_v1, 2: _encode_DeleteTopicsResponse_v1, 3: _encode_DeleteTopicsResponse_v1, 4: _encode_DeleteTopicsResponse_v4, 5: _encode_DeleteTopicsResponse_v5, 6: _encode_DeleteTopicsResponse_v6}
+CreatePartitionsRequest._DECODERS = {0: _decode_CreatePartitionsRequest_v0, 1: _decode_CreatePartitionsRequest_v0, 2: _decode_CreatePartitionsRequest_v2, 3: _decode_CreatePartitionsRequest_v2}
+CreatePartitionsRequest._ENCODERS = {0: _encode_CreatePartitionsRequest_v0, 1: _encode_CreatePartitionsRequest_v0, 2: _encode_CreatePartitionsRequest_v2, 3: _encode_CreatePartitionsRequest_v2}
+CreatePartitionsResponse._DECODERS = {0: _decode_CreatePartitionsResponse_v0, 1: _decode_CreatePartitionsResponse_v0, 2: _decode_CreatePartitionsResponse_v2, 3: _decode_CreatePartitionsResponse_v2}
+CreatePartitionsResponse._ENCODERS = {0: _encode_CreatePartitionsResponse_v0, 1: _encode_CreatePartitionsResponse_v0, 2: _encode_CreatePartitionsResponse_v2, 3: _encode_CreatePartitionsResponse_v2}
+DeleteRecordsRequest._DECODERS = {0: _decode_DeleteRecordsRequest_v0, 1: _decode_DeleteRecordsRequest_v0, 2: _decode_DeleteRecordsRequest_v2}
+DeleteRecordsRequest._ENCODERS = {0: _encode_DeleteRecordsRequest_v0, 1: _encode_DeleteRecordsRequest_v0, 2: _encode_DeleteRecordsRequest_v2}
+DeleteRecordsResponse._DECODERS = {0: _decode_DeleteRecordsResponse_v0, 1: _decode_DeleteRecordsResponse_v0, 2: _decode_DeleteRecordsResponse_v2}
+DeleteRecordsResponse._ENCODERS = {0: _encode_DeleteRecordsResponse_v0, 1: _encode_DeleteRecordsResponse_v0, 2: _encode_DeleteRecordsResponse_v2}
+DescribeConfigsRequest._DECODERS = {1: _decode_DescribeConfigsRequest_v1, 2: _decode_DescribeConfigsRequest_v1, 3: _decode_DescribeConfigsRequest_v3, 4: _decode_DescribeConfigsRequest_v4}
+DescribeConfigsRequest._ENCODERS = {1: _encode_DescribeConfigsRequest_v1, 2: _encode_DescribeConfigsRequest_v2, 3: _encode_DescribeConfigsRequest_v3, 4: _encode_DescribeConfigsRequest_v4}
+DescribeConfigsResponse._DECODERS = {1: _decode_DescribeConfigsResponse_v1, 2: _decode_DescribeConfigsResponse_v1, 3: _decode_DescribeConfigsResponse_v3, 4: _decode_DescribeConfigsResponse_v4}
+DescribeConfigsResponse._ENCODERS = {1: _encode_DescribeConfigsResponse_v1, 2: _encode_DescribeConfigsResponse_v2, 3: _encode_DescribeConfigsResponse_v3, 4: _encode_DescribeConfigsResponse_v4}
+InitProducerIdRequest._DECODERS = {0: _decode_InitProducerIdRequest_v0, 1: _decode_InitProducerIdRequest_v0, 2: _decode_InitProducerIdRequest_v2, 3: _decode_InitProducerIdRequest_v3, 4: _decode_InitProducerIdRequest_v3, 5: _decode_InitProducerIdRequest_v3, 6: _decode_InitProducerIdRequest_v6}
+InitProducerIdRequest._ENCODERS = {0: _encode_InitProducerIdRequest_v0, 1: _encode_InitProducerIdRequest_v1, 2: _encode_InitProducerIdRequest_v2, 3: _encode_InitProducerIdRequest_v3, 4: _encode_InitProducerIdRequest_v4, 5: _encode_InitProducerIdRequest_v5, 6: _encode_InitProducerIdRequest_v6}
+InitProducerIdResponse._DECODERS = {0: _decode_InitProducerIdResponse_v0, 1: _decode_InitProducerIdResponse_v0, 2: _decode_InitProducerIdResponse_v2, 3: _decode_InitProducerIdResponse_v2, 4: _decode_InitProducerIdResponse_v2, 5: _decode_InitProducerIdResponse_v2, 6: _decode_InitProducerIdResponse_v6}
+InitProducerIdResponse._ENCODERS = {0: _encode_InitProducerIdResponse_v0, 1: _encode_InitProducerIdResponse_v1, 2: _encode_InitProducerIdResponse_v2, 3: _encode_InitProducerIdResponse_v3, 4: _encode_InitProducerIdResponse_v4, 5: _encode_InitProducerIdResponse_v5, 6: _encode_InitProducerIdResponse_v6}
+AddPartitionsToTxnRequest._DECODERS = {0: _decode_AddPartitionsToTxnRequest_v0, 1: _decode_AddPartitionsToTxnRequest_v0, 2: _decode_AddPartitionsToTxnRequest_v0, 3: _decode_AddPartitionsToTxnRequest_v3, 4: _decode_AddPartitionsToTxnRequest_v4, 5: _decode_AddPartitionsToTxnRequest_v4}
+AddPartitionsToTxnRequest._ENCODERS = {0: _encode_AddPartitionsToTxnRequest_v0, 1: _encode_AddPartitionsToTxnRequest_v1, 2: _encode_AddPartitionsToTxnRequest_v2, 3: _encode_AddPartitionsToTxnRequest_v3, 4: _encode_AddPartitionsToTxnRequest_v4, 5: _encode_AddPartitionsToTxnRequest_v5}
+AddPartitionsToTxnResponse._DECODERS = {0: _decode_AddPartitionsToTxnResponse_v0, 1: _decode_AddPartitionsToTxnResponse_v0, 2: _decode_AddPartitionsToTxnResponse_v0, 3: _decode_AddPartitionsToTxnResponse_v3, 4: _decode_AddPartitionsToTxnResponse_v4, 5: _decode_AddPartitionsToTxnResponse_v4}
+AddPartitionsToTxnResponse._ENCODERS = {0: _encode_AddPartitionsToTxnResponse_v0, 1: _encode_AddPartitionsToTxnResponse_v1, 2: _encode_AddPartitionsToTxnResponse_v2, 3: _encode_AddPartitionsToTxnResponse_v3, 4: _encode_AddPartitionsToTxnResponse_v4, 5: _encode_AddPartitionsToTxnResponse_v5}
+AddOffsetsToTxnRequest._DECODERS = {0: _decode_AddOffsetsToTxnRequest_v0, 1: _decode_AddOffsetsToTxnRequest_v0, 2: _decode_AddOffsetsToTxnRequest_v0, 3: _decode_AddOffsetsToTxnRequest_v3, 4: _decode_AddOffsetsToTxnRequest_v3}
+AddOffsetsToTxnRequest._ENCODERS = {0: _encode_AddOffsetsToTxnRequest_v0, 1: _encode_AddOffsetsToTxnRequest_v0, 2: _encode_AddOffsetsToTxnRequest_v0, 3: _encode_AddOffsetsToTxnRequest_v3, 4: _encode_AddOffsetsToTxnRequest_v3}
+AddOffsetsToTxnResponse._DECODERS = {0: _decode_AddOffsetsToTxnResponse_v0, 1: _decode_AddOffsetsToTxnResponse_v0, 2: _decode_AddOffsetsToTxnResponse_v0, 3: _decode_AddOffsetsToTxnResponse_v3, 4: _decode_AddOffsetsToTxnResponse_v3}
+AddOffsetsToTxnResponse._ENCODERS = {0: _encode_HeartbeatResponse_v1, 1: _encode_HeartbeatResponse_v1, 2: _encode_HeartbeatResponse_v1, 3: _encode_HeartbeatResponse_v4, 4: _encode_HeartbeatResponse_v4}
+EndTxnRequest._DECODERS = {0: _decode_EndTxnRequest_v0, 1: _decode_EndTxnRequest_v0, 2: _decode_EndTxnRequest_v0, 3: _decode_EndTxnRequest_v3, 4: _decode_EndTxnRequest_v3, 5: _decode_EndTxnRequest_v3}
+EndTxnRequest._ENCODERS = {0: _encode_EndTxnRequest_v0, 1: _encode_EndTxnRequest_v0, 2: _encode_EndTxnRequest_v0, 3: _encode_EndTxnRequest_v3, 4: _encode_EndTxnRequest_v3, 5: _encode_EndTxnRequest_v3}
+EndTxnResponse._DECODERS = {0: _decode_EndTxnResponse_v0, 1: _decode_EndTxnResponse_v0, 2: _decode_EndTxnResponse_v0, 3: _decode_EndTxnResponse_v3, 4: _decode_EndTxnResponse_v3, 5: _decode_EndTxnResponse_v5}
+EndTxnResponse._ENCODERS = {0: _encode_HeartbeatResponse_v1, 1: _encode_HeartbeatResponse_v1, 2: _encode_HeartbeatResponse_v1, 3: _encode_HeartbeatResponse_v4, 4: _encode_HeartbeatResponse_v4, 5: _encode_EndTxnResponse_v5}
+TxnOffsetCommitRequest._DECODERS = {0: _decode_TxnOffsetCommitRequest_v0, 1: _decode_TxnOffsetCommitRequest_v0, 2: _decode_TxnOffsetCommitRequest_v2, 3: _decode_TxnOffsetCommitRequest_v3, 4: _decode_TxnOffsetCommitRequest_v3, 5: _decode_TxnOffsetCommitRequest_v3}
+TxnOffsetCommitRequest._ENCODERS = {0: _encode_TxnOffsetCommitRequest_v0, 1: _encode_TxnOffsetCommitRequest_v1, 2: _encode_TxnOffsetCommitRequest_v2, 3: _encode_TxnOffsetCommitRequest_v3, 4: _encode_TxnOffsetCommitRequest_v3, 5: _encode_TxnOffsetCommitRequest_v3}
+TxnOffsetCommitResponse._DECODERS = {0: _decode_TxnOffsetCommitResponse_v0, 1: _decode_TxnOffsetCommitResponse_v0, 2: _decode_TxnOffsetCommitResponse_v0, 3: _decode_TxnOffsetCommitResponse_v3, 4: _decode_TxnOffsetCommitResponse_v3, 5: _decode_TxnOffsetCommitResponse_v3}
+TxnOffsetCommitResponse._ENCODERS = {0: _encode_OffsetCommitResponse_v3, 1: _encode_OffsetCommitResponse_v3, 2: _encode_OffsetCommitResponse_v3, 3: _encode_OffsetCommitResponse_v8, 4: _encode_OffsetCommitResponse_v8, 5: _encode_OffsetCommitResponse_v8}
+SaslHandshakeRequest._DECODERS = {0: _decode_SaslHandshakeRequest_v0, 1: _decode_SaslHandshakeRequest_v0}
+SaslHandshakeRequest._ENCODERS = {0: _encode_SaslHandshakeRequest_v0, 1: _encode_SaslHandshakeRequest_v0}
+SaslHandshakeResponse._DECODERS = {0: _decode_SaslHandshakeResponse_v0, 1: _decode_SaslHandshakeResponse_v0}
+SaslHandshakeResponse._ENCODERS = {0: _encode_SaslHandshakeResponse_v0, 1: _encode_SaslHandshakeResponse_v0}
+SaslAuthenticateRequest._DECODERS = {0: _decode_SaslAuthenticateRequest_v0, 1: _decode_SaslAuthenticateRequest_v0, 2: _decode_SaslAuthenticateRequest_v2}
+SaslAuthenticateRequest._ENCODERS = {0: _encode_SaslAuthenticateRequest_v0, 1: _encode_SaslAuthenticateRequest_v0, 2: _encode_SaslAuthenticateRequest_v2}
+SaslAuthenticateResponse._DECODERS = {0: _decode_SaslAuthenticateResponse_v0, 1: _decode_SaslAuthenticateResponse_v1, 2: _decode_SaslAuthenticateResponse_v2}
+SaslAuthenticateResponse._ENCODERS = {0: _encode_SaslAuthenticateResponse_v0, 1: _encode_SaslAuthenticateResponse_v1, 2: _encode_SaslAuthenticateResponse_v2}
+DescribeClusterRequest._DECODERS = {0: _decode_DescribeClusterRequest_v0, 1: _decode_DescribeClusterRequest_v1, 2: _decode_DescribeClusterRequest_v2}
+DescribeClusterRequest._ENCODERS = {0: _encode_DescribeClusterRequest_v0, 1: _encode_DescribeClusterRequest_v1, 2: _encode_DescribeClusterRequest_v2}
+DescribeClusterResponse._DECODERS = {0: _decode_DescribeClusterResponse_v0, 1: _decode_DescribeClusterResponse_v1, 2: _decode_DescribeClusterResponse_v2}
+DescribeClusterResponse._ENCODERS = {0: _encode_DescribeClusterResponse_v0, 1: _encode_DescribeClusterResponse_v1, 2: _encode_DescribeClusterResponse_v2}
+OffsetForLeaderEpochRequest._DECODERS = {2: _decode_OffsetForLeaderEpochRequest_v2, 3: _decode_OffsetForLeaderEpochRequest_v3, 4: _decode_OffsetForLeaderEpochRequest_v4}
+OffsetForLeaderEpochRequest._ENCODERS = {2: _encode_OffsetForLeaderEpochRequest_v2, 3: _encode_OffsetForLeaderEpochRequest_v3, 4: _encode_OffsetForLeaderEpochRequest_v4}
+OffsetForLeaderEpochResponse._DECODERS = {2: _decode_OffsetForLeaderEpochResponse_v2, 3: _decode_OffsetForLeaderEpochResponse_v2, 4: _decode_OffsetForLeaderEpochResponse_v4}
+OffsetForLeaderEpochResponse._ENCODERS = {2: _encode_OffsetForLeaderEpochResponse_v2, 3: _encode_OffsetForLeaderEpochResponse_v2, 4: _encode_OffsetForLeaderEpochResponse_v4}
+ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
+ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
+ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
+ConsumerProtocolAssignment._ENCODERS = {0: _encode_ConsumerProtocolAssignment_v0, 1: _encode_ConsumerProtocolAssignment_v0, 2: _encode_ConsumerProtocolAssignment_v0, 3: _encode_ConsumerProtocolAssignment_v0}
 
 APIS = {
     0: (ProduceRequest, ProduceResponse),

@@ -8,6 +8,9 @@ so they work and are tested apart from the generated message classes:
 - :func:`choose_versions` picks the version of every API;
 - :func:`require_version` gives the version of one API, or refuses with a
   :class:`NoCommonVersionError` that names the API and both ranges;
+- :func:`capped_version` is the version to send an API at, the negotiated
+  one capped at :data:`MAX_VERSIONS` (the APIs whose newer versions mean
+  something kwire does not speak);
 - :func:`apiversions_retry_version` is the ApiVersions fallback of KIP-511.
 """
 
@@ -16,80 +19,48 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from kwire.errors import KwireError, UnsupportedVersionError
+from kwire.protocol.api_keys import API_NAMES, ApiKey
 
 __all__ = [
     "API_NAMES",
     "API_VERSIONS_KEY",
+    "MAX_VERSIONS",
     "Ranges",
     "NoCommonVersionError",
     "api_name",
     "client_ranges",
     "choose_versions",
     "require_version",
+    "capped_version",
     "apiversions_retry_version",
 ]
 
 #: ``{api_key: (min_version, max_version)}``, both ends included.
 Ranges = Mapping[int, Tuple[int, int]]
 
-#: Every API of Kafka 4.3's message definitions: apiKey -> name (the JSON
-#: ``name`` without ``Request``).
-API_NAMES: Dict[int, str] = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    17: "SaslHandshake",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    21: "DeleteRecords",
-    22: "InitProducerId",
-    23: "OffsetForLeaderEpoch",
-    24: "AddPartitionsToTxn",
-    25: "AddOffsetsToTxn",
-    26: "EndTxn",
-    27: "WriteTxnMarkers",
-    28: "TxnOffsetCommit",
-    29: "DescribeAcls",
-    30: "CreateAcls",
-    31: "DeleteAcls",
-    32: "DescribeConfigs",
-    33: "AlterConfigs",
-    34: "AlterReplicaLogDirs",
-    35: "DescribeLogDirs",
-    36: "SaslAuthenticate",
-    37: "CreatePartitions",
-    42: "DeleteGroups",
-    43: "ElectLeaders",
-    44: "IncrementalAlterConfigs",
-    45: "AlterPartitionReassignments",
-    46: "ListPartitionReassignments",
-    47: "OffsetDelete",
-    48: "DescribeClientQuotas",
-    49: "AlterClientQuotas",
-    50: "DescribeUserScramCredentials",
-    51: "AlterUserScramCredentials",
-    55: "DescribeQuorum",
-    57: "UpdateFeatures",
-    60: "DescribeCluster",
-    61: "DescribeProducers",
-    65: "DescribeTransactions",
-    66: "ListTransactions",
-    74: "ListConfigResources",
-    75: "DescribeTopicPartitions",
+#: The highest version kwire sends of APIs whose newer versions change what
+#: they mean rather than how they are laid out (the only table of such caps;
+#: every other API goes at the highest version both sides speak):
+MAX_VERSIONS: Dict[int, int] = {
+    # v10 names topics by id
+    ApiKey.OFFSET_COMMIT: 9,
+    ApiKey.OFFSET_FETCH: 9,
+    # v4+ is the brokers' own form
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    # EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
+    # protocol v2, which kwire does not speak (it uses v1, with explicit
+    # AddPartitionsToTxn, as Java does when the cluster has not finalized
+    # transaction.version 2)
+    ApiKey.END_TXN: 4,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+    # a transactional producer's Produce (kwire.transactions): v12+ is that
+    # protocol v2 too (partitions added implicitly); other producers send
+    # the negotiated version
+    ApiKey.PRODUCE: 11,
 }
 
-API_VERSIONS_KEY = 18
+#: ApiVersions' api key (ApiKey.API_VERSIONS).
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
 
 
 def api_name(api_key: int) -> str:
@@ -119,7 +90,7 @@ class NoCommonVersionError(KwireError):
         broker_range: Optional[Tuple[int, int]] = None,
     ) -> None:
         self.reason = reason
-        self.api_key = api_key
+        self.api_key = None if api_key is None else int(api_key)     # a plain int, even given an ApiKey
         self.api_name = None if api_key is None else api_name(api_key)
         self.client_range = client_range
         self.broker_range = broker_range
@@ -155,8 +126,8 @@ def client_ranges(apis: Mapping[int, Sequence[Any]]) -> Dict[int, Tuple[int, int
     attributes ``MIN_VERSION`` and ``MAX_VERSION``. The range of an API is
     where all its classes overlap; an API whose classes do not overlap is
     left out. The classes are an argument, not imported here, so that this
-    module stays free of the generated code (:mod:`kwire.protocol` passes
-    its own table, ``client_ranges(APIS)``).
+    module stays free of the generated message classes (:mod:`kwire.protocol`
+    passes its own table, ``client_ranges(APIS)``).
     """
     out: Dict[int, Tuple[int, int]] = {}
     for key, classes in apis.items():
@@ -197,6 +168,15 @@ def require_version(chosen: Mapping[int, int], api_key: int, broker_ranges: Rang
     if version is None:
         raise NoCommonVersionError.for_api(api_key, client_ranges.get(api_key), broker_ranges.get(api_key))
     return version
+
+
+def capped_version(versions: Mapping[int, int], api_key: int) -> Optional[int]:
+    """The version to send ``api_key`` at: the negotiated one, capped at
+    :data:`MAX_VERSIONS`; None when the broker does not speak it."""
+    v = versions.get(api_key)
+    if v is None:
+        return None
+    return min(v, MAX_VERSIONS.get(api_key, v))
 
 
 def apiversions_retry_version(error_code: int, broker_ranges: Ranges, tried_version: int) -> Optional[int]:

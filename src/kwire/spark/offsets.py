@@ -20,9 +20,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kwire.admin import Admin
 from kwire.config import ADMIN, ALIASES
-from kwire.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
+from kwire.consumer import Consumer, NoOffsetForPartitionError
 from kwire.spark.errors import DataLossError, OffsetRangeError, SparkOptionError
 from kwire.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+from kwire.types import TopicPartition
 
 __all__ = ["OffsetRange", "OffsetReader", "plan_batch", "split_ranges"]
 

@@ -22,13 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kwire.admin import Admin
-from kwire.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
+from kwire.consumer import Consumer, NoOffsetForPartitionError
 from kwire.errors import KafkaError
 from kwire.future import KafkaTimeoutError
+from kwire.protocol.api_keys import ErrorCode
 from kwire.spark._cache import ClientCache
 from kwire.spark.errors import DataLossError
 from kwire.spark.offsets import OffsetRange, admin_config
 from kwire.spark.schema import to_spark_batch
+from kwire.types import TopicPartition
 
 __all__ = ["read_range", "consumers"]
 
@@ -42,7 +44,6 @@ STALL_CHECK_S = 2.0
 #: this size (``benchmarks/compare_spark.py``, 10M lz4 records: 1.40x against
 #: 1.50x of the ceiling, mean of three rounds each).
 ARROW_BATCH_ROWS = 65_536
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 #: This worker's consumers, one per configuration, reused across tasks.
 consumers: ClientCache[Consumer] = ClientCache(Consumer, Consumer.close)
@@ -134,7 +135,7 @@ def _check_stalled(tp: TopicPartition, position: int, r: OffsetRange, config: Di
         try:
             parts = {p.partition for p in admin.describe_topics([tp.topic])[tp.topic].partitions}
         except KafkaError as e:
-            if e.code != UNKNOWN_TOPIC_OR_PARTITION:
+            if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 raise
             parts = set()
     if tp.partition not in parts:

@@ -29,13 +29,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from kwire.consumer import TopicPartition
 from kwire.spark.errors import DataLossError, SparkOptionError
 from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch, split_ranges
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from kwire.spark.read import read_range
 from kwire.spark.schema import spark_schema
 from kwire.spark.write import WriteResult, validate_sink_schema, write_batches
+from kwire.types import TopicPartition
 
 __all__ = ["KwireDataSource", "KwireBatchReader", "KwireStreamReader", "RangePartition"]
 

@@ -1,0 +1,807 @@
+"""The consumer's fetching: where each assigned partition's records come
+from and how they become what ``poll`` returns.
+
+- fetch scheduling (:meth:`Fetcher._send_fetches`): Fetch requests to every
+  partition leader, up to ``max_in_flight_fetches`` per leader, each for a
+  share of its partitions;
+- read-ahead: while a partition's fetched bytes are being handed out, the
+  next fetch of it is already asked for from where they end
+  (``_buffer``, then ``_ahead``);
+- completed fetches (:class:`_Completed`): a partition's fetched bytes,
+  decoded a chunk at a time, within what one poll may decode, with
+  read_committed's aborted transactions taken out;
+- positions: looked up with ListOffsets (``auto_offset_reset``,
+  ``seek_to_*``, offsets by time) and checked with OffsetForLeaderEpoch
+  when the partition's leader changes (KIP-320: a log truncated below the
+  position resets it, or raises :class:`LogTruncationError`);
+- the partitions' errors, held until ``poll`` raises them.
+
+:class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
+``poll`` are the consumer's, and the partitions' states (``_states``) are
+shared between the two. Nothing here waits for a broker except the
+blocking ListOffsets (:meth:`Fetcher._list_offsets`) behind the consumer's
+``beginning_offsets``, ``end_offsets``, ``offsets_for_times`` and
+``position``; every other request's answer is taken in by an I/O callback
+and acted on by a later poll.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from kwire import protocol
+from kwire._codec import ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
+from kwire.client import Client
+from kwire.errors import CorruptRecordError, KwireError
+from kwire.future import Future, KafkaTimeoutError
+from kwire.protocol.api_keys import ApiKey, ErrorCode
+from kwire.types import EARLIEST, LATEST, TopicPartition
+
+__all__ = ["Fetcher", "NoOffsetForPartitionError", "LogTruncationError"]
+
+log = logging.getLogger("kwire.consumer")     # the consumer's logger, as before the fetcher had a module
+
+ABORT_MARKER = 0
+
+
+class NoOffsetForPartitionError(KwireError):
+    """A partition has no valid position and ``auto_offset_reset`` is none."""
+
+
+class LogTruncationError(NoOffsetForPartitionError):
+    """A new partition leader's log ends before the consumer's position (the
+    records past it were lost, e.g. an unclean leader election) and
+    ``auto_offset_reset`` is none. ``end_offset`` is where the logs agree."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int, end_offset: int) -> None:
+        super().__init__(message)
+        self.topic, self.partition, self.offset, self.end_offset = topic, partition, offset, end_offset
+
+
+@dataclass
+class _PartitionState:
+    position: Optional[int] = None          # next offset to return
+    reset: Optional[int] = None             # EARLIEST / LATEST: look it up
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    error: Optional[BaseException] = None   # raised once, by the next poll (held bare: see without_traceback)
+    corrupt: Optional[CorruptRecordError] = None   # the corrupt batch at the position: raised until a seek
+    epoch: int = -1                         # leader epoch the position was read or checked under (-1: unknown)
+    retry_at: float = 0.0                   # after a failure: no request for it before this (monotonic)
+    failure: Optional[str] = None           # the failure last logged for it (a failure is said once)
+    skipped: int = 0                        # records dropped: their offset was not above the last one returned
+
+
+@dataclass
+class _Completed:
+    """Fetched bytes of one partition, not yet (fully) handed out. They are
+    decoded a chunk at a time (what one poll may decode), so what a fetch
+    brought stays compressed until a poll needs it."""
+
+    tp: TopicPartition
+    rest: memoryview                         # not decoded yet
+    aborted: Deque[Tuple[int, int]] = field(default_factory=collections.deque)   # (producer id, first offset)
+    aborting: Set[int] = field(default_factory=set)   # producer ids inside an aborted transaction
+    records: List[Record] = field(default_factory=list)   # the decoded chunk
+    taken: int = 0                           # records of the chunk handed out
+    next_offset: Optional[int] = None        # after the last record (or batch) decoded so far
+    end_offset: Optional[int] = None         # after the last complete batch of the fetch (None: none complete)
+    resume: Optional[PartialBatch] = None    # the rest of a batch a decode call stopped inside
+    resume_by: Optional[type] = None         # the decoder class that made it (only that kind takes it)
+    resume_from: Optional[memoryview] = None  # the bytes that decode call started from (to decode them again)
+    narrow: bool = False                     # a corrupt batch is ahead: decode one batch per call up to it
+    error: Optional[CorruptRecordError] = None   # the corrupt batch, held until the records before it are out
+
+    @property
+    def untaken(self) -> bool:
+        return self.taken < len(self.records)
+
+    @property
+    def exhausted(self) -> bool:
+        """Nothing left to decode (a batch begun counts as something)."""
+        return not self.rest and self.resume is None
+
+
+class Fetcher:
+    """Fetching, read-ahead, position look-ups and checks, and decoding for
+    a consumer (see the module docstring). :meth:`_init_fetcher` sets up
+    its state; the consumer calls it once it has its ``cfg``, ``_client``
+    and ``_states``."""
+
+    cfg: Dict[str, Any]
+    _client: Client
+    _states: Dict[TopicPartition, _PartitionState]
+
+    def _init_fetcher(self) -> None:
+        self._buffer: Dict[TopicPartition, _Completed] = {}
+        self._ahead: Dict[TopicPartition, _Completed] = {}   # the fetch after the buffered one (read-ahead)
+        self._in_flight: Dict[TopicPartition, int] = {}  # partition -> node of the Fetch asking for it
+        self._node_fetches: Dict[int, int] = collections.Counter()   # node -> Fetches in flight
+        self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
+        self._looking_up: Dict[TopicPartition, Future] = {}   # a ListOffsets looks the position up
+        self._node_failure: Dict[int, str] = {}          # node -> its last fetch failure logged
+        self._backoff = self.cfg["retry_backoff_ms"] / 1000.0
+        self._read_committed = self.cfg["isolation_level"] == "read_committed"
+        self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
+                                max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+        self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
+        self._poll_bytes = self.cfg["max_poll_bytes"]
+
+    def _has_unread(self, tp: TopicPartition) -> bool:
+        """Whether the next fetch of ``tp`` starts before the end the last
+        answer gave (false before any answer: the partition may be empty)."""
+        offset, end = self._fetch_offset(tp), self._readable_end(self._states[tp])
+        return offset is not None and offset < end
+
+    def _readable_end(self, st: _PartitionState) -> int:
+        """Where a fetch stops finding records, as of the last one answered:
+        the high watermark (the last stable offset for read_committed); -1
+        before any."""
+        return st.last_stable_offset if self._read_committed and st.last_stable_offset >= 0 else st.high_watermark
+
+    # ------------------------------------------------ positions (ListOffsets)
+    def _list_offsets(self, query: Dict[TopicPartition, int], timeout: Optional[float]) -> Dict[TopicPartition, Tuple[int, int]]:
+        client = self._client
+        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
+        client.add_topics({tp.topic for tp in query})
+        out: Dict[TopicPartition, Tuple[int, int]] = {}
+        todo = dict(query)
+        while todo:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"ListOffsets for {sorted(todo)} did not complete in time")
+            by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
+            missing = False
+            for tp, ts in todo.items():
+                leader = client.cluster.leader_for(*tp)
+                if leader is None:
+                    missing = True
+                else:
+                    by_node[leader][tp] = ts
+            if missing:
+                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+                if not by_node:
+                    if any(client.cluster.leader_for(*tp) is None for tp in todo):
+                        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))   # still unknown: back off
+                    continue
+            futures = {}
+            for node, parts in by_node.items():
+                conn = client.wait_ready(node, deadline)
+                futures[node] = (parts, client.send(node, self._list_offsets_request(conn.versions, parts)))
+            retry = False
+            for node, (parts, fut) in futures.items():
+                resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if tp not in todo:
+                            continue
+                        if p.error_code:
+                            err = protocol.error_for(p.error_code, api="ListOffsets", topic=tp.topic, partition=tp.partition)
+                            if getattr(err, "retriable", False):
+                                if getattr(err, "invalid_metadata", False):
+                                    client.request_metadata_update()
+                                retry = True
+                                continue
+                            raise err
+                        if getattr(p, "old_style_offsets", None):
+                            out[tp] = (p.old_style_offsets[0], -1)
+                        else:
+                            out[tp] = (p.offset, p.timestamp)
+                        del todo[tp]
+            if retry:
+                time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
+                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+        return out
+
+    def _list_offsets_request(self, versions: Dict[int, int], parts: Dict[TopicPartition, int]) -> Any:
+        cls = protocol.message("ListOffsetsRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp, ts in parts.items():
+            topics[tp.topic].append(cls.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
+        return cls(replica_id=-1, isolation_level=1 if self._read_committed else 0,
+                   topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                   timeout_ms=self.cfg["request_timeout_ms"])
+
+    def _resolve_positions(self, tps: Sequence[TopicPartition], timeout: Optional[float] = None) -> None:
+        """Look up the positions of ``tps`` now, waiting up to ``timeout``
+        (for ``Consumer.position``; a poll looks them up without waiting)."""
+        query = {}
+        for tp in tps:
+            st = self._states[tp]
+            if st.position is not None:
+                continue
+            reset = self._reset_policy(tp, st)
+            if reset is None:
+                raise self._no_position(tp)
+            query[tp] = reset
+        if query:
+            for tp, (offset, _) in self._list_offsets(query, timeout).items():
+                st = self._states[tp]
+                st.position, st.reset = offset, None
+
+    def _reset_policy(self, tp: TopicPartition, st: _PartitionState) -> Optional[int]:
+        """EARLIEST or LATEST: where a partition without a position starts
+        (a seek_to_* or ``auto_offset_reset``); None when the policy is none."""
+        if st.reset is None:
+            policy = self.cfg["auto_offset_reset"]
+            if policy == "none":
+                return None
+            st.reset = EARLIEST if policy == "earliest" else LATEST
+        return st.reset
+
+    @staticmethod
+    def _no_position(tp: TopicPartition) -> NoOffsetForPartitionError:
+        return NoOffsetForPartitionError(f"{tp.topic}[{tp.partition}] has no position and auto_offset_reset is none")
+
+    def _lookup_positions(self) -> None:
+        """Send a ListOffsets to the leader of every partition without a
+        position (none in flight, not backing off), without waiting: the
+        answer sets the position at a later poll, and the partition is
+        fetched from then on. With ``auto_offset_reset`` none the next poll
+        raises :class:`NoOffsetForPartitionError` instead."""
+        client = self._client
+        now = time.monotonic()
+        by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
+        for tp, st in self._states.items():
+            if st.position is not None or st.error is not None or tp in self._looking_up or now < st.retry_at:
+                continue
+            reset = self._reset_policy(tp, st)
+            if reset is None:
+                st.error = self._no_position(tp)
+                continue
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                client.request_metadata_update()
+                continue
+            by_node[leader][tp] = reset
+        for node, parts in by_node.items():
+            conn = client.connection(node)
+            if conn is None or not conn.ready:
+                continue          # connecting (or backing off): a later poll asks
+            fut = client.send(node, self._list_offsets_request(conn.versions, parts))
+            for tp in parts:
+                self._looking_up[tp] = fut
+            fut.add_done_callback(lambda f, parts=parts: self._on_list_offsets(parts, f))
+
+    def _on_list_offsets(self, asked: Dict[TopicPartition, int], fut: Future) -> None:
+        """A ListOffsets of :meth:`_lookup_positions` answered (I/O callback)."""
+        for tp in asked:
+            if self._looking_up.get(tp) is fut:
+                del self._looking_up[tp]
+        if fut.failed():
+            self._request_failed("ListOffsets", asked, fut.exception())
+            return
+        failed: Dict[Any, Tuple[BaseException, List[TopicPartition]]] = {}   # error code -> (error, partitions)
+        unanswered = dict(asked)
+        for t in fut.value.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                st = self._states.get(tp)
+                if unanswered.pop(tp, None) is None or st is None or st.position is not None or st.reset != asked[tp]:
+                    continue      # not asked, unassigned, or sought meanwhile
+                if p.error_code:
+                    err = protocol.error_for(p.error_code, api="ListOffsets")
+                    if getattr(err, "invalid_metadata", False):
+                        self._client.request_metadata_update()
+                    if getattr(err, "retriable", False):
+                        failed.setdefault(p.error_code, (err, []))[1].append(tp)
+                    else:     # raised by the next poll, asked again after the backoff
+                        st.error = protocol.error_for(p.error_code, api="ListOffsets", topic=tp.topic,
+                                                      partition=tp.partition)
+                        st.retry_at = time.monotonic() + self._backoff
+                    continue
+                offset = p.old_style_offsets[0] if getattr(p, "old_style_offsets", None) else p.offset
+                if offset < 0:
+                    failed.setdefault("offset", (KwireError(f"the answer has no offset ({offset})"), []))[1].append(tp)
+                    continue
+                st.position, st.reset, st.failure, st.retry_at = offset, None, None, 0.0
+        if unanswered:
+            failed["missing"] = (KwireError("the answer leaves the partition out"), list(unanswered))
+        for err, tps in failed.values():
+            self._request_failed("ListOffsets", tps, err)
+
+    def _request_failed(self, api: str, tps: Iterable[TopicPartition], error: BaseException) -> None:
+        """A request for ``tps`` failed: ask again after ``retry_backoff_ms``;
+        log the failure once (again only when it changes)."""
+        text = f"{api}: {type(error).__name__}: {error}"
+        retry_at = time.monotonic() + self._backoff
+        new = []
+        for tp in tps:
+            st = self._states.get(tp)
+            if st is None:
+                continue
+            st.retry_at = retry_at
+            if st.failure != text:
+                st.failure = text
+                new.append(tp)
+        if new:
+            shown = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in new[:5]) + (" ..." if len(new) > 5 else "")
+            log.warning("%s for %d partition(s) (%s) failed: %s; retrying every %d ms until it works",
+                        api, len(new), shown, error, self.cfg["retry_backoff_ms"])
+
+    # ------------------------------------------------------------ fetch
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        """Forget what was fetched for ``tp`` (its position changed)."""
+        self._buffer.pop(tp, None)
+        self._ahead.pop(tp, None)
+
+    def _fetch_offset(self, tp: TopicPartition) -> Optional[int]:
+        """Where the next Fetch of ``tp`` starts: its position, or, while a
+        fetch is buffered, where that one ends (read-ahead); None when it
+        should not be fetched now (no position yet, or read ahead already)."""
+        c = self._buffer.get(tp)
+        if c is None:
+            return self._states[tp].position
+        if tp in self._ahead or c.end_offset is None:
+            return None
+        return c.end_offset
+
+    def _fetch_request(self, versions: Dict[int, int], offsets: Dict[TopicPartition, Optional[int]]) -> Any:
+        cls = protocol.message("FetchRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp, offset in offsets.items():
+            topics[tp.topic].append(cls.FetchPartition(
+                partition=tp.partition, fetch_offset=offset,
+                current_leader_epoch=self._leader_epoch(tp),
+                partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
+        ids = self._client.cluster.topic_ids
+        return cls(
+            replica_id=-1, max_wait_ms=self.cfg["fetch_max_wait_ms"], min_bytes=self.cfg["fetch_min_bytes"],
+            max_bytes=max(1, self.cfg["fetch_max_bytes"] // self.cfg["max_in_flight_fetches"]), isolation_level=1 if self._read_committed else 0,
+            session_id=0, session_epoch=-1,
+            topics=[cls.FetchTopic(topic=t, topic_id=ids.get(t), partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[], rack_id=self.cfg["client_rack"] or "")
+
+    def _send_fetches(self) -> None:
+        """Fetches for the assigned partitions that have a position, nothing
+        buffered, no fetch in flight, no error held and no failure to back
+        off from: up to ``max_in_flight_fetches`` per leader, each for a
+        disjoint share of its partitions and an equal share of
+        ``fetch_max_bytes``, so the broker serves one while the client reads
+        another.
+
+        Only partitions with records left to read (before the end the last
+        answer gave) get shares of their own. A broker answers one request
+        of a connection at a time, so a fetch of caught-up partitions would
+        wait ``fetch_max_wait_ms`` for new records and hold up every fetch
+        behind it. Caught-up partitions, and those no answer has given an
+        end yet, ride along in the shares of partitions with records, which
+        are answered at once; when a leader has none of those, they go in
+        one fetch, once nothing else is in flight to it (a long poll)."""
+        client = self._client
+        now = time.monotonic()
+        by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        for tp, st in self._states.items():
+            if (tp in self._in_flight or tp in self._validating or st.error is not None or st.corrupt is not None
+                    or now < st.retry_at or self._fetch_offset(tp) is None):
+                continue
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                client.request_metadata_update()
+                continue
+            if 0 <= st.epoch < self._leader_epoch(tp):
+                if tp in self._buffer:
+                    continue                        # checked once the buffered records are out
+                to_validate[leader].append(tp)      # a new leader: is the position still in its log?
+                continue
+            by_node[leader].append(tp)
+        for node, tps in to_validate.items():
+            self._validate_positions(node, tps)
+        depth = self.cfg["max_in_flight_fetches"]
+        for node, tps in by_node.items():
+            busy = self._node_fetches[node]
+            unread = [tp for tp in tps if self._has_unread(tp)]
+            if unread:
+                slots = min(depth - busy, len(unread))
+            else:
+                slots = 1 if busy == 0 else 0
+            if slots <= 0:
+                continue
+            conn = client.connection(node)
+            if conn is None or not conn.ready:
+                continue
+            if ApiKey.FETCH not in conn.versions:
+                raise protocol.no_common_version(ApiKey.FETCH, conn.broker_ranges.get(ApiKey.FETCH))
+            shares: List[List[TopicPartition]] = [[] for _ in range(slots)]
+            with_records = set(unread)
+            for i, tp in enumerate(unread + [tp for tp in tps if tp not in with_records]):
+                shares[i % slots].append(tp)
+            for share in shares:
+                asked = {tp: self._fetch_offset(tp) for tp in share}
+                epochs = {tp: self._leader_epoch(tp) for tp in share}
+                fut = client.send(node, self._fetch_request(conn.versions, asked))
+                self._node_fetches[node] += 1
+                for tp in share:
+                    self._in_flight[tp] = node
+                fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs: self._on_fetch(node, asked, f, epochs))
+
+    def _leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition leader's epoch in the current metadata (-1: unknown)."""
+        info = self._client.cluster.partitions.get(tp.topic, {}).get(tp.partition)
+        return -1 if info is None else info.leader_epoch
+
+    # -------------------------------------------------- position checks
+    def _validate_positions(self, node: int, tps: List[TopicPartition]) -> None:
+        """Ask the new leader (OffsetForLeaderEpoch) where the epoch of each
+        position ends in its log; a log that ends before the position was
+        truncated (KIP-320). A broker without the API cannot tell: the
+        position is taken as valid, as Kafka's own clients do. The answer is
+        taken in by a later poll; the partitions are not fetched meanwhile."""
+        conn = self._client.connection(node)
+        if conn is None or not conn.ready:
+            return
+        version = conn.versions.get(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+        if version is None:
+            for tp in tps:
+                log.debug("%s[%s]: leader changed; node %s lacks OffsetForLeaderEpoch, position %s kept",
+                          tp.topic, tp.partition, node, self._states[tp].position)
+                self._states[tp].epoch = self._leader_epoch(tp)
+            return
+        asked = {tp: (self._states[tp].position, self._states[tp].epoch, self._leader_epoch(tp)) for tp in tps}
+        fut = self._client.send(node, self._epoch_request(asked), version)
+        self._validating.update(tps)
+        fut.add_done_callback(lambda f: self._on_epoch_end(asked, f))
+
+    def _epoch_request(self, asked: Mapping[TopicPartition, Tuple[Optional[int], int, int]]) -> Any:
+        cls = protocol.message("OffsetForLeaderEpochRequest")
+        topics: Dict[str, List[Any]] = collections.defaultdict(list)
+        for tp, (_, epoch, current) in asked.items():
+            topics[tp.topic].append(cls.OffsetForLeaderPartition(
+                partition=tp.partition, current_leader_epoch=current, leader_epoch=epoch))
+        return cls(replica_id=-1, topics=[cls.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+
+    def _on_epoch_end(self, asked: Mapping[TopicPartition, Tuple[Optional[int], int, int]], fut: Future) -> None:
+        self._validating.difference_update(asked)
+        if fut.failed():
+            self._request_failed("OffsetForLeaderEpoch", asked, fut.exception())
+            return
+        for t in fut.value.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                st = self._states.get(tp)
+                if st is None or tp not in asked or st.position != asked[tp][0]:
+                    continue      # unassigned or sought meanwhile
+                position, _, current = asked[tp]
+                if p.error_code:
+                    self._on_partition_error(tp, p.error_code, api="OffsetForLeaderEpoch")
+                    continue
+                if p.end_offset < 0:          # the leader knows no such epoch: the position is gone
+                    self._on_partition_error(tp, ErrorCode.OFFSET_OUT_OF_RANGE)
+                    continue
+                if position is not None and p.end_offset < position:
+                    self._on_truncation(tp, position, p.end_offset)
+                st.epoch = current
+
+    def _on_truncation(self, tp: TopicPartition, position: int, end_offset: int) -> None:
+        st = self._states[tp]
+        self._drop_buffered(tp)         # fetched past the truncation: not in the log any more
+        what = (f"{tp.topic}[{tp.partition}]: the log of the new leader ends at {end_offset}, before the "
+                f"position {position}: records were lost")
+        if self.cfg["auto_offset_reset"] == "none":
+            st.error = LogTruncationError(what + " and auto_offset_reset is none", tp.topic, tp.partition,
+                                          position, end_offset)
+            return
+        log.warning("%s; going on from %s", what, end_offset)
+        st.position = end_offset
+
+    def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future,
+                  epochs: Dict[TopicPartition, int]) -> None:
+        """A Fetch answered (I/O callback). The bookkeeping of what is in
+        flight comes first, so that nothing after it can leave it wrong."""
+        self._node_fetches[node] -= 1
+        for tp in asked:
+            if self._in_flight.get(tp) == node:
+                del self._in_flight[tp]
+        asked = {tp: pos for tp, pos in asked.items() if tp in self._states}
+        if fut.failed():
+            self._fetch_failed(node, asked, fut.exception(), logging.DEBUG)
+            return
+        resp = fut.value
+        if getattr(resp, "error_code", 0):
+            self._fetch_failed(node, asked, protocol.error_for(resp.error_code, api="Fetch"), logging.INFO)
+            return
+        self._node_failure.pop(node, None)
+        try:
+            self._take_fetch(asked, resp, epochs)
+        except Exception:
+            # a bug, or an answer nothing here foresaw: the future logs it (once); asking again at once
+            # would only fail again
+            retry_at = time.monotonic() + self._backoff
+            for tp in asked:
+                self._states[tp].retry_at = retry_at
+            raise
+
+    def _take_fetch(self, asked: Dict[TopicPartition, Optional[int]], resp: Any, epochs: Dict[TopicPartition, int]) -> None:
+        """Buffer the data of each partition of a Fetch answer (or act on its error)."""
+        names = {v: k for k, v in self._client.cluster.topic_ids.items()}
+        for t in resp.responses:
+            name = t.topic or names.get(getattr(t, "topic_id", None))
+            for p in t.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                if tp not in asked or self._fetch_offset(tp) != asked[tp]:
+                    continue      # unassigned or sought meanwhile: the data is stale
+                st = self._states[tp]
+                if st.error is not None or st.corrupt is not None:
+                    continue
+                ahead = tp in self._buffer
+                if p.error_code:
+                    if not ahead:   # a read-ahead's error comes again when its offset is the position
+                        self._on_partition_error(tp, p.error_code)
+                    continue
+                st.high_watermark = p.high_watermark
+                st.last_stable_offset = getattr(p, "last_stable_offset", -1)
+                st.log_start_offset = getattr(p, "log_start_offset", -1)
+                data = p.records
+                if data is None or len(data) == 0:
+                    continue
+                st.epoch = epochs[tp]
+                aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
+                c = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
+                try:
+                    c.end_offset = split_batches(c.rest).next_offset
+                except CorruptRecordError:
+                    pass          # no read-ahead past a corrupt header; decoding finds it and holds the error
+                (self._ahead if ahead else self._buffer)[tp] = c
+
+    def _fetch_failed(self, node: int, asked: Iterable[TopicPartition], error: BaseException, level: int) -> None:
+        """A whole Fetch failed: its partitions are fetched again after
+        ``retry_backoff_ms`` (not at once: a broker that fails every Fetch
+        at once must not be asked in a loop); said once per failure."""
+        retry_at = time.monotonic() + self._backoff
+        for tp in asked:
+            self._states[tp].retry_at = retry_at
+        text = f"{type(error).__name__}: {error}"
+        if self._node_failure.get(node) != text:
+            self._node_failure[node] = text
+            log.log(level, "fetch from node %s failed: %s; fetching again every %d ms until it works",
+                    node, error, self.cfg["retry_backoff_ms"])
+
+    def _on_partition_error(self, tp: TopicPartition, code: int, api: str = "Fetch") -> None:
+        """A partition's error in a Fetch (or an OffsetForLeaderEpoch): reset
+        by ``auto_offset_reset``, refresh the metadata and try again after
+        ``retry_backoff_ms``, or hold the error for the next poll."""
+        st = self._states[tp]
+        err = protocol.error_for(code, api=api, topic=tp.topic, partition=tp.partition)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            policy = self.cfg["auto_offset_reset"]
+            if policy == "none":
+                st.error = NoOffsetForPartitionError(
+                    f"offset {st.position} is out of range for {tp.topic}[{tp.partition}] and auto_offset_reset is none")
+                return
+            log.info("%s[%s]: offset %s out of range; resetting to %s", tp.topic, tp.partition, st.position, policy)
+            st.position, st.reset = None, EARLIEST if policy == "earliest" else LATEST
+            return
+        st.retry_at = time.monotonic() + self._backoff
+        if getattr(err, "invalid_metadata", False) or getattr(err, "retriable", False):
+            self._client.request_metadata_update()
+            return
+        st.error = err
+
+    def _decodable(self) -> bool:
+        """Whether some buffered fetch has data not decoded yet (read_committed
+        may decode chunks that keep nothing: go on with the next at once)."""
+        return any(not c.exhausted or c.untaken for c in self._buffer.values())
+
+    # ------------------------------------------------------------ decode
+    def _step(self, c: _Completed, decoder: Any, max_records: Optional[int], max_bytes: int) -> Any:
+        """One decode call on ``c``'s rest: at most ``max_records`` records
+        (None: no limit) and about ``max_bytes`` (stopping inside a batch if
+        need be; the next call resumes there). Returns the decoder's result,
+        or None when it raised a CorruptRecordError: the first time ``c``
+        turns narrow (later calls decode one batch each, to return the
+        batches before the corrupt one), then the error is held in ``c``."""
+        st = self._states[c.tp]
+        if c.resume is not None and c.resume_by is not type(decoder):
+            # a batch begun by the other decoder (poll() and poll_columnar() mixed): decode it again from
+            # its start; the records already returned are below the position
+            c.rest, c.resume, c.resume_by = c.resume_from, None, None
+        data = c.rest
+        if c.narrow:
+            if c.resume is not None:
+                data = c.rest[:0]         # only the rest of the batch begun
+            else:
+                max_bytes = 1             # one batch (or its first records)
+        try:
+            res = decoder.decode(data, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position,
+                                 max_bytes=max_bytes, max_records=-1 if max_records is None else max_records,
+                                 resume=c.resume)
+        except CorruptRecordError as e:
+            if c.narrow:
+                # located at the position (where the bad batch begins, or its first record not returned):
+                # where the partition stays, and not read from bytes known to be corrupt
+                c.error = e.at(c.tp.topic, c.tp.partition, st.position)
+                c.rest, c.resume = c.rest[:0], None
+            else:
+                c.narrow = True
+            return None
+        if res.resume is not None and c.resume is None:
+            c.resume_from = data
+        c.resume = res.resume
+        c.resume_by = type(decoder) if res.resume is not None else None
+        if res.next_offset is None and res.incomplete_size and c.next_offset is None and c.resume is None:
+            # the first batch is bigger than the fetch brought: fetch it again (later, and say it once)
+            st.retry_at = time.monotonic() + self._backoff
+            self._say_once(st, f"a batch of {res.incomplete_size} bytes at offset {st.position} exceeds "
+                               "max_partition_fetch_bytes", c.tp)
+        c.rest = c.rest[:0] if res.incomplete_size else c.rest[res.consumed:]   # a cut batch: fetched again
+        if res.next_offset is not None:
+            c.next_offset = res.next_offset
+        if res.skipped:
+            self._skipped(c.tp, st, res.skipped)
+        return res
+
+    def _say_once(self, st: _PartitionState, text: str, tp: TopicPartition) -> None:
+        if st.failure != text:
+            st.failure = text
+            log.warning("%s[%s]: %s", tp.topic, tp.partition, text)
+
+    def _skipped(self, tp: TopicPartition, st: _PartitionState, n: int) -> None:
+        """Records the decoder dropped because their offsets did not go up:
+        counted, and said once per partition."""
+        if not st.skipped:
+            log.warning("%s[%s]: dropped %d record(s) whose offset was not above the last one returned (the "
+                        "broker sent offsets going backwards); later ones are counted, not logged",
+                        tp.topic, tp.partition, n)
+        st.skipped += n
+
+    def _decode(self, c: _Completed, max_records: Optional[int], max_bytes: int) -> None:
+        """Decode the next chunk of ``c`` into records (from the partition's
+        position on)."""
+        c.records, c.taken = [], 0
+        res = self._step(c, self._decoder, max_records, max_bytes)
+        if res is None and c.error is None:
+            res = self._step(c, self._decoder, max_records, max_bytes)   # narrowed down: the batches before it
+        if res is not None:
+            c.records = self._committed_only(res.records, c) if self._read_committed else res.records
+
+    def _committed_only(self, records: List[Record], c: _Completed) -> List[Record]:
+        """Drop control records and records of aborted transactions (the
+        Fetch response's aborted list gives each aborted producer id and the
+        first offset of its aborted transaction)."""
+        out = []
+        pending, aborting = c.aborted, c.aborting
+        for r in records:
+            b = r.batch
+            while pending and pending[0][1] <= b.last_offset:
+                aborting.add(pending.popleft()[0])
+            if b.is_control:
+                if b.producer_id in aborting and _control_type(r) == ABORT_MARKER:
+                    aborting.discard(b.producer_id)
+                continue
+            if b.is_transactional and b.producer_id in aborting:
+                continue
+            out.append(r)
+        return out
+
+    def _finish_chunk(self, tp: TopicPartition, c: _Completed, st: _PartitionState) -> None:
+        """After the last record of a chunk was handed out: move the position
+        past trailing control records or compacted gaps; once nothing of
+        ``c`` is left, drop it (holding its corrupt batch's error, said
+        once) and take the read-ahead in."""
+        if c.next_offset is not None and c.next_offset > (st.position or 0):
+            st.position = c.next_offset
+        if c.error is not None:
+            st.corrupt = c.error
+            log.error("%s; poll() raises it until seek() moves %s[%s] elsewhere (position %s)",
+                      c.error, tp.topic, tp.partition, st.position)
+            self._drop_buffered(tp)
+            return
+        if c.exhausted:
+            del self._buffer[tp]
+            nxt = self._ahead.pop(tp, None)
+            if nxt is not None and st.error is None and st.position == c.end_offset:
+                nxt.aborting = c.aborting           # an aborted transaction may go on into it
+                self._buffer[tp] = nxt
+
+    def _serving_order(self) -> List[TopicPartition]:
+        """The buffered partitions, those served least recently first."""
+        return list(self._buffer)
+
+    def _served(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:              # to the back of the line: the others come first next time
+            c = self._buffer.pop(tp, None)
+            if c is not None:
+                self._buffer[tp] = c
+
+    def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
+        out: Dict[TopicPartition, List[Record]] = {}
+        n = 0
+        order = self._serving_order()
+        share = max(1, self._poll_bytes // max(1, len(order)))   # max_poll_bytes split between the partitions
+        for tp in order:
+            if n >= limit:
+                break
+            c = self._buffer[tp]
+            st = self._states.get(tp)
+            if st is None:
+                self._drop_buffered(tp)
+                continue
+            if not c.untaken:
+                self._decode(c, limit - n, share)
+            chunk = c.records[c.taken:c.taken + (limit - n)]
+            c.taken += len(chunk)
+            if chunk:
+                out[tp] = chunk
+                n += len(chunk)
+                st.position = chunk[-1].offset + 1
+            if not c.untaken:
+                self._finish_chunk(tp, c, st)
+        self._served(out)
+        return out
+
+    def _take_columnar(self, unit: str, max_records: Optional[int]) -> Dict[TopicPartition, Any]:
+        decoder = self._columnar.get(unit)
+        if decoder is None:
+            decoder = self._columnar[unit] = ColumnarDecoder(
+                check_crcs=self.cfg["check_crcs"], max_decompressed_bytes=self.cfg["max_decompressed_bytes"],
+                timestamp_unit=unit)
+        out = {}
+        left = max_records
+        order = self._serving_order()
+        share = max(1, self._poll_bytes // max(1, len(order)))
+        for tp in order:
+            if left is not None and left <= 0:
+                break
+            c = self._buffer[tp]
+            st = self._states.get(tp)
+            if st is None:
+                self._drop_buffered(tp)
+                continue
+            rb = None
+            # records left by poll(), aborted data (it needs per-batch producer ids), a corrupt batch ahead
+            # or a batch begun by poll(): the object path, then columns
+            objects = (c.untaken or c.narrow or (self._read_committed and (c.aborted or c.aborting))
+                       or (c.resume is not None and c.resume_by is Decoder))
+            if not objects:
+                res = self._step(c, decoder, left, share)
+                if res is not None:
+                    rb = res.record_batch
+                objects = res is None and c.error is None
+            if objects:
+                if not c.untaken:
+                    self._decode(c, left, share)
+                rest = c.records[c.taken:] if left is None else c.records[c.taken:c.taken + left]
+                c.taken += len(rest)
+                if rest:
+                    rb = _records_to_arrow(rest, unit)
+                    st.position = rest[-1].offset + 1
+            if rb is not None and rb.num_rows:
+                out[tp] = rb
+                if left is not None:
+                    left -= rb.num_rows
+            if not c.untaken:
+                self._finish_chunk(tp, c, st)
+        self._served(out)
+        return out
+
+
+def _control_type(r: Record) -> int:
+    from kwire._codec import parse_control_key
+
+    return parse_control_key(r.key)[1]
+
+
+def _records_to_arrow(records: List[Record], unit: str) -> Any:
+    """Records as the columnar decoder's Arrow layout (the rare path: a
+    read_committed fetch with aborted data, or the good prefix of a corrupt
+    fetch)."""
+    import pyarrow as pa
+
+    from kwire._arrow import record_schema
+
+    schema = record_schema(unit)
+    scale = 1000 if unit == "us" else 1
+    return pa.RecordBatch.from_pydict({
+        "offset": [r.offset for r in records],
+        "timestamp": [r.timestamp * scale for r in records],
+        "timestamp_type": [r.batch.timestamp_type for r in records],
+        "key": [r.key for r in records],
+        "value": [r.value for r in records],
+        "headers": [[{"key": k, "value": v} for k, v in r.headers] or None for r in records],
+    }, schema=schema)
