@@ -628,18 +628,25 @@ class Client:
         due = self._metadata_due(time.monotonic())
         if due is None or due > 0:
             return
+        # The flags are cleared before the topics are read: a topic another
+        # thread adds (add_topics) after this point sets them again and gets
+        # its own refresh. Cleared after the read, such a topic was dropped
+        # until metadata_max_age_ms, and a producer's first send() of it
+        # timed out waiting for its metadata.
         if self._metadata_topics is not None and not self._metadata_topics and self.cluster.updated_at:
             self._metadata_wanted = self._metadata_new = False
-            return
+            if not self._metadata_topics:
+                return
+            self._metadata_wanted = self._metadata_new = True      # one came meanwhile
         node = self.least_loaded_node()
         if node is None:
             return
         conn = self.connection(node)
         if conn is None or not conn.ready:
             return
+        self._metadata_wanted = self._metadata_new = False
         requested = None if self._metadata_topics is None else frozenset(self._metadata_topics)
         fut = self._send_metadata(node, self.metadata_request(conn.versions, requested), requested)
-        self._metadata_wanted = self._metadata_new = False
         if fut.done():
             return
 
