@@ -12,7 +12,7 @@ Environment switches (the normal build sets none of them):
   README's "Fuzzing and sanitizers" section has the commands. Build such an
   extension outside your working copy's ``src/`` (``setup.py build
   --build-base build/asan``), so the normal one stays in place.
-* ``KWIRE_ANNOTATE=1``: Cython's HTML annotation of the ``.pyx``.
+* ``KWIRE_ANNOTATE=1``: Cython's HTML annotation of each ``.pyx``.
 * ``KWIRE_BENCH_SLOWDOWN=1``: defines the C macro ``KWIRE_BENCH_SLOWDOWN``,
   which makes the record decode loop burn a few hundred instructions per
   record: the deliberately slowed build the benchmark gate's self-test
@@ -40,21 +40,34 @@ if sanitize:
     extra_compile_args = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g", "-O1"]
     extra_link_args = [f"-fsanitize={sanitize}"]
 
+# The compiled core: one extension per module of the kwire._core package
+# (cimports between them go through their .pxd files). Every one gets the
+# same switches.
+CORE_MODULES = ["native", "records", "columnar", "legacy", "build", "send"]
+ZLIB_USERS = {"records", "legacy"}      # CRC32 of legacy messages
+
 extensions = [
     Extension(
-        "kwire._codec",
-        ["src/kwire/_codec.pyx"],
-        libraries=["z"],  # zlib: CRC32 of legacy messages
+        f"kwire._core.{name}",
+        [f"src/kwire/_core/{name}.pyx"],
+        libraries=["z"] if name in ZLIB_USERS else [],
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
         define_macros=define_macros,
     )
+    for name in CORE_MODULES
 ]
 
 setup(
     ext_modules=cythonize(
         extensions,
-        compiler_directives={"language_level": "3"},
+        # The modules' own headers say the same; set here too so that the
+        # inline functions of the .pxd files compile alike in every module.
+        # freethreading_compatible stays False (the default): the core relies
+        # on the GIL (SendLock, the decoders' busy flag, the column memory
+        # spare lists), so a free-threaded Python keeps its GIL while it runs.
+        compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False,
+                             "cdivision": True, "initializedcheck": False},
         annotate=bool(os.environ.get("KWIRE_ANNOTATE")),
     ),
 )

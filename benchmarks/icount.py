@@ -366,6 +366,24 @@ def format_table(rows: Sequence[Row], threshold: float, base_label: str = "base"
 
 
 # --------------------------------------------------------------------- CLI
+def compiled_core_files():
+    """(module, file) of kwire._codec and of each extension of the compiled
+    core: kwire._codec alone before the core was split into kwire._core."""
+    import importlib
+    import pkgutil
+
+    import kwire._codec
+    out = [("kwire._codec", kwire._codec.__file__)]
+    try:
+        import kwire._core
+    except ImportError:                  # the single-extension layout
+        return out
+    for m in pkgutil.iter_modules(kwire._core.__path__):
+        mod = importlib.import_module(f"kwire._core.{m.name}")
+        out.append((mod.__name__, mod.__file__))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -382,10 +400,9 @@ def main(argv=None) -> int:
             print(f"{p.name}\t{p.records}")
     elif args.cmd == "run":
         if args.expect:
-            import kwire._codec
-            where = os.path.realpath(kwire._codec.__file__)
-            if not where.startswith(os.path.realpath(args.expect) + os.sep):
-                raise SystemExit(f"kwire._codec is {where}, not under {args.expect}")
+            for name, where in compiled_core_files():
+                if not os.path.realpath(where).startswith(os.path.realpath(args.expect) + os.sep):
+                    raise SystemExit(f"{name} is {where}, not under {args.expect}")
         run_workload(args.path)
     else:
         import kwire._codec

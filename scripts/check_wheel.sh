@@ -6,15 +6,18 @@
 #     is written to the repo;
 #  2. builds an sdist, then a wheel FROM that sdist (`python -m build`), so a
 #     file missing from the sdist fails the build;
-#  3. checks the sdist ships the .pyx, py.typed and the .pyi stub and no
-#     generated .c or compiled .so, and the wheel ships kwire/_codec*.so,
-#     py.typed and _codec.pyi;
+#  3. checks the sdist ships the compiled core's sources (every
+#     src/kwire/_core/<module>.pyx and the .pxd files they cimport), kwire/_codec.py,
+#     py.typed and the .pyi stub and no generated .c or compiled .so, and the
+#     wheel ships one kwire/_core/<module>*.so per module of the core, _codec.py,
+#     py.typed and _codec.pyi (and no .pyx, .pxd or .c);
 #  4. replays cibuildwheel's test step for this machine: a clean virtualenv
 #     (no system site-packages) gets the wheel, then `test-requires` with
 #     `test-environment` set, and `test-command` runs in an empty directory that
 #     holds only a copy of `test-sources` (tests/), all read from pyproject.toml's
-#     [tool.cibuildwheel]. Before that it prints kwire.__file__ and
-#     kwire._codec.__file__ and fails unless both are in the venv's site-packages.
+#     [tool.cibuildwheel]. Before that it prints kwire.__file__,
+#     kwire._codec.__file__ and the file of each extension of kwire._core, and
+#     fails unless all are in the venv's site-packages.
 #
 # Usage: scripts/check_wheel.sh [pytest args...]   e.g. scripts/check_wheel.sh -x
 #   PYTHON=python3.13 scripts/check_wheel.sh   build and test with another Python
@@ -86,30 +89,39 @@ import zipfile
 
 sdist, wheel = sys.argv[1:]
 problems = []
+# the compiled core: one extension per module (setup.py's CORE_MODULES)
+CORE = ("native", "records", "columnar", "legacy", "build", "send")
+PXDS = ("buffers", "consts", "native", "records", "build")
 
 with tarfile.open(sdist) as tf:
     names = [n.split("/", 1)[1] for n in tf.getnames() if "/" in n]
-for need in ("src/kwire/_codec.pyx", "src/kwire/_codec.pyi", "src/kwire/py.typed",
+for need in ("src/kwire/_codec.py", "src/kwire/_codec.pyi", "src/kwire/py.typed", "src/kwire/_core/__init__.py",
+             *(f"src/kwire/_core/{m}.pyx" for m in CORE), *(f"src/kwire/_core/{m}.pxd" for m in PXDS),
              "pyproject.toml", "setup.py", "README.md"):
     if need not in names:
         problems.append(f"sdist lacks {need}")
 for n in names:
     if any(fnmatch.fnmatch(n, pat) for pat in ("*.c", "*.so", "*.pyd", "*.html")):
         problems.append(f"sdist ships a generated or compiled file: {n}")
-print(f"[check_wheel] sdist: {len(names)} entries; has _codec.pyx, _codec.pyi, py.typed; no .c/.so")
+print(f"[check_wheel] sdist: {len(names)} entries; has the core's {len(CORE)} .pyx and {len(PXDS)} .pxd, "
+      "_codec.py, _codec.pyi, py.typed; no .c/.so")
 
 with zipfile.ZipFile(wheel) as zf:
     names = zf.namelist()
-exts = [n for n in names if fnmatch.fnmatch(n, "kwire/_codec*.so")]
-if len(exts) != 1:
-    problems.append(f"wheel should hold one kwire/_codec*.so, holds {exts}")
-for need in ("kwire/py.typed", "kwire/_codec.pyi", "kwire/__init__.py"):
+exts = [n for n in names if fnmatch.fnmatch(n, "kwire/*.so") or fnmatch.fnmatch(n, "kwire/*/*.so")]
+for m in CORE:
+    found = [n for n in exts if fnmatch.fnmatch(n, f"kwire/_core/{m}.*.so")]
+    if len(found) != 1:
+        problems.append(f"wheel should hold one kwire/_core/{m}*.so, holds {found}")
+if len(exts) != len(CORE):
+    problems.append(f"wheel should hold the {len(CORE)} extensions of kwire._core only, holds {exts}")
+for need in ("kwire/py.typed", "kwire/_codec.pyi", "kwire/_codec.py", "kwire/__init__.py", "kwire/_core/__init__.py"):
     if need not in names:
         problems.append(f"wheel lacks {need}")
 for n in names:
-    if n.endswith((".c", ".pyx", ".html")):
+    if n.endswith((".c", ".pyx", ".pxd", ".html")):
         problems.append(f"wheel ships a source file it should not: {n}")
-print(f"[check_wheel] wheel: {len(names)} entries; has {exts[0] if exts else '?'}, py.typed, _codec.pyi")
+print(f"[check_wheel] wheel: {len(names)} entries; has {', '.join(sorted(exts))}, _codec.py, py.typed, _codec.pyi")
 
 if problems:
     print("\n".join("[check_wheel] FAIL: " + p for p in problems), file=sys.stderr)
@@ -183,11 +195,18 @@ cd "$RUN"
 import os
 import sys
 
+import importlib
+import pkgutil
+
 import kwire
 import kwire._codec
+import kwire._core
 
 venv = os.path.realpath(sys.argv[1])
-for mod in (kwire, kwire._codec):
+core = [importlib.import_module(f"kwire._core.{m.name}") for m in pkgutil.iter_modules(kwire._core.__path__)]
+if len(core) != 6:
+    sys.exit(f"[check_wheel] FAIL: kwire._core holds {[m.__name__ for m in core]}, not the 6 extensions")
+for mod in (kwire, kwire._codec, *core):
     path = os.path.realpath(mod.__file__)
     print(f"[check_wheel] {mod.__name__}.__file__ = {mod.__file__}")
     if not path.startswith(venv + os.sep) or "site-packages" not in path:

@@ -1,7 +1,8 @@
 """kwire: a Kafka wire-protocol client for Python with a compiled Cython core.
 
-The record codec (:mod:`kwire._codec`) is compiled; there is no pure-Python
-fallback, so importing kwire fails loudly if the extension cannot load.
+The record codec is compiled: the extension modules of :mod:`kwire._core`,
+whose public names :mod:`kwire._codec` re-exports. There is no pure-Python
+fallback, so importing kwire fails loudly if any of them cannot load.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ try:
     from kwire import _codec
 except ImportError as _e:  # pragma: no cover - only on a broken install
     raise ImportError(
-        "kwire's compiled codec (kwire._codec) could not be loaded: "
-        f"{_e}. kwire has no slow pure-Python fallback; install a kwire wheel "
+        "kwire's compiled codec (the extension modules of kwire._core, re-exported by kwire._codec) "
+        f"could not be loaded: {_e}. kwire has no slow pure-Python fallback; install a kwire wheel "
         "for this platform, or build from source with a C compiler "
         "(pip install kwire --no-binary kwire)."
     ) from _e

@@ -1,4 +1,4 @@
-"""Type stub for kwire's compiled codec (src/kwire/_codec.pyx)."""
+"""Type stub for kwire._codec, the public face of kwire's compiled core (src/kwire/_core/)."""
 
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 

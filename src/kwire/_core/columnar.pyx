@@ -1,0 +1,654 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, embedsignature=True
+"""The columnar decoder: records of v2 batches parsed, with the GIL
+released, straight into Arrow column buffers, on the driver of records.pyx."""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy, memset
+
+from kwire._core.buffers cimport GBuf, Reader, gbuf_reserve, put_bit, rd_init
+from kwire._core.consts cimport *
+from kwire._core.native cimport crc32c
+from kwire._core.records cimport (KIND_COLUMNS, ROW_COST, ST_BEFORE, ST_INSIDE, ST_NEXT, Batch, PartialBatch, Rec,
+                                  _Driver, end_record, header_key_str, parse_record_fields, rd_header, read_batch)
+
+from kwire import compression as _compression
+from kwire.errors import KwireError
+
+
+# -------------------------------------------------------------------- UTF-8
+cdef Py_ssize_t utf8_invalid_at(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    """Index of the first byte that makes ``s`` invalid UTF-8, or -1."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    cdef int need
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+        else:
+            return i
+        if n - i <= need:
+            return i
+        c1 = s[i + 1]
+        if (c1 & 0xC0) != 0x80:
+            return i
+        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+            return i                 # overlong / surrogate
+        if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+            return i                 # overlong / past U+10FFFF
+        if need >= 2 and (s[i + 2] & 0xC0) != 0x80:
+            return i
+        if need == 3 and (s[i + 3] & 0xC0) != 0x80:
+            return i
+        i += need + 1
+    return -1
+
+
+
+# -------------------------------------------------------- columns
+cdef enum:
+    C_OFFSET, C_TS, C_TS_TYPE
+    C_KEY_OFF, C_KEY_DATA, C_KEY_VALID
+    C_VAL_OFF, C_VAL_DATA, C_VAL_VALID
+    C_HDR_OFF, C_HDR_VALID
+    C_HK_OFF, C_HK_DATA
+    C_HV_OFF, C_HV_DATA, C_HV_VALID
+    NCOLS
+
+cdef tuple _COL_NAMES = ("offset", "timestamp", "timestamp_type",
+                         "key_offsets", "key_data", "key_validity",
+                         "value_offsets", "value_data", "value_validity",
+                         "header_offsets", "header_validity",
+                         "header_key_offsets", "header_key_data",
+                         "header_value_offsets", "header_value_data", "header_value_validity")
+
+cdef enum:
+    NULLS_KEY, NULLS_VAL, NULLS_HDR, NULLS_HV, NNULLS
+
+# Column memory lent to Arrow comes back to the decoder that made it when Arrow
+# frees it, and that decoder's next call reuses it: no copy, and no fresh
+# (zeroed) pages from the kernel for every result. Bounded per decoder: at most
+# SPARE_BLOCKS blocks and SPARE_BYTES bytes. The GIL guards it (blocks come
+# back in a deallocator and are taken in start()).
+cdef enum:
+    SPARE_BLOCKS = 32
+cdef Py_ssize_t SPARE_BYTES = 256 * 1024 * 1024
+
+
+cdef struct Spare:
+    char* data[SPARE_BLOCKS]
+    Py_ssize_t cap[SPARE_BLOCKS]
+    int n
+    Py_ssize_t total
+
+
+cdef void spare_put(Spare* sp, char* data, Py_ssize_t cap) noexcept:
+    if data == NULL:
+        return
+    if sp.n < SPARE_BLOCKS and sp.total + cap <= SPARE_BYTES:
+        sp.data[sp.n] = data
+        sp.cap[sp.n] = cap
+        sp.n += 1
+        sp.total += cap
+    else:
+        free(data)
+
+
+cdef void spare_take(Spare* sp, GBuf* g, Py_ssize_t want) noexcept:
+    """Give ``g`` (empty, no memory) the smallest spare block of at least
+    ``want`` bytes, or else the largest one."""
+    cdef int i, best = -1
+    for i in range(sp.n):
+        if best < 0:
+            best = i
+        elif sp.cap[best] < want:
+            if sp.cap[i] > sp.cap[best]:
+                best = i
+        elif want <= sp.cap[i] < sp.cap[best]:
+            best = i
+    if best < 0:
+        return
+    g.data = sp.data[best]
+    g.cap = sp.cap[best]
+    g.len = 0
+    sp.total -= g.cap
+    sp.n -= 1
+    sp.data[best] = sp.data[sp.n]
+    sp.cap[best] = sp.cap[sp.n]
+
+
+cdef void spare_clear(Spare* sp) noexcept:
+    cdef int i
+    for i in range(sp.n):
+        free(sp.data[i])
+    sp.n = 0
+    sp.total = 0
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Memory:
+    """One column buffer, lent to pyarrow without a copy; back to its
+    decoder's spare list when pyarrow lets it go."""
+    cdef char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t shape[1]
+    cdef object home              # the decoder that owns ``spare``: kept alive while lent
+    cdef Spare* spare
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self.shape[0] = self.size
+        view.buf = self.data
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        spare_put(self.spare, self.data, self.cap)
+
+
+cdef struct Cols:
+    GBuf b[NCOLS]
+    int64_t rows
+    int64_t header_rows
+    int64_t nulls[NNULLS]
+
+
+cdef struct ColsMark:          # enough to roll a batch back
+    Py_ssize_t lens[NCOLS]
+    int64_t rows
+    int64_t header_rows
+    int64_t nulls[NNULLS]
+    Py_ssize_t nbatches
+    int64_t last                # the driver's counts
+    Py_ssize_t skipped
+    Py_ssize_t decoded
+    Py_ssize_t returned
+
+
+cdef class ColumnarResult:
+    """What :meth:`ColumnarDecoder.decode` found: ``record_batch`` (a
+    ``pyarrow.RecordBatch``), and ``consumed``, ``next_offset``,
+    ``incomplete_size``, ``resume`` and ``skipped`` as in
+    :class:`DecodeResult`; ``batch_count`` is the number of batches the call
+    began (as ``DecodeResult.batches``)."""
+    cdef readonly object record_batch
+    cdef readonly Py_ssize_t consumed
+    cdef readonly object next_offset
+    cdef readonly Py_ssize_t incomplete_size
+    cdef readonly Py_ssize_t batch_count
+    cdef readonly PartialBatch resume
+    cdef readonly Py_ssize_t skipped
+
+    @property
+    def num_records(self):
+        return self.record_batch.num_rows
+
+    def __repr__(self):
+        return (f"ColumnarResult(records={self.record_batch.num_rows}, batches={self.batch_count}, "
+                f"consumed={self.consumed}, next_offset={self.next_offset}, "
+                f"incomplete_size={self.incomplete_size}, resume={self.resume!r}, skipped={self.skipped})")
+
+
+cdef class ColumnarDecoder(_Driver):
+    """Decodes buffers of record batches straight into Arrow columns.
+
+    No Python object is made per record: the records of each batch are
+    parsed with the GIL released into C buffers that become the Arrow arrays
+    without a copy, so threads decoding different buffers run in parallel.
+    The result is a ``pyarrow.RecordBatch`` with columns ``offset`` int64,
+    ``timestamp`` timestamp[ms or us, UTC], ``timestamp_type`` int32, ``key``
+    and ``value`` binary, ``headers`` list<struct<key string, value binary>>
+    (null for a record without headers).
+
+    ``max_column_bytes`` caps the bytes of keys, of values, of header keys
+    and of header values in one result (at most 2**31 - 1, what Arrow's int32
+    offsets allow): a call stops at the batch boundary before the cap.
+    A decoder serves any number of partitions (a call stopped inside a batch
+    hands its rest back as ``resume``); a call while another is under way
+    (another thread's) raises RuntimeError.
+
+    The column buffers are lent to pyarrow without a copy; when pyarrow frees
+    them they come back to this decoder (which keeps at most 256 MiB of them)
+    and its later calls reuse them, so steady decoding neither copies nor
+    faults in fresh memory. One decoder per thread.
+    """
+    cdef Cols c
+    cdef ColsMark mark
+    cdef Py_ssize_t hint[NCOLS]   # each column's size in the last result
+    cdef Spare spare              # column memory Arrow gave back
+    cdef uint8_t valid_key[64]    # a copy of the last header key found valid UTF-8 ...
+    cdef int32_t valid_key_len    # ... and its length (-1: none): equal keys skip validation
+    cdef bint micros
+    cdef Py_ssize_t nbatches
+    cdef object ts_unit
+    cdef Py_ssize_t max_column
+
+    def __cinit__(self, *args, **kwargs):
+        self.kind = KIND_COLUMNS
+        self.row_cost = ROW_COST
+
+    def __init__(self, *, bint check_crcs=True, bint include_control=False,
+                 Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 timestamp_unit="ms", Py_ssize_t max_column_bytes=INT32_MAX):
+        super().__init__(check_crcs=check_crcs, include_control=include_control,
+                         max_decompressed_bytes=max_decompressed_bytes)
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError("timestamp_unit must be 'ms' or 'us'")
+        if not 0 < max_column_bytes <= INT32_MAX:
+            raise ValueError("max_column_bytes must be between 1 and 2**31 - 1 (Arrow binary offsets are int32)")
+        self.max_column = max_column_bytes
+        self.ts_unit = timestamp_unit
+        self.micros = timestamp_unit == "us"
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(NCOLS):
+            free(self.c.b[i].data)
+        spare_clear(&self.spare)
+
+    cdef int start(self) except -1:
+        cdef int i
+        self.valid_key_len = -1
+        self.c.rows = self.c.header_rows = 0
+        for i in range(NNULLS):
+            self.c.nulls[i] = 0
+        for i in range(NCOLS):
+            if self.c.b[i].data == NULL:
+                spare_take(&self.spare, &self.c.b[i], self.hint[i])
+            self.c.b[i].len = 0
+            if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
+                raise MemoryError()
+        for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
+            (<int32_t*>self.c.b[i].data)[0] = 0
+        self.sync_lens()
+        return 0
+
+    def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1,
+               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None):
+        """Decode the complete batches in ``data`` into one Arrow record batch.
+
+        Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`
+        (``max_records``, ``resume`` too); against ``max_bytes`` a row costs
+        its bytes in the decompressed batch (which bound its key, value and
+        header bytes) plus 32 bytes (its offset, timestamp, timestamp type
+        and end offsets). A call also stops early, at a batch boundary,
+        rather than let a binary column pass ``max_column_bytes``
+        (``consumed`` tells where).
+        """
+        cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
+        self.enter(resume)
+        try:
+            self.start()
+            self.nbatches = 0
+            self.run(data, topic, partition, min_offset, max_bytes, max_records, resume)
+            res.record_batch = self.finish()
+            res.resume = self.resume_out
+        finally:
+            self.resume_out = None
+            self.busy = False
+        res.consumed = self.consumed
+        res.next_offset = self.next_offset if self.any_batch else None
+        res.incomplete_size = self.incomplete_size
+        res.batch_count = self.nbatches
+        res.skipped = self.skipped
+        return res
+
+    cdef object finish(self):
+        from kwire._arrow import record_batch_from_columns
+        cdef dict cols = {}
+        cdef _Memory m
+        cdef GBuf* g
+        cdef int i
+        cdef char* fit
+        self.sync_lens()
+        for i in range(NCOLS):
+            g = &self.c.b[i]
+            self.hint[i] = g.len
+            if g.cap > g.len + 65536:   # trim doubling slack (in place), so recycled blocks fit the spare cap
+                fit = <char*>realloc(g.data, g.len + 64)
+                if fit != NULL:
+                    g.data, g.cap = fit, g.len + 64
+            m = _Memory.__new__(_Memory)
+            m.data, m.size, m.cap = g.data, g.len, g.cap
+            m.home = self
+            m.spare = &self.spare
+            g.data = NULL
+            g.len = g.cap = 0
+            cols[_COL_NAMES[i]] = m
+        return record_batch_from_columns(
+            self.c.rows, self.c.header_rows, cols,
+            self.c.nulls[NULLS_KEY], self.c.nulls[NULLS_VAL],
+            self.c.nulls[NULLS_HDR], self.c.nulls[NULLS_HV], self.ts_unit)
+
+    cdef Py_ssize_t fast_path(self, Py_ssize_t pos, Py_ssize_t n) except -1:
+        with nogil:
+            pos = self.fill_run(pos, n)
+        if self.held_pending:       # fill_run stopped inside that batch
+            self.held_pending = False
+            self.keep_partial(&self.held, self.buf + self.held.pos + V2_HEADER, self.held.total - V2_HEADER,
+                              None, 0, None)
+        return pos
+
+    cdef Py_ssize_t fill_run(self, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
+        """Parse consecutive uncompressed v2 batches in one GIL-free run.
+        Stops at the first batch that needs Python (compressed, legacy, cut)
+        or that fails in any way: the regular walk then takes it over and
+        raises or stops as it would. A batch it stops inside is left in
+        ``held`` for fast_path."""
+        cdef Batch b
+        cdef int err = 0, st
+        while pos < n and not self.stopping():
+            if read_batch(self.buf, pos, n, &b, &err) != 1 or b.magic != 2 or (b.attributes & ATTR_CODEC):
+                break
+            if self.check_crcs and crc32c(self.buf + pos + V2_CRC_START, b.total - V2_CRC_START) != b.crc:
+                break
+            self.mark_batch(True)
+            st = ST_NEXT
+            if (b.attributes & ATTR_CONTROL) and not self.include_control:
+                pass
+            elif b.count == 0:
+                if b.total != V2_HEADER:
+                    st = -E_TRAILING
+            else:
+                st = self.fill_v2(&b, self.buf + pos + V2_HEADER, 0, b.total - V2_HEADER, 0)
+            if st != ST_NEXT and st != ST_INSIDE:
+                self.rollback()
+                break
+            pos += b.total
+            self.consumed = pos
+            if st == ST_INSIDE:
+                self.held = b
+                self.held_pending = True
+                break
+            self.batch_done(&b)
+        return pos
+
+    cdef int begin_batch(self, Batch* b) except -1:
+        self.mark_batch(True)
+        return 0
+
+    cdef int go_on_batch(self, PartialBatch pb) except -1:
+        self.mark_batch(False)
+        return 0
+
+    cdef void mark_batch(self, bint new) noexcept nogil:
+        """Mark where a batch's rows begin (``new``: a batch this call began)."""
+        cdef int i
+        self.mark.nbatches = self.nbatches
+        self.nbatches += new
+        for i in range(NCOLS):
+            self.mark.lens[i] = self.c.b[i].len
+        self.mark.rows = self.c.rows
+        self.mark.header_rows = self.c.header_rows
+        for i in range(NNULLS):
+            self.mark.nulls[i] = self.c.nulls[i]
+        self.mark.last = self.last
+        self.mark.skipped = self.skipped
+        self.mark.decoded = self.decoded
+        self.mark.returned = self.returned
+
+    cdef void rollback(self) noexcept nogil:
+        """Forget the current batch (a column would pass max_column_bytes)."""
+        cdef int i
+        self.nbatches = self.mark.nbatches
+        for i in range(NCOLS):
+            self.c.b[i].len = self.mark.lens[i]
+        self.c.rows = self.mark.rows
+        self.c.header_rows = self.mark.header_rows
+        for i in range(NNULLS):
+            self.c.nulls[i] = self.mark.nulls[i]
+        self.last = self.mark.last
+        self.skipped = self.mark.skipped
+        self.decoded = self.mark.decoded
+        self.returned = self.mark.returned
+
+    cdef int check(self, int st, Batch* b) except -1:
+        """Turn a fill status into: ST_NEXT, ST_INSIDE, ST_BEFORE (rolled
+        back: stop before this batch), or raise."""
+        if st == ST_NEXT or st == ST_INSIDE:
+            return st
+        if st == -E_NOMEM:
+            raise MemoryError()
+        if st < 0:
+            self.raise_code(-st, b.base_offset)
+        self.rollback()               # st == 1: a column would pass max_column_bytes
+        if self.c.rows == 0:
+            raise KwireError(f"the batch at offset {b.base_offset} of {self.topic!r} partition "
+                             f"{self.partition} holds more than max_column_bytes={self.max_column} bytes "
+                             "in one column, so it cannot be returned as one Arrow record batch")
+        return ST_BEFORE
+
+    cdef int on_v2_records(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                           int32_t first) except -1:
+        cdef int st
+        with nogil:
+            st = self.fill_v2(b, p, start, n, first)
+        return self.check(st, b)
+
+    cdef int on_message(self, Batch* b, int64_t offset, int64_t ts, int ts_type,
+                        const uint8_t* key, int32_t key_len,
+                        const uint8_t* value, int32_t value_len) except -1:
+        cdef int st = self.reserve_rows(1)
+        if st == 0:
+            st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len, 0)
+        return self.check(st, b)
+
+    cdef int fill_v2(self, Batch* b, const uint8_t* p, Py_ssize_t start, Py_ssize_t n,
+                     int32_t first) noexcept nogil:
+        """Append the records of a v2 batch from ``p[start:n]`` on (its record
+        number ``first``), parsing and validating each record and its headers
+        in a single walk. Returns ST_NEXT, ST_INSIDE (``at_pos``, ``at_index``),
+        1 (a column is full: roll back) or -error."""
+        cdef Reader r
+        cdef Rec rec
+        cdef int32_t i, j, kn, vn
+        cdef const uint8_t* k
+        cdef const uint8_t* v
+        cdef int st
+        cdef bint log_append = b.attributes & ATTR_LOG_APPEND_TIME
+        cdef int ts_type = 1 if log_append else 0
+        cdef int64_t rows0 = self.c.rows
+        cdef bint bounded = self.bounded
+        cdef Py_ssize_t budget = self.budget - self.decoded
+        # a record takes at least 7 bytes, so at most n // 7 rows can come; a
+        # bounded call stops once it has ``room`` rows of this batch, or once
+        # they cost ``budget`` (budget // ROW_COST + 1 rows do)
+        cdef Py_ssize_t room = min(<Py_ssize_t>b.count - first, (n - start) // 7 + 1)
+        if bounded:
+            room = min(room, self.records_room(), max(budget, 0) // ROW_COST + 1)
+        st = self.reserve_rows(room)
+        if st:
+            return st
+        rd_init(&r, p, start, n)
+        # (self.last is read and written in place: a local copy measured 4
+        # more instructions per header, the register it takes spilling)
+        for i in range(first, b.count):
+            if parse_record_fields(&r, b.base_offset, b.first_ts, &rec) < 0:
+                return -r.err
+            if rec.offset <= self.last:
+                if rec.offset >= self.min_offset:
+                    self.skipped += 1
+                for j in range(rec.header_count):
+                    if rd_header(&r, &k, &kn, &v, &vn) < 0:
+                        return -r.err
+            else:
+                st = self.add_row(rec.offset, b.max_ts if log_append else rec.timestamp, ts_type,
+                                  rec.key, rec.key_len, rec.value, rec.value_len, rec.header_count)
+                if st:
+                    return st
+                for j in range(rec.header_count):
+                    if rd_header(&r, &k, &kn, &v, &vn) < 0:
+                        return -r.err
+                    st = self.add_header(k, kn, v, vn)
+                    if st:
+                        return st
+                self.last = rec.offset
+            if end_record(&r, &rec) < 0:
+                return -r.err
+            # stop after a row of this call (this record's, or one before it was skipped)
+            if bounded and self.c.rows and i + 1 < b.count and (
+                    self.c.rows - rows0 >= room or r.pos - start + (self.c.rows - rows0) * ROW_COST >= budget):
+                self.walked(r.pos - start, self.c.rows - rows0, self.last)
+                self.at_pos, self.at_index = r.pos, i + 1
+                return ST_INSIDE
+        if r.pos != n:
+            return -E_TRAILING
+        self.walked(n - start, self.c.rows - rows0, self.last)
+        return ST_NEXT
+
+    cdef void sync_lens(self) noexcept nogil:
+        """Set the lengths of the fixed-width and offset columns (written by
+        index) from the row counts."""
+        cdef Cols* c = &self.c
+        c.b[C_OFFSET].len = c.b[C_TS].len = c.rows * 8
+        c.b[C_TS_TYPE].len = c.rows * 4
+        c.b[C_KEY_OFF].len = c.b[C_VAL_OFF].len = c.b[C_HDR_OFF].len = (c.rows + 1) * 4
+        c.b[C_HK_OFF].len = c.b[C_HV_OFF].len = (c.header_rows + 1) * 4
+
+    cdef int reserve_rows(self, Py_ssize_t k) noexcept nogil:
+        """Room in the fixed-width and offset columns for ``k`` more rows;
+        1 (stop before this batch) past Arrow's int32 row limit."""
+        cdef Cols* c = &self.c
+        if c.rows + k >= INT32_MAX:
+            return 1
+        self.sync_lens()
+        if (gbuf_reserve(&c.b[C_OFFSET], 8 * k) < 0 or gbuf_reserve(&c.b[C_TS], 8 * k) < 0
+                or gbuf_reserve(&c.b[C_TS_TYPE], 4 * k) < 0 or gbuf_reserve(&c.b[C_KEY_OFF], 4 * k) < 0
+                or gbuf_reserve(&c.b[C_VAL_OFF], 4 * k) < 0 or gbuf_reserve(&c.b[C_HDR_OFF], 4 * k) < 0):
+            return -E_NOMEM
+        return 0
+
+    cdef inline int add_row(self, int64_t offset, int64_t ts, int ts_type,
+                            const uint8_t* key, int32_t key_len,
+                            const uint8_t* value, int32_t value_len, int32_t header_count) noexcept nogil:
+        """Append one row (room reserved by reserve_rows); its ``header_count``
+        headers follow through add_header."""
+        cdef Cols* c = &self.c
+        cdef int64_t row = c.rows
+        cdef int st
+        if self.micros:
+            if ts > INT64_MAX // 1000 or ts < INT64_MIN // 1000:
+                return -E_TIMESTAMP
+            ts *= 1000
+        if header_count and c.header_rows + header_count >= INT32_MAX:
+            return 1
+        (<int64_t*>c.b[C_OFFSET].data)[row] = offset
+        (<int64_t*>c.b[C_TS].data)[row] = ts
+        (<int32_t*>c.b[C_TS_TYPE].data)[row] = ts_type
+        st = append_binary(&c.b[C_KEY_OFF], &c.b[C_KEY_DATA], row, key, key_len, self.max_column)
+        if st == 0:
+            st = note_valid(&c.b[C_KEY_VALID], &c.nulls[NULLS_KEY], row, key_len >= 0)
+        if st == 0:
+            st = append_binary(&c.b[C_VAL_OFF], &c.b[C_VAL_DATA], row, value, value_len, self.max_column)
+        if st == 0:
+            st = note_valid(&c.b[C_VAL_VALID], &c.nulls[NULLS_VAL], row, value_len >= 0)
+        if st == 0:
+            st = note_valid(&c.b[C_HDR_VALID], &c.nulls[NULLS_HDR], row, header_count > 0)
+        if st == 0 and header_count:
+            c.b[C_HK_OFF].len = c.b[C_HV_OFF].len = (c.header_rows + 1) * 4
+            if (gbuf_reserve(&c.b[C_HK_OFF], 4 * header_count) < 0
+                    or gbuf_reserve(&c.b[C_HV_OFF], 4 * header_count) < 0):
+                st = -E_NOMEM
+        (<int32_t*>c.b[C_HDR_OFF].data)[row + 1] = <int32_t>(c.header_rows + header_count)
+        c.rows = row + 1
+        return st
+
+    cdef inline int add_header(self, const uint8_t* k, int32_t kn, const uint8_t* v, int32_t vn) noexcept nogil:
+        """Append one header of the last row (room reserved by add_row)."""
+        cdef Cols* c = &self.c
+        cdef int64_t i = c.header_rows
+        cdef int st
+        if kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0:
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+        elif utf8_invalid_at(k, kn) >= 0:
+            st = self.add_replaced_key(k, kn)
+        else:
+            if kn <= 64:
+                memcpy(self.valid_key, k, kn)
+                self.valid_key_len = kn
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+        if st == 0:
+            st = append_binary(&c.b[C_HV_OFF], &c.b[C_HV_DATA], i, v, vn, self.max_column)
+        if st == 0:
+            st = note_valid(&c.b[C_HV_VALID], &c.nulls[NULLS_HV], i, vn >= 0)
+        c.header_rows = i + 1
+        return st
+
+    cdef int add_replaced_key(self, const uint8_t* k, int32_t kn) noexcept with gil:
+        # rare: decode with U+FFFD replacement exactly as the object path does
+        cdef bytes enc = header_key_str(k, kn).encode("utf-8")
+        return append_binary(&self.c.b[C_HK_OFF], &self.c.b[C_HK_DATA], self.c.header_rows,
+                             <const uint8_t*>PyBytes_AS_STRING(enc), <int32_t>PyBytes_GET_SIZE(enc),
+                             self.max_column)
+
+
+cdef inline int append_binary(GBuf* offs, GBuf* data, int64_t i, const uint8_t* p, int32_t n,
+                              Py_ssize_t max_column) noexcept nogil:
+    """Element ``i`` of a binary column: its bytes (none when null, n < 0) and
+    its end offset (room for it reserved). 1 when the data would pass
+    ``max_column`` bytes."""
+    if n > 0:
+        if data.len + n > max_column:
+            return 1
+        if gbuf_reserve(data, n) < 0:
+            return -E_NOMEM
+        memcpy(data.data + data.len, p, n)
+        data.len += n
+    (<int32_t*>offs.data)[i + 1] = <int32_t>data.len
+    return 0
+
+
+cdef inline int note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) noexcept nogil:
+    """Element ``i``'s validity bit. The bitmap is only written once the
+    column has a null (until then every element is valid and Arrow gets no
+    bitmap): the first null fills the bits of the elements before it."""
+    cdef Py_ssize_t nbytes
+    if nulls[0] == 0:
+        if valid:
+            return 0
+        nbytes = (i >> 3) + 1
+        bits.len = 0
+        if gbuf_reserve(bits, nbytes) < 0:
+            return -E_NOMEM
+        memset(bits.data, 0xFF, nbytes)
+        bits.len = nbytes
+    if put_bit(bits, i, valid) < 0:
+        return -E_NOMEM
+    if not valid:
+        nulls[0] += 1
+    return 0
+
+
+
+def decode_columnar(data, *, topic=None, partition=None, int64_t min_offset=-1,
+                    bint check_crcs=True, bint include_control=False,
+                    Py_ssize_t max_decompressed_bytes=_compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+                    timestamp_unit="ms", Py_ssize_t max_column_bytes=INT32_MAX):
+    """Decode ``data`` into a ``pyarrow.RecordBatch`` (see :class:`ColumnarDecoder`)."""
+    return ColumnarDecoder(check_crcs=check_crcs, include_control=include_control,
+                           max_decompressed_bytes=max_decompressed_bytes,
+                           timestamp_unit=timestamp_unit, max_column_bytes=max_column_bytes).decode(
+                               data, topic=topic, partition=partition, min_offset=min_offset)

@@ -1,0 +1,36 @@
+# cython: language_level=3
+"""Constants of kwire's compiled core: sizes of the record formats, attribute
+bits and the error codes carried through code that runs without the GIL."""
+
+cdef enum:
+    LOG_OVERHEAD = 12      # offset int64 + size int32 before every batch/message
+    V2_HEADER = 61         # whole v2 batch header, LOG_OVERHEAD included
+    V2_CRC_START = 21      # CRC32C covers attributes .. end of batch
+    MAGIC_POS = 16         # the magic byte is at the same place in v0, v1, v2
+    V0_MIN_SIZE = 14       # crc + magic + attributes + key len + value len
+    V1_MIN_SIZE = 22       # v0 + timestamp
+    V2_MIN_SIZE = 49       # V2_HEADER - LOG_OVERHEAD
+
+cdef enum:
+    ATTR_CODEC = 0x07
+    ATTR_LOG_APPEND_TIME = 0x08
+    ATTR_TRANSACTIONAL = 0x10
+    ATTR_CONTROL = 0x20
+
+# error codes carried through nogil code
+cdef enum:
+    E_OK = 0
+    E_TRUNC           # a field runs past the end of its batch / record
+    E_VARINT          # a varint longer than its type allows
+    E_NEG_LENGTH      # a length below -1 (or below 0 where null is not allowed)
+    E_SIZE            # a batch / message size field that cannot be right
+    E_MAGIC           # unknown magic byte
+    E_COUNT           # a negative or impossible count
+    E_RECORD_SIZE     # a v2 record whose fields do not fill its length
+    E_TRAILING        # bytes left after the last record of a batch
+    E_NESTED          # a compressed message inside a compressed wrapper
+    E_EMPTY_WRAPPER   # a compressed wrapper with no inner messages
+    E_INNER_MAGIC     # inner message magic differs from its wrapper
+    E_NULL_PAYLOAD    # compressed wrapper without a value
+    E_TIMESTAMP       # a timestamp out of range for the requested unit
+    E_NOMEM

@@ -1,0 +1,479 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, embedsignature=True
+"""The producer's compiled send path: Kafka's murmur2 partitioner, the
+record futures, the producer's lock and the :class:`Accumulator` whose
+``send`` appends a record to its partition's open batch without running
+Python."""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_CheckExact
+from cpython.object cimport PyObject
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
+
+from kwire._core.build cimport (ProducerBatch, PyThread_acquire_lock_timed, PyThread_allocate_lock,
+                                PyThread_free_lock, PyThread_release_lock, PyThread_type_lock, kwire_now_ms)
+from kwire._core.consts cimport V2_HEADER
+
+from time import monotonic as _monotonic
+
+
+# --------------------------------------------------------------- partitioning
+cdef uint32_t murmur2_raw(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    # MurmurHash2 (32 bit) as Kafka's Java client computes it: seed 0x9747b28c,
+    # little-endian 4-byte blocks, the tail mixed in before the final mix.
+    cdef uint32_t m = 0x5BD1E995
+    cdef uint32_t h = 0x9747B28C
+    cdef uint32_t k
+    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t blocks = n & ~3
+    h ^= <uint32_t>n
+    while i < blocks:
+        k = (<uint32_t>p[i]) | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+        i += 4
+    if n & 3:
+        if (n & 3) == 3:
+            h ^= <uint32_t>p[blocks + 2] << 16
+        if (n & 3) >= 2:
+            h ^= <uint32_t>p[blocks + 1] << 8
+        h ^= p[blocks]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+def murmur2(data) -> int:
+    """Kafka's murmur2 hash of ``data`` (a bytes-like), as the Java client's
+    ``Utils.murmur2`` returns it: a signed 32-bit int."""
+    cdef Py_buffer view
+    cdef uint32_t h
+    if PyBytes_CheckExact(data):
+        return <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        h = murmur2_raw(<const uint8_t*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return <int32_t>h
+
+
+def partition_for_key(key, int num_partitions) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's
+    ``murmur2_random``) gives a non-null ``key``:
+    ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
+    if num_partitions <= 0:
+        raise ValueError("num_partitions must be positive")
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+
+# ------------------------------------------------- producer accumulation
+# The producer's send() runs here: choosing the partition, appending to the
+# partition's open batch and making the record's future are one compiled
+# call. Everything else (sealing, sending, retries) is Python, in
+# kwire/producer.py, under the same lock.
+
+@cython.auto_pickle(False)
+@cython.freelist(256)
+@cython.no_gc
+cdef class RecordFuture:
+    """The future of one sent record (record ``index`` of the producer's
+    ``batch``): :meth:`get` returns its ``RecordMetadata`` (partition,
+    offset, timestamp, sizes) once the broker acknowledged the batch, or
+    raises the batch's error. The producer's batch supplies ``future`` (a
+    :class:`kwire.future.Future`) and ``metadata(index)``.
+
+    One is made per send(), so it is kept out of the cyclic GC. It can be
+    in a cycle only through a callback that refers to it, on the batch's
+    future, and a future drops its callbacks when it completes, which every
+    batch's does (acknowledged, failed, or failed at close)."""
+    cdef readonly ProducerBatch _batch
+    cdef readonly Py_ssize_t _index
+
+    def __init__(self, ProducerBatch batch not None, Py_ssize_t index):
+        self._batch = batch
+        self._index = index
+
+    def done(self):
+        return self._batch.future.done()
+
+    def get(self, timeout=None):
+        """Wait up to ``timeout`` s (None: for ever) and return the record's metadata."""
+        self._batch.future.result(timeout)
+        return self._batch.metadata(self._index)
+
+    def result(self, timeout=None):
+        """The same as :meth:`get`."""
+        return self.get(timeout)
+
+    def exception(self):
+        """The error the record failed with, or None."""
+        return self._batch.future.exception()
+
+    def add_callback(self, fn):
+        """Call ``fn(metadata, None)`` or ``fn(None, error)`` when done."""
+        batch, index = self._batch, self._index
+
+        def cb(f):
+            if f.failed():
+                fn(None, f.exception())
+            else:
+                fn(batch.metadata(index), None)
+
+        self._batch.future.add_done_callback(cb)
+
+    def __repr__(self):
+        b = self._batch
+        if b is None:                 # made with __new__ and never initialised
+            return "<RecordFuture unbound>"
+        return f"<RecordFuture {b.topic}[{b.partition}] #{self._index} {'done' if self.done() else 'pending'}>"
+
+
+@cython.auto_pickle(False)
+cdef class SendLock:
+    """The producer's lock, usable like ``threading.Lock`` (``with``,
+    ``acquire(blocking, timeout)``, ``release``, and so by
+    ``threading.Condition``), whose compiled users take it without a
+    Python call.
+
+    Every acquire and release runs with the GIL held, so the GIL guards
+    the lock's state (the extension does not declare itself free-threading
+    compatible, so a free-threaded Python keeps its GIL while kwire is
+    loaded): taking a free lock is a flag test, with no atomic
+    instruction and no clock read (``PyThread_acquire_lock_timed`` reads
+    the monotonic clock even when it does not wait, a tenth of a
+    ``send()``). A thread that finds the lock taken waits without the GIL
+    on ``gate``, a lock kept taken that a release opens while anyone
+    waits; a woken waiter tries again, and waits again if another thread
+    took the lock first. ``gate_open`` is true exactly while ``gate`` is
+    released."""
+    cdef PyThread_type_lock gate
+    cdef bint held
+    cdef bint gate_open
+    cdef Py_ssize_t waiters
+
+    def __cinit__(self):
+        self.gate = PyThread_allocate_lock()
+        if self.gate == NULL:
+            raise MemoryError()
+        PyThread_acquire_lock_timed(self.gate, 0, 0)      # closed: a new lock is free, so this cannot fail
+
+    def __dealloc__(self):
+        if self.gate != NULL:
+            if not self.gate_open:
+                PyThread_release_lock(self.gate)           # as CPython does: a lock is freed released
+            PyThread_free_lock(self.gate)
+
+    cdef inline bint try_acquire(self) noexcept:
+        if self.held:
+            return False
+        self.held = True
+        return True
+
+    cdef inline void unlock(self) noexcept:
+        self.held = False
+        if self.waiters and not self.gate_open:
+            self.gate_open = True
+            PyThread_release_lock(self.gate)
+
+    def acquire(self, bint blocking=True, double timeout=-1):
+        cdef long long us = -1
+        cdef int got
+        cdef double deadline = 0
+        if not blocking:
+            if timeout != -1:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            return self.try_acquire()
+        if timeout != -1 and not timeout >= 0:          # NaN too
+            raise ValueError("timeout value must be a non-negative number")
+        if self.try_acquire():
+            return True
+        if timeout >= 0:
+            deadline = _monotonic() + timeout
+        while True:
+            if timeout >= 0:
+                us = <long long>((deadline - _monotonic()) * 1e6)
+                if us < 0:
+                    us = 0
+            self.waiters += 1
+            with nogil:
+                got = PyThread_acquire_lock_timed(self.gate, us, 0)
+            self.waiters -= 1
+            if got == 1:
+                self.gate_open = False
+            if self.try_acquire():
+                return True
+            if got != 1:
+                return False                                # timed out
+
+    def release(self):
+        if not self.held:
+            raise RuntimeError("release unlocked lock")
+        self.unlock()
+
+    def locked(self):
+        return self.held
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@cython.final
+@cython.auto_pickle(False)
+@cython.final
+@cython.auto_pickle(False)
+cdef class Generation:
+    """A counter that compiled code reads without an attribute lookup.
+    The cluster metadata bumps its own each time it takes in a Metadata
+    response; the producer's compiled send compares it with the generation
+    a topic's partitions were taken at."""
+    cdef readonly int64_t value
+
+    def bump(self):
+        self.value += 1
+
+
+@cython.final
+cdef class _Topic:
+    """What the compiled send path knows of one topic: its partitions as of
+    metadata generation ``version`` (-1: none yet; a tuple, which no caller
+    can empty under the send path's feet), ``count`` (how many it has: put()
+    takes 0 to count - 1) and, by partition, the open batch or None (at
+    most ``count`` slots when put() made them)."""
+    cdef int64_t version
+    cdef tuple parts
+    cdef Py_ssize_t count
+    cdef list slots
+
+    def __cinit__(self):
+        self.version = -1
+        self.slots = []
+
+
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
+cdef extern from "Python.h":
+    # without Cython's error check: an int too large for Py_ssize_t is -1 with an error set
+    Py_ssize_t long_as_ssize "PyLong_AsSsize_t"(object o) noexcept
+    PyObject* PyErr_Occurred() noexcept
+    void PyErr_Clear() noexcept
+
+# The Accumulator's cache of the previous send's topic starts with this,
+# which no caller can pass (send() takes a str), so a first call cannot
+# match it.
+cdef object _NO_TOPIC = object()
+
+
+@cython.auto_pickle(False)
+cdef class Accumulator:
+    """The compiled half of ``Producer.send``: when the record's partition
+    is known, its batch is open and has room and the lock is free, it
+    appends the record and returns its future without running Python;
+    otherwise it calls ``slow`` (the producer's Python path, which waits,
+    refreshes metadata, opens and seals batches and raises) with the same
+    arguments. Its state is the producer's, guarded by ``lock`` (a
+    :class:`SendLock`): ``open`` maps (topic, partition) to the open batch
+    (change it with :meth:`put`, :meth:`take` and :meth:`clear`),
+    ``sticky`` a topic to its partition for keyless records, and each
+    topic's partitions are set with :meth:`set_partitions` for the metadata
+    version they came from. Per topic it keeps all the compiled path needs
+    in one place, found with one lookup (and none when the topic is the
+    previous send's). ``generation`` is the cluster metadata's
+    :class:`Generation`. A batch takes records until it reaches
+    ``batch_size`` (then ``on_full`` is called) and never grows past
+    ``max_batch_bytes`` (encoded, uncompressed; None, or more than
+    2**31 - 1: 2**31 - 1, what the format allows)."""
+    cdef readonly dict open
+    cdef dict topics            # topic -> _Topic
+    cdef object last_name       # the previous send's topic (_NO_TOPIC before the first), and its _Topic
+    cdef _Topic last
+    cdef public dict sticky
+    cdef public Py_ssize_t buffered
+    cdef public bint enabled
+    cdef Py_ssize_t batch_size
+    cdef Py_ssize_t max_batch
+    cdef Generation generation
+    cdef SendLock lock
+    cdef object slow
+    cdef object on_full
+
+    def __init__(self, *, SendLock lock not None, Generation generation not None, slow, on_full,
+                 Py_ssize_t batch_size, max_batch_bytes=None):
+        self.open = {}
+        self.topics = {}
+        self.last_name = _NO_TOPIC
+        self.last = None
+        self.sticky = {}
+        self.buffered = 0
+        self.enabled = True
+        self.lock = lock
+        self.generation = generation
+        self.slow = slow
+        self.on_full = on_full
+        self.batch_size = batch_size
+        self.max_batch = INT32_MAX if max_batch_bytes is None else min(max_batch_bytes, INT32_MAX)
+
+    cdef _Topic topic(self, str name):
+        cdef _Topic t = self.topics.get(name)
+        if t is None:
+            t = self.topics[name] = _Topic()
+        return t
+
+    def set_partitions(self, str topic not None, int64_t version, parts, Py_ssize_t count=-1):
+        """``topic`` has partitions ``parts`` (a sequence of ints) as of
+        metadata generation ``version``, out of ``count`` (the number of
+        partitions the metadata lists, when it dropped malformed entries;
+        default: as many as ``parts``). put() takes partitions 0 to count - 1
+        only, whatever ``parts`` holds."""
+        cdef _Topic t
+        cdef tuple kept = tuple(parts)
+        cdef Py_ssize_t n = len(kept) if count < 0 else count
+        if not kept:
+            raise ValueError("a topic has at least one partition")
+        t = self.topic(topic)
+        t.version = version
+        t.parts = kept
+        t.count = n
+
+    def known_partitions(self, str topic not None, int64_t version):
+        """The partitions set for ``topic`` (a tuple) if they are of
+        metadata generation ``version``, else None."""
+        cdef _Topic t = self.topics.get(topic)
+        return t.parts if t is not None and t.version == version else None
+
+    def put(self, tuple tp not None, ProducerBatch batch not None):
+        """Make ``batch`` the open batch of ``tp`` (lock held). The
+        partition must be one of the topic's (set with
+        :meth:`set_partitions`): 0 to the partition count - 1, so what is
+        kept per partition is bounded by what the topic has."""
+        cdef str name
+        cdef _Topic t
+        cdef list slots
+        cdef Py_ssize_t p
+        name, p = tp                     # unpacked: a short tuple is a ValueError, not a read past it
+        t = self.topics.get(name)
+        if t is None or t.parts is None:
+            raise ValueError(f"no partitions known for topic {name!r}: set_partitions first")
+        if not 0 <= p < t.count:
+            raise ValueError(f"partition {p} is not one of topic {name!r}'s {t.count} partitions")
+        slots = t.slots
+        if len(slots) <= p:
+            slots.extend([None] * (p + 1 - len(slots)))
+        slots[p] = batch
+        self.open[tp] = batch
+
+    def take(self, tuple tp not None):
+        """Remove and return the open batch of ``tp`` (lock held)."""
+        cdef list slots
+        cdef Py_ssize_t p
+        batch = self.open.pop(tp)
+        name, p = tp
+        slots = (<_Topic>self.topics[name]).slots
+        if 0 <= p < len(slots):          # put() made its slot (unless ``open`` was changed by hand)
+            slots[p] = None
+        return batch
+
+    def clear(self):
+        """Forget every open batch (lock held)."""
+        self.open.clear()
+        for t in self.topics.values():
+            (<_Topic>t).slots = []
+
+    def send(self, str topic not None, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """``Producer.send``'s arguments; returns the record's future."""
+        cdef _Topic t
+        cdef tuple parts
+        cdef list slots
+        cdef PyObject* batch
+        cdef RecordFuture fut
+        cdef Py_ssize_t n, p
+        cdef int32_t h
+        cdef int64_t ts
+        if not self.enabled:
+            return self.slow(topic, value, key, headers, partition, timestamp_ms)
+        if topic is self.last_name:
+            t = self.last
+        else:
+            t = self.topics.get(topic)
+            if t is None:
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            self.last_name = topic
+            self.last = t
+        if partition is None:
+            if t.version != self.generation.value:             # partitions of other metadata, or none
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            if key is not None:
+                parts = t.parts
+                n = len(parts)
+                if PyBytes_CheckExact(key):
+                    h = <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                else:
+                    h = murmur2(key)
+                partition = parts[(h & 0x7FFFFFFF) % n]
+            else:
+                partition = self.sticky.get(topic)
+                if partition is None:
+                    return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            if not PyLong_CheckExact(partition):
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            p = partition                                       # one of the topic's: small
+        else:                                                   # the caller's: any int, or not one
+            if not PyLong_CheckExact(partition):
+                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            p = long_as_ssize(partition)
+            if p == -1 and PyErr_Occurred() != NULL:            # too large for any partition
+                PyErr_Clear()
+        ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
+        if not self.lock.try_acquire():
+            return self.slow(topic, value, key, headers, partition, ts)
+        try:
+            slots = t.slots
+            if 0 <= p < PyList_GET_SIZE(slots):
+                batch = PyList_GET_ITEM(slots, p)              # borrowed: the lock keeps it there
+                if batch != <PyObject*>None:
+                    fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
+                    if fut is not None:
+                        return fut
+        finally:
+            self.lock.unlock()
+        return self.slow(topic, value, key, headers, partition, ts)
+
+    cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
+                             int64_t ts):
+        """Append to ``batch`` (lock held): count its growth against the
+        buffer, hand it over once it reaches ``batch_size``, and return the
+        record's future; None (nothing added) if the batch has no room for
+        the record (``max_batch_bytes``)."""
+        cdef Py_ssize_t size
+        cdef int index = batch.add(value, key, headers, ts, self.max_batch)
+        cdef RecordFuture fut
+        if index < 0:
+            return None
+        fut = RecordFuture.__new__(RecordFuture)
+        fut._index = index
+        fut._batch = batch
+        size = V2_HEADER + batch.held.bytes
+        self.buffered += size - batch.bytes
+        batch.bytes = size
+        if size >= self.batch_size:
+            self.on_full((topic, partition), batch)
+        return fut
+
+    def append(self, str topic not None, partition, ProducerBatch batch not None, value, key, headers,
+               int64_t timestamp):
+        """The slow path's append to ``batch`` (lock held), as :meth:`send`
+        appends: the record's future, or None if the batch has no room for
+        it (nothing added; if the batch is empty, the record alone is too
+        large: its size is ``batch.refused_size``)."""
+        return self.add_to(topic, partition, batch, value, key, headers, timestamp)
