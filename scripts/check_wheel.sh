@@ -90,7 +90,7 @@ import zipfile
 sdist, wheel = sys.argv[1:]
 problems = []
 # the compiled core: one extension per module (setup.py's CORE_MODULES)
-CORE = ("native", "records", "columnar", "legacy", "build", "send")
+CORE = ("buffers", "native", "records", "columnar", "legacy", "build", "send")
 PXDS = ("buffers", "consts", "native", "records", "build")
 
 with tarfile.open(sdist) as tf:
@@ -204,8 +204,8 @@ import kwire._core
 
 venv = os.path.realpath(sys.argv[1])
 core = [importlib.import_module(f"kwire._core.{m.name}") for m in pkgutil.iter_modules(kwire._core.__path__)]
-if len(core) != 6:
-    sys.exit(f"[check_wheel] FAIL: kwire._core holds {[m.__name__ for m in core]}, not the 6 extensions")
+if len(core) != 7:
+    sys.exit(f"[check_wheel] FAIL: kwire._core holds {[m.__name__ for m in core]}, not the 7 extensions")
 for mod in (kwire, kwire._codec, *core):
     path = os.path.realpath(mod.__file__)
     print(f"[check_wheel] {mod.__name__}.__file__ = {mod.__file__}")

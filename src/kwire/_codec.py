@@ -3,6 +3,7 @@
 The core is the Cython package :mod:`kwire._core`, one extension module per
 concern (see its modules' docstrings):
 
+* ``buffers``: the byte-level helpers (mostly inline, in buffers.pxd);
 * ``native``: CRC32C, lz4 and zstd through their libraries' C entry points;
 * ``records``: the batch walk, the v2 record parser, :class:`Decoder` and
   the result types, :func:`split_batches`;

@@ -44,7 +44,7 @@ def main() -> None:
     import kwire._core
     core = [importlib.import_module(f"kwire._core.{m.name}") for m in pkgutil.iter_modules(kwire._core.__path__)]
     where = {os.path.dirname(os.path.realpath(m.__file__)) for m in core}
-    if len(core) < 6 or where != {os.path.realpath(os.path.join(os.path.dirname(kwire.__file__), "_core"))}:
+    if len(core) < 7 or where != {os.path.realpath(os.path.join(os.path.dirname(kwire.__file__), "_core"))}:
         raise SystemExit(f"[fuzz] the compiled core is not one build beside kwire: {[m.__file__ for m in core]}")
     print(f"[fuzz] target {name}: kwire from {os.path.dirname(kwire.__file__)}, compiled core "
           f"{', '.join(os.path.basename(m.__file__) for m in core)} in {where.pop()}", file=sys.stderr, flush=True)

@@ -1,7 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""Byte-level helpers of kwire's compiled core, all ``cdef inline`` so the
-modules that cimport them compile them in place (no call across modules):
+"""Byte-level helpers of kwire's compiled core, ``cdef inline`` so the
+modules that cimport them compile them in place (no call across modules),
+but for two rare paths kept out of line: growing a buffer (a static C
+function, below) and borrowing anything but None or bytes (buffers.pyx).
+Inlined, they made their callers' per-record code bigger and slower.
 
 * :c:type:`Reader`, a cursor over a byte range whose every read is bounds
   checked and whose first error sticks (later reads return zero and leave
@@ -12,11 +15,9 @@ modules that cimport them compile them in place (no call across modules):
 * :c:type:`Bytes`, a borrowed view of a bytes-like argument.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_Check
 from libc.stdint cimport INT32_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport realloc
 from libc.string cimport memcpy
 
 from kwire._core.consts cimport E_NEG_LENGTH, E_OK, E_TRUNC, E_VARINT
@@ -105,6 +106,8 @@ cdef inline uint64_t rd_uvarint(Reader* r, int max_bytes, uint8_t last_max) noex
 
 
 cdef inline uint64_t rd_uvarint_long(Reader* r, int max_bytes, uint8_t last_max) noexcept nogil:
+    """:c:func:`rd_uvarint` of a varint that is not one or two bytes long
+    (or that the buffer may cut)."""
     cdef uint64_t v = 0
     cdef uint8_t b
     cdef int i
@@ -156,24 +159,45 @@ cdef inline int64_t add_wrap(int64_t a, int64_t b) noexcept nogil:
 
 
 # ----------------------------------------------------------- growable buffer
-cdef struct GBuf:                  # a growable buffer (malloc'd unless said otherwise)
-    char* data
-    Py_ssize_t len
-    Py_ssize_t cap
+# GBuf and gbuf_grow are C, so that gbuf_grow is a static function kept out
+# of line (noinline) in every module that cimports this, as the compiler kept
+# it when the core was one module: the callers' per-record code stays small.
+# Inlined into them (which a module smaller than the old one invites), it
+# slowed them; called through another module, the calls were opaque to the
+# compiler, and slowed them too.
+cdef extern from *:
+    """
+    typedef struct {               /* a growable buffer (malloc'd unless said otherwise) */
+        char* data;
+        Py_ssize_t len;
+        Py_ssize_t cap;
+    } kwire_GBuf;
 
-
-cdef inline int gbuf_grow(GBuf* g, Py_ssize_t extra) noexcept nogil:
-    cdef Py_ssize_t want = g.len + extra
-    cdef Py_ssize_t cap = g.cap if g.cap else 4096
-    cdef char* p
-    while cap < want:
-        cap *= 2
-    p = <char*>realloc(g.data, cap)
-    if p == NULL:
-        return -1
-    g.data = p
-    g.cap = cap
-    return 0
+    /* Room for extra more bytes in g (doubling, from 4 KiB); -1 if out of memory (g unchanged). */
+    #if defined(__GNUC__) || defined(__clang__)
+    __attribute__((unused, noinline))
+    #elif defined(_MSC_VER)
+    __declspec(noinline)
+    #endif
+    static int kwire_gbuf_grow(kwire_GBuf* g, Py_ssize_t extra) {
+        Py_ssize_t want = g->len + extra;
+        Py_ssize_t cap = g->cap ? g->cap : 4096;
+        char* p;
+        while (cap < want)
+            cap *= 2;
+        p = (char*)realloc(g->data, (size_t)cap);
+        if (p == NULL)
+            return -1;
+        g->data = p;
+        g->cap = cap;
+        return 0;
+    }
+    """
+    ctypedef struct GBuf "kwire_GBuf":
+        char* data
+        Py_ssize_t len
+        Py_ssize_t cap
+    int gbuf_grow "kwire_gbuf_grow"(GBuf* g, Py_ssize_t extra) noexcept nogil
 
 
 cdef inline int gbuf_reserve(GBuf* g, Py_ssize_t extra) noexcept nogil:
@@ -269,25 +293,23 @@ cdef struct Bytes:           # a borrowed view of a bytes-like argument
     Py_buffer view
 
 
+cdef int borrow_other(object o, Bytes* b, str what) except -1     # buffers.pyx
+
+
 cdef inline int borrow(object o, Bytes* b, str what) except -1:
+    """Borrow ``o`` (None, or bytes-like and at most INT32_MAX bytes) into
+    ``b``; release it with ``unborrow``. None and bytes take the inlined
+    path, anything else (and every error) ``borrow_other``."""
     b.release = False
     if o is None:
         b.p = NULL
         b.n = -1
-    elif PyBytes_Check(o):
+        return 0
+    if PyBytes_Check(o) and PyBytes_GET_SIZE(o) <= INT32_MAX:
         b.p = PyBytes_AS_STRING(o)
         b.n = PyBytes_GET_SIZE(o)
-    elif PyUnicode_Check(o):
-        raise TypeError(f"{what} must be bytes-like or None, not str")
-    else:
-        PyObject_GetBuffer(o, &b.view, PyBUF_SIMPLE)
-        b.release = True
-        b.p = <const char*>b.view.buf
-        b.n = b.view.len
-    if b.n > INT32_MAX:
-        unborrow(b)
-        raise ValueError(f"{what} is longer than Kafka allows (2 GiB)")
-    return 0
+        return 0
+    return borrow_other(o, b, what)
 
 
 cdef inline void unborrow(Bytes* b) noexcept:
