@@ -369,7 +369,7 @@ cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil
     put_be16(&out, job.producer_epoch)
     put_be32(&out, job.base_sequence)
     put_be32(&out, count)
-    store_be32(job.batch + 17, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
+    store_be32(job.batch + V2_CRC, crc32c(job.batch + V2_CRC_START, job.size - V2_CRC_START))
 
 
 # Compressing is most of a compressed batch's cost, and one thread doing it
@@ -600,12 +600,12 @@ def restamp_batch(batch, int64_t producer_id, int producer_epoch, int32_t base_s
     finally:
         PyBuffer_Release(&view)
     q = PyBytes_AS_STRING(out)
-    store_be32(q + 43, <uint32_t>(<uint64_t>producer_id >> 32))
-    store_be32(q + 47, <uint32_t>(<uint64_t>producer_id & 0xFFFFFFFF))
-    q[51] = <char>((producer_epoch >> 8) & 0xFF)
-    q[52] = <char>(producer_epoch & 0xFF)
-    store_be32(q + 53, <uint32_t>base_sequence)
-    store_be32(q + 17, crc32c(<const uint8_t*>q + V2_CRC_START, PyBytes_GET_SIZE(out) - V2_CRC_START))
+    store_be32(q + V2_PRODUCER_ID, <uint32_t>(<uint64_t>producer_id >> 32))
+    store_be32(q + V2_PRODUCER_ID + 4, <uint32_t>(<uint64_t>producer_id & 0xFFFFFFFF))
+    q[V2_PRODUCER_EPOCH] = <char>((producer_epoch >> 8) & 0xFF)
+    q[V2_PRODUCER_EPOCH + 1] = <char>(producer_epoch & 0xFF)
+    store_be32(q + V2_BASE_SEQUENCE, <uint32_t>base_sequence)
+    store_be32(q + V2_CRC, crc32c(<const uint8_t*>q + V2_CRC_START, PyBytes_GET_SIZE(out) - V2_CRC_START))
     return out
 
 

@@ -5,11 +5,27 @@ bits and the error codes carried through code that runs without the GIL."""
 cdef enum:
     LOG_OVERHEAD = 12      # offset int64 + size int32 before every batch/message
     V2_HEADER = 61         # whole v2 batch header, LOG_OVERHEAD included
-    V2_CRC_START = 21      # CRC32C covers attributes .. end of batch
+    V2_CRC_START = 21      # CRC32C covers attributes .. end of batch (V2_ATTRIBUTES on)
     MAGIC_POS = 16         # the magic byte is at the same place in v0, v1, v2
     V0_MIN_SIZE = 14       # crc + magic + attributes + key len + value len
     V1_MIN_SIZE = 22       # v0 + timestamp
     V2_MIN_SIZE = 49       # V2_HEADER - LOG_OVERHEAD
+
+# The v2 batch header: where each field starts, from the batch's first byte.
+cdef enum:
+    V2_BASE_OFFSET = 0          # int64
+    V2_LENGTH = 8               # int32: the size of the rest of the batch
+    V2_LEADER_EPOCH = 12        # int32: partition leader epoch
+    V2_MAGIC = 16               # int8: 2 (MAGIC_POS)
+    V2_CRC = 17                 # uint32: CRC32C from V2_ATTRIBUTES to the batch's end
+    V2_ATTRIBUTES = 21          # int16 (ATTR_* bits)
+    V2_LAST_OFFSET_DELTA = 23   # int32
+    V2_FIRST_TIMESTAMP = 27     # int64
+    V2_MAX_TIMESTAMP = 35       # int64
+    V2_PRODUCER_ID = 43         # int64
+    V2_PRODUCER_EPOCH = 51      # int16
+    V2_BASE_SEQUENCE = 53       # int32
+    V2_RECORD_COUNT = 57        # int32; the records follow, at V2_HEADER
 
 cdef enum:
     ATTR_CODEC = 0x07
