@@ -50,7 +50,7 @@ cdef struct EncodeJob:             # one batch for build_batches
     int64_t* max_ts
     Held* held                     # records to append to the builder first (a ProducerBatch's), or NULL
     GBuf direct                    # uncompressed, they are encoded straight into the batch: its payload
-    int mode                       # how the payload is made: 0 copied from src, 3 lz4, 4 zstd (codec ids)
+    int mode                       # how the payload is made: CODEC_NONE copied from src, CODEC_LZ4, CODEC_ZSTD
     int level
     const char* src                # the records (or the payload, already compressed in Python)
     Py_ssize_t src_len

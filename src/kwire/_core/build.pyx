@@ -19,8 +19,8 @@ from libc.string cimport memset
 from kwire._core.buffers cimport (Bytes, GBuf, borrow, gbuf_reserve, put_be16, put_be32, put_be64, put_raw,
                                   put_varint, store_be32, unborrow, varint_size)
 from kwire._core.consts cimport *
-from kwire._core.native cimport (_lz4f_compress, _zstd_compress, _zstd_create, _zstd_free, crc32c, native_bound,
-                                 native_compress)
+from kwire._core.native cimport (LZ4_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL, _lz4f_compress, _zstd_compress, _zstd_create,
+                                 _zstd_free, crc32c, native_bound, native_compress)
 from kwire._core.records cimport Batch, read_batch
 
 import os as _os
@@ -261,12 +261,12 @@ cdef class RecordBatchBuilder(_Builder):
         job.producer_id = self.producer_id if producer_id is None else <int64_t>producer_id
         job.producer_epoch = self.producer_epoch if producer_epoch is None else <int16_t>producer_epoch
         job.base_sequence = self.base_sequence if base_sequence is None else <int32_t>base_sequence
-        if self.codec == 3 and _lz4f_compress != NULL:
-            job.mode = 3
-            job.level = 0 if self.level is None else self.level
-        elif self.codec == 4 and _zstd_compress != NULL:
-            job.mode = 4
-            job.level = 3 if self.level is None else self.level
+        if self.codec == CODEC_LZ4 and _lz4f_compress != NULL:
+            job.mode = CODEC_LZ4
+            job.level = LZ4_DEFAULT_LEVEL if self.level is None else self.level
+        elif self.codec == CODEC_ZSTD and _zstd_compress != NULL:
+            job.mode = CODEC_ZSTD
+            job.level = ZSTD_DEFAULT_LEVEL if self.level is None else self.level
         elif self.codec:
             if held != NULL and held_encode(held, &self.buf, job) < 0:
                 raise MemoryError()
@@ -331,7 +331,7 @@ cdef void encode_batch(EncodeJob* job, void* zctx, GBuf* scratch) noexcept nogil
     cdef Py_ssize_t n
     cdef int32_t count
     if job.held != NULL and job.src == NULL:
-        if job.mode == 0:
+        if job.mode == CODEC_NONE:
             job.direct.data = job.dst     # sized exactly (plan): never reallocated
             job.direct.len = 0
             job.direct.cap = job.cap
@@ -443,7 +443,7 @@ cdef void take_jobs(BuildShare* share) noexcept nogil:
         if i >= share.n:
             break
         job = &share.jobs[i]
-        if job.mode == 4 and zctx == NULL:
+        if job.mode == CODEC_ZSTD and zctx == NULL:
             zctx = _zstd_create()
             if zctx == NULL:
                 job.size = -2
@@ -545,7 +545,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
             else:
                 pid, epoch, seq = stamp          # unpacked: a short tuple is a ValueError, not a read past it
                 outs.append(b.plan(&jobs[i], held, last_offset_delta, pid, epoch, seq))
-            if jobs[i].mode == 3 or jobs[i].mode == 4:
+            if jobs[i].mode == CODEC_LZ4 or jobs[i].mode == CODEC_ZSTD:
                 compressed += 1
         encode_all(jobs, n, max(0, min(compressed - 1, _BUILD_HELPERS)))
         for i in range(n):

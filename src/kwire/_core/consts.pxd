@@ -33,6 +33,16 @@ cdef enum:
     ATTR_TRANSACTIONAL = 0x10
     ATTR_CONTROL = 0x20
 
+# Compression codec ids (the ATTR_CODEC bits; kwire.compression names them).
+cdef enum:
+    CODEC_NONE = 0
+    CODEC_GZIP = 1
+    CODEC_SNAPPY = 2
+    CODEC_LZ4 = 3
+    CODEC_ZSTD = 4
+    CODEC_MAX = CODEC_ZSTD          # the highest id Kafka defines
+    CODEC_MAX_V07 = CODEC_SNAPPY    # Kafka 0.7 knows gzip and snappy only
+
 # error codes carried through nogil code
 cdef enum:
     E_OK = 0

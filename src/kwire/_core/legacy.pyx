@@ -130,11 +130,11 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
         bi.producer_id = bi.partition_leader_epoch = bi.base_sequence = -1
         bi.producer_epoch = -1
         bi.size_in_bytes = m.total
-        if m.codec == 0:
+        if m.codec == CODEC_NONE:
             bi.record_count = 1
             res.records.append(record_v07(bi, buf + m.payload_pos, m.payload_len))
         else:
-            if m.codec > 2:
+            if m.codec > CODEC_MAX_V07:
                 raise UnsupportedCodecError(f"unknown 0.7 compression codec {m.codec}",
                                             topic, partition, offset)
             try:
@@ -213,7 +213,7 @@ cdef class LegacyMessageSetBuilder(_Builder):
             raise ValueError("legacy message sets have magic 0 or 1")
         self.magic = magic
         self.codec = _codec_id(compression)
-        if self.codec == 4:
+        if self.codec == CODEC_ZSTD:
             raise ValueError("zstd needs message format v2 (magic 2)")
         self.level = compression_level
         self.base_offset = base_offset
@@ -288,7 +288,7 @@ def encode_v07(payloads, compression=None, *, int magic=1):
     cdef bytes inner
     if magic not in (0, 1):
         raise ValueError("0.7 messages have magic 0 or 1")
-    if codec > 2:
+    if codec > CODEC_MAX_V07:
         raise ValueError("Kafka 0.7 knows only gzip and snappy")
     if codec and magic != 1:
         raise ValueError("compressed 0.7 messages need magic 1")

@@ -68,6 +68,13 @@ cdef enum:                # lz4_frame_decompress's errors
     LZ4_NOMEM = 3
 
 
+cdef enum:
+    # the compression levels the lz4 and zstandard packages default to
+    # (kwire.compression's too): what a batch gets when none is given
+    LZ4_DEFAULT_LEVEL = 0
+    ZSTD_DEFAULT_LEVEL = 3
+    LZ4F_VERSION = 100          # lz4frame.h's LZ4F_VERSION, for LZ4F_createDecompressionContext
+
 cdef Py_ssize_t native_bound(int codec, int level, Py_ssize_t n) noexcept nogil
 cdef Py_ssize_t native_compress(int codec, int level, char* dst, Py_ssize_t cap, const char* src,
                                 Py_ssize_t n, void* zctx) noexcept nogil

@@ -10,6 +10,7 @@ from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from kwire._core.buffers cimport GBuf, gbuf_reserve
+from kwire._core.consts cimport CODEC_LZ4, CODEC_ZSTD
 
 import google_crc32c as _google_crc32c
 
@@ -76,10 +77,10 @@ cdef Py_ssize_t native_bound(int codec, int level, Py_ssize_t n) noexcept nogil:
     """The most bytes ``native_compress`` can make of ``n`` bytes with
     ``codec`` (0: copied)."""
     cdef LZ4FPrefs prefs
-    if codec == 3:
+    if codec == CODEC_LZ4:
         lz4f_prefs(&prefs, level)
         return <Py_ssize_t>_lz4f_bound(<size_t>n, &prefs)
-    if codec == 4:
+    if codec == CODEC_ZSTD:
         return <Py_ssize_t>_zstd_bound(<size_t>n)
     return n
 
@@ -91,11 +92,11 @@ cdef Py_ssize_t native_compress(int codec, int level, char* dst, Py_ssize_t cap,
     when ``codec`` is 0; its size, or -1 if the codec failed."""
     cdef LZ4FPrefs prefs
     cdef size_t size
-    if codec == 3:
+    if codec == CODEC_LZ4:
         lz4f_prefs(&prefs, level)
         size = _lz4f_compress(dst, <size_t>cap, src, <size_t>n, &prefs)
         return -1 if _lz4f_is_error(size) else <Py_ssize_t>size
-    if codec == 4:
+    if codec == CODEC_ZSTD:
         size = _zstd_compress(zctx, dst, <size_t>cap, src, <size_t>n, level)
         return -1 if _zstd_is_error(size) else <Py_ssize_t>size
     if dst != src:
@@ -118,7 +119,7 @@ def _load_native_codecs():
         _lz4f_dctx_free = <lz4f_dctx_free_t><size_t>found[4]
         _lz4f_dctx_reset = <lz4f_dctx_reset_t><size_t>found[5]
         _lz4f_decompress = <lz4f_decompress_t><size_t>found[6]
-    if not _native_usable("lz4", "compress", _native_compression_check(3, "lz4", why)):
+    if not _native_usable("lz4", "compress", _native_compression_check(CODEC_LZ4, "lz4", why)):
         _lz4f_compress = NULL
     if not _native_usable("lz4", "decompress", _native_lz4_decompression_check(why)):
         _lz4f_decompress = NULL
@@ -129,7 +130,7 @@ def _load_native_codecs():
         _zstd_create, _zstd_free, _zstd_bound, _zstd_compress, _zstd_is_error = (
             <zstd_create_t><size_t>found[0], <zstd_free_t><size_t>found[1], <zstd_bound_t><size_t>found[2],
             <zstd_compress_t><size_t>found[3], <is_error_t><size_t>found[4])
-    if not _native_usable("zstd", "compress", _native_compression_check(4, "zstd", why)):
+    if not _native_usable("zstd", "compress", _native_compression_check(CODEC_ZSTD, "zstd", why)):
         _zstd_compress = NULL
 
 
@@ -149,7 +150,7 @@ def _native_compression_check(int codec, str name, why):
     they were not found), or None: they give the package's bytes at its
     default level."""
     sample = b"kwire native codec check " * 200
-    if why is None and _native_compress(codec, sample, 3 if codec == 4 else 0) != _compress(codec, sample, 2, None):
+    if why is None and _native_compress(codec, sample, ZSTD_DEFAULT_LEVEL if codec == CODEC_ZSTD else LZ4_DEFAULT_LEVEL) != _compress(codec, sample, 2, None):
         why = f"its output differs from the {name} package's"
     return why
 
@@ -167,10 +168,10 @@ def _native_lz4_decompression_check(why):
     if why is not None:
         return why
     sample = b"kwire native codec check " * 5000
-    frame = _compress(3, sample, 2, None)
+    frame = _compress(CODEC_LZ4, sample, 2, None)
     memset(&out, 0, sizeof(GBuf))
     try:
-        if _lz4f_is_error(_lz4f_dctx_create(&dctx, 100)):
+        if _lz4f_is_error(_lz4f_dctx_create(&dctx, LZ4F_VERSION)):
             dctx = NULL
             return "no decompression context"
         if lz4_frame_decompress(dctx, <const uint8_t*>PyBytes_AS_STRING(frame), len(frame), &out, 1 << 20,
@@ -237,7 +238,7 @@ def _native_compress(int codec, bytes data, int level):
     cdef void* zctx = NULL
     cdef Py_ssize_t cap = native_bound(codec, level, PyBytes_GET_SIZE(data))
     out = PyBytes_FromStringAndSize(NULL, cap)
-    if codec == 4:
+    if codec == CODEC_ZSTD:
         zctx = _zstd_create()
         if zctx == NULL:
             raise MemoryError()

@@ -25,7 +25,7 @@ from libc.string cimport memcmp
 from kwire._core.buffers cimport (Reader, add_wrap, rd_bytes, rd_i8, rd_i16, rd_i32, rd_i64, rd_init, rd_u32,
                                   rd_varint)
 from kwire._core.consts cimport *
-from kwire._core.native cimport (LZ4_BOMB, LZ4_NOMEM, _lz4f_decompress, _lz4f_dctx_create, _lz4f_dctx_free,
+from kwire._core.native cimport (LZ4_BOMB, LZ4_NOMEM, LZ4F_VERSION, _lz4f_decompress, _lz4f_dctx_create, _lz4f_dctx_free,
                                  _lz4f_dctx_reset, _lz4f_is_error, crc32c, lz4_frame_decompress)
 
 from kwire import compression as _compression
@@ -509,7 +509,7 @@ cdef class _Driver:
         cdef int err = 0
         cdef Py_ssize_t n
         if self.lz4_dctx == NULL:
-            if _lz4f_is_error(_lz4f_dctx_create(&self.lz4_dctx, 100)):
+            if _lz4f_is_error(_lz4f_dctx_create(&self.lz4_dctx, LZ4F_VERSION)):
                 self.lz4_dctx = NULL
                 raise MemoryError()
         else:
@@ -646,19 +646,19 @@ cdef class _Driver:
                 raise CrcMismatchError(
                     f"record batch CRC32C mismatch (stored {b.crc:#010x}, computed {crc:#010x})",
                     self.topic, self.partition, b.base_offset)
-        if codec > 4:
+        if codec > CODEC_MAX:
             raise UnsupportedCodecError(f"unknown compression codec id {codec}",
                                         self.topic, self.partition, b.base_offset)
         self.begin_batch(b)
         if (b.attributes & ATTR_CONTROL) and not self.include_control:
             return ST_NEXT
-        if b.count == 0 and codec == 0:
+        if b.count == 0 and codec == CODEC_NONE:
             if body_len:
                 self.raise_code(E_TRAILING, b.base_offset)
             return ST_NEXT
-        if codec == 0:
+        if codec == CODEC_NONE:
             p, n = self.buf + body, body_len
-        elif codec == 3 and _lz4f_decompress != NULL:
+        elif codec == CODEC_LZ4 and _lz4f_decompress != NULL:
             n = self.lz4_payload(b, body, body_len)
             p = <const uint8_t*>self.plain.data
         else:
@@ -705,13 +705,13 @@ cdef class _Driver:
         cdef int err = 0, st, count = 0
         cdef int64_t last_rel = 0, rel_base
         self.check_legacy_crc(self.buf + b.pos + LOG_OVERHEAD, b.total - LOG_OVERHEAD, b, b.base_offset)
-        if codec == 0:
+        if codec == CODEC_NONE:
             self.begin_batch(b)
             self.decoded += b.total
             st = self.legacy_message(b, b.base_offset, b.timestamp, self.legacy_ts_type(b),
                                      self.buf + b.key_pos, b.key_len, self.buf + b.value_pos, b.value_len)
             return ST_BEFORE if st == ST_BEFORE else ST_NEXT
-        if codec > 4:
+        if codec > CODEC_MAX:
             raise UnsupportedCodecError(f"unknown compression codec id {codec}",
                                         self.topic, self.partition, b.base_offset)
         if b.value_len < 0:
