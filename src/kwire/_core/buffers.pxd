@@ -157,7 +157,6 @@ cdef inline int64_t add_wrap(int64_t a, int64_t b) noexcept nogil:
     return <int64_t>(<uint64_t>a + <uint64_t>b)
 
 
-
 # ----------------------------------------------------------- growable buffer
 # GBuf and gbuf_grow are C, so that gbuf_grow is a static function kept out
 # of line (noinline) in every module that cimports this, as the compiler kept
@@ -316,4 +315,3 @@ cdef inline void unborrow(Bytes* b) noexcept:
     if b.release:
         PyBuffer_Release(&b.view)
         b.release = False
-

@@ -82,7 +82,6 @@ cdef int add_record(GBuf* buf, int32_t* count, int64_t* first_ts, int64_t* max_t
     return 0
 
 
-
 @cython.auto_pickle(False)
 cdef class _Builder:
 
@@ -280,7 +279,6 @@ cdef class RecordBatchBuilder(_Builder):
         return result
 
 
-
 cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
@@ -394,7 +392,6 @@ cdef extern from *:
     #endif
     """
     Py_ssize_t fetch_add "kwire_fetch_add"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
-
 
 
 cdef int _cpus():
@@ -629,7 +626,6 @@ cdef int held_grow(Held* h, Py_ssize_t cap) noexcept:
     return 0
 
 
-
 @cython.auto_pickle(False)
 cdef class ProducerBatch:
     """The producer's batch of one partition while it takes records. It
@@ -778,5 +774,3 @@ cdef void held_release(Held* h) noexcept:
         Py_XDECREF_(h.refs[i])
     free(h.refs)
     h.refs = NULL
-
-

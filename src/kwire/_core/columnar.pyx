@@ -55,7 +55,6 @@ cdef Py_ssize_t utf8_invalid_at(const uint8_t* s, Py_ssize_t n) noexcept nogil:
     return -1
 
 
-
 # -------------------------------------------------------- columns
 cdef enum:
     C_OFFSET, C_TS, C_TS_TYPE
@@ -640,7 +639,6 @@ cdef inline int note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) no
     if not valid:
         nulls[0] += 1
     return 0
-
 
 
 def decode_columnar(data, *, topic=None, partition=None, int64_t min_offset=-1,

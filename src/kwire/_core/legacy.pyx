@@ -168,7 +168,6 @@ def decode_v07(data, int64_t start_offset, *, bint check_crcs=True,
     return res
 
 
-
 # ------------------------------------------------------------------ writing
 cdef int put_legacy_message(GBuf* g, int64_t offset, int magic, int attributes, int64_t ts,
                             Bytes* k, Bytes* v) except -1:
@@ -312,4 +311,3 @@ def encode_v07(payloads, compression=None, *, int magic=1):
         return PyBytes_FromStringAndSize(g.data, g.len)
     finally:
         free(g.data)
-

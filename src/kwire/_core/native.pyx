@@ -54,7 +54,6 @@ if _crc32c_extend(0, <const uint8_t*>b"123456789", 9) != 0xE3069283:
     raise ImportError("google-crc32c's crc32c_extend gave a wrong check value")
 
 
-
 cdef object _compress = _compression.compress
 
 # Producers compress many batches per turn of their sender thread. Through
@@ -72,6 +71,7 @@ cdef inline void lz4f_prefs(LZ4FPrefs* prefs, int level) noexcept nogil:
     prefs.frameInfo.blockSizeID = 4          # LZ4F_max64KB
     prefs.frameInfo.blockMode = 1            # LZ4F_blockIndependent
     prefs.compressionLevel = level
+
 
 cdef Py_ssize_t native_bound(int codec, int level, Py_ssize_t n) noexcept nogil:
     """The most bytes ``native_compress`` can make of ``n`` bytes with
@@ -229,7 +229,6 @@ cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t 
             return out.len
         if dst_size == 0 and src_size == 0:   # no input left, no output to give: the frame is cut
             return lz4_failed(out, err, LZ4_CORRUPT)
-
 
 
 def _native_compress(int codec, bytes data, int level):

@@ -135,8 +135,6 @@ cdef inline int end_record(Reader* r, Rec* rec) noexcept nogil:
     return 0
 
 
-
-
 cdef inline object header_key_str(const uint8_t* p, int32_t n):
     # Invalid UTF-8 is replaced (U+FFFD), like Java's String decoding does.
     return PyUnicode_DecodeUTF8(<const char*>p, n, "replace")

@@ -152,7 +152,6 @@ cdef int read_batch(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Batch* b
     return 1
 
 
-
 # ---------------------------------------------------------------- v2 record
 cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Rec* rec) noexcept nogil:
     """Parse and validate one v2 record; its headers are checked, not kept."""
@@ -165,7 +164,6 @@ cdef inline int parse_record(Reader* r, int64_t base_offset, int64_t base_ts, Re
         if rd_header(r, &k, &kn, &v, &vn) < 0:
             return -1
     return end_record(r, rec)
-
 
 
 # ------------------------------------------------------------ record objects
@@ -779,7 +777,6 @@ cdef class _Driver:
         return ST_NEXT
 
 
-
 # ----------------------------------------------------------- object decoder
 cdef class Decoder(_Driver):
     """Decodes buffers of record batches into :class:`Record` objects.
@@ -1050,4 +1047,3 @@ def resize_frame(bytearray frame not None, Py_ssize_t size):
     if size < 0:
         raise ValueError("a frame size is not negative")
     PyByteArray_Resize(frame, size)
-

@@ -74,7 +74,6 @@ def partition_for_key(key, int num_partitions) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
-
 # ------------------------------------------------- producer accumulation
 # The producer's send() runs here: choosing the partition, appending to the
 # partition's open batch and making the record's future are one compiled
