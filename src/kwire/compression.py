@@ -31,7 +31,7 @@ import lz4.frame as _lz4f
 import snappy as _snappy
 import zstandard as _zstd
 
-from .errors import DecompressionBombError, DecompressionError, UnsupportedCodecError
+from .errors import DecompressionBombError, DecompressionError, UnsupportedCodecError, without_traceback
 
 __all__ = [
     "NONE",
@@ -351,7 +351,7 @@ def decompress(codec: int, data: Buffer, limit: int = DEFAULT_MAX_DECOMPRESSED_B
     # The codec functions' frames, reachable from the traceback and from the
     # library error it was raised during, hold the partial output.
     del data
-    error.__traceback__ = error.__cause__ = error.__context__ = None
+    without_traceback(error, chained=False)
     try:
         raise error
     finally:
