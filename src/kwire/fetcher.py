@@ -31,7 +31,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
@@ -709,19 +709,24 @@ class Fetcher:
             if c is not None:
                 self._buffer[tp] = c
 
-    def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
-        out: Dict[TopicPartition, List[Record]] = {}
-        n = 0
+    def _each_buffered(self) -> Iterator[Tuple[TopicPartition, Any, Any, int]]:
+        """The buffered partitions in serving order, each with its chunk, its state and its share of
+        max_poll_bytes; a partition no longer assigned is dropped on the way."""
         order = self._serving_order()
         share = max(1, self._poll_bytes // max(1, len(order)))   # max_poll_bytes split between the partitions
         for tp in order:
-            if n >= limit:
-                break
-            c = self._buffer[tp]
             st = self._states.get(tp)
             if st is None:
                 self._drop_buffered(tp)
                 continue
+            yield tp, self._buffer[tp], st, share
+
+    def _take_records(self, limit: int) -> Dict[TopicPartition, List[Record]]:
+        out: Dict[TopicPartition, List[Record]] = {}
+        n = 0
+        for tp, c, st, share in self._each_buffered():
+            if n >= limit:
+                break
             if not c.untaken:
                 self._decode(c, limit - n, share)
             chunk = c.records[c.taken:c.taken + (limit - n)]
@@ -743,16 +748,9 @@ class Fetcher:
                 timestamp_unit=unit)
         out = {}
         left = max_records
-        order = self._serving_order()
-        share = max(1, self._poll_bytes // max(1, len(order)))
-        for tp in order:
+        for tp, c, st, share in self._each_buffered():
             if left is not None and left <= 0:
                 break
-            c = self._buffer[tp]
-            st = self._states.get(tp)
-            if st is None:
-                self._drop_buffered(tp)
-                continue
             rb = None
             # records left by poll(), aborted data (it needs per-batch producer ids), a corrupt batch ahead
             # or a batch begun by poll(): the object path, then columns
