@@ -231,7 +231,7 @@ cdef Py_ssize_t lz4_frame_decompress(void* dctx, const uint8_t* src, Py_ssize_t 
             return lz4_failed(out, err, LZ4_CORRUPT)
 
 
-def _native_compress(int codec, bytes data, int level):
+def _native_compress(int codec, bytes data not None, int level):
     """``data`` compressed through the C entry points (the import-time check)."""
     cdef bytes out
     cdef void* zctx = NULL
