@@ -169,6 +169,29 @@ def _poll_until(c: Consumer, until: Callable[[], bool], got: List[Tuple[int, int
             got.extend((tp.partition, r.offset) for r in records)
 
 
+def _two_partitions_in_a_group(broker: HostileBroker, strategy: str
+                               ) -> Tuple[Coordinator, List[Tuple[int, int]], List[float], Recorder, Consumer]:
+    """10 records in each partition, a scripted coordinator and a consumer
+    with ``strategy``: (coordinator, records got, poll durations, listener,
+    consumer)."""
+    for p in (0, 1):
+        _fill(broker, p, 0, 10)
+    coord = Coordinator(broker)
+    got: List[Tuple[int, int]] = []
+    listener = Recorder(got)
+    return coord, got, [], listener, _consumer(broker, partition_assignment_strategy=strategy)
+
+
+def _answer_the_next_commit_late(broker: HostileBroker, coord: Coordinator) -> None:
+    """The next OffsetCommit is answered after 2 s; 5 records are written to
+    each partition while it is in flight."""
+    def more() -> None:
+        for p in (0, 1):
+            _fill(broker, p, 10, 5)
+    coord.on_commit = more
+    coord.commit_replies = [lambda answer: Delay(2.0, answer)]
+
+
 def _no_errors_logged(caplog: Any) -> None:
     bad = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("kwire")]
     assert not bad, bad
@@ -220,22 +243,11 @@ def test_poll_keeps_its_bound_while_the_commit_before_an_eager_revocation_is_not
     the committed positions); the listener sees revoked (after the commit
     was answered), then assigned, and the JoinGroup goes after the commit."""
     caplog.set_level(logging.INFO, logger="kwire")
-    for p in (0, 1):
-        _fill(broker, p, 0, 10)
-    coord = Coordinator(broker)
-    got: List[Tuple[int, int]] = []
-    durations: List[float] = []
-    listener = Recorder(got)
-    c = _consumer(broker, partition_assignment_strategy="range")
+    coord, got, durations, listener, c = _two_partitions_in_a_group(broker, "range")
     try:
         c.subscribe([TOPIC], listener=listener)
         _poll_until(c, lambda: len(got) >= 20, got, durations)
-
-        def more() -> None:                 # records written while the commit is in flight
-            for p in (0, 1):
-                _fill(broker, p, 10, 5)
-        coord.on_commit = more
-        coord.commit_replies = [lambda answer: Delay(2.0, answer)]
+        _answer_the_next_commit_late(broker, coord)
         coord.rebalance.set()
         _poll_until(c, lambda: len(got) >= 30 and len(listener.events) >= 3, got, durations)
         for _ in range(5):                   # nothing more comes (nothing twice)
@@ -265,22 +277,11 @@ def test_poll_keeps_its_bound_while_the_commit_before_a_cooperative_revocation_i
     meanwhile, partition 1 is neither fetched nor returned past its
     committed position; then it is revoked and the member rejoins."""
     caplog.set_level(logging.INFO, logger="kwire")
-    for p in (0, 1):
-        _fill(broker, p, 0, 10)
-    coord = Coordinator(broker)
-    got: List[Tuple[int, int]] = []
-    durations: List[float] = []
-    listener = Recorder(got)
-    c = _consumer(broker, partition_assignment_strategy="cooperative-sticky")
+    coord, got, durations, listener, c = _two_partitions_in_a_group(broker, "cooperative-sticky")
     try:
         c.subscribe([TOPIC], listener=listener)
         _poll_until(c, lambda: len(got) >= 20, got, durations)
-
-        def more() -> None:
-            for p in (0, 1):
-                _fill(broker, p, 10, 5)
-        coord.on_commit = more
-        coord.commit_replies = [lambda answer: Delay(2.0, answer)]
+        _answer_the_next_commit_late(broker, coord)
         coord.sync_override = [0]
         coord.rebalance.set()
         _poll_until(c, lambda: len(listener.events) >= 4 and len(broker.received("JoinGroup")) >= 3

@@ -47,18 +47,26 @@ def _huge_prefix(declared: int, then: float):
     return handler
 
 
+def _consume_behind_huge_prefix(broker, run_scenario, size, close_after, seconds):
+    """A one-partition broker answering every Fetch with a size prefix of
+    `size` (then 64 bytes, then a close after `close_after` s), consumed
+    for `seconds` with poll(500): the run and its result."""
+    b = broker({"t": 1})
+    _fill(b)
+    b.on("Fetch", _huge_prefix(size, close_after))
+    run = run_scenario(consume, {"bootstrap": b.bootstrap, "topic": "t", "seconds": seconds, "timeout_ms": 500},
+                       timeout=40)
+    res = run.check().result
+    run.figure = {"slowest_poll": round(res["slowest_poll"], 2), "connections": b.connections}
+    return run, res
+
+
 def test_huge_size_prefix_allocates_nothing(broker, run_scenario):
     """Every Fetch is answered with a size prefix of 1 GiB - 1 and 64 bytes,
     then the connection closes after 0.3 s. For 2.5 s of poll(500): each poll
     returns within its timeout, the peak RSS grows by less than 32 MiB (no
     buffer of the declared size) and the log stays quiet."""
-    b = broker({"t": 1})
-    _fill(b)
-    b.on("Fetch", _huge_prefix((1 << 30) - 1, 0.3))
-    run = run_scenario(consume, {"bootstrap": b.bootstrap, "topic": "t", "seconds": 2.5, "timeout_ms": 500},
-                       timeout=40)
-    res = run.check().result
-    run.figure = {"slowest_poll": round(res["slowest_poll"], 2), "connections": b.connections}
+    run, res = _consume_behind_huge_prefix(broker, run_scenario, (1 << 30) - 1, 0.3, seconds=2.5)
     assert run.rss_growth_mib < 32, run.describe()
     assert res["slowest_poll"] < 0.5 + 0.3, run.describe()
     assert res["logs"] <= 5, res["log_messages"]
@@ -69,13 +77,7 @@ def test_allowed_size_grows_as_bytes_arrive(broker, run_scenario):
     """A Fetch answer declaring 40 MB (under the response limit) of which
     only 64 bytes come: the frame buffer grows as bytes arrive, so the peak
     RSS grows by less than 16 MiB."""
-    b = broker({"t": 1})
-    _fill(b)
-    b.on("Fetch", _huge_prefix(40_000_000, 1.0))
-    run = run_scenario(consume, {"bootstrap": b.bootstrap, "topic": "t", "seconds": 2.0, "timeout_ms": 500},
-                       timeout=40)
-    res = run.check().result
-    run.figure = {"slowest_poll": round(res["slowest_poll"], 2), "connections": b.connections}
+    run, res = _consume_behind_huge_prefix(broker, run_scenario, 40_000_000, 1.0, seconds=2.0)
     assert run.rss_growth_mib < 16, run.describe()
     assert res["slowest_poll"] < 0.5 + 0.3, run.describe()
 
