@@ -56,6 +56,7 @@ import kwire
 from kwire import protocol
 from kwire.protocol import messages as m
 from kwire.protocol._wire import _tags
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from support.varint import zigzag
 
 __all__ = [
@@ -65,8 +66,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 22
-OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 1, 3
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = (
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.INIT_PRODUCER_ID)
+OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 #: The versions announced by default: each the highest kwire speaks that still
 #: names topics (Fetch 13 and Produce 13 name them by id only).
