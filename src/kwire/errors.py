@@ -378,6 +378,32 @@ def raise_for_v07_code(code: int, error_message: Optional[str] = None, **context
 __all__ += ["Kafka07Error", "error_for_v07_code", "raise_for_v07_code"]
 
 
+# ------------------------------------------------------ the producer's own
+class ProducerClosedError(KwireError):
+    """The producer was closed."""
+
+
+class InvalidPartitionError(KwireError, ValueError):
+    """``send()`` named a partition its topic does not have (Kafka's
+    client: IllegalArgumentException "Invalid partition given with
+    record")."""
+
+
+class RecordTooLargeError(globals()["MessageTooLargeError"]):  # type: ignore[misc]
+    """``send()`` refused a record that, serialized in a batch of its own,
+    is larger than ``max_request_size`` or than ``buffer_memory`` (Kafka's
+    client: RecordTooLargeException). The error of code 10,
+    MESSAGE_TOO_LARGE, a broker answers for such a record; not retriable."""
+
+    def __init__(self, error_message: Optional[str] = None, **where: Any) -> None:
+        super().__init__(error_message, **where)
+        # the producer's own words, not a broker's
+        self.args = (f"{error_message} (topic {self.topic!r}, partition {self.partition})",)
+
+
+__all__ += ["ProducerClosedError", "InvalidPartitionError", "RecordTooLargeError"]
+
+
 def __getattr__(name: str) -> Type[KafkaError]:
     """Module attributes not found otherwise (PEP 562). The error classes
     above are made from the tables at import time, so type checkers cannot

@@ -41,18 +41,16 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
-import random
 import threading
 import time
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, build_batches,
-                          partition_for_key, restamp_batch)
+                          restamp_batch)
 from kwire.client import Client
 from kwire.config import PRODUCER, resolve
-from kwire.errors import KwireError, MessageTooLargeError
+from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -64,8 +62,6 @@ __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "Pro
 log = logging.getLogger(__name__)
 
 
-#: The size of a record batch's header: what a batch holding no record is.
-BATCH_OVERHEAD = RecordBatchBuilder(None).size_in_bytes
 #: How long ``close()`` waits past its timeout for the sender thread to end
 #: (it ends at its next turn, a few milliseconds away, unless a turn is
 #: busy encoding batches).
@@ -76,28 +72,6 @@ _NO_STAMP = (-1, -1)
 
 class BufferFullError(KafkaTimeoutError):
     """``send()`` waited ``max_block_ms`` for room in ``buffer_memory``."""
-
-
-class ProducerClosedError(KwireError):
-    """The producer was closed."""
-
-
-class InvalidPartitionError(KwireError, ValueError):
-    """``send()`` named a partition its topic does not have (Kafka's
-    client: IllegalArgumentException "Invalid partition given with
-    record")."""
-
-
-class RecordTooLargeError(MessageTooLargeError):  # type: ignore[misc,valid-type]
-    """``send()`` refused a record that, serialized in a batch of its own,
-    is larger than ``max_request_size`` or than ``buffer_memory`` (Kafka's
-    client: RecordTooLargeException). The error of code 10,
-    MESSAGE_TOO_LARGE, a broker answers for such a record; not retriable."""
-
-    def __init__(self, error_message: Optional[str] = None, **where: Any) -> None:
-        super().__init__(error_message, **where)
-        # the producer's own words, not a broker's
-        self.args = (f"{error_message} (topic {self.topic!r}, partition {self.partition})",)
 
 
 class _Batch(ProducerBatch):
@@ -145,17 +119,18 @@ class Producer:
         self._client = Client(cfg)
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
+        # the send state's one owner: partitioning, the open batches, the bytes buffered, sealing
         self._acc = Accumulator(lock=self._lock, generation=self._client.cluster.generation,
-                                slow=self._send_slow, on_full=self._on_full, batch_size=cfg["batch_size"],
-                                max_batch_bytes=min(cfg["max_request_size"], cfg["buffer_memory"]))
-        self._open: Dict[Tuple[str, int], _Batch] = self._acc.open
-        # the compiled path itself, so a send runs no Python frame (see send below)
+                                check=self._check_send, wait_partitions=self._wait_partitions,
+                                wait_room=self._wait_room, new_batch=self._new_batch, sealed=self._sealed,
+                                batch_size=cfg["batch_size"], max_request_size=cfg["max_request_size"],
+                                buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"])
+        # the compiled send itself, so a send runs no Python frame (see send below)
         self.send = self._acc.send  # type: ignore[method-assign]
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
-        self._sealed: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
+        self._sealed_batches: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
         self._in_flight_tp: Dict[Tuple[str, int], int] = {}
-        self._sticky: Dict[str, int] = self._acc.sticky
         self._next_expiry = float("inf")       # no sealed batch expires before this
         self._flushing = 0
         self._closing = False
@@ -199,7 +174,7 @@ class Producer:
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[int]:
         """The partitions of ``topic`` (waits for metadata)."""
         wait = timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0
-        return list(self._partitions(topic, time.monotonic() + wait))
+        return list(self._wait_partitions(topic, time.monotonic() + wait))
 
     def send(
         self,
@@ -217,90 +192,38 @@ class Producer:
         Raises at once :class:`InvalidPartitionError` for a ``partition``
         the topic does not have, :class:`RecordTooLargeError` for a record
         larger than ``max_request_size`` or ``buffer_memory`` serialized,
-        ``TypeError`` for arguments of the wrong type. The common case runs
-        compiled (:class:`kwire._codec.Accumulator`); it falls back to
-        :meth:`_send_slow` when a batch must be opened, metadata fetched,
-        room waited for or an error raised.
+        ``TypeError`` for arguments of the wrong type. It runs compiled
+        (:class:`kwire._codec.Accumulator`, which each producer puts in
+        place of this method), calling Python only to wait for metadata or
+        room, to check a transactional producer's state and to make a new
+        batch.
         """
         return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
 
-    def _send_slow(self, topic: str, value: Optional[bytes], key: Optional[bytes],
-                   headers: Optional[Sequence[Tuple[str, Optional[bytes]]]], partition: Optional[int],
-                   timestamp_ms: Optional[int]) -> RecordFuture:
-        if self._closing:
-            raise ProducerClosedError("send() after close()")
+    # ------------------------------------------- send()'s calls into Python
+    def _check_send(self) -> None:
+        """Whether a record may be sent now (while the compiled path is
+        disabled: failed, or transactional)."""
         if self._fatal is not None:
             raise self._fatal
         if self._txn is not None:
             self._txn.check_send()
-        if partition is not None:
-            if isinstance(partition, bool):
-                raise TypeError("partition must be an int, not bool")
-            partition = operator.index(partition)
-        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0     # metadata and room share it
-        parts = self._known_partitions(topic)
-        if parts is None:
-            parts = self._partitions(topic, deadline)
-        n = self._client.cluster.partition_count(topic) or len(parts)    # as the metadata lists them
-        if partition is None:
-            if key is not None:
-                partition = parts[partition_for_key(key, len(parts))]
-            else:
-                partition = self._sticky.get(topic)
-                if partition is None or not 0 <= partition < n:     # none yet, or of older metadata
-                    partition = self._sticky[topic] = random.choice(parts)
-        if not 0 <= partition < n:
-            raise InvalidPartitionError(f"partition {partition} does not exist (topic {topic!r} has {n} "
-                                        f"partition{'s: 0 to ' + str(n - 1) if n > 1 else ': 0'})")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        tp = (topic, partition)
-        with self._lock:
-            batch = self._open.get(tp)
-            while True:
-                if self._closing:           # again under the lock: close() fails what it finds there
-                    raise ProducerClosedError("send() after close()")
-                if batch is None:
-                    self._wait_for_room(topic, partition, value, key, headers, ts, deadline)    # may let the lock go
-                    batch = self._open.get(tp)                                      # ... and one opened meanwhile
-                    if batch is None:
-                        now = time.monotonic()
-                        builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
-                        batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
-                        batch.reserve(self._sealed_count.get(tp, 0))      # room for as many as the last one took
-                        self._acc.put(tp, batch)
-                fut = self._acc.append(topic, partition, batch, value, key, headers, ts)
-                if fut is not None:
-                    return fut
-                if not batch.record_count:     # the record alone is too large for a batch
-                    self._acc.take(tp)
-                    raise self._too_large(batch.refused_size, topic, partition)
-                self._seal(tp, batch)          # no room left for it: it goes in the next batch
-                batch = None
 
-    def _too_large(self, size: int, topic: str, partition: int) -> RecordTooLargeError:
-        """The error of a record that makes a batch of ``size`` bytes alone."""
-        limit = self.cfg["max_request_size"]
-        if size > limit:
-            text = (f"The message is {size} bytes when serialized which is larger than {limit}, which is the "
-                    "value of the max_request_size configuration.")
-        else:
-            text = (f"The message is {size} bytes when serialized which is larger than the total memory buffer "
-                    f"you have configured with the buffer_memory configuration ({self.cfg['buffer_memory']}).")
-        return RecordTooLargeError(text, api="Produce", topic=topic, partition=partition)
-
-    def _on_full(self, tp: Tuple[str, int], batch: _Batch) -> None:
-        """``batch`` reached ``batch_size`` (lock held): seal it, wake the sender."""
-        self._seal(tp, batch)
-        self._client.wakeup()
+    def _new_batch(self, topic: str, partition: int) -> _Batch:
+        """A new open batch for the partition (lock held)."""
+        now = time.monotonic()
+        builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
+        batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
+        batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
+        return batch
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or
         failed: a record's error is on its own future). Raises
         :class:`KafkaTimeoutError` if that takes longer than ``timeout`` s."""
         with self._lock:
-            for tp, batch in list(self._open.items()):
-                self._seal(tp, batch)
-            futures = [b.future for b in self._sealed]
+            self._acc.seal_all()
+            futures = [b.future for b in self._sealed_batches]
             self._flushing += 1
         self._client.wakeup()
         try:
@@ -334,6 +257,7 @@ class Producer:
             self._closing = True
             if deadline is not None and (self._close_deadline is None or deadline < self._close_deadline):
                 self._close_deadline = deadline
+            self._acc.closed = True
             self._acc.enabled = False
             self._room.notify_all()            # sends waiting for room give up
         self._client.wakeup()
@@ -386,7 +310,9 @@ class Producer:
                 self._acc.set_partitions(topic, version, parts, cluster.partition_count(topic) or -1)
         return parts
 
-    def _partitions(self, topic: str, deadline: float) -> Sequence[int]:
+    def _wait_partitions(self, topic: str, deadline: float) -> Sequence[int]:
+        """The topic's partitions, set in the Accumulator; waits for
+        metadata until ``deadline``."""
         self._client.add_topics([topic])
         self._client.wakeup()
         while True:
@@ -402,19 +328,10 @@ class Producer:
             time.sleep(0.005)
 
     # -------------------------------------------------------- buffering
-    def _wait_for_room(self, topic: str, partition: int, value: Any, key: Any, headers: Any, ts: int,
-                       deadline: float) -> None:
+    def _wait_room(self, deadline: float) -> None:
         """Wait (lock held, let go while waiting) until ``buffer_memory``
-        has room, at most until ``deadline`` (send()'s ``max_block_ms``); a
-        record that could never fit is refused at once."""
+        has room, at most until ``deadline`` (send()'s ``max_block_ms``)."""
         limit = self.cfg["buffer_memory"]
-        if self._acc.buffered < limit:
-            return
-        probe = ProducerBatch(topic, partition, RecordBatchBuilder(None))
-        probe.append(value, key, headers, ts)
-        size = BATCH_OVERHEAD + probe.encoded_size
-        if size > min(limit, self.cfg["max_request_size"]):
-            raise self._too_large(size, topic, partition)
         self._client.wakeup()
         while self._acc.buffered >= limit:
             left = deadline - time.monotonic()
@@ -428,30 +345,21 @@ class Producer:
             if self._closing:
                 raise ProducerClosedError("the producer was closed while send() waited for room")
 
-    def _seal(self, tp: Tuple[str, int], batch: _Batch) -> None:
-        """Close ``batch`` to appends (lock held); it waits to be sent. A
-        batch with no record (its first one was refused) is dropped."""
-        self._acc.take(tp)
-        if not batch.record_count:
-            return
+    def _sealed(self, tp: Tuple[str, int], batch: _Batch) -> None:
+        """The Accumulator sealed ``batch`` (lock held): it waits to be sent."""
         self._sealed_count[tp] = batch.record_count
         self._ready[tp].append(batch)
-        self._sealed.add(batch)
+        self._sealed_batches.add(batch)
         if batch.deadline < self._next_expiry:
             self._next_expiry = batch.deadline
-        if self._sticky.get(tp[0]) == tp[1]:
-            parts = self._client.cluster.partitions_for(tp[0]) or [tp[1]]
-            if len(parts) > 1:
-                choices = [p for p in parts if p != tp[1]]
-                self._sticky[tp[0]] = random.choice(choices)
+        self._client.wakeup()
 
     def _release(self, batch: _Batch) -> None:
         if self._txn is not None:
             self._txn.track(batch.future)     # every batch passes here before its future completes
         with self._lock:
-            self._acc.buffered -= batch.bytes
-            batch.bytes = 0
-            self._sealed.discard(batch)
+            self._acc.release(batch)
+            self._sealed_batches.discard(batch)
             self._room.notify_all()
 
     # ----------------------------------------------------- sender thread
@@ -480,7 +388,7 @@ class Producer:
 
     def _idle(self) -> bool:
         with self._lock:
-            return not self._open and not self._sealed
+            return not self._acc.open and not self._sealed_batches
 
     def _fail_all(self, error: BaseException) -> None:
         """Fail every batch not acknowledged yet with ``error`` (kept for
@@ -489,10 +397,9 @@ class Producer:
             self._fatal = error
         self._acc.enabled = False
         with self._lock:
-            pending = list(self._sealed) + list(self._open.values())
-            self._sealed.clear()
+            pending = list(self._sealed_batches) + self._acc.clear()
+            self._sealed_batches.clear()
             self._ready.clear()
-            self._acc.clear()
             self._unacked.clear()
             self._room.notify_all()
         for b in pending:
@@ -505,10 +412,10 @@ class Producer:
         now = time.monotonic()
         wait = 0.1
         with self._lock:
-            for tp, batch in list(self._open.items()):
+            for tp, batch in list(self._acc.open.items()):
                 age = now - batch.created
                 if self._flushing or self._closing or age >= self._linger or batch.deadline <= now:
-                    self._seal(tp, batch)       # (one past its deadline, to expire below)
+                    self._acc.seal(tp)          # (one past its deadline, to expire below)
                 else:
                     wait = min(wait, self._linger - age)
         if self._txn is not None:
@@ -538,7 +445,7 @@ class Producer:
         expired = []
         with self._lock:
             nearest = float("inf")
-            for b in self._sealed:
+            for b in self._sealed_batches:
                 if b.deadline <= now:
                     expired.append(b)
                 elif b.deadline < nearest:

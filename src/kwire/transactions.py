@@ -478,8 +478,7 @@ class TransactionManager:
         p = self._producer
         failed = []
         with p._lock:
-            failed.extend(p._open.values())
-            p._acc.clear()          # the open batches and the compiled path's slots
+            failed.extend(p._acc.clear())      # the open batches
             for q in p._ready.values():
                 keep = [b for b in q if b.payload is not None]
                 failed.extend(b for b in q if b.payload is None)

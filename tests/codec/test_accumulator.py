@@ -1,6 +1,7 @@
 """The producer's compiled send path (kwire._codec.Accumulator): which
-records it takes itself, which it hands to the Python slow path, and that
-errors leave its lock free. The producer around it is tested against the
+records it takes without running Python, when it calls into Python (the
+producer's waits and new batches), partitioning, sealing, and that errors
+leave its lock free. The producer around it is tested against the
 broker in tests/client."""
 
 from __future__ import annotations
@@ -12,37 +13,66 @@ import pytest
 
 import kwire
 from kwire._codec import Accumulator, Generation, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock
+from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
+from kwire.future import KafkaTimeoutError
+from kwire.producer import BufferFullError
 
 
 class _Harness:
-    def __init__(self, batch_size=1 << 20):
-        self.slow_calls = []
-        self.full = []
+    """An Accumulator whose calls into Python (the producer's, in
+    kwire/producer.py) are recorded: ``calls`` lists them by name."""
+
+    def __init__(self, batch_size=1 << 20, **limits):
+        self.calls = []
+        self.sealed = []
+        self.metadata = {}                 # what wait_partitions finds: topic -> partitions
+        self.refuse = None                 # what check() raises
         self.lock = SendLock()
         self.generation = Generation()
         self.generation.bump()
-        self.acc = Accumulator(lock=self.lock, generation=self.generation, slow=self.slow, on_full=self.on_full,
-                               batch_size=batch_size)
+        self.acc = Accumulator(lock=self.lock, generation=self.generation, check=self.check,
+                               wait_partitions=self.wait_partitions, wait_room=self.wait_room,
+                               new_batch=self.new_batch, sealed=self.on_sealed, batch_size=batch_size, **limits)
 
-    def slow(self, *args):
-        self.slow_calls.append(args)
-        return "slow"
+    def check(self):
+        self.calls.append("check")
+        if self.refuse is not None:
+            raise self.refuse
 
-    def on_full(self, tp, batch):
-        self.full.append((tp, batch))
-        self.acc.take(tp)
+    def wait_partitions(self, topic, deadline):
+        self.calls.append("wait_partitions")
+        assert deadline > time.monotonic()
+        if topic not in self.metadata:
+            raise KafkaTimeoutError(f"no metadata for {topic!r}")
+        self.acc.set_partitions(topic, self.generation.value, self.metadata[topic])
+
+    def wait_room(self, deadline):
+        self.calls.append("wait_room")
+        assert self.lock.locked()
+        raise BufferFullError("full")
+
+    def new_batch(self, topic, partition):
+        self.calls.append("new_batch")
+        assert self.lock.locked()
+        return ProducerBatch(topic, partition, RecordBatchBuilder(None))
+
+    def on_sealed(self, tp, batch):
+        assert self.lock.locked()
+        self.sealed.append((tp, batch))
 
     def open(self, topic, partitions):
+        self.metadata[topic] = list(partitions)
         self.acc.set_partitions(topic, self.generation.value, list(partitions))
-        for p in partitions:
-            self.acc.put((topic, p), ProducerBatch(topic, p, RecordBatchBuilder(None)))
+        with self.lock:
+            for p in partitions:
+                self.acc.put((topic, p), ProducerBatch(topic, p, RecordBatchBuilder(None)))
 
 
 def test_keyed_records_go_where_murmur2_says_and_futures_count_up():
     h = _Harness()
     h.open("t", range(5))
     futs = [h.acc.send("t", b"v%d" % i, b"key-%d" % i, None, None, 1000 + i) for i in range(50)]
-    assert not h.slow_calls
+    assert not h.calls                                                # no Python ran
     per_partition = {}
     for i, f in enumerate(futs):
         assert isinstance(f, RecordFuture)
@@ -56,38 +86,115 @@ def test_keyed_records_go_where_murmur2_says_and_futures_count_up():
     assert h.acc.buffered == sum(b.bytes for b in h.acc.open.values())
 
 
-def test_what_goes_to_the_slow_path():
+def test_what_calls_into_python():
+    h = _Harness()
+    h.metadata["t"] = [0, 1]
+    keyed = kwire.partition_for_key(b"k", 2)
+    f = h.acc.send("t", b"v", b"k")                                    # no partitions known yet, no batch
+    assert h.calls == ["wait_partitions", "new_batch"]
+    assert f._batch.partition == keyed
+    h.calls.clear()
+    assert h.acc.sticky_partition("t") is None
+    f = h.acc.send("t", b"v")                                          # keyless: a sticky partition chosen
+    sticky = h.acc.sticky_partition("t")
+    assert sticky in (0, 1) and f._batch.partition == sticky
+    assert h.calls == ([] if sticky == keyed else ["new_batch"])
+    h.calls.clear()
+    assert h.acc.send("t", b"v")._batch.partition == sticky and not h.calls
+    h.generation.bump()                                                # metadata changed since
+    h.acc.send("t", b"v", b"k")
+    assert h.calls == ["wait_partitions"]
+    with pytest.raises(KafkaTimeoutError):
+        h.acc.send("unknown", b"v")
+    assert not h.lock.locked()
+
+
+def test_a_disabled_path_checks_every_send_and_closed_refuses():
+    h = _Harness()
+    h.open("t", [0])
+    h.acc.enabled = False                                              # failed, or transactional
+    assert isinstance(h.acc.send("t", b"v", None, None, 0), RecordFuture)
+    assert h.calls == ["check"]
+    h.refuse = KwireError("not in a transaction")
+    with pytest.raises(KwireError, match="not in a transaction"):
+        h.acc.send("t", b"v", None, None, 0)
+    h.acc.closed = True
+    with pytest.raises(ProducerClosedError):
+        h.acc.send("t", b"v", None, None, 0)
+    assert not h.lock.locked()
+
+
+def test_a_send_waits_for_a_lock_held_elsewhere():
+    h = _Harness()
+    h.open("t", [0])
+    h.lock.acquire()
+    done = []
+    t = threading.Thread(target=lambda: done.append(h.acc.send("t", b"v", None, None, 0)))
+    t.start()
+    time.sleep(0.05)
+    assert not done                                                    # the sender holds the lock
+    h.lock.release()
+    t.join(5)
+    assert isinstance(done[0], RecordFuture) and not h.lock.locked()
+
+
+def test_partitions_the_topic_lacks_and_bad_types_raise():
     h = _Harness()
     h.open("t", [0, 1])
-    assert h.acc.send("unknown", b"v", b"k") == "slow"                 # no partitions known
-    assert h.acc.send("t", b"v") == "slow"                             # keyless, no sticky partition yet
-    h.acc.sticky["t"] = 1
-    assert isinstance(h.acc.send("t", b"v"), RecordFuture)             # ... now it has one
-    assert h.acc.send("t", b"v", None, None, 7) == "slow"              # no open batch for partition 7
-    h.generation.bump()                                                # metadata changed since
-    assert h.acc.send("t", b"v", b"k") == "slow"
-    h.open("t", [0, 1])
-    with h.lock:                                                       # the sender holds the lock
-        assert h.acc.send("t", b"v", b"k") == "slow"
-    h.acc.enabled = False                                              # closing or failed
-    assert h.acc.send("t", b"v", b"k") == "slow"
-    # the slow path gets the arguments, the timestamp fixed once taken
-    topic, value, key, headers, partition, ts = h.slow_calls[-2]
-    assert (topic, value, key, headers, partition) == ("t", b"v", b"k", None, kwire.partition_for_key(b"k", 2))
-    assert abs(ts - time.time() * 1000) < 60_000
+    for p in (2, -1, 2**63, -2**63 - 1, 2**100):
+        with pytest.raises(InvalidPartitionError, match=f"partition {p} does not exist"):
+            h.acc.send("t", b"v", None, None, p)
+    with pytest.raises(TypeError):
+        h.acc.send("t", b"v", None, None, True)
+    with pytest.raises(TypeError):
+        h.acc.send("t", b"v", None, None, "0")
+    assert h.acc.send("t", b"v", None, None, numpy_like_int(1))._batch.partition == 1
+    assert not h.lock.locked() and not h.calls
 
 
-def test_a_full_batch_is_handed_over_once():
+class numpy_like_int:
+    """An int-like that is not an int (as numpy's integers): taken through __index__."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_a_full_batch_is_sealed_once_and_the_sticky_partition_moves_on():
     h = _Harness(batch_size=500)
-    h.open("t", [0])
-    sent = 0
-    while not h.full:
-        assert isinstance(h.acc.send("t", b"x" * 100, None, None, 0), RecordFuture)
+    h.open("t", [0, 1, 2])
+    first = h.acc.send("t", b"x" * 100)._batch.partition
+    sent = 1
+    while not h.sealed:
+        assert h.acc.send("t", b"x" * 100)._batch.partition == first
         sent += 1
     assert sent == 5                                                   # 61-byte header + 5 records of 106
-    assert len(h.full) == 1 and h.full[0][0] == ("t", 0)
-    assert h.full[0][1].bytes >= 500
-    assert h.acc.send("t", b"x", None, None, 0) == "slow"              # the next record opens a new batch
+    assert len(h.sealed) == 1 and h.sealed[0][0] == ("t", first)
+    assert h.sealed[0][1].bytes >= 500 and ("t", first) not in h.acc.open
+    assert h.acc.sticky_partition("t") != first                        # KIP-480: the next batch elsewhere
+    h.calls.clear()
+    assert isinstance(h.acc.send("t", b"x", None, None, first), RecordFuture)
+    assert h.calls == ["new_batch"]                                    # the next record opens a new batch
+
+
+def test_seal_and_clear():
+    h = _Harness()
+    h.open("t", [0, 1])
+    h.acc.send("t", b"v", None, None, 0)
+    with h.lock:
+        h.acc.seal_all()
+    assert [tp for tp, _ in h.sealed] == [("t", 0)]                    # the empty batch of 1 is dropped
+    assert not h.acc.open
+    h.acc.send("t", b"v", None, None, 1)
+    with h.lock:
+        left = h.acc.clear()
+    assert [b.partition for b in left] == [1] and not h.acc.open
+    assert h.acc.buffered == h.sealed[0][1].bytes + left[0].bytes
+    with h.lock:
+        h.acc.release(left[0])
+    assert h.acc.buffered == h.sealed[0][1].bytes and left[0].bytes == 0
 
 
 def test_a_bad_record_raises_and_leaves_the_lock_free():
@@ -97,6 +204,34 @@ def test_a_bad_record_raises_and_leaves_the_lock_free():
         h.acc.send("t", 12345, None, None, 0)
     assert not h.lock.locked()
     assert isinstance(h.acc.send("t", b"fine", None, None, 0), RecordFuture)
+
+
+def test_a_record_too_large_for_a_batch_of_its_own_is_refused():
+    h = _Harness(max_request_size=1000, buffer_memory=5000)
+    h.open("t", [0])
+    with pytest.raises(RecordTooLargeError, match="larger than 1000, which is the value of the max_request_size"):
+        h.acc.send("t", b"x" * 2000, b"k", None, 0)
+    assert not h.lock.locked() and not h.acc.open                      # the empty batch was dropped
+    h = _Harness(max_request_size=10000, buffer_memory=1000)
+    h.open("t", [0])
+    with pytest.raises(RecordTooLargeError, match=r"buffer_memory configuration \(1000\)"):
+        h.acc.send("t", b"x" * 2000, b"k", None, 0)
+    assert not h.lock.locked()
+
+
+def test_a_full_buffer_waits_for_room_unless_the_record_could_never_fit():
+    h = _Harness(batch_size=100, max_request_size=10000, buffer_memory=300)
+    h.open("t", [0, 1, 2])
+    for p in (0, 1, 2):
+        h.acc.send("t", b"x" * 200, None, None, p)                     # each seals its batch: 3 x 267 bytes
+    assert h.acc.buffered >= 300
+    h.calls.clear()
+    with pytest.raises(BufferFullError):
+        h.acc.send("t", b"x", None, None, 0)
+    assert h.calls == ["wait_room"]
+    with pytest.raises(RecordTooLargeError):                           # refused at once, no wait
+        h.acc.send("t", b"x" * 400, None, None, 0)
+    assert h.calls == ["wait_room"] and not h.lock.locked()
 
 
 def test_send_lock_behaves_like_threading_lock():
@@ -270,21 +405,25 @@ from kwire._codec import (Accumulator, Generation, LegacyMessageSetBuilder, Prod
                           RecordFuture, SendLock, build_batches, encode_v07, murmur2, partition_for_key,
                           restamp_batch)
 
-def acc():
-    return Accumulator(lock=SendLock(), generation=Generation(), slow=lambda *a: "slow", on_full=None,
-                       batch_size=1 << 20)
+def acc(**kw):
+    hooks = dict(check=None, wait_partitions=None, wait_room=None, new_batch=None, sealed=None)
+    return Accumulator(**dict(hooks, lock=SendLock(), generation=Generation(), batch_size=1 << 20, **kw))
 
 def batch():
     return ProducerBatch("t", 0, RecordBatchBuilder(None))
 
+def ready():
+    a = acc()
+    a.set_partitions("t", 0, [0])
+    a.put(("t", 0), batch())
+    return a
+
 CALLS = {
     # a fresh accumulator's cache of the last topic must not take None for it (it segfaulted)
     "send(None) first": lambda: acc().send(None, b"v", None, None, 0),
-    "send(None) after a topic": lambda: (lambda a: (a.send("t", b"v"), a.send(None, b"v")))(acc()),
-    "Accumulator(lock=None)": lambda: Accumulator(lock=None, generation=Generation(), slow=None, on_full=None,
-                                                  batch_size=1),
-    "Accumulator(generation=None)": lambda: Accumulator(lock=SendLock(), generation=None, slow=None,
-                                                        on_full=None, batch_size=1),
+    "send(None) after a topic": lambda: (lambda a: (a.send("t", b"v", None, None, 0), a.send(None, b"v")))(ready()),
+    "Accumulator(lock=None)": lambda: acc(lock=None),
+    "Accumulator(generation=None)": lambda: acc(generation=None),
     "set_partitions(None)": lambda: acc().set_partitions(None, 0, [0]),
     "set_partitions(parts=None)": lambda: acc().set_partitions("t", 0, None),
     "known_partitions(None)": lambda: acc().known_partitions(None, 0),
@@ -293,9 +432,9 @@ CALLS = {
     "put((None, 0))": lambda: acc().put((None, 0), batch()),
     "put(())": lambda: acc().put((), batch()),                   # a short tuple was read past its end
     "put(('t',))": lambda: acc().put(("t",), batch()),
-    "take(None)": lambda: acc().take(None),
-    "append(topic=None)": lambda: acc().append(None, 0, batch(), b"v", None, None, 0),
-    "append(batch=None)": lambda: acc().append("t", 0, None, b"v", None, None, 0),
+    "seal(None)": lambda: acc().seal(None),
+    "release(None)": lambda: acc().release(None),
+    "sticky_partition(None)": lambda: acc().sticky_partition(None),
     "ProducerBatch(None)": lambda: ProducerBatch(None, 0, RecordBatchBuilder(None)),
     "ProducerBatch(builder=None)": lambda: ProducerBatch("t", 0, None),
     "RecordFuture(None)": lambda: RecordFuture(None, 0),
@@ -327,9 +466,10 @@ parts.clear()
 a.put(("t", 0), batch())
 a.put(("t", 1), batch())
 assert type(a.send("t", b"v", b"k")).__name__ == "RecordFuture"
-# an entry put into ``open`` by hand: take() must not write past the partition table
+# an entry put into ``open`` by hand: seal() must not write past the partition table
 a.open[("t", 1000)] = batch()
-assert a.take(("t", 1000)) is not None
+assert a.seal(("t", 1000)) is not None
+assert a.seal(()) is None and a.seal(("t", 5)) is None        # no open batch there
 print("done")
 '''
 
@@ -357,8 +497,8 @@ def test_put_takes_only_the_partitions_the_topic_has():
     """A partition index from a hostile Metadata (50,000,000, or 2**31 - 1)
     must not size the per-partition table (it took 400 MB, and would take
     16 GiB): put() takes only partitions 0 to count - 1 of a topic whose
-    partitions are set, and a keyed send that picks such an index goes to
-    the slow path without allocating."""
+    partitions are set, and a keyed send that picks such an index raises
+    InvalidPartitionError without allocating."""
     h = _Harness()
     h.acc.set_partitions("t", h.generation.value, [0, 50_000_000])
     for p in (50_000_000, 2**31 - 1, 2, -1):
@@ -374,43 +514,30 @@ def test_put_takes_only_the_partitions_the_topic_has():
         h.acc.put(("u", 0), ProducerBatch("u", 0, RecordBatchBuilder(None)))
     assert set(h.acc.open) == {("t", 1), ("g", 2)}
     key = next(b"k%d" % i for i in range(1000) if kwire.partition_for_key(b"k%d" % i, 2) == 1)
-    assert h.acc.send("t", b"v", key) == "slow"             # picks partition 50,000,000: no batch, no table
-    assert h.slow_calls[-1][4] == 50_000_000
+    with pytest.raises(InvalidPartitionError):              # picks partition 50,000,000: no batch, no table
+        h.acc.send("t", b"v", key)
+    assert set(h.acc.open) == {("t", 1), ("g", 2)} and not h.calls
 
 
-def test_any_int_for_a_partition_goes_to_the_slow_path():
-    h = _Harness()
-    h.open("t", [0, 1])
-    for p in (2, -1, 2**63, -2**63 - 1, 2**100):
-        assert h.acc.send("t", b"v", None, None, p) == "slow"
-    assert [c[4] for c in h.slow_calls] == [2, -1, 2**63, -2**63 - 1, 2**100]
-
-
-def test_a_batch_never_grows_past_max_batch_bytes():
-    """``max_batch_bytes`` (the producer's max_request_size): a batch takes
-    no record that would make it larger; send() hands such a record to the
-    slow path without adding it, and append() returns None for it. An
-    empty batch refusing a record tells how large a batch of it alone is."""
-    h = _Harness()
-    h.acc = Accumulator(lock=h.lock, generation=h.generation, slow=h.slow, on_full=h.on_full, batch_size=1 << 20,
-                        max_batch_bytes=1000)
+def test_a_batch_never_grows_past_max_request_size():
+    """A batch takes no record that would make it larger than
+    max_request_size: such a record goes in the next batch; one that alone
+    would is refused, naming the size of a batch of it alone."""
+    h = _Harness(max_request_size=1000)
     h.open("t", [0])
-    batch = h.acc.open[("t", 0)]
+    first = h.acc.open[("t", 0)]
     added = 0
-    while isinstance(h.acc.send("t", b"x" * 100, None, None, 0), RecordFuture):
+    while not h.sealed:
+        h.acc.send("t", b"x" * 100, None, None, 0)
         added += 1
-    assert added == 8 and batch.record_count == 8                      # 61 + 8 * 106 = 909; a 9th: 1015
-    assert batch.bytes <= 1000 and h.acc.buffered == batch.bytes
-    assert h.slow_calls[-1][1] == b"x" * 100
-    assert h.acc.append("t", 0, batch, b"x" * 100, None, None, 0) is None
-    assert batch.record_count == 8 and batch.bytes <= 1000
-    assert isinstance(h.acc.append("t", 0, batch, b"x" * 10, None, None, 0), RecordFuture)   # a small one fits
-    empty = ProducerBatch("t", 0, RecordBatchBuilder(None))
-    h.acc.take(("t", 0))
-    h.acc.put(("t", 0), empty)
-    assert h.acc.append("t", 0, empty, b"x" * 2000, b"k", None, 0) is None
-    assert empty.record_count == 0 and empty.bytes == 0 and empty.refused_size > 2000
-    assert empty.refused_size == _lone_batch_size(b"x" * 2000, b"k")
+    assert added == 9 and first.record_count == 8                      # 61 + 8 * 106 = 909; a 9th: 1015
+    assert h.sealed == [(("t", 0), first)] and first.bytes <= 1000
+    assert h.acc.open[("t", 0)].record_count == 1 and h.calls == ["new_batch"]
+    assert h.acc.buffered == first.bytes + h.acc.open[("t", 0)].bytes
+    size = _lone_batch_size(b"x" * 2000, b"k")
+    with pytest.raises(RecordTooLargeError, match=f"The message is {size} bytes"):
+        h.acc.send("t", b"x" * 2000, b"k", None, 0)
+    assert len(h.sealed) == 2 and not h.acc.open          # the batch it did not fit in was sealed first
 
 
 def _lone_batch_size(value, key):

@@ -12,11 +12,17 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport PyObject
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
-from kwire._core.build cimport (ProducerBatch, PyThread_acquire_lock_timed, PyThread_allocate_lock,
+from kwire._core.build cimport (ProducerBatch, RecordBatchBuilder, PyThread_acquire_lock_timed, PyThread_allocate_lock,
                                 PyThread_free_lock, PyThread_release_lock, PyThread_type_lock, kwire_now_ms)
 from kwire._core.consts cimport V2_HEADER
 
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.number cimport PyNumber_Index
+
+from random import choice as _random_choice
 from time import monotonic as _monotonic
+
+from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
 
 
 # --------------------------------------------------------------- partitioning
@@ -72,6 +78,16 @@ def partition_for_key(key, int num_partitions) -> int:
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+cdef inline Py_ssize_t key_slot(key, Py_ssize_t n) except -1:
+    """:func:`partition_for_key` for the send path (compiled inline)."""
+    cdef int32_t h
+    if PyBytes_CheckExact(key):
+        h = <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+    else:
+        h = murmur2(key)
+    return (h & 0x7FFFFFFF) % n
 
 
 # ------------------------------------------------- producer accumulation
@@ -230,8 +246,6 @@ cdef class SendLock:
 
 @cython.final
 @cython.auto_pickle(False)
-@cython.final
-@cython.auto_pickle(False)
 cdef class Generation:
     """A counter that compiled code reads without an attribute lookup.
     The cluster metadata bumps its own each time it takes in a Metadata
@@ -245,22 +259,22 @@ cdef class Generation:
 
 @cython.final
 cdef class _Topic:
-    """What the compiled send path knows of one topic: its partitions as of
+    """What the Accumulator knows of one topic: its partitions as of
     metadata generation ``version`` (-1: none yet; a tuple, which no caller
     can empty under the send path's feet), ``count`` (how many it has: put()
-    takes 0 to count - 1) and, by partition, the open batch or None (at
-    most ``count`` slots when put() made them)."""
+    takes 0 to count - 1), ``sticky`` (the partition keyless records go to,
+    or None) and, by partition, the open batch or None (at most ``count``
+    slots when put() made them)."""
     cdef int64_t version
     cdef tuple parts
     cdef Py_ssize_t count
+    cdef object sticky
     cdef list slots
 
     def __cinit__(self):
         self.version = -1
         self.slots = []
 
-
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 cdef extern from "Python.h":
     # without Cython's error check: an int too large for Py_ssize_t is -1 with an error set
@@ -274,55 +288,80 @@ cdef extern from "Python.h":
 cdef object _NO_TOPIC = object()
 
 
+@cython.final
 @cython.auto_pickle(False)
 cdef class Accumulator:
-    """The compiled half of ``Producer.send``: when the record's partition
-    is known, its batch is open and has room and the lock is free, it
-    appends the record and returns its future without running Python;
-    otherwise it calls ``slow`` (the producer's Python path, which waits,
-    refreshes metadata, opens and seals batches and raises) with the same
-    arguments. Its state is the producer's, guarded by ``lock`` (a
-    :class:`SendLock`): ``open`` maps (topic, partition) to the open batch
-    (change it with :meth:`put`, :meth:`take` and :meth:`clear`),
-    ``sticky`` a topic to its partition for keyless records, and each
-    topic's partitions are set with :meth:`set_partitions` for the metadata
-    version they came from. Per topic it keeps all the compiled path needs
-    in one place, found with one lookup (and none when the topic is the
-    previous send's). ``generation`` is the cluster metadata's
-    :class:`Generation`. A batch takes records until it reaches
-    ``batch_size`` (then ``on_full`` is called) and never grows past
-    ``max_batch_bytes`` (encoded, uncompressed; None, or more than
-    2**31 - 1: 2**31 - 1, what the format allows)."""
+    """The producer's send state and ``Producer.send`` itself: the one
+    owner of partitioning (keyed records by murmur2, keyless ones to the
+    topic's sticky partition, which moves on each time its batch is
+    sealed), of the open batch of each partition, of the bytes buffered
+    and of sealing, all guarded by ``lock`` (a :class:`SendLock`).
+
+    :meth:`send` appends a record to its partition's open batch and returns
+    its future. When the partition is known, its batch is open and has
+    room and the lock is free, no Python runs; otherwise the rest of the
+    path is compiled too, and calls the producer (Python) only for what
+    needs it:
+
+    - ``check()``: while :attr:`enabled` is false, before each send: raise
+      if the producer has failed or its transaction state refuses a send;
+    - ``wait_partitions(topic, deadline)``: the topic's partitions are not
+      known for the current metadata: fetch them and :meth:`set_partitions`
+      (or raise, by ``deadline``, a ``time.monotonic()`` value);
+    - ``wait_room(deadline)``: ``buffer_memory`` is full: wait (the lock
+      held, and let go while waiting, through a Condition on it) until
+      :attr:`buffered` is below it, or raise;
+    - ``new_batch(topic, partition)``: a new, empty batch (a
+      :class:`ProducerBatch`) for the partition;
+    - ``sealed(tp, batch)``: ``batch`` was sealed (lock held): it takes no
+      more records and waits to be sent.
+
+    ``generation`` is the cluster metadata's :class:`Generation`. A batch
+    takes records until it reaches ``batch_size`` (then it is sealed) and
+    never grows past ``max_request_size`` or ``buffer_memory`` (encoded,
+    uncompressed; at most 2**31 - 1, what the format allows): a record
+    that alone would is refused with :class:`RecordTooLargeError`.
+    ``max_block_ms`` bounds the waits of one send."""
     cdef readonly dict open
     cdef dict topics            # topic -> _Topic
     cdef object last_name       # the previous send's topic (_NO_TOPIC before the first), and its _Topic
     cdef _Topic last
-    cdef public dict sticky
-    cdef public Py_ssize_t buffered
+    cdef readonly Py_ssize_t buffered
     cdef public bint enabled
+    cdef public bint closed
     cdef Py_ssize_t batch_size
+    cdef Py_ssize_t max_request_size
+    cdef Py_ssize_t buffer_memory
     cdef Py_ssize_t max_batch
+    cdef double max_block
     cdef Generation generation
     cdef SendLock lock
-    cdef object slow
-    cdef object on_full
+    cdef object check, wait_partitions, wait_room, new_batch, sealed
 
-    def __init__(self, *, SendLock lock not None, Generation generation not None, slow, on_full,
-                 Py_ssize_t batch_size, max_batch_bytes=None):
+    def __init__(self, *, SendLock lock not None, Generation generation not None, check, wait_partitions,
+                 wait_room, new_batch, sealed, Py_ssize_t batch_size, Py_ssize_t max_request_size=INT32_MAX,
+                 Py_ssize_t buffer_memory=INT32_MAX, double max_block_ms=60000):
         self.open = {}
         self.topics = {}
         self.last_name = _NO_TOPIC
         self.last = None
-        self.sticky = {}
         self.buffered = 0
         self.enabled = True
+        self.closed = False
         self.lock = lock
         self.generation = generation
-        self.slow = slow
-        self.on_full = on_full
+        self.check = check
+        self.wait_partitions = wait_partitions
+        self.wait_room = wait_room
+        self.new_batch = new_batch
+        self.sealed = sealed
         self.batch_size = batch_size
-        self.max_batch = INT32_MAX if max_batch_bytes is None else min(max_batch_bytes, INT32_MAX)
+        self.max_request_size = max_request_size
+        self.buffer_memory = buffer_memory
+        self.max_batch = min(max_request_size, buffer_memory, INT32_MAX)
+        self.max_block = max_block_ms / 1000.0
 
+    # ------------------------------------------------------------ partitions
     cdef _Topic topic(self, str name):
         cdef _Topic t = self.topics.get(name)
         if t is None:
@@ -330,11 +369,11 @@ cdef class Accumulator:
         return t
 
     def set_partitions(self, str topic not None, int64_t version, parts, Py_ssize_t count=-1):
-        """``topic`` has partitions ``parts`` (a sequence of ints) as of
-        metadata generation ``version``, out of ``count`` (the number of
-        partitions the metadata lists, when it dropped malformed entries;
-        default: as many as ``parts``). put() takes partitions 0 to count - 1
-        only, whatever ``parts`` holds."""
+        """``topic`` has partitions ``parts`` (a sequence of ints: those a
+        record may go to) as of metadata generation ``version``, out of
+        ``count`` (the number of partitions the metadata lists, when it
+        dropped malformed entries; default: as many as ``parts``). put()
+        takes partitions 0 to count - 1 only, whatever ``parts`` holds."""
         cdef _Topic t
         cdef tuple kept = tuple(parts)
         cdef Py_ssize_t n = len(kept) if count < 0 else count
@@ -351,6 +390,35 @@ cdef class Accumulator:
         cdef _Topic t = self.topics.get(topic)
         return t.parts if t is not None and t.version == version else None
 
+    def sticky_partition(self, str topic not None):
+        """The partition ``topic``'s keyless records go to now (None: not
+        chosen yet)."""
+        cdef _Topic t = self.topics.get(topic)
+        return None if t is None else t.sticky
+
+    cdef object choose(self, _Topic t, key):
+        """The partition of a record sent without one: murmur2 of ``key``
+        over the topic's partitions, or the sticky partition (chosen at
+        random when there is none, or it is not one of the partitions now).
+        The send path's common case does the same inline."""
+        if key is not None:
+            return t.parts[partition_for_key(key, len(t.parts))]
+        p = t.sticky
+        if p is None or not 0 <= p < t.count:
+            p = t.sticky = _random_choice(t.parts)
+        return p
+
+    cdef void rotate(self, _Topic t, object partition):
+        """Move ``t``'s sticky partition off ``partition`` (whose batch was
+        just sealed), to another at random (KIP-480)."""
+        cdef tuple parts = t.parts
+        if t.sticky is None or t.sticky != partition or parts is None or len(parts) < 2:
+            return
+        others = [q for q in parts if q != partition]
+        if others:
+            t.sticky = _random_choice(others)
+
+    # ---------------------------------------------------------- open batches
     def put(self, tuple tp not None, ProducerBatch batch not None):
         """Make ``batch`` the open batch of ``tp`` (lock held). The
         partition must be one of the topic's (set with
@@ -372,23 +440,63 @@ cdef class Accumulator:
         slots[p] = batch
         self.open[tp] = batch
 
-    def take(self, tuple tp not None):
-        """Remove and return the open batch of ``tp`` (lock held)."""
+    cdef ProducerBatch take(self, tuple tp):
+        """Remove and return the open batch of ``tp`` (lock held; None if it has none)."""
         cdef list slots
         cdef Py_ssize_t p
-        batch = self.open.pop(tp)
+        batch = self.open.pop(tp, None)
+        if batch is None:
+            return None
         name, p = tp
         slots = (<_Topic>self.topics[name]).slots
-        if 0 <= p < len(slots):          # put() made its slot (unless ``open`` was changed by hand)
+        if 0 <= p < len(slots):          # put() made its slot
             slots[p] = None
         return batch
 
+    def seal(self, tuple tp not None):
+        """Seal the open batch of ``tp`` (lock held): it takes no more
+        records; a batch with records goes to ``sealed`` (and the topic's
+        sticky partition moves on, if it was this one), an empty one is
+        dropped. Returns the batch (None: ``tp`` has no open batch)."""
+        return self.seal_batch(tp)
+
+    def seal_all(self):
+        """Seal every open batch (lock held), as :meth:`seal`."""
+        for tp in list(self.open):
+            self.seal_batch(tp)
+
+    cdef ProducerBatch seal_batch(self, tuple tp):
+        cdef ProducerBatch batch = self.take(tp)
+        if batch is not None and batch.held.n:
+            self.rotate(<_Topic>self.topics[tp[0]], tp[1])
+            self.sealed(tp, batch)
+        return batch
+
+    def release(self, ProducerBatch batch not None):
+        """``batch`` left the buffer (acknowledged or failed; lock held):
+        its bytes no longer count against ``buffer_memory``."""
+        self.buffered -= batch.bytes
+        batch.bytes = 0
+
     def clear(self):
-        """Forget every open batch (lock held)."""
+        """Forget every open batch (lock held); returns them."""
+        batches = list(self.open.values())
         self.open.clear()
         for t in self.topics.values():
             (<_Topic>t).slots = []
+        return batches
 
+    def record_too_large(self, Py_ssize_t size, str topic, partition):
+        """The error of a record that makes a batch of ``size`` bytes alone."""
+        if size > self.max_request_size:
+            text = (f"The message is {size} bytes when serialized which is larger than {self.max_request_size}, "
+                    "which is the value of the max_request_size configuration.")
+        else:
+            text = (f"The message is {size} bytes when serialized which is larger than the total memory buffer "
+                    f"you have configured with the buffer_memory configuration ({self.buffer_memory}).")
+        return RecordTooLargeError(text, api="Produce", topic=topic, partition=partition)
+
+    # ------------------------------------------------------------------ send
     def send(self, str topic not None, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """``Producer.send``'s arguments; returns the record's future."""
         cdef _Topic t
@@ -396,46 +504,37 @@ cdef class Accumulator:
         cdef list slots
         cdef PyObject* batch
         cdef RecordFuture fut
-        cdef Py_ssize_t n, p
-        cdef int32_t h
-        cdef int64_t ts
+        cdef Py_ssize_t p
+        cdef int64_t ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
         if not self.enabled:
-            return self.slow(topic, value, key, headers, partition, timestamp_ms)
+            return self.send_slow(topic, value, key, headers, partition, ts)
         if topic is self.last_name:
             t = self.last
         else:
             t = self.topics.get(topic)
             if t is None:
-                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+                return self.send_slow(topic, value, key, headers, partition, ts)
             self.last_name = topic
             self.last = t
         if partition is None:
             if t.version != self.generation.value:             # partitions of other metadata, or none
-                return self.slow(topic, value, key, headers, partition, timestamp_ms)
-            if key is not None:
+                return self.send_slow(topic, value, key, headers, partition, ts)
+            if key is not None:                                 # choose(), inline
                 parts = t.parts
-                n = len(parts)
-                if PyBytes_CheckExact(key):
-                    h = <int32_t>murmur2_raw(<const uint8_t*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
-                else:
-                    h = murmur2(key)
-                partition = parts[(h & 0x7FFFFFFF) % n]
+                partition = parts[key_slot(key, len(parts))]
             else:
-                partition = self.sticky.get(topic)
-                if partition is None:
-                    return self.slow(topic, value, key, headers, partition, timestamp_ms)
-            if not PyLong_CheckExact(partition):
-                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+                partition = t.sticky
+            if not PyLong_CheckExact(partition):                # no sticky partition yet (None), or odd metadata
+                return self.send_slow(topic, value, key, headers, partition, ts)
             p = partition                                       # one of the topic's: small
         else:                                                   # the caller's: any int, or not one
             if not PyLong_CheckExact(partition):
-                return self.slow(topic, value, key, headers, partition, timestamp_ms)
+                return self.send_slow(topic, value, key, headers, partition, ts)
             p = long_as_ssize(partition)
             if p == -1 and PyErr_Occurred() != NULL:            # too large for any partition
                 PyErr_Clear()
-        ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
         if not self.lock.try_acquire():
-            return self.slow(topic, value, key, headers, partition, ts)
+            return self.send_slow(topic, value, key, headers, partition, ts)
         try:
             slots = t.slots
             if 0 <= p < PyList_GET_SIZE(slots):
@@ -446,12 +545,75 @@ cdef class Accumulator:
                         return fut
         finally:
             self.lock.unlock()
-        return self.slow(topic, value, key, headers, partition, ts)
+        return self.send_slow(topic, value, key, headers, partition, ts)
+
+    cdef object send_slow(self, str topic, value, key, headers, partition, int64_t ts):
+        """The rest of :meth:`send`: wait for metadata or room, open and
+        seal batches, raise what is wrong with the record."""
+        cdef _Topic t
+        cdef ProducerBatch batch
+        cdef RecordFuture fut
+        cdef double deadline
+        cdef Py_ssize_t n
+        if self.closed:
+            raise ProducerClosedError("send() after close()")
+        if not self.enabled:
+            self.check()
+        if partition is not None:
+            if isinstance(partition, bool):
+                raise TypeError("partition must be an int, not bool")
+            partition = PyNumber_Index(partition)
+        deadline = _monotonic() + self.max_block                # metadata and room share it
+        t = self.topics.get(topic)
+        if t is None or t.version != self.generation.value:
+            self.wait_partitions(topic, deadline)
+            t = self.topics.get(topic)
+            if t is None or t.parts is None:
+                raise KwireError(f"no partitions known for topic {topic!r}")
+        if partition is None:
+            partition = self.choose(t, key)
+        n = t.count
+        if not 0 <= partition < n:
+            raise InvalidPartitionError(f"partition {partition} does not exist (topic {topic!r} has {n} "
+                                        f"partition{'s: 0 to ' + str(n - 1) if n > 1 else ': 0'})")
+        tp = (topic, partition)
+        self.lock.acquire()
+        try:
+            while True:
+                if self.closed:           # again under the lock: close() fails what it finds there
+                    raise ProducerClosedError("send() after close()")
+                batch = self.open.get(tp)
+                if batch is None:
+                    if self.buffered >= self.buffer_memory:
+                        self.make_room(topic, partition, value, key, headers, ts, deadline)  # may let the lock go
+                        batch = self.open.get(tp)                                   # ... and one opened meanwhile
+                    if batch is None:
+                        batch = self.new_batch(topic, partition)
+                        self.put(tp, batch)
+                fut = self.add_to(topic, partition, batch, value, key, headers, ts)
+                if fut is not None:
+                    return fut
+                if not batch.held.n:           # the record alone is too large for a batch
+                    self.take(tp)
+                    raise self.record_too_large(batch.refused_size, topic, partition)
+                self.seal_batch(tp)            # no room left for it: it goes in the next batch
+        finally:
+            self.lock.release()
+
+    cdef make_room(self, str topic, partition, value, key, headers, int64_t ts, double deadline):
+        """``buffer_memory`` is full (lock held): refuse at once a record
+        that could never fit, else wait for room."""
+        cdef ProducerBatch probe = ProducerBatch(topic, partition, RecordBatchBuilder(None))
+        probe.add(value, key, headers, ts, INT32_MAX)
+        cdef Py_ssize_t size = V2_HEADER + probe.held.bytes
+        if size > self.max_batch:
+            raise self.record_too_large(size, topic, partition)
+        self.wait_room(deadline)
 
     cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
                              int64_t ts):
         """Append to ``batch`` (lock held): count its growth against the
-        buffer, hand it over once it reaches ``batch_size``, and return the
+        buffer, seal it once it reaches ``batch_size``, and return the
         record's future; None (nothing added) if the batch has no room for
         the record (``max_batch_bytes``)."""
         cdef Py_ssize_t size
@@ -466,13 +628,5 @@ cdef class Accumulator:
         self.buffered += size - batch.bytes
         batch.bytes = size
         if size >= self.batch_size:
-            self.on_full((topic, partition), batch)
+            self.seal_batch((topic, partition))
         return fut
-
-    def append(self, str topic not None, partition, ProducerBatch batch not None, value, key, headers,
-               int64_t timestamp):
-        """The slow path's append to ``batch`` (lock held), as :meth:`send`
-        appends: the record's future, or None if the batch has no room for
-        it (nothing added; if the batch is empty, the record alone is too
-        large: its size is ``batch.refused_size``)."""
-        return self.add_to(topic, partition, batch, value, key, headers, timestamp)
