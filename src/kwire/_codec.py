@@ -25,7 +25,8 @@ from kwire._core.records import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
 from kwire._core.columnar import ColumnarDecoder, ColumnarResult, decode_columnar
 from kwire._core.build import ProducerBatch, RecordBatchBuilder, build_batches, build_threads, restamp_batch
 from kwire._core.legacy import LegacyMessageSetBuilder, decode_v07, encode_v07
-from kwire._core.send import Accumulator, Generation, RecordFuture, SendLock, murmur2, partition_for_key
+from kwire._core.send import (Accumulator, Generation, RecordFuture, SendingProducer, SendLock, murmur2,
+                              partition_for_key)
 
 __all__ = [
     "NO_TIMESTAMP_TYPE", "CREATE_TIME", "LOG_APPEND_TIME",
@@ -34,6 +35,6 @@ __all__ = [
     "ColumnarDecoder", "ColumnarResult", "decode_columnar",
     "LegacyMessageSetBuilder", "decode_v07", "encode_v07",
     "RecordBatchBuilder", "ProducerBatch", "build_batches", "build_threads", "restamp_batch",
-    "Accumulator", "Generation", "RecordFuture", "SendLock", "murmur2", "partition_for_key",
+    "Accumulator", "Generation", "RecordFuture", "SendingProducer", "SendLock", "murmur2", "partition_for_key",
     "compiled_codecs",
 ]

@@ -278,6 +278,12 @@ class Accumulator:
              headers: Optional[_Headers] = ..., partition: Optional[int] = ...,
              timestamp_ms: Optional[int] = ...) -> RecordFuture: ...
 
+class SendingProducer:
+    _acc: Accumulator
+    def send(self, topic: str, value: Optional[_Buffer] = ..., key: Optional[_Buffer] = ...,
+             headers: Optional[_Headers] = ..., partition: Optional[int] = ...,
+             timestamp_ms: Optional[int] = ...) -> RecordFuture: ...
+
 class Generation:
     @property
     def value(self) -> int: ...

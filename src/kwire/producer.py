@@ -46,8 +46,8 @@ import time
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
-from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock, build_batches,
-                          restamp_batch)
+from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
+                          SendingProducer, build_batches, restamp_batch)
 from kwire.client import Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
@@ -98,7 +98,7 @@ class _Batch(ProducerBatch):
         return RecordMetadata(self.topic, self.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
 
 
-class Producer:
+class Producer(SendingProducer):
     """A Kafka producer.
 
     ``Producer({"bootstrap.servers": "host:9092"}, linger_ms=10)`` or
@@ -125,8 +125,6 @@ class Producer:
                                 wait_room=self._wait_room, new_batch=self._new_batch, sealed=self._sealed,
                                 batch_size=cfg["batch_size"], max_request_size=cfg["max_request_size"],
                                 buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"])
-        # the compiled send itself, so a send runs no Python frame (see send below)
-        self.send = self._acc.send  # type: ignore[method-assign]
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
         self._sealed_batches: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
@@ -175,30 +173,6 @@ class Producer:
         """The partitions of ``topic`` (waits for metadata)."""
         wait = timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0
         return list(self._wait_partitions(topic, time.monotonic() + wait))
-
-    def send(
-        self,
-        topic: str,
-        value: Optional[bytes] = None,
-        key: Optional[bytes] = None,
-        headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
-        partition: Optional[int] = None,
-        timestamp_ms: Optional[int] = None,
-    ) -> RecordFuture:
-        """Queue one record; returns its future at once (blocks only while
-        the topic's metadata is fetched or ``buffer_memory`` is full, at
-        most ``max_block_ms``).
-
-        Raises at once :class:`InvalidPartitionError` for a ``partition``
-        the topic does not have, :class:`RecordTooLargeError` for a record
-        larger than ``max_request_size`` or ``buffer_memory`` serialized,
-        ``TypeError`` for arguments of the wrong type. It runs compiled
-        (:class:`kwire._codec.Accumulator`, which each producer puts in
-        place of this method), calling Python only to wait for metadata or
-        room, to check a transactional producer's state and to make a new
-        batch.
-        """
-        return self._acc.send(topic, value, key, headers, partition, timestamp_ms)
 
     # ------------------------------------------- send()'s calls into Python
     def _check_send(self) -> None:

@@ -499,6 +499,9 @@ cdef class Accumulator:
     # ------------------------------------------------------------------ send
     def send(self, str topic not None, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """``Producer.send``'s arguments; returns the record's future."""
+        return self.send_record(topic, value, key, headers, partition, timestamp_ms)
+
+    cdef inline object send_record(self, str topic, value, key, headers, partition, timestamp_ms):
         cdef _Topic t
         cdef tuple parts
         cdef list slots
@@ -630,3 +633,36 @@ cdef class Accumulator:
         if size >= self.batch_size:
             self.seal_batch((topic, partition))
         return fut
+
+
+@cython.auto_pickle(False)
+cdef class SendingProducer:
+    """The base class of :class:`kwire.Producer`: its compiled ``send``,
+    which the producer's :class:`Accumulator` (``_acc``, set once by the
+    producer's ``__init__``) runs."""
+    cdef public Accumulator _acc
+
+    def send(self, str topic not None, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """Queue one record; returns its future (a :class:`RecordFuture`) at
+        once. Blocks only while the topic's metadata is fetched or
+        ``buffer_memory`` is full, at most ``max_block_ms``.
+
+        ``value`` and ``key``: bytes-like or None; ``headers``: a sequence
+        of (str, bytes-like or None) pairs; ``partition``: the partition,
+        or None to let the producer choose (murmur2 of the key, or the
+        topic's sticky partition for a record without key);
+        ``timestamp_ms``: the record's timestamp, or None for now.
+
+        Raises at once :class:`~kwire.errors.InvalidPartitionError` for a
+        ``partition`` the topic does not have,
+        :class:`~kwire.errors.RecordTooLargeError` for a record larger than
+        ``max_request_size`` or ``buffer_memory`` serialized,
+        :class:`~kwire.producer.BufferFullError` when there was no room
+        within ``max_block_ms``, :class:`~kwire.errors.ProducerClosedError`
+        after ``close()``, ``TypeError`` for arguments of the wrong type.
+        It runs compiled (:class:`Accumulator`), calling Python only to wait
+        for metadata or room, to check a transactional producer's state and
+        to make a new batch."""
+        if self._acc is None:
+            raise ProducerClosedError("the producer was not initialised")
+        return self._acc.send_record(topic, value, key, headers, partition, timestamp_ms)
