@@ -377,6 +377,13 @@ cdef class PartialBatch:
         """The bytes of records it holds."""
         return PyBytes_GET_SIZE(self.payload) if self.payload is not None else 0
 
+    @property
+    def batch_bytes(self):
+        """The batch's size in the buffer it came from, its header included:
+        the call that stopped inside it consumed it whole, so it begins
+        ``batch_bytes`` before that call's ``consumed``."""
+        return self.b.total
+
     def __repr__(self):
         return (f"PartialBatch(base_offset={self.b.base_offset}, next_offset={self.next_offset}, "
                 f"records_left={self.records_left}, size_in_bytes={self.size_in_bytes})")
