@@ -20,6 +20,7 @@ except ImportError as _e:  # pragma: no cover - only on a broken install
     ) from _e
 
 from kwire._codec import (
+    Aborter,
     BatchInfo,
     ColumnarDecoder,
     ColumnarResult,
@@ -54,6 +55,7 @@ from kwire.errors import (
 
 __all__ = [
     "__version__",
+    "Aborter",
     "BatchInfo",
     "ColumnarDecoder",
     "ColumnarResult",

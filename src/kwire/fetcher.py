@@ -8,8 +8,9 @@ from and how they become what ``poll`` returns.
   next fetch of it is already asked for from where they end
   (``_buffer``, then ``_ahead``);
 - completed fetches (:class:`_Completed`): a partition's fetched bytes,
-  decoded a chunk at a time, within what one poll may decode, with
-  read_committed's aborted transactions taken out;
+  decoded a chunk at a time, within what one poll may decode; for
+  read_committed, with the partition's :class:`~kwire._codec.Aborter`, which
+  has the decoder drop the aborted transactions and the control batches;
 - positions: looked up with ListOffsets (``auto_offset_reset``,
   ``seek_to_*``, offsets by time) and checked with OffsetForLeaderEpoch
   when the partition's leader changes (KIP-320: a log truncated below the
@@ -31,10 +32,10 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
-from kwire._codec import ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
+from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
 from kwire.client import Client
 from kwire.errors import CorruptRecordError, KwireError
 from kwire.future import Future, KafkaTimeoutError
@@ -44,8 +45,6 @@ from kwire.types import EARLIEST, LATEST, TopicPartition
 __all__ = ["Fetcher", "NoOffsetForPartitionError", "LogTruncationError"]
 
 log = logging.getLogger("kwire.consumer")     # the consumer's logger, as before the fetcher had a module
-
-ABORT_MARKER = 0
 
 
 class NoOffsetForPartitionError(KwireError):
@@ -85,15 +84,14 @@ class _Completed:
 
     tp: TopicPartition
     rest: memoryview                         # not decoded yet
-    aborted: Deque[Tuple[int, int]] = field(default_factory=collections.deque)   # (producer id, first offset)
-    aborting: Set[int] = field(default_factory=set)   # producer ids inside an aborted transaction
+    aborter: Optional[Aborter] = None        # read_committed: the aborted transactions (None: read_uncommitted)
     records: List[Record] = field(default_factory=list)   # the decoded chunk
     taken: int = 0                           # records of the chunk handed out
     next_offset: Optional[int] = None        # after the last record (or batch) decoded so far
     end_offset: Optional[int] = None         # after the last complete batch of the fetch (None: none complete)
     resume: Optional[PartialBatch] = None    # the rest of a batch a decode call stopped inside
     resume_by: Optional[type] = None         # the decoder class that made it (only that kind takes it)
-    resume_from: Optional[memoryview] = None  # the bytes that decode call started from (to decode them again)
+    resume_from: Optional[memoryview] = None  # the bytes from that batch's start on (to decode it again)
     narrow: bool = False                     # a corrupt batch is ahead: decode one batch per call up to it
     error: Optional[CorruptRecordError] = None   # the corrupt batch, held until the records before it are out
 
@@ -127,7 +125,7 @@ class Fetcher:
         self._node_failure: Dict[int, str] = {}          # node -> its last fetch failure logged
         self._backoff = self.cfg["retry_backoff_ms"] / 1000.0
         self._read_committed = self.cfg["isolation_level"] == "read_committed"
-        self._decoder = Decoder(check_crcs=self.cfg["check_crcs"], include_control=self._read_committed,
+        self._decoder = Decoder(check_crcs=self.cfg["check_crcs"],
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
         self._poll_bytes = self.cfg["max_poll_bytes"]
@@ -541,8 +539,11 @@ class Fetcher:
                 if data is None or len(data) == 0:
                     continue
                 st.epoch = epochs[tp]
-                aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
-                c = _Completed(tp, memoryview(data), collections.deque(sorted(aborted, key=lambda a: a[1])))
+                aborter = None
+                if self._read_committed:
+                    aborter = Aborter((a.producer_id, a.first_offset)
+                                      for a in (getattr(p, "aborted_transactions", None) or []))
+                c = _Completed(tp, memoryview(data), aborter)
                 try:
                     c.end_offset = split_batches(c.rest).next_offset
                 except CorruptRecordError:
@@ -599,7 +600,8 @@ class Fetcher:
         st = self._states[c.tp]
         if c.resume is not None and c.resume_by is not type(decoder):
             # a batch begun by the other decoder (poll() and poll_columnar() mixed): decode it again from
-            # its start; the records already returned are below the position
+            # its start (that batch only: read_committed's aborter has decided the batches before it);
+            # the records already returned are below the position
             c.rest, c.resume, c.resume_by = c.resume_from, None, None
         data = c.rest
         if c.narrow:
@@ -610,7 +612,7 @@ class Fetcher:
         try:
             res = decoder.decode(data, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position,
                                  max_bytes=max_bytes, max_records=-1 if max_records is None else max_records,
-                                 resume=c.resume)
+                                 resume=c.resume, aborter=c.aborter)
         except CorruptRecordError as e:
             if c.narrow:
                 # located at the position (where the bad batch begins, or its first record not returned):
@@ -621,7 +623,7 @@ class Fetcher:
                 c.narrow = True
             return None
         if res.resume is not None and c.resume is None:
-            c.resume_from = data
+            c.resume_from = data[res.consumed - res.resume.batch_bytes:]
         c.resume = res.resume
         c.resume_by = type(decoder) if res.resume is not None else None
         if res.next_offset is None and res.incomplete_size and c.next_offset is None and c.resume is None:
@@ -658,30 +660,12 @@ class Fetcher:
         if res is None and c.error is None:
             res = self._step(c, self._decoder, max_records, max_bytes)   # narrowed down: the batches before it
         if res is not None:
-            c.records = self._committed_only(res.records, c) if self._read_committed else res.records
-
-    def _committed_only(self, records: List[Record], c: _Completed) -> List[Record]:
-        """Drop control records and records of aborted transactions (the
-        Fetch response's aborted list gives each aborted producer id and the
-        first offset of its aborted transaction)."""
-        out = []
-        pending, aborting = c.aborted, c.aborting
-        for r in records:
-            b = r.batch
-            while pending and pending[0][1] <= b.last_offset:
-                aborting.add(pending.popleft()[0])
-            if b.is_control:
-                if b.producer_id in aborting and _control_type(r) == ABORT_MARKER:
-                    aborting.discard(b.producer_id)
-                continue
-            if b.is_transactional and b.producer_id in aborting:
-                continue
-            out.append(r)
-        return out
+            c.records = res.records
 
     def _finish_chunk(self, tp: TopicPartition, c: _Completed, st: _PartitionState) -> None:
         """After the last record of a chunk was handed out: move the position
-        past trailing control records or compacted gaps; once nothing of
+        past trailing control batches, aborted batches or compacted gaps (the
+        decoder's next_offset); once nothing of
         ``c`` is left, drop it (holding its corrupt batch's error, said
         once) and take the read-ahead in."""
         if c.next_offset is not None and c.next_offset > (st.position or 0):
@@ -696,7 +680,9 @@ class Fetcher:
             del self._buffer[tp]
             nxt = self._ahead.pop(tp, None)
             if nxt is not None and st.error is None and st.position == c.end_offset:
-                nxt.aborting = c.aborting           # an aborted transaction may go on into it
+                if c.aborter is not None:
+                    c.aborter.extend(nxt.aborter.pending)   # an aborted transaction may go on into it
+                    nxt.aborter = c.aborter
                 self._buffer[tp] = nxt
 
     def _serving_order(self) -> List[TopicPartition]:
@@ -752,10 +738,9 @@ class Fetcher:
             if left is not None and left <= 0:
                 break
             rb = None
-            # records left by poll(), aborted data (it needs per-batch producer ids), a corrupt batch ahead
-            # or a batch begun by poll(): the object path, then columns
-            objects = (c.untaken or c.narrow or (self._read_committed and (c.aborted or c.aborting))
-                       or (c.resume is not None and c.resume_by is Decoder))
+            # records left by poll(), a corrupt batch ahead or a batch begun by poll(): the object path,
+            # then columns
+            objects = c.untaken or c.narrow or (c.resume is not None and c.resume_by is Decoder)
             if not objects:
                 res = self._step(c, decoder, left, share)
                 if res is not None:
@@ -779,15 +764,9 @@ class Fetcher:
         return out
 
 
-def _control_type(r: Record) -> int:
-    from kwire._codec import parse_control_key
-
-    return parse_control_key(r.key)[1]
-
-
 def _records_to_arrow(records: List[Record], unit: str) -> Any:
-    """Records as the columnar decoder's Arrow layout (the rare path: a
-    read_committed fetch with aborted data, or the good prefix of a corrupt
+    """Records as the columnar decoder's Arrow layout (the rare path: records
+    left by poll(), a batch poll() began, or the good prefix of a corrupt
     fetch)."""
     import pyarrow as pa
 

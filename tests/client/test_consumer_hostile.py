@@ -83,7 +83,8 @@ def _wire(obj: Any, version: int) -> Any:
 class Scripted:
     """The consumer's network replaced: one broker (node 0) leads every
     partition of ``TOPIC``; requests go to ``on_fetch(offsets)`` (returns
-    {partition: records bytes, or an int error code}) and
+    {partition: records bytes, (records bytes, aborted transactions as
+    (producer id, first offset) pairs), or an int error code}) and
     ``on_list_offsets(partitions)`` (returns {partition: offset}, NEVER or an
     exception); ``on_fetch`` may also return an int: an error code for the
     whole Fetch. Answers arrive at the consumer's next network poll."""
@@ -145,8 +146,11 @@ class Scripted:
                 data.append(r.PartitionData(partition_index=p, error_code=got, high_watermark=-1, records=None,
                                             aborted_transactions=[]))
             else:
+                records, aborted = got if isinstance(got, tuple) else (got, ())
                 data.append(r.PartitionData(partition_index=p, high_watermark=10**6, last_stable_offset=10**6,
-                                            records=got, aborted_transactions=[]))
+                                            records=records, aborted_transactions=[
+                                                r.AbortedTransaction(producer_id=pid, first_offset=first)
+                                                for pid, first in aborted]))
         return _wire(r(responses=[r.FetchableTopicResponse(topic=TOPIC, partitions=data)]), FETCH_VERSION)
 
     @staticmethod
@@ -255,6 +259,101 @@ def test_a_corrupt_first_batch_raises_at_once_and_loops_nowhere(caplog):
     assert raised >= 5
     assert net.requests["FetchRequest"] == 1
     assert len(log_from_kwire(caplog, logging.INFO)) == 1
+
+
+def txn_batch(base_offset: int, pid: int, n: int = 0, marker: Optional[int] = None) -> bytes:
+    """``n`` records of transactional producer ``pid``, or (``marker`` 0
+    ABORT, 1 COMMIT) its control batch."""
+    b = kwire.RecordBatchBuilder(base_offset=base_offset, producer_id=pid, producer_epoch=0,
+                                 base_sequence=0, transactional=True, is_control=marker is not None)
+    if marker is not None:
+        b.append(struct.pack(">hi", 0, 0), key=struct.pack(">hh", 0, marker), timestamp=1)
+    for i in range(n):
+        b.append(b"p%d-%d" % (pid, base_offset + i), timestamp=1_700_000_000_000)
+    return b.build()
+
+
+ABORT, COMMIT = 0, 1
+# producer 1 aborts (offsets 0-2, 7-9; its marker at 12), producer 2 commits (3-6, 10-11; marker 13), then
+# producer 1 commits a new transaction (14-15, marker 16) and a non-transactional batch follows (17-19)
+TXN_LOG = [txn_batch(0, 1, 3), txn_batch(3, 2, 4), txn_batch(7, 1, 3), txn_batch(10, 2, 2),
+           txn_batch(12, 1, marker=ABORT), txn_batch(13, 2, marker=COMMIT), txn_batch(14, 1, 2),
+           txn_batch(16, 1, marker=COMMIT), batch(17, 3)]
+TXN_COMMITTED = [3, 4, 5, 6, 10, 11, 14, 15, 17, 18, 19]
+# producer 1 aborts twice (0-2, marker 3; 4-5 and 10, marker 11), producer 2 commits (6-9, marker 12)
+TXN_LOG_2 = [txn_batch(0, 1, 3), txn_batch(3, 1, marker=ABORT), txn_batch(4, 1, 2), txn_batch(6, 2, 4),
+             txn_batch(10, 1, 1), txn_batch(11, 1, marker=ABORT), txn_batch(12, 2, marker=COMMIT), batch(13, 2)]
+
+
+def aborted_log(log: Log, aborted: List[Any]) -> Callable[[Dict[int, int]], Dict[int, Any]]:
+    """``on_fetch`` of ``log``, each answer with the aborted transactions
+    (producer id, first offset, marker offset) it overlaps, as Kafka lists them."""
+    def on_fetch(offsets: Dict[int, int]) -> Dict[int, Any]:
+        out = {}
+        for p, o in offsets.items():
+            data = log.at(o)
+            end = kwire.split_batches(data).next_offset or o
+            out[p] = (data, [(pid, first) for pid, first, marker in aborted if marker >= o and first < end])
+        return out
+    return on_fetch
+
+
+@pytest.mark.parametrize("per_fetch", [1, 3, 20])
+@pytest.mark.parametrize("log, aborted, committed", [
+    (TXN_LOG, [(1, 0, 12)], TXN_COMMITTED),
+    (TXN_LOG_2, [(1, 0, 3), (1, 4, 11)], [6, 7, 8, 9, 13, 14]),
+])
+def test_read_committed_drops_aborted_transactions_through_polls_of_both_kinds(per_fetch, log, aborted, committed):
+    """read_committed over a log of two transactional producers, one
+    aborting, fetched a few batches at a time (an aborted transaction spans
+    fetches), with poll() and poll_columnar() taking turns, a few records
+    each (stopping inside batches; a batch the other kind began is decoded
+    again from its start, and only it): the committed offsets, once each,
+    and the position past the trailing markers."""
+    end = kwire.split_batches(b"".join(log)).next_offset
+    for turns in ([0], [1], [0, 1], [1, 0, 0]):
+        c, net = consumer(1, isolation_level="read_committed", max_poll_records=2)
+        net.on_fetch = aborted_log(Log(log, per_fetch), aborted)
+        c.seek((TOPIC, 0), 0)
+        got: List[int] = []
+        with c:
+            deadline = time.monotonic() + 5
+            turn = 0
+            while c.position((TOPIC, 0)) < end and time.monotonic() < deadline:
+                if turns[turn % len(turns)]:
+                    got += [o for rb in c.poll_columnar(20, max_records=2).values() for o in rb.column(0).to_pylist()]
+                else:
+                    got += [r.offset for recs in c.poll(20).values() for r in recs]
+                turn += 1
+            assert got == committed, turns
+            assert c.position((TOPIC, 0)) == end
+
+
+def test_read_committed_corrupt_batch_after_an_abort_marker():
+    """A corrupt batch after the aborted transaction's marker: the decode
+    call that meets it raises, its aborter changes are undone and the batches
+    before it are decoded again one by one (narrow): the aborted records stay
+    dropped, the committed ones come back, then poll raises at the bad batch."""
+    broken = bytearray(batch(20, 2))
+    broken[-1] ^= 0xFF
+    for columnar in (False, True):
+        c, net = consumer(1, isolation_level="read_committed")
+        net.on_fetch = lambda offsets: {p: (b"".join(TXN_LOG) + bytes(broken), [(1, 0)]) for p in offsets}
+        c.seek((TOPIC, 0), 0)
+        got: List[int] = []
+        errors = []
+        with c:
+            deadline = time.monotonic() + 5
+            while not errors and time.monotonic() < deadline:
+                try:
+                    if columnar:
+                        got += [o for rb in c.poll_columnar(20).values() for o in rb.column(0).to_pylist()]
+                    else:
+                        got += [r.offset for recs in c.poll(20).values() for r in recs]
+                except CorruptRecordError as e:
+                    errors.append(e)
+            assert got == TXN_COMMITTED
+            assert errors and errors[0].offset == 20 and c.position((TOPIC, 0)) == 20
 
 
 def gzip_bomb(base_offset: int, expands_to: int) -> bytes:

@@ -7,13 +7,12 @@ Tansu 0.6.0 sends no aborted-transaction list in Fetch responses, so a
 read_committed reader of Tansu (librdkafka's as much as kwire's) returns
 the records of aborted transactions. The abort is therefore checked on the
 log itself (the ABORT marker Tansu wrote, read from a real Fetch response)
-and kwire's filtering on that real Fetch response with the aborted list a
-Kafka broker would have added (producer id, first offset of the aborted
-transaction)."""
+and kwire's read_committed decoders (given an Aborter) on that real Fetch
+response with the aborted list a Kafka broker would have added (producer
+id, first offset of the aborted transaction)."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 import uuid
@@ -21,13 +20,12 @@ import uuid
 import pytest
 
 from kwire import protocol
-from kwire._codec import Decoder, RecordBatchBuilder, decode, parse_control_key
+from kwire._codec import Aborter, ColumnarDecoder, Decoder, RecordBatchBuilder, decode, parse_control_key
 from kwire.admin import Admin, NewTopic
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
 from kwire.consumer import Consumer, TopicPartition
 from kwire.errors import ProducerFencedError
-from kwire.fetcher import _Completed
 from kwire.group import OffsetAndMetadata
 from kwire.producer import Producer
 from kwire.transactions import TransactionAbortedError, TransactionStateError
@@ -139,12 +137,12 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     assert all(r.batch.is_transactional and r.batch.producer_id == pid for r in everything)
     # what Tansu should have sent with that response (it sends none): one aborted transaction
     assert not part.aborted_transactions
-    with Consumer(bootstrap_servers=tansu.bootstrap, isolation_level="read_committed") as c:
-        records = Decoder(include_control=True).decode(part.records).records
-        completed = _Completed(TopicPartition(topic, 0), memoryview(part.records),
-                               collections.deque([(pid, first_aborted)]))
-        kept = c._committed_only(records, completed)
-    assert [r.value for r in kept] == [b"kept-1", b"kept-2"]
+    # read_committed's decoders (as the consumer's fetcher calls them) with that list
+    res = Decoder().decode(part.records, aborter=Aborter([(pid, first_aborted)]))
+    assert [r.value for r in res.records] == [b"kept-1", b"kept-2"]
+    cols = ColumnarDecoder().decode(part.records, aborter=Aborter([(pid, first_aborted)]))
+    assert cols.record_batch.column("value").to_pylist() == [b"kept-1", b"kept-2"]
+    assert res.next_offset == cols.next_offset == everything[-1].offset + 1   # past the last COMMIT marker
 
 
 def test_fencing_a_zombie_producer(tansu):

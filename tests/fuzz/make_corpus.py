@@ -120,6 +120,10 @@ def records_seeds() -> Dict[str, bytes]:
     out["v2-log-append-time"] = _rec() + _v2("none", log_append_time=True, max_timestamp=1_800_000_000_000)
     out["v2-control-commit-included"] = _rec(flags=1 | 2 | 32) + _control(True)
     out["v2-control-abort-skipped"] = _rec() + _v2("none", producer_id=42, transactional=True) + _control(False)
+    out["v2-read-committed-interleaved"] = _rec(max_bytes=2 << 4) + (   # max_records 1
+        _v2("none", producer_id=42, transactional=True) + _v2("lz4", base_offset=3, producer_id=43, transactional=True)
+        + _v2("zstd", base_offset=6, producer_id=42, transactional=True) + _control(False)
+        + _v2("none", base_offset=10, producer_id=43, transactional=True))
     out["v2-two-batches-and-a-cut-one"] = _rec() + _v2("none") + _v2("gzip", base_offset=3) + _v2("none", 6)[:40]
     for magic in (0, 1):
         for codec in ("none", "gzip", "snappy", "lz4"):

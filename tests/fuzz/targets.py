@@ -88,6 +88,9 @@ MAX_DECOMPRESSED = (1 << 20, 1, 100, 1024, 65536, 4 << 20)
 RECORDS_HEADER = 4
 """``records`` input: ``flags, min_offset, max_bytes, max_decompressed``, then the batches.
 
+Both decoders are also run with an :class:`kwire.Aborter` (read_committed)
+that aborts every transactional producer found in the batch headers.
+
 ``flags``: bit 0 verify CRCs, bit 1 include control batches, bit 2 pass a
 ``bytearray`` (not ``bytes``), bit 3 pass a ``memoryview`` slice that does not
 start at 0 of its buffer, bit 4 columnar timestamps in microseconds, bits 5-7
@@ -266,12 +269,45 @@ def check_records(body: bytes, flags: int = 1, min_offset: int = -1, max_bytes: 
         _located_record_error(e, "split_batches")
         _check(err is not None, f"split_batches raised {e!r} on bytes the decoders decoded")
         return
+    if err is None and not us_only and hasattr(kwire, "Aborter"):
+        _check_read_committed(body, flags, min_offset, limit, split, rows)
     total = sum(len(b) for b in split.batches)
     _check(total == split.consumed <= len(body), f"split_batches: {total} bytes in batches, consumed {split.consumed}")
     if err is None:
         _check(split.consumed == res.consumed and split.incomplete_size == res.incomplete_size,
                f"split_batches consumed {split.consumed} (incomplete {split.incomplete_size}), "
                f"Decoder {res.consumed} (incomplete {res.incomplete_size})")
+
+
+def _check_read_committed(body: bytes, flags: int, min_offset: int, limit: int, split: Any,
+                          rows: List[Tuple[Any, ...]]) -> None:
+    """read_committed: the two decoders, each given an Aborter that aborts
+    every transactional producer of ``body`` from its first batch on, agree
+    (records, next_offset, the aborter after, or the error) and return a
+    subsequence of ``rows``, without control records."""
+    entries, seen = [], set()
+    for b in split.batches:
+        if len(b) >= 61 and b[16] == 2 and int.from_bytes(b[21:23], "big") & 0x10:
+            pid = int.from_bytes(b[43:51], "big", signed=True)
+            if pid not in seen:
+                seen.add(pid)
+                entries.append((pid, int.from_bytes(b[0:8], "big", signed=True)))
+    out = []
+    for columnar in (False, True):
+        aborter = kwire.Aborter(entries)
+        try:
+            res = _decoder(columnar, flags, limit).decode(_as_input(body, flags), topic=TOPIC, partition=PARTITION,
+                                                          min_offset=min_offset, aborter=aborter)
+            out.append((_rows(res, columnar, flags), res.next_offset, res.consumed, aborter.aborting))
+        except CorruptRecordError as e:
+            _located_record_error(e, "decode(aborter=)")
+            _check(aborter.pending == sorted(entries, key=lambda e: e[1]) and not aborter.aborting,
+                   "a decode call that raised changed its Aborter")
+            out.append((type(e), e.offset))
+    _check(out[0] == out[1], f"with an Aborter: Decoder {out[0]!r:.300}, ColumnarDecoder {out[1]!r:.300}")
+    if len(out[0]) == 4:
+        kept, it = out[0][0], iter(rows)
+        _check(all(any(r == x for x in it) for r in kept), "with an Aborter: records that are not in the log")
 
 
 def _first_difference(a: List[Any], b: List[Any]) -> str:

@@ -12,8 +12,8 @@ from libc.string cimport memcmp, memcpy, memset
 from kwire._core.buffers cimport GBuf, Reader, gbuf_reserve, put_bit, rd_init
 from kwire._core.consts cimport *
 from kwire._core.native cimport crc32c
-from kwire._core.records cimport (KIND_COLUMNS, ROW_COST, ST_BEFORE, ST_INSIDE, ST_NEXT, Batch, PartialBatch, Rec,
-                                  _Driver, end_record, header_key_str, parse_record_fields, rd_header, read_batch)
+from kwire._core.records cimport (KIND_COLUMNS, ROW_COST, ST_BEFORE, ST_INSIDE, ST_NEXT, Aborter, Batch, PartialBatch,
+                                  Rec, _Driver, end_record, header_key_str, parse_record_fields, rd_header, read_batch)
 
 from kwire import compression as _compression
 from kwire.errors import KwireError
@@ -286,11 +286,12 @@ cdef class ColumnarDecoder(_Driver):
         return 0
 
     def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1,
-               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None):
+               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None,
+               Aborter aborter=None):
         """Decode the complete batches in ``data`` into one Arrow record batch.
 
         Arguments and the cut-buffer rules are those of :meth:`Decoder.decode`
-        (``max_records``, ``resume`` too); against ``max_bytes`` a row costs
+        (``max_records``, ``resume``, ``aborter`` too); against ``max_bytes`` a row costs
         its bytes in the decompressed batch (which bound its key, value and
         header bytes) plus 32 bytes (its offset, timestamp, timestamp type
         and end offsets). A call also stops early, at a batch boundary,
@@ -298,16 +299,17 @@ cdef class ColumnarDecoder(_Driver):
         (``consumed`` tells where).
         """
         cdef ColumnarResult res = ColumnarResult.__new__(ColumnarResult)
-        self.enter(resume)
+        cdef bint ok = False
+        self.enter(resume, aborter)
         try:
             self.start()
             self.nbatches = 0
             self.run(data, topic, partition, min_offset, max_bytes, max_records, resume)
             res.record_batch = self.finish()
             res.resume = self.resume_out
+            ok = True
         finally:
-            self.resume_out = None
-            self.busy = False
+            self.leave(ok)
         res.consumed = self.consumed
         res.next_offset = self.next_offset if self.any_batch else None
         res.incomplete_size = self.incomplete_size
@@ -354,19 +356,23 @@ cdef class ColumnarDecoder(_Driver):
     cdef Py_ssize_t fill_run(self, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
         """Parse consecutive uncompressed v2 batches in one GIL-free run.
         Stops at the first batch that needs Python (compressed, legacy, cut)
-        or that fails in any way: the regular walk then takes it over and
-        raises or stops as it would. A batch it stops inside is left in
-        ``held`` for fast_path."""
+        or that fails in any way, or that read_committed's aborter must see
+        with the GIL (Aborter.advance, a batch of an aborting producer):
+        the regular walk then takes it over and raises or stops as it would.
+        A batch it stops inside is left in ``held`` for fast_path."""
         cdef Batch b
         cdef int err = 0, st
+        cdef bint committed = self.aborter is not None
         while pos < n and not self.stopping():
             if read_batch(self.buf, pos, n, &b, &err) != 1 or b.magic != 2 or (b.attributes & ATTR_CODEC):
+                break
+            if committed and not self.abort_quiet(&b):
                 break
             if self.check_crcs and crc32c(self.buf + pos + V2_CRC_START, b.total - V2_CRC_START) != b.crc:
                 break
             self.mark_batch(True)
             st = ST_NEXT
-            if (b.attributes & ATTR_CONTROL) and not self.include_control:
+            if (b.attributes & ATTR_CONTROL) and (committed or not self.include_control):
                 pass
             elif b.count == 0:
                 if b.total != V2_HEADER:

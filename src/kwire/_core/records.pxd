@@ -11,7 +11,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 from kwire._core.buffers cimport (GBuf, Reader, add_wrap, rd_bytes, rd_i8, rd_init, rd_varint, rd_varlong)
-from kwire._core.consts cimport ATTR_LOG_APPEND_TIME, E_COUNT, E_NEG_LENGTH, E_RECORD_SIZE, E_TRUNC
+from kwire._core.consts cimport (ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, E_COUNT, E_NEG_LENGTH,
+                                 E_RECORD_SIZE, E_TRUNC)
 
 
 # --------------------------------------------------------------- batch walk
@@ -202,6 +203,23 @@ cdef class DecodeResult:
     cdef readonly Py_ssize_t skipped
 
 
+# ------------------------------------------------------- aborted transactions
+@cython.final
+cdef class Aborter:
+    cdef list pending             # (producer id, first offset) pairs, sorted by first offset
+    cdef Py_ssize_t index         # pending[index:] are still to come
+    cdef set aborting             # producer ids inside an aborted transaction
+    cdef int64_t next_first       # first offset of pending[index] (INT64_MAX: none left)
+    cdef Py_ssize_t naborting     # len(aborting), read without the GIL
+    cdef Py_ssize_t saved_index   # the state at the start of the call under way (undone if it raises)
+    cdef int64_t saved_next_first
+    cdef set saved_aborting
+    cdef int sync(self) except -1
+    cdef int save(self) except -1
+    cdef void restore(self)
+    cdef int advance(self, int64_t last_offset) except -1
+
+
 # ------------------------------------------------------------------- driver
 cdef enum:
     # what a batch (or the records of one) walk returns
@@ -257,6 +275,7 @@ cdef class _Driver:
     cdef object input_owner     # keeps ``buf`` valid: the input bytes, or a _Pinned export
     cdef GBuf plain             # lz4 payloads decompressed natively, one batch at a time (sinks copy out)
     cdef void* lz4_dctx
+    cdef Aborter aborter        # read_committed's aborted transactions of the call's partition (None: keep all)
 
     # --- hooks for sinks
     cdef int begin_batch(self, Batch* b) except -1
@@ -302,8 +321,20 @@ cdef class _Driver:
     cdef raise_code(self, int code, int64_t offset)
     cdef object payload(self, Batch* b, Py_ssize_t start, Py_ssize_t length, int codec)
     cdef Py_ssize_t lz4_payload(self, Batch* b, Py_ssize_t start, Py_ssize_t length) except -1
+    # --- read_committed
+    cdef inline bint abort_quiet(self, Batch* b) noexcept nogil:
+        """With an aborter: ``b`` neither changes it nor is dropped for it,
+        but for being a control batch (what fill_run can do without the GIL)."""
+        if self.aborter.next_first <= b.last_offset:
+            return False
+        return self.aborter.naborting == 0 or not (b.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL))
+
+    cdef int aborted(self, Batch* b) except -1
+    cdef int control_type(self, Batch* b) except -2
+    cdef object batch_records(self, Batch* b, const uint8_t** p, Py_ssize_t* n)
     # --- the walk
-    cdef int enter(self, PartialBatch resume) except -1
+    cdef int enter(self, PartialBatch resume, Aborter aborter) except -1
+    cdef void leave(self, bint ok)
     cdef int run(self, object data, object topic, object partition, int64_t min_offset,
                  Py_ssize_t max_bytes, Py_ssize_t max_records, PartialBatch resume) except -1
     cdef int go_on(self, PartialBatch pb) except -1

@@ -18,7 +18,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
-from libc.stdint cimport INT32_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcmp
 
@@ -28,6 +28,8 @@ from kwire._core.consts cimport *
 from kwire._core.native cimport (LZ4_BOMB, LZ4_NOMEM, LZ4F_VERSION, _lz4f_decompress, _lz4f_dctx_create, _lz4f_dctx_free,
                                  _lz4f_dctx_reset, _lz4f_is_error, crc32c, lz4_frame_decompress)
 
+from operator import itemgetter
+
 from kwire import compression as _compression
 from kwire.errors import (CorruptRecordError, CrcMismatchError, DecompressionBombError, DecompressionError, KwireError,
                           UnsupportedCodecError)
@@ -36,6 +38,12 @@ cdef extern from "zlib.h" nogil:
     unsigned long _zlib_crc32 "crc32"(unsigned long crc, const unsigned char* buf, unsigned int n)
 
 cdef object _decompress = _compression.decompress
+
+cdef object _first_offset = itemgetter(1)
+
+cdef enum:
+    CONTROL_ABORT = 0           # a control record's type (its key: version int16, type int16)
+    CONTROL_COMMIT = 1
 
 NO_TIMESTAMP_TYPE = -1
 CREATE_TIME = 0
@@ -369,6 +377,13 @@ cdef class PartialBatch:
         """The bytes of records it holds."""
         return PyBytes_GET_SIZE(self.payload) if self.payload is not None else 0
 
+    @property
+    def batch_bytes(self):
+        """The batch's size in the buffer it came from, its header included:
+        the call that stopped inside it consumed it whole, so it begins
+        ``batch_bytes`` before that call's ``consumed``."""
+        return self.b.total
+
     def __repr__(self):
         return (f"PartialBatch(base_offset={self.b.base_offset}, next_offset={self.next_offset}, "
                 f"records_left={self.records_left}, size_in_bytes={self.size_in_bytes})")
@@ -398,6 +413,92 @@ cdef class DecodeResult:
         return (f"DecodeResult(records={len(self.records)}, batches={len(self.batches)}, "
                 f"consumed={self.consumed}, next_offset={self.next_offset}, "
                 f"incomplete_size={self.incomplete_size}, resume={self.resume!r}, skipped={self.skipped})")
+
+
+# ------------------------------------------------------- aborted transactions
+@cython.final
+@cython.auto_pickle(False)
+cdef class Aborter:
+    """read_committed's aborted transactions of one partition, which a
+    decode call given it (``aborter=``) drops as it walks the batches.
+
+    Made from a Fetch response's aborted-transaction list: ``(producer_id,
+    first_offset)`` pairs, in any order. At each v2 batch header, every
+    pending entry whose first offset is at or below the batch's last offset
+    makes its producer id *aborting*; then a transactional batch of an
+    aborting producer is dropped whole (its CRC checked, its records not
+    decompressed), and a control batch with that producer's ABORT marker
+    ends the aborted transaction. A call given an aborter returns no control
+    record (whatever ``include_control`` says); the offsets of every batch it
+    drops still move ``next_offset`` past them.
+
+    Use one per partition, across its fetches (an aborted transaction can
+    span them): :meth:`extend` takes the next response's list in and keeps
+    the producers aborting. A decode call that raises leaves the aborter as
+    it found it, so decoding the same bytes again (batch by batch, say) drops
+    the same records. Not thread-safe: one call at a time uses it.
+    """
+
+    def __init__(self, aborted=()):
+        self.pending = []
+        self.aborting = set()
+        self.extend(aborted)
+
+    def extend(self, aborted):
+        """Add ``(producer_id, first_offset)`` pairs (the next Fetch
+        response's aborted transactions of the partition); the entries
+        pending and the producers aborting stay."""
+        cdef list entries = self.pending[self.index:]
+        cdef int64_t producer_id, first_offset
+        for producer_id, first_offset in aborted:
+            entries.append((producer_id, first_offset))
+        entries.sort(key=_first_offset)
+        self.pending = entries
+        self.index = 0
+        self.sync()
+
+    @property
+    def pending(self):
+        """The ``(producer_id, first_offset)`` entries no batch reached yet, by first offset."""
+        return self.pending[self.index:]
+
+    @property
+    def aborting(self):
+        """The producer ids inside an aborted transaction (no ABORT marker of theirs seen yet)."""
+        return frozenset(self.aborting)
+
+    def __repr__(self):
+        return f"Aborter(pending={self.pending[self.index:]!r}, aborting={sorted(self.aborting)!r})"
+
+    cdef int sync(self) except -1:
+        self.next_first = (<tuple>self.pending[self.index])[1] if self.index < len(self.pending) else INT64_MAX
+        self.naborting = len(self.aborting)
+        return 0
+
+    cdef int advance(self, int64_t last_offset) except -1:
+        """Make the producers of the entries up to ``last_offset`` aborting."""
+        cdef tuple e
+        while self.index < len(self.pending):
+            e = <tuple>self.pending[self.index]
+            if <int64_t>e[1] > last_offset:
+                break
+            self.aborting.add(e[0])
+            self.index += 1
+        return self.sync()
+
+    cdef int save(self) except -1:
+        """A call begins: what ``restore`` goes back to if it raises."""
+        self.saved_index = self.index
+        self.saved_next_first = self.next_first
+        self.saved_aborting = set(self.aborting)
+        return 0
+
+    cdef void restore(self):
+        self.index = self.saved_index
+        self.next_first = self.saved_next_first
+        self.aborting = self.saved_aborting
+        self.naborting = len(self.aborting)
+        self.saved_aborting = None
 
 
 # ------------------------------------------------------------------- driver
@@ -524,15 +625,27 @@ cdef class _Driver:
                                  self.partition, b.base_offset)
 
     # --- the walk ----------------------------------------------------------
-    cdef int enter(self, PartialBatch resume) except -1:
+    cdef int enter(self, PartialBatch resume, Aborter aborter) except -1:
         """Claim the decoder for one call (a decoder is not thread-safe: a
-        second call while one is under way would clobber its state)."""
+        second call while one is under way would clobber its state); the
+        call's ``leave`` releases it."""
         if self.busy:
             raise RuntimeError("this decoder is already decoding (another thread?): use one decoder per thread")
         if resume is not None and resume.kind != self.kind:
             raise TypeError(f"resume= takes a PartialBatch that a {type(self).__name__} made")
+        if aborter is not None:
+            aborter.save()
+        self.aborter = aborter
         self.busy = True
         return 0
+
+    cdef void leave(self, bint ok):
+        """The call is over: ``ok``, or it raised and the aborter's changes are undone."""
+        if not ok and self.aborter is not None:
+            self.aborter.restore()
+        self.aborter = None
+        self.resume_out = None
+        self.busy = False
 
     cdef int run(self, object data, object topic, object partition, int64_t min_offset,
                  Py_ssize_t max_bytes, Py_ssize_t max_records, PartialBatch resume) except -1:
@@ -628,9 +741,63 @@ cdef class _Driver:
             self.batch_done(&b)
         return st
 
-    cdef int run_v2(self, Batch* b) except -1:
+    cdef object batch_records(self, Batch* b, const uint8_t** p, Py_ssize_t* n):
+        """The records of v2 batch ``b``, decompressed: ``p[0][:n[0]]``.
+        Returns the bytes object holding them (None: the input or ``plain``)."""
         cdef int codec = b.attributes & ATTR_CODEC
         cdef Py_ssize_t body = b.pos + V2_HEADER
+        cdef Py_ssize_t body_len = b.total - V2_HEADER
+        cdef bytes plain
+        if codec == CODEC_NONE:
+            p[0], n[0] = self.buf + body, body_len
+            return None
+        if codec == CODEC_LZ4 and _lz4f_decompress != NULL:
+            n[0] = self.lz4_payload(b, body, body_len)
+            p[0] = <const uint8_t*>self.plain.data
+            return None
+        plain = self.payload(b, body, body_len, codec)
+        p[0], n[0] = <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain)
+        return plain
+
+    cdef int aborted(self, Batch* b) except -1:
+        """read_committed (``aborter`` given), at the header of v2 batch
+        ``b``: 1 when it is not returned (a control batch, whose ABORT marker
+        ends its producer's aborted transaction; a transactional batch of a
+        producer inside one), else 0. Decided once per batch: a call going on
+        inside a batch does not ask again."""
+        cdef Aborter a = self.aborter
+        if a.next_first <= b.last_offset:
+            a.advance(b.last_offset)
+        if b.attributes & ATTR_CONTROL:
+            if a.naborting and b.producer_id in a.aborting and self.control_type(b) == CONTROL_ABORT:
+                a.aborting.discard(b.producer_id)
+                a.naborting = len(a.aborting)
+            return 1
+        return (b.attributes & ATTR_TRANSACTIONAL) != 0 and a.naborting != 0 and b.producer_id in a.aborting
+
+    cdef int control_type(self, Batch* b) except -2:
+        """The type of control batch ``b``'s record (CONTROL_ABORT,
+        CONTROL_COMMIT, or another; -1 when it has no record). Its key is
+        version int16, type int16; a key shorter than that is corrupt."""
+        cdef const uint8_t* p
+        cdef Py_ssize_t n
+        cdef Reader r
+        cdef Rec rec
+        cdef object owner
+        if b.count == 0:
+            return -1
+        owner = self.batch_records(b, &p, &n)     # held while ``rec`` points into it
+        rec.key_len = -1
+        rd_init(&r, p, 0, n)
+        if parse_record(&r, b.base_offset, b.first_ts, &rec) < 0:
+            self.raise_code(r.err, b.base_offset)
+        if rec.key_len < 4:
+            raise CorruptRecordError("control record key is shorter than 4 bytes", self.topic, self.partition,
+                                     b.base_offset)
+        return <int16_t>((<uint16_t>rec.key[2] << 8) | rec.key[3])
+
+    cdef int run_v2(self, Batch* b) except -1:
+        cdef int codec = b.attributes & ATTR_CODEC
         cdef Py_ssize_t body_len = b.total - V2_HEADER
         cdef uint32_t crc
         cdef bytes plain = None
@@ -648,20 +815,16 @@ cdef class _Driver:
             raise UnsupportedCodecError(f"unknown compression codec id {codec}",
                                         self.topic, self.partition, b.base_offset)
         self.begin_batch(b)
-        if (b.attributes & ATTR_CONTROL) and not self.include_control:
+        if self.aborter is not None:
+            if self.aborted(b):
+                return ST_NEXT
+        elif (b.attributes & ATTR_CONTROL) and not self.include_control:
             return ST_NEXT
         if b.count == 0 and codec == CODEC_NONE:
             if body_len:
                 self.raise_code(E_TRAILING, b.base_offset)
             return ST_NEXT
-        if codec == CODEC_NONE:
-            p, n = self.buf + body, body_len
-        elif codec == CODEC_LZ4 and _lz4f_decompress != NULL:
-            n = self.lz4_payload(b, body, body_len)
-            p = <const uint8_t*>self.plain.data
-        else:
-            plain = self.payload(b, body, body_len, codec)
-            p, n = <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain)
+        plain = self.batch_records(b, &p, &n)
         st = self.on_v2_records(b, p, 0, n, 0)
         if st == ST_INSIDE:
             self.keep_partial(b, p, n, plain, 0, self.partial_info())
@@ -783,7 +946,8 @@ cdef class Decoder(_Driver):
 
     ``check_crcs`` verifies CRC32C (v2) and CRC32 (v0/v1) checksums;
     ``include_control`` also returns the records of control batches (commit
-    and abort markers), which are skipped by default;
+    and abort markers), which are skipped by default (and always by a call
+    given an :class:`Aborter`);
     ``max_decompressed_bytes`` caps the decompressed size of one batch.
     A decoder holds no state between calls (a call stopped inside a batch
     hands its rest back as ``resume``) and may be reused, for any number of
@@ -803,12 +967,15 @@ cdef class Decoder(_Driver):
         self.row_cost = RECORD_COST
 
     def decode(self, data, *, topic=None, partition=None, int64_t min_offset=-1,
-               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None):
+               Py_ssize_t max_bytes=-1, Py_ssize_t max_records=-1, PartialBatch resume=None,
+               Aborter aborter=None):
         """Decode the complete batches in ``data`` (any bytes-like object).
 
         Records before ``min_offset`` are validated but not returned (a
         fetch returns whole batches, which may start before the fetch offset).
-        ``topic`` and ``partition`` only label errors.
+        ``topic`` and ``partition`` only label errors. ``aborter``
+        (read_committed: the partition's :class:`Aborter`) drops the
+        records of aborted transactions and every control record.
 
         A call does a bounded share of the work when asked: it stops once it
         returned ``max_records`` records, or once the cost of what it walked
@@ -822,7 +989,8 @@ cdef class Decoder(_Driver):
         records first. -1 means no limit. Returns a :class:`DecodeResult`.
         """
         cdef DecodeResult res = DecodeResult.__new__(DecodeResult)
-        self.enter(resume)
+        cdef bint ok = False
+        self.enter(resume, aborter)
         try:
             self.records = []
             self.batches = []
@@ -830,11 +998,11 @@ cdef class Decoder(_Driver):
             res.records = self.records
             res.batches = self.batches
             res.resume = self.resume_out
+            ok = True
         finally:
             self.records = self.batches = None
             self.cur = None
-            self.resume_out = None
-            self.busy = False
+            self.leave(ok)
         res.consumed = self.consumed
         res.next_offset = self.next_offset if self.any_batch else None
         res.incomplete_size = self.incomplete_size
