@@ -91,7 +91,7 @@ def _decode_records(buf: bytes) -> Callable[[], None]:
 
 def _decode_arrow(buf: bytes) -> Callable[[], None]:
     import kwire
-    import pyarrow  # noqa: F401  (imported before the marker)
+    import kwire._arrow  # noqa: F401  (and pyarrow: imported before the marker, once per process, not per record)
     dec = kwire.ColumnarDecoder(check_crcs=True)
 
     def work():

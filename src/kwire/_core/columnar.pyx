@@ -65,6 +65,8 @@ cdef enum:
     C_HV_OFF, C_HV_DATA, C_HV_VALID
     NCOLS
 
+cdef object _record_batch_from_columns = None   # kwire._arrow's, once imported
+
 cdef tuple _COL_NAMES = ("offset", "timestamp", "timestamp_type",
                          "key_offsets", "key_data", "key_validity",
                          "value_offsets", "value_data", "value_validity",
@@ -268,8 +270,14 @@ cdef class ColumnarDecoder(_Driver):
             free(self.c.b[i].data)
         spare_clear(&self.spare)
 
-    cdef int start(self) except -1:
+    cdef int start(self, Py_ssize_t data_len) except -1:
+        """Empty columns for a call on ``data_len`` bytes: each reserved as
+        large as it was in the last result; on a decoder's first call, the
+        key and value bytes as large as the input (uncompressed, what they
+        can take at most; pages never written cost no memory, and
+        finish() gives back the slack), so they do not grow by doubling."""
         cdef int i
+        cdef Py_ssize_t want
         self.valid_key_len = -1
         self.c.rows = self.c.header_rows = 0
         for i in range(NNULLS):
@@ -278,7 +286,10 @@ cdef class ColumnarDecoder(_Driver):
             if self.c.b[i].data == NULL:
                 spare_take(&self.spare, &self.c.b[i], self.hint[i])
             self.c.b[i].len = 0
-            if gbuf_reserve(&self.c.b[i], max(self.hint[i], 64)) < 0:
+            want = self.hint[i]
+            if want == 0 and (i == C_KEY_DATA or i == C_VAL_DATA):
+                want = min(data_len, self.max_column)
+            if gbuf_reserve(&self.c.b[i], max(want, 64)) < 0:
                 raise MemoryError()
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
             (<int32_t*>self.c.b[i].data)[0] = 0
@@ -302,7 +313,7 @@ cdef class ColumnarDecoder(_Driver):
         cdef bint ok = False
         self.enter(resume, aborter)
         try:
-            self.start()
+            self.start(len(data))
             self.nbatches = 0
             self.run(data, topic, partition, min_offset, max_bytes, max_records, resume)
             res.record_batch = self.finish()
@@ -318,7 +329,9 @@ cdef class ColumnarDecoder(_Driver):
         return res
 
     cdef object finish(self):
-        from kwire._arrow import record_batch_from_columns
+        global _record_batch_from_columns
+        if _record_batch_from_columns is None:       # imported on first use: pyarrow only when columns are asked for
+            from kwire._arrow import record_batch_from_columns as _record_batch_from_columns
         cdef dict cols = {}
         cdef _Memory m
         cdef GBuf* g
@@ -339,7 +352,7 @@ cdef class ColumnarDecoder(_Driver):
             g.data = NULL
             g.len = g.cap = 0
             cols[_COL_NAMES[i]] = m
-        return record_batch_from_columns(
+        return _record_batch_from_columns(
             self.c.rows, self.c.header_rows, cols,
             self.c.nulls[NULLS_KEY], self.c.nulls[NULLS_VAL],
             self.c.nulls[NULLS_HDR], self.c.nulls[NULLS_HV], self.ts_unit)
