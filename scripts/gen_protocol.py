@@ -2,7 +2,10 @@
 """Generate kwire's Kafka message classes from Apache Kafka's JSON definitions.
 
 Reads ``scripts/kafka-protocol/message/*.json`` (a vendored copy of Kafka
-4.3's definitions; see FORMAT.md there) and writes
+4.3's definitions, see FORMAT.md there; the definitions 4.3's copy lacks, as
+listed in ``scripts/kafka-protocol/FROM_KAFKA_CLIENTS``, come from the
+``common/message/`` resources of ``org.apache.kafka:kafka-clients`` on
+Maven Central, at the version named there) and writes
 
 * ``src/kwire/protocol/messages.py``: one class per message of the APIs kwire
   speaks, with nested classes for its structs, and per version flat
@@ -45,6 +48,8 @@ APIS = [
     "DeleteGroups", "CreateTopics", "DeleteTopics", "CreatePartitions", "DeleteRecords", "DescribeConfigs",
     "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "SaslHandshake",
     "SaslAuthenticate", "DescribeCluster", "OffsetForLeaderEpoch",
+    # KIP-848's consumer group protocol (issue 16)
+    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

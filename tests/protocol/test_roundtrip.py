@@ -18,7 +18,8 @@ CASES = [(name, v) for name in all_message_names()
 def test_every_api_of_the_issue_is_generated():
     from kwire.protocol import APIS
 
-    assert len(APIS) == 29
+    assert len(APIS) == 31           # issue 3's 29, and KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe
+    assert {"ConsumerGroupHeartbeatRequest", "ConsumerGroupDescribeResponse"} <= set(MESSAGES)
     assert {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"} <= set(MESSAGES)
 
 

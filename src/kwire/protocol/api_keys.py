@@ -75,6 +75,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -132,6 +134,8 @@ API_NAMES: Dict[int, str] = {
     61: 'DescribeProducers',
     65: 'DescribeTransactions',
     66: 'ListTransactions',
+    68: 'ConsumerGroupHeartbeat',
+    69: 'ConsumerGroupDescribe',
     74: 'ListConfigResources',
     75: 'DescribeTopicPartitions',
 }

@@ -2257,6 +2257,192 @@ OffsetForLeaderEpochResponse.MIN_VERSION = 2
 OffsetForLeaderEpochResponse.MAX_VERSION = 4
 OffsetForLeaderEpochResponse.FLEXIBLE_MIN = 4
 
+class ConsumerGroupHeartbeatRequest(_Message):
+    __slots__ = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions', 'unknown_tags')
+    _FIELDS = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions')
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: Optional[str]
+    rack_id: Optional[str]
+    rebalance_timeout_ms: int
+    subscribed_topic_names: Optional[List[str]]
+    subscribed_topic_regex: Optional[str]
+    server_assignor: Optional[str]
+    topic_partitions: Optional[List[ConsumerGroupHeartbeatRequest.TopicPartitions]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicPartitions(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: str = '', member_id: str = '', member_epoch: int = 0, instance_id: Optional[str] = None, rack_id: Optional[str] = None, rebalance_timeout_ms: int = -1, subscribed_topic_names: Optional[List[str]] = None, subscribed_topic_regex: Optional[str] = None, server_assignor: Optional[str] = None, topic_partitions: Optional[List[ConsumerGroupHeartbeatRequest.TopicPartitions]] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.subscribed_topic_names = subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.server_assignor = server_assignor
+        self.topic_partitions = topic_partitions
+        self.unknown_tags = unknown_tags
+ConsumerGroupHeartbeatRequest.API_KEY = 68
+ConsumerGroupHeartbeatRequest.MIN_VERSION = 0
+ConsumerGroupHeartbeatRequest.MAX_VERSION = 1
+ConsumerGroupHeartbeatRequest.FLEXIBLE_MIN = 0
+
+class ConsumerGroupHeartbeatResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    member_id: Optional[str]
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Optional[ConsumerGroupHeartbeatResponse.Assignment]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class Assignment(_Message):
+        __slots__ = ('topic_partitions', 'unknown_tags')
+        _FIELDS = ('topic_partitions',)
+        topic_partitions: List[ConsumerGroupHeartbeatResponse.TopicPartitions]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_partitions: List[ConsumerGroupHeartbeatResponse.TopicPartitions] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+            self.unknown_tags = unknown_tags
+    class TopicPartitions(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, member_id: Optional[str] = None, member_epoch: int = 0, heartbeat_interval_ms: int = 0, assignment: Optional[ConsumerGroupHeartbeatResponse.Assignment] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
+        self.unknown_tags = unknown_tags
+ConsumerGroupHeartbeatResponse.API_KEY = 68
+ConsumerGroupHeartbeatResponse.MIN_VERSION = 0
+ConsumerGroupHeartbeatResponse.MAX_VERSION = 1
+ConsumerGroupHeartbeatResponse.FLEXIBLE_MIN = 0
+
+class ConsumerGroupDescribeRequest(_Message):
+    __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tags')
+    _FIELDS = ('group_ids', 'include_authorized_operations')
+    group_ids: List[str]
+    include_authorized_operations: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, group_ids: List[str] = _UNSET, include_authorized_operations: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_ids = [] if group_ids is _UNSET else group_ids
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tags = unknown_tags
+ConsumerGroupDescribeRequest.API_KEY = 69
+ConsumerGroupDescribeRequest.MIN_VERSION = 0
+ConsumerGroupDescribeRequest.MAX_VERSION = 1
+ConsumerGroupDescribeRequest.FLEXIBLE_MIN = 0
+
+class ConsumerGroupDescribeResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'groups', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'groups')
+    throttle_time_ms: int
+    groups: List[ConsumerGroupDescribeResponse.DescribedGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribedGroup(_Message):
+        __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations')
+        error_code: int
+        error_message: Optional[str]
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        assignor_name: str
+        members: List[ConsumerGroupDescribeResponse.Member]
+        authorized_operations: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, assignor_name: str = '', members: List[ConsumerGroupDescribeResponse.Member] = _UNSET, authorized_operations: int = -2147483648, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.group_id = group_id
+            self.group_state = group_state
+            self.group_epoch = group_epoch
+            self.assignment_epoch = assignment_epoch
+            self.assignor_name = assignor_name
+            self.members = [] if members is _UNSET else members
+            self.authorized_operations = authorized_operations
+            self.unknown_tags = unknown_tags
+    class Member(_Message):
+        __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type', 'unknown_tags')
+        _FIELDS = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type')
+        member_id: str
+        instance_id: Optional[str]
+        rack_id: Optional[str]
+        member_epoch: int
+        client_id: str
+        client_host: str
+        subscribed_topic_names: List[str]
+        subscribed_topic_regex: Optional[str]
+        assignment: ConsumerGroupDescribeResponse.Assignment
+        target_assignment: ConsumerGroupDescribeResponse.Assignment
+        member_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', instance_id: Optional[str] = None, rack_id: Optional[str] = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: List[str] = _UNSET, subscribed_topic_regex: Optional[str] = None, assignment: ConsumerGroupDescribeResponse.Assignment = _UNSET, target_assignment: ConsumerGroupDescribeResponse.Assignment = _UNSET, member_type: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.member_id = member_id
+            self.instance_id = instance_id
+            self.rack_id = rack_id
+            self.member_epoch = member_epoch
+            self.client_id = client_id
+            self.client_host = client_host
+            self.subscribed_topic_names = [] if subscribed_topic_names is _UNSET else subscribed_topic_names
+            self.subscribed_topic_regex = subscribed_topic_regex
+            self.assignment = ConsumerGroupDescribeResponse.Assignment() if assignment is _UNSET else assignment
+            self.target_assignment = ConsumerGroupDescribeResponse.Assignment() if target_assignment is _UNSET else target_assignment
+            self.member_type = member_type
+            self.unknown_tags = unknown_tags
+    class Assignment(_Message):
+        __slots__ = ('topic_partitions', 'unknown_tags')
+        _FIELDS = ('topic_partitions',)
+        topic_partitions: List[ConsumerGroupDescribeResponse.TopicPartitions]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_partitions: List[ConsumerGroupDescribeResponse.TopicPartitions] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+            self.unknown_tags = unknown_tags
+    class TopicPartitions(_Message):
+        __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'topic_name', 'partitions')
+        topic_id: UUID
+        topic_name: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, topic_name: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, groups: List[ConsumerGroupDescribeResponse.DescribedGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _UNSET else groups
+        self.unknown_tags = unknown_tags
+ConsumerGroupDescribeResponse.API_KEY = 69
+ConsumerGroupDescribeResponse.MIN_VERSION = 0
+ConsumerGroupDescribeResponse.MAX_VERSION = 1
+ConsumerGroupDescribeResponse.FLEXIBLE_MIN = 0
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -2455,10 +2641,21 @@ _C137 = OffsetForLeaderEpochRequest.OffsetForLeaderPartition
 _C138 = OffsetForLeaderEpochResponse
 _C139 = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _C140 = OffsetForLeaderEpochResponse.EpochEndOffset
-_C141 = ConsumerProtocolSubscription
-_C142 = ConsumerProtocolSubscription.TopicPartition
-_C143 = ConsumerProtocolAssignment
-_C144 = ConsumerProtocolAssignment.TopicPartition
+_C141 = ConsumerGroupHeartbeatRequest
+_C142 = ConsumerGroupHeartbeatRequest.TopicPartitions
+_C143 = ConsumerGroupHeartbeatResponse
+_C144 = ConsumerGroupHeartbeatResponse.Assignment
+_C145 = ConsumerGroupHeartbeatResponse.TopicPartitions
+_C146 = ConsumerGroupDescribeRequest
+_C147 = ConsumerGroupDescribeResponse
+_C148 = ConsumerGroupDescribeResponse.DescribedGroup
+_C149 = ConsumerGroupDescribeResponse.Member
+_C150 = ConsumerGroupDescribeResponse.Assignment
+_C151 = ConsumerGroupDescribeResponse.TopicPartitions
+_C152 = ConsumerProtocolSubscription
+_C153 = ConsumerProtocolSubscription.TopicPartition
+_C154 = ConsumerProtocolAssignment
+_C155 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -13653,8 +13850,497 @@ def _encode_OffsetForLeaderEpochResponse_v4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
     _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf, pos, end):
+    o = _C142.__new__(_C142)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupHeartbeatRequest_v0(buf, pos, end):
     o = _C141.__new__(_C141)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.member_id, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.instance_id, pos = _str_cn(buf, pos, end)
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.rebalance_timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, True)
+    o.server_assignor, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerGroupHeartbeatRequest_TopicPartitions_v0, n, 18)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, True)
+    o.subscribed_topic_regex = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_FetchRequest_ForgottenTopic_v13_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v13, True, True)
+def _encode_ConsumerGroupHeartbeatRequest_v0(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.member_id, out, chunks)
+    out += _S2.pack(o.member_epoch)
+    _put_str_cn(o.instance_id, out, chunks)
+    _put_str_cn(o.rack_id, out, chunks)
+    out += _S2.pack(o.rebalance_timeout_ms)
+    _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
+    if o.subscribed_topic_regex != None: _absent('ConsumerGroupHeartbeatRequest', 'subscribed_topic_regex', 0)
+    _put_str_cn(o.server_assignor, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array_nullable(o.topic_partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerGroupHeartbeatRequest_v1(buf, pos, end):
+    o = _C141.__new__(_C141)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.member_id, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.instance_id, pos = _str_cn(buf, pos, end)
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.rebalance_timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, True)
+    o.subscribed_topic_regex, pos = _str_cn(buf, pos, end)
+    o.server_assignor, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerGroupHeartbeatRequest_TopicPartitions_v0, n, 18)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ConsumerGroupHeartbeatRequest_v1(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.member_id, out, chunks)
+    out += _S2.pack(o.member_epoch)
+    _put_str_cn(o.instance_id, out, chunks)
+    _put_str_cn(o.rack_id, out, chunks)
+    out += _S2.pack(o.rebalance_timeout_ms)
+    _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
+    _put_str_cn(o.subscribed_topic_regex, out, chunks)
+    _put_str_cn(o.server_assignor, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array_nullable(o.topic_partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerGroupHeartbeatResponse_TopicPartitions_v0(buf, pos, end):
+    o = _C145.__new__(_C145)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupHeartbeatResponse_Assignment_v0(buf, pos, end):
+    o = _C144.__new__(_C144)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerGroupHeartbeatResponse_TopicPartitions_v0, n, 18)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos, end):
+    o = _C143.__new__(_C143)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.member_epoch, o.heartbeat_interval_ms = _S12.unpack_from(buf, pos)
+    pos += 8
+    o.assignment, pos = _decode_ConsumerGroupHeartbeatResponse_Assignment_v0(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ConsumerGroupHeartbeatResponse_Assignment_v0(o, out, chunks):
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.topic_partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupHeartbeatResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_str_cn(o.member_id, out, chunks)
+    out += _S12.pack(o.member_epoch, o.heartbeat_interval_ms)
+    _encode_ConsumerGroupHeartbeatResponse_Assignment_v0(o.assignment, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerGroupDescribeRequest_v0(buf, pos, end):
+    o = _C146.__new__(_C146)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.group_ids, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.group_ids = []
+    else:
+        o.group_ids = _null(n, False)
+    if pos + 1 > end: _short()
+    o.include_authorized_operations, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ConsumerGroupDescribeRequest_v0(o, out, chunks):
+    _encode_string_array_compact(o.group_ids, out, chunks)
+    out += _S4.pack(o.include_authorized_operations)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf, pos, end):
+    o = _C151.__new__(_C151)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos, end):
+    o = _C150.__new__(_C150)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ConsumerGroupDescribeResponse_TopicPartitions_v0, n, 19)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_Member_v0(buf, pos, end):
+    o = _C149.__new__(_C149)
+    o.member_id, pos = _str_c(buf, pos, end)
+    o.instance_id, pos = _str_cn(buf, pos, end)
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.client_id, pos = _str_c(buf, pos, end)
+    o.client_host, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, False)
+    o.subscribed_topic_regex, pos = _str_cn(buf, pos, end)
+    o.assignment, pos = _decode_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos, end)
+    o.target_assignment, pos = _decode_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos, end)
+    o.member_type = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos, end):
+    o = _C148.__new__(_C148)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.group_state, pos = _str_c(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.group_epoch, o.assignment_epoch = _S12.unpack_from(buf, pos)
+    pos += 8
+    o.assignor_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _decode_ConsumerGroupDescribeResponse_Member_v0, n, 16)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
+    if pos + 4 > end: _short()
+    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_v0(buf, pos, end):
+    o = _C147.__new__(_C147)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_ConsumerGroupDescribeResponse_DescribedGroup_v0, n, 20)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ConsumerGroupDescribeResponse_TopicPartitions_v0(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_int32_array_compact(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_TopicPartitions_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_TopicPartitions_v0, True, False)
+def _encode_ConsumerGroupDescribeResponse_Assignment_v0(o, out, chunks):
+    _encode_ConsumerGroupDescribeResponse_TopicPartitions_v0_array(o.topic_partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_Member_v0(o, out, chunks):
+    _put_str_c(o.member_id, out, chunks)
+    _put_str_cn(o.instance_id, out, chunks)
+    _put_str_cn(o.rack_id, out, chunks)
+    out += _S2.pack(o.member_epoch)
+    _put_str_c(o.client_id, out, chunks)
+    _put_str_c(o.client_host, out, chunks)
+    _encode_string_array_compact(o.subscribed_topic_names, out, chunks)
+    _put_str_cn(o.subscribed_topic_regex, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Assignment_v0(o.assignment, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Assignment_v0(o.target_assignment, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_Member_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_Member_v0, True, False)
+def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.group_state, out, chunks)
+    out += _S12.pack(o.group_epoch, o.assignment_epoch)
+    _put_str_c(o.assignor_name, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Member_v0_array(o.members, out, chunks)
+    out += _S2.pack(o.authorized_operations)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0, True, False)
+def _encode_ConsumerGroupDescribeResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerGroupDescribeResponse_Member_v1(buf, pos, end):
+    o = _C149.__new__(_C149)
+    o.member_id, pos = _str_c(buf, pos, end)
+    o.instance_id, pos = _str_cn(buf, pos, end)
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.client_id, pos = _str_c(buf, pos, end)
+    o.client_host, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, False)
+    o.subscribed_topic_regex, pos = _str_cn(buf, pos, end)
+    o.assignment, pos = _decode_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos, end)
+    o.target_assignment, pos = _decode_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.member_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
+    o = _C148.__new__(_C148)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.group_state, pos = _str_c(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.group_epoch, o.assignment_epoch = _S12.unpack_from(buf, pos)
+    pos += 8
+    o.assignor_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _decode_ConsumerGroupDescribeResponse_Member_v1, n, 17)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
+    if pos + 4 > end: _short()
+    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerGroupDescribeResponse_v1(buf, pos, end):
+    o = _C147.__new__(_C147)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_ConsumerGroupDescribeResponse_DescribedGroup_v1, n, 20)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ConsumerGroupDescribeResponse_Member_v1(o, out, chunks):
+    _put_str_c(o.member_id, out, chunks)
+    _put_str_cn(o.instance_id, out, chunks)
+    _put_str_cn(o.rack_id, out, chunks)
+    out += _S2.pack(o.member_epoch)
+    _put_str_c(o.client_id, out, chunks)
+    _put_str_c(o.client_host, out, chunks)
+    _encode_string_array_compact(o.subscribed_topic_names, out, chunks)
+    _put_str_cn(o.subscribed_topic_regex, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Assignment_v0(o.assignment, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Assignment_v0(o.target_assignment, out, chunks)
+    out += _S27.pack(o.member_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_Member_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_Member_v1, True, False)
+def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.group_state, out, chunks)
+    out += _S12.pack(o.group_epoch, o.assignment_epoch)
+    _put_str_c(o.assignor_name, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Member_v1_array(o.members, out, chunks)
+    out += _S2.pack(o.authorized_operations)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1, True, False)
+def _encode_ConsumerGroupDescribeResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C152.__new__(_C152)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -13674,7 +14360,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C142.__new__(_C142)
+    o = _C153.__new__(_C153)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13688,7 +14374,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C141.__new__(_C141)
+    o = _C152.__new__(_C152)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -13717,7 +14403,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C141.__new__(_C141)
+    o = _C152.__new__(_C152)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -13749,7 +14435,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C141.__new__(_C141)
+    o = _C152.__new__(_C152)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -13782,7 +14468,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C144.__new__(_C144)
+    o = _C155.__new__(_C155)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13796,7 +14482,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C143.__new__(_C143)
+    o = _C154.__new__(_C154)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -13929,6 +14615,14 @@ OffsetForLeaderEpochRequest._DECODERS = {2: _decode_OffsetForLeaderEpochRequest_
 OffsetForLeaderEpochRequest._ENCODERS = {2: _encode_OffsetForLeaderEpochRequest_v2, 3: _encode_OffsetForLeaderEpochRequest_v3, 4: _encode_OffsetForLeaderEpochRequest_v4}
 OffsetForLeaderEpochResponse._DECODERS = {2: _decode_OffsetForLeaderEpochResponse_v2, 3: _decode_OffsetForLeaderEpochResponse_v2, 4: _decode_OffsetForLeaderEpochResponse_v4}
 OffsetForLeaderEpochResponse._ENCODERS = {2: _encode_OffsetForLeaderEpochResponse_v2, 3: _encode_OffsetForLeaderEpochResponse_v2, 4: _encode_OffsetForLeaderEpochResponse_v4}
+ConsumerGroupHeartbeatRequest._DECODERS = {0: _decode_ConsumerGroupHeartbeatRequest_v0, 1: _decode_ConsumerGroupHeartbeatRequest_v1}
+ConsumerGroupHeartbeatRequest._ENCODERS = {0: _encode_ConsumerGroupHeartbeatRequest_v0, 1: _encode_ConsumerGroupHeartbeatRequest_v1}
+ConsumerGroupHeartbeatResponse._DECODERS = {0: _decode_ConsumerGroupHeartbeatResponse_v0, 1: _decode_ConsumerGroupHeartbeatResponse_v0}
+ConsumerGroupHeartbeatResponse._ENCODERS = {0: _encode_ConsumerGroupHeartbeatResponse_v0, 1: _encode_ConsumerGroupHeartbeatResponse_v0}
+ConsumerGroupDescribeRequest._DECODERS = {0: _decode_ConsumerGroupDescribeRequest_v0, 1: _decode_ConsumerGroupDescribeRequest_v0}
+ConsumerGroupDescribeRequest._ENCODERS = {0: _encode_ConsumerGroupDescribeRequest_v0, 1: _encode_ConsumerGroupDescribeRequest_v0}
+ConsumerGroupDescribeResponse._DECODERS = {0: _decode_ConsumerGroupDescribeResponse_v0, 1: _decode_ConsumerGroupDescribeResponse_v1}
+ConsumerGroupDescribeResponse._ENCODERS = {0: _encode_ConsumerGroupDescribeResponse_v0, 1: _encode_ConsumerGroupDescribeResponse_v1}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -13964,5 +14658,7 @@ APIS = {
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
+    68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
+    69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
