@@ -60,6 +60,7 @@ def kafka():
     try:
         yield broker
     finally:
+        sys.stderr.write(f"[kafka] RSS at the end of the session: {broker.rss_bytes() / 2**20:.0f} MiB\n")
         broker.stop()
 
 

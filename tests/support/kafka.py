@@ -468,3 +468,79 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
     _say(progress, f"Apache Kafka {version} (pid {proc.pid}) up in {broker.startup_seconds:.1f} s, "
                    f"RSS {broker.rss_bytes() / 2**20:.0f} MiB")
     return broker
+
+
+# ---- scripts/kafka-broker: start and stop a broker by hand ----
+
+def _state_path(given: Optional[str]) -> Path:
+    return Path(given or os.environ.get("KWIRE_KAFKA_STATE") or Path.home() / ".cache" / "kwire" / "kafka-broker.json")
+
+
+def _is_our_broker(pid: int, workdir: str) -> bool:
+    """The PID is still the broker started in ``workdir`` (not a reused PID)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().decode("utf-8", "replace")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True            # no /proc (macOS): trust the PID
+    return "kafka.Kafka" in cmdline and workdir in cmdline
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="scripts/kafka-broker", description=(
+        "Run Apache Kafka (one KRaft node, every listener kind kwire's tests use) in the background. "
+        "start prints the addresses, credentials and certificate paths as JSON; stop stops it."))
+    ap.add_argument("command", choices=("start", "stop", "status"))
+    ap.add_argument("--state", help="where start records the broker (default $KWIRE_KAFKA_STATE or "
+                                    "~/.cache/kwire/kafka-broker.json)")
+    ap.add_argument("--version", default=KAFKA_VERSION)
+    ap.add_argument("--heap", default=HEAP)
+    args = ap.parse_args(argv)
+    path = _state_path(args.state)
+
+    def say(msg: str) -> None:
+        sys.stderr.write(f"[kafka-broker] {msg}\n")
+
+    old = json.loads(path.read_text()) if path.is_file() else None
+    running = old is not None and _is_our_broker(old["pid"], old["workdir"])
+    if args.command == "status":
+        if not running:
+            say("no broker running")
+            return 1
+        print(json.dumps(old, indent=2))
+        return 0
+    if args.command == "stop":
+        if running:
+            say(f"stopping pid {old['pid']} (SIGTERM, SIGKILL after {STOP_TIMEOUT:g} s)")
+            _stop(None, old["pid"], old["workdir"], STOP_TIMEOUT)
+            say("stopped")
+        else:
+            say("no broker running")
+        path.unlink(missing_ok=True)
+        return 0
+    if running:
+        say(f"already running (pid {old['pid']}); stop it first")
+        print(json.dumps(old, indent=2))
+        return 1
+    try:
+        broker = start_kafka(version=args.version, heap=args.heap, tie_to_parent=False, progress=say)
+    except (KafkaUnavailable, KafkaStartError) as exc:
+        say(str(exc))
+        return 1
+    broker.detach()
+    state = broker.state()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2))
+    say(f"state in {path}; stop with: scripts/kafka-broker stop")
+    print(json.dumps(state, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
