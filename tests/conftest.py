@@ -53,7 +53,10 @@ def kafka():
     """Apache Kafka (one KRaft node, every listener kind; tests/support/kafka.py)
     shared by the session. The first run assembles it with Maven (cached in
     ~/.cache/kwire or $KWIRE_KAFKA_HOME). Never skips: without Java or Maven
-    the tests fail, naming what is missing."""
+    the tests fail, naming what is missing.
+
+    tests/kafka/ has no __init__.py on purpose: as a package it would be the
+    top-level `kafka` and shadow kafka-python, which other tests import."""
     from support.kafka import start_kafka
 
     broker = start_kafka(progress=lambda msg: sys.stderr.write(f"[kafka] {msg}\n"))
