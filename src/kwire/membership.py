@@ -134,8 +134,9 @@ class MembershipHost(Protocol):
 
     @property
     def owned(self) -> Set[TopicPartition]:
-        """(lock held) The partitions the member owns now (the live set:
-        do not change it)."""
+        """The partitions the member owns now (the live set: do not change
+        it). Read it in the application thread, which alone changes it, or
+        with the lock held."""
 
     @property
     def pattern(self) -> Optional[Pattern[str]]:
