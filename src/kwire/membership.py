@@ -94,8 +94,8 @@ class Membership(Protocol):
         with the new subscription."""
 
     def rejoin(self, reason: str) -> None:
-        """(lock held) Rejoin the group (at the next ``poll()``), keeping
-        the member's partitions until the rebalance takes them; ``reason``
+        """(lock held) Rejoin the group, from the next ``poll()`` on (what
+        to revoke first, if anything, :meth:`next_change` says); ``reason``
         is logged once."""
 
     def reset(self, reason: str, member_unknown: bool = False) -> None:
