@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire import protocol
+from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
 from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError
-from kwire.group import decode_assignment, decode_subscription
 from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import capped_version
 from kwire.types import EARLIEST, LATEST, TopicPartition

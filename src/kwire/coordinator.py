@@ -11,7 +11,8 @@ producer (``TRANSACTION_KEY``, the transactional id).
   lookup at a time) and looked up again after it moved or could not be
   reached, for requests sent through a pump.
 
-Used by the group coordinator (:mod:`kwire.group`), the transaction manager
+Used by the group coordinator (:mod:`kwire.group`) and its membership
+protocol (:mod:`kwire.classic`), the transaction manager
 (:mod:`kwire.transactions`) and the admin client (:mod:`kwire.admin`).
 """
 

@@ -267,7 +267,7 @@ PROTOCOL_CASES: List[Tuple[str, Tuple[int, ...]]] = [
 
 
 def protocol_seeds() -> Dict[str, bytes]:
-    from kwire import group
+    from kwire import classic
 
     out: Dict[str, bytes] = {}
     keys = {cls.__name__: key for key, (_, cls) in APIS.items()}
@@ -279,7 +279,7 @@ def protocol_seeds() -> Dict[str, bytes]:
         key = keys[api + "Response"]
         for v in versions:
             out[f"{api}-v{v}"] = bytes([key, v]) + response_frame(key, v)
-    out["consumer-subscription"] = bytes([targets.EMBEDDED_SUBSCRIPTION, 0]) + group.encode_subscription(
+    out["consumer-subscription"] = bytes([targets.EMBEDDED_SUBSCRIPTION, 0]) + classic.encode_subscription(
         ["t1", "t2"], owned=[("t1", 0), ("t1", 2)], generation=3, rack_id="rack", user_data=b"ud")
     assign = MESSAGES["ConsumerProtocolAssignment"]
     out["consumer-assignment"] = bytes([targets.EMBEDDED_ASSIGNMENT, 0]) + struct.pack(">h", assign.MAX_VERSION) + \

@@ -34,7 +34,7 @@ def main() -> None:
     with atheris.instrument_imports(include=["kwire", "targets"]):
         import kwire  # noqa: F401
         import kwire._arrow  # noqa: F401
-        import kwire.group  # noqa: F401
+        import kwire.classic  # noqa: F401
         import kwire.protocol  # noqa: F401
         import targets
     target = targets.target(name)

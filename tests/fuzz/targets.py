@@ -30,7 +30,7 @@ The documented errors, per target:
   ``DecompressionBombError``, ``UnsupportedCodecError``);
 * ``protocol`` (:func:`kwire.protocol.decode_response` for every response
   kwire reads, at every version it speaks; the consumer-protocol
-  subscription and assignment of :mod:`kwire.group`):
+  subscription and assignment of :mod:`kwire.classic`):
   :class:`kwire.ProtocolError`.
 
 A target's input starts with a few parameter bytes (which decoder options,
@@ -411,7 +411,7 @@ its size: correlation id, header, body), as a connection hands it to
 when kwire knows that key, else indexes the known keys in order; ``version``
 is used as it is when the response has that version, else taken modulo the
 range kwire speaks. ``api_key`` 0xFE and 0xFF select the consumer protocol's
-subscription and assignment (:mod:`kwire.group`, raw bytes as JoinGroup and
+subscription and assignment (:mod:`kwire.classic`, raw bytes as JoinGroup and
 SyncGroup carry them; ``version`` is then unused)."""
 
 
@@ -429,7 +429,7 @@ def protocol_case(api_key: int, version: int) -> Tuple[Any, int]:
 def protocol(data: bytes) -> None:
     """Target ``protocol``: every response kwire reads, at every version it
     speaks; the records of a Fetch response go on to the record decoders."""
-    from kwire import group
+    from kwire import classic
     from kwire.protocol import decode_response
 
     if len(data) < PROTOCOL_HEADER:
@@ -438,9 +438,9 @@ def protocol(data: bytes) -> None:
     if data[0] in (EMBEDDED_SUBSCRIPTION, EMBEDDED_ASSIGNMENT):
         try:
             if data[0] == EMBEDDED_SUBSCRIPTION:
-                group.decode_subscription("member", None, frame)
+                classic.decode_subscription("member", None, frame)
             else:
-                group.decode_assignment(frame)
+                classic.decode_assignment(frame)
         except ProtocolError:
             pass
         return
