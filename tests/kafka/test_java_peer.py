@@ -1,0 +1,448 @@
+"""Kafka's own Java client (kafka-clients, the same version as the broker) as
+kwire's peer on Apache Kafka's PLAINTEXT listener (tests/support/java_peer.py):
+
+* the Java producer writes every codec (idempotent) and transactions it
+  commits or aborts; kwire's Consumer reads exactly those records, with
+  ``poll`` and ``poll_columnar``, read_committed and read_uncommitted;
+* kwire's Producer writes the same; the Java consumer reads exactly them;
+* Java and kwire members share consumer groups (``range``, eager, and
+  ``cooperative-sticky``, incremental; classic protocol) while a member joins
+  and one leaves, and every record is read exactly once across the group.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from typing import Dict, List, Tuple
+
+import pyarrow as pa
+import pytest
+
+from kwire.admin import Admin, NewTopic
+from kwire.consumer import Consumer
+from kwire.group import RebalanceListener
+from kwire.producer import Producer
+from support.java_peer import JavaGroupMember, PeerRecord, java_consume, java_produce, send_op
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 3
+N = 600
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+BASE_TS = 1_700_000_000_000
+
+
+
+def bounded(seconds: int):
+    """The test fails (SIGALRM in the main thread) if it runs longer; every
+    wait inside it has a bound of its own too."""
+    def mark(fn):
+        fn.time_limit = seconds
+        return fn
+    return mark
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request):
+    limit = getattr(request.function, "time_limit", None)
+
+    def expired(signum, frame):
+        raise TimeoutError(f"{request.node.name} ran longer than {limit} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(limit or 0)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# (partition, offset) -> (key, value, headers, timestamp)
+Expected = Dict[Tuple[int, int], Tuple]
+
+
+def _topic(admin_cfg, prefix: str, partitions: int = PARTITIONS) -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with Admin(admin_cfg) as admin:
+        admin.create_topics([NewTopic(topic, partitions)])
+    return topic
+
+
+def _shapes(tag: str, n: int = N) -> List[dict]:
+    """Keys and null keys, headers (one with a null value, repeated names),
+    empty and null values, explicit partitions and timestamps for some."""
+    out = []
+    for i in range(n):
+        key = None if i % 7 == 0 else b"key-%d" % (i % 40)
+        value = None if i % 11 == 0 else (b"" if i % 13 == 0 else b"%s-%d" % (tag.encode(), i) * (1 + i % 5))
+        headers = ((("n", b"%d" % i), ("empty", b""), ("none", None), ("n", b"again")) if i % 3 == 0 else
+                   (("one", b"h%d" % i),) if i % 3 == 1 else ())
+        out.append({"key": key, "value": value, "headers": headers,
+                    "partition": i % PARTITIONS if i % 5 == 0 else None,
+                    "timestamp": BASE_TS + i if i % 4 == 0 else None})
+    return out
+
+
+def _java_config(kafka, **extra) -> Dict[str, str]:
+    cfg = {"bootstrap.servers": kafka.bootstrap("plaintext"), "client.id": "java-peer"}
+    cfg.update({k: str(v) for k, v in extra.items()})
+    return cfg
+
+
+def _expected_from_java(shapes, sent) -> Expected:
+    out: Expected = {}
+    for s, e in zip(shapes, sent):
+        assert "error" not in e, e
+        if s["partition"] is not None:
+            assert e["partition"] == s["partition"]
+        if s["timestamp"] is not None:
+            assert e["timestamp"] == s["timestamp"]
+        out[(e["partition"], e["offset"])] = (s["key"], s["value"], tuple(s["headers"]), e["timestamp"])
+    return out
+
+
+def _kwire_read(kafka, topic, want: int, columnar: bool, isolation: str = "read_uncommitted",
+                settle: float = 1.0) -> Tuple[Expected, Dict[int, List[int]]]:
+    """Everything kwire's Consumer reads from the start of ``topic`` (and the
+    offsets in the order each partition returned them), until ``want``
+    records and ``settle`` s more without any, or 45 s."""
+    got: Expected = {}
+    order: Dict[int, List[int]] = {}
+    with Consumer(kafka.client_config("plaintext"), auto_offset_reset="earliest",
+                  isolation_level=isolation) as c:
+        c.assign([(topic, p) for p in range(PARTITIONS)])
+        deadline, quiet_until = time.monotonic() + 45, None
+        while time.monotonic() < deadline:
+            rows = []
+            if columnar:
+                for tp, rb in c.poll_columnar(300).items():
+                    cols = [rb.column(n).to_pylist() for n in ("offset", "key", "value", "headers")]
+                    stamps = rb.column("timestamp").cast(pa.int64()).to_pylist()
+                    rows += [(tp.partition, o, k, v, tuple((h["key"], h["value"]) for h in hs or ()), ts)
+                             for o, k, v, hs, ts in zip(*cols, stamps)]
+            else:
+                for tp, recs in c.poll(300).items():
+                    rows += [(tp.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp) for r in recs]
+            for part, offset, *rest in rows:
+                assert (part, offset) not in got, f"offset {offset} of partition {part} returned twice"
+                got[(part, offset)] = tuple(rest)
+                order.setdefault(part, []).append(offset)
+            if len(got) >= want:
+                quiet_until = quiet_until or time.monotonic() + settle
+                if time.monotonic() > quiet_until:
+                    break
+    return got, order
+
+
+def _java_read(kafka, topic, isolation: str = "read_uncommitted") -> Tuple[Expected, Dict[int, List[int]]]:
+    records = java_consume(_java_config(kafka, **{"isolation.level": isolation}),
+                           assign=[(topic, p) for p in range(PARTITIONS)], until_end=True)
+    got: Expected = {}
+    order: Dict[int, List[int]] = {}
+    for r in records:
+        assert (r.partition, r.offset) not in got
+        got[(r.partition, r.offset)] = (r.key, r.value, r.headers, r.timestamp)
+        order.setdefault(r.partition, []).append(r.offset)
+    return got, order
+
+
+def _ascending(order: Dict[int, List[int]]) -> None:
+    for part, offsets in order.items():
+        assert offsets == sorted(offsets), f"partition {part} out of offset order"
+
+
+# ---------------------------------------------------- Java writes, kwire reads
+
+@bounded(120)
+@pytest.mark.parametrize("codec", CODECS)
+def test_kwire_reads_exactly_what_the_java_idempotent_producer_wrote(kafka, codec):
+    topic = _topic(kafka.client_config("plaintext"), f"jp-java-{codec}")
+    shapes = _shapes(f"java-{codec}")
+    sent = java_produce(_java_config(kafka, **{"compression.type": codec, "enable.idempotence": "true",
+                                               "acks": "all", "linger.ms": 5, "batch.size": 4096}),
+                        [send_op(topic, **s) for s in shapes] + [{"op": "flush"}])
+    expected = _expected_from_java(shapes, sent)
+    assert {p for p, _ in expected} == set(range(PARTITIONS))
+    for columnar in (False, True):
+        got, order = _kwire_read(kafka, topic, len(expected), columnar)
+        assert got == expected, f"columnar={columnar}"
+        _ascending(order)
+
+
+def _transactions(topic: str, rounds: int = 10):
+    """(ops for the Java producer, [(shape, fate)] per send in order): rounds
+    of sends over every partition, committed or aborted."""
+    ops, fates = [], []
+    for t in range(rounds):
+        fate = "aborted" if t % 3 == 1 else "committed"
+        ops.append({"op": "begin"})
+        for s in _shapes(f"txn{t}-{fate}", 15 + 7 * (t % 4)):
+            s["partition"] = s["partition"] if s["partition"] is not None else (t + len(fates)) % PARTITIONS
+            ops.append(send_op(topic, **s))
+            fates.append((s, fate))
+            if len(fates) % 9 == 0:
+                ops.append({"op": "flush"})      # several batches per transaction
+        ops.append({"op": "commit" if fate == "committed" else "abort"})
+    return ops, fates
+
+
+@bounded(150)
+def test_kwire_read_committed_skips_what_the_java_transactional_producer_aborted(kafka):
+    topic = _topic(kafka.client_config("plaintext"), "jp-java-txn")
+    ops, fates = _transactions(topic)
+    sent = java_produce(_java_config(kafka, **{"transactional.id": f"jp-{uuid.uuid4().hex[:8]}",
+                                               "compression.type": "lz4", "linger.ms": 5}), ops)
+    everything = _expected_from_java([s for s, _ in fates], sent)
+    committed = {po: v for (po, v), (_, fate) in zip(everything.items(), fates) if fate == "committed"}
+    assert 0 < len(committed) < len(everything)
+    for p in range(PARTITIONS):
+        assert {fate for (part, _), (_, fate) in zip(everything, fates) if part == p} == {"committed", "aborted"}
+    for columnar in (False, True):
+        got, order = _kwire_read(kafka, topic, len(committed), columnar, "read_committed")
+        assert got == committed, f"read_committed columnar={columnar}"
+        _ascending(order)
+        got, _ = _kwire_read(kafka, topic, len(everything), columnar, "read_uncommitted")
+        assert got == everything, f"read_uncommitted columnar={columnar}"
+
+
+# ---------------------------------------------------- kwire writes, Java reads
+
+def _kwire_send(p: Producer, topic: str, shapes) -> list:
+    return [p.send(topic, s["value"], key=s["key"], headers=list(s["headers"]) or None,
+                   partition=s["partition"], timestamp_ms=s["timestamp"]) for s in shapes]
+
+
+def _expected_from_kwire(shapes, metas) -> Expected:
+    out: Expected = {}
+    for s, m in zip(shapes, metas):
+        if s["partition"] is not None:
+            assert m.partition == s["partition"]
+        if s["timestamp"] is not None:
+            assert m.timestamp == s["timestamp"]
+        out[(m.partition, m.offset)] = (s["key"], s["value"], tuple(s["headers"]), m.timestamp)
+    return out
+
+
+@bounded(120)
+@pytest.mark.parametrize("codec", CODECS)
+def test_the_java_consumer_reads_exactly_what_the_kwire_idempotent_producer_wrote(kafka, codec):
+    topic = _topic(kafka.client_config("plaintext"), f"jp-kwire-{codec}")
+    shapes = _shapes(f"kwire-{codec}")
+    with Producer(kafka.client_config("plaintext"), compression_type=codec, enable_idempotence=True,
+                  linger_ms=5, batch_size=4096) as p:
+        metas = [f.get(30) for f in _kwire_send(p, topic, shapes)]
+    expected = _expected_from_kwire(shapes, metas)
+    assert {p for p, _ in expected} == set(range(PARTITIONS))
+    got, order = _java_read(kafka, topic)
+    assert got == expected
+    _ascending(order)
+
+
+@bounded(150)
+def test_the_java_read_committed_consumer_skips_what_kwire_aborted(kafka):
+    topic = _topic(kafka.client_config("plaintext"), "jp-kwire-txn")
+    ops, fates = _transactions(topic)
+    shapes_sent, metas = [], []
+    with Producer(kafka.client_config("plaintext"), transactional_id=f"jp-kw-{uuid.uuid4().hex[:8]}",
+                  compression_type="zstd", linger_ms=5) as p:
+        p.init_transactions(30)
+        futures = []
+        for op in ops:
+            if op["op"] == "begin":
+                p.begin_transaction()
+            elif op["op"] == "flush":
+                p.flush(30)
+            elif op["op"] == "commit":
+                p.commit_transaction(30)
+            elif op["op"] == "abort":
+                p.flush(30)                      # written (with offsets) before the abort
+                p.abort_transaction(30)
+            else:
+                s, _ = fates[len(futures)]
+                futures += _kwire_send(p, topic, [s])
+        metas = [f.get(30) for f in futures]
+        shapes_sent = [s for s, _ in fates]
+    everything = _expected_from_kwire(shapes_sent, metas)
+    committed = {po: v for (po, v), (_, fate) in zip(everything.items(), fates) if fate == "committed"}
+    assert 0 < len(committed) < len(everything)
+    got, order = _java_read(kafka, topic, "read_committed")
+    assert got == committed
+    _ascending(order)
+    got, _ = _java_read(kafka, topic, "read_uncommitted")
+    assert got == everything
+
+
+# ------------------------------------------------- mixed Java and kwire groups
+#
+# "Exactly once" across the group, given the consumer's at-least-once
+# semantics: no member auto-commits; each commits synchronously, in its
+# on-partitions-revoked callback, the positions of what it has returned (and
+# reported) for the partitions taken away, and commits everything it owns
+# before it leaves. A partition's next owner starts at that commit, so with
+# no member crashing, every record produced is reported by exactly one
+# member: the union of the members' records equals what was produced, with
+# no (partition, offset) twice.
+
+GROUP_PARTITIONS = 6
+
+
+class KwireMember:
+    """A kwire Consumer in the group, polling in a thread of its own."""
+
+    def __init__(self, kafka, group: str, topic: str, assignor: str, name: str) -> None:
+        self.name = name
+        self.records: List[PeerRecord] = []
+        self.assignment: set = set()
+        self.events: List[tuple] = []
+        self.error: BaseException = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.consumer = Consumer(kafka.client_config("plaintext"), group_id=group, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", partition_assignment_strategy=[assignor],
+                                 client_id=name, session_timeout_ms=10000, heartbeat_interval_ms=500)
+        member = self
+
+        class Listener(RebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                if revoked:
+                    member.consumer.commit({tp: member.consumer.position(tp) for tp in revoked})
+                member._note("revoked", revoked)
+
+            def on_partitions_assigned(self, assigned):
+                member._note("assigned", assigned)
+
+            def on_partitions_lost(self, lost):
+                member._note("lost", lost)
+
+        self.consumer.subscribe([topic], listener=Listener())
+        self._thread = threading.Thread(target=self._run, name=f"kwire-member-{name}", daemon=True)
+        self._thread.start()
+
+    def _note(self, kind, tps) -> None:
+        with self._lock:
+            self.events.append((kind, sorted((tp.topic, tp.partition) for tp in tps)))
+            tps = {(tp.topic, tp.partition) for tp in tps}
+            self.assignment = self.assignment | tps if kind == "assigned" else self.assignment - tps
+
+    def _run(self) -> None:
+        c = self.consumer
+        try:
+            while not self._stop.is_set():
+                for tp, recs in c.poll(100).items():
+                    with self._lock:
+                        self.records += [PeerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
+                                                    tuple(r.headers)) for r in recs]
+            owned = c.assignment()
+            if owned:
+                c.commit({tp: c.position(tp) for tp in owned})     # everything read, before leaving
+        except BaseException as e:   # noqa: BLE001 - reported by stop()
+            self.error = e
+        finally:
+            c.close()
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.records), set(self.assignment)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"{self.name} did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+def _wait(what: str, cond, timeout: float = 60.0, members=()) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            state = {m.name: sorted(m.snapshot()[1]) for m in members}
+            raise AssertionError(f"timed out waiting for {what}; assignments: {state}")
+        time.sleep(0.1)
+
+
+def _settled(members, topic) -> bool:
+    """Every partition owned by exactly one of ``members``, each owning some."""
+    owned = [m.snapshot()[1] for m in members]
+    flat = [tp for o in owned for tp in o]
+    return (len(flat) == len(set(flat)) == GROUP_PARTITIONS and all(owned)
+            and set(flat) == {(topic, p) for p in range(GROUP_PARTITIONS)})
+
+
+JAVA_ASSIGNORS = {"range": "org.apache.kafka.clients.consumer.RangeAssignor",
+                  "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
+
+
+@bounded(240)
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, assignor):
+    topic = _topic(kafka.client_config("plaintext"), f"jp-group-{assignor}", GROUP_PARTITIONS)
+    group = f"jp-group-{assignor}-{uuid.uuid4().hex[:8]}"
+    produced: Dict[Tuple[int, int], bytes] = {}
+    producer = Producer(kafka.client_config("plaintext"), linger_ms=2)
+
+    def produce(n: int, tag: str) -> None:
+        futures = [(b"%s-%d" % (tag.encode(), i), producer.send(topic, b"%s-%d" % (tag.encode(), i),
+                                                                 key=b"k%d" % i)) for i in range(n)]
+        for value, f in futures:
+            m = f.get(30)
+            produced[(m.partition, m.offset)] = value
+
+    java_cfg = _java_config(kafka, **{"group.id": group, "enable.auto.commit": "false",
+                                      "auto.offset.reset": "earliest", "group.protocol": "classic",
+                                      "partition.assignment.strategy": JAVA_ASSIGNORS[assignor],
+                                      "session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    members: list = []
+    ok = False
+    try:
+        produce(1500, "before")
+        # kwire first: it joins first and leads the first generation
+        kw1 = KwireMember(kafka, group, topic, assignor, "kwire-1")
+        members.append(kw1)
+        _wait("kwire-1 to own every partition", lambda: _settled([kw1], topic), members=members)
+        java = JavaGroupMember(java_cfg, [topic], name="java-1")
+        members.append(java)
+        _wait("kwire-1 and java-1 to share the partitions", lambda: _settled([kw1, java], topic), members=members)
+        produce(1500, "two-members")
+        kw2 = KwireMember(kafka, group, topic, assignor, "kwire-2")      # the third member joins
+        members.append(kw2)
+        _wait("three members to share the partitions", lambda: _settled([kw1, java, kw2], topic), members=members)
+        produce(1500, "three-members")
+        kw1.stop()                                                         # the first (leader) leaves
+        _wait("java-1 and kwire-2 to share the partitions", lambda: _settled([java, kw2], topic),
+              members=members)
+        produce(1500, "after-leave")
+
+        def union() -> List[PeerRecord]:
+            return [r for m in members for r in m.snapshot()[0]]
+
+        _wait(f"{len(produced)} records read", lambda: len({(r.partition, r.offset) for r in union()})
+              >= len(produced), timeout=90, members=members)
+        time.sleep(1.0)                                                    # nothing more comes
+        java.stop()
+        kw2.stop()
+        ok = True
+    finally:
+        producer.close()
+        for m in members:
+            if not ok:
+                m.kill() if isinstance(m, JavaGroupMember) else m._stop.set()
+    records = [r for m in members for r in m.snapshot()[0]]
+    seen: Dict[Tuple[int, int], str] = {}
+    duplicates = []
+    for m in members:
+        for r in m.snapshot()[0]:
+            if (r.partition, r.offset) in seen:
+                duplicates.append((r.partition, r.offset, seen[(r.partition, r.offset)], m.name))
+            seen[(r.partition, r.offset)] = m.name
+    assert not duplicates, f"read twice (partition, offset, first reader, second reader): {duplicates[:20]}"
+    assert {(r.partition, r.offset): r.value for r in records} == produced
+    for m in members:   # every member took part: it owned partitions and read records
+        assert m.records, f"{m.name} read nothing"
+    # the Java member saw the rebalances the kwire members caused
+    kinds = [e["event"] for e in java.events]
+    assert kinds.count("assigned") >= 3 and "revoked" in kinds and "closed" in kinds
