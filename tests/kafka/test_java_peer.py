@@ -289,13 +289,16 @@ def test_the_java_read_committed_consumer_skips_what_kwire_aborted(kafka):
 # ------------------------------------------------- mixed Java and kwire groups
 #
 # "Exactly once" across the group, given the consumer's at-least-once
-# semantics: no member auto-commits; each commits synchronously, in its
-# on-partitions-revoked callback, the positions of what it has returned (and
-# reported) for the partitions taken away, and commits everything it owns
-# before it leaves. A partition's next owner starts at that commit, so with
-# no member crashing, every record produced is reported by exactly one
-# member: the union of the members' records equals what was produced, with
-# no (partition, offset) twice.
+# semantics: a member commits the positions of what it has returned (and
+# reported) for the partitions taken away before it gives them up, and
+# everything it owns before it leaves, synchronously. Java members and the
+# second kwire member do it themselves (auto commit off; a commit in the
+# on-partitions-revoked callback and one before closing); the first kwire
+# member leaves it to kwire (auto commit on: kwire commits before revoking and
+# in close()). A partition's next owner starts at that commit, so with no
+# member crashing, every record produced is reported by exactly one member:
+# the union of the members' records equals what was produced, with no
+# (partition, offset) twice.
 
 GROUP_PARTITIONS = 6
 
@@ -303,22 +306,24 @@ GROUP_PARTITIONS = 6
 class KwireMember:
     """A kwire Consumer in the group, polling in a thread of its own."""
 
-    def __init__(self, kafka, group: str, topic: str, assignor: str, name: str) -> None:
+    def __init__(self, kafka, group: str, topic: str, assignor: str, name: str, auto_commit: bool) -> None:
         self.name = name
+        self.auto_commit = auto_commit
         self.records: List[PeerRecord] = []
         self.assignment: set = set()
         self.events: List[tuple] = []
         self.error: BaseException = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.consumer = Consumer(kafka.client_config("plaintext"), group_id=group, enable_auto_commit=False,
+        self.consumer = Consumer(kafka.client_config("plaintext"), group_id=group, enable_auto_commit=auto_commit,
+                                 auto_commit_interval_ms=300,
                                  auto_offset_reset="earliest", partition_assignment_strategy=[assignor],
                                  client_id=name, session_timeout_ms=10000, heartbeat_interval_ms=500)
         member = self
 
         class Listener(RebalanceListener):
             def on_partitions_revoked(self, revoked):
-                if revoked:
+                if revoked and not auto_commit:
                     member.consumer.commit({tp: member.consumer.position(tp) for tp in revoked})
                 member._note("revoked", revoked)
 
@@ -347,7 +352,7 @@ class KwireMember:
                         self.records += [PeerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
                                                     tuple(r.headers)) for r in recs]
             owned = c.assignment()
-            if owned:
+            if owned and not self.auto_commit:
                 c.commit({tp: c.position(tp) for tp in owned})     # everything read, before leaving
         except BaseException as e:   # noqa: BLE001 - reported by stop()
             self.error = e
@@ -420,7 +425,8 @@ def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, ass
     try:
         produce(2000, "before")
         joining = ("kwire", "java", "kwire") if first == "kwire" else ("java", "kwire", "kwire")
-        join = {"kwire": lambda name: KwireMember(kafka, group, topic, assignor, name),
+        join = {"kwire": lambda name: KwireMember(kafka, group, topic, assignor, name,
+                                                  auto_commit=not any(isinstance(m, KwireMember) for m in members)),
                 "java": lambda name: JavaGroupMember(java_cfg, [topic], name=name)}
         for i, kind in enumerate(joining):        # the first to join leads the first generations
             members.append(join[kind](f"{kind}-{i + 1}"))
@@ -480,3 +486,37 @@ def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, ass
             owned -= tps
     assert partial, "the Java member gave up nothing while others joined"
     assert all(partial) if assignor == "cooperative-sticky" else not any(partial), (assignor, java.events)
+
+
+# ------------------------------------- large records beside small ones, both ways
+
+def _large_and_small(n: int = 12) -> List[dict]:
+    """Small records, each followed by one just under the broker's
+    message.max.bytes (1048588 by default): each fits a batch of its own,
+    not one with the small record before it."""
+    return [{"key": b"k%d" % i, "value": (b"s%d-" % i) * 2000 if i % 2 == 0 else bytes([i]) * 1_045_000,
+             "headers": (("i", b"%d" % i),), "partition": i // 2 % PARTITIONS, "timestamp": None}
+            for i in range(n)]
+
+
+@bounded(120)
+def test_records_that_each_fit_the_broker_are_delivered_however_they_are_batched(kafka):
+    """With max_request_size above the broker's message.max.bytes, Java's
+    producer puts a record in an open batch only if the batch stays within
+    batch.size (a larger record goes in a batch of its own), so every record
+    the broker accepts alone is delivered. kwire did the same only up to
+    max_request_size: a small record and a large one together made a batch
+    the broker refused with MESSAGE_TOO_LARGE."""
+    shapes = _large_and_small()
+    topic = _topic(kafka.client_config("plaintext"), "jp-large-java")
+    sent = java_produce(_java_config(kafka, **{"max.request.size": 3_000_000, "linger.ms": 50}),
+                        [send_op(topic, **s) for s in shapes] + [{"op": "flush"}])
+    expected = _expected_from_java(shapes, sent)
+    got, _ = _kwire_read(kafka, topic, len(expected), columnar=False, settle=0.2)
+    assert got == expected
+    topic = _topic(kafka.client_config("plaintext"), "jp-large-kwire")
+    with Producer(kafka.client_config("plaintext"), max_request_size=3_000_000, linger_ms=50) as p:
+        metas = [f.get(30) for f in _kwire_send(p, topic, shapes)]
+    expected = _expected_from_kwire(shapes, metas)
+    got, _ = _java_read(kafka, topic)
+    assert got == expected
