@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
 import pytest
@@ -312,7 +312,7 @@ class KwireMember:
         self.records: List[PeerRecord] = []
         self.assignment: set = set()
         self.events: List[tuple] = []
-        self.error: BaseException = None
+        self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.consumer = Consumer(kafka.client_config("plaintext"), group_id=group, enable_auto_commit=auto_commit,
@@ -520,3 +520,14 @@ def test_records_that_each_fit_the_broker_are_delivered_however_they_are_batched
     expected = _expected_from_kwire(shapes, metas)
     got, _ = _java_read(kafka, topic)
     assert got == expected
+
+
+def test_missing_javac_is_named(tmp_path, monkeypatch):
+    """Without a JDK's javac the peer's tests fail naming it (they do not skip)."""
+    from support.java_peer import compile_peer
+    from support.kafka import KafkaUnavailable, ensure_kafka
+
+    ensure_kafka()                                    # the assembly is there (the session's broker made it)
+    monkeypatch.setenv("PATH", str(tmp_path))         # ... but no javac nor java on PATH
+    with pytest.raises(KafkaUnavailable, match=r"javac and java on PATH \(javac, java not found\)"):
+        compile_peer.__wrapped__()

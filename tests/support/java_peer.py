@@ -25,6 +25,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -90,7 +91,6 @@ def compile_peer() -> _Peer:
         raise KafkaUnavailable(f"javac failed on {SOURCE} (exit {done.returncode}):\n{done.stdout}{done.stderr}")
     log4j = os.path.join(out, "log4j2.properties")
     Path(log4j).write_text(_LOG4J2)
-    import sys
     sys.stderr.write(f"[java-peer] compiled in {time.monotonic() - t0:.1f} s\n")
     return _Peer(out, libs, log4j, tools["java"])
 
