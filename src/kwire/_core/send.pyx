@@ -628,10 +628,12 @@ cdef class Accumulator:
     cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
                              int64_t ts):
         """Append to ``batch`` (lock held): count its growth against the
-        buffer, seal it once it reaches ``batch_size``, and return the
-        record's future; None (nothing added) if the batch has no room for
-        the record (``batch_size``, or ``max_batch`` for the first record)."""
-        cdef Py_ssize_t size
+        buffer, seal it once another record like this one would take it
+        past ``batch_size`` (so that the next record starts a new batch at
+        once, not after failing to fit), and return the record's future;
+        None (nothing added) if the batch has no room for the record
+        (``batch_size``, or ``max_batch`` for the first record)."""
+        cdef Py_ssize_t size, growth
         cdef int index = batch.add(value, key, headers, ts,
                                    self.max_batch if not batch.held.n else min(self.batch_size, self.max_batch))
         cdef RecordFuture fut
@@ -641,9 +643,10 @@ cdef class Accumulator:
         fut._index = index
         fut._batch = batch
         size = V2_HEADER + batch.held.bytes
-        self.buffered += size - batch.bytes
+        growth = size - batch.bytes
+        self.buffered += growth
         batch.bytes = size
-        if size >= self.batch_size:
+        if size + growth > self.batch_size:
             self.seal_batch((topic, partition))
         return fut
 
