@@ -166,13 +166,14 @@ def test_a_full_batch_is_sealed_once_and_the_sticky_partition_moves_on():
     h = _Harness(batch_size=500)
     h.open("t", [0, 1, 2])
     first = h.acc.send("t", b"x" * 100)._batch.partition
-    sent = 1
+    partitions = [first]
     while not h.sealed:
-        assert h.acc.send("t", b"x" * 100)._batch.partition == first
-        sent += 1
-    assert sent == 5                                                   # 61-byte header + 5 records of 106
+        partitions.append(h.acc.send("t", b"x" * 100)._batch.partition)
+    # 61-byte header + 4 records of 109: a fifth would pass batch_size (as in Java, a batch takes
+    # a record only within batch_size), so the fourth seals it
+    assert partitions == [first] * 4
     assert len(h.sealed) == 1 and h.sealed[0][0] == ("t", first)
-    assert h.sealed[0][1].bytes >= 500 and ("t", first) not in h.acc.open
+    assert 500 - 109 < h.sealed[0][1].bytes <= 500 and ("t", first) not in h.acc.open
     assert h.acc.sticky_partition("t") != first                        # KIP-480: the next batch elsewhere
     h.calls.clear()
     assert isinstance(h.acc.send("t", b"x", None, None, first), RecordFuture)
@@ -204,6 +205,20 @@ def test_a_bad_record_raises_and_leaves_the_lock_free():
         h.acc.send("t", 12345, None, None, 0)
     assert not h.lock.locked()
     assert isinstance(h.acc.send("t", b"fine", None, None, 0), RecordFuture)
+
+
+def test_a_record_joins_a_batch_only_within_batch_size():
+    h = _Harness(batch_size=1000, max_request_size=100_000)
+    h.open("t", [0, 1])
+    small = h.acc.send("t", b"s" * 100, None, None, 0)
+    large = h.acc.send("t", b"x" * 5000, None, None, 0)               # larger than batch_size: a batch of its own
+    assert large._batch is not small._batch and [b for _, b in h.sealed] == [small._batch, large._batch]
+    assert small._batch.bytes < 1000 < large._batch.bytes < 5200
+    after = h.acc.send("t", b"s" * 100, None, None, 0)                 # and the next one a new batch
+    assert after._batch not in (small._batch, large._batch) and ("t", 0) in h.acc.open
+    keyless = [h.acc.send("t", b"k" * 300) for _ in range(7)]           # keyless ones fill a sticky partition's
+    batches = {id(f._batch): f._batch for f in keyless}                # batches up to batch_size, each sealed
+    assert all(b.bytes <= 1000 for b in batches.values())              # before the record that would pass it
 
 
 def test_a_record_too_large_for_a_batch_of_its_own_is_refused():

@@ -316,11 +316,15 @@ cdef class Accumulator:
     - ``sealed(tp, batch)``: ``batch`` was sealed (lock held): it takes no
       more records and waits to be sent.
 
-    ``generation`` is the cluster metadata's :class:`Generation`. A batch
-    takes records until it reaches ``batch_size`` (then it is sealed) and
-    never grows past ``max_request_size`` or ``buffer_memory`` (encoded,
-    uncompressed; at most 2**31 - 1, what the format allows): a record
-    that alone would is refused with :class:`RecordTooLargeError`.
+    ``generation`` is the cluster metadata's :class:`Generation`. As in
+    Java's producer, a batch takes a record only while it stays within
+    ``batch_size`` (encoded, uncompressed), and is sealed once it reaches
+    it or the next record does not fit; a record larger than that alone
+    gets a batch of its own, which never grows past ``max_request_size``
+    or ``buffer_memory`` (at most 2**31 - 1, what the format allows): a
+    record that alone would is refused with :class:`RecordTooLargeError`.
+    So every record a broker takes alone is sent in a batch it takes, even
+    when ``max_request_size`` is above the broker's ``message.max.bytes``.
     ``max_block_ms`` bounds the waits of one send."""
     cdef readonly dict open
     cdef dict topics            # topic -> _Topic
@@ -508,6 +512,7 @@ cdef class Accumulator:
         cdef PyObject* batch
         cdef RecordFuture fut
         cdef Py_ssize_t p
+        cdef bint sticky = False
         cdef int64_t ts = kwire_now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
         if not self.enabled:
             return self.send_slow(topic, value, key, headers, partition, ts)
@@ -527,6 +532,7 @@ cdef class Accumulator:
                 partition = parts[key_slot(key, len(parts))]
             else:
                 partition = t.sticky
+                sticky = True
             if not PyLong_CheckExact(partition):                # no sticky partition yet (None), or odd metadata
                 return self.send_slow(topic, value, key, headers, partition, ts)
             p = partition                                       # one of the topic's: small
@@ -548,11 +554,13 @@ cdef class Accumulator:
                         return fut
         finally:
             self.lock.unlock()
-        return self.send_slow(topic, value, key, headers, partition, ts)
+        return self.send_slow(topic, value, key, headers, partition, ts, sticky)
 
-    cdef object send_slow(self, str topic, value, key, headers, partition, int64_t ts):
+    cdef object send_slow(self, str topic, value, key, headers, partition, int64_t ts, bint sticky=False):
         """The rest of :meth:`send`: wait for metadata or room, open and
-        seal batches, raise what is wrong with the record."""
+        seal batches, raise what is wrong with the record. ``sticky``: the
+        partition given is the topic's sticky partition (a record without
+        key or partition), to choose again when its batch is full."""
         cdef _Topic t
         cdef ProducerBatch batch
         cdef RecordFuture fut
@@ -574,6 +582,7 @@ cdef class Accumulator:
             if t is None or t.parts is None:
                 raise KwireError(f"no partitions known for topic {topic!r}")
         if partition is None:
+            sticky = key is None
             partition = self.choose(t, key)
         n = t.count
         if not 0 <= partition < n:
@@ -599,7 +608,10 @@ cdef class Accumulator:
                 if not batch.held.n:           # the record alone is too large for a batch
                     self.take(tp)
                     raise self.record_too_large(batch.refused_size, topic, partition)
-                self.seal_batch(tp)            # no room left for it: it goes in the next batch
+                self.seal_batch(tp)            # no room left for it: it goes in the next batch,
+                if sticky:                     # of the next sticky partition (KIP-480, as Java's)
+                    partition = self.choose(t, key)
+                    tp = (topic, partition)
         finally:
             self.lock.release()
 
@@ -616,11 +628,14 @@ cdef class Accumulator:
     cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
                              int64_t ts):
         """Append to ``batch`` (lock held): count its growth against the
-        buffer, seal it once it reaches ``batch_size``, and return the
-        record's future; None (nothing added) if the batch has no room for
-        the record (``max_batch_bytes``)."""
-        cdef Py_ssize_t size
-        cdef int index = batch.add(value, key, headers, ts, self.max_batch)
+        buffer, seal it once another record like this one would take it
+        past ``batch_size`` (so that the next record starts a new batch at
+        once, not after failing to fit), and return the record's future;
+        None (nothing added) if the batch has no room for the record
+        (``batch_size``, or ``max_batch`` for the first record)."""
+        cdef Py_ssize_t size, growth
+        cdef int index = batch.add(value, key, headers, ts,
+                                   self.max_batch if not batch.held.n else min(self.batch_size, self.max_batch))
         cdef RecordFuture fut
         if index < 0:
             return None
@@ -628,9 +643,10 @@ cdef class Accumulator:
         fut._index = index
         fut._batch = batch
         size = V2_HEADER + batch.held.bytes
-        self.buffered += size - batch.bytes
+        growth = size - batch.bytes
+        self.buffered += growth
         batch.bytes = size
-        if size >= self.batch_size:
+        if size + growth > self.batch_size:
             self.seal_batch((topic, partition))
         return fut
 

@@ -1,0 +1,263 @@
+"""Kafka's own Java client as a peer of kwire in tests: ``java/KafkaPeer.java``.
+
+:func:`compile_peer` compiles the tool once per process (``javac``, bounded
+by :data:`COMPILE_TIMEOUT`) into a temporary directory, against the jars of
+the Apache Kafka assembly :func:`support.kafka.ensure_kafka` made
+(``kafka-clients`` and its dependencies, Jackson for JSON). Without ``javac``
+or ``java`` it raises :class:`support.kafka.KafkaUnavailable` naming what is
+missing: the tests fail, they do not skip.
+
+The tool speaks JSON lines (see the Java file's header): the first line on
+its stdin names the mode (``produce``, ``consume``, ``group-member``) with
+Java client properties, keys, values and header values travel as base64.
+:func:`java_produce` and :func:`java_consume` run one batch each;
+:class:`JavaGroupMember` stays in a consumer group until :meth:`~JavaGroupMember.stop`.
+Records come back as :class:`PeerRecord`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import functools
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from support.kafka import KafkaUnavailable, _require, ensure_kafka
+
+SOURCE = Path(__file__).with_name("java") / "KafkaPeer.java"
+COMPILE_TIMEOUT = 180.0
+RUN_TIMEOUT = 120.0
+
+_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [java-peer] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+"""
+
+Headers = Tuple[Tuple[str, Optional[bytes]], ...]
+
+
+class PeerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Headers
+
+
+class JavaPeerError(RuntimeError):
+    """The Java tool failed (its stderr tail is in the message)."""
+
+
+class _Peer(NamedTuple):
+    classes: str
+    libs: Path
+    log4j: str
+    java: str
+
+
+@functools.lru_cache(maxsize=None)
+def compile_peer() -> _Peer:
+    """Compile KafkaPeer.java once; the classes' directory is removed at exit."""
+    libs = ensure_kafka()
+    tools = _require("javac", "java")
+    out = tempfile.mkdtemp(prefix="kwire-java-peer-")
+    atexit.register(shutil.rmtree, out, True)
+    cmd = [tools["javac"], "-nowarn", "-encoding", "UTF-8", "-cp", f"{libs}/*", "-d", out, str(SOURCE)]
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=COMPILE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise KafkaUnavailable(f"javac did not compile {SOURCE.name} within {COMPILE_TIMEOUT:g} s") from None
+    if done.returncode != 0:
+        raise KafkaUnavailable(f"javac failed on {SOURCE} (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+    log4j = os.path.join(out, "log4j2.properties")
+    Path(log4j).write_text(_LOG4J2)
+    sys.stderr.write(f"[java-peer] compiled in {time.monotonic() - t0:.1f} s\n")
+    return _Peer(out, libs, log4j, tools["java"])
+
+
+def _command() -> List[str]:
+    peer = compile_peer()
+    return [peer.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={peer.log4j}", "-cp", f"{peer.classes}{os.pathsep}{peer.libs}/*",
+            "KafkaPeer"]
+
+
+def b64(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def unb64(text: Optional[str]) -> Optional[bytes]:
+    return None if text is None else base64.b64decode(text)
+
+
+def record_of(event: Dict[str, Any]) -> PeerRecord:
+    return PeerRecord(event["topic"], event["partition"], event["offset"], event["timestamp"],
+                      unb64(event["key"]), unb64(event["value"]),
+                      tuple((k, unb64(v)) for k, v in event["headers"]))
+
+
+def _events(stdout: str) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def _run(first: Dict[str, Any], lines: Iterable[Dict[str, Any]], timeout: float) -> List[Dict[str, Any]]:
+    stdin = "".join(json.dumps(x) + "\n" for x in [first, *lines])
+    try:
+        done = subprocess.run(_command(), input=stdin, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise JavaPeerError(f"the Java peer ({first['mode']}) did not finish within {timeout:g} s; stderr tail:\n"
+                            f"{(e.stderr or b'')[-4000:]!r}") from None
+    events = _events(done.stdout)
+    errors = [e["error"] for e in events if e.get("event") == "error"]
+    if done.returncode != 0 or errors:
+        raise JavaPeerError(f"the Java peer ({first['mode']}) failed (exit {done.returncode}): {errors}; "
+                            f"stderr tail:\n{done.stderr[-4000:]}")
+    return events
+
+
+def send_op(topic: str, value: Optional[bytes], key: Optional[bytes] = None, headers: Sequence = (),
+            partition: Optional[int] = None, timestamp: Optional[int] = None) -> Dict[str, Any]:
+    """One ``send`` line of the ``produce`` mode."""
+    return {"op": "send", "topic": topic, "partition": partition, "key": b64(key), "value": b64(value),
+            "headers": [[k, b64(v)] for k, v in headers], "timestamp": timestamp}
+
+
+def java_produce(config: Dict[str, str], ops: Sequence[Dict[str, Any]],
+                 timeout: float = RUN_TIMEOUT) -> List[Dict[str, Any]]:
+    """Run the Java producer over ``ops`` (:func:`send_op` lines and
+    ``{"op": "begin"|"commit"|"abort"|"flush"}``); returns one ``sent``
+    event per send, in order: ``partition``, ``offset``, ``timestamp``, or ``error``."""
+    events = _run({"mode": "produce", "config": config}, ops, timeout)
+    sent = [e for e in events if e["event"] == "sent"]
+    if not events or events[-1]["event"] != "closed":
+        raise JavaPeerError(f"the Java producer did not close: {events[-3:]}")
+    assert [e["id"] for e in sent] == list(range(len(sent)))
+    return sent
+
+
+def java_consume(config: Dict[str, str], *, assign: Optional[Sequence[Tuple[str, int]]] = None,
+                 subscribe: Optional[Sequence[str]] = None, max_records: Optional[int] = None,
+                 until_end: bool = False, idle_ms: int = 5000, timeout: float = RUN_TIMEOUT) -> List[PeerRecord]:
+    """Run the Java consumer (from the beginning of ``assign``, or subscribed
+    with a group) until ``max_records``, ``until_end`` (every assigned
+    partition's end offset at the start) or ``idle_ms`` without records;
+    returns every record it read, in order."""
+    first: Dict[str, Any] = {"mode": "consume", "config": config, "max_records": max_records, "idle_ms": idle_ms,
+                             "timeout_ms": int(timeout * 1000) - 5000, "until_end": until_end}
+    if assign is not None:
+        first["assign"] = [list(tp) for tp in assign]
+    else:
+        first["subscribe"] = list(subscribe or ())
+    events = _run(first, (), timeout)
+    done = [e for e in events if e["event"] == "done"]
+    if not done or (until_end and done[0]["reason"] != "end"):
+        raise JavaPeerError(f"the Java consumer stopped early: {done}")
+    return [record_of(e) for e in events if e["event"] == "record"]
+
+
+class JavaGroupMember:
+    """A Java consumer in a group (``group-member`` mode) in a subprocess;
+    a thread reads its events: ``records`` (every record it returned),
+    ``assignment`` (what it owns now) and ``events`` (everything)."""
+
+    def __init__(self, config: Dict[str, str], topics: Sequence[str], name: str = "java") -> None:
+        self.name = name
+        self.events: List[Dict[str, Any]] = []
+        self.records: List[PeerRecord] = []
+        self.assignment: set = set()
+        self._lock = threading.Lock()
+        self._queue: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, text=True, bufsize=1)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"mode": "group-member", "config": config, "subscribe": list(topics)}) + "\n")
+        self.proc.stdin.flush()
+        self._reader = threading.Thread(target=self._read, name=f"java-peer-{name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if not line.startswith("{"):
+                continue
+            e = json.loads(line)
+            with self._lock:
+                self.events.append(e)
+                kind = e["event"]
+                if kind == "record":
+                    self.records.append(record_of(e))
+                elif kind == "assigned":
+                    self.assignment |= {tuple(tp) for tp in e["partitions"]}
+                elif kind in ("revoked", "lost"):
+                    self.assignment -= {tuple(tp) for tp in e["partitions"]}
+            self._queue.put(e)
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()[-4000:].decode("utf-8", "replace")
+
+    def wait_for(self, kind: str, timeout: float = 60.0) -> Dict[str, Any]:
+        """The next event of ``kind`` (earlier ones of other kinds are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JavaPeerError(f"{self.name}: no {kind!r} event within {timeout:g} s; "
+                                    f"stderr tail:\n{self.stderr_tail()}")
+            try:
+                e = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if e["event"] == "error":
+                raise JavaPeerError(f"{self.name}: {e['error']}; stderr tail:\n{self.stderr_tail()}")
+            if e["event"] == kind:
+                return e
+
+    def snapshot(self) -> Tuple[List[PeerRecord], set]:
+        with self._lock:
+            return list(self.records), set(self.assignment)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Ask it to commit and leave the group; waits until it has closed."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise JavaPeerError(f"{self.name} did not stop within {timeout:g} s; stderr tail:\n{self.stderr_tail()}")
+        self._reader.join(10)
+        if self.proc.returncode != 0 or not any(e["event"] == "closed" for e in self.events):
+            raise JavaPeerError(f"{self.name} ended with status {self.proc.returncode} without closing; "
+                                f"stderr tail:\n{self.stderr_tail()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
