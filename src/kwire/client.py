@@ -641,6 +641,11 @@ class Client:
             update: MetadataUpdate = fut.value
             self.cluster.install(update)
             complete = update.complete
+            if not complete:
+                # refresh again once the backoff allows, as the class doc says: without this a topic
+                # being created (auto-creation: UNKNOWN_TOPIC_OR_PARTITION, then LEADER_NOT_AVAILABLE)
+                # was asked for once, and a producer's send waited for max_block_ms for nothing
+                self._metadata_wanted = True
         self._metadata_attempts = 0 if complete else self._metadata_attempts + 1
         first = self.cfg.get("retry_backoff_ms", 100) / 1000.0
         top = max(first, self.cfg.get("retry_backoff_max_ms", 1000) / 1000.0)
