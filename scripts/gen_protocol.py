@@ -50,6 +50,8 @@ APIS = [
     "SaslAuthenticate", "DescribeCluster", "OffsetForLeaderEpoch",
     # KIP-848's consumer group protocol (issue 16)
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
+    # ACLs and client quotas (issue 16)
+    "CreateAcls", "DescribeAcls", "DeleteAcls", "AlterClientQuotas", "DescribeClientQuotas",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -1,5 +1,6 @@
 """Cluster administration: topics and partitions, cluster and topic
-descriptions, offsets, configs, record deletion.
+descriptions, offsets, configs, record deletion, ACLs
+(:class:`kwire.acl.AclBinding`) and client quotas.
 
 Every call is blocking and raises the broker's error (a
 :class:`kwire.errors.KafkaError` subclass naming the topic) when one topic of
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire import protocol
+from kwire.acl import AclBinding
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
@@ -29,7 +31,7 @@ from kwire.types import EARLIEST, LATEST, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-           "GroupDescription", "MemberDescription"]
+           "GroupDescription", "MemberDescription", "AclBinding"]
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -259,7 +261,7 @@ class Admin:
         spec = {}
         for tp, what in query.items():
             spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST}.get(what, what)
-        with Consumer(dict(self._passthrough()), isolation_level=isolation_level) as c:
+        with Consumer(dict(self._passthrough()), isolation_level=isolation_level, allow_auto_create_topics=False) as c:
             return c._list_offsets(spec, self._timeout(timeout))
 
     def _passthrough(self) -> Dict[str, Any]:
@@ -436,3 +438,89 @@ class Admin:
         ends = self.list_offsets({tp: "latest" for tp in committed}, timeout)
         return {tp: (om.offset, ends[tp][0], max(0, ends[tp][0] - om.offset)) for tp, om in committed.items()}
 
+
+    # --------------------------------------------------------------- ACLs
+    def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> None:
+        """Create ``acls`` (needs ALTER on the cluster); raises the first
+        failure after the broker answered for all."""
+        cls = protocol.message("CreateAclsRequest")
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(creations=[cls.AclCreation(**a.wire()) for a in acls])
+
+        resp = self._client.request_any(make, self._timeout(timeout))
+        self._raise_first([protocol.error_for(r.error_code, api="CreateAcls", message=r.error_message, acl=a)
+                           for a, r in zip(acls, resp.results) if r.error_code])
+
+    def describe_acls(self, acl_filter: Optional[AclBinding] = None,
+                      timeout: Optional[float] = None) -> List[AclBinding]:
+        """The ACLs ``acl_filter`` matches (every ACL without one; needs
+        DESCRIBE on the cluster)."""
+        f = acl_filter or AclBinding("any", None, "any", None, None, "any", "any")
+        cls = protocol.message("DescribeAclsRequest")
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(**f.wire(as_filter=True))
+
+        resp = self._client.request_any(make, self._timeout(timeout))
+        if resp.error_code:
+            raise protocol.error_for(resp.error_code, api="DescribeAcls", message=resp.error_message)
+        return [AclBinding.from_response(r, a) for r in resp.resources for a in r.acls]
+
+    def delete_acls(self, filters: Sequence[AclBinding], timeout: Optional[float] = None) -> List[AclBinding]:
+        """Delete the ACLs each of ``filters`` matches; returns those deleted."""
+        cls = protocol.message("DeleteAclsRequest")
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(filters=[cls.DeleteAclsFilter(**f.wire(as_filter=True)) for f in filters])
+
+        resp = self._client.request_any(make, self._timeout(timeout))
+        deleted, errors = [], []
+        for f, r in zip(filters, resp.filter_results):
+            if r.error_code:
+                errors.append(protocol.error_for(r.error_code, api="DeleteAcls", message=r.error_message, acl=f))
+            for m in r.matching_acls:
+                if m.error_code:
+                    errors.append(protocol.error_for(m.error_code, api="DeleteAcls", message=m.error_message, acl=f))
+                else:
+                    deleted.append(AclBinding.from_codes(m.resource_type, m.resource_name, m.pattern_type,
+                                                         m.principal, m.host, m.operation, m.permission_type))
+        self._raise_first(errors)
+        return deleted
+
+    # ------------------------------------------------------------- quotas
+    def alter_client_quotas(self, entity: Mapping[str, Optional[str]], quotas: Mapping[str, Optional[float]],
+                            timeout: Optional[float] = None, validate_only: bool = False) -> None:
+        """Set (a number) or remove (None) ``quotas`` of one entity, in
+        Kafka's names: ``entity`` {"user": "alice"} (and/or "client-id",
+        "ip"; None is the default entity), ``quotas``
+        {"producer_byte_rate": 1048576, "consumer_byte_rate": None, ...}."""
+        cls = protocol.message("AlterClientQuotasRequest")
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(entries=[cls.EntryData(
+                entity=[cls.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+                ops=[cls.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                     for k, v in quotas.items()])], validate_only=validate_only)
+
+        resp = self._client.request_any(make, self._timeout(timeout))
+        self._raise_first([protocol.error_for(r.error_code, api="AlterClientQuotas", message=r.error_message,
+                                              entity=dict(entity)) for r in resp.entries if r.error_code])
+
+    def describe_client_quotas(self, entity: Mapping[str, Optional[str]], strict: bool = False,
+                               timeout: Optional[float] = None) -> Dict[Tuple[Tuple[str, Optional[str]], ...],
+                                                                        Dict[str, float]]:
+        """The quotas of the entities ``entity`` matches ({"user": "alice"};
+        None matches the default entity): {((type, name), ...): {key:
+        value}}. ``strict``: only entities with exactly those types."""
+        cls = protocol.message("DescribeClientQuotasRequest")
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(components=[cls.ComponentData(entity_type=t, match_type=1 if n is None else 0, match=n)
+                                   for t, n in entity.items()], strict=strict)
+
+        resp = self._client.request_any(make, self._timeout(timeout))
+        if resp.error_code:
+            raise protocol.error_for(resp.error_code, api="DescribeClientQuotas", message=resp.error_message)
+        return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                {v.key: v.value for v in entry.values} for entry in resp.entries or []}

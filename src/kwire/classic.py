@@ -321,6 +321,8 @@ class ClassicMembership:
                     self._joining_step = None
                     if f.failed():
                         self._join_retry_at = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
+                if f.failed() and not getattr(f.exception(), "retriable", True):
+                    self._host.set_fatal(f.exception())   # GROUP_AUTHORIZATION_FAILED: raised by poll, not looked up again
 
             fut.add_done_callback(found)
             return

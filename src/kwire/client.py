@@ -41,7 +41,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 
 from kwire import protocol
 from kwire._codec import Generation
-from kwire.errors import KwireError, without_traceback
+from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
@@ -128,6 +128,18 @@ class ClusterMetadata:
     generation: Generation = field(default_factory=Generation)
     _missing_logged: Set[Tuple[str, int]] = field(default_factory=set, repr=False)
     _bad_index_logged: Set[str] = field(default_factory=set, repr=False)
+    _refused_logged: Dict[str, int] = field(default_factory=dict, repr=False)
+
+    def refused(self, topic: str, partition: Optional[int] = None) -> Optional[BaseException]:
+        """The error of ``topic`` in the last metadata about it when
+        retrying cannot help (TOPIC_AUTHORIZATION_FAILED, an invalid topic
+        name), naming the topic; None otherwise. The producer raises it from
+        ``send``, the consumer from ``poll``, at once rather than waiting
+        for metadata that will not come."""
+        code = self.topic_errors.get(topic, 0)
+        if not code or getattr(error_for_code(code), "retriable", True):
+            return None
+        return protocol.error_for(code, api="Metadata", topic=topic, partition=partition)
 
     def leader_for(self, topic: str, partition: int) -> Optional[int]:
         info = self.partitions.get(topic, {}).get(partition)
@@ -221,6 +233,12 @@ class ClusterMetadata:
             log.warning("metadata: a partition leader named is not among the brokers the response lists (%s%s); "
                         "those partitions have no known leader until a refresh (with backoff) names one", shown,
                         f", and {len(new) - 5} more" if len(new) > 5 else "")
+        for name, code in topics.items():      # a refusal (authorization): said once, again if it comes back
+            if not code or getattr(error_for_code(code), "retriable", True):
+                self._refused_logged.pop(name, None)
+            elif self._refused_logged.get(name) != code:
+                self._refused_logged[name] = code
+                log.warning("metadata: %s", protocol.error_for(code, api="Metadata", topic=name))
         for name, indexes in bad.items():
             if name in self._bad_index_logged:
                 continue
@@ -286,10 +304,18 @@ def _prepare_metadata(cluster: ClusterMetadata, requested: Optional[FrozenSet[st
 
 class Client:
     """Connections to one cluster and its metadata. ``cfg`` is a resolved
-    option dict (:func:`kwire.config.resolve`)."""
+    option dict (:func:`kwire.config.resolve`).
 
-    def __init__(self, cfg: Dict[str, Any]) -> None:
+    ``auto_create_topics``: whether Metadata requests for named topics ask
+    the broker to create those that do not exist (it does when its
+    ``auto.create.topics.enable`` is on). The producer asks (as Kafka's
+    Java producer does), a consumer as its ``allow_auto_create_topics``
+    says (the default when not given), an Admin never."""
+
+    def __init__(self, cfg: Dict[str, Any], auto_create_topics: Optional[bool] = None) -> None:
         self.cfg = cfg
+        self.auto_create_topics = bool(cfg.get("allow_auto_create_topics", False) if auto_create_topics is None
+                                       else auto_create_topics)
         self.cluster = ClusterMetadata()
         self._selector = selectors.DefaultSelector()
         self._conns: Dict[int, Connection] = {}
@@ -555,6 +581,14 @@ class Client:
             self._metadata_wanted = True
             self._metadata_new = True
 
+    def discard_topics(self, topics: Iterable[str]) -> None:
+        """Stop asking for these topics' metadata, and forget their errors
+        (a later :meth:`add_topics` looks again, afresh)."""
+        if self._metadata_topics is not None:
+            self._metadata_topics -= set(topics)
+        for t in topics:
+            self.cluster.topic_errors.pop(t, None)
+
     def want_all_topics(self) -> None:
         self._metadata_topics = None
         self._metadata_wanted = True
@@ -572,7 +606,7 @@ class Client:
             topic_list = None if version >= 1 else []
         else:
             topic_list = [cls.MetadataRequestTopic(name=t) for t in sorted(topics)]
-        return cls(topics=topic_list, allow_auto_topic_creation=False)
+        return cls(topics=topic_list, allow_auto_topic_creation=self.auto_create_topics and topics is not None)
 
     def refresh_metadata(self, topics: Optional[Iterable[str]] = None, timeout: Optional[float] = None) -> ClusterMetadata:
         """Fetch metadata now (blocking) for ``topics`` (None: the topics this
@@ -607,6 +641,11 @@ class Client:
             update: MetadataUpdate = fut.value
             self.cluster.install(update)
             complete = update.complete
+            if not complete:
+                # refresh again once the backoff allows, as the class doc says: without this a topic
+                # being created (auto-creation: UNKNOWN_TOPIC_OR_PARTITION, then LEADER_NOT_AVAILABLE)
+                # was asked for once, and a producer's send waited for max_block_ms for nothing
+                self._metadata_wanted = True
         self._metadata_attempts = 0 if complete else self._metadata_attempts + 1
         first = self.cfg.get("retry_backoff_ms", 100) / 1000.0
         top = max(first, self.cfg.get("retry_backoff_max_ms", 1000) / 1000.0)
@@ -741,9 +780,14 @@ class Client:
         self._maybe_update_metadata()
         for conn in list(self._conns.values()):
             self._update_mask(conn)
-        due = self._metadata_due(time.monotonic())
+        now = time.monotonic()
+        due = self._metadata_due(now)
         if due is not None and 0 < due < timeout:
             timeout = due             # a refresh waiting out its backoff goes when it ends
+        for conn in self._conns.values():
+            left = conn.throttle_left(now)
+            if left is not None and left < timeout:
+                timeout = left        # requests held by a quota's throttle (KIP-219) go when it ends
         events = self._selector.select(timeout)
         for key, ev in events:
             conn = key.data

@@ -189,6 +189,8 @@ CONSUMER: Dict[str, Option] = {
     "partition_assignment_strategy": Option(None, _any, "assignor names or objects"),
     "client_rack": Option(None, _opt_str),
     "exclude_internal_topics": Option(True, _bool),
+    "allow_auto_create_topics": Option(True, _bool, "ask the broker to create a subscribed or assigned topic that "
+                                       "does not exist (it does if its auto.create.topics.enable is on)"),
 }
 
 ADMIN: Dict[str, Option] = dict(COMMON)

@@ -11,7 +11,13 @@ records (prefetch). Nothing in ``poll`` waits for a broker: positions to look
 up (``auto_offset_reset``, ``seek_to_beginning``) and checked (a new leader)
 go out as requests whose answers later polls take in, and a partition is
 fetched once it has a position. A failed request is retried after
-``retry_backoff_ms`` and its failure logged once.
+``retry_backoff_ms`` and its failure logged once. A topic the broker
+refuses (TOPIC_AUTHORIZATION_FAILED) makes ``poll`` raise
+:class:`kwire.errors.TopicAuthorizationFailedError` for its partitions (again
+after ``retry_backoff_ms``) while the others are fetched. The metadata
+requests of the consumer (and of its group) ask the broker to create a
+missing topic as ``allow_auto_create_topics`` says (Kafka's
+``allow.auto.create.topics``, default true).
 
 One poll decodes a bounded amount: at most ``max_records`` records and about
 ``max_poll_bytes`` of record bytes (with a per-record overhead) in all, even

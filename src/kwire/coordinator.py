@@ -26,7 +26,7 @@ from typing import Any, Callable, Deque, Mapping, Optional, Tuple
 
 from kwire import protocol
 from kwire.client import Broker, Client, NoBrokersAvailableError
-from kwire.errors import KwireError
+from kwire.errors import KwireError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -60,9 +60,10 @@ def find_coordinator_request(versions: Mapping[int, int], key: str, key_type: in
     return cls(key=key, key_type=key_type)
 
 
-def coordinator_from_response(resp: Any, key: str) -> Broker:
+def coordinator_from_response(resp: Any, key: str, key_type: int = GROUP_KEY) -> Broker:
     """The coordinator a FindCoordinator response names (any version), or
-    its error (a :class:`kwire.errors.KafkaError`) raised."""
+    its error (a :class:`kwire.errors.KafkaError` naming the group or
+    transactional id) raised."""
     entries = getattr(resp, "coordinators", None) or []
     for c in entries:
         if c.key == key:
@@ -71,7 +72,8 @@ def coordinator_from_response(resp: Any, key: str) -> Broker:
     else:
         code, node, host, port, msg = resp.error_code, resp.node_id, resp.host, resp.port, resp.error_message
     if code:
-        raise protocol.error_for(code, api="FindCoordinator", message=msg)
+        raise error_for_code(code)(msg, api="FindCoordinator",
+                                   **{"transactional_id" if key_type == TRANSACTION_KEY else "group": key})
     return Broker(node, host, port)
 
 
@@ -199,7 +201,7 @@ class CoordinatorLink:
             try:
                 if f.failed():
                     raise f.exception()   # type: ignore[misc]
-                broker = coordinator_from_response(f.value, self.key)
+                broker = coordinator_from_response(f.value, self.key, self.key_type)
             except BaseException as e:
                 log.debug("%r: FindCoordinator failed: %s", self.key, e)
                 result.set_exception(e)

@@ -236,6 +236,20 @@ class Fetcher:
     def _no_position(tp: TopicPartition) -> NoOffsetForPartitionError:
         return NoOffsetForPartitionError(f"{tp.topic}[{tp.partition}] has no position and auto_offset_reset is none")
 
+    def _leader_or_refusal(self, tp: TopicPartition, st: Any, now: float) -> Optional[int]:
+        """The partition's leader; else None, and a metadata refresh asked
+        for, or (the topic refused for good: TOPIC_AUTHORIZATION_FAILED) the
+        error held for the next poll, asked again after the backoff."""
+        client = self._client
+        leader = client.cluster.leader_for(*tp)
+        if leader is None:
+            refused = client.cluster.refused(tp.topic, tp.partition)
+            if refused is not None:
+                st.error, st.retry_at = refused, now + self._backoff
+            else:
+                client.request_metadata_update()
+        return leader
+
     def _lookup_positions(self) -> None:
         """Send a ListOffsets to the leader of every partition without a
         position (none in flight, not backing off), without waiting: the
@@ -252,9 +266,8 @@ class Fetcher:
             if reset is None:
                 st.error = self._no_position(tp)
                 continue
-            leader = client.cluster.leader_for(*tp)
+            leader = self._leader_or_refusal(tp, st, now)
             if leader is None:
-                client.request_metadata_update()
                 continue
             by_node[leader][tp] = reset
         for node, parts in by_node.items():
@@ -379,9 +392,8 @@ class Fetcher:
             if (tp in self._in_flight or tp in self._validating or st.error is not None or st.corrupt is not None
                     or now < st.retry_at or self._fetch_offset(tp) is None):
                 continue
-            leader = client.cluster.leader_for(*tp)
+            leader = self._leader_or_refusal(tp, st, now)
             if leader is None:
-                client.request_metadata_update()
                 continue
             if 0 <= st.epoch < self._leader_epoch(tp):
                 if tp in self._buffer:

@@ -26,6 +26,14 @@ whole even when it is larger than ``max_bytes`` or ``partition_max_bytes``
 (the topic's ``max.message.bytes`` bounds it, which a client does not
 know), so that a consumer always makes progress; such a batch is accepted
 up to ``receive_message_max_bytes``.
+
+Quotas (KIP-219): a response whose ``throttle_time_ms`` is positive, at a
+version from which the broker answers at once and leaves the waiting to
+the client (:data:`CLIENT_THROTTLES_FROM`), mutes the connection for that
+long: requests sent meanwhile wait, in order, and go out once the time is
+up (:meth:`Connection.check_timeouts`, which the client calls on each turn
+and wakes up for). This is the one place kwire honours quotas: every
+client (producer, consumer, admin, group, transactions) sends through it.
 """
 
 from __future__ import annotations
@@ -107,9 +115,32 @@ def response_limit(request: Any, cfg: Dict[str, Any]) -> int:
     return limit
 
 
-def _decode(frame: memoryview, response_class: Any, version: int, prepare: Optional[Callable[[Any], Any]]) -> Any:
-    """The response in ``frame``, passed through ``prepare`` when given."""
+#: KIP-219: the first version of each API at which a broker answers a
+#: throttled request at once and the client waits out ``throttle_time_ms``
+#: (before it, the broker delayed the response itself). APIs not listed are
+#: newer than KIP-219: from version 0.
+CLIENT_THROTTLES_FROM: Dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
+    ApiKey.API_VERSIONS: 2, ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1,
+    ApiKey.INIT_PRODUCER_ID: 1, ApiKey.OFFSET_FOR_LEADER_EPOCH: 1, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+    ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1, ApiKey.DESCRIBE_ACLS: 1,
+    ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1, ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DELETE_GROUPS: 1,
+}
+
+
+def _decode(frame: memoryview, response_class: Any, version: int, prepare: Optional[Callable[[Any], Any]],
+            throttle: Optional[Callable[[int], None]] = None) -> Any:
+    """The response in ``frame``, passed through ``prepare`` when given;
+    its ``throttle_time_ms`` handed to ``throttle`` when the client is to
+    wait it out (KIP-219)."""
     _, resp = protocol.decode_response(frame, response_class, version)
+    if throttle is not None:
+        ms = getattr(resp, "throttle_time_ms", 0) or 0
+        if ms > 0 and version >= CLIENT_THROTTLES_FROM.get(response_class.API_KEY, 0):
+            throttle(ms)
     return resp if prepare is None else prepare(resp)
 
 
@@ -174,6 +205,7 @@ class Connection:
         self._frame_size = 0                             # its declared size
         self._frame_got = 0
         self.last_activity = time.monotonic()
+        self.throttled_until = 0.0                       # KIP-219: nothing is sent before this (monotonic)
 
     # ------------------------------------------------------------- public
     def __repr__(self) -> str:
@@ -247,12 +279,38 @@ class Connection:
         if self.state == "closed":
             fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
             return fut
-        if self.state != "ready":
+        if self.state == "ready" and self._waiting:
+            self._release(time.monotonic())
+        if self.state != "ready" or self._waiting or self.throttled_until > time.monotonic():
             self._waiting.append((request, -1 if version is None else version, fut, expect_response, prepare,
                                   offload, timeout))
             return fut
         self._send_now(request, version, fut, expect_response, flush, prepare, offload, timeout)
         return fut
+
+    def throttle_left(self, now: float) -> Optional[float]:
+        """Seconds until requests held by a throttle (KIP-219) may go; None
+        when none is held."""
+        if self.state != "ready" or not self._waiting:
+            return None
+        return max(0.0, self.throttled_until - now)
+
+    def _throttle(self, ms: int) -> None:
+        """The broker said to wait ``ms`` before sending more (any thread:
+        a large response is decoded off the I/O thread)."""
+        until = time.monotonic() + ms / 1000.0
+        if until > self.throttled_until:
+            self.throttled_until = until
+        log.debug("node %s: throttled for %d ms (quota)", self.node_id, ms)
+
+    def _release(self, now: float) -> None:
+        """Send the requests that waited for setup or a throttle, once
+        ready and the throttle is over."""
+        if self.state != "ready" or self.throttled_until > now:
+            return
+        waiting, self._waiting = self._waiting, []
+        for request, version, fut, expect, prepare, offload, timeout in waiting:
+            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload, timeout)
 
     def flush(self) -> None:
         """Write what is queued, as far as the socket takes it now."""
@@ -306,6 +364,8 @@ class Connection:
                     f"request {protocol.api_name(inf.api_key)} v{inf.version} to node {self.node_id} got no "
                     f"response within {inf.timeout:.1f} s"))
                 return
+        if self._waiting:
+            self._release(now)        # a throttle (KIP-219) that is over
 
     def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
         """Close the socket and fail what is in flight or waiting with
@@ -458,9 +518,7 @@ class Connection:
 
     def _become_ready(self) -> None:
         self._set_state("ready")
-        waiting, self._waiting = self._waiting, []
-        for request, version, fut, expect, prepare, offload, timeout in waiting:
-            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload, timeout)
+        self._release(time.monotonic())
 
     # ---------------------------------------------------------- sending
     def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool,
@@ -612,7 +670,7 @@ class Connection:
         inf = self._in_flight.pop(corr, None)
         if inf is None:
             raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
-        job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare)
+        job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare, self._throttle)
         if inf.offload and self._offload is not None and len(frame) >= OFFLOAD_MIN_BYTES:
             self._offload(job, inf.future)
             return

@@ -116,7 +116,7 @@ class Producer(SendingProducer):
             cfg["enable_idempotence"] = False      # implicit default yields to an explicit acks
         if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > 5:
             raise KwireError("enable_idempotence allows at most 5 requests in flight per connection")
-        self._client = Client(cfg)
+        self._client = Client(cfg, auto_create_topics=True)
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
         # the send state's one owner: partitioning, the open batches, the bytes buffered, sealing
@@ -286,17 +286,32 @@ class Producer(SendingProducer):
 
     def _wait_partitions(self, topic: str, deadline: float) -> Sequence[int]:
         """The topic's partitions, set in the Accumulator; waits for
-        metadata until ``deadline``."""
-        self._client.add_topics([topic])
-        self._client.wakeup()
+        metadata until ``deadline``. A topic the broker refuses for good
+        (TOPIC_AUTHORIZATION_FAILED, an invalid name) raises that error at
+        once, and its metadata is no longer asked for (a later send asks
+        afresh); a topic that does not exist, and that the broker does not
+        create (its ``auto.create.topics.enable`` is off), raises
+        :class:`KafkaTimeoutError` saying so at ``deadline``."""
+        client = self._client
+        client.add_topics([topic])
+        client.wakeup()
         while True:
             parts = self._known_partitions(topic)
             if parts:
                 return parts
             if self._closing:
                 raise ProducerClosedError("the producer was closed while waiting for metadata")
+            refused = client.cluster.refused(topic)
+            if refused is not None:
+                client.discard_topics([topic])
+                raise refused
             if time.monotonic() >= deadline:
-                err = self._client.cluster.topic_errors.get(topic)
+                err = client.cluster.topic_errors.get(topic)
+                if err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise KafkaTimeoutError(
+                        f"topic {topic!r} does not exist and was not created within max_block_ms "
+                        f"({self.cfg['max_block_ms']} ms): the broker's auto.create.topics.enable may be off; "
+                        "create the topic first (Admin.create_topics)")
                 raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms"
                                         + (f" (broker error {protocol.error_for(err).__class__.__name__})" if err else ""))
             time.sleep(0.005)

@@ -18,8 +18,11 @@ CASES = [(name, v) for name in all_message_names()
 def test_every_api_of_the_issue_is_generated():
     from kwire.protocol import APIS
 
-    assert len(APIS) == 31           # issue 3's 29, and KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe
+    assert len(APIS) == 36           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+    #                                  and issue 16's CreateAcls, DescribeAcls, DeleteAcls, AlterClientQuotas, DescribeClientQuotas
     assert {"ConsumerGroupHeartbeatRequest", "ConsumerGroupDescribeResponse"} <= set(MESSAGES)
+    assert {"CreateAclsResponse", "DescribeAclsResponse", "DeleteAclsResponse", "AlterClientQuotasResponse",
+            "DescribeClientQuotasResponse"} <= set(MESSAGES)
     assert {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"} <= set(MESSAGES)
 
 

@@ -98,6 +98,9 @@ _S38 = _Struct('>qhi')
 _S39 = _Struct('>?b')
 _S40 = _Struct('>iii')
 _S41 = _Struct('>hiiq')
+_S42 = _Struct('>bb')
+_S43 = _Struct('>d?')
+_S44 = _Struct('>d')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
@@ -2443,6 +2446,380 @@ ConsumerGroupDescribeResponse.MIN_VERSION = 0
 ConsumerGroupDescribeResponse.MAX_VERSION = 1
 ConsumerGroupDescribeResponse.FLEXIBLE_MIN = 0
 
+class CreateAclsRequest(_Message):
+    __slots__ = ('creations', 'unknown_tags')
+    _FIELDS = ('creations',)
+    creations: List[CreateAclsRequest.AclCreation]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AclCreation(_Message):
+        __slots__ = ('resource_type', 'resource_name', 'resource_pattern_type', 'principal', 'host', 'operation', 'permission_type', 'unknown_tags')
+        _FIELDS = ('resource_type', 'resource_name', 'resource_pattern_type', 'principal', 'host', 'operation', 'permission_type')
+        resource_type: int
+        resource_name: str
+        resource_pattern_type: int
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type: int = 0, resource_name: str = '', resource_pattern_type: int = 3, principal: str = '', host: str = '', operation: int = 0, permission_type: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.resource_pattern_type = resource_pattern_type
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, creations: List[CreateAclsRequest.AclCreation] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.creations = [] if creations is _UNSET else creations
+        self.unknown_tags = unknown_tags
+CreateAclsRequest.API_KEY = 30
+CreateAclsRequest.MIN_VERSION = 1
+CreateAclsRequest.MAX_VERSION = 3
+CreateAclsRequest.FLEXIBLE_MIN = 2
+
+class CreateAclsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[CreateAclsResponse.AclCreationResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AclCreationResult(_Message):
+        __slots__ = ('error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message')
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[CreateAclsResponse.AclCreationResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+CreateAclsResponse.API_KEY = 30
+CreateAclsResponse.MIN_VERSION = 1
+CreateAclsResponse.MAX_VERSION = 3
+CreateAclsResponse.FLEXIBLE_MIN = 2
+
+class DescribeAclsRequest(_Message):
+    __slots__ = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type', 'unknown_tags')
+    _FIELDS = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type')
+    resource_type_filter: int
+    resource_name_filter: Optional[str]
+    pattern_type_filter: int
+    principal_filter: Optional[str]
+    host_filter: Optional[str]
+    operation: int
+    permission_type: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, resource_type_filter: int = 0, resource_name_filter: Optional[str] = '', pattern_type_filter: int = 3, principal_filter: Optional[str] = '', host_filter: Optional[str] = '', operation: int = 0, permission_type: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tags = unknown_tags
+DescribeAclsRequest.API_KEY = 29
+DescribeAclsRequest.MIN_VERSION = 1
+DescribeAclsRequest.MAX_VERSION = 3
+DescribeAclsRequest.FLEXIBLE_MIN = 2
+
+class DescribeAclsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'resources', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'resources')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    resources: List[DescribeAclsResponse.DescribeAclsResource]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeAclsResource(_Message):
+        __slots__ = ('resource_type', 'resource_name', 'pattern_type', 'acls', 'unknown_tags')
+        _FIELDS = ('resource_type', 'resource_name', 'pattern_type', 'acls')
+        resource_type: int
+        resource_name: str
+        pattern_type: int
+        acls: List[DescribeAclsResponse.AclDescription]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type: int = 0, resource_name: str = '', pattern_type: int = 3, acls: List[DescribeAclsResponse.AclDescription] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.pattern_type = pattern_type
+            self.acls = [] if acls is _UNSET else acls
+            self.unknown_tags = unknown_tags
+    class AclDescription(_Message):
+        __slots__ = ('principal', 'host', 'operation', 'permission_type', 'unknown_tags')
+        _FIELDS = ('principal', 'host', 'operation', 'permission_type')
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, principal: str = '', host: str = '', operation: int = 0, permission_type: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', resources: List[DescribeAclsResponse.DescribeAclsResource] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = [] if resources is _UNSET else resources
+        self.unknown_tags = unknown_tags
+DescribeAclsResponse.API_KEY = 29
+DescribeAclsResponse.MIN_VERSION = 1
+DescribeAclsResponse.MAX_VERSION = 3
+DescribeAclsResponse.FLEXIBLE_MIN = 2
+
+class DeleteAclsRequest(_Message):
+    __slots__ = ('filters', 'unknown_tags')
+    _FIELDS = ('filters',)
+    filters: List[DeleteAclsRequest.DeleteAclsFilter]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DeleteAclsFilter(_Message):
+        __slots__ = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type', 'unknown_tags')
+        _FIELDS = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type')
+        resource_type_filter: int
+        resource_name_filter: Optional[str]
+        pattern_type_filter: int
+        principal_filter: Optional[str]
+        host_filter: Optional[str]
+        operation: int
+        permission_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type_filter: int = 0, resource_name_filter: Optional[str] = '', pattern_type_filter: int = 3, principal_filter: Optional[str] = '', host_filter: Optional[str] = '', operation: int = 0, permission_type: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.resource_type_filter = resource_type_filter
+            self.resource_name_filter = resource_name_filter
+            self.pattern_type_filter = pattern_type_filter
+            self.principal_filter = principal_filter
+            self.host_filter = host_filter
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, filters: List[DeleteAclsRequest.DeleteAclsFilter] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.filters = [] if filters is _UNSET else filters
+        self.unknown_tags = unknown_tags
+DeleteAclsRequest.API_KEY = 31
+DeleteAclsRequest.MIN_VERSION = 1
+DeleteAclsRequest.MAX_VERSION = 3
+DeleteAclsRequest.FLEXIBLE_MIN = 2
+
+class DeleteAclsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'filter_results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'filter_results')
+    throttle_time_ms: int
+    filter_results: List[DeleteAclsResponse.DeleteAclsFilterResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DeleteAclsFilterResult(_Message):
+        __slots__ = ('error_code', 'error_message', 'matching_acls', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'matching_acls')
+        error_code: int
+        error_message: Optional[str]
+        matching_acls: List[DeleteAclsResponse.DeleteAclsMatchingAcl]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', matching_acls: List[DeleteAclsResponse.DeleteAclsMatchingAcl] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.matching_acls = [] if matching_acls is _UNSET else matching_acls
+            self.unknown_tags = unknown_tags
+    class DeleteAclsMatchingAcl(_Message):
+        __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'pattern_type', 'principal', 'host', 'operation', 'permission_type', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'resource_type', 'resource_name', 'pattern_type', 'principal', 'host', 'operation', 'permission_type')
+        error_code: int
+        error_message: Optional[str]
+        resource_type: int
+        resource_name: str
+        pattern_type: int
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', resource_type: int = 0, resource_name: str = '', pattern_type: int = 3, principal: str = '', host: str = '', operation: int = 0, permission_type: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.pattern_type = pattern_type
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, filter_results: List[DeleteAclsResponse.DeleteAclsFilterResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = [] if filter_results is _UNSET else filter_results
+        self.unknown_tags = unknown_tags
+DeleteAclsResponse.API_KEY = 31
+DeleteAclsResponse.MIN_VERSION = 1
+DeleteAclsResponse.MAX_VERSION = 3
+DeleteAclsResponse.FLEXIBLE_MIN = 2
+
+class AlterClientQuotasRequest(_Message):
+    __slots__ = ('entries', 'validate_only', 'unknown_tags')
+    _FIELDS = ('entries', 'validate_only')
+    entries: List[AlterClientQuotasRequest.EntryData]
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    class EntryData(_Message):
+        __slots__ = ('entity', 'ops', 'unknown_tags')
+        _FIELDS = ('entity', 'ops')
+        entity: List[AlterClientQuotasRequest.EntityData]
+        ops: List[AlterClientQuotasRequest.OpData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity: List[AlterClientQuotasRequest.EntityData] = _UNSET, ops: List[AlterClientQuotasRequest.OpData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity = [] if entity is _UNSET else entity
+            self.ops = [] if ops is _UNSET else ops
+            self.unknown_tags = unknown_tags
+    class EntityData(_Message):
+        __slots__ = ('entity_type', 'entity_name', 'unknown_tags')
+        _FIELDS = ('entity_type', 'entity_name')
+        entity_type: str
+        entity_name: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity_type: str = '', entity_name: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tags = unknown_tags
+    class OpData(_Message):
+        __slots__ = ('key', 'value', 'remove', 'unknown_tags')
+        _FIELDS = ('key', 'value', 'remove')
+        key: str
+        value: float
+        remove: bool
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, key: str = '', value: float = 0.0, remove: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.key = key
+            self.value = value
+            self.remove = remove
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, entries: List[AlterClientQuotasRequest.EntryData] = _UNSET, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.entries = [] if entries is _UNSET else entries
+        self.validate_only = validate_only
+        self.unknown_tags = unknown_tags
+AlterClientQuotasRequest.API_KEY = 49
+AlterClientQuotasRequest.MIN_VERSION = 0
+AlterClientQuotasRequest.MAX_VERSION = 1
+AlterClientQuotasRequest.FLEXIBLE_MIN = 1
+
+class AlterClientQuotasResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'entries', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'entries')
+    throttle_time_ms: int
+    entries: List[AlterClientQuotasResponse.EntryData]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class EntryData(_Message):
+        __slots__ = ('error_code', 'error_message', 'entity', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'entity')
+        error_code: int
+        error_message: Optional[str]
+        entity: List[AlterClientQuotasResponse.EntityData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', entity: List[AlterClientQuotasResponse.EntityData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.entity = [] if entity is _UNSET else entity
+            self.unknown_tags = unknown_tags
+    class EntityData(_Message):
+        __slots__ = ('entity_type', 'entity_name', 'unknown_tags')
+        _FIELDS = ('entity_type', 'entity_name')
+        entity_type: str
+        entity_name: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity_type: str = '', entity_name: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, entries: List[AlterClientQuotasResponse.EntryData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = [] if entries is _UNSET else entries
+        self.unknown_tags = unknown_tags
+AlterClientQuotasResponse.API_KEY = 49
+AlterClientQuotasResponse.MIN_VERSION = 0
+AlterClientQuotasResponse.MAX_VERSION = 1
+AlterClientQuotasResponse.FLEXIBLE_MIN = 1
+
+class DescribeClientQuotasRequest(_Message):
+    __slots__ = ('components', 'strict', 'unknown_tags')
+    _FIELDS = ('components', 'strict')
+    components: List[DescribeClientQuotasRequest.ComponentData]
+    strict: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ComponentData(_Message):
+        __slots__ = ('entity_type', 'match_type', 'match', 'unknown_tags')
+        _FIELDS = ('entity_type', 'match_type', 'match')
+        entity_type: str
+        match_type: int
+        match: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity_type: str = '', match_type: int = 0, match: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity_type = entity_type
+            self.match_type = match_type
+            self.match = match
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, components: List[DescribeClientQuotasRequest.ComponentData] = _UNSET, strict: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.components = [] if components is _UNSET else components
+        self.strict = strict
+        self.unknown_tags = unknown_tags
+DescribeClientQuotasRequest.API_KEY = 48
+DescribeClientQuotasRequest.MIN_VERSION = 0
+DescribeClientQuotasRequest.MAX_VERSION = 1
+DescribeClientQuotasRequest.FLEXIBLE_MIN = 1
+
+class DescribeClientQuotasResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'entries', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'entries')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    entries: Optional[List[DescribeClientQuotasResponse.EntryData]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class EntryData(_Message):
+        __slots__ = ('entity', 'values', 'unknown_tags')
+        _FIELDS = ('entity', 'values')
+        entity: List[DescribeClientQuotasResponse.EntityData]
+        values: List[DescribeClientQuotasResponse.ValueData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity: List[DescribeClientQuotasResponse.EntityData] = _UNSET, values: List[DescribeClientQuotasResponse.ValueData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity = [] if entity is _UNSET else entity
+            self.values = [] if values is _UNSET else values
+            self.unknown_tags = unknown_tags
+    class EntityData(_Message):
+        __slots__ = ('entity_type', 'entity_name', 'unknown_tags')
+        _FIELDS = ('entity_type', 'entity_name')
+        entity_type: str
+        entity_name: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, entity_type: str = '', entity_name: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tags = unknown_tags
+    class ValueData(_Message):
+        __slots__ = ('key', 'value', 'unknown_tags')
+        _FIELDS = ('key', 'value')
+        key: str
+        value: float
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, key: str = '', value: float = 0.0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', entries: Optional[List[DescribeClientQuotasResponse.EntryData]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = [] if entries is _UNSET else entries
+        self.unknown_tags = unknown_tags
+DescribeClientQuotasResponse.API_KEY = 48
+DescribeClientQuotasResponse.MIN_VERSION = 0
+DescribeClientQuotasResponse.MAX_VERSION = 1
+DescribeClientQuotasResponse.FLEXIBLE_MIN = 1
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -2652,10 +3029,36 @@ _C148 = ConsumerGroupDescribeResponse.DescribedGroup
 _C149 = ConsumerGroupDescribeResponse.Member
 _C150 = ConsumerGroupDescribeResponse.Assignment
 _C151 = ConsumerGroupDescribeResponse.TopicPartitions
-_C152 = ConsumerProtocolSubscription
-_C153 = ConsumerProtocolSubscription.TopicPartition
-_C154 = ConsumerProtocolAssignment
-_C155 = ConsumerProtocolAssignment.TopicPartition
+_C152 = CreateAclsRequest
+_C153 = CreateAclsRequest.AclCreation
+_C154 = CreateAclsResponse
+_C155 = CreateAclsResponse.AclCreationResult
+_C156 = DescribeAclsRequest
+_C157 = DescribeAclsResponse
+_C158 = DescribeAclsResponse.DescribeAclsResource
+_C159 = DescribeAclsResponse.AclDescription
+_C160 = DeleteAclsRequest
+_C161 = DeleteAclsRequest.DeleteAclsFilter
+_C162 = DeleteAclsResponse
+_C163 = DeleteAclsResponse.DeleteAclsFilterResult
+_C164 = DeleteAclsResponse.DeleteAclsMatchingAcl
+_C165 = AlterClientQuotasRequest
+_C166 = AlterClientQuotasRequest.EntryData
+_C167 = AlterClientQuotasRequest.EntityData
+_C168 = AlterClientQuotasRequest.OpData
+_C169 = AlterClientQuotasResponse
+_C170 = AlterClientQuotasResponse.EntryData
+_C171 = AlterClientQuotasResponse.EntityData
+_C172 = DescribeClientQuotasRequest
+_C173 = DescribeClientQuotasRequest.ComponentData
+_C174 = DescribeClientQuotasResponse
+_C175 = DescribeClientQuotasResponse.EntryData
+_C176 = DescribeClientQuotasResponse.EntityData
+_C177 = DescribeClientQuotasResponse.ValueData
+_C178 = ConsumerProtocolSubscription
+_C179 = ConsumerProtocolSubscription.TopicPartition
+_C180 = ConsumerProtocolAssignment
+_C181 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -14339,8 +14742,1117 @@ def _encode_ConsumerGroupDescribeResponse_v1(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
     _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_CreateAclsRequest_AclCreation_v1(buf, pos, end):
+    o = _C153.__new__(_C153)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal, pos = _str_k(buf, pos, end)
+    o.host, pos = _str_k(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tags = None
+    return o, pos
+def _decode_CreateAclsRequest_v1(buf, pos, end):
     o = _C152.__new__(_C152)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.creations, pos = _array_n(buf, pos, end, _decode_CreateAclsRequest_AclCreation_v1, n, 10)
+    elif n == 0:
+        o.creations = []
+    else:
+        o.creations = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_CreateAclsRequest_AclCreation_v1(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+    out += _S27.pack(o.resource_pattern_type)
+    _put_str_k(o.principal, out, chunks)
+    _put_str_k(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+def _encode_CreateAclsRequest_AclCreation_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateAclsRequest_AclCreation_v1, False, False)
+def _encode_CreateAclsRequest_v1(o, out, chunks):
+    _encode_CreateAclsRequest_AclCreation_v1_array(o.creations, out, chunks)
+def _decode_CreateAclsRequest_AclCreation_v2(buf, pos, end):
+    o = _C153.__new__(_C153)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal, pos = _str_c(buf, pos, end)
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_CreateAclsRequest_v2(buf, pos, end):
+    o = _C152.__new__(_C152)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.creations, pos = _array_n(buf, pos, end, _decode_CreateAclsRequest_AclCreation_v2, n, 8)
+    elif n == 0:
+        o.creations = []
+    else:
+        o.creations = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateAclsRequest_AclCreation_v2(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    out += _S27.pack(o.resource_pattern_type)
+    _put_str_c(o.principal, out, chunks)
+    _put_str_c(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_CreateAclsRequest_AclCreation_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateAclsRequest_AclCreation_v2, True, False)
+def _encode_CreateAclsRequest_v2(o, out, chunks):
+    _encode_CreateAclsRequest_AclCreation_v2_array(o.creations, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_CreateAclsResponse_AclCreationResult_v1(buf, pos, end):
+    o = _C155.__new__(_C155)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_CreateAclsResponse_v1(buf, pos, end):
+    o = _C154.__new__(_C154)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_CreateAclsResponse_AclCreationResult_v1, n, 4)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_CreateAclsResponse_AclCreationResult_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+def _encode_CreateAclsResponse_AclCreationResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateAclsResponse_AclCreationResult_v1, False, False)
+def _encode_CreateAclsResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_CreateAclsResponse_AclCreationResult_v1_array(o.results, out, chunks)
+def _decode_CreateAclsResponse_AclCreationResult_v2(buf, pos, end):
+    o = _C155.__new__(_C155)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_CreateAclsResponse_v2(buf, pos, end):
+    o = _C154.__new__(_C154)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_CreateAclsResponse_AclCreationResult_v2, n, 4)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateAclsResponse_AclCreationResult_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_CreateAclsResponse_AclCreationResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateAclsResponse_AclCreationResult_v2, True, False)
+def _encode_CreateAclsResponse_v2(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_CreateAclsResponse_AclCreationResult_v2_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeAclsRequest_v1(buf, pos, end):
+    o = _C156.__new__(_C156)
+    if pos + 1 > end: _short()
+    o.resource_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name_filter, pos = _str_kn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal_filter, pos = _str_kn(buf, pos, end)
+    o.host_filter, pos = _str_kn(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeAclsRequest_v1(o, out, chunks):
+    out += _S27.pack(o.resource_type_filter)
+    _put_str_kn(o.resource_name_filter, out, chunks)
+    out += _S27.pack(o.pattern_type_filter)
+    _put_str_kn(o.principal_filter, out, chunks)
+    _put_str_kn(o.host_filter, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+def _decode_DescribeAclsRequest_v2(buf, pos, end):
+    o = _C156.__new__(_C156)
+    if pos + 1 > end: _short()
+    o.resource_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name_filter, pos = _str_cn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal_filter, pos = _str_cn(buf, pos, end)
+    o.host_filter, pos = _str_cn(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeAclsRequest_v2(o, out, chunks):
+    out += _S27.pack(o.resource_type_filter)
+    _put_str_cn(o.resource_name_filter, out, chunks)
+    out += _S27.pack(o.pattern_type_filter)
+    _put_str_cn(o.principal_filter, out, chunks)
+    _put_str_cn(o.host_filter, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeAclsResponse_AclDescription_v1(buf, pos, end):
+    o = _C159.__new__(_C159)
+    o.principal, pos = _str_k(buf, pos, end)
+    o.host, pos = _str_k(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeAclsResponse_DescribeAclsResource_v1(buf, pos, end):
+    o = _C158.__new__(_C158)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.acls, pos = _array_n(buf, pos, end, _decode_DescribeAclsResponse_AclDescription_v1, n, 6)
+    elif n == 0:
+        o.acls = []
+    else:
+        o.acls = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeAclsResponse_v1(buf, pos, end):
+    o = _C157.__new__(_C157)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_DescribeAclsResponse_DescribeAclsResource_v1, n, 8)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeAclsResponse_AclDescription_v1(o, out, chunks):
+    _put_str_k(o.principal, out, chunks)
+    _put_str_k(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+def _encode_DescribeAclsResponse_AclDescription_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsResponse_AclDescription_v1, False, False)
+def _encode_DescribeAclsResponse_DescribeAclsResource_v1(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+    out += _S27.pack(o.pattern_type)
+    _encode_DescribeAclsResponse_AclDescription_v1_array(o.acls, out, chunks)
+def _encode_DescribeAclsResponse_DescribeAclsResource_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsResponse_DescribeAclsResource_v1, False, False)
+def _encode_DescribeAclsResponse_v1(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    _encode_DescribeAclsResponse_DescribeAclsResource_v1_array(o.resources, out, chunks)
+def _decode_DescribeAclsResponse_AclDescription_v2(buf, pos, end):
+    o = _C159.__new__(_C159)
+    o.principal, pos = _str_c(buf, pos, end)
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeAclsResponse_DescribeAclsResource_v2(buf, pos, end):
+    o = _C158.__new__(_C158)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acls, pos = _array_n(buf, pos, end, _decode_DescribeAclsResponse_AclDescription_v2, n, 5)
+    elif n == 0:
+        o.acls = []
+    else:
+        o.acls = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeAclsResponse_v2(buf, pos, end):
+    o = _C157.__new__(_C157)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_DescribeAclsResponse_DescribeAclsResource_v2, n, 5)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeAclsResponse_AclDescription_v2(o, out, chunks):
+    _put_str_c(o.principal, out, chunks)
+    _put_str_c(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeAclsResponse_AclDescription_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsResponse_AclDescription_v2, True, False)
+def _encode_DescribeAclsResponse_DescribeAclsResource_v2(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    out += _S27.pack(o.pattern_type)
+    _encode_DescribeAclsResponse_AclDescription_v2_array(o.acls, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeAclsResponse_DescribeAclsResource_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsResponse_DescribeAclsResource_v2, True, False)
+def _encode_DescribeAclsResponse_v2(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeAclsResponse_DescribeAclsResource_v2_array(o.resources, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DeleteAclsRequest_DeleteAclsFilter_v1(buf, pos, end):
+    o = _C161.__new__(_C161)
+    if pos + 1 > end: _short()
+    o.resource_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name_filter, pos = _str_kn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal_filter, pos = _str_kn(buf, pos, end)
+    o.host_filter, pos = _str_kn(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tags = None
+    return o, pos
+def _decode_DeleteAclsRequest_v1(buf, pos, end):
+    o = _C160.__new__(_C160)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.filters, pos = _array_n(buf, pos, end, _decode_DeleteAclsRequest_DeleteAclsFilter_v1, n, 10)
+    elif n == 0:
+        o.filters = []
+    else:
+        o.filters = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeAclsRequest_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsRequest_v1, False, False)
+def _encode_DeleteAclsRequest_v1(o, out, chunks):
+    _encode_DescribeAclsRequest_v1_array(o.filters, out, chunks)
+def _decode_DeleteAclsRequest_DeleteAclsFilter_v2(buf, pos, end):
+    o = _C161.__new__(_C161)
+    if pos + 1 > end: _short()
+    o.resource_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name_filter, pos = _str_cn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type_filter, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal_filter, pos = _str_cn(buf, pos, end)
+    o.host_filter, pos = _str_cn(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DeleteAclsRequest_v2(buf, pos, end):
+    o = _C160.__new__(_C160)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.filters, pos = _array_n(buf, pos, end, _decode_DeleteAclsRequest_DeleteAclsFilter_v2, n, 8)
+    elif n == 0:
+        o.filters = []
+    else:
+        o.filters = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeAclsRequest_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeAclsRequest_v2, True, False)
+def _encode_DeleteAclsRequest_v2(o, out, chunks):
+    _encode_DescribeAclsRequest_v2_array(o.filters, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(buf, pos, end):
+    o = _C164.__new__(_C164)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal, pos = _str_k(buf, pos, end)
+    o.host, pos = _str_k(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    o.unknown_tags = None
+    return o, pos
+def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos, end):
+    o = _C163.__new__(_C163)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.matching_acls, pos = _array_n(buf, pos, end, _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1, n, 14)
+    elif n == 0:
+        o.matching_acls = []
+    else:
+        o.matching_acls = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DeleteAclsResponse_v1(buf, pos, end):
+    o = _C162.__new__(_C162)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.filter_results, pos = _array_n(buf, pos, end, _decode_DeleteAclsResponse_DeleteAclsFilterResult_v1, n, 8)
+    elif n == 0:
+        o.filter_results = []
+    else:
+        o.filter_results = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+    out += _S27.pack(o.pattern_type)
+    _put_str_k(o.principal, out, chunks)
+    _put_str_k(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1, False, False)
+def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1_array(o.matching_acls, out, chunks)
+def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1, False, False)
+def _encode_DeleteAclsResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1_array(o.filter_results, out, chunks)
+def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(buf, pos, end):
+    o = _C164.__new__(_C164)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.pattern_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.principal, pos = _str_c(buf, pos, end)
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.operation, o.permission_type = _S42.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos, end):
+    o = _C163.__new__(_C163)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.matching_acls, pos = _array_n(buf, pos, end, _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2, n, 11)
+    elif n == 0:
+        o.matching_acls = []
+    else:
+        o.matching_acls = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DeleteAclsResponse_v2(buf, pos, end):
+    o = _C162.__new__(_C162)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.filter_results, pos = _array_n(buf, pos, end, _decode_DeleteAclsResponse_DeleteAclsFilterResult_v2, n, 5)
+    elif n == 0:
+        o.filter_results = []
+    else:
+        o.filter_results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    out += _S27.pack(o.pattern_type)
+    _put_str_c(o.principal, out, chunks)
+    _put_str_c(o.host, out, chunks)
+    out += _S42.pack(o.operation, o.permission_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2, True, False)
+def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2_array(o.matching_acls, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2, True, False)
+def _encode_DeleteAclsResponse_v2(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2_array(o.filter_results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterClientQuotasRequest_EntityData_v0(buf, pos, end):
+    o = _C167.__new__(_C167)
+    o.entity_type, pos = _str_k(buf, pos, end)
+    o.entity_name, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterClientQuotasRequest_OpData_v0(buf, pos, end):
+    o = _C168.__new__(_C168)
+    o.key, pos = _str_k(buf, pos, end)
+    if pos + 9 > end: _short()
+    o.value, o.remove = _S43.unpack_from(buf, pos)
+    pos += 9
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterClientQuotasRequest_EntryData_v0(buf, pos, end):
+    o = _C166.__new__(_C166)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_EntityData_v0, n, 4)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.ops, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_OpData_v0, n, 11)
+    elif n == 0:
+        o.ops = []
+    else:
+        o.ops = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterClientQuotasRequest_v0(buf, pos, end):
+    o = _C165.__new__(_C165)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_EntryData_v0, n, 8)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    o.unknown_tags = None
+    return o, pos
+def _encode_AlterClientQuotasRequest_EntityData_v0(o, out, chunks):
+    _put_str_k(o.entity_type, out, chunks)
+    _put_str_kn(o.entity_name, out, chunks)
+def _encode_AlterClientQuotasRequest_EntityData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_EntityData_v0, False, False)
+def _encode_AlterClientQuotasRequest_OpData_v0(o, out, chunks):
+    _put_str_k(o.key, out, chunks)
+    out += _S43.pack(o.value, o.remove)
+def _encode_AlterClientQuotasRequest_OpData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_OpData_v0, False, False)
+def _encode_AlterClientQuotasRequest_EntryData_v0(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntityData_v0_array(o.entity, out, chunks)
+    _encode_AlterClientQuotasRequest_OpData_v0_array(o.ops, out, chunks)
+def _encode_AlterClientQuotasRequest_EntryData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_EntryData_v0, False, False)
+def _encode_AlterClientQuotasRequest_v0(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntryData_v0_array(o.entries, out, chunks)
+    out += _S4.pack(o.validate_only)
+def _decode_AlterClientQuotasRequest_EntityData_v1(buf, pos, end):
+    o = _C167.__new__(_C167)
+    o.entity_type, pos = _str_c(buf, pos, end)
+    o.entity_name, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterClientQuotasRequest_OpData_v1(buf, pos, end):
+    o = _C168.__new__(_C168)
+    o.key, pos = _str_c(buf, pos, end)
+    if pos + 9 > end: _short()
+    o.value, o.remove = _S43.unpack_from(buf, pos)
+    pos += 9
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterClientQuotasRequest_EntryData_v1(buf, pos, end):
+    o = _C166.__new__(_C166)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_EntityData_v1, n, 3)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.ops, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_OpData_v1, n, 11)
+    elif n == 0:
+        o.ops = []
+    else:
+        o.ops = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterClientQuotasRequest_v1(buf, pos, end):
+    o = _C165.__new__(_C165)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasRequest_EntryData_v1, n, 3)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterClientQuotasRequest_EntityData_v1(o, out, chunks):
+    _put_str_c(o.entity_type, out, chunks)
+    _put_str_cn(o.entity_name, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterClientQuotasRequest_EntityData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_EntityData_v1, True, False)
+def _encode_AlterClientQuotasRequest_OpData_v1(o, out, chunks):
+    _put_str_c(o.key, out, chunks)
+    out += _S43.pack(o.value, o.remove)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterClientQuotasRequest_OpData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_OpData_v1, True, False)
+def _encode_AlterClientQuotasRequest_EntryData_v1(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntityData_v1_array(o.entity, out, chunks)
+    _encode_AlterClientQuotasRequest_OpData_v1_array(o.ops, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterClientQuotasRequest_EntryData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasRequest_EntryData_v1, True, False)
+def _encode_AlterClientQuotasRequest_v1(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntryData_v1_array(o.entries, out, chunks)
+    out += _S4.pack(o.validate_only)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterClientQuotasResponse_EntityData_v0(buf, pos, end):
+    o = _C171.__new__(_C171)
+    o.entity_type, pos = _str_k(buf, pos, end)
+    o.entity_name, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterClientQuotasResponse_EntryData_v0(buf, pos, end):
+    o = _C170.__new__(_C170)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasResponse_EntityData_v0, n, 4)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterClientQuotasResponse_v0(buf, pos, end):
+    o = _C169.__new__(_C169)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasResponse_EntryData_v0, n, 8)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_AlterClientQuotasResponse_EntryData_v0(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    _encode_AlterClientQuotasRequest_EntityData_v0_array(o.entity, out, chunks)
+def _encode_AlterClientQuotasResponse_EntryData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasResponse_EntryData_v0, False, False)
+def _encode_AlterClientQuotasResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_AlterClientQuotasResponse_EntryData_v0_array(o.entries, out, chunks)
+def _decode_AlterClientQuotasResponse_EntityData_v1(buf, pos, end):
+    o = _C171.__new__(_C171)
+    o.entity_type, pos = _str_c(buf, pos, end)
+    o.entity_name, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterClientQuotasResponse_EntryData_v1(buf, pos, end):
+    o = _C170.__new__(_C170)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasResponse_EntityData_v1, n, 3)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterClientQuotasResponse_v1(buf, pos, end):
+    o = _C169.__new__(_C169)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_AlterClientQuotasResponse_EntryData_v1, n, 5)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterClientQuotasResponse_EntryData_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_AlterClientQuotasRequest_EntityData_v1_array(o.entity, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterClientQuotasResponse_EntryData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterClientQuotasResponse_EntryData_v1, True, False)
+def _encode_AlterClientQuotasResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_AlterClientQuotasResponse_EntryData_v1_array(o.entries, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeClientQuotasRequest_ComponentData_v0(buf, pos, end):
+    o = _C173.__new__(_C173)
+    o.entity_type, pos = _str_k(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.match_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.match, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeClientQuotasRequest_v0(buf, pos, end):
+    o = _C172.__new__(_C172)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.components, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasRequest_ComponentData_v0, n, 5)
+    elif n == 0:
+        o.components = []
+    else:
+        o.components = _null(n, False)
+    if pos + 1 > end: _short()
+    o.strict, = _S4.unpack_from(buf, pos)
+    pos += 1
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeClientQuotasRequest_ComponentData_v0(o, out, chunks):
+    _put_str_k(o.entity_type, out, chunks)
+    out += _S27.pack(o.match_type)
+    _put_str_kn(o.match, out, chunks)
+def _encode_DescribeClientQuotasRequest_ComponentData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasRequest_ComponentData_v0, False, False)
+def _encode_DescribeClientQuotasRequest_v0(o, out, chunks):
+    _encode_DescribeClientQuotasRequest_ComponentData_v0_array(o.components, out, chunks)
+    out += _S4.pack(o.strict)
+def _decode_DescribeClientQuotasRequest_ComponentData_v1(buf, pos, end):
+    o = _C173.__new__(_C173)
+    o.entity_type, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.match_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.match, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeClientQuotasRequest_v1(buf, pos, end):
+    o = _C172.__new__(_C172)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.components, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasRequest_ComponentData_v1, n, 4)
+    elif n == 0:
+        o.components = []
+    else:
+        o.components = _null(n, False)
+    if pos + 1 > end: _short()
+    o.strict, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeClientQuotasRequest_ComponentData_v1(o, out, chunks):
+    _put_str_c(o.entity_type, out, chunks)
+    out += _S27.pack(o.match_type)
+    _put_str_cn(o.match, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeClientQuotasRequest_ComponentData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasRequest_ComponentData_v1, True, False)
+def _encode_DescribeClientQuotasRequest_v1(o, out, chunks):
+    _encode_DescribeClientQuotasRequest_ComponentData_v1_array(o.components, out, chunks)
+    out += _S4.pack(o.strict)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeClientQuotasResponse_EntityData_v0(buf, pos, end):
+    o = _C176.__new__(_C176)
+    o.entity_type, pos = _str_k(buf, pos, end)
+    o.entity_name, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeClientQuotasResponse_ValueData_v0(buf, pos, end):
+    o = _C177.__new__(_C177)
+    o.key, pos = _str_k(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.value, = _S44.unpack_from(buf, pos)
+    pos += 8
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeClientQuotasResponse_EntryData_v0(buf, pos, end):
+    o = _C175.__new__(_C175)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_EntityData_v0, n, 4)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.values, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_ValueData_v0, n, 10)
+    elif n == 0:
+        o.values = []
+    else:
+        o.values = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeClientQuotasResponse_v0(buf, pos, end):
+    o = _C174.__new__(_C174)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_EntryData_v0, n, 8)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, True)
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeClientQuotasResponse_ValueData_v0(o, out, chunks):
+    _put_str_k(o.key, out, chunks)
+    out += _S44.pack(o.value)
+def _encode_DescribeClientQuotasResponse_ValueData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasResponse_ValueData_v0, False, False)
+def _encode_DescribeClientQuotasResponse_EntryData_v0(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntityData_v0_array(o.entity, out, chunks)
+    _encode_DescribeClientQuotasResponse_ValueData_v0_array(o.values, out, chunks)
+def _encode_DescribeClientQuotasResponse_EntryData_v0_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasResponse_EntryData_v0, False, True)
+def _encode_DescribeClientQuotasResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    _encode_DescribeClientQuotasResponse_EntryData_v0_array_nullable(o.entries, out, chunks)
+def _decode_DescribeClientQuotasResponse_EntityData_v1(buf, pos, end):
+    o = _C176.__new__(_C176)
+    o.entity_type, pos = _str_c(buf, pos, end)
+    o.entity_name, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeClientQuotasResponse_ValueData_v1(buf, pos, end):
+    o = _C177.__new__(_C177)
+    o.key, pos = _str_c(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.value, = _S44.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeClientQuotasResponse_EntryData_v1(buf, pos, end):
+    o = _C175.__new__(_C175)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entity, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_EntityData_v1, n, 3)
+    elif n == 0:
+        o.entity = []
+    else:
+        o.entity = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.values, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_ValueData_v1, n, 10)
+    elif n == 0:
+        o.values = []
+    else:
+        o.values = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeClientQuotasResponse_v1(buf, pos, end):
+    o = _C174.__new__(_C174)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.entries, pos = _array_n(buf, pos, end, _decode_DescribeClientQuotasResponse_EntryData_v1, n, 3)
+    elif n == 0:
+        o.entries = []
+    else:
+        o.entries = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeClientQuotasResponse_ValueData_v1(o, out, chunks):
+    _put_str_c(o.key, out, chunks)
+    out += _S44.pack(o.value)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeClientQuotasResponse_ValueData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasResponse_ValueData_v1, True, False)
+def _encode_DescribeClientQuotasResponse_EntryData_v1(o, out, chunks):
+    _encode_AlterClientQuotasRequest_EntityData_v1_array(o.entity, out, chunks)
+    _encode_DescribeClientQuotasResponse_ValueData_v1_array(o.values, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeClientQuotasResponse_EntryData_v1_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeClientQuotasResponse_EntryData_v1, True, True)
+def _encode_DescribeClientQuotasResponse_v1(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeClientQuotasResponse_EntryData_v1_array_nullable(o.entries, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C178.__new__(_C178)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -14360,7 +15872,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C153.__new__(_C153)
+    o = _C179.__new__(_C179)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -14374,7 +15886,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C152.__new__(_C152)
+    o = _C178.__new__(_C178)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -14403,7 +15915,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C152.__new__(_C152)
+    o = _C178.__new__(_C178)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -14435,7 +15947,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C152.__new__(_C152)
+    o = _C178.__new__(_C178)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -14468,7 +15980,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C155.__new__(_C155)
+    o = _C181.__new__(_C181)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -14482,7 +15994,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C154.__new__(_C154)
+    o = _C180.__new__(_C180)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -14623,6 +16135,26 @@ ConsumerGroupDescribeRequest._DECODERS = {0: _decode_ConsumerGroupDescribeReques
 ConsumerGroupDescribeRequest._ENCODERS = {0: _encode_ConsumerGroupDescribeRequest_v0, 1: _encode_ConsumerGroupDescribeRequest_v0}
 ConsumerGroupDescribeResponse._DECODERS = {0: _decode_ConsumerGroupDescribeResponse_v0, 1: _decode_ConsumerGroupDescribeResponse_v1}
 ConsumerGroupDescribeResponse._ENCODERS = {0: _encode_ConsumerGroupDescribeResponse_v0, 1: _encode_ConsumerGroupDescribeResponse_v1}
+CreateAclsRequest._DECODERS = {1: _decode_CreateAclsRequest_v1, 2: _decode_CreateAclsRequest_v2, 3: _decode_CreateAclsRequest_v2}
+CreateAclsRequest._ENCODERS = {1: _encode_CreateAclsRequest_v1, 2: _encode_CreateAclsRequest_v2, 3: _encode_CreateAclsRequest_v2}
+CreateAclsResponse._DECODERS = {1: _decode_CreateAclsResponse_v1, 2: _decode_CreateAclsResponse_v2, 3: _decode_CreateAclsResponse_v2}
+CreateAclsResponse._ENCODERS = {1: _encode_CreateAclsResponse_v1, 2: _encode_CreateAclsResponse_v2, 3: _encode_CreateAclsResponse_v2}
+DescribeAclsRequest._DECODERS = {1: _decode_DescribeAclsRequest_v1, 2: _decode_DescribeAclsRequest_v2, 3: _decode_DescribeAclsRequest_v2}
+DescribeAclsRequest._ENCODERS = {1: _encode_DescribeAclsRequest_v1, 2: _encode_DescribeAclsRequest_v2, 3: _encode_DescribeAclsRequest_v2}
+DescribeAclsResponse._DECODERS = {1: _decode_DescribeAclsResponse_v1, 2: _decode_DescribeAclsResponse_v2, 3: _decode_DescribeAclsResponse_v2}
+DescribeAclsResponse._ENCODERS = {1: _encode_DescribeAclsResponse_v1, 2: _encode_DescribeAclsResponse_v2, 3: _encode_DescribeAclsResponse_v2}
+DeleteAclsRequest._DECODERS = {1: _decode_DeleteAclsRequest_v1, 2: _decode_DeleteAclsRequest_v2, 3: _decode_DeleteAclsRequest_v2}
+DeleteAclsRequest._ENCODERS = {1: _encode_DeleteAclsRequest_v1, 2: _encode_DeleteAclsRequest_v2, 3: _encode_DeleteAclsRequest_v2}
+DeleteAclsResponse._DECODERS = {1: _decode_DeleteAclsResponse_v1, 2: _decode_DeleteAclsResponse_v2, 3: _decode_DeleteAclsResponse_v2}
+DeleteAclsResponse._ENCODERS = {1: _encode_DeleteAclsResponse_v1, 2: _encode_DeleteAclsResponse_v2, 3: _encode_DeleteAclsResponse_v2}
+AlterClientQuotasRequest._DECODERS = {0: _decode_AlterClientQuotasRequest_v0, 1: _decode_AlterClientQuotasRequest_v1}
+AlterClientQuotasRequest._ENCODERS = {0: _encode_AlterClientQuotasRequest_v0, 1: _encode_AlterClientQuotasRequest_v1}
+AlterClientQuotasResponse._DECODERS = {0: _decode_AlterClientQuotasResponse_v0, 1: _decode_AlterClientQuotasResponse_v1}
+AlterClientQuotasResponse._ENCODERS = {0: _encode_AlterClientQuotasResponse_v0, 1: _encode_AlterClientQuotasResponse_v1}
+DescribeClientQuotasRequest._DECODERS = {0: _decode_DescribeClientQuotasRequest_v0, 1: _decode_DescribeClientQuotasRequest_v1}
+DescribeClientQuotasRequest._ENCODERS = {0: _encode_DescribeClientQuotasRequest_v0, 1: _encode_DescribeClientQuotasRequest_v1}
+DescribeClientQuotasResponse._DECODERS = {0: _decode_DescribeClientQuotasResponse_v0, 1: _decode_DescribeClientQuotasResponse_v1}
+DescribeClientQuotasResponse._ENCODERS = {0: _encode_DescribeClientQuotasResponse_v0, 1: _encode_DescribeClientQuotasResponse_v1}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -14653,12 +16185,17 @@ APIS = {
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    29: (DescribeAclsRequest, DescribeAclsResponse),
+    30: (CreateAclsRequest, CreateAclsResponse),
+    31: (DeleteAclsRequest, DeleteAclsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}

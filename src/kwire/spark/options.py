@@ -124,12 +124,16 @@ class SourceOptions:
     def consumer_config(self, role: str) -> Dict[str, Any]:
         """kwire consumer options for the ``driver`` or an ``executor``:
         the ``kafka.*`` options over kwire's defaults for that role; never a
-        consumer group, never an automatic reset (the planner says where)."""
+        consumer group, never an automatic reset (the planner says where);
+        no topic auto-creation unless ``kafka.allow.auto.create.topics``
+        asks for it (a reader must find a deleted topic gone, not made
+        anew and empty)."""
         cfg: Dict[str, Any] = dict(EXECUTOR_DEFAULTS) if role == "executor" else {"max.partition.fetch.bytes": 1}
         cfg.update(self.kafka)
         cfg["auto.offset.reset"] = "none"
         cfg["enable.auto.commit"] = False
         cfg.setdefault("client.id", f"kwire-spark-{role}")
+        cfg.setdefault("allow.auto.create.topics", False)
         return cfg
 
 

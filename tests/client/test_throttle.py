@@ -1,0 +1,58 @@
+"""KIP-219 in kwire.net.Connection, offline: a response's throttle_time_ms
+mutes the connection (at the versions where the client waits); requests
+sent meanwhile wait in order and go once it ends. Live against Apache
+Kafka's quotas: tests/kafka/test_quotas.py."""
+
+from __future__ import annotations
+
+import time
+import types
+
+from kwire import net, protocol
+from kwire.net import Connection
+
+
+def _ready(monkeypatch):
+    conn = Connection(0, "localhost", 1, {})
+    conn.state = "ready"
+    sent = []
+    monkeypatch.setattr(conn, "_send_now", lambda request, *args, **kwargs: sent.append(request))
+    return conn, sent
+
+
+def test_requests_wait_for_the_throttle_in_order(monkeypatch):
+    conn, sent = _ready(monkeypatch)
+    conn.send("first")
+    conn._throttle(200)
+    conn.send("second")
+    conn.send("third")
+    now = time.monotonic()
+    assert sent == ["first"] and 0.1 < conn.throttle_left(now) <= 0.2
+    conn.check_timeouts(now)
+    assert sent == ["first"]
+    time.sleep(0.22)
+    conn.send("fourth")                        # after the throttle, behind those that waited
+    assert sent == ["first", "second", "third", "fourth"]
+    assert conn.throttle_left(time.monotonic()) is None
+
+
+def test_check_timeouts_releases_when_the_throttle_ends(monkeypatch):
+    conn, sent = _ready(monkeypatch)
+    conn._throttle(50)
+    conn.send("held")
+    time.sleep(0.06)
+    conn.check_timeouts(time.monotonic())
+    assert sent == ["held"]
+
+
+def test_throttle_only_from_the_kip_219_versions(monkeypatch):
+    seen = []
+    resp = types.SimpleNamespace(throttle_time_ms=300)
+    monkeypatch.setattr(protocol, "decode_response", lambda frame, cls, version: (1, resp))
+    produce = protocol.message("ProduceResponse")
+    for version in (5, 6):                      # before v6 the broker delayed the answer itself
+        assert net._decode(memoryview(b""), produce, version, None, seen.append) is resp
+    assert seen == [300]
+    resp.throttle_time_ms = 0
+    net._decode(memoryview(b""), produce, 9, None, seen.append)
+    assert seen == [300]
