@@ -148,6 +148,7 @@ class Producer(SendingProducer):
         self._unacked: Dict[Tuple[str, int], List[_Batch]] = collections.defaultdict(list)
         self._rewrite: Set[Tuple[str, int]] = set()      # sequence state lost: renumber under the next epoch
         self._unresolved: Set[Tuple[str, int]] = set()   # a batch given a sequence expired: state unknown
+        self._acked: Set[Tuple[str, int]] = set()        # a batch acknowledged under the partition's stamp
         self._txn: Any = None       # kwire.transactions.TransactionManager with a transactional_id
         if cfg["transactional_id"]:
             from kwire.transactions import TransactionManager
@@ -538,11 +539,23 @@ class Producer(SendingProducer):
                 return False
         return b.sequence >= 0 or tp not in self._unresolved
 
+    def _partition_in_flight(self, tp: Tuple[str, int], b: _Batch, max_in_flight: int) -> int:
+        """How many batches of ``tp`` may be in flight when ``b`` is its
+        next (idempotent, lock held): one while the broker may hold no
+        sequence state of ours for it (nothing acknowledged under its
+        stamp yet: a broker takes any sequence from a producer it does not
+        know there, so a later batch arriving before a first one that
+        failed would be written ahead of it) and while a batch is retried
+        (as Java's producer does: the retry goes alone, then the batches
+        after it); otherwise ``max_in_flight``."""
+        return 1 if b.attempts or tp not in self._acked else max_in_flight
+
     def _renumber(self, tp: Tuple[str, int], stamp: Tuple[int, int]) -> None:
         """Count ``tp``'s sequences under ``stamp`` from 0, its
         unacknowledged batches first (restamped when sent; lock held)."""
         self._tp_stamp[tp] = stamp
         self._rewrite.discard(tp)
+        self._acked.discard(tp)
         seq = 0
         for b in self._unacked.get(tp, ()):
             b.sequence = seq
@@ -570,7 +583,8 @@ class Producer(SendingProducer):
                 for tp, q in self._ready.items():
                     if not q or q[0].next_try > now:
                         continue
-                    if idempotent and (self._in_flight_tp.get(tp, 0) + tp_planned[tp] >= max_in_flight
+                    if idempotent and (self._in_flight_tp.get(tp, 0) + tp_planned[tp]
+                                       >= self._partition_in_flight(tp, q[0], max_in_flight)
                                        or not self._may_send(tp, q[0], current)):
                         continue
                     if self._txn is not None and not self._txn.partition_ready(tp):
@@ -719,9 +733,21 @@ class Producer(SendingProducer):
             return
         if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
                     ErrorCode.INVALID_PRODUCER_EPOCH) and self.cfg["enable_idempotence"]:
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not self._first_unacked(b):
+                # a batch before it failed (and goes again first): its sequence is not the next the broker
+                # expects, so this is no lost state (Java's producer retries it too)
+                self._retry_or_fail(b, err, force_retry=True)
+                return
             self._bump_epoch(b, err)
             return
         self._retry_or_fail(b, err)
+
+    def _first_unacked(self, b: _Batch) -> bool:
+        """Whether ``b`` is its partition's first unacknowledged batch
+        (the one whose sequence the broker expects next)."""
+        with self._lock:
+            pending = [x for x in self._unacked.get((b.topic, b.partition), ()) if x.stamp == b.stamp]
+        return not pending or min(pending, key=lambda x: x.sequence) is b
 
     def _bump_epoch(self, failed: _Batch, err: BaseException) -> None:
         """Recover the idempotent producer when the broker lost (or never
@@ -777,6 +803,10 @@ class Producer(SendingProducer):
             b.future.set_exception(err)
 
     def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
+        tp = (b.topic, b.partition)
+        with self._lock:
+            if b.stamp == self._tp_stamp.get(tp) and b.sequence >= 0:
+                self._acked.add(tp)
         self._settle(b)
         if not b.future.done():
             b.future.set_result((base_offset, log_append_time if log_append_time is not None else -1))

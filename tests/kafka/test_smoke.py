@@ -11,6 +11,7 @@ import pytest
 
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
+from kwire.errors import UnknownTopicOrPartitionError
 from kwire.producer import Producer
 
 pytestmark = pytest.mark.kafka
@@ -45,13 +46,27 @@ def _drain(consumer, want, columnar=False):
     return got
 
 
+def _described(admin, topic, timeout=10.0):
+    """The topic as DescribeTopics sees it: CreateTopics answers once the
+    controller has it, and the broker's metadata may lag by a moment
+    (UNKNOWN_TOPIC_OR_PARTITION meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.describe_topics([topic])[topic]
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_every_codec_round_trips_exactly(kafka, codec):
     cfg = kafka.client_config("plaintext")
     topic = f"smoke-{codec}-{uuid.uuid4().hex[:8]}"
     with Admin(cfg) as admin:
         admin.create_topics([NewTopic(topic, PARTITIONS)])
-        assert len(admin.describe_topics([topic])[topic].partitions) == PARTITIONS
+        assert len(_described(admin, topic).partitions) == PARTITIONS
     sent = _records(codec)
     with Producer(cfg, compression_type=codec, linger_ms=5) as p:
         futures = [p.send(topic, v, key=k, headers=list(h) or None) for k, v, h in sent]

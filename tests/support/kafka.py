@@ -165,7 +165,13 @@ def ensure_kafka(version: str = KAFKA_VERSION, progress: Progress = None) -> Pat
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka writes them (URL-safe base64 of 16
+    bytes), never starting with "-", which the format tool's argument
+    parser would take for an option (as Kafka's own Uuid.randomUuid avoids)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _jaas_plain(users: Dict[str, str]) -> str:
