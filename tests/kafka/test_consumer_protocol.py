@@ -239,3 +239,37 @@ def test_a_crashed_member_is_found_by_the_session_timeout(broker, topic):
         took = time.monotonic() - killed_at
         assert took >= SESSION_TIMEOUT_MS / 1000 * 0.5, f"partitions moved back after {took:.1f} s, before the session timeout"
         assert listener.calls[-1][0] == "assigned" and "lost" not in [n for n, _ in listener.calls]
+
+
+def test_a_static_member_comes_back_to_its_partitions(broker, topic):
+    """A static member closes with epoch -2: the coordinator keeps its
+    assignment for the session timeout, and gives it back when it returns,
+    without moving it to the other member meanwhile."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with _consumer(broker, group) as a:
+        a.subscribe([topic])
+        b = _consumer(broker, group, group_instance_id="b-1")
+        b.subscribe([topic])
+        _poll_until([a, b], lambda: len(_owned(a)) == len(_owned(b)) == PARTITIONS // 2, 30)
+        kept = _owned(b)
+        b.close()
+        # a does not get b's partitions while b may come back
+        until = time.monotonic() + 2
+        _poll_until([a], lambda: time.monotonic() >= until, 5)
+        assert len(_owned(a)) == PARTITIONS // 2
+        with _consumer(broker, group, group_instance_id="b-1") as b:
+            b.subscribe([topic])
+            _poll_until([a, b], lambda: _owned(b) == kept, 15)
+            assert len(_owned(a)) == PARTITIONS // 2
+
+
+def test_a_pattern_subscription_is_matched_by_the_coordinator(broker):
+    prefix = f"kip848re-{uuid.uuid4().hex[:6]}"
+    with Admin(broker.client_config("plaintext")) as admin:
+        admin.create_topics([NewTopic(f"{prefix}-a", 2), NewTopic(f"{prefix}-b", 1), NewTopic(f"x{prefix}", 1)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with _consumer(broker, group) as c:
+        c.subscribe(pattern=f"{prefix}-.*")
+        want = {TopicPartition(f"{prefix}-a", 0), TopicPartition(f"{prefix}-a", 1), TopicPartition(f"{prefix}-b", 0)}
+        _poll_until([c], lambda: set(c.assignment()) == want, 30)
+        assert c.subscription() == {f"{prefix}-a", f"{prefix}-b"}
