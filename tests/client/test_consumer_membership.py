@@ -267,3 +267,19 @@ def test_group_protocol_options_refused_as_kafka_does():
         assert c.cfg["group_remote_assignor"] == "range"
     with Consumer(base) as c:
         assert type(c._group._membership).__name__ == "ClassicMembership"
+
+
+def test_a_commit_refused_with_stale_member_epoch_is_retried_while_in_the_group():
+    from kwire.commit import CommitFailedError
+
+    base = {"bootstrap_servers": "localhost:9092", "group_id": "g", "group_protocol": "consumer"}
+    with Consumer(base) as c:
+        group = c._group
+        group._topics = {"t"}
+        stale = {TP("t", 0): protocol.error_for(ErrorCode.STALE_MEMBER_EPOCH, api="OffsetCommit")}
+        group._membership.generation = 7       # the member epoch the next try carries
+        err = group._commit_error(stale)
+        assert err.retriable and err.code == ErrorCode.STALE_MEMBER_EPOCH
+        group._membership.generation = -1      # out of the group: nothing to retry with
+        stale = {TP("t", 0): protocol.error_for(ErrorCode.STALE_MEMBER_EPOCH, api="OffsetCommit")}
+        assert isinstance(group._commit_error(stale), CommitFailedError)

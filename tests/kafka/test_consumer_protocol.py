@@ -273,3 +273,61 @@ def test_a_pattern_subscription_is_matched_by_the_coordinator(broker):
         want = {TopicPartition(f"{prefix}-a", 0), TopicPartition(f"{prefix}-a", 1), TopicPartition(f"{prefix}-b", 0)}
         _poll_until([c], lambda: set(c.assignment()) == want, 30)
         assert c.subscription() == {f"{prefix}-a", f"{prefix}-b"}
+
+
+@pytest.fixture(scope="module")
+def java_member(tmp_path_factory):
+    """The command line of tests/kafka/java/GroupMember.java, compiled
+    against the kafka-clients jar of the broker's Maven assembly."""
+    import shutil
+
+    from support.kafka import kafka_home
+
+    if not shutil.which("javac"):
+        pytest.fail("the Java peer tests need a JDK's javac on PATH")
+    libs = os.path.join(str(kafka_home()), "libs", "*")
+    out = str(tmp_path_factory.mktemp("java848"))
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "GroupMember.java")
+    subprocess.run(["javac", "-cp", libs, "-d", out, src], check=True, capture_output=True, timeout=120)
+    return ["java", "-Xmx256m", "-cp", os.pathsep.join([out, libs]), "GroupMember"]
+
+
+def test_java_and_kwire_members_share_a_consumer_group(broker, topic, java_member):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic, 400)
+    lines: List[str] = []
+    got: Dict[int, list] = {}
+    with _consumer(broker, group) as a:
+        a.subscribe([topic])
+        _poll_until([a], lambda: len(got.get(0, ())) >= 400, 30, got)
+        java = subprocess.Popen(java_member + [broker.bootstrap(), group, topic], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=lambda: lines.extend(java.stdout), daemon=True).start()
+        try:
+            def java_owns():
+                owned = [ln.split()[1].split(",") for ln in lines if ln.startswith("assigned ") and ln.split()[1:]]
+                return owned[-1] if owned else []
+
+            # the Java member joins: half the partitions move to it, a keeps the rest
+            _poll_until([a], lambda: len(_owned(a)) == PARTITIONS // 2 and len(java_owns()) == PARTITIONS // 2, 60)
+            assert {int(p) for p in java_owns()} == set(range(PARTITIONS)) - _owned(a)
+            _produce(broker, topic, 400, start=400)
+
+            def java_records():
+                return [ln.split()[3].encode() for ln in lines if ln.startswith("record ")]
+
+            _poll_until([a], lambda: len(got[0]) + len(java_records()) >= 800, 30, got)
+            # the Java member leaves: its partitions come back to a
+            java.stdin.write("stop\n")
+            java.stdin.flush()
+            _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)), 30, got)
+            java.wait(30)
+        finally:
+            if java.poll() is None:
+                java.kill()
+                java.wait(10)
+        assert any(ln.startswith("closed") for ln in lines)
+        _produce(broker, topic, 200, start=800)
+        _poll_until([a], lambda: len(got[0]) + len(java_records()) >= 1000, 30, got)
+        values = [v for _, _, v, _ in got[0]] + java_records()
+        assert sorted(values) == sorted(b"v%d" % i for i in range(1000)), "lost or duplicated records"
