@@ -331,3 +331,31 @@ def test_java_and_kwire_members_share_a_consumer_group(broker, topic, java_membe
         _poll_until([a], lambda: len(got[0]) + len(java_records()) >= 1000, 30, got)
         values = [v for _, _, v, _ in got[0]] + java_records()
         assert sorted(values) == sorted(b"v%d" % i for i in range(1000)), "lost or duplicated records"
+
+
+def test_describe_shows_a_consumer_group_and_a_classic_one(broker, topic, capsys):
+    from kwire.__main__ import main
+
+    _produce(broker, topic, 40)
+    group, classic = f"g-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    with _consumer(broker, group, group_remote_assignor="range") as a, \
+            Consumer(broker.client_config("plaintext"), group_id=classic, auto_offset_reset="earliest") as c:
+        a.subscribe([topic])
+        c.subscribe([topic])
+        got: Dict[int, list] = {}
+        _poll_until([a, c], lambda: len(got.get(0, ())) >= 40 and len(got.get(1, ())) >= 40, 30, got)
+        a.commit()
+        with Admin(broker.client_config("plaintext")) as admin:
+            descs = admin.describe_groups([group, classic])
+        d = descs[group]
+        assert (d.group_type, d.protocol, d.state, d.epoch > 0) == ("consumer", "range", "Stable", True)
+        (m,) = d.members
+        assert (m.member_id, m.member_epoch, m.subscription) == (a.group_metadata().member_id,
+                                                                 a.group_metadata().generation_id, (topic,))
+        assert set(m.assignment) == {TopicPartition(topic, p) for p in range(PARTITIONS)}
+        assert descs[classic].group_type == "classic" and len(descs[classic].members) == 1
+        assert main(["groups", "describe", group, "-b", broker.bootstrap()]) == 0
+        out = capsys.readouterr().out
+        assert f"group {group}  type=consumer  state=Stable  protocol=consumer/range" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith(f"  {topic}")]
+        assert [(r[2], r[5]) for r in rows] == [("10", m.member_id)] * PARTITIONS     # committed, owner
