@@ -359,3 +359,18 @@ def test_describe_shows_a_consumer_group_and_a_classic_one(broker, topic, capsys
         assert f"group {group}  type=consumer  state=Stable  protocol=consumer/range" in out
         rows = [line.split("\t") for line in out.splitlines() if line.startswith(f"  {topic}")]
         assert [(r[2], r[5]) for r in rows] == [("10", m.member_id)] * PARTITIONS     # committed, owner
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(broker, topic):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    lb = Listener()
+    with _consumer(broker, group) as a, _consumer(broker, group, max_poll_interval_ms=2000) as b:
+        a.subscribe([topic])
+        b.subscribe([topic], listener=lb)
+        _poll_until([a, b], lambda: len(_owned(a)) == len(_owned(b)) == PARTITIONS // 2, 30)
+        mine = sorted(_owned(b))
+        # b does not poll for longer than max_poll_interval_ms: it leaves, a gets everything
+        _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)), 20)
+        # b's next poll reports its partitions lost, and it rejoins and gets some back
+        _poll_until([a, b], lambda: len(_owned(a)) == len(_owned(b)) == PARTITIONS // 2, 30)
+        assert ("lost", mine) in lb.calls and lb.calls.index(("lost", mine)) < len(lb.calls) - 1
