@@ -360,6 +360,13 @@ class Gen:
             inner = self.dec_elem(msg, f, v, flex)
             return self.add_func(self.array_name("_decode", f, inner, flex, nullable), "buf, pos, end", [
                 f"    return _array(buf, pos, end, {inner}, {flex}, {nullable}, {self.min_size(f, v, flex)})"])
+        if f.struct is not None and nullable:
+            # a nullable struct: an int8 marker first, -1 for null (Kafka's readByte() < 0), 1 when present
+            inner = self.dec_elem(msg, f, v, flex)
+            return self.add_func(f"{inner}_nullable", "buf, pos, end", [
+                "    if pos >= end: _short()",
+                "    if buf[pos] >= 0x80: return None, pos + 1",
+                f"    return {inner}(buf, pos + 1, end)"])
         return self.dec_elem(msg, f, v, flex, nullable)
 
     @staticmethod
@@ -450,6 +457,14 @@ class Gen:
             inner = self.enc_elem(msg, f, v, flex)
             return self.add_func(self.array_name("_encode", f, inner, flex, nullable), "x, out, chunks", [
                 f"    _put_array(x, out, chunks, {inner}, {flex}, {nullable})"])
+        if f.struct is not None and nullable:
+            inner = self.enc_elem(msg, f, v, flex)
+            return self.add_func(f"{inner}_nullable", "x, out, chunks", [
+                "    if x is None:",
+                "        out.append(0xff)",
+                "        return",
+                "    out.append(1)",
+                f"    {inner}(x, out, chunks)"])
         return self.enc_elem(msg, f, v, flex, nullable)
 
     def enc_elem(self, msg: Message, f: Field, v: int, flex: bool, nullable: bool = False) -> str:

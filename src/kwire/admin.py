@@ -24,7 +24,7 @@ from kwire.commit import as_offsets, commit_errors, offset_commit_request, offse
 from kwire.config import ADMIN, resolve
 from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError
-from kwire.protocol.api_keys import ApiKey
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import capped_version
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
@@ -86,6 +86,7 @@ class MemberDescription:
     client_host: str
     assignment: Tuple[TopicPartition, ...]      # decoded for "consumer" groups, else empty
     subscription: Tuple[str, ...]
+    member_epoch: int = -1                      # KIP-848 consumer groups' members only
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class GroupDescription:
     protocol_type: str
     protocol: str                              # the assignor, for consumer groups
     members: Tuple[MemberDescription, ...]
+    group_type: str = "classic"                # "consumer": a KIP-848 group (ConsumerGroupDescribe)
+    epoch: int = -1                            # a KIP-848 group's epoch
 
 
 def group_description(g: Any) -> GroupDescription:
@@ -114,6 +117,29 @@ def group_description(g: Any) -> GroupDescription:
         members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                          m.client_host, assignment, subscription))
     return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members))
+
+
+def consumer_group_description(g: Any) -> GroupDescription:
+    """A ConsumerGroupDescribe response's group (KIP-848): the members'
+    current assignments (topics named by the coordinator) and subscriptions
+    (names, or the regular expression)."""
+    members = []
+    for m in g.members:
+        assignment = tuple(sorted(TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions
+                                  for p in t.partitions))
+        subscription = tuple(m.subscribed_topic_names or ()) or ((m.subscribed_topic_regex,)
+                                                                 if m.subscribed_topic_regex else ())
+        members.append(MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, assignment,
+                                         subscription, m.member_epoch))
+    return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, tuple(members),
+                            group_type="consumer", epoch=g.group_epoch)
+
+
+class _NoConsumerGroupDescribe(KwireError):
+    """The coordinator does not speak ConsumerGroupDescribe (before Kafka
+    3.7, or Tansu): its groups are all classic ones."""
+
+    retriable = False
 
 
 class Admin:
@@ -386,14 +412,46 @@ class Admin:
 
     def describe_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> Dict[str, GroupDescription]:
         """State, assignor and members (with their decoded assignments, for
-        consumer groups) of each group."""
+        consumer groups) of each group. As Kafka's admin client: a KIP-848
+        group (``group_type`` "consumer") is described by
+        ConsumerGroupDescribe; a group it does not know as one (a classic
+        group, or a coordinator without the API) by DescribeGroups."""
         cls = protocol.message("DescribeGroupsRequest")
         out = {}
         for gid in group_ids:
-            resp = self._group_request(gid, lambda v, gid=gid: cls(groups=[gid]), "DescribeGroups", timeout,
-                                       lambda r: r.groups[0].error_code if r.groups else 0)
-            out[gid] = group_description(resp.groups[0])
+            desc = self._describe_consumer_group(gid, timeout)
+            if desc is None:
+                resp = self._group_request(gid, lambda v, gid=gid: cls(groups=[gid]), "DescribeGroups", timeout,
+                                           lambda r: r.groups[0].error_code if r.groups else 0)
+                desc = group_description(resp.groups[0])
+            out[gid] = desc
         return out
+
+    def _describe_consumer_group(self, group_id: str, timeout: Optional[float]) -> Optional[GroupDescription]:
+        """The KIP-848 group ``group_id``; None when it is none (or the
+        coordinator does not speak ConsumerGroupDescribe)."""
+        cls = protocol.message("ConsumerGroupDescribeRequest")
+
+        def make(v: Mapping[int, int]) -> Any:
+            if ApiKey.CONSUMER_GROUP_DESCRIBE not in v:
+                raise _NoConsumerGroupDescribe("no ConsumerGroupDescribe")
+            return cls(group_ids=[group_id], include_authorized_operations=False)
+
+        try:
+            resp = self._group_request(group_id, make, "ConsumerGroupDescribe", timeout,
+                                       lambda r: r.groups[0].error_code if r.groups else 0)
+        except _NoConsumerGroupDescribe:
+            return None
+        except KwireError as e:
+            if getattr(e, "code", None) in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+                return None         # a classic group (or none): DescribeGroups says which
+            raise
+        g = resp.groups[0]
+        if g.group_epoch < 0:
+            # no KIP-848 group has a negative epoch: Tansu (0.6) answers so for its classic groups, with no
+            # error and the wrong fields, where Kafka says GROUP_ID_NOT_FOUND
+            return None
+        return consumer_group_description(g)
 
     def delete_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> None:
         """Delete empty groups (and their committed offsets); raises the

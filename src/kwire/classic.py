@@ -58,7 +58,7 @@ from kwire.commit import grouped_partitions
 from kwire.coordinator import COORDINATOR_ERRORS
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.membership import JOINING, STABLE, UNJOINED, AssignmentChange, MembershipHost
+from kwire.membership import JOINING, STABLE, UNJOINED, AssignmentChange, HostedMembership, MembershipHost
 from kwire.net import ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import TopicPartition
@@ -148,7 +148,7 @@ def leave_group_request(versions: Mapping[int, int], group_id: str, member_id: s
 
 
 # ------------------------------------------------------- the membership
-class ClassicMembership:
+class ClassicMembership(HostedMembership):
     """The classic protocol's membership of one consumer (see the module
     docstring), driven by its :class:`kwire.group.GroupCoordinator`
     (``host``) as :class:`kwire.membership.Membership` says. ``lock`` is
@@ -156,12 +156,8 @@ class ClassicMembership:
     together."""
 
     def __init__(self, host: MembershipHost, lock: threading.RLock) -> None:
-        cfg = host.cfg
-        self.cfg = cfg
-        self.group_id: str = host.group_id
-        self.group_instance_id: Optional[str] = host.group_instance_id
-        self._host = host
-        self._lock = lock
+        super().__init__(host, lock)
+        cfg = self.cfg
         self._assignors: List[Assignor] = assignors_from_config(cfg["partition_assignment_strategy"])
         self.rebalance_protocol = (COOPERATIVE if all(COOPERATIVE in a.protocols for a in self._assignors)
                                    else EAGER)

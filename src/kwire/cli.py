@@ -260,12 +260,14 @@ def cmd_groups(args: argparse.Namespace) -> int:
             descs = a.describe_groups(args.groups)
             for gid in args.groups:
                 d = descs[gid]
-                print(f"group {gid}  state={d.state}  protocol={d.protocol_type}/{d.protocol or '-'}  "
-                      f"members={len(d.members)}")
+                epoch = f"  epoch={d.epoch}" if d.group_type == "consumer" else ""
+                print(f"group {gid}  type={d.group_type}  state={d.state}  protocol={d.protocol_type}/"
+                      f"{d.protocol or '-'}{epoch}  members={len(d.members)}")
                 owner = {}
                 for m in d.members:
                     static = f" instance={m.group_instance_id}" if m.group_instance_id else ""
-                    print(f"  member {m.member_id}{static}  client={m.client_id}  host={m.client_host}  "
+                    member_epoch = f"  epoch={m.member_epoch}" if d.group_type == "consumer" else ""
+                    print(f"  member {m.member_id}{static}  client={m.client_id}  host={m.client_host}{member_epoch}  "
                           f"partitions={len(m.assignment)}")
                     for tp in m.assignment:
                         owner[tp] = m.member_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import ssl
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire.errors import KwireError
 
@@ -26,6 +26,7 @@ __all__ = [
     "CONSUMER",
     "ADMIN",
     "resolve",
+    "check_group_protocol",
     "parse_bootstrap",
     "redact",
 ]
@@ -76,6 +77,12 @@ def _choice(*names: str, upper: bool = False) -> Callable[[Any], str]:
 
 def _opt_str(v: Any) -> Optional[str]:
     return None if v is None else str(v)
+
+
+def _opt_assignor(v: Any) -> Optional[str]:
+    if v is None or not str(v).strip():
+        return None
+    return str(v).strip()
 
 
 def _str(v: Any) -> str:
@@ -186,7 +193,15 @@ CONSUMER: Dict[str, Option] = {
     "session_timeout_ms": Option(45000, _int(1)),
     "heartbeat_interval_ms": Option(3000, _int(1)),
     "max_poll_interval_ms": Option(300000, _int(1)),
-    "partition_assignment_strategy": Option(None, _any, "assignor names or objects"),
+    "partition_assignment_strategy": Option(None, _any, "assignor names or objects (group_protocol 'classic' "
+                                            "only: a 'consumer' group's coordinator assigns)"),
+    "group_protocol": Option("classic", _choice("classic", "consumer"),
+                             "the group membership protocol: 'classic' (JoinGroup / SyncGroup, the members' "
+                             "assignors) or 'consumer' (KIP-848's ConsumerGroupHeartbeat, the coordinator "
+                             "assigns; Kafka 4.0+)"),
+    "group_remote_assignor": Option(None, _opt_assignor,
+                                    "group_protocol 'consumer': the coordinator's assignor ('uniform', 'range'); "
+                                    "None: the broker's default (group.consumer.assignors' first)"),
     "client_rack": Option(None, _opt_str),
     "exclude_internal_topics": Option(True, _bool),
     "allow_auto_create_topics": Option(True, _bool, "ask the broker to create a subscribed or assigned topic that "
@@ -220,9 +235,11 @@ def resolve(
     kwargs: Optional[Mapping[str, Any]] = None,
     *,
     what: str = "client",
+    check: Optional[Callable[[Dict[str, Any], Set[str]], None]] = None,
 ) -> Dict[str, Any]:
     """Every option of ``table``: its default, overridden by ``config``
-    (dotted or snake names), overridden by ``kwargs``; values converted."""
+    (dotted or snake names), overridden by ``kwargs``; values converted;
+    then ``check(options, names given)`` (it raises :class:`ConfigError`)."""
     out = {name: opt.default for name, opt in table.items()}
     given: Dict[str, Tuple[str, Any]] = {}
     for source in (config or {}, kwargs or {}):
@@ -244,7 +261,33 @@ def resolve(
             raise ConfigError(f"{what} option {raw!r}={shown}: {e}") from None
     if out.get("bootstrap_servers") is None and "bootstrap_servers" in table:
         raise ConfigError(f"{what} needs bootstrap_servers (host:port[,host:port...])")
+    if check is not None:
+        check(out, {name for name, (_, value) in given.items() if value is not None and value != ""})
     return out
+
+
+#: The options each group protocol refuses when they are given, as Kafka's
+#: client (4.0) does: the other protocol's.
+_NOT_WITH_PROTOCOL = {
+    "consumer": ("partition_assignment_strategy", "heartbeat_interval_ms", "session_timeout_ms"),
+    "classic": ("group_remote_assignor",),
+}
+
+
+def check_group_protocol(options: Mapping[str, Any], given: Set[str]) -> None:
+    """Refuse the options of the group protocol not chosen: with
+    ``group_protocol="consumer"`` the coordinator assigns and sets the
+    heartbeat interval and session timeout (``group.consumer.*`` on the
+    broker), so ``partition_assignment_strategy``, ``heartbeat_interval_ms``
+    and ``session_timeout_ms`` are errors; with ``"classic"``,
+    ``group_remote_assignor`` is."""
+    protocol = options["group_protocol"]
+    wrong = [name for name in _NOT_WITH_PROTOCOL[protocol] if name in given]
+    if wrong:
+        where = ("the broker's group.consumer.* settings and group_remote_assignor decide these"
+                 if protocol == "consumer" else "it belongs to group_protocol='consumer'")
+        raise ConfigError(f"consumer option {', '.join(wrong)} cannot be set when group_protocol={protocol!r} "
+                          f"({where})")
 
 
 def _endpoint_identification(raw: str, value: Any, what: str) -> bool:

@@ -49,7 +49,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from kwire._codec import Record
 from kwire.client import Client
-from kwire.config import CONSUMER, resolve
+from kwire.config import CONSUMER, check_group_protocol, resolve
 from kwire.errors import KwireError, without_traceback
 from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, _PartitionState
 from kwire.future import Future
@@ -83,7 +83,7 @@ class Consumer(Fetcher):
     """
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
-        self.cfg = resolve(CONSUMER, config, kwargs, what="consumer")
+        self.cfg = resolve(CONSUMER, config, kwargs, what="consumer", check=check_group_protocol)
         self._client = Client(self.cfg)
         self._states: Dict[TopicPartition, _PartitionState] = {}
         self._init_fetcher()

@@ -2,9 +2,12 @@
 (:class:`GroupCoordinator`) and the rebalance listener. Finding the
 coordinator and the request pump are :mod:`kwire.coordinator`'s; the
 OffsetCommit and OffsetFetch requests :mod:`kwire.commit`'s; the membership
-protocol (the classic JoinGroup / SyncGroup / Heartbeat, its assignors and
-the ``consumer`` embedded protocol) :mod:`kwire.classic`'s, which the
-coordinator drives through the interface of :mod:`kwire.membership`.
+protocol :mod:`kwire.classic`'s (the classic JoinGroup / SyncGroup /
+Heartbeat, its assignors and the ``consumer`` embedded protocol; the
+default) or, with ``group_protocol="consumer"``,
+:mod:`kwire.consumer_membership`'s (KIP-848's ConsumerGroupHeartbeat, the
+coordinator assigning), which the coordinator drives through the interface
+of :mod:`kwire.membership`.
 
 A :class:`GroupCoordinator` belongs to one :class:`kwire.consumer.Consumer`
 with a ``group_id``. It has a :class:`kwire.client.Client` of its own (the
@@ -56,6 +59,7 @@ from kwire.classic import (ClassicMembership, decode_assignment, decode_subscrip
 from kwire.client import Client, NoBrokersAvailableError
 from kwire.commit import (CommitFailedError, OffsetsArg, as_offsets, commit_errors, offset_commit_request,
                           offset_fetch_request, offsets_from_response)
+from kwire.consumer_membership import ConsumerMembership
 from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
@@ -138,7 +142,8 @@ class GroupCoordinator:
         self._consumer = consumer
         self._lock = threading.RLock()
         # the membership protocol (guarded by _lock)
-        self._membership: Membership = ClassicMembership(self, self._lock)
+        self._membership: Membership = (ConsumerMembership(self, self._lock) if cfg["group_protocol"] == "consumer"
+                                        else ClassicMembership(self, self._lock))
         self._client_cfg = dict(cfg)
         self._client: Optional[Client] = None
         self._pump: Optional[RequestPump] = None
@@ -401,6 +406,15 @@ class GroupCoordinator:
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             with self._lock:
                 self._membership.rejoin("commit answered REBALANCE_IN_PROGRESS")
+        elif code == ErrorCode.STALE_MEMBER_EPOCH:
+            # the consumer protocol: the commit's member epoch is behind the member's (a heartbeat bumped it);
+            # retried with the epoch the member has now while it is in the group, as Java's client does
+            with self._lock:
+                in_group = self.generation >= 0 and bool(self.member_id)
+            if not in_group:
+                return CommitFailedError(f"commit failed: {err}; the member is no longer in the group and these "
+                                         "partitions may belong to another member now")
+            err.retriable = True    # type: ignore[attr-defined]
         return err
 
     def _commit_quietly(self, timeout: float) -> None:

@@ -6,8 +6,9 @@ whatever the protocol: the subscription, commits, committed positions, the
 rebalance listener and the handover of revoked, assigned and lost
 partitions, leaving on close and unsubscribe, the background thread and its
 request pump. How the member gets into a group and learns its assignment
-(the classic JoinGroup / SyncGroup / Heartbeat, :mod:`kwire.classic`; later
-KIP-848's ConsumerGroupHeartbeat) is a :class:`Membership`'s, which the
+(the classic JoinGroup / SyncGroup / Heartbeat, :mod:`kwire.classic`;
+KIP-848's ConsumerGroupHeartbeat, :mod:`kwire.consumer_membership`) is a
+:class:`Membership`'s, which the
 coordinator drives through the methods below and which calls back into the
 coordinator only through :class:`MembershipHost`.
 
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional,
 from kwire.future import Future
 from kwire.types import TopicPartition
 
-__all__ = ["UNJOINED", "JOINING", "STABLE", "AssignmentChange", "Membership", "MembershipHost"]
+__all__ = ["UNJOINED", "JOINING", "STABLE", "AssignmentChange", "Membership", "MembershipHost", "HostedMembership"]
 
 #: A membership's states: not in a group; on its way in (or to a new
 #: assignment); in the group with an assignment.
@@ -174,3 +175,16 @@ class MembershipHost(Protocol):
     def wake_consumer(self, _done: Any = None) -> None:
         """(any thread) Something a ``poll()`` takes in came: wake the
         consumer (usable as a future's done callback)."""
+
+
+class HostedMembership:
+    """The start of every :class:`Membership`: what it keeps of its host
+    (the options, the group and instance ids, the host itself) and the
+    lock it shares with it."""
+
+    def __init__(self, host: MembershipHost, lock: Any) -> None:
+        self.cfg = host.cfg
+        self.group_id: str = host.group_id
+        self.group_instance_id: Optional[str] = host.group_instance_id
+        self._host = host
+        self._lock = lock

@@ -139,3 +139,25 @@ def test_group_description_decodes_consumer_members():
     m = d.members[0]
     assert (m.member_id, m.group_instance_id, m.client_id, m.client_host) == ("m1", "i1", "rdkafka", "/10.0.0.1")
     assert m.assignment == (TopicPartition("t", 0), TopicPartition("t", 1)) and m.subscription == ("t",)
+
+
+def test_consumer_group_description_of_a_kip848_group():
+    import uuid
+
+    from kwire import protocol
+    from kwire.admin import consumer_group_description
+
+    cls = protocol.message("ConsumerGroupDescribeResponse")
+    tid = uuid.UUID(int=3)
+    assigned = cls.Assignment(topic_partitions=[cls.TopicPartitions(topic_id=tid, topic_name="t", partitions=[1, 0])])
+    g = cls.DescribedGroup(group_id="g", group_state="Stable", group_epoch=4, assignment_epoch=4, assignor_name="uniform",
+                           members=[cls.Member(member_id="m1", instance_id=None, member_epoch=4, client_id="java",
+                                               client_host="/10.0.0.1", subscribed_topic_names=[],
+                                               subscribed_topic_regex="t.*", assignment=assigned,
+                                               target_assignment=assigned)])
+    wire = cls.decode(cls.encode_bytes(cls(groups=[g]), 1), 1)
+    d = consumer_group_description(wire.groups[0])
+    assert (d.group_type, d.state, d.protocol, d.epoch) == ("consumer", "Stable", "uniform", 4)
+    m = d.members[0]
+    assert (m.member_id, m.member_epoch, m.client_id, m.subscription) == ("m1", 4, "java", ("t.*",))
+    assert m.assignment == (TopicPartition("t", 0), TopicPartition("t", 1))

@@ -55,6 +55,8 @@ def _field(msg, f, v: int, flex: bool):
     nullable = gen_protocol.within(v, f.nullable)
     if f.struct is not None:
         elem = struct_strategy(msg, f.struct, v, flex)
+        if nullable and not f.is_array:
+            elem = st.one_of(st.none(), elem)
     else:
         elem = _scalar(f.elem, nullable and not f.is_array)
     if f.is_array:

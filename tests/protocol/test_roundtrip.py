@@ -36,3 +36,22 @@ def test_round_trip(name, version, data):
     back = cls.decode(wire, version)
     assert back == obj
     assert cls.encode_bytes(back, version) == wire
+
+
+def test_a_nullable_struct_has_its_marker_byte():
+    """Kafka writes a nullable struct field (ConsumerGroupHeartbeatResponse's
+    Assignment) after an int8: -1 for null, 1 when present."""
+    import uuid
+
+    cls = MESSAGES["ConsumerGroupHeartbeatResponse"]
+    head = b"\x00\x00\x00\x00" + b"\x00\x00" + b"\x00" + b"\x02m" + b"\x00\x00\x00\x05" + b"\x00\x00\x13\x88"
+    none = cls(throttle_time_ms=0, error_code=0, error_message=None, member_id="m", member_epoch=5,
+               heartbeat_interval_ms=5000, assignment=None)
+    assert cls.encode_bytes(none, 1) == head + b"\xff" + b"\x00"
+    tid = uuid.UUID(int=7)
+    some = cls(throttle_time_ms=0, error_code=0, error_message=None, member_id="m", member_epoch=5,
+               heartbeat_interval_ms=5000, assignment=cls.Assignment(topic_partitions=[
+                   cls.TopicPartitions(topic_id=tid, partitions=[0, 2])]))
+    wire = head + b"\x01" + b"\x02" + tid.bytes + b"\x03" + b"\x00\x00\x00\x00\x00\x00\x00\x02" + b"\x00" + b"\x00" + b"\x00"
+    assert cls.encode_bytes(some, 1) == wire
+    assert cls.decode(wire, 1) == some and cls.decode(head + b"\xff\x00", 1) == none

@@ -447,7 +447,9 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
                  for a in ("--add-scram", f"{mech}=[name={u},password={p}]")]
         _say(progress, f"formatting storage in {workdir}")
         fmt = subprocess.run(_java(libs, "kafka.tools.StorageTool",
-                                   ["format", "-t", cluster_id, "-c", str(config), *scram], heap="256m", log4j=log4j),
+                                   # --cluster-id=: an id may begin with "-", which argparse takes for an option
+                                   ["format", f"--cluster-id={cluster_id}", "-c", str(config), *scram],
+                                   heap="256m", log4j=log4j),
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         if fmt.returncode != 0:
             raise KafkaStartError(f"kafka.tools.StorageTool format failed (exit {fmt.returncode}):\n"

@@ -14415,6 +14415,10 @@ def _decode_ConsumerGroupHeartbeatResponse_Assignment_v0(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
+def _decode_ConsumerGroupHeartbeatResponse_Assignment_v0_nullable(buf, pos, end):
+    if pos >= end: _short()
+    if buf[pos] >= 0x80: return None, pos + 1
+    return _decode_ConsumerGroupHeartbeatResponse_Assignment_v0(buf, pos + 1, end)
 def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos, end):
     o = _C143.__new__(_C143)
     if pos + 6 > end: _short()
@@ -14425,7 +14429,7 @@ def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos, end):
     if pos + 8 > end: _short()
     o.member_epoch, o.heartbeat_interval_ms = _S12.unpack_from(buf, pos)
     pos += 8
-    o.assignment, pos = _decode_ConsumerGroupHeartbeatResponse_Assignment_v0(buf, pos, end)
+    o.assignment, pos = _decode_ConsumerGroupHeartbeatResponse_Assignment_v0_nullable(buf, pos, end)
     if pos < end and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -14435,12 +14439,18 @@ def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos, end):
 def _encode_ConsumerGroupHeartbeatResponse_Assignment_v0(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v13_array(o.topic_partitions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
+def _encode_ConsumerGroupHeartbeatResponse_Assignment_v0_nullable(x, out, chunks):
+    if x is None:
+        out.append(0xff)
+        return
+    out.append(1)
+    _encode_ConsumerGroupHeartbeatResponse_Assignment_v0(x, out, chunks)
 def _encode_ConsumerGroupHeartbeatResponse_v0(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
     out += _S12.pack(o.member_epoch, o.heartbeat_interval_ms)
-    _encode_ConsumerGroupHeartbeatResponse_Assignment_v0(o.assignment, out, chunks)
+    _encode_ConsumerGroupHeartbeatResponse_Assignment_v0_nullable(o.assignment, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ConsumerGroupDescribeRequest_v0(buf, pos, end):
     o = _C146.__new__(_C146)
