@@ -212,7 +212,6 @@ cdef class Aborter:
     cdef int64_t next_first       # first offset of pending[index] (INT64_MAX: none left)
     cdef Py_ssize_t naborting     # len(aborting), read without the GIL
     cdef Py_ssize_t saved_index   # the state at the start of the call under way (undone if it raises)
-    cdef int64_t saved_next_first
     cdef set saved_aborting
     cdef int sync(self) except -1
     cdef int save(self) except -1

@@ -489,16 +489,14 @@ cdef class Aborter:
     cdef int save(self) except -1:
         """A call begins: what ``restore`` goes back to if it raises."""
         self.saved_index = self.index
-        self.saved_next_first = self.next_first
         self.saved_aborting = set(self.aborting)
         return 0
 
     cdef void restore(self):
         self.index = self.saved_index
-        self.next_first = self.saved_next_first
         self.aborting = self.saved_aborting
-        self.naborting = len(self.aborting)
         self.saved_aborting = None
+        self.sync()                 # next_first and naborting follow from index and aborting
 
 
 # ------------------------------------------------------------------- driver
