@@ -789,12 +789,15 @@ class Producer(SendingProducer):
                 q.clear()
                 q.extend(items)
 
-    def _settle(self, b: _Batch) -> None:
-        """``b`` is no longer in flight nor awaiting acknowledgement."""
+    def _settle(self, b: _Batch, acked: bool = False) -> None:
+        """``b`` is no longer in flight nor awaiting acknowledgement
+        (``acked``: the broker acknowledged it)."""
         tp = (b.topic, b.partition)
         with self._lock:
             if b in self._unacked.get(tp, ()):
                 self._unacked[tp].remove(b)
+            if acked and b.stamp == self._tp_stamp.get(tp) and b.sequence >= 0:
+                self._acked.add(tp)
         self._release(b)
 
     def _fail(self, b: _Batch, err: BaseException) -> None:
@@ -803,10 +806,6 @@ class Producer(SendingProducer):
             b.future.set_exception(err)
 
     def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
-        tp = (b.topic, b.partition)
-        with self._lock:
-            if b.stamp == self._tp_stamp.get(tp) and b.sequence >= 0:
-                self._acked.add(tp)
-        self._settle(b)
+        self._settle(b, acked=True)
         if not b.future.done():
             b.future.set_result((base_offset, log_append_time if log_append_time is not None else -1))
