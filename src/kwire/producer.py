@@ -140,6 +140,7 @@ class Producer(SendingProducer):
         self._producer_id = -1
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
+        self._pid_next_try = 0.0    # a failed InitProducerId is sent again after retry_backoff_ms
         self._bump_from: Tuple[int, int] = _NO_STAMP      # the id/epoch an InitProducerId should bump
         # idempotence, per partition: the producer id and epoch its sequence numbers count under,
         # the next sequence number, and its batches given one and not yet acknowledged or failed
@@ -490,6 +491,7 @@ class Producer(SendingProducer):
             fut, self._pid_future = self._pid_future, None
             if fut.failed():
                 log.info("InitProducerId failed: %s; retrying", fut.exception())
+                self._pid_next_try = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             resp = fut.value
             if resp.error_code:
@@ -502,10 +504,14 @@ class Producer(SendingProducer):
                     self._bump_from = _NO_STAMP
                 elif not getattr(err, "retriable", False):
                     self._fail_all(err)
+                else:
+                    self._pid_next_try = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
             self._bump_from = _NO_STAMP
             log.debug("producer id %s epoch %s", self._producer_id, self._producer_epoch)
+            return
+        if time.monotonic() < self._pid_next_try:
             return
         node = self._client.least_loaded_node()
         if node is None:
