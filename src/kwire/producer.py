@@ -18,7 +18,7 @@ it later changes nothing.
 Partitioning follows Kafka's default partitioner: a keyed record goes to
 ``murmur2(key) % partitions`` (what Java and librdkafka's murmur2_random
 choose); a record without key to the topic's sticky partition, which changes
-each time a batch of it is sent (KIP-480).
+each time a batch of it is sealed (KIP-480; :class:`kwire._codec.Accumulator`).
 
 Idempotence (on by default, as in Kafka 3+): the producer gets a producer id
 (InitProducerId) and stamps each batch with its partition's next sequence
