@@ -18,7 +18,7 @@ it later changes nothing.
 Partitioning follows Kafka's default partitioner: a keyed record goes to
 ``murmur2(key) % partitions`` (what Java and librdkafka's murmur2_random
 choose); a record without key to the topic's sticky partition, which changes
-each time a batch of it is sent (KIP-480).
+each time a batch of it is sealed (KIP-480; :class:`kwire._codec.Accumulator`).
 
 Idempotence (on by default, as in Kafka 3+): the producer gets a producer id
 (InitProducerId) and stamps each batch with its partition's next sequence
@@ -140,6 +140,7 @@ class Producer(SendingProducer):
         self._producer_id = -1
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
+        self._pid_next_try = 0.0    # a failed InitProducerId is sent again after retry_backoff_ms
         self._bump_from: Tuple[int, int] = _NO_STAMP      # the id/epoch an InitProducerId should bump
         # idempotence, per partition: the producer id and epoch its sequence numbers count under,
         # the next sequence number, and its batches given one and not yet acknowledged or failed
@@ -490,6 +491,7 @@ class Producer(SendingProducer):
             fut, self._pid_future = self._pid_future, None
             if fut.failed():
                 log.info("InitProducerId failed: %s; retrying", fut.exception())
+                self._pid_next_try = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             resp = fut.value
             if resp.error_code:
@@ -502,10 +504,14 @@ class Producer(SendingProducer):
                     self._bump_from = _NO_STAMP
                 elif not getattr(err, "retriable", False):
                     self._fail_all(err)
+                else:
+                    self._pid_next_try = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             self._producer_id, self._producer_epoch = resp.producer_id, resp.producer_epoch
             self._bump_from = _NO_STAMP
             log.debug("producer id %s epoch %s", self._producer_id, self._producer_epoch)
+            return
+        if time.monotonic() < self._pid_next_try:
             return
         node = self._client.least_loaded_node()
         if node is None:
@@ -789,12 +795,15 @@ class Producer(SendingProducer):
                 q.clear()
                 q.extend(items)
 
-    def _settle(self, b: _Batch) -> None:
-        """``b`` is no longer in flight nor awaiting acknowledgement."""
+    def _settle(self, b: _Batch, acked: bool = False) -> None:
+        """``b`` is no longer in flight nor awaiting acknowledgement
+        (``acked``: the broker acknowledged it)."""
         tp = (b.topic, b.partition)
         with self._lock:
             if b in self._unacked.get(tp, ()):
                 self._unacked[tp].remove(b)
+            if acked and b.stamp == self._tp_stamp.get(tp) and b.sequence >= 0:
+                self._acked.add(tp)
         self._release(b)
 
     def _fail(self, b: _Batch, err: BaseException) -> None:
@@ -803,10 +812,6 @@ class Producer(SendingProducer):
             b.future.set_exception(err)
 
     def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
-        tp = (b.topic, b.partition)
-        with self._lock:
-            if b.stamp == self._tp_stamp.get(tp) and b.sequence >= 0:
-                self._acked.add(tp)
-        self._settle(b)
+        self._settle(b, acked=True)
         if not b.future.done():
             b.future.set_result((base_offset, log_append_time if log_append_time is not None else -1))
