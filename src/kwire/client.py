@@ -593,8 +593,7 @@ class Client:
         if self._metadata_topics is not None:
             self._metadata_topics -= gone
         for t in gone:
-            self.cluster.topic_errors.pop(t, None)
-            self.cluster._refused_logged.pop(t, None)
+            self.cluster.topic_errors.pop(t, None)     # its logged refusal is kept: not said again
 
     def want_all_topics(self) -> None:
         self._metadata_topics = None
