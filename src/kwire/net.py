@@ -310,6 +310,7 @@ class Connection:
         ready and the throttle is over."""
         if self.state != "ready" or self.throttled_until > now:
             return
+        self._expire_waiting(now)     # sent with no time left, one would close the connection at once
         waiting, self._waiting = self._waiting, []
         for request, version, fut, expect, prepare, offload, deadline in waiting:
             if not fut.done():
@@ -317,14 +318,15 @@ class Connection:
                                max(0.0, deadline - now))
 
     def _expire_waiting(self, now: float) -> None:
-        """Fail the requests whose timeout ran out while a throttle (KIP-219)
-        held them; the connection goes on (nothing of theirs was sent)."""
+        """Fail the requests whose timeout ran out while setup or a throttle
+        (KIP-219) held them; the connection goes on (nothing of theirs was
+        sent)."""
         keep = []
         for w in self._waiting:
-            if now > w[6] and not w[2].done():
+            if now >= w[6] and not w[2].done():
                 w[2].set_exception(RequestTimedOutError(
-                    f"request {protocol.api_name(w[0].API_KEY)} to node {self.node_id} was held by the broker's "
-                    f"throttle (quota) until its timeout ran out; it was not sent"))
+                    f"request {protocol.api_name(w[0].API_KEY)} to node {self.node_id} waited for the connection's "
+                    f"setup or the broker's throttle (quota) until its timeout ran out; it was not sent"))
             elif not w[2].done():
                 keep.append(w)
         self._waiting = keep
