@@ -80,7 +80,9 @@ class ConnectionLostError(KwireError):
 
 class RequestTimedOutError(KafkaTimeoutError):
     """A request got no response within ``request_timeout_ms``; its
-    connection is closed (the response may still come, on a dead socket)."""
+    connection is closed (the response may still come, on a dead socket).
+    A request whose time ran out before it was sent (held by setup or a
+    throttle) fails alone, and the connection stays."""
 
 
 class _InFlight:
