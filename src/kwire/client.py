@@ -105,6 +105,11 @@ class MetadataUpdate:
     bad: Dict[str, List[int]]          # malformed partition indexes, by topic (logged by install)
 
 
+def _is_refusal(code: int) -> bool:
+    """Whether a topic's metadata error ``code`` is one retrying cannot help."""
+    return bool(code) and not getattr(error_for_code(code), "retriable", True)
+
+
 @dataclass
 class ClusterMetadata:
     """What the last Metadata responses said about the cluster.
@@ -137,7 +142,7 @@ class ClusterMetadata:
         ``send``, the consumer from ``poll``, at once rather than waiting
         for metadata that will not come."""
         code = self.topic_errors.get(topic, 0)
-        if not code or getattr(error_for_code(code), "retriable", True):
+        if not _is_refusal(code):
             return None
         return protocol.error_for(code, api="Metadata", topic=topic, partition=partition)
 
@@ -234,7 +239,7 @@ class ClusterMetadata:
                         "those partitions have no known leader until a refresh (with backoff) names one", shown,
                         f", and {len(new) - 5} more" if len(new) > 5 else "")
         for name, code in topics.items():      # a refusal (authorization): said once, again if it comes back
-            if not code or getattr(error_for_code(code), "retriable", True):
+            if not _is_refusal(code):
                 self._refused_logged.pop(name, None)
             elif self._refused_logged.get(name) != code:
                 self._refused_logged[name] = code
@@ -584,10 +589,11 @@ class Client:
     def discard_topics(self, topics: Iterable[str]) -> None:
         """Stop asking for these topics' metadata, and forget their errors
         (a later :meth:`add_topics` looks again, afresh)."""
+        gone = set(topics)        # read once: ``topics`` may be an iterator
         if self._metadata_topics is not None:
-            self._metadata_topics -= set(topics)
-        for t in topics:
-            self.cluster.topic_errors.pop(t, None)
+            self._metadata_topics -= gone
+        for t in gone:
+            self.cluster.topic_errors.pop(t, None)     # its logged refusal is kept: not said again
 
     def want_all_topics(self) -> None:
         self._metadata_topics = None

@@ -80,7 +80,9 @@ class ConnectionLostError(KwireError):
 
 class RequestTimedOutError(KafkaTimeoutError):
     """A request got no response within ``request_timeout_ms``; its
-    connection is closed (the response may still come, on a dead socket)."""
+    connection is closed (the response may still come, on a dead socket).
+    A request whose time ran out before it was sent (held by setup or a
+    throttle) fails alone, and the connection stays."""
 
 
 class _InFlight:
@@ -282,18 +284,20 @@ class Connection:
         if self.state == "ready" and self._waiting:
             self._release(time.monotonic())
         if self.state != "ready" or self._waiting or self.throttled_until > time.monotonic():
+            # the deadline runs from now: a request held by setup or a throttle still answers within its timeout
+            deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
             self._waiting.append((request, -1 if version is None else version, fut, expect_response, prepare,
-                                  offload, timeout))
+                                  offload, deadline))
             return fut
         self._send_now(request, version, fut, expect_response, flush, prepare, offload, timeout)
         return fut
 
     def throttle_left(self, now: float) -> Optional[float]:
-        """Seconds until requests held by a throttle (KIP-219) may go; None
-        when none is held."""
+        """Seconds until requests held by a throttle (KIP-219) may go, or
+        the first of them times out; None when none is held."""
         if self.state != "ready" or not self._waiting:
             return None
-        return max(0.0, self.throttled_until - now)
+        return max(0.0, min(self.throttled_until, min(w[6] for w in self._waiting)) - now)
 
     def _throttle(self, ms: int) -> None:
         """The broker said to wait ``ms`` before sending more (any thread:
@@ -308,9 +312,26 @@ class Connection:
         ready and the throttle is over."""
         if self.state != "ready" or self.throttled_until > now:
             return
+        self._expire_waiting(now)     # sent with no time left, one would close the connection at once
         waiting, self._waiting = self._waiting, []
-        for request, version, fut, expect, prepare, offload, timeout in waiting:
-            self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload, timeout)
+        for request, version, fut, expect, prepare, offload, deadline in waiting:
+            if not fut.done():
+                self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload,
+                               max(0.0, deadline - now))
+
+    def _expire_waiting(self, now: float) -> None:
+        """Fail the requests whose timeout ran out while setup or a throttle
+        (KIP-219) held them; the connection goes on (nothing of theirs was
+        sent)."""
+        keep = []
+        for w in self._waiting:
+            if now >= w[6] and not w[2].done():
+                w[2].set_exception(RequestTimedOutError(
+                    f"request {protocol.api_name(w[0].API_KEY)} to node {self.node_id} waited for the connection's "
+                    f"setup or the broker's throttle (quota) until its timeout ran out; it was not sent"))
+            elif not w[2].done():
+                keep.append(w)
+        self._waiting = keep
 
     def flush(self) -> None:
         """Write what is queued, as far as the socket takes it now."""
@@ -366,6 +387,8 @@ class Connection:
                 return
         if self._waiting:
             self._release(now)        # a throttle (KIP-219) that is over
+        if self._waiting and self.state == "ready":
+            self._expire_waiting(now)
 
     def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
         """Close the socket and fail what is in flight or waiting with

@@ -56,3 +56,15 @@ def test_throttle_only_from_the_kip_219_versions(monkeypatch):
     resp.throttle_time_ms = 0
     net._decode(memoryview(b""), produce, 9, None, seen.append)
     assert seen == [300]
+
+
+def test_a_request_held_by_a_throttle_keeps_its_timeout(monkeypatch):
+    conn, sent = _ready(monkeypatch)
+    conn._throttle(10_000)
+    request = types.SimpleNamespace(API_KEY=3)
+    fut = conn.send(request, timeout=0.05)
+    assert 0 < conn.throttle_left(time.monotonic()) <= 0.05     # the client wakes up for its timeout
+    time.sleep(0.06)
+    conn.check_timeouts(time.monotonic())
+    assert sent == [] and fut.done() and isinstance(fut.exception(), net.RequestTimedOutError)
+    assert conn.state == "ready" and conn.throttle_left(time.monotonic()) is None
