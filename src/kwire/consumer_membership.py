@@ -448,8 +448,11 @@ class ConsumerMembership(HostedMembership):
                 names = {t.topic_id: t.name for t in f.value.topics if t.name and not t.error_code}
                 if pattern is not None:
                     self._host.match_topics(names.values())
-                learnt = {tid: n for tid, n in names.items() if tid in (self._target or {}) and tid not in self._names}
-                self._names.update(names)
+                target = self._target or {}
+                learnt = {tid: n for tid, n in names.items() if tid in target and tid not in self._names}
+                # only the ids the member is assigned or owns: a pattern's metadata lists every topic
+                known = {**self._names, **names}
+                self._names = {tid: n for tid, n in known.items() if tid in target or tid in self._current}
                 missing = [tid for tid in self._target or () if tid not in self._names]
                 self._unresolved = set(missing)
                 if missing:
