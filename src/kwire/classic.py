@@ -387,7 +387,7 @@ class ClassicMembership(HostedMembership):
                 return
             delay = self.cfg["retry_backoff_ms"] / 1000.0 if retry_in is None else retry_in
             self._join_retry_at = time.monotonic() + delay
-        log.info("group %s: join step failed (%s); retrying", self.group_id, error)
+        self._say_failure("join", error, "group %s: join step failed (%s); retrying", self.group_id, error)
 
     def _on_join(self, node: int, fut: Future) -> None:
         if fut.failed():
@@ -483,6 +483,7 @@ class ClassicMembership(HostedMembership):
             self._join_failed(node, e)
             return
         now = time.monotonic()
+        self._step_succeeded("join")
         with self._lock:
             self._joining_step = None
             if self.state != JOINING or self.generation != generation:
@@ -532,6 +533,7 @@ class ClassicMembership(HostedMembership):
             code = fut.value.error_code
             if code == ErrorCode.NONE:
                 self._last_heartbeat_ok = time.monotonic()
+                self._step_succeeded("heartbeat")
             elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._last_heartbeat_ok = time.monotonic()
                 self.rejoin("the group is rebalancing")
@@ -549,7 +551,7 @@ class ClassicMembership(HostedMembership):
                 err = protocol.error_for(code, api="Heartbeat")
                 if not getattr(err, "retriable", False):
                     self._host.set_fatal(err)
-                log.info("group %s: heartbeat: %s", self.group_id, err)
+                self._say_failure("heartbeat", err, "group %s: heartbeat: %s", self.group_id, err)
 
     def _poll_timeout_expired(self) -> None:
         """(lock held) The application did not poll within

@@ -343,6 +343,7 @@ class ConsumerMembership(HostedMembership):
             if resp.error_code:
                 self._heartbeat_error(node, resp, now)
                 return
+            self._step_succeeded("heartbeat")
             if resp.member_id:
                 self.member_id = resp.member_id
             joined = self._epoch == 0
@@ -376,7 +377,8 @@ class ConsumerMembership(HostedMembership):
             self._fatal(protocol.error_for(code, api="ConsumerGroupHeartbeat",
                                            message=f"{note}: {resp.error_message}" if resp.error_message else note))
         elif getattr(err, "retriable", False):
-            log.info("group %s: heartbeat: %s; retrying in %s ms", self.group_id, err, self.cfg["retry_backoff_ms"])
+            self._say_failure("heartbeat", err, "group %s: heartbeat: %s; retrying in %s ms", self.group_id, err,
+                              self.cfg["retry_backoff_ms"])
         else:
             self._fatal(err)
 

@@ -22,10 +22,13 @@ means that lock.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
+import logging
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
 
 from kwire.future import Future
 from kwire.types import TopicPartition
+
+log = logging.getLogger("kwire.group")
 
 __all__ = ["UNJOINED", "JOINING", "STABLE", "AssignmentChange", "Membership", "MembershipHost", "HostedMembership"]
 
@@ -188,3 +191,17 @@ class HostedMembership:
         self.group_instance_id: Optional[str] = host.group_instance_id
         self._host = host
         self._lock = lock
+        self._failures: Dict[str, str] = {}     # what last failed, by step: said once while it repeats
+
+    def _say_failure(self, step: str, error: BaseException, message: str, *args: Any) -> None:
+        """Log a failure of ``step`` that is retried: at INFO the first
+        time (or when the error changes), at DEBUG while it repeats, so that
+        a retry loop does not flood the log."""
+        text = f"{type(error).__name__}: {error}"
+        level = logging.DEBUG if self._failures.get(step) == text else logging.INFO
+        self._failures[step] = text
+        log.log(level, message, *args)
+
+    def _step_succeeded(self, step: str) -> None:
+        """``step`` worked: its next failure is said again."""
+        self._failures.pop(step, None)
