@@ -231,6 +231,7 @@ class ClassicMembership(HostedMembership):
         with self._lock:
             if node is not None:
                 self._last_heartbeat_ok = time.monotonic()
+                self._next_heartbeat = 0.0
             else:
                 self._heartbeat_in_flight = False
 
@@ -507,6 +508,8 @@ class ClassicMembership(HostedMembership):
             node = self._host.coordinator
             if node is None:
                 self._host.lookup_coordinator()
+                # not due again before a backoff (wait_time would be 0: a busy loop until the lookup answers)
+                self._next_heartbeat = max(self._next_heartbeat, now + self.cfg["retry_backoff_ms"] / 1000.0)
                 return
             if now - self._last_heartbeat_ok > self.cfg["session_timeout_ms"] / 1000.0:
                 self._host.coordinator_dead(node)

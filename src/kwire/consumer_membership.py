@@ -310,6 +310,9 @@ class ConsumerMembership(HostedMembership):
             node = self._host.coordinator
             if node is None:
                 self._host.lookup_coordinator()
+                # not due again before a backoff (wait_time would be 0: a busy loop until the lookup answers);
+                # the coordinator found, coordinator_changed makes it due at once
+                self._next_heartbeat = now + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             self._heartbeat_in_flight = True
             self._next_heartbeat = math.inf          # set again by the answer
