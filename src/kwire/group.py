@@ -790,7 +790,7 @@ class GroupCoordinator:
     def _fail(self, error: BaseException) -> None:
         log.error("group %s: %s", self.group_id, error)
         with self._lock:
-            self._fatal = error
+            self.set_fatal(error)
             self._membership.halt()
 
     # ======================================================== I/O thread
