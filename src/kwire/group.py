@@ -115,14 +115,13 @@ class _Handover:
     the coordinator answers, the commit fails for good, or
     ``max_poll_interval_ms`` passes (Java's rebalance timeout); then
     ``on_partitions_revoked`` runs, they are handed back, and ``then`` is
-    carried out: the partitions the membership added are taken in, or
-    (None) the membership goes on (joins the group)."""
+    carried out: the partitions the membership added (``change.added``)
+    are taken in, or (None) the membership goes on (joins the group)."""
 
     def __init__(self, change: AssignmentChange, offsets: Dict[TopicPartition, int], deadline: float) -> None:
         self.change = change
         self.partitions = set(change.revoked)
         self.offsets = offsets          # what to commit first (empty: nothing, go on at once)
-        self.then = change.added
         self.deadline = deadline
         self.commit: Optional[Future] = None
         self.commit_failure: Optional[BaseException] = None   # the last retriable failure (said once)
@@ -542,10 +541,10 @@ class GroupCoordinator:
         self._handover = None
         error = self._hand_back(h.partitions)
         self._membership.handed_back(h.change)
-        if h.then is None:
+        if h.change.added is None:
             self._wake()
             return error
-        return self._take_assignment(h.then) or error
+        return self._take_assignment(h.change.added) or error
 
     def _partitions_lost(self) -> Optional[BaseException]:
         lost = set(self._owned)
