@@ -177,9 +177,8 @@ class ClassicMembership(HostedMembership):
         self._join_retry_at = 0.0
         self._assigned_snapshot: Dict[str, int] = {}  # leader: partition counts it assigned from
         self._group_topics: Set[str] = set()
-        # liveness (I/O thread, except _last_poll)
+        # liveness (I/O thread)
         now = time.monotonic()
-        self._last_poll = now
         self._last_heartbeat_ok = now
         self._next_heartbeat = now
         self._heartbeat_in_flight = False
@@ -187,9 +186,6 @@ class ClassicMembership(HostedMembership):
         self._metadata_in_flight = False
 
     # ================================================ Membership, app thread
-    def on_poll(self) -> None:
-        self._last_poll = time.monotonic()
-
     def next_change(self) -> Optional[AssignmentChange]:
         with self._lock:
             pending, self._pending_assignment = self._pending_assignment, None
@@ -234,9 +230,6 @@ class ClassicMembership(HostedMembership):
                 self._next_heartbeat = 0.0
             else:
                 self._heartbeat_in_flight = False
-
-    def halt(self) -> None:
-        self.state = UNJOINED
 
     # ================================================= Membership, I/O thread
     def drive(self, now: float) -> None:
@@ -502,7 +495,7 @@ class ClassicMembership(HostedMembership):
         with self._lock:
             if self.state != STABLE:
                 return
-            if now - self._last_poll > self.cfg["max_poll_interval_ms"] / 1000.0:
+            if self._poll_overdue(now):
                 self._poll_timeout_expired()
                 return
             node = self._host.coordinator
@@ -559,9 +552,6 @@ class ClassicMembership(HostedMembership):
     def _poll_timeout_expired(self) -> None:
         """(lock held) The application did not poll within
         max_poll_interval_ms: leave so the group can move on without it."""
-        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
-                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
-                    self.group_id, self.cfg["max_poll_interval_ms"])
         member, node = self.member_id, self._host.coordinator
         if self.group_instance_id is None and member and node is not None:
             self._host.submit(node, lambda v: leave_group_request(v, self.group_id, member,

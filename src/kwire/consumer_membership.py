@@ -133,7 +133,6 @@ class ConsumerMembership(HostedMembership):
         self._unresolved: Set[uuid.UUID] = set()      # topic ids a metadata answer lacked
         # I/O thread
         now = time.monotonic()
-        self._last_poll = now
         self._next_heartbeat = now
         self._interval = 0.0            # the coordinator's heartbeat interval, in seconds
         self._heartbeat_in_flight = False
@@ -142,7 +141,7 @@ class ConsumerMembership(HostedMembership):
 
     # ================================================ Membership, app thread
     def on_poll(self) -> None:
-        self._last_poll = time.monotonic()
+        super().on_poll()
         if self._stale:
             with self._lock:
                 if self._stale and self.state == UNJOINED:
@@ -231,9 +230,6 @@ class ConsumerMembership(HostedMembership):
             else:
                 self._next_heartbeat = 0.0
 
-    def halt(self) -> None:
-        self.state = UNJOINED
-
     # ================================================= Membership, I/O thread
     def drive(self, now: float) -> None:
         self._heartbeat(now)
@@ -302,7 +298,7 @@ class ConsumerMembership(HostedMembership):
         with self._lock:
             if self.state == UNJOINED or self._heartbeat_in_flight:
                 return
-            if now - self._last_poll > self.cfg["max_poll_interval_ms"] / 1000.0:
+            if self._poll_overdue(now):
                 self._poll_timeout_expired()
                 return
             if now < self._next_heartbeat:
@@ -398,9 +394,6 @@ class ConsumerMembership(HostedMembership):
     def _poll_timeout_expired(self) -> None:
         """(lock held) No poll() within max_poll_interval_ms: leave (the
         partitions are lost) and rejoin at the next poll()."""
-        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
-                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
-                    self.group_id, self.cfg["max_poll_interval_ms"])
         node = self._host.coordinator
         if node is not None and self.generation > 0:
             leave = self._leave_request(self.member_id)

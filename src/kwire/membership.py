@@ -23,6 +23,7 @@ means that lock.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
 
 from kwire.future import Future
@@ -182,8 +183,11 @@ class MembershipHost(Protocol):
 
 class HostedMembership:
     """The start of every :class:`Membership`: what it keeps of its host
-    (the options, the group and instance ids, the host itself) and the
-    lock it shares with it."""
+    (the options, the group and instance ids, the host itself), the lock
+    it shares with it, and what every protocol does alike (the time of the
+    last ``poll()`` and its check, halting, saying a retried failure once)."""
+
+    state: str
 
     def __init__(self, host: MembershipHost, lock: Any) -> None:
         self.cfg = host.cfg
@@ -192,6 +196,23 @@ class HostedMembership:
         self._host = host
         self._lock = lock
         self._failures: Dict[str, str] = {}     # what last failed, by step: said once while it repeats
+        self._last_poll = time.monotonic()      # the application's last poll() (max_poll_interval_ms)
+
+    def on_poll(self) -> None:
+        self._last_poll = time.monotonic()
+
+    def halt(self) -> None:
+        self.state = UNJOINED
+
+    def _poll_overdue(self, now: float) -> bool:
+        """(I/O thread) The application has not called ``poll()`` within
+        ``max_poll_interval_ms``: say so (the membership then leaves)."""
+        if now - self._last_poll <= self.cfg["max_poll_interval_ms"] / 1000.0:
+            return False
+        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
+                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
+                    self.group_id, self.cfg["max_poll_interval_ms"])
+        return True
 
     def _say_failure(self, step: str, error: BaseException, message: str, *args: Any) -> None:
         """Log a failure of ``step`` that is retried: at INFO the first
