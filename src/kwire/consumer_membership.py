@@ -58,7 +58,7 @@ import math
 import threading
 import time
 import uuid
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 from kwire import protocol
 from kwire.client import NoBrokersAvailableError
