@@ -159,6 +159,7 @@ class GroupCoordinator:
         now = time.monotonic()
         # commits
         self._next_auto_commit = now + cfg["auto_commit_interval_ms"] / 1000.0
+        self._auto_commit_failure: Optional[str] = None   # the periodic auto commit's failure last logged
         self._commit_results: Deque[Tuple[Optional[CommitCallback], Dict[TopicPartition, OffsetAndMetadata],
                                           Optional[BaseException]]] = collections.deque()
         # rebalance steps waiting for the coordinator (application thread)
@@ -434,8 +435,12 @@ class GroupCoordinator:
         self._start()
 
         def report(offsets: Dict[TopicPartition, OffsetAndMetadata], error: Optional[BaseException]) -> None:
-            if error is not None:
-                log.warning("group %s: auto commit failed: %s", self.group_id, error)
+            # said at WARNING once (and when it changes), at DEBUG while every interval fails alike
+            text = None if error is None else f"{type(error).__name__}: {error}"
+            if text is not None:
+                level = logging.DEBUG if text == self._auto_commit_failure else logging.WARNING
+                log.log(level, "group %s: auto commit failed: %s", self.group_id, error)
+            self._auto_commit_failure = text
 
         self.commit_async(None, report)
 
