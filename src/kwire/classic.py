@@ -432,8 +432,9 @@ class ClassicMembership(HostedMembership):
             if f.failed():
                 self._join_failed(node, f.exception())   # type: ignore[arg-type]
                 return
+            wanted = set(topics)
             counts = {t.name: len(t.partitions) for t in f.value.topics
-                      if t.name in set(topics) and not t.error_code and t.partitions}
+                      if t.name in wanted and not t.error_code and t.partitions}
             try:
                 plan = assignor.assign(counts, members)
             except Exception as e:
