@@ -285,15 +285,8 @@ class ClassicMembership(HostedMembership):
             self.rejoin(reason)
 
     def _send_leave(self, node: int, member: str, reason: str, timeout: float) -> None:
-        try:
-            resp = self._host.submit(node, lambda v: leave_group_request(v, self.group_id, member, reason),
-                                     timeout).result(timeout)
-            if resp.error_code:
-                log.info("group %s: LeaveGroup: %s", self.group_id, protocol.error_for(resp.error_code, api="LeaveGroup"))
-            else:
-                log.info("group %s: member %s left (%s)", self.group_id, member, reason)
-        except KwireError as e:
-            log.info("group %s: LeaveGroup failed: %s", self.group_id, e)
+        self._send_leave_request(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout,
+                                 "LeaveGroup", "group %s: member %s left (%s)", self.group_id, member, reason)
 
     # ----------------------------------------------------- join / sync
     def _drive_join(self, now: float) -> None:

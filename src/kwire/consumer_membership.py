@@ -412,16 +412,9 @@ class ConsumerMembership(HostedMembership):
     def _send_leave(self, node: int, reason: str, timeout: float) -> None:
         member = self.member_id
         leave = self._leave_request(member)
-        try:
-            resp = self._host.submit(node, lambda v: leave, timeout).result(timeout)
-            if resp.error_code:
-                log.info("group %s: leaving: %s", self.group_id,
-                         protocol.error_for(resp.error_code, api="ConsumerGroupHeartbeat"))
-            else:
-                log.info("group %s: member %s left with epoch %s (%s)", self.group_id, member, leave.member_epoch,
-                         reason)
-        except KwireError as e:
-            log.info("group %s: leaving failed: %s", self.group_id, e)
+        self._send_leave_request(node, lambda v: leave, timeout, "ConsumerGroupHeartbeat",
+                                 "group %s: member %s left with epoch %s (%s)", self.group_id, member,
+                                 leave.member_epoch, reason)
 
     # ------------------------------------------------ topic ids to names
     def _resolve(self, now: float) -> None:

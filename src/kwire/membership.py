@@ -26,6 +26,8 @@ import logging
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
 
+from kwire import protocol
+from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.types import TopicPartition
 
@@ -203,6 +205,21 @@ class HostedMembership:
 
     def halt(self) -> None:
         self.state = UNJOINED
+
+    def _send_leave_request(self, node: int, make: Callable[[Mapping[int, int]], Any], timeout: float, api: str,
+                            left: str, *args: Any) -> None:
+        """(application thread, lock not held) Send the request that
+        leaves the group and wait up to ``timeout`` for its answer; log the
+        outcome (``left % args`` when it worked)."""
+        try:
+            resp = self._host.submit(node, make, timeout).result(timeout)
+        except KwireError as e:
+            log.info("group %s: leaving (%s) failed: %s", self.group_id, api, e)
+            return
+        if resp.error_code:
+            log.info("group %s: leaving: %s", self.group_id, protocol.error_for(resp.error_code, api=api))
+        else:
+            log.info(left, *args)
 
     def _poll_overdue(self, now: float) -> bool:
         """(I/O thread) The application has not called ``poll()`` within
