@@ -177,9 +177,8 @@ class ClassicMembership(HostedMembership):
         self._join_retry_at = 0.0
         self._assigned_snapshot: Dict[str, int] = {}  # leader: partition counts it assigned from
         self._group_topics: Set[str] = set()
-        # liveness (I/O thread, except _last_poll)
+        # liveness (I/O thread)
         now = time.monotonic()
-        self._last_poll = now
         self._last_heartbeat_ok = now
         self._next_heartbeat = now
         self._heartbeat_in_flight = False
@@ -187,9 +186,6 @@ class ClassicMembership(HostedMembership):
         self._metadata_in_flight = False
 
     # ================================================ Membership, app thread
-    def on_poll(self) -> None:
-        self._last_poll = time.monotonic()
-
     def next_change(self) -> Optional[AssignmentChange]:
         with self._lock:
             pending, self._pending_assignment = self._pending_assignment, None
@@ -231,11 +227,9 @@ class ClassicMembership(HostedMembership):
         with self._lock:
             if node is not None:
                 self._last_heartbeat_ok = time.monotonic()
+                self._next_heartbeat = 0.0
             else:
                 self._heartbeat_in_flight = False
-
-    def halt(self) -> None:
-        self.state = UNJOINED
 
     # ================================================= Membership, I/O thread
     def drive(self, now: float) -> None:
@@ -291,15 +285,8 @@ class ClassicMembership(HostedMembership):
             self.rejoin(reason)
 
     def _send_leave(self, node: int, member: str, reason: str, timeout: float) -> None:
-        try:
-            resp = self._host.submit(node, lambda v: leave_group_request(v, self.group_id, member, reason),
-                                     timeout).result(timeout)
-            if resp.error_code:
-                log.info("group %s: LeaveGroup: %s", self.group_id, protocol.error_for(resp.error_code, api="LeaveGroup"))
-            else:
-                log.info("group %s: member %s left (%s)", self.group_id, member, reason)
-        except KwireError as e:
-            log.info("group %s: LeaveGroup failed: %s", self.group_id, e)
+        self._send_leave_request(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout,
+                                 "LeaveGroup", "group %s: member %s left (%s)", self.group_id, member, reason)
 
     # ----------------------------------------------------- join / sync
     def _drive_join(self, now: float) -> None:
@@ -387,7 +374,7 @@ class ClassicMembership(HostedMembership):
                 return
             delay = self.cfg["retry_backoff_ms"] / 1000.0 if retry_in is None else retry_in
             self._join_retry_at = time.monotonic() + delay
-        log.info("group %s: join step failed (%s); retrying", self.group_id, error)
+        self._say_failure("join", error, "group %s: join step failed (%s); retrying", self.group_id, error)
 
     def _on_join(self, node: int, fut: Future) -> None:
         if fut.failed():
@@ -438,8 +425,9 @@ class ClassicMembership(HostedMembership):
             if f.failed():
                 self._join_failed(node, f.exception())   # type: ignore[arg-type]
                 return
+            wanted = set(topics)
             counts = {t.name: len(t.partitions) for t in f.value.topics
-                      if t.name in set(topics) and not t.error_code and t.partitions}
+                      if t.name in wanted and not t.error_code and t.partitions}
             try:
                 plan = assignor.assign(counts, members)
             except Exception as e:
@@ -483,6 +471,7 @@ class ClassicMembership(HostedMembership):
             self._join_failed(node, e)
             return
         now = time.monotonic()
+        self._step_succeeded("join")
         with self._lock:
             self._joining_step = None
             if self.state != JOINING or self.generation != generation:
@@ -500,12 +489,14 @@ class ClassicMembership(HostedMembership):
         with self._lock:
             if self.state != STABLE:
                 return
-            if now - self._last_poll > self.cfg["max_poll_interval_ms"] / 1000.0:
+            if self._poll_overdue(now):
                 self._poll_timeout_expired()
                 return
             node = self._host.coordinator
             if node is None:
                 self._host.lookup_coordinator()
+                # not due again before a backoff (wait_time would be 0: a busy loop until the lookup answers)
+                self._next_heartbeat = max(self._next_heartbeat, now + self.cfg["retry_backoff_ms"] / 1000.0)
                 return
             if now - self._last_heartbeat_ok > self.cfg["session_timeout_ms"] / 1000.0:
                 self._host.coordinator_dead(node)
@@ -532,6 +523,7 @@ class ClassicMembership(HostedMembership):
             code = fut.value.error_code
             if code == ErrorCode.NONE:
                 self._last_heartbeat_ok = time.monotonic()
+                self._step_succeeded("heartbeat")
             elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._last_heartbeat_ok = time.monotonic()
                 self.rejoin("the group is rebalancing")
@@ -549,14 +541,11 @@ class ClassicMembership(HostedMembership):
                 err = protocol.error_for(code, api="Heartbeat")
                 if not getattr(err, "retriable", False):
                     self._host.set_fatal(err)
-                log.info("group %s: heartbeat: %s", self.group_id, err)
+                self._say_failure("heartbeat", err, "group %s: heartbeat: %s", self.group_id, err)
 
     def _poll_timeout_expired(self) -> None:
         """(lock held) The application did not poll within
         max_poll_interval_ms: leave so the group can move on without it."""
-        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
-                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
-                    self.group_id, self.cfg["max_poll_interval_ms"])
         member, node = self.member_id, self._host.coordinator
         if self.group_instance_id is None and member and node is not None:
             self._host.submit(node, lambda v: leave_group_request(v, self.group_id, member,

@@ -58,7 +58,7 @@ import math
 import threading
 import time
 import uuid
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 from kwire import protocol
 from kwire.client import NoBrokersAvailableError
@@ -133,7 +133,6 @@ class ConsumerMembership(HostedMembership):
         self._unresolved: Set[uuid.UUID] = set()      # topic ids a metadata answer lacked
         # I/O thread
         now = time.monotonic()
-        self._last_poll = now
         self._next_heartbeat = now
         self._interval = 0.0            # the coordinator's heartbeat interval, in seconds
         self._heartbeat_in_flight = False
@@ -142,7 +141,7 @@ class ConsumerMembership(HostedMembership):
 
     # ================================================ Membership, app thread
     def on_poll(self) -> None:
-        self._last_poll = time.monotonic()
+        super().on_poll()
         if self._stale:
             with self._lock:
                 if self._stale and self.state == UNJOINED:
@@ -231,9 +230,6 @@ class ConsumerMembership(HostedMembership):
             else:
                 self._next_heartbeat = 0.0
 
-    def halt(self) -> None:
-        self.state = UNJOINED
-
     # ================================================= Membership, I/O thread
     def drive(self, now: float) -> None:
         self._heartbeat(now)
@@ -302,7 +298,7 @@ class ConsumerMembership(HostedMembership):
         with self._lock:
             if self.state == UNJOINED or self._heartbeat_in_flight:
                 return
-            if now - self._last_poll > self.cfg["max_poll_interval_ms"] / 1000.0:
+            if self._poll_overdue(now):
                 self._poll_timeout_expired()
                 return
             if now < self._next_heartbeat:
@@ -310,6 +306,9 @@ class ConsumerMembership(HostedMembership):
             node = self._host.coordinator
             if node is None:
                 self._host.lookup_coordinator()
+                # not due again before a backoff (wait_time would be 0: a busy loop until the lookup answers);
+                # the coordinator found, coordinator_changed makes it due at once
+                self._next_heartbeat = now + self.cfg["retry_backoff_ms"] / 1000.0
                 return
             self._heartbeat_in_flight = True
             self._next_heartbeat = math.inf          # set again by the answer
@@ -343,6 +342,7 @@ class ConsumerMembership(HostedMembership):
             if resp.error_code:
                 self._heartbeat_error(node, resp, now)
                 return
+            self._step_succeeded("heartbeat")
             if resp.member_id:
                 self.member_id = resp.member_id
             joined = self._epoch == 0
@@ -376,7 +376,8 @@ class ConsumerMembership(HostedMembership):
             self._fatal(protocol.error_for(code, api="ConsumerGroupHeartbeat",
                                            message=f"{note}: {resp.error_message}" if resp.error_message else note))
         elif getattr(err, "retriable", False):
-            log.info("group %s: heartbeat: %s; retrying in %s ms", self.group_id, err, self.cfg["retry_backoff_ms"])
+            self._say_failure("heartbeat", err, "group %s: heartbeat: %s; retrying in %s ms", self.group_id, err,
+                              self.cfg["retry_backoff_ms"])
         else:
             self._fatal(err)
 
@@ -393,9 +394,6 @@ class ConsumerMembership(HostedMembership):
     def _poll_timeout_expired(self) -> None:
         """(lock held) No poll() within max_poll_interval_ms: leave (the
         partitions are lost) and rejoin at the next poll()."""
-        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
-                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
-                    self.group_id, self.cfg["max_poll_interval_ms"])
         node = self._host.coordinator
         if node is not None and self.generation > 0:
             leave = self._leave_request(self.member_id)
@@ -414,16 +412,9 @@ class ConsumerMembership(HostedMembership):
     def _send_leave(self, node: int, reason: str, timeout: float) -> None:
         member = self.member_id
         leave = self._leave_request(member)
-        try:
-            resp = self._host.submit(node, lambda v: leave, timeout).result(timeout)
-            if resp.error_code:
-                log.info("group %s: leaving: %s", self.group_id,
-                         protocol.error_for(resp.error_code, api="ConsumerGroupHeartbeat"))
-            else:
-                log.info("group %s: member %s left with epoch %s (%s)", self.group_id, member, leave.member_epoch,
-                         reason)
-        except KwireError as e:
-            log.info("group %s: leaving failed: %s", self.group_id, e)
+        self._send_leave_request(node, lambda v: leave, timeout, "ConsumerGroupHeartbeat",
+                                 "group %s: member %s left with epoch %s (%s)", self.group_id, member,
+                                 leave.member_epoch, reason)
 
     # ------------------------------------------------ topic ids to names
     def _resolve(self, now: float) -> None:
@@ -448,8 +439,11 @@ class ConsumerMembership(HostedMembership):
                 names = {t.topic_id: t.name for t in f.value.topics if t.name and not t.error_code}
                 if pattern is not None:
                     self._host.match_topics(names.values())
-                learnt = {tid: n for tid, n in names.items() if tid in (self._target or {}) and tid not in self._names}
-                self._names.update(names)
+                target = self._target or {}
+                learnt = {tid: n for tid, n in names.items() if tid in target and tid not in self._names}
+                # only the ids the member is assigned or owns: a pattern's metadata lists every topic
+                known = {**self._names, **names}
+                self._names = {tid: n for tid, n in known.items() if tid in target or tid in self._current}
                 missing = [tid for tid in self._target or () if tid not in self._names]
                 self._unresolved = set(missing)
                 if missing:

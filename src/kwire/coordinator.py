@@ -186,6 +186,10 @@ class CoordinatorLink:
         self._lock = threading.Lock()
         self.node: Optional[int] = None
         self._future: Optional[Future] = None
+        # the node last said found, and last said lost: a coordinator that keeps moving back and forth
+        # (NOT_COORDINATOR over and over) is said at INFO once, then at DEBUG
+        self._said_found: Optional[int] = None
+        self._said_lost: Optional[int] = None
 
     def lookup(self) -> Future:
         """The future of the coordinator's node id."""
@@ -208,7 +212,10 @@ class CoordinatorLink:
                 return
             remember_broker(self._client, broker)
             self.node = broker.node_id
-            log.info("coordinator of %r is node %s (%s:%s)", self.key, broker.node_id, broker.host, broker.port)
+            level = logging.DEBUG if broker.node_id == self._said_found else logging.INFO
+            if level == logging.INFO:
+                self._said_found, self._said_lost = broker.node_id, None
+            log.log(level, "coordinator of %r is node %s (%s:%s)", self.key, broker.node_id, broker.host, broker.port)
             if self._on_found is not None:
                 self._on_found(broker.node_id)
             result.set_result(broker.node_id)
@@ -222,7 +229,9 @@ class CoordinatorLink:
         with self._lock:
             if node is None or self.node != node:
                 return False
-            log.info("coordinator node %s of %r is unavailable; looking it up again", node, self.key)
+            level = logging.DEBUG if node == self._said_lost else logging.INFO
+            self._said_lost = node
+            log.log(level, "coordinator node %s of %r is unavailable; looking it up again", node, self.key)
             self.node = None
             return True
 

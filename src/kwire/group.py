@@ -115,14 +115,13 @@ class _Handover:
     the coordinator answers, the commit fails for good, or
     ``max_poll_interval_ms`` passes (Java's rebalance timeout); then
     ``on_partitions_revoked`` runs, they are handed back, and ``then`` is
-    carried out: the partitions the membership added are taken in, or
-    (None) the membership goes on (joins the group)."""
+    carried out: the partitions the membership added (``change.added``)
+    are taken in, or (None) the membership goes on (joins the group)."""
 
     def __init__(self, change: AssignmentChange, offsets: Dict[TopicPartition, int], deadline: float) -> None:
         self.change = change
         self.partitions = set(change.revoked)
         self.offsets = offsets          # what to commit first (empty: nothing, go on at once)
-        self.then = change.added
         self.deadline = deadline
         self.commit: Optional[Future] = None
         self.commit_failure: Optional[BaseException] = None   # the last retriable failure (said once)
@@ -160,6 +159,7 @@ class GroupCoordinator:
         now = time.monotonic()
         # commits
         self._next_auto_commit = now + cfg["auto_commit_interval_ms"] / 1000.0
+        self._auto_commit_failure: Optional[str] = None   # the periodic auto commit's failure last logged
         self._commit_results: Deque[Tuple[Optional[CommitCallback], Dict[TopicPartition, OffsetAndMetadata],
                                           Optional[BaseException]]] = collections.deque()
         # rebalance steps waiting for the coordinator (application thread)
@@ -435,8 +435,12 @@ class GroupCoordinator:
         self._start()
 
         def report(offsets: Dict[TopicPartition, OffsetAndMetadata], error: Optional[BaseException]) -> None:
-            if error is not None:
-                log.warning("group %s: auto commit failed: %s", self.group_id, error)
+            # said at WARNING once (and when it changes), at DEBUG while every interval fails alike
+            text = None if error is None else f"{type(error).__name__}: {error}"
+            if text is not None:
+                level = logging.DEBUG if text == self._auto_commit_failure else logging.WARNING
+                log.log(level, "group %s: auto commit failed: %s", self.group_id, error)
+            self._auto_commit_failure = text
 
         self.commit_async(None, report)
 
@@ -542,10 +546,10 @@ class GroupCoordinator:
         self._handover = None
         error = self._hand_back(h.partitions)
         self._membership.handed_back(h.change)
-        if h.then is None:
+        if h.change.added is None:
             self._wake()
             return error
-        return self._take_assignment(h.then) or error
+        return self._take_assignment(h.change.added) or error
 
     def _partitions_lost(self) -> Optional[BaseException]:
         lost = set(self._owned)
@@ -790,7 +794,7 @@ class GroupCoordinator:
     def _fail(self, error: BaseException) -> None:
         log.error("group %s: %s", self.group_id, error)
         with self._lock:
-            self._fatal = error
+            self.set_fatal(error)
             self._membership.halt()
 
     # ======================================================== I/O thread

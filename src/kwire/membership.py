@@ -22,10 +22,16 @@ means that lock.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
+import logging
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
 
+from kwire import protocol
+from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.types import TopicPartition
+
+log = logging.getLogger("kwire.group")
 
 __all__ = ["UNJOINED", "JOINING", "STABLE", "AssignmentChange", "Membership", "MembershipHost", "HostedMembership"]
 
@@ -179,8 +185,11 @@ class MembershipHost(Protocol):
 
 class HostedMembership:
     """The start of every :class:`Membership`: what it keeps of its host
-    (the options, the group and instance ids, the host itself) and the
-    lock it shares with it."""
+    (the options, the group and instance ids, the host itself), the lock
+    it shares with it, and what every protocol does alike (the time of the
+    last ``poll()`` and its check, halting, saying a retried failure once)."""
+
+    state: str
 
     def __init__(self, host: MembershipHost, lock: Any) -> None:
         self.cfg = host.cfg
@@ -188,3 +197,49 @@ class HostedMembership:
         self.group_instance_id: Optional[str] = host.group_instance_id
         self._host = host
         self._lock = lock
+        self._failures: Dict[str, str] = {}     # what last failed, by step: said once while it repeats
+        self._last_poll = time.monotonic()      # the application's last poll() (max_poll_interval_ms)
+
+    def on_poll(self) -> None:
+        self._last_poll = time.monotonic()
+
+    def halt(self) -> None:
+        self.state = UNJOINED
+
+    def _send_leave_request(self, node: int, make: Callable[[Mapping[int, int]], Any], timeout: float, api: str,
+                            left: str, *args: Any) -> None:
+        """(application thread, lock not held) Send the request that
+        leaves the group and wait up to ``timeout`` for its answer; log the
+        outcome (``left % args`` when it worked)."""
+        try:
+            resp = self._host.submit(node, make, timeout).result(timeout)
+        except KwireError as e:
+            log.info("group %s: leaving (%s) failed: %s", self.group_id, api, e)
+            return
+        if resp.error_code:
+            log.info("group %s: leaving: %s", self.group_id, protocol.error_for(resp.error_code, api=api))
+        else:
+            log.info(left, *args)
+
+    def _poll_overdue(self, now: float) -> bool:
+        """(I/O thread) The application has not called ``poll()`` within
+        ``max_poll_interval_ms``: say so (the membership then leaves)."""
+        if now - self._last_poll <= self.cfg["max_poll_interval_ms"] / 1000.0:
+            return False
+        log.warning("group %s: no poll() for more than max_poll_interval_ms (%s ms); leaving the group. Process "
+                    "less per poll (max_poll_records) or raise max_poll_interval_ms.",
+                    self.group_id, self.cfg["max_poll_interval_ms"])
+        return True
+
+    def _say_failure(self, step: str, error: BaseException, message: str, *args: Any) -> None:
+        """Log a failure of ``step`` that is retried: at INFO the first
+        time (or when the error changes), at DEBUG while it repeats, so that
+        a retry loop does not flood the log."""
+        text = f"{type(error).__name__}: {error}"
+        level = logging.DEBUG if self._failures.get(step) == text else logging.INFO
+        self._failures[step] = text
+        log.log(level, message, *args)
+
+    def _step_succeeded(self, step: str) -> None:
+        """``step`` worked: its next failure is said again."""
+        self._failures.pop(step, None)
