@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -65,6 +67,63 @@ def kafka():
     finally:
         sys.stderr.write(f"[kafka] RSS at the end of the session: {broker.rss_bytes() / 2**20:.0f} MiB\n")
         broker.stop()
+
+
+@dataclass(frozen=True)
+class LiveBroker:
+    """One of the two brokers every live suite runs on, as the ``broker`` fixture gives it.
+
+    ``name`` is "tansu" or "kafka"; ``bootstrap`` its plaintext "host:port";
+    ``server`` the underlying kwire.devbroker.Broker or support.kafka.KafkaBroker.
+    Tests that must work around a Tansu deviation branch on ``is_tansu`` and say
+    which deviation; on Apache Kafka the same test runs without the workaround."""
+
+    name: str
+    bootstrap: str
+    server: Any
+
+    @property
+    def is_tansu(self) -> bool:
+        return self.name == "tansu"
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.name == "kafka"
+
+    @property
+    def host(self) -> str:
+        return self.bootstrap.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap.rsplit(":", 1)[1])
+
+    @property
+    def cluster_id(self) -> str:
+        return self.server.cluster_id
+
+    def log_tail(self) -> str:
+        return self.server.log_tail()
+
+
+@pytest.fixture(scope="session", params=["tansu", "kafka"])
+def broker(request) -> LiveBroker:
+    """Each live test that takes ``broker`` runs twice: on Tansu and on Apache Kafka."""
+    if request.param == "tansu":
+        server = request.getfixturevalue("tansu")
+        return LiveBroker("tansu", server.bootstrap, server)
+    server = request.getfixturevalue("kafka")
+    return LiveBroker("kafka", server.bootstrap("plaintext"), server)
+
+
+def pytest_collection_modifyitems(config, items):
+    # `-m kafka` / `-m "not kafka"` select the Apache Kafka half of the parametrized suites too
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("broker") == "kafka":
+            item.add_marker(pytest.mark.kafka)
+        elif callspec is not None and callspec.params.get("broker") == "tansu":
+            item.add_marker(pytest.mark.broker)
 
 
 def pytest_configure(config):
