@@ -385,7 +385,7 @@ def test_peer_snappy_read_by_kwire(writer, magic, framing, monkeypatch):
     assert_peer_agrees(writer, data, records, batches)
 
 
-# ------------------------------------------- 3: librdkafka through Tansu
+# ------------------------------------------- 3: librdkafka through both brokers
 FETCH_VERSION = 11          # the newest Fetch version without flexible encoding or topic ids
 RDKAFKA_RECORDS = 2000
 
@@ -436,10 +436,9 @@ def rdkafka_messages(n: int):
         yield key, value, headers, ts
 
 
-@pytest.mark.broker
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c or "none")
-def test_librdkafka_batches_from_tansu(tansu, codec, idempotent):
+def test_librdkafka_batches_from_the_broker(broker, codec, idempotent):
     """librdkafka produces with compression.type=<codec>; the batches fetched raw
     from the broker decode in kwire to what a librdkafka consumer reads, and carry
     that codec."""
@@ -447,16 +446,16 @@ def test_librdkafka_batches_from_tansu(tansu, codec, idempotent):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"interop-{codec or 'none'}-{'idem' if idempotent else 'plain'}-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(15)
 
-    # Idempotent producing works on Tansu 0.6.0: librdkafka negotiates InitProducerId
-    # v3+, and only v0-v2 fail there.
+    # Idempotent producing works on Tansu 0.6.0 too: librdkafka negotiates
+    # InitProducerId v3+, and only v0-v2 fail there.
     sent = list(rdkafka_messages(RDKAFKA_RECORDS))
     failures = []
     produce_start_ms = int(time.time() * 1000)
     with ck.Producer({
-        "bootstrap.servers": tansu.bootstrap, "compression.type": codec or "none",
+        "bootstrap.servers": broker.bootstrap, "compression.type": codec or "none",
         "enable.idempotence": idempotent, "acks": "all", "linger.ms": 20, "batch.num.messages": 300,
         "error_cb": failures.append,
     }) as producer:
@@ -469,7 +468,7 @@ def test_librdkafka_batches_from_tansu(tansu, codec, idempotent):
     ts_types = {ck.TIMESTAMP_NOT_AVAILABLE: -1, ck.TIMESTAMP_CREATE_TIME: 0, ck.TIMESTAMP_LOG_APPEND_TIME: 1}
     consumed = []
     with ck.Consumer({
-        "bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False,
+        "bootstrap.servers": broker.bootstrap, "group.id": topic, "enable.auto.commit": False,
         "check.crcs": True, "fetch.wait.max.ms": 100,
     }) as consumer:
         consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
@@ -482,7 +481,7 @@ def test_librdkafka_batches_from_tansu(tansu, codec, idempotent):
                                  tuple(m.headers() or ())))
     assert len(consumed) == RDKAFKA_RECORDS
 
-    data = fetch_raw(tansu, topic)
+    data = fetch_raw(broker, topic)
     records, batches = read_kwire(data)
     assert records == consumed
     # and it is what was sent, in order (librdkafka stamps timestamp 0 with its clock)
