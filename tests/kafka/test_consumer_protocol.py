@@ -242,6 +242,57 @@ def test_a_crashed_member_is_found_by_the_session_timeout(kip848, topic):
         assert listener.calls[-1][0] == "assigned" and "lost" not in [n for n, _ in listener.calls]
 
 
+def test_offset_fetch_names_the_member_and_a_stale_epoch_is_refused_then_retried(kip848, topic, monkeypatch):
+    """KIP-848: a member's OffsetFetch (v9) carries its member id and epoch;
+    the coordinator refuses a stale epoch (STALE_MEMBER_EPOCH) and an unknown
+    member (UNKNOWN_MEMBER_ID), and answers a fetch without a member (the
+    admin client's). kwire retries a refused fetch with the epoch it has
+    then: ``committed()``, and the committed positions of new partitions."""
+    import kwire.group as group_module
+    from kwire.commit import offset_fetch_request
+    from kwire.protocol.api_keys import ErrorCode
+
+    _produce(kip848, topic, 40)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    want = {p: 3 + p for p in range(PARTITIONS)}
+    sent: List[Tuple] = []
+
+    def stale_first(v, group_id, partitions, require_stable=True, member=(None, -1)):
+        if member[0] is not None and not any(m[0] for m in sent):
+            member = (member[0], member[1] - 1)        # the first fetch of a member: one epoch behind
+        sent.append(member)
+        return offset_fetch_request(v, group_id, partitions, require_stable, member)
+
+    with _consumer(kip848, group, enable_auto_commit=False) as c:
+        c.subscribe([topic])
+        _poll_until([c], lambda: _owned(c) == set(range(PARTITIONS)), 30)
+        c.commit({(topic, p): o for p, o in want.items()})
+        member, epoch = c.group_metadata().member_id, c.group_metadata().generation_id
+        with Admin(kip848.client_config("plaintext")) as admin:
+            def answer(who):
+                resp = admin._group_request(group, lambda v: offset_fetch_request(v, group, [(topic, 0)], member=who),
+                                            "OffsetFetch", 10, lambda r: 0)
+                return resp.groups[0].error_code
+
+            assert answer((member, epoch)) == 0 and answer((None, -1)) == 0
+            assert answer((member, epoch - 1)) == ErrorCode.STALE_MEMBER_EPOCH
+            assert answer(("no-such-member", epoch)) == ErrorCode.UNKNOWN_MEMBER_ID
+        monkeypatch.setattr(group_module, "offset_fetch_request", stale_first)
+        committed = c.committed([(topic, p) for p in range(PARTITIONS)])
+        assert {tp.partition: om.offset for tp, om in committed.items()} == want
+        assert sent[0] == (member, epoch - 1) and sent[-1] == (member, epoch)
+    # a new member's positions: its first OffsetFetch is refused as stale, the retry gives the committed offsets
+    sent.clear()
+    got: Dict[int, list] = {}
+    with _consumer(kip848, group) as d:
+        d.subscribe([topic])
+        _poll_until([d], lambda: len(got.get(0, ())) >= 40 - sum(want.values()), 30, got)
+        first = {p: min(o for q, o, _, _ in got[0] if q == p) for p in range(PARTITIONS)}
+        assert first == want
+        members = [m for m in sent if m[0] is not None]
+        assert len(members) >= 2 and members[0][1] < members[1][1], sent
+
+
 def test_a_static_member_comes_back_to_its_partitions(kip848, topic):
     """A static member closes with epoch -2: the coordinator keeps its
     assignment for the session timeout, and gives it back when it returns,
@@ -355,6 +406,18 @@ def test_describe_shows_a_consumer_group_and_a_classic_one(kip848, topic, capsys
                                                                  a.group_metadata().generation_id, (topic,))
         assert set(m.assignment) == {TopicPartition(topic, p) for p in range(PARTITIONS)}
         assert descs[classic].group_type == "classic" and len(descs[classic].members) == 1
+        # ListGroups v5: each group's type, and the types filter
+        with Admin(kip848.client_config("plaintext")) as admin:
+            listed = {g.group_id: g for g in admin.list_groups()}
+            consumer_only = {g.group_id: g for g in admin.list_groups(types=["consumer"])}
+            classic_only = {g.group_id for g in admin.list_groups(types=["classic"])}
+        assert (listed[group].group_type, listed[classic].group_type) == ("consumer", "classic")
+        assert (listed[group].state, listed[group].protocol_type) == ("Stable", "consumer")
+        assert group in consumer_only and classic not in consumer_only
+        assert classic in classic_only and group not in classic_only
+        assert main(["groups", "list", "--type", "consumer", "-b", kip848.bootstrap()]) == 0
+        rows = {line.split("\t")[0]: line.split("\t")[1:] for line in capsys.readouterr().out.splitlines()}
+        assert rows.get(group) == ["consumer", "Stable", "consumer"] and classic not in rows
         assert main(["groups", "describe", group, "-b", kip848.bootstrap()]) == 0
         out = capsys.readouterr().out
         assert f"group {group}  type=consumer  state=Stable  protocol=consumer/range" in out
