@@ -385,6 +385,46 @@ def test_java_and_kwire_members_share_a_consumer_group(kip848, topic, java_membe
         assert sorted(values) == sorted(b"v%d" % i for i in range(1000)), "lost or duplicated records"
 
 
+def test_java_and_kwire_members_share_a_range_assigned_group(kip848, topic):
+    """The coordinator's ``range`` assignor (both members ask for it) over a
+    kwire member and Java's (tests/support/java_peer.py, committing before
+    each revocation and before it leaves): contiguous halves while both are
+    in, and every record read once across the Java member's join and leave."""
+    from support.java_peer import JavaGroupMember
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(kip848, topic, 200)
+    got: Dict[int, list] = {}
+    java_cfg = {"bootstrap.servers": kip848.bootstrap(), "group.id": group, "group.protocol": "consumer",
+                "group.remote.assignor": "range", "auto.offset.reset": "earliest", "enable.auto.commit": "false"}
+    with _consumer(kip848, group, group_remote_assignor="range") as a:
+        a.subscribe([topic])
+        _poll_until([a], lambda: len(got.get(0, ())) >= 200, 30, got)
+        java = JavaGroupMember(java_cfg, [topic])
+        try:
+            _poll_until([a], lambda: len(_owned(a)) == PARTITIONS // 2
+                        and len(java.snapshot()[1]) == PARTITIONS // 2, 60)
+            theirs = {p for _, p in java.snapshot()[1]}
+            assert theirs == set(range(PARTITIONS)) - _owned(a)
+            # range: each member a contiguous run of partitions
+            assert {frozenset(_owned(a)), frozenset(theirs)} == {frozenset({0, 1}), frozenset({2, 3})}
+            with Admin(kip848.client_config("plaintext")) as admin:
+                d = admin.describe_groups([group])[group]
+            assert (d.group_type, d.protocol, len(d.members)) == ("consumer", "range", 2)
+            _produce(kip848, topic, 200, start=200)
+            _poll_until([a], lambda: len(got[0]) + len(java.snapshot()[0]) >= 400, 30, got)
+            java.stop()
+        finally:
+            java.kill()
+        _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)), 30, got)
+        _produce(kip848, topic, 200, start=400)
+        _poll_until([a], lambda: len(got[0]) + len(java.records) >= 600, 30, got)
+        time.sleep(0.5)
+        _poll_until([a], lambda: True, 1, got)
+    values = [v for _, _, v, _ in got[0]] + [r.value for r in java.records]
+    assert java.records and sorted(values) == sorted(b"v%d" % i for i in range(600)), "lost or duplicated records"
+
+
 def test_describe_shows_a_consumer_group_and_a_classic_one(kip848, topic, capsys):
     from kwire.__main__ import main
 
