@@ -135,6 +135,10 @@ def consumer_group_description(g: Any) -> GroupDescription:
                             group_type="consumer", epoch=g.group_epoch)
 
 
+#: ListOffsets' marker of the record with the largest timestamp (KIP-734, v7+).
+MAX_TIMESTAMP = -3
+
+
 class _NoConsumerGroupDescribe(KwireError):
     """The coordinator does not speak ConsumerGroupDescribe (before Kafka
     3.7, or Tansu): its groups are all classic ones."""
@@ -280,13 +284,16 @@ class Admin:
     # ------------------------------------------------------------ offsets
     def list_offsets(self, query: Mapping[Tuple[str, int], Any], timeout: Optional[float] = None,
                      isolation_level: str = "read_uncommitted") -> Dict[TopicPartition, Tuple[int, int]]:
-        """Per partition: ``"earliest"``, ``"latest"`` or a timestamp (ms) ->
-        (offset, timestamp); offset -1 when no record is that recent."""
+        """Per partition: ``"earliest"``, ``"latest"``, ``"max_timestamp"``
+        (the record with the largest timestamp, ListOffsets v7+) or a
+        timestamp (ms) -> (offset, timestamp); offset -1 when no record is
+        that recent."""
         from kwire.consumer import Consumer
 
         spec = {}
         for tp, what in query.items():
-            spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST}.get(what, what)
+            spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST,
+                                         "max_timestamp": MAX_TIMESTAMP}.get(what, what)
         with Consumer(dict(self._passthrough()), isolation_level=isolation_level, allow_auto_create_topics=False) as c:
             return c._list_offsets(spec, self._timeout(timeout))
 
