@@ -26,7 +26,7 @@ from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordin
 from kwire.errors import KwireError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import capped_version
-from kwire.types import EARLIEST, LATEST, TopicPartition
+from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: Optional[str] = None         # ListGroups v4+
-    group_type: Optional[str] = None    # ListGroups v5+
+    group_type: Optional[str] = None    # ListGroups v5+ ("classic" from older brokers, which have no other)
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,10 @@ def consumer_group_description(g: Any) -> GroupDescription:
                                          subscription, m.member_epoch))
     return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, tuple(members),
                             group_type="consumer", epoch=g.group_epoch)
+
+
+#: ListOffsets' marker of the record with the largest timestamp (KIP-734, v7+).
+MAX_TIMESTAMP = -3
 
 
 class _NoConsumerGroupDescribe(KwireError):
@@ -280,13 +284,16 @@ class Admin:
     # ------------------------------------------------------------ offsets
     def list_offsets(self, query: Mapping[Tuple[str, int], Any], timeout: Optional[float] = None,
                      isolation_level: str = "read_uncommitted") -> Dict[TopicPartition, Tuple[int, int]]:
-        """Per partition: ``"earliest"``, ``"latest"`` or a timestamp (ms) ->
-        (offset, timestamp); offset -1 when no record is that recent."""
+        """Per partition: ``"earliest"``, ``"latest"``, ``"max_timestamp"``
+        (the record with the largest timestamp, ListOffsets v7+) or a
+        timestamp (ms) -> (offset, timestamp); offset -1 when no record is
+        that recent."""
         from kwire.consumer import Consumer
 
         spec = {}
         for tp, what in query.items():
-            spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST}.get(what, what)
+            spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST,
+                                         "max_timestamp": MAX_TIMESTAMP}.get(what, what)
         with Consumer(dict(self._passthrough()), isolation_level=isolation_level, allow_auto_create_topics=False) as c:
             return c._list_offsets(spec, self._timeout(timeout))
 
@@ -384,29 +391,38 @@ class Admin:
                     raise
                 time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
 
-    def list_groups(self, states: Optional[Sequence[str]] = None,
+    def list_groups(self, states: Optional[Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                     timeout: Optional[float] = None) -> List[GroupListing]:
-        """The groups of every broker (each lists those it coordinates);
-        ``states`` filters by state on brokers that support it (v4+)."""
+        """The groups of every broker (each lists those it coordinates).
+        ``states`` filters by state on brokers that support it (ListGroups
+        v4+); ``types`` by group type ("classic", "consumer", ...; v5+, as
+        ``types_filter``). A broker older than v5 has classic groups only:
+        its groups are listed as ``group_type`` "classic", and left out when
+        ``types`` does not name it."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         md = client.refresh_metadata(timeout=self._timeout(timeout))
         cls = protocol.message("ListGroupsRequest")
+        wanted_types = [t.lower() for t in types or ()]
         futures = []
         for node in sorted(md.brokers):
             conn = client.wait_ready(node, deadline)
             v = conn.versions.get(ApiKey.LIST_GROUPS, 0)
-            futures.append(client.send(node, cls(states_filter=list(states or []) if v >= 4 else [])))
+            futures.append((v, client.send(node, cls(states_filter=list(states or []) if v >= 4 else [],
+                                                     types_filter=wanted_types if v >= 5 else []))))
         out: Dict[str, GroupListing] = {}
         errors = []
-        for fut in futures:
+        for v, fut in futures:
             resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
             if resp.error_code:
                 errors.append(protocol.error_for(resp.error_code, api="ListGroups"))
                 continue
             for g in resp.groups:
+                group_type = (getattr(g, "group_type", None) or None) if v >= 5 else "classic"
+                if v < 5 and wanted_types and group_type not in wanted_types:
+                    continue
                 out[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None) or None,
-                                               getattr(g, "group_type", None) or None)
+                                               group_type)
         self._raise_first(errors)
         return [out[g] for g in sorted(out)]
 
@@ -488,9 +504,14 @@ class Admin:
                                    timeout, lambda r: 0)
         self._raise_first(list(commit_errors(resp).values()))
 
-    def group_lag(self, group_id: str, timeout: Optional[float] = None) -> Dict[TopicPartition, Tuple[int, int, int]]:
-        """Per partition with a committed offset: (committed, log end, lag)."""
-        committed = self.list_group_offsets(group_id, timeout=timeout)
+    def group_lag(self, group_id: str, timeout: Optional[float] = None,
+                  committed: Optional[Mapping[TopicPartition, OffsetAndMetadata]] = None,
+                  ) -> Dict[TopicPartition, Tuple[int, int, int]]:
+        """Per partition with a committed offset: (committed, log end, lag);
+        ``committed``: the group's offsets when the caller has them already
+        (from :meth:`list_group_offsets`)."""
+        if committed is None:
+            committed = self.list_group_offsets(group_id, timeout=timeout)
         if not committed:
             return {}
         ends = self.list_offsets({tp: "latest" for tp in committed}, timeout)

@@ -251,8 +251,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
     with Admin(_config(args)) as a:
         if args.action == "list":
-            for g in a.list_groups():
-                print("\t".join([g.group_id, g.protocol_type or "-", g.state or "-"]))
+            for g in a.list_groups(types=[args.type] if args.type else None):
+                print("\t".join([g.group_id, g.protocol_type or "-", g.state or "-", g.group_type or "-"]))
             return 0
         if not args.groups:
             raise SystemExit(f"kwire groups {args.action}: name a group")
@@ -271,11 +271,14 @@ def cmd_groups(args: argparse.Namespace) -> int:
                           f"partitions={len(m.assignment)}")
                     for tp in m.assignment:
                         owner[tp] = m.member_id
-                lag = a.group_lag(gid)
-                print("  topic\tpartition\tcommitted\tend\tlag\tmember")
+                offsets = a.list_group_offsets(gid)
+                lag = a.group_lag(gid, committed=offsets)
+                print("  topic\tpartition\tcommitted\tend\tlag\tmember\tmetadata")
                 for tp in sorted(set(lag) | set(owner)):
                     committed, end, behind = lag.get(tp, ("-", "-", "-"))
-                    print(f"  {tp.topic}\t{tp.partition}\t{committed}\t{end}\t{behind}\t{owner.get(tp, '-')}")
+                    metadata = offsets[tp].metadata if tp in offsets else ""
+                    print(f"  {tp.topic}\t{tp.partition}\t{committed}\t{end}\t{behind}\t{owner.get(tp, '-')}\t"
+                          f"{metadata or '-'}")
             return 0
         if args.action == "delete":
             a.delete_groups(args.groups)
@@ -383,6 +386,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--to-datetime", type=int, metavar="MS", help="first offset at or after this timestamp (ms)")
     p.add_argument("--shift-by", type=int, help="move the committed offsets by this much (clamped to the log)")
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
+    p.add_argument("--type", help="list: only groups of this type (classic, consumer; ListGroups v5+)")
     p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("broker", help="run the bundled Tansu broker on loopback (development only)")

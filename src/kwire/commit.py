@@ -85,9 +85,16 @@ def commit_errors(resp: Any, api: str = "OffsetCommit") -> Dict[TopicPartition, 
 
 
 def offset_fetch_request(versions: Mapping[int, int], group_id: str,
-                         partitions: Optional[Iterable[Tuple[str, int]]], require_stable: bool = True) -> Any:
+                         partitions: Optional[Iterable[Tuple[str, int]]], require_stable: bool = True,
+                         member: Tuple[Optional[str], int] = (None, -1)) -> Any:
     """OffsetFetch for ``partitions`` (None: every partition the group has
-    offsets for), in the layout of the version that will be sent."""
+    offsets for), in the layout of the version that will be sent.
+
+    ``member``: (member id, member epoch) of a member of a KIP-848 consumer
+    group, sent from v9 on (the coordinator refuses a stale epoch with
+    STALE_MEMBER_EPOCH, an unknown member with UNKNOWN_MEMBER_ID); (None,
+    -1), the default, for a classic group's member or anyone else (the
+    admin client): nothing is checked."""
     cls = protocol.message("OffsetFetchRequest")
     version = capped_version(versions, ApiKey.OFFSET_FETCH) or 0
     require_stable = require_stable and version >= 7
@@ -95,7 +102,9 @@ def offset_fetch_request(versions: Mapping[int, int], group_id: str,
     if version >= 8:
         topics = None if grouped is None else [cls.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                for t, ps in grouped.items()]
-        return cls(groups=[cls.OffsetFetchRequestGroup(group_id=group_id, topics=topics)],
+        member_id, member_epoch = member if version >= 9 else (None, -1)
+        return cls(groups=[cls.OffsetFetchRequestGroup(group_id=group_id, member_id=member_id,
+                                                       member_epoch=member_epoch, topics=topics)],
                    require_stable=require_stable)
     topics = None if grouped is None else [cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
                                            for t, ps in grouped.items()]

@@ -46,8 +46,9 @@ others join or leave.
   ``poll()`` within ``max_poll_interval_ms`` leaves the group (its partitions
   are lost) and rejoins at its next ``poll()``.
 * **Commits** carry the member epoch as their generation and the member id
-  (OffsetCommit v9); :mod:`kwire.group` retries a commit refused with
-  STALE_MEMBER_EPOCH with the epoch the next heartbeat brings.
+  (OffsetCommit v9), **offset fetches** the member id and epoch (OffsetFetch
+  v9, as KIP-848 asks of a member); :mod:`kwire.group` retries either when
+  refused with STALE_MEMBER_EPOCH, with the epoch the next heartbeat brings.
 """
 
 from __future__ import annotations

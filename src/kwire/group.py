@@ -330,13 +330,15 @@ class GroupCoordinator:
             return {}
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         while True:
-            resp = self._coordinator_request(lambda v: offset_fetch_request(v, self.group_id, tps), deadline)
+            resp = self._coordinator_request(
+                lambda v: offset_fetch_request(v, self.group_id, tps, member=self._fetch_member()), deadline)
             try:
                 got = offsets_from_response(resp, self.group_id)
             except KwireError as e:
                 code = getattr(e, "code", None)
                 if code in COORDINATOR_ERRORS:
                     self.coordinator_dead(self.coordinator)
+                self._offset_fetch_error(e)
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
                 self._sleep_backoff(deadline)
@@ -416,6 +418,28 @@ class GroupCoordinator:
                                          "partitions may belong to another member now")
             err.retriable = True    # type: ignore[attr-defined]
         return err
+
+    def _fetch_member(self) -> Tuple[Optional[str], int]:
+        """The member id and epoch an OffsetFetch carries (v9+, read when it
+        is sent): a KIP-848 member's while it has an epoch, as Java's
+        consumer sends them; (None, -1) otherwise, as for a classic group's
+        member, whose offsets the coordinator gives without a check."""
+        with self._lock:
+            if self.cfg["group_protocol"] != "consumer" or not self.subscribed:
+                return None, -1
+            if self.generation <= 0 or not self.member_id:
+                return None, -1
+            return self.member_id, self.generation
+
+    def _offset_fetch_error(self, error: BaseException) -> None:
+        """Mark an OffsetFetch refusal of the member's epoch retriable: the
+        consumer protocol's STALE_MEMBER_EPOCH (a heartbeat bumped the epoch
+        after the request was made) or UNKNOWN_MEMBER_ID (the member was
+        fenced: it rejoins, or fetches as a non-member meanwhile); the retry
+        carries what the member has then."""
+        if self.cfg["group_protocol"] == "consumer" and getattr(error, "code", None) in (
+                ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
+            error.retriable = True      # type: ignore[attr-defined]
 
     def _commit_quietly(self, timeout: float) -> None:
         try:
@@ -626,7 +650,8 @@ class GroupCoordinator:
         if waiting and self._offset_fetch is None and time.monotonic() >= self._offset_fetch_retry_at:
             asked = sorted(waiting)
             self._offset_fetch_asked = set(asked)
-            self._offset_fetch = self._coordinator_async(lambda v: offset_fetch_request(v, self.group_id, asked))
+            self._offset_fetch = self._coordinator_async(
+                lambda v: offset_fetch_request(v, self.group_id, asked, member=self._fetch_member()))
             self._offset_fetch.add_done_callback(self.wake_consumer)
         return error
 
@@ -635,6 +660,7 @@ class GroupCoordinator:
         error to raise when retrying cannot cure it."""
         if getattr(error, "code", None) in COORDINATOR_ERRORS:
             self.coordinator_dead(self.coordinator)
+        self._offset_fetch_error(error)
         self._offset_fetch_retry_at = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
         text = f"{type(error).__name__}: {error}"
         if text != self._offset_fetch_failure:

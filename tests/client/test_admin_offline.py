@@ -1,17 +1,20 @@
-"""Admin calls whose API Tansu 0.6.0 lacks (CreatePartitions) or breaks
-(DeleteRecords: it closes the connection): against Tansu they fail clearly;
-their requests and response handling are tested offline, with responses
+"""Admin calls' requests and response handling offline, with responses
 built by the generated classes and sent through the same encode/decode a
-broker's bytes go through."""
+broker's bytes go through: every version of CreatePartitions and
+DeleteRecords, and answers no live broker gives (a refusal per topic or
+partition among successes). Their live behaviour (a producer and a group
+taking new partitions, the log start moving under a consumer) is tested on
+Apache Kafka in tests/kafka/test_live_admin.py, which also checks that
+Tansu 0.6.0, lacking CreatePartitions and dropping the connection on
+DeleteRecords, fails clearly."""
 
 from __future__ import annotations
 
 import pytest
 
-from kwire.admin import Admin, NewTopic
+from kwire.admin import Admin
 from kwire.errors import InvalidPartitionsError
 from kwire.protocol import messages as m
-from kwire.protocol.versions import NoCommonVersionError
 
 
 def _wire(obj, version):
@@ -19,19 +22,36 @@ def _wire(obj, version):
     return cls.decode(cls.encode_bytes(obj, version), version)
 
 
-@pytest.mark.broker
-def test_create_partitions_refused_clearly_by_tansu(tansu):
-    with Admin(bootstrap_servers=tansu.bootstrap, request_timeout_ms=5000) as a:
-        a.create_topics([NewTopic("grow", 1)])
-        with pytest.raises(NoCommonVersionError, match="CreatePartitions .*the broker does not offer it"):
-            a.create_partitions({"grow": 3})
+class _Answering:
+    """A client without a network: each request is kept in ``sent`` as
+    (node, request) and answered with ``answer(node)``, both through the
+    encode/decode of ``version``."""
+
+    def __init__(self, version, answer):
+        self.version, self.answer, self.sent = version, answer, []
+
+    def send(self, node, req):
+        from kwire.future import Future
+
+        self.sent.append((node, _wire(req, self.version)))
+        fut = Future()
+        fut.set_result(_wire(self.answer(node), self.version))
+        return fut
+
+    def wait(self, fut, timeout):
+        return fut.result(timeout)
+
+
+def _admin(client):
+    admin = Admin.__new__(Admin)
+    admin.cfg = {"request_timeout_ms": 30000}
+    admin._client = client
+    return admin
 
 
 @pytest.mark.parametrize("version", range(m.CreatePartitionsRequest.MIN_VERSION, m.CreatePartitionsRequest.MAX_VERSION + 1))
 def test_create_partitions_request_and_responses(version, monkeypatch):
-    admin = Admin.__new__(Admin)
-    admin.cfg = {"request_timeout_ms": 30000}
-    admin._client = type("NoNetwork", (), {"request_metadata_update": lambda self: None})()
+    admin = _admin(type("NoNetwork", (), {"request_metadata_update": lambda self: None})())
     sent = []
     answer = {}
 
@@ -54,33 +74,15 @@ def test_create_partitions_request_and_responses(version, monkeypatch):
     assert e.value.topic == "b" and "only 2" in str(e.value)
 
 
-@pytest.mark.broker
-def test_delete_records_fails_clearly_when_tansu_drops_the_connection(tansu):
-    """Tansu 0.6.0 answers DeleteRecords by closing the connection: the call
-    fails promptly with a located error instead of hanging."""
-    import time
-
-    from kwire.errors import KwireError
-
-    with Admin(bootstrap_servers=tansu.bootstrap, request_timeout_ms=5000) as a:
-        a.create_topics([NewTopic("trim", 1)])
-        t = time.monotonic()
-        with pytest.raises(KwireError):
-            a.delete_records({("trim", 0): 0}, timeout=5)
-        assert time.monotonic() - t < 10
-
-
 @pytest.mark.parametrize("version", range(m.DeleteRecordsRequest.MIN_VERSION, m.DeleteRecordsRequest.MAX_VERSION + 1))
 def test_delete_records_request_and_responses(version, monkeypatch):
     from kwire.client import ClusterMetadata, PartitionInfo
     from kwire.consumer import TopicPartition
     from kwire.errors import OffsetOutOfRangeError
-    from kwire.future import Future
 
-    sent = []
     answer = {}
 
-    class NoNetwork:
+    class NoNetwork(_Answering):
         cluster = ClusterMetadata(partitions={
             "a": {p: PartitionInfo("a", p, p % 2, 0, (), (), (), 0) for p in range(3)}})
 
@@ -93,18 +95,9 @@ def test_delete_records_request_and_responses(version, monkeypatch):
         def wait_ready(self, node, deadline):
             pass
 
-        def send(self, node, req):
-            sent.append((node, _wire(req, version)))
-            fut = Future()
-            fut.set_result(_wire(answer["resp"](node), version))
-            return fut
-
-        def wait(self, fut, timeout):
-            return fut.result(timeout)
-
-    admin = Admin.__new__(Admin)
-    admin.cfg = {"request_timeout_ms": 30000}
-    admin._client = NoNetwork()
+    client = NoNetwork(version, lambda node: answer["resp"](node))
+    sent = client.sent
+    admin = _admin(client)
     r = m.DeleteRecordsResponse
 
     def ok(node):
@@ -129,3 +122,43 @@ def test_delete_records_request_and_responses(version, monkeypatch):
     with pytest.raises(OffsetOutOfRangeError) as e:
         admin.delete_records({("a", 1): 5000})
     assert (e.value.topic, e.value.partition) == ("a", 1)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_list_groups_types_filter(version):
+    """ListGroups v5 sends the types filter and reads each group's type; a
+    broker before v5 has classic groups only: listed as such, left out when
+    the filter does not name "classic"."""
+    req_cls, resp_cls = m.ListGroupsRequest, m.ListGroupsResponse
+
+    class Conn:
+        versions = {16: version}
+
+    def answer(node):
+        groups = [resp_cls.ListedGroup(group_id="c", protocol_type="consumer", group_state="Stable",
+                                       group_type="classic"),
+                  resp_cls.ListedGroup(group_id="k", protocol_type="consumer", group_state="Stable",
+                                       group_type="consumer")]
+        return resp_cls(groups=groups if version >= 5 else groups[:1])
+
+    class NoNetwork(_Answering):
+        def refresh_metadata(self, timeout):
+            return type("Md", (), {"brokers": {0: None}})()
+
+        def wait_ready(self, node, deadline):
+            return Conn()
+
+    client = NoNetwork(version, answer)
+    sent = [req for _, req in client.sent]
+    admin = _admin(client)
+    every = admin.list_groups()
+    assert [(g.group_id, g.group_type) for g in every] == [("c", "classic"), ("k", "consumer")][:2 if version >= 5 else 1]
+    consumer_only = admin.list_groups(types=["Consumer"])
+    if version >= 5:
+        assert client.sent[-1][1].types_filter == ["consumer"]
+        assert consumer_only        # the broker filters (this one answers the same list)
+    else:
+        assert consumer_only == []
+        assert [g.group_id for g in admin.list_groups(types=["classic"])] == ["c"]
+    sent = [req for _, req in client.sent]
+    assert type(sent[0]) is req_cls

@@ -1,11 +1,13 @@
-"""Consumer groups against the real Tansu broker: groups of kwire
-consumers, mixed groups with confluent-kafka (librdkafka) members, members
+"""Consumer groups on both live brokers (Tansu and Apache Kafka, the
+``broker`` fixture): groups of kwire consumers, mixed groups with confluent-kafka (librdkafka) members, members
 joining and leaving mid-stream, static membership, every assignor, commits
 surviving restarts, the rebalance listener, and max_poll_interval_ms kept
 apart from session liveness.
 
 Tansu makes a JoinGroup wait half the session timeout, so these groups use
-session timeouts of 3 s. Nothing here asserts how long anything took."""
+session timeouts of 3 s there; Apache Kafka refuses sessions shorter than its
+``group.min.session.timeout.ms`` (6 s by default), so they use 6 s there.
+Nothing here asserts how long anything took."""
 
 from __future__ import annotations
 
@@ -21,9 +23,12 @@ from kwire.consumer import Consumer, TopicPartition
 from kwire.group import CommitFailedError, OffsetAndMetadata, RebalanceListener
 from kwire.producer import Producer
 
-pytestmark = pytest.mark.broker
+# the shortest session each broker accepts (Kafka: group.min.session.timeout.ms)
+SESSION_MS = {"tansu": 3000, "kafka": 6000}
 
-SESSION = dict(session_timeout_ms=3000, heartbeat_interval_ms=300)
+
+def _session(broker) -> dict:
+    return dict(session_timeout_ms=SESSION_MS[broker.name], heartbeat_interval_ms=300)
 
 
 def _topic(bootstrap: str, partitions: int) -> str:
@@ -44,9 +49,9 @@ def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:
         p.flush(30)
 
 
-def _consumer(bootstrap: str, group: str, **cfg) -> Consumer:
-    return Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                    **{**SESSION, **cfg})
+def _consumer(broker, group: str, **cfg) -> Consumer:
+    return Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+                    **{**_session(broker), **cfg})
 
 
 class Recorder(RebalanceListener):
@@ -84,24 +89,24 @@ def settled(consumers, partitions):
     return check
 
 
-def test_members_join_and_leave_mid_stream_without_loss(tansu):
-    topic, group = _topic(tansu.bootstrap, 6), _group()
+def test_members_join_and_leave_mid_stream_without_loss(broker):
+    topic, group = _topic(broker.bootstrap, 6), _group()
     got = []
-    _produce(tansu.bootstrap, topic, 0, 300)
-    a = _consumer(tansu.bootstrap, group)
+    _produce(broker.bootstrap, topic, 0, 300)
+    a = _consumer(broker, group)
     a.subscribe([topic])
     drive([a], got, lambda: len(got) >= 300)
-    b = _consumer(tansu.bootstrap, group)
+    b = _consumer(broker, group)
     b.subscribe([topic])
-    _produce(tansu.bootstrap, topic, 300, 300)
+    _produce(broker.bootstrap, topic, 300, 300)
     drive([a, b], got, settled([a, b], 6))
-    c = _consumer(tansu.bootstrap, group)
+    c = _consumer(broker, group)
     c.subscribe([topic])
-    _produce(tansu.bootstrap, topic, 600, 300)
+    _produce(broker.bootstrap, topic, 600, 300)
     drive([a, b, c], got, settled([a, b, c], 6))
     assert sorted(len(x.assignment()) for x in (a, b, c)) == [2, 2, 2]
     a.close()                                   # commits, revokes, leaves
-    _produce(tansu.bootstrap, topic, 900, 300)
+    _produce(broker.bootstrap, topic, 900, 300)
     drive([b, c], got, lambda: settled([b, c], 6)() and len({v for _, v in got}) >= 1200)
     values = [v for _, v in got]
     assert {int(v) for v in values} == set(range(1200))
@@ -111,25 +116,32 @@ def test_members_join_and_leave_mid_stream_without_loss(tansu):
     c.close()
 
 
-def share_group_with(tansu, topic, group, records, strategy, peer):
+def share_group_with(broker, topic, group, records, strategy, peer):
     """A kwire member and ``peer(stop, values, assignment)`` (another
     client's member, run in a thread) in one group: each gets half of the
-    four partitions, none twice, and together they read every record."""
+    four partitions, none twice, and together they read every record (half
+    produced before the group settles, half after: on Kafka, whose first
+    rebalance does not wait, the first member may read the first half alone)."""
+    _produce(broker.bootstrap, topic, 0, records // 2)
     theirs, their_assignment = [], []
     stop = threading.Event()
     t = threading.Thread(target=peer, args=(stop, theirs, their_assignment))
     t.start()
     try:
         ours = []
-        k = _consumer(tansu.bootstrap, group, partition_assignment_strategy=strategy)
+        k = _consumer(broker, group, partition_assignment_strategy=strategy)
         k.subscribe([topic])
+        produced = False
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for recs in k.poll(100).values():
                 ours.extend(r.value for r in recs)
             mine = set(k.assignment())
-            if (len(mine) == 2 and len(their_assignment) == 2 and not mine & set(their_assignment)
-                    and len(set(ours) | set(theirs)) >= records):
+            shared = len(mine) == 2 and len(their_assignment) == 2 and not mine & set(their_assignment)
+            if shared and not produced:
+                _produce(broker.bootstrap, topic, records // 2, records - records // 2)
+                produced = True
+            if shared and produced and len(set(ours) | set(theirs)) >= records:
                 break
         assert len(k.assignment()) == 2 and len(their_assignment) == 2
         assert not set(k.assignment()) & set(their_assignment)
@@ -141,14 +153,13 @@ def share_group_with(tansu, topic, group, records, strategy, peer):
         t.join(30)
 
 
-def test_mixed_group_with_confluent_kafka(tansu):
+def test_mixed_group_with_confluent_kafka(broker):
     ck = pytest.importorskip("confluent_kafka")
-    topic, group = _topic(tansu.bootstrap, 4), _group()
-    _produce(tansu.bootstrap, topic, 0, 400)
+    topic, group = _topic(broker.bootstrap, 4), _group()
 
     def librdkafka_member(stop, theirs, their_assignment):
-        c = ck.Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
+        c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": SESSION_MS[broker.name], "heartbeat.interval.ms": 300,
                          "partition.assignment.strategy": "range"})
         c.subscribe([topic])
         try:
@@ -160,14 +171,14 @@ def test_mixed_group_with_confluent_kafka(tansu):
         finally:
             c.close()
 
-    share_group_with(tansu, topic, group, 400, "range", librdkafka_member)
+    share_group_with(broker, topic, group, 400, "range", librdkafka_member)
 
 
-def test_commits_survive_restarts_with_metadata(tansu):
-    topic, group = _topic(tansu.bootstrap, 2), _group()
-    _produce(tansu.bootstrap, topic, 0, 200)
+def test_commits_survive_restarts_with_metadata(broker):
+    topic, group = _topic(broker.bootstrap, 2), _group()
+    _produce(broker.bootstrap, topic, 0, 200)
     got = []
-    c = _consumer(tansu.bootstrap, group, enable_auto_commit=False, max_poll_records=10)
+    c = _consumer(broker, group, enable_auto_commit=False, max_poll_records=10)
     c.subscribe([topic])
     drive([c], got, lambda: len(got) >= 50)
     positions = {tp: c.position(tp) for tp in c.assignment()}
@@ -175,12 +186,14 @@ def test_commits_survive_restarts_with_metadata(tansu):
     assert set(done) == set(positions)
     c.close()
     seen_before = {v for _, v in got}
-    c2 = _consumer(tansu.bootstrap, group, enable_auto_commit=False)
+    c2 = _consumer(broker, group, enable_auto_commit=False)
     committed = c2.committed(list(positions))
-    # Tansu 0.6.0 stores no commit metadata (it answers "" to librdkafka's too); that the metadata
-    # goes out and comes back is tested on the encoded request and a constructed response in
-    # test_groups_offline.py
     assert {tp: om.offset for tp, om in committed.items()} == positions
+    if broker.is_tansu:
+        # Tansu 0.6.0 stores no commit metadata (it answers "" to librdkafka's too)
+        assert {om.metadata for om in committed.values()} == {""}
+    else:
+        assert {tp: om.metadata for tp, om in committed.items()} == {tp: f"upto-{off}" for tp, off in positions.items()}
     c2.subscribe([topic])
     rest = []
     drive([c2], rest, lambda: len({v for _, v in rest} | seen_before) >= 200)
@@ -190,11 +203,11 @@ def test_commits_survive_restarts_with_metadata(tansu):
     c2.close()
 
 
-def test_async_and_auto_commit(tansu):
-    topic, group = _topic(tansu.bootstrap, 1), _group()
-    _produce(tansu.bootstrap, topic, 0, 50)
+def test_async_and_auto_commit(broker):
+    topic, group = _topic(broker.bootstrap, 1), _group()
+    _produce(broker.bootstrap, topic, 0, 50)
     results = []
-    with _consumer(tansu.bootstrap, group, enable_auto_commit=False) as c:
+    with _consumer(broker, group, enable_auto_commit=False) as c:
         c.subscribe([topic])
         got = []
         drive([c], got, lambda: len(got) >= 50)
@@ -202,8 +215,8 @@ def test_async_and_auto_commit(tansu):
         assert fut.result(10) == {TopicPartition(topic, 0): OffsetAndMetadata(50)}
         c.poll(10)                   # the callback runs in the application's thread, inside poll
         assert results == [({TopicPartition(topic, 0): OffsetAndMetadata(50)}, None)]
-    _produce(tansu.bootstrap, topic, 50, 10)
-    with _consumer(tansu.bootstrap, group, auto_commit_interval_ms=100) as c:
+    _produce(broker.bootstrap, topic, 50, 10)
+    with _consumer(broker, group, auto_commit_interval_ms=100) as c:
         c.subscribe([topic])
         got = []
         drive([c], got, lambda: len(got) >= 10)
@@ -213,16 +226,16 @@ def test_async_and_auto_commit(tansu):
         assert c.lag(tp) == 0
 
 
-def test_rebalance_listener_and_commit_before_revoke(tansu):
-    topic, group = _topic(tansu.bootstrap, 2), _group()
-    _produce(tansu.bootstrap, topic, 0, 100)
+def test_rebalance_listener_and_commit_before_revoke(broker):
+    topic, group = _topic(broker.bootstrap, 2), _group()
+    _produce(broker.bootstrap, topic, 0, 100)
     la, lb = Recorder(), Recorder()
-    a = _consumer(tansu.bootstrap, group, partition_assignment_strategy="range")
+    a = _consumer(broker, group, partition_assignment_strategy="range")
     a.subscribe([topic], listener=la)
     got = []
     drive([a], got, lambda: len(got) >= 100)
     assert la.events == [("assigned", [TopicPartition(topic, 0), TopicPartition(topic, 1)])]
-    b = _consumer(tansu.bootstrap, group, partition_assignment_strategy="range")
+    b = _consumer(broker, group, partition_assignment_strategy="range")
     b.subscribe([topic], listener=lb)
     drive([a, b], got, settled([a, b], 2))
     # eager: a revoked everything, after committing it (auto commit on), then got its half
@@ -237,18 +250,18 @@ def test_rebalance_listener_and_commit_before_revoke(tansu):
     assert la.events[-1] == ("revoked", mine)
 
 
-def test_cooperative_sticky_rebalances_incrementally(tansu):
-    topic, group = _topic(tansu.bootstrap, 4), _group()
-    _produce(tansu.bootstrap, topic, 0, 200)
+def test_cooperative_sticky_rebalances_incrementally(broker):
+    topic, group = _topic(broker.bootstrap, 4), _group()
+    _produce(broker.bootstrap, topic, 0, 200)
     la, lb = Recorder(), Recorder()
     cfg = dict(partition_assignment_strategy="cooperative-sticky")
-    a = _consumer(tansu.bootstrap, group, **cfg)
+    a = _consumer(broker, group, **cfg)
     a.subscribe([topic], listener=la)
     got = []
     drive([a], got, lambda: len(a.assignment()) == 4)
-    b = _consumer(tansu.bootstrap, group, **cfg)
+    b = _consumer(broker, group, **cfg)
     b.subscribe([topic], listener=lb)
-    _produce(tansu.bootstrap, topic, 200, 200)
+    _produce(broker.bootstrap, topic, 200, 200)
     drive([a, b], got, lambda: settled([a, b], 4)() and len({v for _, v in got}) >= 400)
     assert len(a.assignment()) == 2 and len(b.assignment()) == 2
     # a never gave up everything: it revoked only the two partitions b took, and kept the rest
@@ -262,10 +275,10 @@ def test_cooperative_sticky_rebalances_incrementally(tansu):
     b.close()
 
 
-def test_roundrobin_group(tansu):
-    t1, t2, group = _topic(tansu.bootstrap, 2), _topic(tansu.bootstrap, 1), _group()
-    a = _consumer(tansu.bootstrap, group, partition_assignment_strategy="roundrobin", client_id="a")
-    b = _consumer(tansu.bootstrap, group, partition_assignment_strategy="roundrobin", client_id="b")
+def test_roundrobin_group(broker):
+    t1, t2, group = _topic(broker.bootstrap, 2), _topic(broker.bootstrap, 1), _group()
+    a = _consumer(broker, group, partition_assignment_strategy="roundrobin", client_id="a")
+    b = _consumer(broker, group, partition_assignment_strategy="roundrobin", client_id="b")
     a.subscribe([t1, t2])
     b.subscribe([t1, t2])
     drive([a, b], [], settled([a, b], 3))
@@ -278,10 +291,10 @@ def test_roundrobin_group(tansu):
     b.close()
 
 
-def test_static_membership_keeps_its_partitions_across_a_restart(tansu):
-    topic, group = _topic(tansu.bootstrap, 4), _group()
-    a = _consumer(tansu.bootstrap, group, group_instance_id="static-a")
-    b = _consumer(tansu.bootstrap, group, group_instance_id="static-b")
+def test_static_membership_keeps_its_partitions_across_a_restart(broker):
+    topic, group = _topic(broker.bootstrap, 4), _group()
+    a = _consumer(broker, group, group_instance_id="static-a")
+    b = _consumer(broker, group, group_instance_id="static-b")
     a.subscribe([topic])
     b.subscribe([topic])
     drive([a, b], [], settled([a, b], 4))
@@ -289,7 +302,7 @@ def test_static_membership_keeps_its_partitions_across_a_restart(tansu):
     # range over static members sorts them by instance id: static-a takes the first half
     assert before == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     a.close()               # a static member does not send LeaveGroup
-    a2 = _consumer(tansu.bootstrap, group, group_instance_id="static-a")
+    a2 = _consumer(broker, group, group_instance_id="static-a")
     a2.subscribe([topic])
     drive([a2, b], [], settled([a2, b], 4))
     assert sorted(a2.assignment()) == before
@@ -297,35 +310,35 @@ def test_static_membership_keeps_its_partitions_across_a_restart(tansu):
     b.close()
 
 
-def test_pattern_subscription_follows_new_topics(tansu):
+def test_pattern_subscription_follows_new_topics(broker):
     prefix = f"pat{uuid.uuid4().hex[:6]}-"
-    with Admin(bootstrap_servers=tansu.bootstrap) as adm:
+    with Admin(bootstrap_servers=broker.bootstrap) as adm:
         adm.create_topics([NewTopic(prefix + "one", 1)])
-    c = _consumer(tansu.bootstrap, _group(), metadata_max_age_ms=500)
+    c = _consumer(broker, _group(), metadata_max_age_ms=500)
     c.subscribe(pattern=prefix.replace("-", r"\-") + ".*")
     drive([c], [], lambda: c.assignment() == [TopicPartition(prefix + "one", 0)])
-    with Admin(bootstrap_servers=tansu.bootstrap) as adm:
+    with Admin(bootstrap_servers=broker.bootstrap) as adm:
         adm.create_topics([NewTopic(prefix + "two", 2)])
     drive([c], [], lambda: len(c.assignment()) == 3)
     assert c.subscription() == {prefix + "one", prefix + "two"}
     c.close()
 
 
-def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(tansu):
-    topic, group = _topic(tansu.bootstrap, 2), _group()
+def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(broker):
+    topic, group = _topic(broker.bootstrap, 2), _group()
     slow = Recorder()
-    c = _consumer(tansu.bootstrap, group, max_poll_interval_ms=60000)
+    c = _consumer(broker, group, max_poll_interval_ms=60000)
     c.subscribe([topic], listener=slow)
     drive([c], [], lambda: len(c.assignment()) == 2)
     generation = c.group_metadata().generation_id
-    time.sleep(4.5)          # longer than the 3 s session: the heartbeat thread keeps the member alive
+    time.sleep(SESSION_MS[broker.name] / 1000 * 1.5)  # longer than the session: the heartbeat thread keeps it alive
     c.poll(100)
     assert c.group_metadata().generation_id == generation
     assert not any(kind in ("lost", "revoked") for kind, _ in slow.events)
     c.close()
 
     evicted = Recorder()
-    d = _consumer(tansu.bootstrap, group, max_poll_interval_ms=1500)
+    d = _consumer(broker, group, max_poll_interval_ms=1500)
     d.subscribe([topic], listener=evicted)
     drive([d], [], lambda: len(d.assignment()) == 2)
     time.sleep(3.0)          # no poll for longer than max_poll_interval_ms: the member leaves
@@ -337,7 +350,7 @@ def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(tansu):
     d.close()
 
 
-def test_member_removed_by_the_coordinator_rejoins(tansu):
+def test_member_removed_by_the_coordinator_rejoins(broker):
     """Another client makes the coordinator forget the member (LeaveGroup
     with its member id): its next heartbeat gets UNKNOWN_MEMBER_ID, its
     partitions are reported lost and it joins again as a new member."""
@@ -345,13 +358,13 @@ def test_member_removed_by_the_coordinator_rejoins(tansu):
     from kwire.config import ADMIN, resolve
     from kwire.group import leave_group_request
 
-    topic, group = _topic(tansu.bootstrap, 1), _group()
+    topic, group = _topic(broker.bootstrap, 1), _group()
     rec = Recorder()
-    c = _consumer(tansu.bootstrap, group)
+    c = _consumer(broker, group)
     c.subscribe([topic], listener=rec)
     drive([c], [], lambda: len(c.assignment()) == 1)
     old = c.group_metadata().member_id
-    client = Client(resolve(ADMIN, {"bootstrap.servers": tansu.bootstrap}))
+    client = Client(resolve(ADMIN, {"bootstrap.servers": broker.bootstrap}))
     try:
         resp = client.request_any(lambda v: leave_group_request(v, group, old, "test removes the member"))
         assert resp.error_code == 0
@@ -362,16 +375,15 @@ def test_member_removed_by_the_coordinator_rejoins(tansu):
     c.close()
 
 
-def test_mixed_group_with_kafka_python_roundrobin(tansu):
+def test_mixed_group_with_kafka_python_roundrobin(broker):
     kafka = pytest.importorskip("kafka")
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-    topic, group = _topic(tansu.bootstrap, 4), _group()
-    _produce(tansu.bootstrap, topic, 0, 200)
+    topic, group = _topic(broker.bootstrap, 4), _group()
 
     def kafka_python_member(stop, theirs, their_assignment):
-        c = kafka.KafkaConsumer(topic, bootstrap_servers=tansu.bootstrap, group_id=group,
-                                auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
+        c = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                auto_offset_reset="earliest", session_timeout_ms=SESSION_MS[broker.name], heartbeat_interval_ms=300,
                                 partition_assignment_strategy=[RoundRobinPartitionAssignor])
         try:
             while not stop.is_set():
@@ -381,4 +393,4 @@ def test_mixed_group_with_kafka_python_roundrobin(tansu):
         finally:
             c.close()
 
-    share_group_with(tansu, topic, group, 200, "roundrobin", kafka_python_member)
+    share_group_with(broker, topic, group, 200, "roundrobin", kafka_python_member)

@@ -1,8 +1,9 @@
 """The group protocol's bytes without a broker: the embedded consumer
 protocol (as librdkafka/Java peers write it, including versions newer than
-kwire knows), request layouts per version, and response parsing, including
-commit metadata, which Tansu does not store (so the live tests cannot see
-it come back)."""
+kwire knows), request layouts per version (a KIP-848 member in OffsetFetch
+v9), and response parsing, including commit metadata in layouts no live
+broker here answers with. Commit metadata coming back is tested live on
+Apache Kafka (test_groups, test_groups_admin; Tansu 0.6.0 stores none)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,20 @@ def test_offset_fetch_request_layout_follows_the_version():
     new = offset_fetch_request({9: 12}, "g", None)      # capped at 9: groups, every partition
     assert capped_version({9: 12}, 9) == 9
     assert new.groups[0].group_id == "g" and new.groups[0].topics is None and new.require_stable is True
+
+
+def test_offset_fetch_request_carries_a_kip848_member_from_v9():
+    cls = protocol.message("OffsetFetchRequest")
+    req = offset_fetch_request({9: 9}, "g", [("t", 0)], member=("m-1", 7))
+    back = cls.decode(cls.encode_bytes(req, 9), 9)
+    assert (back.groups[0].member_id, back.groups[0].member_epoch) == ("m-1", 7)
+    # the default (classic members, the admin client): no member, nothing checked
+    back = cls.decode(cls.encode_bytes(offset_fetch_request({9: 9}, "g", None), 9), 9)
+    assert (back.groups[0].member_id, back.groups[0].member_epoch) == (None, -1)
+    # v8 has no such fields: left out
+    req = offset_fetch_request({9: 8}, "g", [("t", 0)], member=("m-1", 7))
+    assert (req.groups[0].member_id, req.groups[0].member_epoch) == (None, -1)
+    cls.encode_bytes(req, 8)
 
 
 def test_offsets_from_response_both_layouts_with_metadata():

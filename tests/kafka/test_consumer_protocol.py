@@ -3,7 +3,8 @@ Kafka: the coordinator assigns, members join and leave without a
 stop-the-world rebalance, a crashed member is found by the session timeout,
 commits carry the member epoch, the rebalance listener sees what Java's
 does. A broker of this module's own, with short consumer-group timeouts
-(``group.consumer.*``), so that a crash is found in seconds."""
+(``group.consumer.*``), so that a crash is found in seconds: the fixture
+``kip848`` (not ``broker``, the conftest fixture every suite shares)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
-def broker():
+def kip848():
     from support.kafka import start_kafka
 
     b = start_kafka(overrides=OVERRIDES, progress=lambda msg: sys.stderr.write(f"[kafka 848] {msg}\n"))
@@ -48,9 +49,9 @@ def broker():
 
 
 @pytest.fixture
-def topic(broker):
+def topic(kip848):
     name = f"kip848-{uuid.uuid4().hex[:8]}"
-    with Admin(broker.client_config("plaintext")) as admin:
+    with Admin(kip848.client_config("plaintext")) as admin:
         admin.create_topics([NewTopic(name, PARTITIONS)])
     return name
 
@@ -71,13 +72,13 @@ class Listener:
         self.calls.append(("lost", sorted(tp.partition for tp in tps)))
 
 
-def _consumer(broker, group, **kw):
-    return Consumer(broker.client_config("plaintext"), group_id=group, group_protocol="consumer",
+def _consumer(kip848, group, **kw):
+    return Consumer(kip848.client_config("plaintext"), group_id=group, group_protocol="consumer",
                     auto_offset_reset="earliest", **kw)
 
 
-def _produce(broker, topic, n, start=0):
-    with Producer(broker.client_config("plaintext"), linger_ms=2) as p:
+def _produce(kip848, topic, n, start=0):
+    with Producer(kip848.client_config("plaintext"), linger_ms=2) as p:
         futs = [p.send(topic, b"v%d" % i, partition=i % PARTITIONS) for i in range(start, start + n)]
         for f in futs:
             f.get(30)
@@ -109,12 +110,12 @@ def _owned(c) -> Set[int]:
     return {tp.partition for tp in c.assignment()}
 
 
-def test_one_member_gets_every_partition_reads_every_record_and_commits(broker, topic):
-    _produce(broker, topic, 400)
+def test_one_member_gets_every_partition_reads_every_record_and_commits(kip848, topic):
+    _produce(kip848, topic, 400)
     group = f"g-{uuid.uuid4().hex[:8]}"
     listener = Listener()
     got: Dict[int, list] = {}
-    with _consumer(broker, group, enable_auto_commit=False, group_remote_assignor="uniform") as c:
+    with _consumer(kip848, group, enable_auto_commit=False, group_remote_assignor="uniform") as c:
         c.subscribe([topic], listener=listener)
         _poll_until([c], lambda: len(got.get(0, ())) >= 400, 30, got)
         assert _owned(c) == set(range(PARTITIONS))
@@ -133,20 +134,20 @@ def test_one_member_gets_every_partition_reads_every_record_and_commits(broker, 
     # leaving: revoked as Java's client does, nothing lost
     assert listener.calls[-1] == ("revoked", list(range(PARTITIONS)))
     # a new member of the group starts at the committed offsets
-    with _consumer(broker, group) as c:
+    with _consumer(kip848, group) as c:
         c.subscribe([topic])
         got = {}
         _poll_until([c], lambda: len(got.get(0, ())) >= 100 - 7 + 100 - 9, 30, got)
         assert min(o for p, o, _, _ in got[0] if p == 0) == 7
 
 
-def test_members_join_and_leave_without_stopping_the_world(broker, topic):
+def test_members_join_and_leave_without_stopping_the_world(kip848, topic):
     group = f"g-{uuid.uuid4().hex[:8]}"
     stop = threading.Event()
     sent = [0]
 
     def produce():
-        with Producer(broker.client_config("plaintext"), linger_ms=1) as p:
+        with Producer(kip848.client_config("plaintext"), linger_ms=1) as p:
             while not stop.is_set():
                 for part in range(PARTITIONS):
                     p.send(topic, b"v%d" % sent[0], partition=part)
@@ -158,8 +159,8 @@ def test_members_join_and_leave_without_stopping_the_world(broker, topic):
     producer.start()
     la, lb = Listener(), Listener()
     got: Dict[int, list] = {}
-    a = _consumer(broker, group)
-    b = _consumer(broker, group)
+    a = _consumer(kip848, group)
+    b = _consumer(kip848, group)
     try:
         a.subscribe([topic], listener=la)
         _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)) and len(got.get(0, ())) > 50, 30, got)
@@ -212,13 +213,13 @@ _CRASHER = textwrap.dedent("""
 """)
 
 
-def test_a_crashed_member_is_found_by_the_session_timeout(broker, topic):
+def test_a_crashed_member_is_found_by_the_session_timeout(kip848, topic):
     group = f"g-{uuid.uuid4().hex[:8]}"
     listener = Listener()
-    with _consumer(broker, group) as a:
+    with _consumer(kip848, group) as a:
         a.subscribe([topic], listener=listener)
         _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)), 30)
-        child = subprocess.Popen([sys.executable, "-c", _CRASHER, broker.bootstrap(), group, topic],
+        child = subprocess.Popen([sys.executable, "-c", _CRASHER, kip848.bootstrap(), group, topic],
                                  stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         owns = threading.Event()
 
@@ -241,14 +242,65 @@ def test_a_crashed_member_is_found_by_the_session_timeout(broker, topic):
         assert listener.calls[-1][0] == "assigned" and "lost" not in [n for n, _ in listener.calls]
 
 
-def test_a_static_member_comes_back_to_its_partitions(broker, topic):
+def test_offset_fetch_names_the_member_and_a_stale_epoch_is_refused_then_retried(kip848, topic, monkeypatch):
+    """KIP-848: a member's OffsetFetch (v9) carries its member id and epoch;
+    the coordinator refuses a stale epoch (STALE_MEMBER_EPOCH) and an unknown
+    member (UNKNOWN_MEMBER_ID), and answers a fetch without a member (the
+    admin client's). kwire retries a refused fetch with the epoch it has
+    then: ``committed()``, and the committed positions of new partitions."""
+    import kwire.group as group_module
+    from kwire.commit import offset_fetch_request
+    from kwire.protocol.api_keys import ErrorCode
+
+    _produce(kip848, topic, 40)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    want = {p: 3 + p for p in range(PARTITIONS)}
+    sent: List[Tuple] = []
+
+    def stale_first(v, group_id, partitions, require_stable=True, member=(None, -1)):
+        if member[0] is not None and not any(m[0] for m in sent):
+            member = (member[0], member[1] - 1)        # the first fetch of a member: one epoch behind
+        sent.append(member)
+        return offset_fetch_request(v, group_id, partitions, require_stable, member)
+
+    with _consumer(kip848, group, enable_auto_commit=False) as c:
+        c.subscribe([topic])
+        _poll_until([c], lambda: _owned(c) == set(range(PARTITIONS)), 30)
+        c.commit({(topic, p): o for p, o in want.items()})
+        member, epoch = c.group_metadata().member_id, c.group_metadata().generation_id
+        with Admin(kip848.client_config("plaintext")) as admin:
+            def answer(who):
+                resp = admin._group_request(group, lambda v: offset_fetch_request(v, group, [(topic, 0)], member=who),
+                                            "OffsetFetch", 10, lambda r: 0)
+                return resp.groups[0].error_code
+
+            assert answer((member, epoch)) == 0 and answer((None, -1)) == 0
+            assert answer((member, epoch - 1)) == ErrorCode.STALE_MEMBER_EPOCH
+            assert answer(("no-such-member", epoch)) == ErrorCode.UNKNOWN_MEMBER_ID
+        monkeypatch.setattr(group_module, "offset_fetch_request", stale_first)
+        committed = c.committed([(topic, p) for p in range(PARTITIONS)])
+        assert {tp.partition: om.offset for tp, om in committed.items()} == want
+        assert sent[0] == (member, epoch - 1) and sent[-1] == (member, epoch)
+    # a new member's positions: its first OffsetFetch is refused as stale, the retry gives the committed offsets
+    sent.clear()
+    got: Dict[int, list] = {}
+    with _consumer(kip848, group) as d:
+        d.subscribe([topic])
+        _poll_until([d], lambda: len(got.get(0, ())) >= 40 - sum(want.values()), 30, got)
+        first = {p: min(o for q, o, _, _ in got[0] if q == p) for p in range(PARTITIONS)}
+        assert first == want
+        members = [m for m in sent if m[0] is not None]
+        assert len(members) >= 2 and members[0][1] < members[1][1], sent
+
+
+def test_a_static_member_comes_back_to_its_partitions(kip848, topic):
     """A static member closes with epoch -2: the coordinator keeps its
     assignment for the session timeout, and gives it back when it returns,
     without moving it to the other member meanwhile."""
     group = f"g-{uuid.uuid4().hex[:8]}"
-    with _consumer(broker, group) as a:
+    with _consumer(kip848, group) as a:
         a.subscribe([topic])
-        b = _consumer(broker, group, group_instance_id="b-1")
+        b = _consumer(kip848, group, group_instance_id="b-1")
         b.subscribe([topic])
         _poll_until([a, b], lambda: len(_owned(a)) == len(_owned(b)) == PARTITIONS // 2, 30)
         kept = _owned(b)
@@ -257,18 +309,18 @@ def test_a_static_member_comes_back_to_its_partitions(broker, topic):
         until = time.monotonic() + 2
         _poll_until([a], lambda: time.monotonic() >= until, 5)
         assert len(_owned(a)) == PARTITIONS // 2
-        with _consumer(broker, group, group_instance_id="b-1") as b:
+        with _consumer(kip848, group, group_instance_id="b-1") as b:
             b.subscribe([topic])
             _poll_until([a, b], lambda: _owned(b) == kept, 15)
             assert len(_owned(a)) == PARTITIONS // 2
 
 
-def test_a_pattern_subscription_is_matched_by_the_coordinator(broker):
+def test_a_pattern_subscription_is_matched_by_the_coordinator(kip848):
     prefix = f"kip848re-{uuid.uuid4().hex[:6]}"
-    with Admin(broker.client_config("plaintext")) as admin:
+    with Admin(kip848.client_config("plaintext")) as admin:
         admin.create_topics([NewTopic(f"{prefix}-a", 2), NewTopic(f"{prefix}-b", 1), NewTopic(f"x{prefix}", 1)])
     group = f"g-{uuid.uuid4().hex[:8]}"
-    with _consumer(broker, group) as c:
+    with _consumer(kip848, group) as c:
         c.subscribe(pattern=f"{prefix}-.*")
         want = {TopicPartition(f"{prefix}-a", 0), TopicPartition(f"{prefix}-a", 1), TopicPartition(f"{prefix}-b", 0)}
         _poll_until([c], lambda: set(c.assignment()) == want, 30)
@@ -278,7 +330,7 @@ def test_a_pattern_subscription_is_matched_by_the_coordinator(broker):
 @pytest.fixture(scope="module")
 def java_member(tmp_path_factory):
     """The command line of tests/kafka/java/GroupMember.java, compiled
-    against the kafka-clients jar of the broker's Maven assembly."""
+    against the kafka-clients jar of the kip848's Maven assembly."""
     import shutil
 
     from support.kafka import kafka_home
@@ -292,15 +344,15 @@ def java_member(tmp_path_factory):
     return ["java", "-Xmx256m", "-cp", os.pathsep.join([out, libs]), "GroupMember"]
 
 
-def test_java_and_kwire_members_share_a_consumer_group(broker, topic, java_member):
+def test_java_and_kwire_members_share_a_consumer_group(kip848, topic, java_member):
     group = f"g-{uuid.uuid4().hex[:8]}"
-    _produce(broker, topic, 400)
+    _produce(kip848, topic, 400)
     lines: List[str] = []
     got: Dict[int, list] = {}
-    with _consumer(broker, group) as a:
+    with _consumer(kip848, group) as a:
         a.subscribe([topic])
         _poll_until([a], lambda: len(got.get(0, ())) >= 400, 30, got)
-        java = subprocess.Popen(java_member + [broker.bootstrap(), group, topic], stdin=subprocess.PIPE,
+        java = subprocess.Popen(java_member + [kip848.bootstrap(), group, topic], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         threading.Thread(target=lambda: lines.extend(java.stdout), daemon=True).start()
         try:
@@ -311,7 +363,7 @@ def test_java_and_kwire_members_share_a_consumer_group(broker, topic, java_membe
             # the Java member joins: half the partitions move to it, a keeps the rest
             _poll_until([a], lambda: len(_owned(a)) == PARTITIONS // 2 and len(java_owns()) == PARTITIONS // 2, 60)
             assert {int(p) for p in java_owns()} == set(range(PARTITIONS)) - _owned(a)
-            _produce(broker, topic, 400, start=400)
+            _produce(kip848, topic, 400, start=400)
 
             def java_records():
                 return [ln.split()[3].encode() for ln in lines if ln.startswith("record ")]
@@ -327,25 +379,65 @@ def test_java_and_kwire_members_share_a_consumer_group(broker, topic, java_membe
                 java.kill()
                 java.wait(10)
         assert any(ln.startswith("closed") for ln in lines)
-        _produce(broker, topic, 200, start=800)
+        _produce(kip848, topic, 200, start=800)
         _poll_until([a], lambda: len(got[0]) + len(java_records()) >= 1000, 30, got)
         values = [v for _, _, v, _ in got[0]] + java_records()
         assert sorted(values) == sorted(b"v%d" % i for i in range(1000)), "lost or duplicated records"
 
 
-def test_describe_shows_a_consumer_group_and_a_classic_one(broker, topic, capsys):
+def test_java_and_kwire_members_share_a_range_assigned_group(kip848, topic):
+    """The coordinator's ``range`` assignor (both members ask for it) over a
+    kwire member and Java's (tests/support/java_peer.py, committing before
+    each revocation and before it leaves): contiguous halves while both are
+    in, and every record read once across the Java member's join and leave."""
+    from support.java_peer import JavaGroupMember
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(kip848, topic, 200)
+    got: Dict[int, list] = {}
+    java_cfg = {"bootstrap.servers": kip848.bootstrap(), "group.id": group, "group.protocol": "consumer",
+                "group.remote.assignor": "range", "auto.offset.reset": "earliest", "enable.auto.commit": "false"}
+    with _consumer(kip848, group, group_remote_assignor="range") as a:
+        a.subscribe([topic])
+        _poll_until([a], lambda: len(got.get(0, ())) >= 200, 30, got)
+        java = JavaGroupMember(java_cfg, [topic])
+        try:
+            _poll_until([a], lambda: len(_owned(a)) == PARTITIONS // 2
+                        and len(java.snapshot()[1]) == PARTITIONS // 2, 60)
+            theirs = {p for _, p in java.snapshot()[1]}
+            assert theirs == set(range(PARTITIONS)) - _owned(a)
+            # range: each member a contiguous run of partitions
+            assert {frozenset(_owned(a)), frozenset(theirs)} == {frozenset({0, 1}), frozenset({2, 3})}
+            with Admin(kip848.client_config("plaintext")) as admin:
+                d = admin.describe_groups([group])[group]
+            assert (d.group_type, d.protocol, len(d.members)) == ("consumer", "range", 2)
+            _produce(kip848, topic, 200, start=200)
+            _poll_until([a], lambda: len(got[0]) + len(java.snapshot()[0]) >= 400, 30, got)
+            java.stop()
+        finally:
+            java.kill()
+        _poll_until([a], lambda: _owned(a) == set(range(PARTITIONS)), 30, got)
+        _produce(kip848, topic, 200, start=400)
+        _poll_until([a], lambda: len(got[0]) + len(java.records) >= 600, 30, got)
+        time.sleep(0.5)
+        _poll_until([a], lambda: True, 1, got)
+    values = [v for _, _, v, _ in got[0]] + [r.value for r in java.records]
+    assert java.records and sorted(values) == sorted(b"v%d" % i for i in range(600)), "lost or duplicated records"
+
+
+def test_describe_shows_a_consumer_group_and_a_classic_one(kip848, topic, capsys):
     from kwire.__main__ import main
 
-    _produce(broker, topic, 40)
+    _produce(kip848, topic, 40)
     group, classic = f"g-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
-    with _consumer(broker, group, group_remote_assignor="range") as a, \
-            Consumer(broker.client_config("plaintext"), group_id=classic, auto_offset_reset="earliest") as c:
+    with _consumer(kip848, group, group_remote_assignor="range") as a, \
+            Consumer(kip848.client_config("plaintext"), group_id=classic, auto_offset_reset="earliest") as c:
         a.subscribe([topic])
         c.subscribe([topic])
         got: Dict[int, list] = {}
         _poll_until([a, c], lambda: len(got.get(0, ())) >= 40 and len(got.get(1, ())) >= 40, 30, got)
         a.commit()
-        with Admin(broker.client_config("plaintext")) as admin:
+        with Admin(kip848.client_config("plaintext")) as admin:
             descs = admin.describe_groups([group, classic])
         d = descs[group]
         assert (d.group_type, d.protocol, d.state, d.epoch > 0) == ("consumer", "range", "Stable", True)
@@ -354,17 +446,29 @@ def test_describe_shows_a_consumer_group_and_a_classic_one(broker, topic, capsys
                                                                  a.group_metadata().generation_id, (topic,))
         assert set(m.assignment) == {TopicPartition(topic, p) for p in range(PARTITIONS)}
         assert descs[classic].group_type == "classic" and len(descs[classic].members) == 1
-        assert main(["groups", "describe", group, "-b", broker.bootstrap()]) == 0
+        # ListGroups v5: each group's type, and the types filter
+        with Admin(kip848.client_config("plaintext")) as admin:
+            listed = {g.group_id: g for g in admin.list_groups()}
+            consumer_only = {g.group_id: g for g in admin.list_groups(types=["consumer"])}
+            classic_only = {g.group_id for g in admin.list_groups(types=["classic"])}
+        assert (listed[group].group_type, listed[classic].group_type) == ("consumer", "classic")
+        assert (listed[group].state, listed[group].protocol_type) == ("Stable", "consumer")
+        assert group in consumer_only and classic not in consumer_only
+        assert classic in classic_only and group not in classic_only
+        assert main(["groups", "list", "--type", "consumer", "-b", kip848.bootstrap()]) == 0
+        rows = {line.split("\t")[0]: line.split("\t")[1:] for line in capsys.readouterr().out.splitlines()}
+        assert rows.get(group) == ["consumer", "Stable", "consumer"] and classic not in rows
+        assert main(["groups", "describe", group, "-b", kip848.bootstrap()]) == 0
         out = capsys.readouterr().out
         assert f"group {group}  type=consumer  state=Stable  protocol=consumer/range" in out
         rows = [line.split("\t") for line in out.splitlines() if line.startswith(f"  {topic}")]
         assert [(r[2], r[5]) for r in rows] == [("10", m.member_id)] * PARTITIONS     # committed, owner
 
 
-def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(broker, topic):
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(kip848, topic):
     group = f"g-{uuid.uuid4().hex[:8]}"
     lb = Listener()
-    with _consumer(broker, group) as a, _consumer(broker, group, max_poll_interval_ms=2000) as b:
+    with _consumer(kip848, group) as a, _consumer(kip848, group, max_poll_interval_ms=2000) as b:
         a.subscribe([topic])
         b.subscribe([topic], listener=lb)
         _poll_until([a, b], lambda: len(_owned(a)) == len(_owned(b)) == PARTITIONS // 2, 30)
