@@ -267,7 +267,7 @@ class RecordFuture:
 
 class Accumulator:
     def __init__(self, *, lock: SendLock, generation: Generation, check: Callable[[], None],
-                 wait_partitions: Callable[[str, float], object], wait_room: Callable[[float], None],
+                 wait_partitions: Callable[..., object], wait_room: Callable[[float], None],
                  new_batch: Callable[[str, int], ProducerBatch],
                  sealed: Callable[[Tuple[str, int], ProducerBatch], None], batch_size: int,
                  max_request_size: int = ..., buffer_memory: int = ..., max_block_ms: float = ...) -> None: ...

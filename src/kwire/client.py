@@ -600,10 +600,13 @@ class Client:
         self._metadata_wanted = True
         self._metadata_new = True
 
-    def request_metadata_update(self) -> None:
+    def request_metadata_update(self) -> int:
         """Refresh at the next poll (after a stale-metadata error), once
-        the refresh backoff allows."""
+        the refresh backoff allows. Returns the value ``cluster.generation``
+        reaches once an answer to a request sent after this call is taken
+        in (a request already in flight is answered first)."""
         self._metadata_wanted = True
+        return self.cluster.generation.value + (2 if self._metadata_future is not None else 1)
 
     def metadata_request(self, versions: Dict[int, int], topics: Optional[Iterable[str]]) -> Any:
         version = versions.get(ApiKey.METADATA, 0)

@@ -286,9 +286,13 @@ class Producer(SendingProducer):
                 self._acc.set_partitions(topic, version, parts, cluster.partition_count(topic) or -1)
         return parts
 
-    def _wait_partitions(self, topic: str, deadline: float) -> Sequence[int]:
+    def _wait_partitions(self, topic: str, deadline: float, need: int = 1) -> Sequence[int]:
         """The topic's partitions, set in the Accumulator; waits for
-        metadata until ``deadline``. A topic the broker refuses for good
+        metadata until ``deadline``. ``need`` > 1: a send named partition
+        ``need - 1``, which the metadata lacks (added since?): refresh, and
+        return once the topic has that many partitions, or once an answer to
+        a request sent after this call says it has not, or at ``deadline``;
+        the caller then refuses the partition. A topic the broker refuses for good
         (TOPIC_AUTHORIZATION_FAILED, an invalid name) raises that error at
         once, and its metadata is no longer asked for (a later send asks
         afresh); a topic that does not exist, and that the broker does not
@@ -296,10 +300,12 @@ class Producer(SendingProducer):
         :class:`KafkaTimeoutError` saying so at ``deadline``."""
         client = self._client
         client.add_topics([topic])
+        fresh = client.request_metadata_update() if need > 1 else 0
         client.wakeup()
         while True:
             parts = self._known_partitions(topic)
-            if parts:
+            if parts and ((client.cluster.partition_count(topic) or 0) >= need
+                          or client.cluster.generation.value >= fresh or time.monotonic() >= deadline):
                 return parts
             if self._closing:
                 raise ProducerClosedError("the producer was closed while waiting for metadata")

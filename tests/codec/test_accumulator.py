@@ -39,8 +39,8 @@ class _Harness:
         if self.refuse is not None:
             raise self.refuse
 
-    def wait_partitions(self, topic, deadline):
-        self.calls.append("wait_partitions")
+    def wait_partitions(self, topic, deadline, need=1):
+        self.calls.append("wait_partitions" if need == 1 else f"wait_partitions need={need}")
         assert deadline > time.monotonic()
         if topic not in self.metadata:
             raise KafkaTimeoutError(f"no metadata for {topic!r}")
@@ -139,9 +139,18 @@ def test_a_send_waits_for_a_lock_held_elsewhere():
 
 
 def test_partitions_the_topic_lacks_and_bad_types_raise():
+    """A partition past the topic's count is looked up again (it may have
+    been added since) and refused when fresh metadata lacks it too; a
+    negative one, or a wrong type, is refused at once."""
     h = _Harness()
     h.open("t", [0, 1])
-    for p in (2, -1, 2**63, -2**63 - 1, 2**100):
+    for p in (2, 2**63, 2**100):
+        h.calls.clear()
+        with pytest.raises(InvalidPartitionError, match=f"partition {p} does not exist"):
+            h.acc.send("t", b"v", None, None, p)
+        assert h.calls == [f"wait_partitions need={p + 1}"]
+    h.calls.clear()
+    for p in (-1, -2**63 - 1):
         with pytest.raises(InvalidPartitionError, match=f"partition {p} does not exist"):
             h.acc.send("t", b"v", None, None, p)
     with pytest.raises(TypeError):
@@ -150,6 +159,8 @@ def test_partitions_the_topic_lacks_and_bad_types_raise():
         h.acc.send("t", b"v", None, None, "0")
     assert h.acc.send("t", b"v", None, None, numpy_like_int(1))._batch.partition == 1
     assert not h.lock.locked() and not h.calls
+    h.metadata["t"] = [0, 1, 2]                      # partition 2 added: the fresh look finds it
+    assert h.acc.send("t", b"v", None, None, 2)._batch.partition == 2
 
 
 class numpy_like_int:
@@ -529,9 +540,10 @@ def test_put_takes_only_the_partitions_the_topic_has():
         h.acc.put(("u", 0), ProducerBatch("u", 0, RecordBatchBuilder(None)))
     assert set(h.acc.open) == {("t", 1), ("g", 2)}
     key = next(b"k%d" % i for i in range(1000) if kwire.partition_for_key(b"k%d" % i, 2) == 1)
+    h.metadata["t"] = [0, 50_000_000]                       # and the look again finds the same
     with pytest.raises(InvalidPartitionError):              # picks partition 50,000,000: no batch, no table
         h.acc.send("t", b"v", key)
-    assert set(h.acc.open) == {("t", 1), ("g", 2)} and not h.calls
+    assert set(h.acc.open) == {("t", 1), ("g", 2)} and h.calls == ["wait_partitions need=50000001"]
 
 
 def test_a_batch_never_grows_past_max_request_size():

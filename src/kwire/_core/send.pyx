@@ -305,9 +305,12 @@ cdef class Accumulator:
 
     - ``check()``: while :attr:`enabled` is false, before each send: raise
       if the producer has failed or its transaction state refuses a send;
-    - ``wait_partitions(topic, deadline)``: the topic's partitions are not
-      known for the current metadata: fetch them and :meth:`set_partitions`
-      (or raise, by ``deadline``, a ``time.monotonic()`` value);
+    - ``wait_partitions(topic, deadline, need=1)``: the topic's partitions
+      are not known for the current metadata: fetch them and
+      :meth:`set_partitions` (or raise, by ``deadline``, a
+      ``time.monotonic()`` value); with ``need``, the caller asked for a
+      partition the metadata lacks: refresh it and return once it has
+      ``need`` partitions or a fresh answer says it has not;
     - ``wait_room(deadline)``: ``buffer_memory`` is full: wait (the lock
       held, and let go while waiting, through a Condition on it) until
       :attr:`buffered` is below it, or raise;
@@ -584,6 +587,13 @@ cdef class Accumulator:
         if partition is None:
             sticky = key is None
             partition = self.choose(t, key)
+        elif partition >= t.count:
+            # maybe added (CreatePartitions) since this metadata was taken: look again before refusing
+            # (Java's producer waits for metadata that has it; a fresh answer without it is final here)
+            self.wait_partitions(topic, deadline, partition + 1)
+            t = self.topics.get(topic)
+            if t is None or t.parts is None:
+                raise KwireError(f"no partitions known for topic {topic!r}")
         n = t.count
         if not 0 <= partition < n:
             raise InvalidPartitionError(f"partition {partition} does not exist (topic {topic!r} has {n} "
@@ -669,8 +679,10 @@ cdef class SendingProducer:
         topic's sticky partition for a record without key);
         ``timestamp_ms``: the record's timestamp, or None for now.
 
-        Raises at once :class:`~kwire.errors.InvalidPartitionError` for a
-        ``partition`` the topic does not have,
+        Raises :class:`~kwire.errors.InvalidPartitionError` for a
+        ``partition`` the topic does not have (past the known count: once a
+        fresh metadata answer lacks it too, as Java's producer waits for one
+        that has it),
         :class:`~kwire.errors.RecordTooLargeError` for a record larger than
         ``max_request_size`` or ``buffer_memory`` serialized,
         :class:`~kwire.producer.BufferFullError` when there was no room
