@@ -128,6 +128,29 @@ def test_consumer_positions_seek_and_reset(tansu):
             c.poll(100)
 
 
+@pytest.mark.parametrize("wait_ms", [0, 500])
+def test_poll_zero_alone_gets_records(tansu, wait_ms):
+    """A caller that only ever polls with timeout 0 (a loop of its own) gets
+    every record: poll(0) gives the I/O a turn. (It gave none: requests
+    went unsent and answers unread, and such a caller never got a record.)"""
+    if wait_ms == 0:
+        # Tansu 0.6.0 answers a Fetch with max_wait_ms=0 with no partitions at all (never a record)
+        wait_ms = 1
+    topic = _topic(tansu.bootstrap, 1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=tansu.bootstrap) as p:
+        for i in range(100):
+            p.send(topic, b"v%d" % i, partition=0)
+    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=wait_ms) as c:
+        c.assign([tp])
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += c.poll(0).get(tp, [])
+            time.sleep(0.001)
+        assert [r.offset for r in got] == list(range(100))
+
+
 def _deliver_fetch_error(consumer, tp, code):
     """Hand the consumer a decoded Fetch response (built with the generated
     classes, encoded and decoded as on the wire) whose partition has ``code``."""
