@@ -1,5 +1,5 @@
 """A topic asked for while a metadata refresh is being sent gets its own
-refresh (on the Tansu broker). Before, the client read its topics, sent the
+refresh (on both live brokers, Tansu and Apache Kafka). Before, the client read its topics, sent the
 request, then cleared its "refresh wanted" flags: a topic another thread
 added in between (a producer's first send() while its sender thread made
 the first request) was dropped until metadata_max_age_ms, and the send
@@ -16,11 +16,11 @@ from kwire.client import Client
 from kwire.config import CONSUMER, resolve
 
 
-def test_a_topic_added_while_a_refresh_is_sent_is_refreshed(tansu):
+def test_a_topic_added_while_a_refresh_is_sent_is_refreshed(broker):
     first, second = (f"meta-{uuid.uuid4().hex[:8]}-{i}" for i in range(2))
-    with Admin(bootstrap_servers=tansu.bootstrap) as admin:
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(first, 1), NewTopic(second, 1)])
-    client = Client(resolve(CONSUMER, {"bootstrap_servers": tansu.bootstrap, "metadata_max_age_ms": 600000}))
+    client = Client(resolve(CONSUMER, {"bootstrap_servers": broker.bootstrap, "metadata_max_age_ms": 600000}))
     send = client._send_metadata
     added = []
 
