@@ -127,7 +127,10 @@ def test_batches_larger_than_the_partition_limit_still_progress(kafka, codec):
     """Batches of ~64 KiB and a per-partition limit of 8 KiB: the first
     batch of a response comes whole (KIP-74); a second partition of the
     same response gets nothing then (one fetch in flight: both partitions in
-    each). Both partitions are read completely, once, in order."""
+    each). Both partitions are read completely, once, in order, and take
+    turns: the partition that brought data least recently goes first in the
+    next fetch (in a fixed order the second partition waited until the first
+    had nothing left, for ever while it is written to)."""
     bootstrap = kafka.bootstrap()
     topic = _topic(bootstrap, 2)
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
@@ -146,4 +149,9 @@ def test_batches_larger_than_the_partition_limit_still_progress(kafka, codec):
     assert whole and all(not split_batches(d).incomplete_size for d in whole)   # KIP-74: whole, one batch
     # with a whole batch of the other partition first in the response, nothing for this one
     assert any(len([d for d in f.values() if d]) == 1 and len(f) == 2 for f in fetches)
+    # turns: partition 1's first data came before partition 0's last
+    with_data = [{tp[1] for tp, d in f.items() if d} for f in fetches]
+    first_1 = next(i for i, parts in enumerate(with_data) if 1 in parts)
+    last_0 = max(i for i, parts in enumerate(with_data) if 0 in parts)
+    assert first_1 < last_0, with_data
     assert took < 20, took
