@@ -7,7 +7,8 @@ the restart elects the node again).
 - a consumer that was mid-read when the broker restarted goes on reading
   after it: its fetch under the old epoch is fenced, the new leader
   (the same node) confirms the position with OffsetForLeaderEpoch, and no
-  record is skipped or repeated (no false truncation);
+  record is skipped or repeated (no false truncation); the idempotent
+  producer that wrote before the restart writes after it, each record once;
 - a position claimed under an epoch at an offset past that epoch's real end
   in the log is truncation: the position goes to the epoch's end offset
   (whatever ``auto_offset_reset``, as Kafka's clients do), or
@@ -52,11 +53,20 @@ def _topic(bootstrap: str) -> str:
     return name
 
 
-def _produce(bootstrap: str, topic: str, values) -> None:
-    with Producer(bootstrap_servers=bootstrap, linger_ms=0, batch_size=1024) as p:
-        futures = [p.send(topic, v, partition=0) for v in values]
-        p.flush(30)
+def _producer(bootstrap: str) -> Producer:
+    return Producer(bootstrap_servers=bootstrap, linger_ms=0, batch_size=1024, reconnect_backoff_ms=50,
+                    reconnect_backoff_max_ms=500)
+
+
+def _send(p: Producer, topic: str, values) -> None:
+    futures = [p.send(topic, v, partition=0) for v in values]
+    p.flush(30)
     assert all(f.get(0).offset >= 0 for f in futures)
+
+
+def _produce(bootstrap: str, topic: str, values) -> None:
+    with _producer(bootstrap) as p:
+        _send(p, topic, values)
 
 
 def _metadata_epoch(c: Consumer, tp: TopicPartition) -> int:
@@ -90,10 +100,12 @@ def test_a_consumer_mid_read_goes_on_after_the_leader_epoch_changes(restartable,
     bootstrap = restartable.bootstrap()
     topic = _topic(bootstrap)
     tp = TopicPartition(topic, 0)
-    _produce(bootstrap, topic, [b"before-%d" % i for i in range(FIRST)])
+    # one idempotent producer across the restart too: it reconnects, nothing is lost or written twice
+    p = _producer(bootstrap)
+    _send(p, topic, [b"before-%d" % i for i in range(FIRST)])
     # small fetches: the consumer has fetches left to make when the broker restarts
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="none", max_partition_fetch_bytes=256,
-                  fetch_max_bytes=256, reconnect_backoff_ms=50, reconnect_backoff_max_ms=500) as c:
+    with p, Consumer(bootstrap_servers=bootstrap, auto_offset_reset="none", max_partition_fetch_bytes=256,
+                     fetch_max_bytes=256, reconnect_backoff_ms=50, reconnect_backoff_max_ms=500) as c:
         c.assign([tp])
         c.seek(tp, 0)
         checks = _record_epoch_checks(c)
@@ -103,7 +115,7 @@ def test_a_consumer_mid_read_goes_on_after_the_leader_epoch_changes(restartable,
         assert old_epoch >= 0 and all(r.batch.partition_leader_epoch == old_epoch for r in got)
 
         restartable.restart()
-        _produce(bootstrap, topic, [b"after-%d" % i for i in range(SECOND)])
+        _send(p, topic, [b"after-%d" % i for i in range(SECOND)])
         new_epoch = _metadata_epoch(c, tp)
         assert new_epoch > old_epoch
 
