@@ -1,6 +1,7 @@
 """A topic asked for while a metadata refresh is being sent gets its own
-refresh (on both live brokers, Tansu and Apache Kafka). Before, the client read its topics, sent the
-request, then cleared its "refresh wanted" flags: a topic another thread
+refresh (on both live brokers, Tansu and Apache Kafka). Before, the
+client read its topics, sent the request, then cleared its "refresh
+wanted" flags: a topic another thread
 added in between (a producer's first send() while its sender thread made
 the first request) was dropped until metadata_max_age_ms, and the send
 timed out waiting for its metadata. Seen under load in the full suite as

@@ -79,3 +79,13 @@ def test_list_offsets(broker):
         tp = (name, 0)
         assert c.beginning_offsets([tp])[tp] == 0
         assert c.end_offsets([tp])[tp] == 3
+    if broker.is_kafka:
+        # Apache Kafka's "latest" is the log end whatever the batches: five records in one batch more
+        with Producer(bootstrap_servers=broker.bootstrap, linger_ms=100) as p:
+            sent = [p.send(name, b"y", partition=0) for _ in range(5)]
+            p.flush(10)
+        assert {f.get(0).offset for f in sent} == set(range(3, 8))
+        with Consumer(bootstrap_servers=broker.bootstrap) as c:
+            assert c.end_offsets([tp])[tp] == 8
+            assert c.offsets_for_times({tp: 0})[tp].offset == 0
+            assert c.offsets_for_times({tp: 2**62})[tp] is None       # no record that late
