@@ -267,6 +267,7 @@ class Consumer(Fetcher):
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         may_raise = not self._raised_last     # after a poll that raised, other partitions' records first
         self._raised_last = False
+        turned = False                        # the client's I/O had a turn in this call
         while True:
             if self._group is not None:
                 self._group.on_poll()     # rebalances, listener callbacks, auto commit
@@ -281,9 +282,12 @@ class Consumer(Fetcher):
             self._raise_pending_errors()  # no records to return: a held error (maybe just found) now
             may_raise = True
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and turned:
                 return {}
-            self._client.poll(0 if self._decodable() else min(left, 0.1))
+            # at least one turn, even with no time left: poll(0) alone must send and read, or a caller
+            # that never waits would never get a record
+            self._client.poll(0 if left <= 0 or self._decodable() else min(left, 0.1))
+            turned = True
 
     def _raise_pending_errors(self) -> None:
         """Raise an error held for a partition whose buffered records are

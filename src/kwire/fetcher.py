@@ -123,6 +123,8 @@ class Fetcher:
         self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
         self._looking_up: Dict[TopicPartition, Future] = {}   # a ListOffsets looks the position up
         self._node_failure: Dict[int, str] = {}          # node -> its last fetch failure logged
+        self._got_data: Dict[TopicPartition, int] = {}   # partition -> turn of the last fetch that brought data
+        self._data_turn = 0
         self._backoff = self.cfg["retry_backoff_ms"] / 1000.0
         self._read_committed = self.cfg["isolation_level"] == "read_committed"
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"],
@@ -406,7 +408,12 @@ class Fetcher:
         depth = self.cfg["max_in_flight_fetches"]
         for node, tps in by_node.items():
             busy = self._node_fetches[node]
-            unread = [tp for tp in tps if self._has_unread(tp)]
+            # those that brought data least recently first: a broker fills a response in the request's
+            # order, and Apache Kafka sends nothing of a partition whose first batch exceeds its limit
+            # (per partition, or what is left of the response's) once a partition before it brought data
+            # (KIP-74 exempts only the first), so a fixed order starves the later partitions of a share
+            # as long as the first has records
+            unread = sorted((tp for tp in tps if self._has_unread(tp)), key=lambda tp: self._got_data.get(tp, -1))
             if unread:
                 slots = min(depth - busy, len(unread))
             else:
@@ -550,6 +557,10 @@ class Fetcher:
                 data = p.records
                 if data is None or len(data) == 0:
                     continue
+                self._data_turn += 1
+                self._got_data[tp] = self._data_turn
+                if len(self._got_data) > 2 * len(self._states):     # forget unassigned partitions
+                    self._got_data = {k: v for k, v in self._got_data.items() if k in self._states}
                 st.epoch = epochs[tp]
                 aborter = None
                 if self._read_committed:

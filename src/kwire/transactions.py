@@ -19,10 +19,18 @@ Kafka's clients:
   transaction cannot commit; ``abort_transaction()`` cleans up and the
   producer goes on (with a new epoch when the broker lost the producer's
   sequence state, KIP-360);
+* INVALID_PRODUCER_EPOCH answered to a Produce: the coordinator bumped the
+  epoch, either because the transaction timed out there (and it aborted
+  it) or because a newer instance took the transactional id; a partition
+  leader cannot tell which. As in Kafka's clients (KIP-588) the error is
+  abortable: ``abort_transaction()`` sends no EndTxn (the coordinator
+  would say PRODUCER_FENCED to the old epoch) but InitProducerId with the
+  old epoch, which the coordinator answers with the epoch it bumped to
+  after a timeout (the producer goes on), or PRODUCER_FENCED (fatal);
 * fatal error: the producer was fenced by a newer instance with the same
-  transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), or it is not
-  authorized, or the transaction state is invalid: every call raises the
-  error; only ``close()`` is left.
+  transactional id (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH from the
+  coordinator), or it is not authorized, or the transaction state is
+  invalid: every call raises the error; only ``close()`` is left.
 
 Unsent batches of a transaction that is aborted, or of a producer in an
 error state, fail with :class:`TransactionAbortedError` (or the fatal error).
@@ -95,6 +103,7 @@ class TransactionManager:
         self.state = UNINITIALIZED
         self._error: Optional[BaseException] = None
         self._bump_epoch = False
+        self._epoch_gone = False                  # Produce said INVALID_PRODUCER_EPOCH: no EndTxn to abort
         self._added: Set[Tuple[str, int]] = set()
         self._pending: Set[Tuple[str, int]] = set()
         self._adding = False
@@ -141,10 +150,14 @@ class TransactionManager:
         """A Produce error of a transactional batch: True when it ends the
         batch and puts the transaction in an error state (the producer fails
         the batch), False for the producer's usual retry handling."""
-        if code in FENCING:
-            self._to_fatal(error if code == ErrorCode.PRODUCER_FENCED else protocol.error_for(
-                ErrorCode.PRODUCER_FENCED, api="Produce", message=f"INVALID_PRODUCER_EPOCH: a newer producer with "
-                f"transactional id {self.transactional_id!r} fenced this one"))
+        if code == ErrorCode.PRODUCER_FENCED:
+            self._to_fatal(error)
+            return True
+        if code == ErrorCode.INVALID_PRODUCER_EPOCH:
+            # timed out or fenced, the coordinator knows which: the abort asks it (module doc, KIP-588)
+            with self._lock:
+                self._bump_epoch = self._epoch_gone = True
+            self._to_abortable(error)
             return True
         if code in NEEDS_EPOCH_BUMP or code == ErrorCode.TRANSACTION_ABORTABLE:
             with self._lock:
@@ -447,16 +460,18 @@ class TransactionManager:
             except Exception:
                 if not f.done():    # the wait ended, not the batch (a batch's own timeout is its own)
                     raise KafkaTimeoutError("abort_transaction(): batches in flight not answered in time") from None
-        self._end(False, deadline)
+        with self._lock:
+            epoch_gone, self._epoch_gone = self._epoch_gone, False
+        self._end(False, deadline, send=not epoch_gone)
         with self._lock:
             bump, self._bump_epoch = self._bump_epoch, False
         if bump:
             self._init_producer_id(deadline, bump=True)
 
-    def _end(self, commit: bool, deadline: float) -> None:
+    def _end(self, commit: bool, deadline: float, send: bool = True) -> None:
         with self._lock:
             started = self._started
-        if started:
+        if started and send:
             p = self._producer
             pid, epoch = p._producer_id, p._producer_epoch
             self._call(self._link, lambda v: protocol.message("EndTxnRequest")(

@@ -1,9 +1,13 @@
 """The consumer's position check after a leader change (KIP-320:
-OffsetForLeaderEpoch). Tansu 0.6.0 lacks the API (key 23), so against it
-the check is skipped, as Kafka's clients skip it for brokers without the
-API; the request and the handling of every answer are tested on responses
-built by the generated classes and passed through the same encode/decode a
-broker's bytes go through (a truncated log cannot be made on Tansu)."""
+OffsetForLeaderEpoch), on answers a live broker cannot be made to give.
+
+The live check, after a real leader epoch change (a restarted Apache Kafka
+node), is tests/kafka/test_live_leader_epoch.py. Here: Tansu 0.6.0 lacks the
+API (key 23), so against it the check is skipped, as Kafka's clients skip
+it for brokers without the API; and the handling of every answer (valid,
+fenced, truncated) is tested on responses built by the generated classes
+and passed through the same encode/decode a broker's bytes go through, on
+a consumer of either live broker (``broker``)."""
 
 from __future__ import annotations
 
@@ -17,8 +21,6 @@ from kwire.consumer import Consumer, LogTruncationError, TopicPartition
 from kwire.future import Future
 from kwire.producer import Producer
 from kwire.protocol import messages as m
-
-pytestmark = pytest.mark.broker
 
 REQ, RESP = m.OffsetForLeaderEpochRequest, m.OffsetForLeaderEpochResponse
 
@@ -51,7 +53,9 @@ def _bump_leader_epoch(c, tp, to):
     c._client.cluster.partitions[tp.topic][tp.partition] = type(info)(**{**info.__dict__, "leader_epoch": to})
 
 
+@pytest.mark.broker
 def test_a_leader_change_on_a_broker_without_the_api_keeps_the_position(tansu):
+    # Tansu only: it lacks OffsetForLeaderEpoch (Apache Kafka has it: the live test checks with it)
     topic = _topic_with_records(tansu.bootstrap)
     tp = TopicPartition(topic, 0)
     with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest") as c:
@@ -70,10 +74,10 @@ def test_a_leader_change_on_a_broker_without_the_api_keeps_the_position(tansu):
 
 @pytest.mark.parametrize("version", range(REQ.MIN_VERSION, REQ.MAX_VERSION + 1))
 @pytest.mark.parametrize("policy", ["earliest", "none"])
-def test_answers_to_offset_for_leader_epoch(tansu, version, policy):
-    topic = _topic_with_records(tansu.bootstrap)
+def test_answers_to_offset_for_leader_epoch(broker, version, policy):
+    topic = _topic_with_records(broker.bootstrap)
     tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset=policy) as c:
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset=policy) as c:
         c.assign([tp])
         c.seek(tp, 0)
         assert _read(c, tp, 15) == list(range(15))

@@ -1,5 +1,6 @@
-"""Producer and consumer against the real Tansu broker, and interop with
-confluent-kafka (librdkafka), kafka-python and aiokafka both ways."""
+"""Producer and consumer against both live brokers (Tansu and Apache Kafka,
+the ``broker`` fixture), and interop with confluent-kafka (librdkafka),
+kafka-python and aiokafka both ways on each."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import kwire
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
 from kwire.producer import Producer
-
-pytestmark = pytest.mark.broker
 
 
 def _topic(admin_bootstrap: str, partitions: int = 1) -> str:
@@ -35,10 +34,10 @@ def _consume_all(bootstrap, topic, partitions, n, **cfg):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_round_trip_every_codec(tansu, codec):
-    topic = _topic(tansu.bootstrap, 3)
+def test_round_trip_every_codec(broker, codec):
+    topic = _topic(broker.bootstrap, 3)
     sent = []
-    with Producer(bootstrap_servers=tansu.bootstrap, compression_type=codec, linger_ms=2) as p:
+    with Producer(bootstrap_servers=broker.bootstrap, compression_type=codec, linger_ms=2) as p:
         futs = []
         for i in range(3000):
             key = None if i % 7 == 0 else b"key-%d" % (i % 50)
@@ -47,7 +46,7 @@ def test_round_trip_every_codec(tansu, codec):
             futs.append(p.send(topic, value, key=key, headers=headers))
             sent.append((key, value, tuple(headers or ())))
         metas = [f.get(30) for f in futs]
-    got = _consume_all(tansu.bootstrap, topic, 3, len(sent))
+    got = _consume_all(broker.bootstrap, topic, 3, len(sent))
     assert len(got) == len(sent)
     by_pos = {(p, r.offset): r for p, r in got}
     for (key, value, headers), meta in zip(sent, metas):
@@ -59,25 +58,25 @@ def test_round_trip_every_codec(tansu, codec):
             assert meta.partition == kwire.partition_for_key(key, 3)
 
 
-def test_keyed_partitioning_matches_librdkafka(tansu):
+def test_keyed_partitioning_matches_librdkafka(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    topic = _topic(tansu.bootstrap, 7)
+    topic = _topic(broker.bootstrap, 7)
     keys = [b"user-%d" % i for i in range(200)]
     placed = {}
-    p = confluent_kafka.Producer({"bootstrap.servers": tansu.bootstrap, "partitioner": "murmur2_random"})
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
     for k in keys:
         p.produce(topic, b"x", key=k, on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition()))
     p.flush(30)
     assert len(placed) == len(keys)
-    with Producer(bootstrap_servers=tansu.bootstrap) as kp:
+    with Producer(bootstrap_servers=broker.bootstrap) as kp:
         ours = {k: kp.send(topic, b"y", key=k).get(30).partition for k in keys}
     assert ours == placed
 
 
-def test_acks_and_idempotence(tansu):
-    topic = _topic(tansu.bootstrap, 1)
+def test_acks_and_idempotence(broker):
+    topic = _topic(broker.bootstrap, 1)
     for acks in ("0", "1", "all"):
-        with Producer({"bootstrap.servers": tansu.bootstrap, "acks": acks}) as p:
+        with Producer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
             metas = [p.send(topic, b"a%s" % acks.encode(), partition=0) for _ in range(10)]
             p.flush(30)
             assert all(m.done() for m in metas)      # flush waited for every batch, in flight too
@@ -86,19 +85,19 @@ def test_acks_and_idempotence(tansu):
             assert offs == [-1] * 10          # no response: offsets unknown, as in Kafka's clients
         else:
             assert offs == list(range(offs[0], offs[0] + 10))
-    got = _consume_all(tansu.bootstrap, topic, 1, 30)
+    got = _consume_all(broker.bootstrap, topic, 1, 30)
     assert len(got) == 30
     idem = [r for _, r in got if r.batch.producer_id >= 0]
     assert idem and all(r.batch.base_sequence >= 0 for r in idem)   # acks=all: idempotent batches
 
 
-def test_consumer_positions_seek_and_reset(tansu):
-    topic = _topic(tansu.bootstrap, 1)
-    with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0) as p:
+def test_consumer_positions_seek_and_reset(broker):
+    topic = _topic(broker.bootstrap, 1)
+    with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as p:
         for i in range(20):
             p.send(topic, b"%d" % i, partition=0, timestamp_ms=1_700_000_000_000 + i * 1000).get(10)
     tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest") as c:
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
         c.assign([tp])
         assert c.position(tp) == 0
         c.seek(tp, 15)
@@ -112,20 +111,54 @@ def test_consumer_positions_seek_and_reset(tansu):
         while not first:
             first = c.poll(1000, max_records=3).get(tp, [])
         assert [r.offset for r in first] == [0, 1, 2] and c.position(tp) == 3
-        # Tansu answers a fetch past the end with no data and no error (Apache Kafka
-        # answers OFFSET_OUT_OF_RANGE), so feed the consumer a constructed answer
-        # carrying that error: it must reset by auto_offset_reset, then read from 0.
         c.seek(tp, 10_000)
-        _deliver_fetch_error(c, tp, 1)
-        assert c._states[tp].position is None
+        if broker.is_tansu:
+            # Tansu 0.6.0 answers a fetch past the end with no data and no error, so feed the
+            # consumer a constructed answer carrying OFFSET_OUT_OF_RANGE, as Kafka sends
+            _deliver_fetch_error(c, tp, 1)
+            assert c._states[tp].position is None
+        # (Apache Kafka answers OFFSET_OUT_OF_RANGE itself: the polls below reset the position)
         again = []
-        while not again:
+        deadline = time.monotonic() + 10
+        while not again and time.monotonic() < deadline:
             again = c.poll(1000, max_records=1).get(tp, [])
         assert again[0].offset == 0
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="none") as c:
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
         c.assign([tp])
         with pytest.raises(NoOffsetForPartitionError):
             c.poll(100)
+    if broker.is_kafka:
+        # a position past the end with auto_offset_reset="none": Kafka's OFFSET_OUT_OF_RANGE is raised
+        with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
+            c.assign([tp])
+            c.seek(tp, 10_000)
+            deadline = time.monotonic() + 10
+            with pytest.raises(NoOffsetForPartitionError, match="offset 10000 is out of range"):
+                while time.monotonic() < deadline:
+                    c.poll(100)
+
+
+@pytest.mark.parametrize("wait_ms", [0, 500])
+def test_poll_zero_alone_gets_records(broker, wait_ms):
+    """A caller that only ever polls with timeout 0 (a loop of its own) gets
+    every record: poll(0) gives the I/O a turn. (It gave none: requests
+    went unsent and answers unread, and such a caller never got a record.)"""
+    if broker.is_tansu and wait_ms == 0:
+        # Tansu 0.6.0 answers a Fetch with max_wait_ms=0 with no partitions at all (never a record)
+        wait_ms = 1
+    topic = _topic(broker.bootstrap, 1)
+    tp = TopicPartition(topic, 0)
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
+        for i in range(100):
+            p.send(topic, b"v%d" % i, partition=0)
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=wait_ms) as c:
+        c.assign([tp])
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += c.poll(0).get(tp, [])
+            time.sleep(0.001)
+        assert [r.offset for r in got] == list(range(100))
 
 
 def _deliver_fetch_error(consumer, tp, code):
@@ -145,14 +178,14 @@ def _deliver_fetch_error(consumer, tp, code):
     consumer._on_fetch(node, {tp: consumer.position(tp)}, fut, {tp: -1})
 
 
-def test_columnar_poll(tansu):
-    topic = _topic(tansu.bootstrap, 2)
-    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="lz4") as p:
+def test_columnar_poll(broker):
+    topic = _topic(broker.bootstrap, 2)
+    with Producer(bootstrap_servers=broker.bootstrap, compression_type="lz4") as p:
         for i in range(1000):
             p.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("h", b"x")] if i % 2 else None)
     for unit in ("ms", "us"):
         rows = 0
-        with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest") as c:
+        with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
             c.assign([(topic, 0), (topic, 1)])
             deadline = time.monotonic() + 20
             while rows < 1000 and time.monotonic() < deadline:
@@ -167,20 +200,20 @@ def test_columnar_poll(tansu):
 
 
 @pytest.mark.parametrize("columnar", [False, True])
-def test_poll_decodes_a_bounded_chunk(tansu, columnar):
+def test_poll_decodes_a_bounded_chunk(broker, columnar):
     """A fetch brings ~1 MB of zstd data that decompresses to ~4 MB; with
     max_poll_bytes=256 KiB each poll decodes at most that much (plus one
     batch) and the rest stays compressed in the buffer: every record comes
     back once, in order, with no refetch needed."""
-    topic = _topic(tansu.bootstrap, 1)
+    topic = _topic(broker.bootstrap, 1)
     value = b"0123456789abcdef" * 64
     n = 4000
-    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="zstd", batch_size=32768, linger_ms=5) as p:
+    with Producer(bootstrap_servers=broker.bootstrap, compression_type="zstd", batch_size=32768, linger_ms=5) as p:
         for i in range(n):
             p.send(topic, value, key=b"%08d" % i, partition=0)
     budget, batch_bytes = 256 * 1024, 32768 * 2
     offsets = []
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", max_poll_bytes=budget,
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", max_poll_bytes=budget,
                   max_poll_records=n) as c:
         c.assign([(topic, 0)])
         deadline = time.monotonic() + 30
@@ -199,13 +232,13 @@ def test_poll_decodes_a_bounded_chunk(tansu, columnar):
         assert c.position((topic, 0)) == n
 
 
-def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(tansu):
+def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    topic = _topic(tansu.bootstrap, 1)
-    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="zstd") as p:
+    topic = _topic(broker.bootstrap, 1)
+    with Producer(bootstrap_servers=broker.bootstrap, compression_type="zstd") as p:
         for i in range(100):
             p.send(topic, b"kw-%d" % i, key=None if i % 2 else b"k%d" % i, headers=[("a", b"b")], partition=0)
-    c = confluent_kafka.Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": "g-" + topic,
+    c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-" + topic,
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
     seen = []
@@ -219,7 +252,7 @@ def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(tansu):
 
     from kafka import KafkaConsumer, TopicPartition as KTP
 
-    kc = KafkaConsumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    kc = KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
     kc.assign([KTP(topic, 0)])
     kseen = []
     deadline = time.monotonic() + 30
@@ -230,27 +263,27 @@ def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(tansu):
     assert kseen == [(i, b"kw-%d" % i) for i in range(100)]
 
     # and the other way: librdkafka (idempotent, lz4) writes, kwire reads
-    other = _topic(tansu.bootstrap, 1)
-    p = confluent_kafka.Producer({"bootstrap.servers": tansu.bootstrap, "enable.idempotence": True,
+    other = _topic(broker.bootstrap, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
                                   "compression.type": "lz4"})
     for i in range(100):
         p.produce(other, b"rd-%d" % i, key=b"k", partition=0, headers=[("x", b"%d" % i)])
     p.flush(30)
-    got = _consume_all(tansu.bootstrap, other, 1, 100)
+    got = _consume_all(broker.bootstrap, other, 1, 100)
     assert [(r.offset, r.value, r.headers) for _, r in got] == [(i, b"rd-%d" % i, (("x", b"%d" % i),)) for i in range(100)]
 
 
-def test_aiokafka_both_ways(tansu):
+def test_aiokafka_both_ways(broker):
     import asyncio
 
     aiokafka = pytest.importorskip("aiokafka")
-    topic = _topic(tansu.bootstrap, 1)
-    with Producer(bootstrap_servers=tansu.bootstrap, compression_type="gzip") as p:
+    topic = _topic(broker.bootstrap, 1)
+    with Producer(bootstrap_servers=broker.bootstrap, compression_type="gzip") as p:
         for i in range(50):
             p.send(topic, b"kw-%d" % i, key=b"k%d" % i, headers=[("h", b"%d" % i)], partition=0)
 
     async def read_and_write():
-        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest",
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
                                       enable_auto_commit=False)
         await c.start()
         seen = []
@@ -262,9 +295,11 @@ def test_aiokafka_both_ways(tansu):
                     seen += [(r.offset, r.key, r.value, tuple(r.headers)) for r in records]
         finally:
             await c.stop()
-        # not idempotent: aiokafka asks InitProducerId v0-2, which Tansu 0.6.0 fails
-        # (librdkafka's idempotent batches are read in test_peers_read_what_kwire_writes...)
-        pr = aiokafka.AIOKafkaProducer(bootstrap_servers=tansu.bootstrap, compression_type="snappy")
+        # Tansu 0.6.0 fails InitProducerId v0-2, which aiokafka asks: not idempotent there
+        # (librdkafka's idempotent batches are read in test_peers_read_what_kwire_writes...);
+        # Apache Kafka answers it: idempotent
+        pr = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap, compression_type="snappy",
+                                       enable_idempotence=broker.is_kafka)
         await pr.start()
         try:
             for i in range(50):
@@ -273,12 +308,14 @@ def test_aiokafka_both_ways(tansu):
             await pr.stop()
         return seen
 
-    other = _topic(tansu.bootstrap, 1)
+    other = _topic(broker.bootstrap, 1)
     seen = asyncio.run(read_and_write())
     assert seen == [(i, b"k%d" % i, b"kw-%d" % i, (("h", b"%d" % i),)) for i in range(50)]
-    got = _consume_all(tansu.bootstrap, other, 1, 50)
+    got = _consume_all(broker.bootstrap, other, 1, 50)
     assert [(r.offset, r.key, r.value) for _, r in got] == [(i, None if i % 2 else b"x", b"aio-%d" % i)
                                                           for i in range(50)]
+    if broker.is_kafka:
+        assert all(r.batch.producer_id >= 0 and r.batch.base_sequence >= 0 for _, r in got)
 
 
 def _wait_for_read_ahead(c, tp):
@@ -298,7 +335,7 @@ def _fill_partition_0(bootstrap: str, topic: str, n: int) -> TopicPartition:
     return TopicPartition(topic, 0)
 
 
-def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
+def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(broker):
     """A broker answers a connection's requests one at a time (Apache Kafka
     and Tansu alike), and a fetch of partitions with nothing to read waits
     ``fetch_max_wait_ms`` there. So partitions without records to read (or
@@ -306,10 +343,10 @@ def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
     hold a fetch of their own that the others queue behind: here three of
     four partitions stay empty, the wait is 20 s, and every record must
     still arrive in less than one wait."""
-    topic = _topic(tansu.bootstrap, 4)
+    topic = _topic(broker.bootstrap, 4)
     n = 6000
-    tp = _fill_partition_0(tansu.bootstrap, topic, n)
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
+    tp = _fill_partition_0(broker.bootstrap, topic, n)
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
                   fetch_max_bytes=4 * 65536, max_in_flight_fetches=4) as c:
         c.assign([(topic, p) for p in range(4)])
         start = time.monotonic()
@@ -319,14 +356,14 @@ def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(tansu):
         assert offsets == list(range(n)), f"{len(offsets)} of {n} records within 15 s"
 
 
-def test_read_ahead_keeps_order_and_drops_on_seek(tansu):
+def test_read_ahead_keeps_order_and_drops_on_seek(broker):
     """While one fetch of a partition is buffered the next is already asked
     for (from where the buffered one ends): records come back once and in
     order, and a seek forgets both."""
-    topic = _topic(tansu.bootstrap, 1)
+    topic = _topic(broker.bootstrap, 1)
     n = 6000
-    tp = _fill_partition_0(tansu.bootstrap, topic, n)
-    with Consumer(bootstrap_servers=tansu.bootstrap, auto_offset_reset="earliest", fetch_max_bytes=4 * 65536,
+    tp = _fill_partition_0(broker.bootstrap, topic, n)
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_bytes=4 * 65536,
                   max_poll_records=20) as c:
         c.assign([tp])
         offsets = []

@@ -5,9 +5,12 @@ thread ends with ``close()``, the idempotent producer recovers (a new epoch)
 when the leader comes back, nothing acknowledged is lost or repeated; bad
 arguments raise clear errors at once (never a crash, never a wait).
 
-The leader that stops answering is the real broker (Tansu) behind
-:class:`StallProxy`, which holds the bytes of live connections while
-stalled (new connections are accepted and then hear nothing either)."""
+The leader that stops answering is a real broker (a private Tansu, and a
+private Apache Kafka) behind :class:`StallProxy`, which holds the bytes of
+live connections while stalled (new connections are accepted and then hear
+nothing either); the broker advertises the proxy, so every connection goes
+through it. The careless callers' tests run on both live brokers
+(``broker``)."""
 
 from __future__ import annotations
 
@@ -31,8 +34,6 @@ from kwire.producer import (CLOSE_GRACE, InvalidPartitionError, Producer, Produc
                             RecordTooLargeError)
 from support.proxies import _Relay
 from support.tansu import TansuUnavailable, free_port, start_tansu
-
-pytestmark = pytest.mark.broker
 
 DELIVERY_TIMEOUT = 1.5        # seconds, the producers' delivery_timeout_ms here
 
@@ -69,20 +70,29 @@ class StallProxy(_Relay):
         return not self.drop_held
 
 
-@pytest.fixture(scope="module")
-def stalling():
-    """A Tansu broker whose clients all go through a :class:`StallProxy`."""
+@pytest.fixture(scope="module", params=[pytest.param("tansu", marks=pytest.mark.broker),
+                                        pytest.param("kafka", marks=pytest.mark.kafka)])
+def stalling(request):
+    """A private broker (Tansu or Apache Kafka) whose clients all go through a :class:`StallProxy`."""
     port = free_port()
     proxy = StallProxy(("127.0.0.1", port))
     try:
-        broker = start_tansu(port=port, advertised=proxy.address)
-    except TansuUnavailable as exc:
+        if request.param == "tansu":
+            try:
+                broker = start_tansu(port=port, advertised=proxy.address)
+            except TansuUnavailable as exc:
+                pytest.skip(f"no Tansu broker: {exc}")
+        else:
+            from support.kafka import start_kafka
+
+            broker = start_kafka(ports={"plaintext": port}, advertised={"plaintext": proxy.address})
+        try:
+            yield proxy
+        finally:
+            proxy.resume()
+            broker.stop()          # Kafka: by its PID (SIGTERM, then SIGKILL)
+    finally:
         proxy.stop()
-        pytest.skip(f"no Tansu broker: {exc}")
-    yield proxy
-    proxy.resume()
-    broker.stop()
-    proxy.stop()
 
 
 @pytest.fixture
@@ -292,9 +302,9 @@ def test_send_with_a_none_topic_raises_in_a_child_interpreter():
     assert proc.stdout.count("TypeError") == 3 and proc.stdout.endswith("done\n")
 
 
-def test_a_partition_the_topic_does_not_have_is_refused_at_once(tansu):
-    topic = _topic(tansu.bootstrap, partitions=2)
-    with Producer(bootstrap_servers=tansu.bootstrap) as p:
+def test_a_partition_the_topic_does_not_have_is_refused_at_once(broker):
+    topic = _topic(broker.bootstrap, partitions=2)
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
         t0 = time.monotonic()
         with pytest.raises(InvalidPartitionError, match=r"partition 99 does not exist \(topic .* has 2"):
             p.send(topic, b"v", partition=99)
@@ -310,7 +320,7 @@ def test_a_partition_the_topic_does_not_have_is_refused_at_once(tansu):
         assert p.send(topic, b"v", partition=1).get(10).partition == 1    # the producer goes on
 
 
-def test_cli_produce_to_a_partition_the_topic_does_not_have(tansu, capsys, monkeypatch):
+def test_cli_produce_to_a_partition_the_topic_does_not_have(broker, capsys, monkeypatch):
     """``kwire produce -p 99`` on a 2-partition topic waited 120 s and said
     "expired"; now it says the partition does not exist and exits non-zero
     at once."""
@@ -318,31 +328,31 @@ def test_cli_produce_to_a_partition_the_topic_does_not_have(tansu, capsys, monke
 
     from kwire.__main__ import main
 
-    topic = _topic(tansu.bootstrap, partitions=2)
+    topic = _topic(broker.bootstrap, partitions=2)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\nb\n")))
     t0 = time.monotonic()
-    rc = main(["produce", topic, "-p", "99", "-b", tansu.bootstrap])
+    rc = main(["produce", topic, "-p", "99", "-b", broker.bootstrap])
     err = capsys.readouterr().err
     assert rc != 0 and time.monotonic() - t0 < 10
     assert "partition 99 does not exist" in err and "has 2" in err and "expired" not in err
 
 
-def test_max_request_size_is_applied(tansu):
+def test_max_request_size_is_applied(broker):
     """A 10 KB record was sent with max_request_size=1024. Now send()
     refuses a record larger than it (or than buffer_memory) at once, no
     batch grows past it and no Produce request carries more than it."""
-    topic = _topic(tansu.bootstrap, partitions=3)
-    with Producer(bootstrap_servers=tansu.bootstrap, max_request_size=1024) as p:
+    topic = _topic(broker.bootstrap, partitions=3)
+    with Producer(bootstrap_servers=broker.bootstrap, max_request_size=1024) as p:
         with pytest.raises(RecordTooLargeError, match="larger than 1024, which is the value of the max_request_size"
                            ) as e:
             p.send(topic, b"x" * 10_000, partition=0)
         assert isinstance(e.value, MessageTooLargeError) and e.value.code == 10 and not e.value.retriable
         assert p.send(topic, b"x" * 900, partition=0).get(10).offset >= 0
-    with Producer(bootstrap_servers=tansu.bootstrap, buffer_memory=4096) as p:
+    with Producer(bootstrap_servers=broker.bootstrap, buffer_memory=4096) as p:
         with pytest.raises(RecordTooLargeError, match="buffer_memory"):
             p.send(topic, b"x" * 10_000, partition=0)
     sizes = []
-    with Producer(bootstrap_servers=tansu.bootstrap, max_request_size=20_000, batch_size=1 << 20,
+    with Producer(bootstrap_servers=broker.bootstrap, max_request_size=20_000, batch_size=1 << 20,
                   linger_ms=200) as p:
         send = p._client.send
 
@@ -358,14 +368,14 @@ def test_max_request_size_is_applied(tansu):
     assert sizes and max(sizes) <= 20_000 and sum(sizes) > 600 * 300
 
 
-def test_a_huge_partition_index_in_metadata_allocates_nothing(tansu):
+def test_a_huge_partition_index_in_metadata_allocates_nothing(broker):
     """Metadata naming partition 50,000,000 of a 2-partition topic made a
     keyed send allocate a 50M-slot table (400 MB): the producer keeps
     nothing per partition index it was not given a partition count for."""
     from dataclasses import replace
 
-    topic = _topic(tansu.bootstrap, partitions=2)
-    with Producer(bootstrap_servers=tansu.bootstrap) as p:
+    topic = _topic(broker.bootstrap, partitions=2)
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
         p.partitions_for(topic, 10)
         cluster = p._client.cluster
         info = cluster.partitions[topic][0]

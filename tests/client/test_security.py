@@ -1,7 +1,10 @@
 """TLS and SASL through terminating proxies in front of the real broker
 (Tansu 0.6.0 has no working TLS listener and its SASL cannot authenticate
 anyone), with the broker advertising the proxy's port so every connection
-the client makes goes through it."""
+the client makes goes through it.
+
+Tansu only: Apache Kafka's own TLS, mTLS and SASL listeners are tested
+without proxies in tests/kafka/test_security.py."""
 
 from __future__ import annotations
 

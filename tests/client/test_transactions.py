@@ -1,15 +1,20 @@
-"""Transactions against the real Tansu broker: commits visible to
-confluent-kafka (librdkafka) and kwire read_committed readers, open
-transactions invisible to them, aborts, fencing, abortable errors, and
-consume-transform-produce with offsets committed in the transaction.
+"""Transactions against both live brokers (Tansu and Apache Kafka, the
+``broker`` fixture): commits visible to confluent-kafka (librdkafka) and
+kwire read_committed readers, open transactions invisible to them, aborts,
+fencing, abortable errors, and consume-transform-produce with offsets
+committed in the transaction.
 
 Tansu 0.6.0 sends no aborted-transaction list in Fetch responses, so a
 read_committed reader of Tansu (librdkafka's as much as kwire's) returns
-the records of aborted transactions. The abort is therefore checked on the
-log itself (the ABORT marker Tansu wrote, read from a real Fetch response)
-and kwire's read_committed decoders (given an Aborter) on that real Fetch
-response with the aborted list a Kafka broker would have added (producer
-id, first offset of the aborted transaction)."""
+the records of aborted transactions. On Tansu the abort is therefore
+checked on the log itself (the ABORT marker Tansu wrote, read from a real
+Fetch response) and kwire's read_committed decoders (given an Aborter) on
+that real Fetch response with the aborted list a Kafka broker would have
+added (producer id, first offset of the aborted transaction). On Apache
+Kafka the broker's own aborted list is checked, and read_committed readers
+(kwire's and librdkafka's) must not return the aborted records.
+(tests/kafka/test_read_committed.py covers read_committed on Kafka at
+length.)"""
 
 from __future__ import annotations
 
@@ -25,12 +30,10 @@ from kwire.admin import Admin, NewTopic
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
 from kwire.consumer import Consumer, TopicPartition
-from kwire.errors import ProducerFencedError
+from kwire.errors import InvalidProducerEpochError, ProducerFencedError
 from kwire.group import OffsetAndMetadata
 from kwire.producer import Producer
 from kwire.transactions import TransactionAbortedError, TransactionStateError
-
-pytestmark = pytest.mark.broker
 
 COMMIT_MARKER, ABORT_MARKER = 1, 0
 
@@ -76,15 +79,16 @@ def _librdkafka_read(bootstrap, topic, isolation, seconds=3.0):
     return got
 
 
-def _fetch(bootstrap, topic):
-    """A real Fetch response of partition 0 from offset 0 (read_uncommitted: everything)."""
+def _fetch(bootstrap, topic, isolation_level=0):
+    """A real Fetch response of partition 0 from offset 0 (read_uncommitted: everything;
+    read_committed: up to the last stable offset, with the aborted transactions)."""
     client = Client(resolve(ADMIN, {"bootstrap.servers": bootstrap}))
     try:
         client.add_topics([topic])
         md = client.refresh_metadata(timeout=10)
         leader = md.leader_for(topic, 0)
         cls = protocol.message("FetchRequest")
-        req = cls(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        req = cls(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation_level,
                   session_id=0, session_epoch=-1,
                   topics=[cls.FetchTopic(topic=topic, topic_id=md.topic_ids.get(topic), partitions=[
                       cls.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
@@ -95,26 +99,26 @@ def _fetch(bootstrap, topic):
         client.close()
 
 
-def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(tansu):
-    topic = _topic(tansu.bootstrap)
-    p = _txn_producer(tansu.bootstrap)
+def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(broker):
+    topic = _topic(broker.bootstrap)
+    p = _txn_producer(broker.bootstrap)
     p.begin_transaction()
     for i in range(10):
         p.send(topic, b"t1-%d" % i)
     p.flush(10)                      # written, not committed
-    assert _kwire_read(tansu.bootstrap, topic, "read_committed") == []
-    assert _librdkafka_read(tansu.bootstrap, topic, "read_committed") == []
-    assert len(_kwire_read(tansu.bootstrap, topic, "read_uncommitted")) == 10
+    assert _kwire_read(broker.bootstrap, topic, "read_committed") == []
+    assert _librdkafka_read(broker.bootstrap, topic, "read_committed") == []
+    assert len(_kwire_read(broker.bootstrap, topic, "read_uncommitted")) == 10
     p.commit_transaction(20)
     want = [b"t1-%d" % i for i in range(10)]
-    assert _kwire_read(tansu.bootstrap, topic, "read_committed") == want
-    assert _librdkafka_read(tansu.bootstrap, topic, "read_committed") == want
+    assert _kwire_read(broker.bootstrap, topic, "read_committed") == want
+    assert _librdkafka_read(broker.bootstrap, topic, "read_committed") == want
     p.close()
 
 
-def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_records(tansu):
-    topic = _topic(tansu.bootstrap)
-    p = _txn_producer(tansu.bootstrap)
+def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_records(broker):
+    topic = _topic(broker.bootstrap)
+    p = _txn_producer(broker.bootstrap)
     p.begin_transaction()
     p.send(topic, b"kept-1")
     p.commit_transaction(20)
@@ -129,36 +133,63 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     pid = p._producer_id
     p.close()
 
-    part = _fetch(tansu.bootstrap, topic)
+    part = _fetch(broker.bootstrap, topic)
     everything = decode(part.records, include_control=True).records
     markers = [(r.offset, parse_control_key(r.key)[1]) for r in everything if r.batch.is_control]
     assert [kind for _, kind in markers] == [COMMIT_MARKER, ABORT_MARKER, COMMIT_MARKER]
     first_aborted = next(r.offset for r in everything if r.value == b"dropped-0")
     assert all(r.batch.is_transactional and r.batch.producer_id == pid for r in everything)
-    # what Tansu should have sent with that response (it sends none): one aborted transaction
-    assert not part.aborted_transactions
+    if broker.is_tansu:
+        # Tansu 0.6.0 sends no aborted list, even to read_committed: what it should have sent is
+        # one aborted transaction (producer id, first offset)
+        assert not _fetch(broker.bootstrap, topic, isolation_level=1).aborted_transactions
+        aborted = [(pid, first_aborted)]
+    else:
+        # Apache Kafka sends it with a read_committed Fetch (and none with read_uncommitted)
+        assert not part.aborted_transactions
+        committed = _fetch(broker.bootstrap, topic, isolation_level=1)
+        aborted = [(a.producer_id, a.first_offset) for a in committed.aborted_transactions]
+        assert aborted == [(pid, first_aborted)]
+        assert bytes(committed.records) == bytes(part.records)     # all stable: the same log
+        # and the read_committed readers drop the aborted records
+        assert _kwire_read(broker.bootstrap, topic, "read_committed") == [b"kept-1", b"kept-2"]
+        assert _librdkafka_read(broker.bootstrap, topic, "read_committed") == [b"kept-1", b"kept-2"]
+        assert _kwire_read(broker.bootstrap, topic, "read_uncommitted") == (
+            [b"kept-1"] + [b"dropped-%d" % i for i in range(4)] + [b"kept-2"])
     # read_committed's decoders (as the consumer's fetcher calls them) with that list
-    res = Decoder().decode(part.records, aborter=Aborter([(pid, first_aborted)]))
+    res = Decoder().decode(part.records, aborter=Aborter(aborted))
     assert [r.value for r in res.records] == [b"kept-1", b"kept-2"]
-    cols = ColumnarDecoder().decode(part.records, aborter=Aborter([(pid, first_aborted)]))
+    cols = ColumnarDecoder().decode(part.records, aborter=Aborter(aborted))
     assert cols.record_batch.column("value").to_pylist() == [b"kept-1", b"kept-2"]
     assert res.next_offset == cols.next_offset == everything[-1].offset + 1   # past the last COMMIT marker
 
 
-def test_fencing_a_zombie_producer(tansu):
-    topic = _topic(tansu.bootstrap)
+def test_fencing_a_zombie_producer(broker):
+    topic = _topic(broker.bootstrap)
     tid = f"tid-{uuid.uuid4().hex[:8]}"
-    old = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=tid)
+    old = Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
     old.init_transactions(20)
     old.begin_transaction()
     old.send(topic, b"zombie-open").get(10)
-    new = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=tid)
+    new = Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
     new.init_transactions(20)        # fences old and aborts its open transaction
     assert new._producer_epoch > old._producer_epoch
-    with pytest.raises(ProducerFencedError):
-        old.send(topic, b"zombie-late").get(10)
-    with pytest.raises(ProducerFencedError):
-        old.commit_transaction(10)
+    if broker.is_tansu:
+        # Tansu 0.6.0 says PRODUCER_FENCED at Produce: fatal there and then
+        with pytest.raises(ProducerFencedError):
+            old.send(topic, b"zombie-late").get(10)
+        with pytest.raises(ProducerFencedError):
+            old.commit_transaction(10)
+    else:
+        # Apache Kafka says INVALID_PRODUCER_EPOCH at Produce: a partition leader cannot tell a fenced
+        # producer from one whose transaction timed out (tests/kafka/test_live_transactions.py), so the
+        # transaction is abortable, and the abort asks the coordinator, which says PRODUCER_FENCED
+        with pytest.raises(InvalidProducerEpochError):
+            old.send(topic, b"zombie-late").get(10)
+        with pytest.raises(TransactionStateError, match="aborted first"):
+            old.commit_transaction(10)
+        with pytest.raises(ProducerFencedError, match="InitProducerId"):
+            old.abort_transaction(10)
     with pytest.raises(ProducerFencedError):
         old.begin_transaction()
     new.begin_transaction()
@@ -166,12 +197,12 @@ def test_fencing_a_zombie_producer(tansu):
     new.commit_transaction(20)
     old.close(5)
     new.close()
-    assert _kwire_read(tansu.bootstrap, topic, "read_committed")[-1:] == [b"from-new"]
+    assert _kwire_read(broker.bootstrap, topic, "read_committed")[-1:] == [b"from-new"]
 
 
-def test_state_errors(tansu):
-    topic = _topic(tansu.bootstrap)
-    p = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}")
+def test_state_errors(broker):
+    topic = _topic(broker.bootstrap)
+    p = Producer(bootstrap_servers=broker.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}")
     with pytest.raises(TransactionStateError, match="init_transactions"):
         p.send(topic, b"x")
     with pytest.raises(TransactionStateError):
@@ -193,18 +224,21 @@ def test_state_errors(tansu):
         p.send(topic, b"after", key=b"k")
     p.close()
     with pytest.raises(Exception, match="transactional_id"):
-        Producer(bootstrap_servers=tansu.bootstrap).begin_transaction()
+        Producer(bootstrap_servers=broker.bootstrap).begin_transaction()
 
 
-def test_abortable_error_then_abort_and_continue(tansu):
+def test_abortable_error_then_abort_and_continue(broker):
     """A record that cannot be delivered (a partition without a leader, so it
     expires) makes the transaction abortable: commit refuses, abort cleans
     up, the next transaction commits. (send() refuses a partition the topic
     does not have at once, so the metadata is given leaderless partitions.)"""
-    topic = _topic(tansu.bootstrap)
-    p = _txn_producer(tansu.bootstrap, delivery_timeout_ms=1500)
+    topic = _topic(broker.bootstrap)
+    p = _txn_producer(broker.bootstrap, delivery_timeout_ms=1500)
     p.begin_transaction()
+    # written (its partition added to the transaction) before the bad record: Apache Kafka adds no
+    # partition of an AddPartitionsToTxn naming one it does not have (Tansu 0.6.0 adds the others)
     good = p.send(topic, b"good")
+    assert good.get(10).offset >= 0
     cluster = p._client.cluster
     info = cluster.partitions[topic][0]
     cluster.partitions[topic].update({i: dataclasses.replace(info, partition=i, leader=-1) for i in range(1, 10)})
@@ -218,20 +252,25 @@ def test_abortable_error_then_abort_and_continue(tansu):
         p.send(topic, b"more")
     p.abort_transaction(20)
     p.begin_transaction()
-    p.send(topic, b"next")
+    p.send(topic, b"next", partition=0)    # not to one of the made-up partitions
     p.commit_transaction(20)
     p.close()
     assert good.get(1).offset >= 0
-    # as in the abort test: Tansu sends no aborted list, so check the log's markers
-    part = _fetch(tansu.bootstrap, topic)
+    # the log's markers (on Tansu, which sends no aborted list, the only check of the abort)
+    part = _fetch(broker.bootstrap, topic)
     kinds = [parse_control_key(r.key)[1] for r in decode(part.records, include_control=True).records
              if r.batch.is_control]
     assert kinds == [ABORT_MARKER, COMMIT_MARKER]
+    if broker.is_kafka:
+        # "good" went out in the aborted transaction: read_committed readers drop it
+        assert _kwire_read(broker.bootstrap, topic, "read_uncommitted") == [b"good", b"next"]
+        assert _kwire_read(broker.bootstrap, topic, "read_committed") == [b"next"]
+        assert _librdkafka_read(broker.bootstrap, topic, "read_committed") == [b"next"]
 
 
-def test_abort_fails_unsent_records(tansu):
-    topic = _topic(tansu.bootstrap)
-    p = _txn_producer(tansu.bootstrap, linger_ms=60000, batch_size=1 << 20)
+def test_abort_fails_unsent_records(broker):
+    topic = _topic(broker.bootstrap)
+    p = _txn_producer(broker.bootstrap, linger_ms=60000, batch_size=1 << 20)
     p.begin_transaction()
     f = p.send(topic, b"never sent")          # lingers: not sent when the abort comes
     p.abort_transaction(20)
@@ -239,17 +278,18 @@ def test_abort_fails_unsent_records(tansu):
     p.close()
 
 
-def test_consume_transform_produce_commits_offsets_in_the_transaction(tansu):
-    src, dst = _topic(tansu.bootstrap, 2), _topic(tansu.bootstrap)
+def test_consume_transform_produce_commits_offsets_in_the_transaction(broker):
+    src, dst = _topic(broker.bootstrap, 2), _topic(broker.bootstrap)
     group = f"ctp-{uuid.uuid4().hex[:6]}"
-    with Producer(bootstrap_servers=tansu.bootstrap) as plain:
+    with Producer(bootstrap_servers=broker.bootstrap) as plain:
         for i in range(20):
             plain.send(src, b"%d" % i, partition=i % 2)
-    c = Consumer(bootstrap_servers=tansu.bootstrap, group_id=group, auto_offset_reset="earliest",
-                 enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=300,
+    # (6 s: Apache Kafka's smallest session timeout by default, group.min.session.timeout.ms)
+    c = Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+                 enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
                  isolation_level="read_committed")
     c.subscribe([src])
-    p = _txn_producer(tansu.bootstrap)
+    p = _txn_producer(broker.bootstrap)
     seen = []
     deadline = time.monotonic() + 30
     while len(seen) < 20 and time.monotonic() < deadline:
@@ -273,7 +313,7 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(tansu):
     assert c.committed([tps[0]])[tps[0]].offset == 10
     c.close()
     p.close()
-    assert sorted(_kwire_read(tansu.bootstrap, dst, "read_committed")) == sorted(v + b"-out" for v in seen)
+    assert sorted(_kwire_read(broker.bootstrap, dst, "read_committed")) == sorted(v + b"-out" for v in seen)
 
 
 def test_a_transactional_batch_is_valid():

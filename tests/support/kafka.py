@@ -371,6 +371,25 @@ class KafkaBroker:
             self._finalizer.detach()
             _stop(self.process, self.pid, self.workdir, timeout)
 
+    def restart(self, timeout: float = READY_TIMEOUT, stop_timeout: float = STOP_TIMEOUT) -> float:
+        """Stop the broker (SIGTERM: a controlled shutdown; SIGKILL after ``stop_timeout`` s)
+        and start it again on the same data, configuration and ports, as a node
+        restarted in place. Returns once it answers again (see :func:`start_kafka`),
+        with the seconds that took. Only for a broker this process started."""
+        launch = getattr(self, "_launch", None)
+        if launch is None or not self._finalizer.alive:
+            raise RuntimeError("restart(): not a broker this process started, or stopped already")
+        t0 = time.monotonic()
+        self._finalizer.detach()               # the old process is stopped here, the directory kept
+        if self.process.poll() is None:
+            _stop_pid(self.pid, stop_timeout)
+        self.process.wait(1)
+        self.process = launch()
+        self.pid = self.process.pid
+        self.__post_init__()                   # a new finalizer, for the new process
+        _ready(self, self.process, timeout)
+        return time.monotonic() - t0
+
     def __enter__(self) -> "KafkaBroker":
         return self
 
@@ -419,12 +438,29 @@ def _ready(broker: KafkaBroker, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool) -> subprocess.Popen:
+    """Run ``kafka.Kafka`` on the configuration and data of ``workdir`` (its output appended to
+    ``logs/kafka.out``); with ``tie_to_parent`` (Linux) it dies with this process."""
+    tie = (functools.partial(_tie_to_parent, os.getpid())
+           if tie_to_parent and sys.platform.startswith("linux") else None)
+    log4j = workdir / "log4j2.properties"
+    with open(workdir / "logs" / "kafka.out", "ab") as out:
+        return subprocess.Popen(_java(libs, "kafka.Kafka", [str(workdir / "server.properties")], heap=heap,
+                                      log4j=log4j),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
+                                start_new_session=True, preexec_fn=tie)
+
+
 def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: float = READY_TIMEOUT,
                 overrides: Optional[Dict[str, str]] = None, tie_to_parent: bool = True,
-                progress: Progress = None) -> KafkaBroker:
+                progress: Progress = None, ports: Optional[Dict[str, int]] = None,
+                advertised: Optional[Dict[str, str]] = None) -> KafkaBroker:
     """Assemble (once) and start one KRaft node; see the module doc. ``overrides``
     are extra server properties; with ``tie_to_parent`` (Linux) the broker dies
-    with the process that started it."""
+    with the process that started it. ``ports`` fixes the ports of some
+    listeners (by name; the others get free ones); ``advertised`` makes some
+    listeners advertise another "host:port" (a proxy in front of the broker):
+    the broker's ``addresses`` are then those."""
     libs = ensure_kafka(version, progress)
     _require("java")
     t0 = time.monotonic()
@@ -434,10 +470,14 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
         pki = make_pki(str(workdir), server_names=("localhost",))
         keystore = workdir / "server-keystore.pem"
         keystore.write_bytes(Path(pki.server_key).read_bytes() + Path(pki.server_cert).read_bytes())
-        ports = {name: free_port(HOST) for name in LISTENERS}
+        ports = {name: (ports or {}).get(name) or free_port(HOST) for name in LISTENERS}
         controller_port = free_port(HOST)
         users = {SUPER_USER[0]: SUPER_USER[1], **USERS}
-        props = _server_properties(workdir, ports, controller_port, pki, str(keystore), users, overrides or {})
+        addresses = {n: f"{LISTENERS[n][1]}:{p}" for n, p in ports.items()}
+        addresses.update(advertised or {})
+        props = _server_properties(workdir, ports, controller_port, pki, str(keystore), users, {
+            "advertised.listeners": ",".join(f"{n.upper()}://{a}" for n, a in addresses.items()), **(overrides or {})}
+            if advertised else overrides or {})
         config = workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log4j = workdir / "log4j2.properties"
@@ -455,18 +495,14 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
             raise KafkaStartError(f"kafka.tools.StorageTool format failed (exit {fmt.returncode}):\n"
                                   f"{(fmt.stdout + fmt.stderr)[-LOG_TAIL:]}")
         _say(progress, "starting the broker")
-        tie = (functools.partial(_tie_to_parent, os.getpid())
-               if tie_to_parent and sys.platform.startswith("linux") else None)
-        with open(workdir / "logs" / "kafka.out", "wb") as out:
-            proc = subprocess.Popen(_java(libs, "kafka.Kafka", [str(config)], heap=heap, log4j=log4j),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
-                                    start_new_session=True, preexec_fn=tie)
+        launch = functools.partial(_launch, libs, workdir, heap, tie_to_parent)
+        proc = launch()
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     broker = KafkaBroker(pid=proc.pid, workdir=str(workdir), version=version, cluster_id=cluster_id,
-                         addresses={n: f"{LISTENERS[n][1]}:{p}" for n, p in ports.items()}, pki=pki,
-                         process=proc)
+                         addresses=addresses, pki=pki, process=proc)
+    broker._launch = launch
     try:
         _ready(broker, proc, timeout)
     except BaseException:

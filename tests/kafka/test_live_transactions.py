@@ -1,0 +1,80 @@
+"""A transaction that times out on Apache Kafka's coordinator
+(``transaction_timeout_ms``): the coordinator aborts it and bumps the
+producer's epoch, so the producer's next Produce is answered
+INVALID_PRODUCER_EPOCH, as a fenced producer's would be. As Kafka's own
+producer does (KIP-588), kwire takes it as abortable: the commit refuses,
+the abort asks the coordinator for the epoch (InitProducerId with the old
+one, no EndTxn) and the producer goes on with the next transaction. (It
+took it for fencing: "a newer producer fenced this one", and every later
+call failed, with no other producer there.) The zombie that a newer
+instance really fenced is told so at its abort
+(tests/client/test_transactions.py, on both brokers).
+
+A private broker: the coordinator looks for timed-out transactions every
+500 ms here (every 10 s by default)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kwire.admin import Admin, NewTopic
+from kwire.consumer import Consumer
+from kwire.errors import InvalidProducerEpochError
+from kwire.producer import Producer
+from kwire.transactions import TransactionStateError
+from support.kafka import start_kafka
+
+pytestmark = pytest.mark.kafka
+
+TIMEOUT_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def txn_kafka():
+    broker = start_kafka(overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+    try:
+        yield broker
+    finally:
+        broker.stop()       # by its PID (SIGTERM, then SIGKILL), and its directory deleted
+
+
+def _read(bootstrap, topic, isolation, want, seconds=10.0):
+    got = []
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation) as c:
+        c.assign([(topic, 0)])
+        deadline = time.monotonic() + seconds
+        while len(got) < want and time.monotonic() < deadline:
+            for recs in c.poll(200).values():
+                got += [r.value for r in recs]
+        got += [r.value for recs in c.poll(500).values() for r in recs]     # nothing more
+    return got
+
+
+def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goes_on(txn_kafka):
+    bootstrap = txn_kafka.bootstrap()
+    topic = f"tt-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.create_topics([NewTopic(topic, 1)])
+    p = Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{topic}", transaction_timeout_ms=TIMEOUT_MS)
+    try:
+        p.init_transactions(20)
+        epoch = p._producer_epoch
+        p.begin_transaction()
+        assert p.send(topic, b"timed-out", partition=0).get(10).offset == 0
+        time.sleep(TIMEOUT_MS / 1000 + 3)             # the coordinator aborts it (and bumps the epoch)
+        with pytest.raises(InvalidProducerEpochError):
+            p.send(topic, b"refused", partition=0).get(10)
+        with pytest.raises(TransactionStateError, match="aborted first"):
+            p.commit_transaction(10)
+        p.abort_transaction(10)
+        assert p._producer_epoch > epoch
+        p.begin_transaction()
+        p.send(topic, b"next", partition=0)
+        p.commit_transaction(10)
+    finally:
+        p.close(5)
+    assert _read(bootstrap, topic, "read_committed", 1) == [b"next"]
+    assert _read(bootstrap, topic, "read_uncommitted", 2) == [b"timed-out", b"next"]
