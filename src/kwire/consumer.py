@@ -51,12 +51,13 @@ from kwire._codec import Record
 from kwire.client import Client
 from kwire.config import CONSUMER, check_group_protocol, resolve
 from kwire.errors import KwireError, without_traceback
-from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, _PartitionState
+from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError, _PartitionState
 from kwire.future import Future
 from kwire.group import GroupCoordinator
 from kwire.types import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "LogTruncationError"]
+__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
+           "LogTruncationError"]
 
 MAX_OFFSET = 2**63 - 1
 

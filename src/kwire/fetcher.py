@@ -37,18 +37,26 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
 from kwire.client import Client
-from kwire.errors import CorruptRecordError, KwireError
+from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
-__all__ = ["Fetcher", "NoOffsetForPartitionError", "LogTruncationError"]
+__all__ = ["Fetcher", "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError"]
 
 log = logging.getLogger("kwire.consumer")     # the consumer's logger, as before the fetcher had a module
 
 
 class NoOffsetForPartitionError(KwireError):
     """A partition has no valid position and ``auto_offset_reset`` is none."""
+
+
+class PositionOutOfRangeError(NoOffsetForPartitionError, OffsetOutOfRangeError):
+    """A Fetch said OFFSET_OUT_OF_RANGE for the consumer's position (records
+    deleted, or a position past the end) and ``auto_offset_reset`` is none:
+    Java's OffsetOutOfRangeException. Both a :class:`NoOffsetForPartitionError`
+    and the broker's :class:`~kwire.errors.OffsetOutOfRangeError`, with
+    ``topic``, ``partition`` and ``offset`` (the position)."""
 
 
 class LogTruncationError(NoOffsetForPartitionError):
@@ -595,8 +603,9 @@ class Fetcher:
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             policy = self.cfg["auto_offset_reset"]
             if policy == "none":
-                st.error = NoOffsetForPartitionError(
-                    f"offset {st.position} is out of range for {tp.topic}[{tp.partition}] and auto_offset_reset is none")
+                st.error = PositionOutOfRangeError(
+                    f"offset {st.position} is out of range for {tp.topic}[{tp.partition}] and auto_offset_reset is none",
+                    api=api, topic=tp.topic, partition=tp.partition, offset=st.position)
                 return
             log.info("%s[%s]: offset %s out of range; resetting to %s", tp.topic, tp.partition, st.position, policy)
             st.position, st.reset = None, EARLIEST if policy == "earliest" else LATEST

@@ -21,7 +21,7 @@ import pytest
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer, TopicPartition
 from kwire.errors import InvalidPartitionsError, KwireError, OffsetOutOfRangeError
-from kwire.fetcher import NoOffsetForPartitionError
+from kwire.fetcher import NoOffsetForPartitionError, PositionOutOfRangeError
 from kwire.producer import Producer
 from kwire.protocol.versions import NoCommonVersionError
 
@@ -135,12 +135,12 @@ def test_delete_records_moves_the_log_start(broker):
     with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
         c.assign([tp])
         c.seek(tp, 10)
-        # (kwire raises NoOffsetForPartitionError, naming the offset as out of range; Java raises
-        # OffsetOutOfRangeException here, and NoOffsetForPartitionException only for a partition without
-        # a position: reported to the fetcher's owner)
-        with pytest.raises((OffsetOutOfRangeError, NoOffsetForPartitionError),
-                           match=rf"offset 10 is out of range for {topic}\[0\]"):
+        # Java's OffsetOutOfRangeException: an OffsetOutOfRangeError naming the position, which is also a
+        # NoOffsetForPartitionError (what kwire raised before)
+        with pytest.raises(PositionOutOfRangeError, match=rf"offset 10 is out of range for {topic}\[0\]") as e:
             _until(lambda: False, 30, "the OffsetOutOfRange error", lambda: c.poll(100))
+        assert isinstance(e.value, OffsetOutOfRangeError) and isinstance(e.value, NoOffsetForPartitionError)
+        assert (e.value.topic, e.value.partition, e.value.offset, e.value.retriable) == (topic, 0, 10, False)
         c.seek(tp, 95)
         got = []
         _until(lambda: len(got) >= 5, 30, "records after a seek in range",
