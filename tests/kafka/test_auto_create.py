@@ -7,6 +7,7 @@ a clear error at ``max_block_ms``, not after a silent minute."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -50,12 +51,13 @@ def test_producer_send_to_a_new_topic_creates_it(kafka):
 
 
 @pytest.mark.parametrize("allow", [True, False])
-def test_consumer_allow_auto_create_topics(kafka, allow):
+def test_consumer_allow_auto_create_topics(kafka, allow, caplog):
+    caplog.set_level(logging.INFO, "kwire")        # shown if it fails: metadata and group steps
     topic = _new()
     cfg = kafka.client_config()
     with Consumer(cfg, group_id=f"g-{topic}", allow_auto_create_topics=allow, auto_offset_reset="earliest") as c:
         c.subscribe([topic])
-        deadline = time.monotonic() + (15 if allow else 3)
+        deadline = time.monotonic() + (30 if allow else 3)
         while time.monotonic() < deadline and not (allow and c.assignment()):
             c.poll(200)
         assert bool(c.assignment()) is allow
