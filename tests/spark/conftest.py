@@ -1,5 +1,7 @@
 """Fixtures of the Spark tests: one local[2] session for the whole run,
-with ``format("kwire")`` registered, on the session's Tansu broker."""
+with ``format("kwire")`` registered. The live tests take the ``broker``
+fixture (tests/conftest.py), so each runs on Tansu and on Apache Kafka,
+against the same session."""
 
 from __future__ import annotations
 
