@@ -100,6 +100,14 @@ def kwire_read(spark, bootstrap: str, **options: str):
     return reader.load()
 
 
+def kwire_write(df, bootstrap: str, **options: str):
+    """``df.write`` to ``format("kwire")`` (append, the mode Python data sources write in), ready to ``save()``."""
+    writer = df.write.mode("append").format("kwire").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer
+
+
 def offsets_of(rows: Sequence[Row]) -> Dict[Tuple[str, int], List[int]]:
     out: Dict[Tuple[str, int], List[int]] = {}
     for r in rows:

@@ -120,7 +120,8 @@ def test_timestamp_bounds(spark, broker):
     produce(broker.bootstrap, topic, 60, 2, start=40)
     second = {(topic, p): [o for o in range(20, 50)] for p in range(2)}
     first = {(topic, p): list(range(0, 20)) for p in range(2)}
-    assert offsets_of(spark_rows(kwire_read(spark, broker.bootstrap, subscribe=topic, startingTimestamp=str(t)))) == second
+    got = offsets_of(spark_rows(kwire_read(spark, broker.bootstrap, subscribe=topic, startingTimestamp=str(t))))
+    assert got == second
     assert offsets_of(spark_rows(kwire_read(spark, broker.bootstrap, subscribe=topic, endingTimestamp=str(t)))) == first
     by_ts = f'{{"{topic}":{{"0":{t},"1":0}}}}'
     got = offsets_of(spark_rows(kwire_read(spark, broker.bootstrap, subscribe=topic, startingOffsetsByTimestamp=by_ts)))
