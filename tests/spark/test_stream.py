@@ -160,7 +160,7 @@ def test_records_deleted_before_the_next_batch(spark, broker, tmp_path):
 
     q = to_parquet(*queries["true"], availableNow=True)
     with pytest.raises(StreamingQueryException,
-                       match=rf"Cannot fetch offset 50 of {topic}-0 \(the partition now starts at 80\)"):
+                       match=rf"Cannot fetch offset 50 of {topic}-0: the partition now starts at 80, offsets 50 to 80"):
         q.awaitTermination(180)
     run_available_now(*queries["false"])
     assert written(spark, queries["false"][1]) == [(topic, 0, o) for o in [*range(50), *range(80, 100)]] + [
