@@ -42,6 +42,23 @@ def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
     return name
 
 
+def add_partitions(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> None:
+    """Grow ``topic`` to ``count`` partitions (CreatePartitions) and wait
+    until the broker's metadata has them all, each with a leader: Kafka
+    answers CreatePartitions once its controller has the change, and a
+    producer made at once may still be told the old count (kwire's producer
+    then refuses the new partitions at once; Java's waits max.block.ms)."""
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_partitions({topic: count})
+        deadline = time.monotonic() + timeout
+        while True:
+            parts = admin.describe_topics([topic])[topic].partitions
+            if len(parts) == count and all(p.leader >= 0 for p in parts):
+                return
+            assert time.monotonic() < deadline, f"{topic}: {len(parts)} partitions of {count} after {timeout} s"
+            time.sleep(0.05)
+
+
 Row = Tuple[str, int, int, Optional[bytes], Optional[bytes], int, Optional[List[Tuple[str, bytes]]]]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from kwire.admin import Admin
 
-from .conftest import kwire_read, new_topic, offsets_of, produce, spark_rows
+from .conftest import add_partitions, kwire_read, new_topic, offsets_of, produce, spark_rows
 
 
 def stream(spark, bootstrap: str, **options: str):
@@ -61,8 +61,7 @@ def test_limit_available_now_restart_and_new_partitions(spark, broker, tmp_path)
     produce(broker.bootstrap, second, 25, 1)
     expected = [(first, p, o) for p in range(2) for o in range(170)] + [(second, 0, o) for o in range(25)]
     if not broker.is_tansu:                  # Tansu 0.6.0 offers no CreatePartitions
-        with Admin(bootstrap_servers=broker.bootstrap) as admin:
-            admin.create_partitions({first: 3})
+        add_partitions(broker.bootstrap, first, 3)
         produce(broker.bootstrap, first, 30, 3, start=340)        # 10 more in each, the new one's from offset 0
         expected = [(t, p, o) for t, p, o in expected if t != first] + [
             (first, p, o) for p in range(3) for o in range(10 if p == 2 else 180)]
@@ -125,8 +124,7 @@ def test_partitions_added_while_the_query_runs(spark, broker, tmp_path):
     try:
         q.processAllAvailable()
         assert written(spark, out) == [(topic, p, o) for p in range(2) for o in range(50)]
-        with Admin(bootstrap_servers=broker.bootstrap) as admin:
-            admin.create_partitions({topic: 4})
+        add_partitions(broker.bootstrap, topic, 4)
         produce(broker.bootstrap, topic, 80, 4, start=100)                  # 20 in each
         expected = [(topic, p, o) for p in range(4) for o in range(70 if p < 2 else 20)]
         deadline = time.monotonic() + 120
