@@ -45,9 +45,9 @@ def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
 def add_partitions(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> None:
     """Grow ``topic`` to ``count`` partitions (CreatePartitions) and wait
     until the broker's metadata has them all, each with a leader: Kafka
-    answers CreatePartitions once its controller has the change, and a
-    producer made at once may still be told the old count (kwire's producer
-    then refuses the new partitions at once; Java's waits max.block.ms)."""
+    answers CreatePartitions once its controller has the change, and its
+    metadata may follow a moment later; a producer made at once could still
+    be told the old count."""
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_partitions({topic: count})
         deadline = time.monotonic() + timeout

@@ -8,7 +8,9 @@ import time
 import pytest
 from pyspark.errors import PySparkException
 
-from .conftest import confluent_read, kwire_read, kwire_write, new_topic, produce, spark_rows
+from kwire.producer import InvalidPartitionError
+
+from .conftest import add_partitions, confluent_read, kwire_read, kwire_write, new_topic, produce, spark_rows
 
 
 def test_batch_write_then_read_back(spark, broker):
@@ -74,3 +76,32 @@ def test_streaming_copy_from_topic_to_topic(spark, broker, tmp_path):
     strip = lambda rows: sorted((r[1], r[2], r[4], r[3], r[6]) for r in rows)  # noqa: E731  partition, offset, value, key, headers
     assert strip(confluent_read(broker.bootstrap, {dst: 2}, 200)) == strip(
         confluent_read(broker.bootstrap, {src: 2}, 200))
+
+
+def test_partitions_added_between_two_writes(broker):
+    """A worker's cached producer and partitions added since its last write
+    (CreatePartitions): a record for a new partition is sent, not refused on
+    the producer's old metadata (the producer looks at fresh metadata before
+    refusing a partition past the count it knows). Run in this process, a
+    worker to write_batches, so both writes share one cached producer."""
+    import pyarrow as pa
+
+    from kwire.spark.options import parse_sink_options
+    from kwire.spark.write import write_batches
+
+    if broker.is_tansu:
+        pytest.skip("Tansu 0.6.0 cannot add partitions to a topic (it offers no CreatePartitions)")
+    topic = new_topic(broker.bootstrap, 1)
+    sink = parse_sink_options({"kafka.bootstrap.servers": broker.bootstrap, "topic": topic})
+
+    def rows(*pairs):
+        return iter([pa.RecordBatch.from_pydict({"value": [v for v, _ in pairs], "partition": [p for _, p in pairs]},
+                                                schema=pa.schema([("value", pa.binary()), ("partition", pa.int32())]))])
+
+    assert write_batches(rows((b"a", 0)), sink).records == 1
+    add_partitions(broker.bootstrap, topic, 3)
+    assert write_batches(rows((b"b", 2), (b"c", 1), (b"d", 0)), sink).records == 3
+    got = confluent_read(broker.bootstrap, {topic: 3}, 4)
+    assert sorted((r[1], r[4]) for r in got) == [(0, b"a"), (0, b"d"), (1, b"c"), (2, b"b")]
+    with pytest.raises(InvalidPartitionError, match="partition 3 does not exist"):
+        write_batches(rows((b"e", 3)), sink)
