@@ -1,5 +1,7 @@
 """Fixtures of the Spark tests: one local[2] session for the whole run,
-with ``format("kwire")`` registered, on the session's Tansu broker."""
+with ``format("kwire")`` registered. The live tests take the ``broker``
+fixture (tests/conftest.py), so each runs on Tansu and on Apache Kafka,
+against the same session."""
 
 from __future__ import annotations
 
@@ -38,6 +40,23 @@ def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(name, num_partitions=partitions)])
     return name
+
+
+def add_partitions(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> None:
+    """Grow ``topic`` to ``count`` partitions (CreatePartitions) and wait
+    until the broker's metadata has them all, each with a leader: Kafka
+    answers CreatePartitions once its controller has the change, and its
+    metadata may follow a moment later; a producer made at once could still
+    be told the old count."""
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_partitions({topic: count})
+        deadline = time.monotonic() + timeout
+        while True:
+            parts = admin.describe_topics([topic])[topic].partitions
+            if len(parts) == count and all(p.leader >= 0 for p in parts):
+                return
+            assert time.monotonic() < deadline, f"{topic}: {len(parts)} partitions of {count} after {timeout} s"
+            time.sleep(0.05)
 
 
 Row = Tuple[str, int, int, Optional[bytes], Optional[bytes], int, Optional[List[Tuple[str, bytes]]]]
@@ -96,6 +115,14 @@ def kwire_read(spark, bootstrap: str, **options: str):
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
+
+
+def kwire_write(df, bootstrap: str, **options: str):
+    """``df.write`` to ``format("kwire")`` (append, the mode Python data sources write in), ready to ``save()``."""
+    writer = df.write.mode("append").format("kwire").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer
 
 
 def offsets_of(rows: Sequence[Row]) -> Dict[Tuple[str, int], List[int]]:

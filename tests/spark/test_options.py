@@ -140,3 +140,32 @@ def test_spark_batches_from_either_timestamp_unit_and_shared_columns():
             assert sb.column("topic").to_pylist() == [topic] * n
             assert sb.column("partition").to_pylist() == [partition] * n
             assert sb.column("timestamp").cast("int64").to_pylist()[-1] == (1_700_000_000_000 + n - 1) * 1000
+
+
+def test_data_loss_messages_of_the_executor(caplog):
+    """What a task says when its offsets are out of the log (constructed: the
+    live case, records deleted on Apache Kafka, is in test_batch.py)."""
+    from kwire.spark.errors import DataLossError
+    from kwire.spark.read import _lost
+
+    class LogStartsAt:
+        def __init__(self, begin: int) -> None:
+            self.begin = begin
+
+        def beginning_offsets(self, tps):
+            return {tp: self.begin for tp in tps}
+
+    tp, r = TopicPartition("t", 3), OffsetRange("t", 3, 10, 100)
+    with pytest.raises(DataLossError, match=r"^Cannot fetch offset 10 of t-3: the partition now starts at 40, offsets "
+                                            r"10 to 40 are gone\. Some data may have been lost .*failOnDataLoss"):
+        _lost(tp, 10, r, True, LogStartsAt(40))
+    with caplog.at_level("WARNING", logger="kwire.spark.read"):
+        assert _lost(tp, 10, r, False, LogStartsAt(40)) == 40
+        assert _lost(tp, 10, r, False, LogStartsAt(500)) == 500              # the whole range is gone
+        assert _lost(tp, 120, OffsetRange("t", 3, 120, 150), False, LogStartsAt(40)) == 150   # past the log end
+    assert [m.getMessage() for m in caplog.records] == [
+        "Cannot fetch offset 10 of t-3: the partition now starts at 40, offsets 10 to 40 are gone. "
+        "failOnDataLoss is false: skipping them, reading on from offset 40.",
+        "Cannot fetch offset 10 of t-3: the partition now starts at 500, offsets 10 to 100 are gone. "
+        "failOnDataLoss is false: skipping them.",
+        "Cannot fetch offsets 120 to 150 of t-3: the partition ends before 120. failOnDataLoss is false: skipping them."]

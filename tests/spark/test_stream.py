@@ -1,6 +1,7 @@
-"""Structured Streaming reads through ``format("kwire")`` on local[2]
-against Tansu: read limits, Trigger.AvailableNow, checkpoint restarts,
-new partitions, crash replay."""
+"""Structured Streaming reads through ``format("kwire")`` on local[2], on
+Tansu and on Apache Kafka: read limits, Trigger.AvailableNow, checkpoint
+restarts, new topics and partitions, crash replay, records deleted under a
+query."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import time
 
 import pytest
 
-from .conftest import new_topic, produce
+from kwire.admin import Admin
 
-pytestmark = pytest.mark.broker
+from .conftest import add_partitions, kwire_read, new_topic, offsets_of, produce, spark_rows
 
 
 def stream(spark, bootstrap: str, **options: str):
@@ -22,9 +23,13 @@ def stream(spark, bootstrap: str, **options: str):
     return reader.load()
 
 
+def to_parquet(df, path: str, checkpoint: str, **trigger):
+    return (df.selectExpr("topic", "partition", "offset", "value").writeStream.format("parquet")
+            .option("path", path).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+
 def run_available_now(df, path: str, checkpoint: str):
-    q = (df.selectExpr("topic", "partition", "offset", "value").writeStream.format("parquet")
-         .option("path", path).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q = to_parquet(df, path, checkpoint, availableNow=True)
     q.awaitTermination(180)
     assert not q.isActive and q.exception() is None
     return q
@@ -34,12 +39,12 @@ def written(spark, path: str):
     return sorted((r.topic, r.partition, r.offset) for r in spark.read.parquet(path).collect())
 
 
-def test_limit_available_now_restart_and_new_partitions(spark, tansu, tmp_path):
+def test_limit_available_now_restart_and_new_partitions(spark, broker, tmp_path):
     prefix = f"stream{time.monotonic_ns()}"
-    first = new_topic(tansu.bootstrap, 2, prefix=prefix)
-    produce(tansu.bootstrap, first, 300, 2)
+    first = new_topic(broker.bootstrap, 2, prefix=prefix)
+    produce(broker.bootstrap, first, 300, 2)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    df = stream(spark, tansu.bootstrap, subscribePattern=f"{prefix}-.*", startingOffsets="earliest",
+    df = stream(spark, broker.bootstrap, subscribePattern=f"{prefix}-.*", startingOffsets="earliest",
                 maxOffsetsPerTrigger="100")
 
     q = run_available_now(df, out, ckpt)
@@ -50,31 +55,36 @@ def test_limit_available_now_restart_and_new_partitions(spark, tansu, tmp_path):
     assert json.loads(last["latestOffset"]) == {first: {"0": 150, "1": 150}}    # reportLatestOffset
     assert written(spark, out) == [(first, p, o) for p in range(2) for o in range(150)]
 
-    # more records, and a new topic the pattern matches (Tansu cannot add partitions to a topic)
-    produce(tansu.bootstrap, first, 40, 2, start=300)
-    second = new_topic(tansu.bootstrap, 1, prefix=prefix)
-    produce(tansu.bootstrap, second, 25, 1)
-    run_available_now(df, out, ckpt)                                       # restart from the checkpoint
+    # more records, a new topic the pattern matches and, on Kafka, a partition added to the first topic
+    produce(broker.bootstrap, first, 40, 2, start=300)
+    second = new_topic(broker.bootstrap, 1, prefix=prefix)
+    produce(broker.bootstrap, second, 25, 1)
     expected = [(first, p, o) for p in range(2) for o in range(170)] + [(second, 0, o) for o in range(25)]
+    if not broker.is_tansu:                  # Tansu 0.6.0 offers no CreatePartitions
+        add_partitions(broker.bootstrap, first, 3)
+        produce(broker.bootstrap, first, 30, 3, start=340)        # 10 more in each, the new one's from offset 0
+        expected = [(t, p, o) for t, p, o in expected if t != first] + [
+            (first, p, o) for p in range(3) for o in range(10 if p == 2 else 180)]
+    run_available_now(df, out, ckpt)                                       # restart from the checkpoint
     assert written(spark, out) == sorted(expected)                         # nothing lost, nothing twice
 
 
-def test_starting_latest_reads_only_what_comes_after(spark, tansu, tmp_path):
-    topic = new_topic(tansu.bootstrap, 1)
-    produce(tansu.bootstrap, topic, 50, 1)
+def test_starting_latest_reads_only_what_comes_after(spark, broker, tmp_path):
+    topic = new_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, 50, 1)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    df = stream(spark, tansu.bootstrap, subscribe=topic)                  # startingOffsets latest by default
+    df = stream(spark, broker.bootstrap, subscribe=topic)                  # startingOffsets latest by default
     run_available_now(df, out, ckpt)
-    produce(tansu.bootstrap, topic, 10, 1, start=50)
+    produce(broker.bootstrap, topic, 10, 1, start=50)
     run_available_now(df, out, ckpt)
     assert written(spark, out) == [(topic, 0, o) for o in range(50, 60)]
 
 
-def test_crash_replays_the_same_offsets(spark, tansu, tmp_path):
+def test_crash_replays_the_same_offsets(spark, broker, tmp_path):
     """A batch that fails is run again after the restart over exactly the
     offsets Spark logged for it; the sink then has every record once."""
-    topic = new_topic(tansu.bootstrap, 2)
-    produce(tansu.bootstrap, topic, 120, 2)
+    topic = new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, 120, 2)
     log_dir, ckpt, flag = tmp_path / "log", str(tmp_path / "ckpt"), tmp_path / "crashed"
     log_dir.mkdir()
 
@@ -86,7 +96,7 @@ def test_crash_replays_the_same_offsets(spark, tansu, tmp_path):
             flag.write_text("1")
             raise RuntimeError("simulated crash in batch 1")
 
-    df = stream(spark, tansu.bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="50")
+    df = stream(spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="50")
     q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
     with pytest.raises(Exception, match="simulated crash"):
         q.awaitTermination(180)
@@ -98,3 +108,58 @@ def test_crash_replays_the_same_offsets(spark, tansu, tmp_path):
     done = sorted(x for f in os.listdir(log_dir) if f.endswith("-ok.json")
                   for x in map(tuple, json.loads((log_dir / f).read_text())))
     assert done == [(p, o) for p in range(2) for o in range(60)]
+
+
+def test_partitions_added_while_the_query_runs(spark, broker, tmp_path):
+    """CreatePartitions under a running query: the next micro-batch reads
+    the new partitions from their earliest offset (as Spark's Kafka source
+    does), and a batch read with subscribe sees every partition."""
+    if broker.is_tansu:
+        pytest.skip("Tansu 0.6.0 cannot add partitions to a topic (it offers no CreatePartitions)")
+    topic = new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, 100, 2)
+    out = str(tmp_path / "out")
+    q = to_parquet(stream(spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest"), out,
+                   str(tmp_path / "ckpt"), processingTime="0 seconds")
+    try:
+        q.processAllAvailable()
+        assert written(spark, out) == [(topic, p, o) for p in range(2) for o in range(50)]
+        add_partitions(broker.bootstrap, topic, 4)
+        produce(broker.bootstrap, topic, 80, 4, start=100)                  # 20 in each
+        expected = [(topic, p, o) for p in range(4) for o in range(70 if p < 2 else 20)]
+        deadline = time.monotonic() + 120
+        while written(spark, out) != expected and time.monotonic() < deadline:
+            q.processAllAvailable()        # returns once a trigger found nothing new: maybe before the new records
+        assert q.exception() is None and written(spark, out) == expected
+    finally:
+        q.stop()
+    got = offsets_of(spark_rows(kwire_read(spark, broker.bootstrap, subscribe=topic)))
+    assert got == {(topic, p): list(range(70 if p < 2 else 20)) for p in range(4)}
+
+
+def test_records_deleted_before_the_next_batch(spark, broker, tmp_path):
+    """Records deleted (DeleteRecords) past the offsets a query's checkpoint
+    holds: with failOnDataLoss=true the next batch fails naming the partition
+    and the offsets; with false the query goes on from the log start."""
+    from pyspark.errors import StreamingQueryException
+
+    if broker.is_tansu:
+        pytest.skip("Tansu 0.6.0 drops the connection on DeleteRecords")
+    topic = new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, 100, 2)
+    queries = {}
+    for fail in ("true", "false"):           # two queries, each with its checkpoint at offsets 50 and 50
+        df = stream(spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", failOnDataLoss=fail)
+        queries[fail] = df, str(tmp_path / f"out-{fail}"), str(tmp_path / f"ckpt-{fail}")
+        run_available_now(*queries[fail])
+    produce(broker.bootstrap, topic, 100, 2, start=100)
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.delete_records({(topic, 0): 80})
+
+    q = to_parquet(*queries["true"], availableNow=True)
+    with pytest.raises(StreamingQueryException,
+                       match=rf"Cannot fetch offset 50 of {topic}-0: the partition now starts at 80, offsets 50 to 80"):
+        q.awaitTermination(180)
+    run_available_now(*queries["false"])
+    assert written(spark, queries["false"][1]) == [(topic, 0, o) for o in [*range(50), *range(80, 100)]] + [
+        (topic, 1, o) for o in range(100)]

@@ -119,11 +119,13 @@ def _lost(tp: TopicPartition, position: int, r: OffsetRange, fail: bool, consume
     """Where to go on from ``position`` once its offset is out of the log."""
     begin = consumer.beginning_offsets([tp])[tp]
     if position < begin:
-        _report(fail, f"Cannot fetch offset {position} of {tp.topic}-{tp.partition} (the partition now starts at "
-                      f"{begin}); skipping offsets {position} to {min(begin, r.end)}. ")
+        resume = min(begin, r.end)
+        _report(fail, f"Cannot fetch offset {position} of {tp.topic}-{tp.partition}: the partition now starts at "
+                      f"{begin}, offsets {position} to {resume} are gone.",
+                f"skipping them, reading on from offset {resume}" if resume < r.end else "skipping them")
         return begin
     _report(fail, f"Cannot fetch offsets {position} to {r.end} of {tp.topic}-{tp.partition}: the partition ends "
-                  f"before {position}. ")
+                  f"before {position}.", "skipping them")
     return r.end
 
 
@@ -140,7 +142,7 @@ def _check_stalled(tp: TopicPartition, position: int, r: OffsetRange, config: Di
             parts = set()
     if tp.partition not in parts:
         _report(fail, f"{tp.topic}-{tp.partition} does not exist any more; offsets {position} to {r.end} "
-                      f"cannot be read. ")
+                      "cannot be read.", "skipping them")
         return r.end
     high = consumer.highwater(tp)
     if 0 <= high <= position:
@@ -148,8 +150,10 @@ def _check_stalled(tp: TopicPartition, position: int, r: OffsetRange, config: Di
     return position
 
 
-def _report(fail: bool, message: str) -> None:
+def _report(fail: bool, message: str, going_on: str) -> None:
+    """Data loss: raise with Spark's hint, or (``failOnDataLoss`` false) warn,
+    saying what the reader does instead (``going_on``)."""
     if fail:
-        raise DataLossError(message + _LOSS_HINT)
-    log.warning("%sfailOnDataLoss is false: going on.", message)
+        raise DataLossError(f"{message} {_LOSS_HINT}")
+    log.warning("%s failOnDataLoss is false: %s.", message, going_on)
 
