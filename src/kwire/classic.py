@@ -184,6 +184,7 @@ class ClassicMembership(HostedMembership):
         self._heartbeat_in_flight = False
         self._metadata_check_at = now
         self._metadata_in_flight = False
+        self._metadata_misses = 0                     # checks in a row with a subscribed topic unassignable
 
     # ================================================ Membership, app thread
     def next_change(self) -> Optional[AssignmentChange]:
@@ -480,7 +481,8 @@ class ClassicMembership(HostedMembership):
             self._pending_assignment = (generation, assigned)
             self._last_heartbeat_ok = now
             self._next_heartbeat = now + self.cfg["heartbeat_interval_ms"] / 1000.0
-            self._metadata_check_at = now + self.cfg["metadata_max_age_ms"] / 1000.0
+            self._metadata_misses = 0
+            self._metadata_check_at = now + self._metadata_check_in()
         log.debug("group %s: generation %s assignment %s", self.group_id, generation, assigned)
         self._host.wake_consumer(fut)          # a poll takes it in now
 
@@ -565,7 +567,7 @@ class ClassicMembership(HostedMembership):
             if pattern is None and not leader:
                 return
             self._metadata_in_flight = True
-            self._metadata_check_at = now + self.cfg["metadata_max_age_ms"] / 1000.0
+            self._metadata_check_at = now + self._metadata_check_in()
             topics = None if pattern is not None else sorted(self._group_topics)
 
         def done(f: Future) -> None:
@@ -577,6 +579,23 @@ class ClassicMembership(HostedMembership):
                 self._take_metadata(counts, pattern, leader)
 
         self._host.metadata(topics).add_done_callback(done)
+
+    def _metadata_check_in(self) -> float:
+        """(lock held) Seconds to the next metadata check: ``metadata_max_age_ms``;
+        but while the leader's assignment lacks a subscribed topic (it had no
+        partitions then: being auto-created, or not there yet), soon:
+        ``retry_backoff_ms``, doubled at each check in a row that still
+        lacks it, up to ``retry_backoff_max_ms``, as a refresh after a topic
+        error is. (Java's leader compares each metadata update with the one
+        it assigned from.) Without this, a group that joined while its topic
+        was being created had no partitions for ``metadata_max_age_ms``."""
+        if self.member_id and self.member_id == self.leader_id and self._group_topics - set(self._assigned_snapshot):
+            self._metadata_misses += 1
+            first = self.cfg["retry_backoff_ms"] / 1000.0
+            top = max(first, self.cfg["retry_backoff_max_ms"] / 1000.0)
+            return min(top, first * 2 ** min(self._metadata_misses - 1, 32))
+        self._metadata_misses = 0
+        return self.cfg["metadata_max_age_ms"] / 1000.0
 
     def _take_metadata(self, counts: Mapping[str, int], pattern: Optional[Pattern[str]], leader: bool) -> None:
         """(lock held)"""

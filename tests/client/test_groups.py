@@ -394,3 +394,30 @@ def test_mixed_group_with_kafka_python_roundrobin(broker):
             c.close()
 
     share_group_with(broker, topic, group, 200, "roundrobin", kafka_python_member)
+
+
+def test_a_topic_created_after_the_group_assigned_is_assigned_soon(broker):
+    """The leader assigned while a subscribed topic had no partitions (not
+    created yet, or being auto-created): it looks at the metadata again
+    after retry_backoff_ms (doubling up to retry_backoff_max_ms), not only
+    every metadata_max_age_ms (5 minutes here), and the group rejoins once
+    the topic has partitions. (Seen on Apache Kafka: a consumer asking for
+    auto-creation joined before the broker had made the topic, and had no
+    partitions for the rest of the test.)"""
+    name = f"g-late-{uuid.uuid4().hex[:10]}"
+    rec = Recorder()
+    with _consumer(broker, _group(), allow_auto_create_topics=False, metadata_max_age_ms=300000) as c:
+        c.subscribe([name], listener=rec)
+        deadline = time.monotonic() + 30
+        while not rec.events:                      # joined: assigned nothing
+            assert time.monotonic() < deadline, "the group did not form"
+            c.poll(100)
+        assert rec.events == [("assigned", [])] and c.assignment() == []
+        with Admin(bootstrap_servers=broker.bootstrap) as a:
+            a.create_topics([NewTopic(name, 2)])
+        _produce(broker.bootstrap, name, 0, 10)
+        got = []
+        t1 = time.monotonic()
+        drive([c], got, lambda: len(got) == 10, timeout=20)
+        assert sorted(c.assignment()) == [TopicPartition(name, 0), TopicPartition(name, 1)]
+        assert time.monotonic() - t1 < 10
