@@ -5,7 +5,9 @@ primitives, on their own: what the fault tests build on.
   proxies, the cluster-wide settings (min ISR 2, the rack-aware replica
   selector), a topic replicated three times with its full ISR;
 - SIGKILL of a partition's leader: another replica leads, the ISR shrinks
-  to two; the restarted node (same directory and ports) rejoins the ISR;
+  to two, a new client whose first bootstrap address is the dead broker
+  connects through the others at once; the restarted node (same directory
+  and ports) rejoins the ISR;
 - SIGTERM (controlled shutdown) moves leadership away before the node exits;
 - SIGSTOP: the hung leader is fenced and replaced; SIGCONT brings it back;
 - a black-holed proxy: the client gets no answer through it (bounded), while
@@ -69,6 +71,13 @@ def test_kill_and_restart(kafka_cluster):
                                    lambda: (lambda i: i if leader not in i else None)(kafka_cluster.partitions(topic)[0].isr),
                                    30)
     assert len(isr) == 2
+    # a new client whose first bootstrap address is the dead broker connects through the others at once
+    first_dead = ",".join([node.address] + [n.address for n in kafka_cluster.brokers if n is not node])
+    t0 = time.monotonic()
+    with Admin({"bootstrap.servers": first_dead, "request.timeout.ms": 10000}) as a:
+        assert sorted(b.node_id for b in a.describe_cluster(timeout=10).brokers) == sorted(
+            n.node_id for n in kafka_cluster.brokers if n is not node)
+    assert time.monotonic() - t0 < 5
     took = node.restart(kafka_cluster)
     assert node.pid != old_pid and took < 120
     assert sorted(kafka_cluster.wait_until_isr(topic, 0, 3, timeout=60)) == [1, 2, 3]
