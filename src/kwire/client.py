@@ -523,18 +523,33 @@ class Client:
         send = send or self.send
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg.get("request_timeout_ms", 30000) / 1000.0)
         last: Optional[BaseException] = None
-        for _ in range(retries + 1):
+        failures = 0
+        while failures <= retries:
             node = self.wait_for_node(deadline)
             try:
                 conn = self.connection(node)
                 if conn is None:
                     raise NoBrokersAvailableError("no broker reachable")
-                self.wait_ready(node, deadline)
+                # fail_over: a broker that cannot be reached (refused, or no answer to the
+                # connection's setup within its timeout) sends the request to another one
+                # (in its reconnect backoff now, least_loaded_node passes it over) instead
+                # of the whole deadline going on this one: a dead first bootstrap address
+                self.wait_ready(node, deadline, fail_over=True)
+            except NoBrokersAvailableError as e:
+                if not e.retriable:
+                    raise
+                last = e                            # not a retry: the request never left
+                if time.monotonic() >= deadline:
+                    break
+                self.poll(min(0.02, max(0.0, deadline - time.monotonic())))   # every broker in backoff: no spin
+                continue
+            try:
                 return self.wait(send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
             except (ConnectionLostError, NoBrokersAvailableError) as e:
                 if not e.retriable:
                     raise
                 last = e
+                failures += 1
                 if time.monotonic() >= deadline:
                     break
                 time.sleep(min(self.cfg.get("retry_backoff_ms", 100) / 1000.0, max(0.0, deadline - time.monotonic())))
@@ -550,18 +565,24 @@ class Client:
                     "no broker of " + ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap) + " could be reached")
             self.poll(0.05)
 
-    def wait_ready(self, node_id: int, deadline: float) -> Connection:
+    def wait_ready(self, node_id: int, deadline: float, *, fail_over: bool = False) -> Connection:
         """Connect to ``node_id`` and wait until its setup is done. A
         non-retriable failure (TLS refused, SASL refused) is raised at once;
         otherwise :class:`NoBrokersAvailableError` at ``deadline``, naming the
-        last failure."""
+        last failure, or with ``fail_over`` as soon as a connection attempt
+        has failed (the caller may try another broker)."""
+        attempted = False
         while True:
             conn = self.connection(node_id)
             if conn is not None and conn.ready:
                 return conn
+            if conn is not None and not conn.closed:
+                attempted = True
             err = conn.error if conn is not None and conn.closed else self._last_error(node_id)
             if err is not None and getattr(err, "retriable", True) is False:
                 raise err
+            if fail_over and err is not None and (attempted or conn is None) and (conn is None or conn.closed):
+                raise NoBrokersAvailableError(f"node {node_id} could not be reached ({err})")
             now = time.monotonic()
             if now >= deadline:
                 raise NoBrokersAvailableError(f"node {node_id} did not become ready in time"

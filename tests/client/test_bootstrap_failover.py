@@ -1,0 +1,54 @@
+"""A bootstrap list whose first addresses are dead still connects, within a
+connection attempt per dead address, not the whole deadline (found on the
+three-node cluster: with the first broker killed, every new client's first
+request waited on it until its timeout and failed, though two brokers were up).
+
+``Client.request_any`` (metadata, DescribeCluster, every Admin request that
+any broker may answer) sends the request to another broker as soon as a
+connection attempt fails (refused, or no answer to its setup within
+``socket_connection_setup_timeout_ms``), without counting that as one of its
+retries. The broker is :class:`support.hostile_broker.HostileBroker`; the dead
+addresses are a closed port (refused) and a socket that accepts and never
+answers (a hung or partitioned broker)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from kwire.admin import Admin
+from kwire.devbroker import free_port
+from kwire.producer import Producer
+from support.hostile_broker import HostileBroker
+
+
+def _silent() -> socket.socket:
+    """A listening socket that never accepts: connects succeed (the backlog), nothing is answered."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s
+
+
+def test_admin_skips_dead_bootstrap_addresses():
+    silent = _silent()
+    with silent, HostileBroker({"t": 1}) as broker:
+        dead = f"127.0.0.1:{free_port()}"
+        hung = "127.0.0.1:%d" % silent.getsockname()[1]
+        t0 = time.monotonic()
+        with Admin({"bootstrap.servers": f"{dead},{hung},{broker.bootstrap}", "request.timeout.ms": 8000,
+                    "socket.connection.setup.timeout.ms": 1000, "reconnect.backoff.ms": 50}) as a:
+            assert "t" in a.list_topics(timeout=8)
+        took = time.monotonic() - t0
+    assert took < 5, f"{took:.1f} s: the dead addresses held the request past one attempt each"
+
+
+def test_producer_metadata_skips_a_dead_first_address():
+    with HostileBroker({"t": 1}) as broker:
+        dead = f"127.0.0.1:{free_port()}"
+        t0 = time.monotonic()
+        with Producer(bootstrap_servers=f"{dead},{broker.bootstrap}", request_timeout_ms=8000,
+                      socket_connection_setup_timeout_ms=1000, linger_ms=0) as p:
+            md = p.send("t", b"v", partition=0).get(8)
+        assert md.offset == 0
+    assert time.monotonic() - t0 < 5
