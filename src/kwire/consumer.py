@@ -1,5 +1,6 @@
 """The consumer (manual assignment): fetches from every partition leader at
-once and decodes with the compiled codec, into Python records or Arrow.
+once (or from the replica a leader prefers for ``client_rack``, KIP-392)
+and decodes with the compiled codec, into Python records or Arrow.
 This module holds its public API and ``poll``; the fetching itself (fetch
 scheduling, read-ahead, position look-ups and checks, decoding) is
 :mod:`kwire.fetcher`'s, whose :class:`kwire.fetcher.Fetcher` the consumer is.
