@@ -108,6 +108,8 @@ class Consumer(Fetcher):
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._buffer = {tp: c for tp, c in self._buffer.items() if tp in self._states}
         self._ahead = {tp: c for tp, c in self._ahead.items() if tp in self._states}
+        self._replicas = {tp: r for tp, r in self._replicas.items() if tp in self._states}
+        self._expired = {tp: r for tp, r in self._expired.items() if tp in self._states}
         self._looking_up = {tp: f for tp, f in self._looking_up.items() if tp in self._states}
         self._validating &= set(self._states)
         self._client.add_topics({tp.topic for tp in tps})

@@ -89,9 +89,6 @@ class _PartitionState:
     retry_at: float = 0.0                   # after a failure: no request for it before this (monotonic)
     failure: Optional[str] = None           # the failure last logged for it (a failure is said once)
     skipped: int = 0                        # records dropped: their offset was not above the last one returned
-    replica: int = -1                       # KIP-392: the read replica the leader prefers (-1: fetch from the leader)
-    replica_until: float = 0.0              # when that preference expires (monotonic): the leader is asked again
-    replica_said: int = -1                  # the read replica the log last said it is fetched from (-1: the leader)
 
 
 @dataclass
@@ -149,6 +146,9 @@ class Fetcher:
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
         self._poll_bytes = self.cfg["max_poll_bytes"]
+        # KIP-392 (kept apart from the partitions' states: with none, the fetch path pays for an empty dict)
+        self._replicas: Dict[TopicPartition, Tuple[int, float]] = {}   # partition -> (read replica, expiry)
+        self._expired: Dict[TopicPartition, int] = {}   # partition -> its expired read replica, till the leader answers
         self._replica_age = self.cfg["metadata_max_age_ms"] / 1000.0   # how long a preferred read replica holds
 
     def _has_unread(self, tp: TopicPartition) -> bool:
@@ -408,6 +408,7 @@ class Fetcher:
         now = time.monotonic()
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        replicas = self._replicas
         from_replica: Set[TopicPartition] = set()     # fetched from a read replica, not the leader (KIP-392)
         unlisted: List[TopicPartition] = []           # their read replica is not in the metadata any more
         for tp, st in self._states.items():
@@ -423,8 +424,8 @@ class Fetcher:
                 to_validate[leader].append(tp)      # a new leader: is the position still in its log?
                 continue
             node = leader
-            if st.replica >= 0:
-                node = self._read_replica(tp, st, leader, now, unlisted)
+            if replicas and tp in replicas:
+                node = self._read_replica(tp, leader, now, unlisted)
                 if node != leader:
                     from_replica.add(tp)
             by_node[node].append(tp)
@@ -469,33 +470,37 @@ class Fetcher:
                                       self._on_fetch(node, asked, f, epochs, via))
 
     # ------------------------------------------- the nearest replica (KIP-392)
-    def _read_replica(self, tp: TopicPartition, st: _PartitionState, leader: int, now: float,
-                      unlisted: List[TopicPartition]) -> int:
+    def _read_replica(self, tp: TopicPartition, leader: int, now: float, unlisted: List[TopicPartition]) -> int:
         """The node to fetch ``tp`` from when its leader named a preferred
         read replica: that replica, unless its time is up (the leader is
-        asked again, and names it again or not: said only if it changes),
+        asked again, and names it again or not: said only if that changes),
         it became the leader, or the metadata no longer lists it (``tp`` is
         added to ``unlisted``: back to the leader, as Java's consumer)."""
-        if now >= st.replica_until or st.replica == leader:
-            log.debug("%s[%s]: read replica %s %s; fetching from the leader %s", tp.topic, tp.partition, st.replica,
-                      "is the leader now" if st.replica == leader else "expired (metadata_max_age_ms)", leader)
-            st.replica = -1
+        replica, until = self._replicas[tp]
+        if now >= until or replica == leader:
+            log.debug("%s[%s]: read replica %s %s; fetching from the leader %s", tp.topic, tp.partition, replica,
+                      "is the leader now" if replica == leader else "expired (metadata_max_age_ms)", leader)
+            del self._replicas[tp]
+            if replica != leader:
+                self._expired[tp] = replica
             return leader
-        if st.replica not in self._client.cluster.brokers:
+        if replica not in self._client.cluster.brokers:
             unlisted.append(tp)
             return leader
-        return st.replica
+        return replica
 
     def _note_replica(self, tp: TopicPartition, st: _PartitionState, preferred: int,
                       moved: Dict[int, List[TopicPartition]]) -> None:
         """A leader's answer for ``tp`` named a preferred read replica
-        (``preferred`` >= 0; kept for ``metadata_max_age_ms``, as Java does,
-        and ``tp`` added to ``moved`` to be said), or named none once more
-        after it had (the partition is the leader's again: said here)."""
+        (``preferred`` >= 0: kept for ``metadata_max_age_ms``, as Java does,
+        and ``tp`` added to ``moved`` to be said, unless it is the one that
+        just expired), or, after an expiry, named none (the partition is the
+        leader's again: said here)."""
+        expired = self._expired.pop(tp, None)
         if preferred < 0:
-            log.info("%s[%s]: fetching from the leader again: it names no read replica any more",
-                     tp.topic, tp.partition)
-            st.replica_said = -1
+            if expired is not None:
+                log.info("%s[%s]: fetched from the leader again instead of read replica %s: the leader names no "
+                         "read replica any more", tp.topic, tp.partition, expired)
             return
         if preferred == self._client.cluster.leader_for(*tp):
             return                       # the leader itself: nothing to move to
@@ -505,19 +510,15 @@ class Fetcher:
             st.retry_at = time.monotonic() + self._backoff
             self._client.request_metadata_update()
             return
-        if preferred != st.replica:
-            st.replica, st.replica_until = preferred, time.monotonic() + self._replica_age
-        if st.replica_said != preferred:
-            st.replica_said = preferred
-            moved.setdefault(preferred, []).append(tp)
+        if self._replicas.get(tp, _LEADER)[0] != preferred:
+            self._replicas[tp] = (preferred, time.monotonic() + self._replica_age)
+            if preferred != expired:
+                moved.setdefault(preferred, []).append(tp)
 
     def _back_to_leader(self, tps: List[TopicPartition], why: str) -> None:
         """Fetch ``tps`` from their leaders again instead of their read
         replicas; said once (INFO), for all of them."""
-        nodes = sorted({self._states[tp].replica for tp in tps})
-        for tp in tps:
-            st = self._states[tp]
-            st.replica = st.replica_said = -1
+        nodes = sorted({self._replicas.pop(tp, _LEADER)[0] for tp in tps})
         log.info("%d partition(s) (%s) are fetched from their leader again instead of read replica %s: %s",
                  len(tps), _show(tps), ", ".join(str(n) for n in nodes), why)
 
@@ -536,7 +537,7 @@ class Fetcher:
             for p in t.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 if (p.error_code and tp in via and tp in asked and self._fetch_offset(tp) == asked[tp]
-                        and self._states[tp].replica == node):
+                        and self._replicas.get(tp, _LEADER)[0] == node):
                     failed[tp] = p.error_code
         if not failed:
             return asked
@@ -656,6 +657,7 @@ class Fetcher:
         """Buffer the data of each partition of a Fetch answer (or act on its
         error); note a read replica the leader prefers (KIP-392)."""
         moved: Dict[int, List[TopicPartition]] = {}
+        expired = self._expired
         names = {v: k for k, v in self._client.cluster.topic_ids.items()}
         for t in resp.responses:
             name = t.topic or names.get(getattr(t, "topic_id", None))
@@ -674,7 +676,7 @@ class Fetcher:
                 st.high_watermark = p.high_watermark
                 st.last_stable_offset = getattr(p, "last_stable_offset", -1)
                 st.log_start_offset = getattr(p, "log_start_offset", -1)
-                if p.preferred_read_replica >= 0 or (st.replica_said >= 0 and st.replica < 0):
+                if p.preferred_read_replica >= 0 or (expired and tp in expired):
                     self._note_replica(tp, st, p.preferred_read_replica, moved)
                 data = p.records
                 if data is None or len(data) == 0:
@@ -708,11 +710,10 @@ class Fetcher:
         retry_at = time.monotonic() + self._backoff
         back = []
         for tp in asked:
-            st = self._states[tp]
-            if tp in via and st.replica == node:
+            if tp in via and self._replicas.get(tp, _LEADER)[0] == node:
                 back.append(tp)
             else:
-                st.retry_at = retry_at
+                self._states[tp].retry_at = retry_at
         text = f"{type(error).__name__}: {error}"
         if self._node_failure.get(node) != text:
             self._node_failure[node] = text
@@ -924,6 +925,7 @@ class Fetcher:
 
 
 _NO_REPLICA: FrozenSet[TopicPartition] = frozenset()   # a Fetch whose partitions all go to their leader
+_LEADER = (-1, 0.0)                                      # no read replica (fetched from the leader)
 
 
 def _show(tps: Sequence[TopicPartition]) -> str:

@@ -135,7 +135,7 @@ def test_the_leader_names_the_follower_and_every_record_comes_from_it(caplog, co
         with consumer(leader) as c:
             assert read(c, columnar=columnar) == every_record()
             assert c.position(TP) == N
-            assert c._states[TP].replica == 1
+            assert c._replicas.get(TP, (-1,))[0] == 1
         assert leader.bytes_served == 0 and follower.bytes_served > 0
         assert all(r.body.rack_id == "b" for r in leader.received("Fetch"))
         assert len(follower.received("Fetch")) >= N // 10 // 3      # several fetches (300 bytes a partition)
@@ -151,7 +151,7 @@ def test_without_a_rack_the_leader_serves():
         with Consumer(bootstrap_servers=leader.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as c:
             c.assign([TP])
             assert read(c) == every_record()
-            assert c._states[TP].replica == -1
+            assert c._replicas.get(TP, (-1,))[0] == -1
         assert follower.bytes_served == 0 and not follower.received("Fetch")
 
 
@@ -249,13 +249,13 @@ def test_a_follower_the_metadata_no_longer_lists_is_left_for_the_leader(caplog):
     with two_nodes() as (leader, follower):
         with consumer(leader) as c:
             got = read(c, 50)
-            assert c._states[TP].replica == 1
+            assert c._replicas.get(TP, (-1,))[0] == 1
             leader.cluster.remove(follower)
             leader.preferred_read_replica = -1
             c._client.refresh_metadata(timeout=5)
             got += read(c, N - len(got))
             assert got == every_record()
-            assert c._states[TP].replica == -1
+            assert c._replicas.get(TP, (-1,))[0] == -1
         assert leader.bytes_served > 0
         back = said(caplog, "from their leader again")
         assert len(back) == 1 and "no longer lists" in back[0]
