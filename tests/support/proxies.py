@@ -2,7 +2,9 @@
 
 * :class:`FaultProxy` relays bytes both ways and, when told, cuts live
   connections after a random number of bytes (mid-frame), so a client's
-  reconnect and retry paths run against the real broker.
+  reconnect and retry paths run against the real broker; or black-holes
+  them (:meth:`FaultProxy.black_hole`: nothing relayed, nothing closed)
+  until :meth:`FaultProxy.heal`, a network partition.
 * :class:`TlsProxy` terminates TLS (``ssl`` module; the certificates come
   from :func:`make_pki`) and relays plaintext to the broker; it can require
   a client certificate (mutual TLS).
@@ -146,9 +148,33 @@ class FaultProxy(_Relay):
         self.cutting = False
         self.cuts = 0
         self._budget: dict = {}
+        self._flowing = threading.Event()
+        self._flowing.set()
         super().__init__(target)
 
+    @property
+    def holing(self) -> bool:
+        """True between :meth:`black_hole` and :meth:`heal`."""
+        return not self._flowing.is_set()
+
+    def black_hole(self) -> None:
+        """A network partition: connections stay open and new ones are accepted, but
+        no byte is relayed either way (each relay thread holds its chunk) until
+        :meth:`heal`, when the held bytes go on, as TCP would retransmit them to a
+        peer that had not given up. A client that gives up closes its side."""
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+    def stop(self) -> None:
+        super().stop()
+        self.heal()                  # the held relay threads end on their closed sockets
+
     def on_bytes(self, pair_index: int, direction: str, data: bytes) -> bool:
+        while not self._flowing.wait(0.5):
+            if self._stopped:
+                return False
         if not self.cutting:
             return True
         with self._lock:
