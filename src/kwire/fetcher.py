@@ -16,7 +16,10 @@ from and how they become what ``poll`` returns.
   partition is fetched from that node until it fails (the fetch, or an
   error there: an out-of-range offset there is the replica's, not the
   position's), the metadata no longer lists it, or ``metadata_max_age_ms``
-  passes; then from the leader again (:meth:`Fetcher._read_replica`);
+  passes; then from the leader again (:meth:`Fetcher._read_replica`). A
+  replica the client cannot connect to while the leader still names it is
+  waited for (its reconnect backoff; a metadata refresh is asked), as in
+  Java's consumer: a leader names no replica its cluster has fenced;
 - positions: looked up with ListOffsets (``auto_offset_reset``,
   ``seek_to_*``, offsets by time) and checked with OffsetForLeaderEpoch
   when the partition's leader changes (KIP-320: a log truncated below the
