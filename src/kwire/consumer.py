@@ -1,5 +1,6 @@
 """The consumer (manual assignment): fetches from every partition leader at
-once and decodes with the compiled codec, into Python records or Arrow.
+once (or from the replica a leader prefers for ``client_rack``, KIP-392)
+and decodes with the compiled codec, into Python records or Arrow.
 This module holds its public API and ``poll``; the fetching itself (fetch
 scheduling, read-ahead, position look-ups and checks, decoding) is
 :mod:`kwire.fetcher`'s, whose :class:`kwire.fetcher.Fetcher` the consumer is.
@@ -107,6 +108,8 @@ class Consumer(Fetcher):
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._buffer = {tp: c for tp, c in self._buffer.items() if tp in self._states}
         self._ahead = {tp: c for tp, c in self._ahead.items() if tp in self._states}
+        self._replicas = {tp: r for tp, r in self._replicas.items() if tp in self._states}
+        self._expired = {tp: r for tp, r in self._expired.items() if tp in self._states}
         self._looking_up = {tp: f for tp, f in self._looking_up.items() if tp in self._states}
         self._validating &= set(self._states)
         self._client.add_topics({tp.topic for tp in tps})

@@ -11,10 +11,20 @@ from and how they become what ``poll`` returns.
   decoded a chunk at a time, within what one poll may decode; for
   read_committed, with the partition's :class:`~kwire._codec.Aborter`, which
   has the decoder drop the aborted transactions and the control batches;
+- the nearest replica (KIP-392): a leader that prefers another replica for
+  the consumer's ``client_rack`` names it in its (empty) answer; the
+  partition is fetched from that node until it fails (the fetch, or an
+  error there: an out-of-range offset there is the replica's, not the
+  position's), the metadata no longer lists it, or ``metadata_max_age_ms``
+  passes; then from the leader again (:meth:`Fetcher._read_replica`). A
+  replica the client cannot connect to while the leader still names it is
+  waited for (its reconnect backoff; a metadata refresh is asked), as in
+  Java's consumer: a leader names no replica its cluster has fenced;
 - positions: looked up with ListOffsets (``auto_offset_reset``,
   ``seek_to_*``, offsets by time) and checked with OffsetForLeaderEpoch
   when the partition's leader changes (KIP-320: a log truncated below the
-  position resets it, or raises :class:`LogTruncationError`);
+  position resets it, or raises :class:`LogTruncationError`), both asked
+  of the leader, whatever replica the records come from;
 - the partitions' errors, held until ``poll`` raises them.
 
 :class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
@@ -32,7 +42,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
@@ -139,6 +149,10 @@ class Fetcher:
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
         self._poll_bytes = self.cfg["max_poll_bytes"]
+        # KIP-392 (kept apart from the partitions' states: with none, the fetch path pays for an empty dict)
+        self._replicas: Dict[TopicPartition, Tuple[int, float]] = {}   # partition -> (read replica, expiry)
+        self._expired: Dict[TopicPartition, int] = {}   # partition -> its expired read replica, till the leader answers
+        self._replica_age = self.cfg["metadata_max_age_ms"] / 1000.0   # how long a preferred read replica holds
 
     def _has_unread(self, tp: TopicPartition) -> bool:
         """Whether the next fetch of ``tp`` starts before the end the last
@@ -341,9 +355,8 @@ class Fetcher:
                 st.failure = text
                 new.append(tp)
         if new:
-            shown = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in new[:5]) + (" ..." if len(new) > 5 else "")
             log.warning("%s for %d partition(s) (%s) failed: %s; retrying every %d ms until it works",
-                        api, len(new), shown, error, self.cfg["retry_backoff_ms"])
+                        api, len(new), _show(new), error, self.cfg["retry_backoff_ms"])
 
     # ------------------------------------------------------------ fetch
     def _drop_buffered(self, tp: TopicPartition) -> None:
@@ -398,6 +411,9 @@ class Fetcher:
         now = time.monotonic()
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        replicas = self._replicas
+        from_replica: Set[TopicPartition] = set()     # fetched from a read replica, not the leader (KIP-392)
+        unlisted: List[TopicPartition] = []           # their read replica is not in the metadata any more
         for tp, st in self._states.items():
             if (tp in self._in_flight or tp in self._validating or st.error is not None or st.corrupt is not None
                     or now < st.retry_at or self._fetch_offset(tp) is None):
@@ -410,7 +426,15 @@ class Fetcher:
                     continue                        # checked once the buffered records are out
                 to_validate[leader].append(tp)      # a new leader: is the position still in its log?
                 continue
-            by_node[leader].append(tp)
+            node = leader
+            if replicas and tp in replicas:
+                node = self._read_replica(tp, leader, now, unlisted)
+                if node != leader:
+                    from_replica.add(tp)
+            by_node[node].append(tp)
+        if unlisted:
+            self._back_to_leader(unlisted, "the metadata no longer lists it")
+            client.request_metadata_update()
         for node, tps in to_validate.items():
             self._validate_positions(node, tps)
         depth = self.cfg["max_in_flight_fetches"]
@@ -440,11 +464,98 @@ class Fetcher:
             for share in shares:
                 asked = {tp: self._fetch_offset(tp) for tp in share}
                 epochs = {tp: self._leader_epoch(tp) for tp in share}
+                via = from_replica.intersection(share) if from_replica else _NO_REPLICA
                 fut = client.send(node, self._fetch_request(conn.versions, asked))
                 self._node_fetches[node] += 1
                 for tp in share:
                     self._in_flight[tp] = node
-                fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs: self._on_fetch(node, asked, f, epochs))
+                fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs, via=via:
+                                      self._on_fetch(node, asked, f, epochs, via))
+
+    # ------------------------------------------- the nearest replica (KIP-392)
+    def _read_replica(self, tp: TopicPartition, leader: int, now: float, unlisted: List[TopicPartition]) -> int:
+        """The node to fetch ``tp`` from when its leader named a preferred
+        read replica: that replica, unless its time is up (the leader is
+        asked again, and names it again or not: said only if that changes),
+        it became the leader, or the metadata no longer lists it (``tp`` is
+        added to ``unlisted``: back to the leader, as Java's consumer)."""
+        replica, until = self._replicas[tp]
+        if now >= until or replica == leader:
+            log.debug("%s[%s]: read replica %s %s; fetching from the leader %s", tp.topic, tp.partition, replica,
+                      "is the leader now" if replica == leader else "expired (metadata_max_age_ms)", leader)
+            del self._replicas[tp]
+            if replica != leader:
+                self._expired[tp] = replica
+            return leader
+        if replica not in self._client.cluster.brokers:
+            unlisted.append(tp)
+            return leader
+        return replica
+
+    def _note_replica(self, tp: TopicPartition, st: _PartitionState, preferred: int,
+                      moved: Dict[int, List[TopicPartition]]) -> None:
+        """A leader's answer for ``tp`` named a preferred read replica
+        (``preferred`` >= 0: kept for ``metadata_max_age_ms``, as Java does,
+        and ``tp`` added to ``moved`` to be said, unless it is the one that
+        just expired), or, after an expiry, named none (the partition is the
+        leader's again: said here)."""
+        expired = self._expired.pop(tp, None)
+        if preferred < 0:
+            if expired is not None:
+                log.info("%s[%s]: fetched from the leader again instead of read replica %s: the leader names no "
+                         "read replica any more", tp.topic, tp.partition, expired)
+            return
+        if preferred == self._client.cluster.leader_for(*tp):
+            return                       # the leader itself: nothing to move to
+        if preferred not in self._client.cluster.brokers:
+            # a node this client does not know yet (a new broker): the metadata first, the leader again after
+            # the backoff (not in a loop of empty answers)
+            st.retry_at = time.monotonic() + self._backoff
+            self._client.request_metadata_update()
+            return
+        if self._replicas.get(tp, _LEADER)[0] != preferred:
+            self._replicas[tp] = (preferred, time.monotonic() + self._replica_age)
+            if preferred != expired:
+                moved.setdefault(preferred, []).append(tp)
+
+    def _back_to_leader(self, tps: List[TopicPartition], why: str) -> None:
+        """Fetch ``tps`` from their leaders again instead of their read
+        replicas; said once (INFO), for all of them."""
+        nodes = sorted({self._replicas.pop(tp, _LEADER)[0] for tp in tps})
+        log.info("%d partition(s) (%s) are fetched from their leader again instead of read replica %s: %s",
+                 len(tps), _show(tps), ", ".join(str(n) for n in nodes), why)
+
+    def _replica_errors(self, node: int, asked: Dict[TopicPartition, Optional[int]], resp: Any,
+                        via: AbstractSet[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
+        """The partitions with an error in read replica ``node``'s answer go
+        back to their leader. OFFSET_OUT_OF_RANGE there is the replica's (it
+        lags behind the position, or has lost the start): the leader is asked
+        at once, the position kept, as Java does. Other errors are then acted
+        on as a leader's (a metadata refresh and the backoff, or the error
+        held). Returns ``asked`` without those partitions."""
+        failed: Dict[TopicPartition, int] = {}
+        names = {v: k for k, v in self._client.cluster.topic_ids.items()}
+        for t in resp.responses:
+            name = t.topic or names.get(getattr(t, "topic_id", None))
+            for p in t.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                if (p.error_code and tp in via and tp in asked and self._fetch_offset(tp) == asked[tp]
+                        and self._replicas.get(tp, _LEADER)[0] == node):
+                    failed[tp] = p.error_code
+        if not failed:
+            return asked
+        by_code: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        for tp, code in failed.items():
+            by_code[code].append(tp)
+        for code, tps in by_code.items():
+            self._back_to_leader(tps, f"it answered {type(protocol.error_for(code, api='Fetch')).__name__}")
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                continue
+            for tp in tps:
+                st = self._states[tp]
+                if tp not in self._buffer and st.error is None and st.corrupt is None:
+                    self._on_partition_error(tp, code)   # a read-ahead's error comes again at the position
+        return {tp: offset for tp, offset in asked.items() if tp not in failed}
 
     def _leader_epoch(self, tp: TopicPartition) -> int:
         """The partition leader's epoch in the current metadata (-1: unknown)."""
@@ -516,8 +627,9 @@ class Fetcher:
         st.position = end_offset
 
     def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future,
-                  epochs: Dict[TopicPartition, int]) -> None:
-        """A Fetch answered (I/O callback). The bookkeeping of what is in
+                  epochs: Dict[TopicPartition, int], via: AbstractSet[TopicPartition] = frozenset()) -> None:
+        """A Fetch answered (I/O callback); ``via``: its partitions asked of
+        ``node`` as their read replica. The bookkeeping of what is in
         flight comes first, so that nothing after it can leave it wrong."""
         self._node_fetches[node] -= 1
         for tp in asked:
@@ -525,14 +637,16 @@ class Fetcher:
                 del self._in_flight[tp]
         asked = {tp: pos for tp, pos in asked.items() if tp in self._states}
         if fut.failed():
-            self._fetch_failed(node, asked, fut.exception(), logging.DEBUG)
+            self._fetch_failed(node, asked, fut.exception(), logging.DEBUG, via)
             return
         resp = fut.value
         if getattr(resp, "error_code", 0):
-            self._fetch_failed(node, asked, protocol.error_for(resp.error_code, api="Fetch"), logging.INFO)
+            self._fetch_failed(node, asked, protocol.error_for(resp.error_code, api="Fetch"), logging.INFO, via)
             return
         self._node_failure.pop(node, None)
         try:
+            if via:
+                asked = self._replica_errors(node, asked, resp, via)
             self._take_fetch(asked, resp, epochs)
         except Exception:
             # a bug, or an answer nothing here foresaw: the future logs it (once); asking again at once
@@ -543,7 +657,10 @@ class Fetcher:
             raise
 
     def _take_fetch(self, asked: Dict[TopicPartition, Optional[int]], resp: Any, epochs: Dict[TopicPartition, int]) -> None:
-        """Buffer the data of each partition of a Fetch answer (or act on its error)."""
+        """Buffer the data of each partition of a Fetch answer (or act on its
+        error); note a read replica the leader prefers (KIP-392)."""
+        moved: Dict[int, List[TopicPartition]] = {}
+        expired = self._expired
         names = {v: k for k, v in self._client.cluster.topic_ids.items()}
         for t in resp.responses:
             name = t.topic or names.get(getattr(t, "topic_id", None))
@@ -562,6 +679,8 @@ class Fetcher:
                 st.high_watermark = p.high_watermark
                 st.last_stable_offset = getattr(p, "last_stable_offset", -1)
                 st.log_start_offset = getattr(p, "log_start_offset", -1)
+                if p.preferred_read_replica >= 0 or (expired and tp in expired):
+                    self._note_replica(tp, st, p.preferred_read_replica, moved)
                 data = p.records
                 if data is None or len(data) == 0:
                     continue
@@ -580,19 +699,31 @@ class Fetcher:
                 except CorruptRecordError:
                     pass          # no read-ahead past a corrupt header; decoding finds it and holds the error
                 (self._ahead if ahead else self._buffer)[tp] = c
+        for node, tps in moved.items():
+            log.info("%d partition(s) (%s) are fetched from node %s from now on: the read replica their leader "
+                     "prefers for client_rack %r (KIP-392)", len(tps), _show(tps), node, self.cfg["client_rack"])
 
-    def _fetch_failed(self, node: int, asked: Iterable[TopicPartition], error: BaseException, level: int) -> None:
+    def _fetch_failed(self, node: int, asked: Iterable[TopicPartition], error: BaseException, level: int,
+                      via: AbstractSet[TopicPartition] = frozenset()) -> None:
         """A whole Fetch failed: its partitions are fetched again after
         ``retry_backoff_ms`` (not at once: a broker that fails every Fetch
-        at once must not be asked in a loop); said once per failure."""
+        at once must not be asked in a loop); said once per failure. Those
+        asked of ``node`` as their read replica (``via``) go back to their
+        leader at once."""
         retry_at = time.monotonic() + self._backoff
+        back = []
         for tp in asked:
-            self._states[tp].retry_at = retry_at
+            if tp in via and self._replicas.get(tp, _LEADER)[0] == node:
+                back.append(tp)
+            else:
+                self._states[tp].retry_at = retry_at
         text = f"{type(error).__name__}: {error}"
         if self._node_failure.get(node) != text:
             self._node_failure[node] = text
             log.log(level, "fetch from node %s failed: %s; fetching again every %d ms until it works",
                     node, error, self.cfg["retry_backoff_ms"])
+        if back and not self._client._closed:      # (closing fails every fetch: nothing to say then)
+            self._back_to_leader(back, f"the fetch from it failed ({text})")
 
     def _on_partition_error(self, tp: TopicPartition, code: int, api: str = "Fetch") -> None:
         """A partition's error in a Fetch (or an OffsetForLeaderEpoch): reset
@@ -794,6 +925,15 @@ class Fetcher:
                 self._finish_chunk(tp, c, st)
         self._served(out)
         return out
+
+
+_NO_REPLICA: FrozenSet[TopicPartition] = frozenset()   # a Fetch whose partitions all go to their leader
+_LEADER = (-1, 0.0)                                      # no read replica (fetched from the leader)
+
+
+def _show(tps: Sequence[TopicPartition]) -> str:
+    """Some partitions, for a log line (the first five)."""
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in tps[:5]) + (" ..." if len(tps) > 5 else "")
 
 
 def _records_to_arrow(records: List[Record], unit: str) -> Any:

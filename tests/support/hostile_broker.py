@@ -15,6 +15,14 @@ generated messages, at versions it announces in ApiVersions. Defaults: one
 broker, node 0, topics with N partitions all led by node 0, Fetch serving a
 scripted log per partition (:class:`PartitionLog`), Produce appending to it.
 
+Several nodes: ``HostileBroker(node_id=1, replica_of=leader)`` is a second
+node of ``leader``'s cluster, a follower of every partition, serving the
+same logs; every node's Metadata lists them all (with their ``rack``), the
+first as the leader. The leader's ``preferred_read_replica`` (a node id)
+makes it answer a Fetch that names a rack (v11+) as a leader whose replica
+selector prefers that node does (KIP-392): no records, that node named.
+A log's ``aborted`` transactions are listed in read_committed answers.
+
 Scripting: ``broker.on("Fetch", handler)``; the handler gets the decoded
 :class:`Request` and returns one of
 
@@ -69,6 +77,7 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = (
     ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.INIT_PRODUCER_ID)
 OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 #: The versions announced by default: each the highest kwire speaks that still
 #: names topics (Fetch 13 and Produce 13 name them by id only).
@@ -169,6 +178,13 @@ class PartitionLog:
         self._cond = cond
         self.entries: List[Tuple[int, int, bytes]] = []    # (base offset, next offset, bytes)
         self.start_offset = 0
+        self.aborted: List[Tuple[int, int, int]] = []      # (producer id, first offset, marker offset)
+
+    def aborted_within(self, start: int, end: int) -> List[Tuple[int, int]]:
+        """The aborted transactions (producer id, first offset) a Fetch of
+        offsets ``start`` to ``end`` lists, as Kafka does: those not ended
+        before ``start`` that began before ``end``."""
+        return [(pid, first) for pid, first, marker in self.aborted if marker >= start and first < end]
 
     @property
     def end_offset(self) -> int:
@@ -225,8 +241,10 @@ class HostileBroker:
     """
 
     def __init__(self, topics: Optional[Dict[str, int]] = None, *, node_id: int = 0,
-                 versions: Optional[Dict[int, Tuple[int, int]]] = None, fetch_wait_cap: float = 0.5) -> None:
+                 versions: Optional[Dict[int, Tuple[int, int]]] = None, fetch_wait_cap: float = 0.5,
+                 rack: Optional[str] = None, replica_of: Optional["HostileBroker"] = None) -> None:
         self.node_id = node_id
+        self.rack = rack
         self.versions = dict(DEFAULT_VERSIONS if versions is None else versions)
         self.fetch_wait_cap = fetch_wait_cap      # longest wait of a Fetch that finds nothing
         self.host = "127.0.0.1"
@@ -234,10 +252,18 @@ class HostileBroker:
         self.requests: List[Request] = []
         self.errors: List[str] = []               # what the broker could not parse or answer
         self.connections = 0
+        self.preferred_read_replica = -1          # KIP-392: the node the leader names to a Fetch with a rack
+        self.bytes_served = 0                     # record bytes its Fetch answers carried
+        self.cluster: List[HostileBroker] = [self]   # the nodes Metadata lists, the first one leading
         self._cond = threading.Condition()
         self.topics: Dict[str, int] = {}
         self.topic_ids: Dict[str, uuid.UUID] = {}
         self.logs: Dict[Tuple[str, int], PartitionLog] = {}
+        if replica_of is not None:                # one more node of that cluster, with the same logs
+            self.cluster = replica_of.cluster
+            self.cluster.append(self)
+            self._cond, self.topics, self.topic_ids, self.logs = (
+                replica_of._cond, replica_of.topics, replica_of.topic_ids, replica_of.logs)
         for name, n in (topics or {}).items():
             self.add_topic(name, n)
         self._handlers: Dict[int, Handler] = {}
@@ -426,7 +452,8 @@ class HostileBroker:
         topic); ``leader`` overrides the partitions' leader, ``partitions``
         the partition indexes of some topics."""
         r = m.MetadataResponse
-        node = self.node_id if leader is None else leader
+        node = self.cluster[0].node_id if leader is None else leader
+        replicas = [node] if len(self.cluster) == 1 else [b.node_id for b in self.cluster]
         topics = []
         with self._cond:
             for name in (sorted(self.topics) if names is None else names):
@@ -437,10 +464,11 @@ class HostileBroker:
                 topics.append(r.MetadataResponseTopic(
                     error_code=0, name=name, topic_id=self.topic_ids[name], partitions=[
                         r.MetadataResponsePartition(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
-                                                    replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+                                                    replica_nodes=replicas, isr_nodes=replicas, offline_replicas=[])
                         for i in indexes]))
-        return r(brokers=[r.MetadataResponseBroker(node_id=self.node_id, host=self.host, port=self.port)],
-                 cluster_id="hostile", controller_id=self.node_id, topics=topics)
+        return r(brokers=[r.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                          for b in self.cluster],
+                 cluster_id="hostile", controller_id=self.cluster[0].node_id, topics=topics)
 
     def _metadata(self, req: Request) -> Any:
         asked = None if req.body.topics is None else [t.name for t in req.body.topics]
@@ -452,27 +480,43 @@ class HostileBroker:
         r = m.FetchResponse
         body = req.body
         deadline = time.monotonic() + min(body.max_wait_ms / 1000.0, self.fetch_wait_cap)
+        leading = self is self.cluster[0]
+        # KIP-392: the leader prefers another replica for a client that names its rack (v11+); a follower
+        # serves consumers from v11 on only
+        redirect = leading and self.preferred_read_replica >= 0 and req.version >= 11 and bool(body.rack_id)
+        refused = not leading and req.version < 11
+        committed = getattr(body, "isolation_level", 0) == 1
 
         def answer() -> Tuple[List[Any], bool]:
-            topics, any_data = [], False
+            topics, any_data = [], redirect          # a preferred replica is named at once
             for t in body.topics:
                 parts = []
                 for p in t.partitions:
                     plog = self.logs.get((t.topic, p.partition))
-                    if plog is None:
-                        parts.append(r.PartitionData(partition_index=p.partition,
-                                                     error_code=UNKNOWN_TOPIC_OR_PARTITION, high_watermark=-1))
+                    if plog is None or refused:
+                        code = NOT_LEADER_OR_FOLLOWER if refused else UNKNOWN_TOPIC_OR_PARTITION
+                        parts.append(r.PartitionData(partition_index=p.partition, error_code=code, high_watermark=-1))
                         continue
                     end = plog.end_offset
                     if not plog.start_offset <= p.fetch_offset <= end:
                         parts.append(r.PartitionData(partition_index=p.partition, error_code=OFFSET_OUT_OF_RANGE,
                                                      high_watermark=end, log_start_offset=plog.start_offset))
                         continue
+                    if redirect:
+                        parts.append(r.PartitionData(partition_index=p.partition, high_watermark=end,
+                                                     last_stable_offset=end, log_start_offset=plog.start_offset,
+                                                     preferred_read_replica=self.preferred_read_replica, records=b""))
+                        continue
                     data = plog.read(p.fetch_offset, p.partition_max_bytes)
                     any_data = any_data or bool(data)
+                    aborted = None
+                    if committed:
+                        upto = (kwire.split_batches(data).next_offset if data else None) or p.fetch_offset
+                        aborted = [r.AbortedTransaction(producer_id=pid, first_offset=first)
+                                   for pid, first in plog.aborted_within(p.fetch_offset, upto)]
                     parts.append(r.PartitionData(partition_index=p.partition, high_watermark=end,
                                                  last_stable_offset=end, log_start_offset=plog.start_offset,
-                                                 aborted_transactions=None, records=data))
+                                                 aborted_transactions=aborted, records=data))
                 topics.append(r.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
             return topics, any_data
 
@@ -483,6 +527,7 @@ class HostileBroker:
                 if any_data or left <= 0 or self._stop.is_set():
                     break
                 self._cond.wait(left)
+            self.bytes_served += sum(len(p.records or b"") for t in topics for p in t.partitions)
         return r(responses=topics)
 
     def _produce(self, req: Request) -> Any:

@@ -1,0 +1,159 @@
+"""Reading from the nearest replica (KIP-392), live: the three-node Apache
+Kafka cluster of tests/support/kafka_cluster.py (racks rack-a/b/c,
+``replica.selector.class=RackAwareReplicaSelector``), a topic replicated
+three times, and a consumer whose ``client_rack`` is the rack of one of the
+partition's followers.
+
+- every record is read exactly once, and the record bytes come from that
+  follower (the leader's answers carry none: it names the follower);
+- the follower killed (SIGKILL) in the middle: the consumer falls back to
+  the leader (once the cluster has fenced the dead node, the leader no
+  longer names it) and reads on, without a gap or a repeat;
+- read_committed through ``poll_columnar``: the follower lists the aborted
+  transactions as the leader does; the committed records once each.
+
+Which node served the bytes is counted on kwire's side: every Fetch answer's
+record bytes, by the node it was sent to (:func:`_count_served`). The
+offline cases (each error from the follower, the metadata dropping it, the
+expiry) are tests/client/test_follower_fetch.py."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import uuid
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from kwire.admin import NewTopic
+from kwire.consumer import Consumer, TopicPartition
+from kwire.producer import Producer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
+
+N = 20_000
+
+
+def _produce(cluster, topic: str, values) -> None:
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5) as prod:
+        for i in values:
+            prod.send(topic, b"%d" % i, partition=0)
+        prod.flush(30)
+
+
+def _transactions(cluster, topic: str) -> List[bytes]:
+    """20 transactions of 50 records, every third aborted; returns the
+    committed values in order."""
+    committed: List[bytes] = []
+    with Producer(bootstrap_servers=cluster.bootstrap, transactional_id=f"kip392-{uuid.uuid4().hex[:6]}",
+                  linger_ms=1) as prod:
+        prod.init_transactions(30)
+        for txn in range(20):
+            prod.begin_transaction()
+            values = [b"%d-%d" % (txn, i) for i in range(50)]
+            for v in values:
+                prod.send(topic, v, partition=0)
+            if txn % 3 == 1:
+                prod.abort_transaction(30)
+            else:
+                prod.commit_transaction(30)
+                committed += values
+    return committed
+
+
+def _count_served(c: Consumer) -> Dict[int, int]:
+    """Record bytes of the Fetch answers, by the node that sent them."""
+    served: Dict[int, int] = collections.Counter()
+    send = c._client.send
+
+    def counting(node: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        fut = send(node, request, *args, **kwargs)
+        if type(request).__name__ == "FetchRequest":
+            def count(f: Any) -> None:
+                if not f.failed():
+                    served[node] += sum(len(p.records or b"") for t in f.value.responses for p in t.partitions)
+            fut.add_done_callback(count)
+        return fut
+
+    c._client.send = counting
+    return served
+
+
+def _read(c: Consumer, tp: TopicPartition, n: int, timeout: float) -> List[Tuple[int, bytes]]:
+    got: List[Tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += [(r.offset, r.value) for r in c.poll(200).get(tp, [])]
+    return got
+
+
+def _every(start: int, end: int) -> List[Tuple[int, bytes]]:
+    return [(i, b"%d" % i) for i in range(start, end)]
+
+
+def _setup(cluster, caplog, fill: Any = None, **cfg: Any) -> Tuple[TopicPartition, int, int, Consumer, Dict[int, int]]:
+    """A topic of one partition on all three nodes, written by ``fill(topic)``
+    (default: N records); its leader, a follower, a consumer of it in that
+    follower's rack and its count of the record bytes each node served."""
+    caplog.set_level(logging.INFO, logger="kwire")
+    topic = f"kip392-{uuid.uuid4().hex[:8]}"
+    with cluster.admin() as a:
+        a.create_topics([NewTopic(topic, 1, 3)])
+    cluster.wait_until_isr(topic, 0, 3, timeout=30)
+    (fill or (lambda t: _produce(cluster, t, range(N))))(topic)
+    cluster.wait_until_isr(topic, 0, 3, timeout=30)
+    p = cluster.partitions(topic)[0]
+    follower = next(n for n in sorted(p.replicas) if n != p.leader)
+    tp = TopicPartition(topic, 0)
+    c = Consumer(bootstrap_servers=cluster.bootstrap, client_rack=cluster.broker(follower).rack,
+                 auto_offset_reset="earliest", max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=200,
+                 reconnect_backoff_max_ms=500, **cfg)
+    c.assign([tp])
+    return tp, p.leader, follower, c, _count_served(c)
+
+
+def test_records_come_from_the_follower_in_the_client_rack(kafka_cluster, caplog):
+    tp, leader, follower, c, served = _setup(kafka_cluster, caplog)
+    with c:
+        assert _read(c, tp, N, 60) == _every(0, N)
+        assert c._replicas.get(tp, (-1,))[0] == follower
+    assert served[follower] > 0 and served[leader] == 0, dict(served)
+    assert [m for m in caplog.messages if f"fetched from node {follower} from now on" in m]
+
+
+def test_the_follower_killed_falls_back_to_the_leader_without_a_gap(kafka_cluster, caplog):
+    tp, leader, follower, c, served = _setup(kafka_cluster, caplog)
+    with c:
+        got = _read(c, tp, N // 2, 60)
+        assert served[follower] > 0 and served[leader] == 0, dict(served)
+        kafka_cluster.broker(follower).kill()
+        t0 = time.monotonic()
+        _produce(kafka_cluster, tp.topic, range(N, N + 1000))          # more while the follower is dead
+        got += _read(c, tp, N + 1000 - len(got), 90)
+        took = time.monotonic() - t0
+        assert got == _every(0, N + 1000)
+        assert c._replicas.get(tp, (-1,))[0] == -1
+    assert served[leader] > 0, dict(served)
+    assert [m for m in caplog.messages if "from their leader again" in m]
+    print(f"follower {follower} killed: the rest read from leader {leader} within {took:.1f} s")
+
+
+def test_read_committed_and_columnar_through_the_follower(kafka_cluster, caplog):
+    """The follower lists the aborted transactions as the leader does: a
+    read_committed consumer in its rack, polling columns, gets the committed
+    records once each, none of the aborted ones, all bytes from the follower."""
+    committed: List[bytes] = []
+    tp, leader, follower, c, served = _setup(kafka_cluster, caplog, lambda t: committed.extend(
+        _transactions(kafka_cluster, t)), isolation_level="read_committed")
+    with c:
+        got: List[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(committed) and time.monotonic() < deadline:
+            rb = c.poll_columnar(200).get(tp)
+            if rb is not None:
+                got += rb.column("value").to_pylist()
+        assert got == committed
+        assert c.position(tp) == c.end_offsets([tp], timeout=10)[tp]     # past the last marker
+    assert served[follower] > 0 and served[leader] == 0, dict(served)
