@@ -153,6 +153,10 @@ class Fetcher:
         self._replicas: Dict[TopicPartition, Tuple[int, float]] = {}   # partition -> (read replica, expiry)
         self._expired: Dict[TopicPartition, int] = {}   # partition -> its expired read replica, till the leader answers
         self._replica_age = self.cfg["metadata_max_age_ms"] / 1000.0   # how long a preferred read replica holds
+        # what was said (INFO) of each partition's read replica: a replica the leader keeps naming and the
+        # client keeps failing on moves a partition to and fro every backoff; each is said once (then DEBUG)
+        self._replica_said: Dict[Tuple[TopicPartition, str], int] = {}   # (partition, what) -> replica
+        self._said_back: Dict[TopicPartition, str] = {}   # partition -> why it last went back to its leader
 
     def _has_unread(self, tp: TopicPartition) -> bool:
         """Whether the next fetch of ``tp`` starts before the end the last
@@ -520,10 +524,29 @@ class Fetcher:
 
     def _back_to_leader(self, tps: List[TopicPartition], why: str) -> None:
         """Fetch ``tps`` from their leaders again instead of their read
-        replicas; said once (INFO), for all of them."""
-        nodes = sorted({self._replicas.pop(tp, _LEADER)[0] for tp in tps})
-        log.info("%d partition(s) (%s) are fetched from their leader again instead of read replica %s: %s",
-                 len(tps), _show(tps), ", ".join(str(n) for n in nodes), why)
+        replicas; said (INFO) once for all of them, and not again for the
+        same partition, replica and reason (DEBUG then)."""
+        nodes = {tp: self._replicas.pop(tp, _LEADER)[0] for tp in tps}
+        new = self._first_said([(tp, why, node) for tp, node in nodes.items()])
+        for tp in tps:
+            self._said_back[tp] = why
+        log.log(logging.INFO if new else logging.DEBUG,
+                "%d partition(s) (%s) are fetched from their leader again instead of read replica %s: %s",
+                len(tps), _show(tps), ", ".join(str(n) for n in sorted(set(nodes.values()))), why)
+
+    def _first_said(self, notes: Iterable[Tuple[TopicPartition, str, int]]) -> bool:
+        """Note each (partition, what was said, read replica); whether any
+        is new (the notes are kept for assigned partitions only)."""
+        said = self._replica_said
+        new = False
+        for tp, what, node in notes:
+            if said.get((tp, what)) != node:
+                said[(tp, what)] = node
+                new = True
+        if len(said) > 8 * max(1, len(self._states)):      # forget unassigned partitions
+            self._replica_said = {k: v for k, v in said.items() if k[0] in self._states}
+            self._said_back = {k: v for k, v in self._said_back.items() if k in self._states}
+        return new
 
     def _replica_errors(self, node: int, asked: Dict[TopicPartition, Optional[int]], resp: Any,
                         via: AbstractSet[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
@@ -700,7 +723,9 @@ class Fetcher:
                     pass          # no read-ahead past a corrupt header; decoding finds it and holds the error
                 (self._ahead if ahead else self._buffer)[tp] = c
         for node, tps in moved.items():
-            log.info("%d partition(s) (%s) are fetched from node %s from now on: the read replica their leader "
+            # a move back after a fallback is said once per reason of the fallback
+            said = self._first_said([(tp, "to, after " + self._said_back.get(tp, "none"), node) for tp in tps])
+            log.log(logging.INFO if said else logging.DEBUG,"%d partition(s) (%s) are fetched from node %s from now on: the read replica their leader "
                      "prefers for client_rack %r (KIP-392)", len(tps), _show(tps), node, self.cfg["client_rack"])
 
     def _fetch_failed(self, node: int, asked: Iterable[TopicPartition], error: BaseException, level: int,

@@ -183,6 +183,33 @@ def test_an_error_from_the_follower_falls_back_to_the_leader(caplog, code):
         assert not said(caplog, "resetting")
 
 
+def test_a_follower_that_keeps_failing_is_not_said_again_at_each_turn(caplog):
+    """The follower answers REPLICA_NOT_AVAILABLE to every Fetch past offset
+    30 while the leader keeps naming it (so it answers without records, as
+    a leader naming a replica does): the partition goes to and fro at each
+    retry backoff and does not advance, and each of the two moves is said
+    (INFO) once, not at every turn. (A fake broker: a real leader stops
+    naming a replica its cluster has fenced.)"""
+    caplog.set_level(logging.INFO, logger="kwire")
+    with two_nodes() as (leader, follower):
+        turns = []
+
+        def on_follower(req: Request) -> Any:
+            if fetch_offset(req) >= 30:
+                turns.append(fetch_offset(req))
+                return partition_error(ErrorCode.REPLICA_NOT_AVAILABLE)(req)
+            return None
+        follower.on("Fetch", on_follower)
+        with consumer(leader, retry_backoff_ms=20) as c:
+            assert read(c, 30) == every_record(30)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                assert not c.poll(50)
+        assert len(turns) >= 10                                    # many turns back and forth
+        assert len(said(caplog, "from their leader again")) == 1
+        assert len(said(caplog, "from node 1 from now on")) == 2   # the first move, and the first move back
+
+
 def test_out_of_range_from_the_follower_with_no_reset_policy_raises_nothing():
     """auto_offset_reset="none": an out-of-range answer from the follower is
     not the position's, so poll raises no PositionOutOfRangeError."""
