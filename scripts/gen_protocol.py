@@ -52,6 +52,8 @@ APIS = [
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
     # ACLs and client quotas (issue 16)
     "CreateAcls", "DescribeAcls", "DeleteAcls", "AlterClientQuotas", "DescribeClientQuotas",
+    # leader elections (issue 17: unclean election on the cluster; preferred-leader rebalancing)
+    "ElectLeaders",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -70,15 +70,20 @@ def kafka():
 
 
 @pytest.fixture(scope="module")
-def _kafka_cluster_module():
+def _kafka_cluster_module(request):
     """The cluster behind ``kafka_cluster``: one per test module, not per session.
     Starting one costs ~5 s (three JVMs, ~1 GiB), and the modules that use it are
     few; stopped after its module, it does not idle through the rest of the
     suite on CI's two cores, and a cluster a module broke beyond repair fails
-    that module only."""
+    that module only.
+
+    A module that sets ``CLUSTER_CONTROLLERS = 1`` gets the separate-controller
+    shape (a controller-only node and three brokers), for faults that take
+    two brokers down at once and must leave the controller quorum standing."""
     from support.kafka_cluster import start_cluster
 
-    cluster = start_cluster(progress=lambda msg: sys.stderr.write(f"[kafka-cluster] {msg}\n"))
+    cluster = start_cluster(controllers=getattr(request.module, "CLUSTER_CONTROLLERS", 0),
+                            progress=lambda msg: sys.stderr.write(f"[kafka-cluster] {msg}\n"))
     try:
         yield cluster
     finally:

@@ -23,7 +23,7 @@ from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
 from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
-from kwire.errors import KwireError
+from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
@@ -39,10 +39,16 @@ BROKER_RESOURCE = 4
 
 @dataclass(frozen=True)
 class NewTopic:
+    """A topic to create. ``replica_assignment`` places each partition on
+    the brokers named, the first its preferred leader ({partition: [broker
+    ids]}, every partition from 0); with it, ``num_partitions`` and
+    ``replication_factor`` are ignored (sent as -1, as Kafka requires)."""
+
     name: str
     num_partitions: int = 1
     replication_factor: int = 1
     configs: Optional[Mapping[str, str]] = None
+    replica_assignment: Optional[Mapping[int, Sequence[int]]] = None
 
 
 @dataclass(frozen=True)
@@ -192,14 +198,18 @@ class Admin:
         cls = protocol.message("CreateTopicsRequest")
         ms = int(self._timeout(timeout) * 1000)
 
+        def creatable(t: NewTopic) -> Any:
+            configs = [cls.CreatableTopicConfig(name=k, value=v) for k, v in (t.configs or {}).items()]
+            if t.replica_assignment is None:
+                return cls.CreatableTopic(name=t.name, num_partitions=t.num_partitions,
+                                          replication_factor=t.replication_factor, assignments=[], configs=configs)
+            assignments = [cls.CreatableReplicaAssignment(partition_index=p, broker_ids=list(ids))
+                           for p, ids in sorted(t.replica_assignment.items())]
+            return cls.CreatableTopic(name=t.name, num_partitions=-1, replication_factor=-1,
+                                      assignments=assignments, configs=configs)
+
         def make(versions: Dict[int, int]) -> Any:
-            return cls(
-                topics=[cls.CreatableTopic(
-                    name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
-                    assignments=[], configs=[cls.CreatableTopicConfig(name=k, value=v)
-                                             for k, v in (t.configs or {}).items()])
-                        for t in topics],
-                timeout_ms=ms, validate_only=validate_only)
+            return cls(topics=[creatable(t) for t in topics], timeout_ms=ms, validate_only=validate_only)
 
         resp = self._to_controller(make, timeout)
         errors, out = [], {}
@@ -334,6 +344,48 @@ class Admin:
                     else:
                         out[TopicPartition(t.name, p.partition_index)] = p.low_watermark
         self._raise_first(errors)
+        return out
+
+    def elect_leaders(self, partitions: Optional[Iterable[Tuple[str, int]]] = None, election_type: str = "preferred",
+                      timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KwireError]]:
+        """Elect leaders (ElectLeaders): ``"preferred"`` moves each partition's
+        leadership to its first replica; ``"unclean"`` elects, for a partition
+        without a leader and with no in-sync replica alive, the first live
+        replica, which loses what only the dead replicas had (the topic's
+        ``unclean.leader.election.enable`` need not be set). ``partitions``
+        None means every partition (preferred elections only, as Kafka
+        allows). Returns each partition's outcome: None when elected, else
+        the broker's error (ELECTION_NOT_NEEDED when the leader already is
+        the one asked for; ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica
+        may lead); a request-level error raises."""
+        kinds = {"preferred": 0, "unclean": 1}
+        if election_type not in kinds:
+            raise ValueError(f"election_type must be one of {sorted(kinds)}, not {election_type!r}")
+        if partitions is None and election_type != "preferred":
+            raise ValueError("an unclean election needs the partitions named")
+        cls = protocol.message("ElectLeadersRequest")
+        ms = int(self._timeout(timeout) * 1000)
+        by_topic: Dict[str, List[int]] = collections.defaultdict(list)
+        for topic, partition in partitions or ():
+            by_topic[topic].append(partition)
+
+        def make(versions: Dict[int, int]) -> Any:
+            if versions.get(ApiKey.ELECT_LEADERS, 0) < 1 and election_type != "preferred":
+                raise UnsupportedVersionError("the broker's ElectLeaders has only preferred elections (v0)")
+            named = None if partitions is None else [cls.TopicPartitions(topic=t, partitions=ps)
+                                                     for t, ps in by_topic.items()]
+            return cls(election_type=kinds[election_type], topic_partitions=named, timeout_ms=ms)
+
+        resp = self._to_controller(make, timeout)
+        if getattr(resp, "error_code", 0):
+            raise protocol.error_for(resp.error_code, api="ElectLeaders")
+        out: Dict[TopicPartition, Optional[KwireError]] = {}
+        for r in resp.replica_election_results:
+            for p in r.partition_result:
+                out[TopicPartition(r.topic, p.partition_id)] = protocol.error_for(
+                    p.error_code, api="ElectLeaders", topic=r.topic, partition=p.partition_id,
+                    message=p.error_message) if p.error_code else None
+        self._client.request_metadata_update()
         return out
 
     # ------------------------------------------------------------ configs

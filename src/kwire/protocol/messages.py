@@ -2820,6 +2820,72 @@ DescribeClientQuotasResponse.MIN_VERSION = 0
 DescribeClientQuotasResponse.MAX_VERSION = 1
 DescribeClientQuotasResponse.FLEXIBLE_MIN = 1
 
+class ElectLeadersRequest(_Message):
+    __slots__ = ('election_type', 'topic_partitions', 'timeout_ms', 'unknown_tags')
+    _FIELDS = ('election_type', 'topic_partitions', 'timeout_ms')
+    election_type: int
+    topic_partitions: Optional[List[ElectLeadersRequest.TopicPartitions]]
+    timeout_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicPartitions(_Message):
+        __slots__ = ('topic', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic', 'partitions')
+        topic: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, election_type: int = 0, topic_partitions: Optional[List[ElectLeadersRequest.TopicPartitions]] = _UNSET, timeout_ms: int = 60000, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.election_type = election_type
+        self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+        self.timeout_ms = timeout_ms
+        self.unknown_tags = unknown_tags
+ElectLeadersRequest.API_KEY = 43
+ElectLeadersRequest.MIN_VERSION = 0
+ElectLeadersRequest.MAX_VERSION = 2
+ElectLeadersRequest.FLEXIBLE_MIN = 2
+
+class ElectLeadersResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'replica_election_results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'replica_election_results')
+    throttle_time_ms: int
+    error_code: int
+    replica_election_results: List[ElectLeadersResponse.ReplicaElectionResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ReplicaElectionResult(_Message):
+        __slots__ = ('topic', 'partition_result', 'unknown_tags')
+        _FIELDS = ('topic', 'partition_result')
+        topic: str
+        partition_result: List[ElectLeadersResponse.PartitionResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partition_result: List[ElectLeadersResponse.PartitionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic = topic
+            self.partition_result = [] if partition_result is _UNSET else partition_result
+            self.unknown_tags = unknown_tags
+    class PartitionResult(_Message):
+        __slots__ = ('partition_id', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('partition_id', 'error_code', 'error_message')
+        partition_id: int
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_id: int = 0, error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_id = partition_id
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, replica_election_results: List[ElectLeadersResponse.ReplicaElectionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = [] if replica_election_results is _UNSET else replica_election_results
+        self.unknown_tags = unknown_tags
+ElectLeadersResponse.API_KEY = 43
+ElectLeadersResponse.MIN_VERSION = 0
+ElectLeadersResponse.MAX_VERSION = 2
+ElectLeadersResponse.FLEXIBLE_MIN = 2
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -3055,10 +3121,15 @@ _C174 = DescribeClientQuotasResponse
 _C175 = DescribeClientQuotasResponse.EntryData
 _C176 = DescribeClientQuotasResponse.EntityData
 _C177 = DescribeClientQuotasResponse.ValueData
-_C178 = ConsumerProtocolSubscription
-_C179 = ConsumerProtocolSubscription.TopicPartition
-_C180 = ConsumerProtocolAssignment
-_C181 = ConsumerProtocolAssignment.TopicPartition
+_C178 = ElectLeadersRequest
+_C179 = ElectLeadersRequest.TopicPartitions
+_C180 = ElectLeadersResponse
+_C181 = ElectLeadersResponse.ReplicaElectionResult
+_C182 = ElectLeadersResponse.PartitionResult
+_C183 = ConsumerProtocolSubscription
+_C184 = ConsumerProtocolSubscription.TopicPartition
+_C185 = ConsumerProtocolAssignment
+_C186 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -15861,8 +15932,258 @@ def _encode_DescribeClientQuotasResponse_v1(o, out, chunks):
     _put_str_cn(o.error_message, out, chunks)
     _encode_DescribeClientQuotasResponse_EntryData_v1_array_nullable(o.entries, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_ElectLeadersRequest_TopicPartitions_v0(buf, pos, end):
+    o = _C179.__new__(_C179)
+    o.topic, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_ElectLeadersRequest_v0(buf, pos, end):
     o = _C178.__new__(_C178)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ElectLeadersRequest_TopicPartitions_v0, n, 6)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, True)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.election_type = 0
+    o.unknown_tags = None
+    return o, pos
+def _encode_FetchRequest_ForgottenTopic_v7_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v7, False, True)
+def _encode_ElectLeadersRequest_v0(o, out, chunks):
+    if o.election_type != 0: _absent('ElectLeadersRequest', 'election_type', 0)
+    _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topic_partitions, out, chunks)
+    out += _S2.pack(o.timeout_ms)
+def _decode_ElectLeadersRequest_v1(buf, pos, end):
+    o = _C178.__new__(_C178)
+    if pos + 1 > end: _short()
+    o.election_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ElectLeadersRequest_TopicPartitions_v0, n, 6)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, True)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.unknown_tags = None
+    return o, pos
+def _encode_ElectLeadersRequest_v1(o, out, chunks):
+    out += _S27.pack(o.election_type)
+    _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topic_partitions, out, chunks)
+    out += _S2.pack(o.timeout_ms)
+def _decode_ElectLeadersRequest_TopicPartitions_v2(buf, pos, end):
+    o = _C179.__new__(_C179)
+    o.topic, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ElectLeadersRequest_v2(buf, pos, end):
+    o = _C178.__new__(_C178)
+    if pos + 1 > end: _short()
+    o.election_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ElectLeadersRequest_TopicPartitions_v2, n, 3)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, True)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_FetchRequest_ForgottenTopic_v12_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_FetchRequest_ForgottenTopic_v12, True, True)
+def _encode_ElectLeadersRequest_v2(o, out, chunks):
+    out += _S27.pack(o.election_type)
+    _encode_FetchRequest_ForgottenTopic_v12_array_nullable(o.topic_partitions, out, chunks)
+    out += _S2.pack(o.timeout_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ElectLeadersResponse_PartitionResult_v0(buf, pos, end):
+    o = _C182.__new__(_C182)
+    if pos + 6 > end: _short()
+    o.partition_id, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_ElectLeadersResponse_ReplicaElectionResult_v0(buf, pos, end):
+    o = _C181.__new__(_C181)
+    o.topic, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partition_result, pos = _array_n(buf, pos, end, _decode_ElectLeadersResponse_PartitionResult_v0, n, 8)
+    elif n == 0:
+        o.partition_result = []
+    else:
+        o.partition_result = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_ElectLeadersResponse_v0(buf, pos, end):
+    o = _C180.__new__(_C180)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.replica_election_results, pos = _array_n(buf, pos, end, _decode_ElectLeadersResponse_ReplicaElectionResult_v0, n, 6)
+    elif n == 0:
+        o.replica_election_results = []
+    else:
+        o.replica_election_results = _null(n, False)
+    o.error_code = 0
+    o.unknown_tags = None
+    return o, pos
+def _encode_ElectLeadersResponse_PartitionResult_v0(o, out, chunks):
+    out += _S28.pack(o.partition_id, o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+def _encode_ElectLeadersResponse_PartitionResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ElectLeadersResponse_PartitionResult_v0, False, False)
+def _encode_ElectLeadersResponse_ReplicaElectionResult_v0(o, out, chunks):
+    _put_str_k(o.topic, out, chunks)
+    _encode_ElectLeadersResponse_PartitionResult_v0_array(o.partition_result, out, chunks)
+def _encode_ElectLeadersResponse_ReplicaElectionResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ElectLeadersResponse_ReplicaElectionResult_v0, False, False)
+def _encode_ElectLeadersResponse_v0(o, out, chunks):
+    if o.error_code != 0: _absent('ElectLeadersResponse', 'error_code', 0)
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_ElectLeadersResponse_ReplicaElectionResult_v0_array(o.replica_election_results, out, chunks)
+def _decode_ElectLeadersResponse_v1(buf, pos, end):
+    o = _C180.__new__(_C180)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.replica_election_results, pos = _array_n(buf, pos, end, _decode_ElectLeadersResponse_ReplicaElectionResult_v0, n, 6)
+    elif n == 0:
+        o.replica_election_results = []
+    else:
+        o.replica_election_results = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_ElectLeadersResponse_v1(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_ElectLeadersResponse_ReplicaElectionResult_v0_array(o.replica_election_results, out, chunks)
+def _decode_ElectLeadersResponse_PartitionResult_v2(buf, pos, end):
+    o = _C182.__new__(_C182)
+    if pos + 6 > end: _short()
+    o.partition_id, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ElectLeadersResponse_ReplicaElectionResult_v2(buf, pos, end):
+    o = _C181.__new__(_C181)
+    o.topic, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_result, pos = _array_n(buf, pos, end, _decode_ElectLeadersResponse_PartitionResult_v2, n, 8)
+    elif n == 0:
+        o.partition_result = []
+    else:
+        o.partition_result = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ElectLeadersResponse_v2(buf, pos, end):
+    o = _C180.__new__(_C180)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.replica_election_results, pos = _array_n(buf, pos, end, _decode_ElectLeadersResponse_ReplicaElectionResult_v2, n, 3)
+    elif n == 0:
+        o.replica_election_results = []
+    else:
+        o.replica_election_results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ElectLeadersResponse_PartitionResult_v2(o, out, chunks):
+    out += _S28.pack(o.partition_id, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ElectLeadersResponse_PartitionResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ElectLeadersResponse_PartitionResult_v2, True, False)
+def _encode_ElectLeadersResponse_ReplicaElectionResult_v2(o, out, chunks):
+    _put_str_c(o.topic, out, chunks)
+    _encode_ElectLeadersResponse_PartitionResult_v2_array(o.partition_result, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ElectLeadersResponse_ReplicaElectionResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ElectLeadersResponse_ReplicaElectionResult_v2, True, False)
+def _encode_ElectLeadersResponse_v2(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_ElectLeadersResponse_ReplicaElectionResult_v2_array(o.replica_election_results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C183.__new__(_C183)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -15882,7 +16203,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C179.__new__(_C179)
+    o = _C184.__new__(_C184)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -15896,7 +16217,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C178.__new__(_C178)
+    o = _C183.__new__(_C183)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -15925,7 +16246,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C178.__new__(_C178)
+    o = _C183.__new__(_C183)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -15957,7 +16278,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C178.__new__(_C178)
+    o = _C183.__new__(_C183)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -15990,7 +16311,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C181.__new__(_C181)
+    o = _C186.__new__(_C186)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16004,7 +16325,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C180.__new__(_C180)
+    o = _C185.__new__(_C185)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16165,6 +16486,10 @@ DescribeClientQuotasRequest._DECODERS = {0: _decode_DescribeClientQuotasRequest_
 DescribeClientQuotasRequest._ENCODERS = {0: _encode_DescribeClientQuotasRequest_v0, 1: _encode_DescribeClientQuotasRequest_v1}
 DescribeClientQuotasResponse._DECODERS = {0: _decode_DescribeClientQuotasResponse_v0, 1: _decode_DescribeClientQuotasResponse_v1}
 DescribeClientQuotasResponse._ENCODERS = {0: _encode_DescribeClientQuotasResponse_v0, 1: _encode_DescribeClientQuotasResponse_v1}
+ElectLeadersRequest._DECODERS = {0: _decode_ElectLeadersRequest_v0, 1: _decode_ElectLeadersRequest_v1, 2: _decode_ElectLeadersRequest_v2}
+ElectLeadersRequest._ENCODERS = {0: _encode_ElectLeadersRequest_v0, 1: _encode_ElectLeadersRequest_v1, 2: _encode_ElectLeadersRequest_v2}
+ElectLeadersResponse._DECODERS = {0: _decode_ElectLeadersResponse_v0, 1: _decode_ElectLeadersResponse_v1, 2: _decode_ElectLeadersResponse_v2}
+ElectLeadersResponse._ENCODERS = {0: _encode_ElectLeadersResponse_v0, 1: _encode_ElectLeadersResponse_v1, 2: _encode_ElectLeadersResponse_v2}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -16202,10 +16527,11 @@ APIS = {
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    43: (ElectLeadersRequest, ElectLeadersResponse),
     48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
