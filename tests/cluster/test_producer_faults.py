@@ -8,11 +8,13 @@ default; 1,000,000 for the long run), each keyed ``k<seq % 64>`` with its
 sequence number as the value, released in chunks so that half of each
 round's records are sent while the fault is on. Each of
 ``KWIRE_CLUSTER_ROUNDS`` rounds (2 by default; half as many, at least one,
-for the hung and partitioned leader) faults the broker that leads
+for the shut down, hung and partitioned leader) faults the broker that leads
 partition ``round % 3`` at the time:
 
 - ``kill``: SIGKILL, held down 2 s after another replica leads, restarted
   on its directory;
+- ``shutdown``: SIGTERM, a controlled shutdown (the node hands its
+  leadership over before it stops), held down 2 s, restarted;
 - ``pause``: SIGSTOP (a hung leader: its sockets stay open) until another
   replica leads (the controller fences it once its heartbeats stop), then
   SIGCONT;
@@ -199,15 +201,17 @@ def _inject(cluster, topic: str, fault: str, rnd: int, run: Run, release: Callab
         node.kill()                  # returns once the process is gone
     elif fault == "pause":
         node.pause()                 # returns once it is stopped
-    else:
+    elif fault == "partition":
         node.black_hole()
-    t0 = time.monotonic()            # the fault is in effect from here
+    t0 = time.monotonic()            # the fault is in effect from here (a shutdown: begins here)
     first = release()
     run.faults.append((t0, led, first))
+    if fault == "shutdown":
+        node.stop()                  # SIGTERM, waited for: leadership moves away before the node goes
 
     def moved():
         return all(cluster.leader_of(topic, p) not in (-1, victim_id) for p in led)
-    if fault == "kill":
+    if fault in ("kill", "shutdown"):
         cluster.wait_until(f"round {rnd}: a new leader for {led}", moved, FAULT_DEADLINE)
         time.sleep(HOLD_DOWN)
         node.restart(cluster)
@@ -411,6 +415,11 @@ def _report():
 @pytest.mark.parametrize("client_cls", [KwireClient, LibrdkafkaClient], ids=["kwire", "librdkafka"])
 def test_leader_killed(kafka_cluster, client_cls):
     _assert_sound(_scenario(kafka_cluster, client_cls, "kill"))
+
+
+@pytest.mark.parametrize("client_cls", [KwireClient, LibrdkafkaClient], ids=["kwire", "librdkafka"])
+def test_leader_shut_down(kafka_cluster, client_cls):
+    _assert_sound(_scenario(kafka_cluster, client_cls, "shutdown", rounds=max(1, ROUNDS // 2)))
 
 
 @pytest.mark.parametrize("client_cls", [KwireClient, LibrdkafkaClient], ids=["kwire", "librdkafka"])
