@@ -141,6 +141,7 @@ class Producer(SendingProducer):
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
         self._pid_next_try = 0.0    # a failed InitProducerId is sent again after retry_backoff_ms
+        self._unreachable_refresh_at = 0.0   # the next metadata refresh for a leader that cannot be reached
         self._bump_from: Tuple[int, int] = _NO_STAMP      # the id/epoch an InitProducerId should bump
         # idempotence, per partition: the producer id and epoch its sequence numbers count under,
         # the next sequence number, and its batches given one and not yet acknowledged or failed
@@ -612,7 +613,10 @@ class Producer(SendingProducer):
                     if leader in by_node and size_by_node[leader] + size > max_request:
                         continue      # in the next request
                     conn = client.connection(leader)
-                    if conn is None or not conn.ready:
+                    if conn is None:
+                        self._leader_unreachable(now)
+                        continue
+                    if not conn.ready:
                         continue
                     by_node.setdefault(leader, []).append(q.popleft())
                     size_by_node[leader] += size
@@ -638,6 +642,18 @@ class Producer(SendingProducer):
         for node in {node for node, _ in requests}:
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
+
+    def _leader_unreachable(self, now: float) -> None:
+        """A partition's leader is in its reconnect backoff: it may be
+        dead, and the cluster may name another leader any moment. Metadata
+        is asked for every ``retry_backoff_ms`` meanwhile, not only at each
+        failed reconnect (those drift to ``reconnect_backoff_max_ms`` apart):
+        a leader killed on a cluster is replaced once the controller has
+        noticed, and the batches go to the new one then, not up to a
+        second later (librdkafka refreshes at its fast interval too)."""
+        if now >= self._unreachable_refresh_at:
+            self._unreachable_refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
+            self._client.request_metadata_update()
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
