@@ -50,6 +50,11 @@ __all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAva
 
 log = logging.getLogger(__name__)
 
+#: Seconds a request may wait for its response before its connection counts
+#: as stalled (see :meth:`Client.least_loaded_node`); a healthy broker
+#: answers in milliseconds, a Produce with acks=all in tens of them.
+STALLED = 1.0
+
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
 
@@ -384,6 +389,14 @@ class Client:
         conn = self._conns.get(node_id)
         return conn is not None and conn.ready
 
+    def disconnect(self, node_id: int, error: BaseException) -> None:
+        """Close the connection to ``node_id``, failing what is in flight on
+        it with ``error`` (the node is then in its reconnect backoff, as
+        after any failure): for a node that stopped answering."""
+        conn = self._conns.get(node_id)
+        if conn is not None and not conn.closed:
+            conn.close(error)
+
     def in_flight(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
         return 0 if conn is None or conn.closed else conn.in_flight_count()
@@ -450,7 +463,11 @@ class Client:
 
     def least_loaded_node(self) -> Optional[int]:
         """A known broker with the fewest requests in flight, preferring
-        connected ones; bootstrap servers before any metadata."""
+        connected ones, but a connection whose oldest request has waited
+        :data:`STALLED` seconds last of all (a hung broker: a metadata
+        request sent there would wait out the request timeout, and the
+        refresh that would name its replacement with it); bootstrap servers
+        before any metadata."""
         nodes = list(self.cluster.brokers) or [b.node_id for b in self._bootstrap]
         start = next(self._rr) % max(1, len(nodes))
         nodes = nodes[start:] + nodes[:start]
@@ -460,6 +477,8 @@ class Client:
             conn = self._conns.get(n)
             if conn is not None and conn.ready:
                 load = conn.in_flight_count()
+                if load and conn.waited(now) >= STALLED:
+                    load += 2_000_000
             elif self._backoff.get(n, (0.0, 0.0))[0] > now:
                 continue
             else:

@@ -224,6 +224,10 @@ class Connection:
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 
+    def waited(self, now: float) -> float:
+        """Seconds the oldest request in flight has waited for its response (0: none in flight)."""
+        return max((now - (inf.deadline - inf.timeout) for inf in self._in_flight.values()), default=0.0)
+
     def idle(self) -> bool:
         """Ready with nothing in flight, waiting or unwritten."""
         return self.state == "ready" and not self._in_flight and not self._waiting and not self._out and \

@@ -48,11 +48,11 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tup
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
                           SendingProducer, build_batches, restamp_batch)
-from kwire.client import Client
+from kwire.client import STALLED, Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import Connection
+from kwire.net import Connection, ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import RecordMetadata
 
@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 #: (it ends at its next turn, a few milliseconds away, unless a turn is
 #: busy encoding batches).
 CLOSE_GRACE = 1.0
+
 
 _NO_STAMP = (-1, -1)
 
@@ -141,7 +142,10 @@ class Producer(SendingProducer):
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
         self._pid_next_try = 0.0    # a failed InitProducerId is sent again after retry_backoff_ms
-        self._unreachable_refresh_at = 0.0   # the next metadata refresh for a leader that cannot be reached
+        self._refresh_at = 0.0      # the next metadata refresh asked for a leader that does not answer
+        # Produce requests in flight: serial -> (node, sent at, leader epoch of each partition when sent)
+        self._flights: Dict[int, Tuple[int, float, Dict[Tuple[str, int], int]]] = {}
+        self._flight_serial = 0
         self._bump_from: Tuple[int, int] = _NO_STAMP      # the id/epoch an InitProducerId should bump
         # idempotence, per partition: the producer id and epoch its sequence numbers count under,
         # the next sequence number, and its batches given one and not yet acknowledged or failed
@@ -419,6 +423,8 @@ class Producer(SendingProducer):
         if self._txn is not None:
             self._txn.run()       # transactional requests, partitions to add
         self._expire(now)
+        if self._flights:
+            self._check_stalled(now)
         if self._unresolved:
             self._resolve_sequences()
         if self._need_pid and self._producer_id < 0:
@@ -614,7 +620,7 @@ class Producer(SendingProducer):
                         continue      # in the next request
                     conn = client.connection(leader)
                     if conn is None:
-                        self._leader_unreachable(now)
+                        self._refresh_soon(now)     # in its reconnect backoff: it may be dead
                         continue
                     if not conn.ready:
                         continue
@@ -643,17 +649,51 @@ class Producer(SendingProducer):
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
 
-    def _leader_unreachable(self, now: float) -> None:
-        """A partition's leader is in its reconnect backoff: it may be
-        dead, and the cluster may name another leader any moment. Metadata
-        is asked for every ``retry_backoff_ms`` meanwhile, not only at each
-        failed reconnect (those drift to ``reconnect_backoff_max_ms`` apart):
-        a leader killed on a cluster is replaced once the controller has
-        noticed, and the batches go to the new one then, not up to a
-        second later (librdkafka refreshes at its fast interval too)."""
-        if now >= self._unreachable_refresh_at:
-            self._unreachable_refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
+    def _refresh_soon(self, now: float) -> None:
+        """A partition's leader may be gone: it is in its reconnect backoff
+        (it may be dead), or a Produce to it has waited :data:`kwire.client.STALLED`
+        seconds (it may hang). The cluster may name another leader any
+        moment, so metadata is asked for every ``retry_backoff_ms``
+        meanwhile, not only at each failed reconnect (those drift to
+        ``reconnect_backoff_max_ms`` apart) or request timeout: the
+        batches go to the new leader once the controller has elected it
+        (librdkafka refreshes at its fast interval too)."""
+        if now >= self._refresh_at:
+            self._refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
             self._client.request_metadata_update()
+
+    def _check_stalled(self, now: float) -> None:
+        """Produce requests waiting :data:`kwire.client.STALLED` seconds or more: when the
+        metadata says a partition of one has a new leader (a higher leader
+        epoch) elsewhere, the node it went to was replaced, as a hung or cut
+        off leader is once the controller fences it. Its connection is
+        closed, so its batches fail as if it had died and go to the new
+        leader now, with the same sequence numbers, not after
+        ``request_timeout_ms``: the old leader cannot make them committed
+        (the new epoch fences it), and the new one takes a batch it already
+        has as a duplicate. Otherwise metadata is refreshed to find out."""
+        cluster = self._client.cluster
+        moved: Dict[int, List[str]] = {}
+        waiting = 0.0
+        for node, sent, epochs in list(self._flights.values()):
+            if now - sent < STALLED:
+                continue
+            waiting = max(waiting, now - sent)
+            for (topic, partition), epoch in epochs.items():
+                info = cluster.partitions.get(topic, {}).get(partition)
+                if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
+                    moved.setdefault(node, []).append(f"{topic}[{partition}]")
+        if not waiting:
+            return
+        if not moved:
+            self._refresh_soon(now)
+        for node, tps in moved.items():
+            shown = ", ".join(sorted(set(tps))[:5]) + (" ..." if len(set(tps)) > 5 else "")
+            err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
+                                      f"not answered a Produce for {waiting:.1f} s: closed, the batches go to the "
+                                      "new leader")
+            log.info("%s", err)
+            self._client.disconnect(node, err)
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
@@ -714,10 +754,17 @@ class Producer(SendingProducer):
         acks = self.cfg["acks"]
         req = cls(transactional_id=self.cfg["transactional_id"], acks=acks, timeout_ms=self.cfg["request_timeout_ms"], topic_data=topic_data)
         self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+        self._flight_serial += 1
+        serial = self._flight_serial
+        parts_md = client.cluster.partitions
+        self._flights[serial] = (node, time.monotonic(), {
+            (b.topic, b.partition): getattr(parts_md.get(b.topic, {}).get(b.partition), "leader_epoch", -1)
+            for b in batches})
         fut = client.send(node, req, version, expect_response=acks != 0, flush=False)
-        fut.add_done_callback(lambda f: self._on_produce(node, batches, f))
+        fut.add_done_callback(lambda f: self._on_produce(node, batches, f, serial))
 
-    def _on_produce(self, node: int, batches: List[_Batch], fut: Future) -> None:
+    def _on_produce(self, node: int, batches: List[_Batch], fut: Future, serial: int = 0) -> None:
+        self._flights.pop(serial, None)
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:
             for b in batches:
