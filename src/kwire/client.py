@@ -9,7 +9,11 @@ retried with exponential backoff (``reconnect_backoff_ms`` doubling up to
 ``reconnect_backoff_max_ms``); failures surface as retriable errors on the
 futures of the requests concerned, never as a hang. A connection idle for
 ``connections_max_idle_ms`` (nothing in flight) is closed; the next request
-to that broker opens a new one.
+to that broker opens a new one. Each connection attempt goes through every
+address the broker's name resolves to (``client_dns_lookup``; see
+:mod:`kwire.net`); the address that answered is tried first the next time.
+With ``client_dns_lookup="resolve_canonical_bootstrap_servers_only"`` the
+bootstrap names are replaced, once, by their addresses' canonical names.
 
 Metadata: the client refreshes it when asked (a partition without a known
 leader, a new topic, a stale-metadata error) and at least every
@@ -575,12 +579,20 @@ class Client:
             if node is not None:
                 return node
             if time.monotonic() >= deadline:
-                nodes = list(self.cluster.brokers) or [b.node_id for b in self._bootstrap]
-                why = sorted({str(self._errors[n]) for n in nodes if n in self._errors})
+                why = self.last_errors()
                 raise NoBrokersAvailableError(
                     "no broker of " + ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap) + " could be reached"
-                    + (f" (last errors: {'; '.join(why[:3])}{', ...' if len(why) > 3 else ''})" if why else ""))
+                    + (f" (last errors: {why})" if why else ""))
             self.poll(0.05)
+
+    def last_errors(self, most: int = 3) -> str:
+        """Why the brokers known now (the bootstrap servers before any
+        metadata) last failed to connect, each different reason once, for an
+        error that would otherwise not say why (a name that does not
+        resolve, a refused port); empty when none failed."""
+        nodes = list(self.cluster.brokers) or [b.node_id for b in self._bootstrap]
+        why = sorted({str(self._errors[n]) for n in nodes if n in self._errors})
+        return "; ".join(why[:most]) + (", ..." if len(why) > most else "")
 
     def wait_ready(self, node_id: int, deadline: float, *, fail_over: bool = False) -> Connection:
         """Connect to ``node_id`` and wait until its setup is done. A

@@ -164,3 +164,26 @@ def test_canonical_bootstrap(broker, fake_dns):
         assert len(a.describe_cluster(timeout=10).brokers) >= 1
     with Admin({"bootstrap.servers": f"alias.kwire.test:{port}"}) as a:      # the default keeps the alias
         assert [(b.host, b.port) for b in a._client._bootstrap] == [("alias.kwire.test", port)]
+
+
+def test_the_address_that_answered_goes_first_next_time(broker, fake_dns):
+    """A client's next connection to the name goes to the address that answered,
+    not again through the one that hung (its share of the setup time each time)."""
+    from kwire.client import Client
+    from kwire.config import ADMIN
+
+    with _silent() as hole:
+        fake_dns.table[NAME] = [hole.getsockname()[:2], _addr(broker.bootstrap)]
+        client = Client(resolve(ADMIN, {"bootstrap.servers": f"{NAME}:9092",
+                                        "socket.connection.setup.timeout.ms": 3000}))
+        try:
+            t0 = time.monotonic()
+            first = client.wait_ready(-1, time.monotonic() + 10)
+            assert time.monotonic() - t0 > 1.3 and first.sockaddr == _addr(broker.bootstrap)
+            first.close(quiet=True)
+            t0 = time.monotonic()
+            again = client.wait_ready(-1, time.monotonic() + 10)
+            assert again is not first and again.sockaddr == _addr(broker.bootstrap)
+            assert time.monotonic() - t0 < 1.0
+        finally:
+            client.close()
