@@ -14,7 +14,9 @@ On the three-node cluster (tests/support/kafka_cluster.py):
 3. ``retire_broker`` while a thread keeps sending: node 4's replicas move to
    the others (AlterPartitionReassignments), it shuts down (controlled) and
    is unregistered (KRaft's UnregisterBroker); the clients drop it from
-   their broker list, and then make no connection attempt to its address
+   their broker list (at their next metadata refresh: the one a closed
+   connection to it asks for, or ``metadata_max_age_ms``, 10 s here, at the
+   latest), and then make no connection attempt to its address
    (its proxy, still listening, counts them) while records keep going both
    ways;
 4. every acknowledged record is read back exactly once, at the offset its
@@ -69,11 +71,16 @@ def test_a_broker_joins_and_leaves_under_running_clients(kafka_cluster):
         a.create_topics([NewTopic(base, 3, 3)])
     for i in range(3):
         cluster.wait_until_isr(base, i, 3, timeout=30)
-    common = {"bootstrap_servers": cluster.bootstrap, "request_timeout_ms": 10000, "reconnect_backoff_max_ms": 500}
+    # A client drops a removed broker at its next metadata refresh: the one its connection to the broker
+    # closing asks for (that answer may still list it: the broker is fenced a moment after it closes its
+    # sockets), or metadata_max_age_ms at the latest (5 min by default, 10 s here, as in Java's client).
+    common = {"bootstrap_servers": cluster.bootstrap, "request_timeout_ms": 10000, "reconnect_backoff_max_ms": 500,
+              "metadata_max_age_ms": 10000}
     p = Producer(acks="all", enable_idempotence=True, linger_ms=5, **common)
     c = Consumer(auto_offset_reset="earliest", fetch_max_wait_ms=200, **common)
-    adm = Admin(metadata_max_age_ms=5000, **common)   # an Admin refreshes metadata only when due (it sends no Produce
-    sent: Dict[Tuple[str, int], list] = {}           # or Fetch a moved leader would refuse)
+    adm = Admin(**common)
+    stop = threading.Event()
+    sent: Dict[Tuple[str, int], list] = {}
     got: Dict[Tuple[str, int], list] = {}
     try:
         def produce(topic: str, n: int, start: int) -> None:
@@ -103,7 +110,6 @@ def test_a_broker_joins_and_leaves_under_running_clients(kafka_cluster):
         assert {cluster.leader_of(new, i) for i in (0, 1)} == {NEW}
 
         # 3. node 4 leaves while records keep coming
-        stop = threading.Event()
         lock = threading.Lock()
         during: List[Tuple[str, object]] = []
 
@@ -179,6 +185,7 @@ def test_a_broker_joins_and_leaves_under_running_clients(kafka_cluster):
               + ", ".join(f"{k} {v:.1f} s" for k, v in dropped.items())
               + f"; {len(during)} records sent meanwhile, {total} in all, none lost")
     finally:
+        stop.set()
         p.close(10)
         c.close()
         adm.close()
