@@ -323,7 +323,7 @@ class Connection:
             addrs.remove(self._prefer)
             addrs.insert(0, self._prefer)
         self._addrs = collections.deque(addrs)
-        self._addr_failures: List[str] = []
+        self._addr_failures = []
         self._next_address(now)
 
     def _next_address(self, now: float) -> None:
@@ -515,16 +515,19 @@ class Connection:
             self.close(e)
 
     def check_timeouts(self, now: float) -> None:
-        """Close the connection if setup or a request is overdue; a TCP
-        connect whose share of the setup time is gone moves on to the next
-        address (:meth:`_next_address`)."""
+        """Close the connection if setup or a request is overdue; an
+        address whose share of the setup time is gone (no TCP connection,
+        or no answer to TLS or ApiVersions) hands on to the next one
+        (:meth:`_next_address`)."""
         if self._addrs and self.state in ("connecting", "tls", "handshake") and now > self._addr_deadline:
             self._address_failed(f"setup not done within {self._addr_deadline - self._addr_started:.1f} s "
                                  f"({'no TCP connection' if self.state == 'connecting' else 'stuck in ' + self.state})")
             return
         if self.state in ("connecting", "tls", "handshake") and now > self._setup_deadline:
+            before = f" (after {'; '.join(self._addr_failures)})" if self._addr_failures else ""
             self.close(ConnectionLostError(
-                f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state {self.state}"))
+                f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state "
+                f"{self.state}{before}"))
             return
         for inf in self._in_flight.values():     # a few; their timeouts may differ (JoinGroup)
             if now > inf.deadline:
