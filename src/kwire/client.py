@@ -9,7 +9,11 @@ retried with exponential backoff (``reconnect_backoff_ms`` doubling up to
 ``reconnect_backoff_max_ms``); failures surface as retriable errors on the
 futures of the requests concerned, never as a hang. A connection idle for
 ``connections_max_idle_ms`` (nothing in flight) is closed; the next request
-to that broker opens a new one.
+to that broker opens a new one. Each connection attempt goes through every
+address the broker's name resolves to (``client_dns_lookup``; see
+:mod:`kwire.net`); the address that answered is tried first the next time.
+With ``client_dns_lookup="resolve_canonical_bootstrap_servers_only"`` the
+bootstrap names are replaced, once, by their addresses' canonical names.
 
 Metadata: the client refreshes it when asked (a partition without a known
 leader, a new topic, a stale-metadata error) and at least every
@@ -43,7 +47,7 @@ from kwire import protocol
 from kwire._codec import Generation
 from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import Connection, ConnectionLostError, ssl_context_from_config
+from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
 
 __all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError"]
@@ -331,7 +335,11 @@ class Client:
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
-        self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(cfg["bootstrap_servers"])]
+        servers = cfg["bootstrap_servers"]
+        if cfg.get("client_dns_lookup") == "resolve_canonical_bootstrap_servers_only":
+            servers = canonical_bootstrap(servers)
+        self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(servers)]
+        self._answered: Dict[Tuple[str, int], Tuple[Any, ...]] = {}   # (host, port) -> the address that answered
         proto = cfg.get("security_protocol", "PLAINTEXT")
         self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
         if self._ssl is not None:
@@ -380,7 +388,7 @@ class Client:
         if broker is None:
             return None
         conn = Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
-                          offload=self._offload)
+                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)))
         self._conns[node_id] = conn
         conn.connect()
         return conn
@@ -407,7 +415,12 @@ class Client:
 
     def _on_state(self, conn: Connection) -> None:
         node = conn.node_id
+        if conn.state == "connecting":
+            self._unregister(conn)     # a new address, a new socket: the old one leaves the selector
+            return
         if conn.state == "ready":
+            if conn.resolved is not None:
+                self._answered[(conn.host, conn.port)] = conn.resolved
             err = self._errors.pop(node, None)
             if err is None or getattr(err, "retriable", True):
                 self._backoff.pop(node, None)
@@ -451,13 +464,18 @@ class Client:
                     "the connection can pose as the broker", proto,
                     ", ".join(f"{h}:{p}" for h, p in key), what)
 
-    def _forget(self, conn: Connection) -> None:
-        fd = self._masks.pop(conn.node_id, None)
-        if fd is not None and conn.sock is not None:
+    def _unregister(self, conn: Connection) -> None:
+        if self._masks.get(conn.node_id) is None or self._conns.get(conn.node_id) is not conn:
+            return
+        del self._masks[conn.node_id]
+        if conn.sock is not None:
             try:
                 self._selector.unregister(conn.sock)
             except (KeyError, ValueError, OSError):
                 pass
+
+    def _forget(self, conn: Connection) -> None:
+        self._unregister(conn)
         if self._conns.get(conn.node_id) is conn:
             del self._conns[conn.node_id]
 
@@ -580,9 +598,20 @@ class Client:
             if node is not None:
                 return node
             if time.monotonic() >= deadline:
+                why = self.last_errors()
                 raise NoBrokersAvailableError(
-                    "no broker of " + ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap) + " could be reached")
+                    "no broker of " + ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap) + " could be reached"
+                    + (f" (last errors: {why})" if why else ""))
             self.poll(0.05)
+
+    def last_errors(self, most: int = 3) -> str:
+        """Why the brokers known now (the bootstrap servers before any
+        metadata) last failed to connect, each different reason once, for an
+        error that would otherwise not say why (a name that does not
+        resolve, a refused port); empty when none failed."""
+        nodes = list(self.cluster.brokers) or [b.node_id for b in self._bootstrap]
+        why = sorted({str(self._errors[n]) for n in nodes if n in self._errors})
+        return "; ".join(why[:most]) + (", ..." if len(why) > most else "")
 
     def wait_ready(self, node_id: int, deadline: float, *, fail_over: bool = False) -> Connection:
         """Connect to ``node_id`` and wait until its setup is done. A

@@ -133,6 +133,13 @@ COMMON: Dict[str, Option] = {
     "client_id": Option("kwire", _str, "sent with every request"),
     "request_timeout_ms": Option(30000, _int(1), "how long a request may wait for its response"),
     "socket_connection_setup_timeout_ms": Option(10000, _int(1), "connect + TLS + SASL time limit"),
+    "client_dns_lookup": Option("use_all_dns_ips", _choice("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"),
+                                "Kafka's client.dns.lookup. use_all_dns_ips: a connection attempt tries every address "
+                                "the broker's name resolves to, in turn (one that refuses, or gives no answer within "
+                                "its share of socket_connection_setup_timeout_ms, hands on to the next; the whole "
+                                "attempt stays within that timeout). resolve_canonical_bootstrap_servers_only: the "
+                                "same, and each bootstrap name is first replaced by the canonical names (reverse "
+                                "lookup) of its addresses, for Kerberos or TLS host names behind an alias"),
     "reconnect_backoff_ms": Option(50, _int(0), "first wait before reconnecting to a broker"),
     "reconnect_backoff_max_ms": Option(1000, _int(0), "longest wait (the backoff doubles up to it)"),
     "retry_backoff_ms": Option(100, _int(0), "wait before retrying a failed request"),

@@ -27,6 +27,18 @@ whole even when it is larger than ``max_bytes`` or ``partition_max_bytes``
 know), so that a consumer always makes progress; such a batch is accepted
 up to ``receive_message_max_bytes``.
 
+Addresses: a broker's name is resolved at each connection attempt to every
+address it has (:func:`resolve`), and the attempt goes through them in turn:
+one that refuses hands on to the next at once, one that does not answer the
+TCP connect within its share of ``socket_connection_setup_timeout_ms`` (the
+time left divided by the addresses left) too, so that the whole attempt,
+TLS and SASL included, stays within that timeout. The address that last
+answered is tried first next time (the client remembers it per name). A
+name that resolves to nothing fails the attempt with a retriable
+:class:`ConnectionLostError` saying so; the client tries again after its
+reconnect backoff. (Kafka's Java client, ``client.dns.lookup=use_all_dns_ips``,
+moves on to the next address at the next attempt instead.)
+
 Quotas (KIP-219): a response whose ``throttle_time_ms`` is positive, at a
 version from which the broker answers at once and leaves the waiting to
 the client (:data:`CLIENT_THROTTLES_FROM`), mutes the connection for that
@@ -56,7 +68,8 @@ from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import SaslAuthenticationError, mechanism_for
 
-__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "response_limit", "ssl_context_from_config"]
+__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "canonical_bootstrap", "resolve", "response_limit",
+           "ssl_context_from_config"]
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +173,56 @@ def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
     return ctx
 
 
+def resolve(host: str, port: int) -> List[Tuple[Any, ...]]:
+    """Every TCP address ``host`` resolves to, in the resolver's order,
+    without repeats, as ``(family, type, proto, sockaddr)``. Raises the
+    resolver's OSError (``socket.gaierror``) when it resolves to none."""
+    out: List[Tuple[Any, ...]] = []
+    for family, stype, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        entry = (family, stype, proto, addr)
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def canonical_bootstrap(servers: List[Tuple[str, int]]) -> List[Tuple[str, int]]:
+    """``client_dns_lookup="resolve_canonical_bootstrap_servers_only"``: each
+    bootstrap name resolved to its addresses, each address replaced by its
+    canonical name (a reverse lookup; the address itself when it has none),
+    as Kafka's Java client does (Kerberos and TLS want the hosts' own names
+    behind an alias). A name that does not resolve now is kept as given
+    (logged once): its connections resolve it again later."""
+    out: List[Tuple[str, int]] = []
+    for host, port in servers:
+        try:
+            addrs = resolve(host, port)
+        except OSError as e:
+            log.warning("bootstrap server %s:%s does not resolve (%s); kept as given, resolved again at each "
+                        "connection attempt", host, port, e)
+            addrs = []
+        if not addrs:
+            names = [host]
+        else:
+            names = []
+            for _, _, _, addr in addrs:
+                try:
+                    name = socket.getnameinfo(addr[:2], socket.NI_NAMEREQD)[0]
+                except OSError:
+                    name = addr[0]
+                names.append(name)
+        for name in names:
+            if (name, port) not in out:
+                out.append((name, port))
+    return out
+
+
+def _show(addr: Any) -> str:
+    """A socket address as text: ``[::1]:9092``, ``127.0.0.1:9092``."""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"[{addr[0]}]:{addr[1]}" if ":" in str(addr[0]) else f"{addr[0]}:{addr[1]}"
+    return str(addr)
+
+
 class Connection:
     """A connection to broker ``node_id`` at ``host:port``.
 
@@ -179,6 +242,7 @@ class Connection:
         ssl_context: Optional[ssl.SSLContext] = None,
         on_state: Optional[Callable[["Connection"], None]] = None,
         offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
+        prefer: Optional[Tuple[Any, ...]] = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -189,6 +253,12 @@ class Connection:
         self.versions: Dict[int, int] = {}
         self.broker_ranges: Dict[int, Tuple[int, int]] = {}
         self.sock: Optional[socket.socket] = None
+        self.sockaddr: Any = None                       # the address being connected to, or connected
+        self.resolved: Optional[Tuple[Any, ...]] = None  # that address as :func:`resolve` gave it
+        self._prefer = prefer                           # an address of ``resolve``'s to try first
+        self._addrs: Deque[Tuple[Any, ...]] = collections.deque()   # addresses not tried yet
+        self._addr_failures: List[str] = []
+        self._addr_started = self._addr_deadline = 0.0
         self._ssl_context = ssl_context
         self._on_state = on_state
         self._offload = offload
@@ -240,29 +310,94 @@ class Connection:
         return self.sock.fileno() if self.sock is not None else -1
 
     def connect(self) -> None:
-        """Start connecting (non-blocking)."""
+        """Start connecting (non-blocking): resolve the name (every address
+        it has, :func:`resolve`) and connect to the first address, going on
+        to the next one as each fails (see :meth:`_next_address`)."""
         if self.state != "init":
             raise RuntimeError("connect() twice")
-        self._setup_deadline = time.monotonic() + self.cfg.get("socket_connection_setup_timeout_ms", 10000) / 1000.0
+        now = time.monotonic()
+        self._setup_deadline = now + self.cfg.get("socket_connection_setup_timeout_ms", 10000) / 1000.0
         try:
-            infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
-            family, stype, proto, _, addr = infos[0]
-            sock = socket.socket(family, stype, proto)
+            addrs = resolve(self.host, self.port)
         except OSError as e:
             self._set_state("connecting")
-            self.close(ConnectionLostError(f"cannot resolve or open a socket for {self.host}:{self.port}: {e}"))
+            self.close(ConnectionLostError(f"cannot resolve {self.host}:{self.port} (node {self.node_id}): {e}"))
             return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for opt, key in ((socket.SO_SNDBUF, "socket_send_buffer_bytes"), (socket.SO_RCVBUF, "socket_receive_buffer_bytes")):
-            size = self.cfg.get(key)
-            if size and size > 0:
-                sock.setsockopt(socket.SOL_SOCKET, opt, size)
-        self.sock = sock
+        if self._prefer in addrs:               # the address that answered last time first
+            addrs.remove(self._prefer)
+            addrs.insert(0, self._prefer)
+        self._addrs = collections.deque(addrs)
+        self._addr_failures = []
+        self._next_address(now)
+
+    def _next_address(self, now: float) -> None:
+        """Connect to the next address the name resolved to, closing the
+        socket of the one before (refused, or its share of the setup time
+        gone). Each address gets an equal share of the setup time left
+        (``socket_connection_setup_timeout_ms``), so that the whole attempt
+        stays within it; one that refuses hands its share to the rest at
+        once. With none left the connection closes, naming what each
+        address did."""
+        while self._addrs:
+            entry = self._addrs.popleft()
+            family, stype, proto, addr = entry
+            self._addr_started = now
+            self._addr_deadline = now + max(0.0, self._setup_deadline - now) / (1 + len(self._addrs))
+            if self.sock is not None:
+                self._drop_socket()
+            try:
+                sock = socket.socket(family, stype, proto)
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for opt, key in ((socket.SO_SNDBUF, "socket_send_buffer_bytes"),
+                                 (socket.SO_RCVBUF, "socket_receive_buffer_bytes")):
+                    size = self.cfg.get(key)
+                    if size and size > 0:
+                        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+            except OSError as e:
+                self._addr_failures.append(f"{_show(addr)}: {e}")
+                continue
+            self.sock = sock
+            self.sockaddr, self.resolved = addr, entry
+            self._set_state("connecting")
+            rc = sock.connect_ex(addr)
+            if rc in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+                return
+            self._addr_failures.append(f"{_show(addr)}: {errno.errorcode.get(rc, rc)}")
+        if self.state == "init":
+            self._set_state("connecting")
+        self.close(ConnectionLostError(f"connect to {self.host}:{self.port} (node {self.node_id}) failed: "
+                                       + "; ".join(self._addr_failures)))
+
+    def _drop_socket(self) -> None:
+        """Let go of the socket of an address that failed during setup: the
+        owner takes it out of its selector, the setup requests (ApiVersions,
+        SASL: nothing else is sent before ``ready``) are dropped with what
+        was read or unwritten. The requests waiting for ``ready`` stay."""
         self._set_state("connecting")
-        rc = sock.connect_ex(addr)
-        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-            self.close(ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(rc, rc)}"))
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.sock = None
+        setup = [inf.future for inf in self._in_flight.values()]
+        self._in_flight.clear()
+        self._out.clear()
+        self._out_bytes = 0
+        self._rlen = 0
+        self._frame = None
+        self._frame_size = self._frame_got = 0
+        self._tls_wants_write = False
+        self.versions, self.broker_ranges = {}, {}
+        for fut in setup:            # their callbacks see a failure and do nothing
+            if not fut.done():
+                fut.set_exception(ConnectionLostError(f"address of {self.host}:{self.port} given up"))
+
+    def _address_failed(self, what: str) -> None:
+        """The address being connected to refused or timed out: the next
+        one, or the connection fails."""
+        self._addr_failures.append(f"{_show(self.sockaddr)}: {what}")
+        self._next_address(time.monotonic())
 
     def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True,
              flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False,
@@ -363,7 +498,13 @@ class Connection:
             self._io_failed(e)
 
     def _io_failed(self, e: BaseException) -> None:
-        """Close the connection for the I/O error ``e``, failing what is in flight."""
+        """Close the connection for the I/O error ``e``, failing what is in flight;
+        during setup, a network error (not a TLS or protocol one) moves on to
+        the next address when there is one."""
+        if self._addrs and self.state in ("connecting", "tls", "handshake") and not isinstance(e, ssl.SSLError) \
+                and (isinstance(e, OSError) or type(e) is ConnectionLostError):
+            self._address_failed(str(e))
+            return
         if isinstance(e, ssl.SSLError):
             if self.state == "handshake":    # refused right after the TLS handshake: TLS 1.3 reports a
                 self.close(TlsError(         # missing or refused client certificate this way
@@ -378,10 +519,19 @@ class Connection:
             self.close(e)
 
     def check_timeouts(self, now: float) -> None:
-        """Close the connection if setup or a request is overdue."""
+        """Close the connection if setup or a request is overdue; an
+        address whose share of the setup time is gone (no TCP connection,
+        or no answer to TLS or ApiVersions) hands on to the next one
+        (:meth:`_next_address`)."""
+        if self._addrs and self.state in ("connecting", "tls", "handshake") and now > self._addr_deadline:
+            self._address_failed(f"setup not done within {self._addr_deadline - self._addr_started:.1f} s "
+                                 f"({'no TCP connection' if self.state == 'connecting' else 'stuck in ' + self.state})")
+            return
         if self.state in ("connecting", "tls", "handshake") and now > self._setup_deadline:
+            before = f" (after {'; '.join(self._addr_failures)})" if self._addr_failures else ""
             self.close(ConnectionLostError(
-                f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state {self.state}"))
+                f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state "
+                f"{self.state}{before}"))
             return
         for inf in self._in_flight.values():     # a few; their timeouts may differ (JoinGroup)
             if now > inf.deadline:
@@ -436,7 +586,8 @@ class Connection:
         assert self.sock is not None
         err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            raise ConnectionLostError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(err, err)}")
+            self._address_failed(errno.errorcode.get(err, str(err)))
+            return
         if self._ssl_context is not None:
             self.sock = self._ssl_context.wrap_socket(
                 self.sock, server_hostname=self.host, do_handshake_on_connect=False)
@@ -544,6 +695,7 @@ class Connection:
             self._sasl_send(nxt)
 
     def _become_ready(self) -> None:
+        self._addrs.clear()           # the other addresses are not wanted now
         self._set_state("ready")
         self._release(time.monotonic())
 

@@ -17,6 +17,7 @@ import socket
 import time
 
 from kwire.admin import Admin
+from kwire.consumer import Consumer
 from kwire.devbroker import free_port
 from kwire.producer import Producer
 from support.hostile_broker import HostileBroker
@@ -52,3 +53,21 @@ def test_producer_metadata_skips_a_dead_first_address():
             md = p.send("t", b"v", partition=0).get(8)
         assert md.offset == 0
     assert time.monotonic() - t0 < 5
+
+
+def test_consumer_skips_dead_bootstrap_addresses():
+    silent = _silent()
+    with silent, HostileBroker({"t": 1}) as broker:
+        with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as p:
+            p.send("t", b"v", partition=0).get(8)
+        dead = f"127.0.0.1:{free_port()}"
+        hung = "127.0.0.1:%d" % silent.getsockname()[1]
+        t0 = time.monotonic()
+        with Consumer(bootstrap_servers=f"{dead},{hung},{broker.bootstrap}", auto_offset_reset="earliest",
+                      request_timeout_ms=8000, socket_connection_setup_timeout_ms=1000, reconnect_backoff_ms=50) as c:
+            c.assign([("t", 0)])
+            got = []
+            while not got and time.monotonic() - t0 < 8:
+                got = [r.value for recs in c.poll(100).values() for r in recs]
+        assert got == [b"v"]
+    assert time.monotonic() - t0 < 5, f"{time.monotonic() - t0:.1f} s"

@@ -12,6 +12,9 @@ primitives, on their own: what the fault tests build on.
 - SIGSTOP: the hung leader is fenced and replaced; SIGCONT brings it back;
 - a black-holed proxy: the client gets no answer through it (bounded), while
   replication goes on; healed, it answers again;
+- a bootstrap list of a closed port, then a black-holed broker (its proxy
+  takes the connection and answers nothing), then a live broker: a new
+  producer, consumer and admin each get through within their timeouts;
 - ``restore`` undoes every fault at once (what the fixture does after each test).
 """
 
@@ -23,6 +26,9 @@ import uuid
 import pytest
 
 from kwire.admin import Admin, NewTopic
+from kwire.consumer import Consumer
+from kwire.devbroker import free_port
+from kwire.producer import Producer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -124,6 +130,38 @@ def test_black_hole_and_heal(kafka_cluster):
         node.heal()
     with Admin({"bootstrap.servers": node.address}) as a:
         assert len(a.describe_cluster(timeout=10).brokers) == 3
+
+
+def test_bootstrap_past_a_closed_port_and_a_black_holed_broker(kafka_cluster):
+    """Each dead address costs at most one connection attempt: refused at once, or
+    ``socket_connection_setup_timeout_ms`` (2 s) without an answer; then the live one."""
+    hole, live, other = kafka_cluster.brokers
+    topic = f"fixture-boot-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, [[live.node_id, other.node_id, hole.node_id]])    # led by the live one
+    hole.black_hole()
+    bootstrap = f"127.0.0.1:{free_port()},{hole.address},{live.address}"
+    cfg = {"bootstrap_servers": bootstrap, "socket_connection_setup_timeout_ms": 2000, "request_timeout_ms": 10000}
+    took, tried = {}, {}
+    t0, n0 = time.monotonic(), hole.proxy.connections
+    with Admin(**cfg) as a:
+        assert sorted(b.node_id for b in a.describe_cluster(timeout=10).brokers) == [1, 2, 3]
+    took["admin"], tried["admin"] = time.monotonic() - t0, hole.proxy.connections - n0
+    t0, n0 = time.monotonic(), hole.proxy.connections
+    with Producer(linger_ms=0, **cfg) as p:
+        assert p.send(topic, b"through", partition=0).get(15).offset == 0
+    took["producer"], tried["producer"] = time.monotonic() - t0, hole.proxy.connections - n0
+    t0, n0 = time.monotonic(), hole.proxy.connections
+    with Consumer(auto_offset_reset="earliest", **cfg) as c:
+        c.assign([(topic, 0)])
+        got = []
+        while not got and time.monotonic() - t0 < 15:
+            got = [r.value for recs in c.poll(200).values() for r in recs]
+        assert got == [b"through"]
+    took["consumer"], tried["consumer"] = time.monotonic() - t0, hole.proxy.connections - n0
+    assert max(took.values()) < 10, took
+    assert sum(tried.values()) >= 1, "no client went through the black-holed address (least_loaded_node's rotation)"
+    print(f"\nbootstrap past a closed port and a black-holed broker: "
+          + ", ".join(f"{k} {v:.1f} s ({tried[k]} attempts at the black hole)" for k, v in took.items()))
 
 
 def test_restore_undoes_every_fault(kafka_cluster):

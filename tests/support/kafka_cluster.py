@@ -53,11 +53,25 @@ the node's PID: :meth:`~ClusterNode.kill` (SIGKILL), :meth:`~ClusterNode.pause`
 :meth:`~ClusterNode.restart` (the same directory, configuration and ports),
 and on its proxy :meth:`~ClusterNode.black_hole` / :meth:`~ClusterNode.heal`
 / :meth:`~ClusterNode.cut_all`. :meth:`KafkaCluster.restore` undoes all of
-them and :meth:`KafkaCluster.check_healthy` proves the cluster whole again
+them (and removes a broker a test added) and :meth:`KafkaCluster.check_healthy` proves the cluster whole again
 (three registered brokers, every partition's ISR full); the fixture calls
 both before each test. :meth:`KafkaCluster.stop` stops every node by PID and
 deletes the directories (also at interpreter exit, and each node dies with
 the thread that started it, on Linux).
+
+Membership: :meth:`KafkaCluster.add_broker` starts a broker-only node (id 4,
+rack ``rack-d`` by default; ``process.roles=broker``, the same quorum and
+cluster id, its own FaultProxy) on the running cluster and returns once it is
+registered; :meth:`KafkaCluster.create_topic` places partitions on given
+nodes (CreateTopics with a replica assignment). :meth:`KafkaCluster.retire_broker`
+takes it out again: its replicas moved to the other brokers
+(AlterPartitionReassignments), a controlled shutdown, KRaft's UnregisterBroker
+(both requests hand-encoded here, :func:`reassign_partitions` and
+:func:`unregister_broker`: kwire's protocol package does not carry them); its
+proxy keeps listening so that a test can count the connections clients still
+try (``proxy.connections``). :meth:`KafkaCluster.remove_broker` also stops
+the proxy and deletes the node's directory; ``restore`` does that to any
+broker a test added or retired, and ``stop`` stops it with the rest.
 """
 
 from __future__ import annotations
@@ -66,6 +80,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -73,7 +89,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from kwire.devbroker import free_port
 from support.kafka import (_LOG4J2, KAFKA_VERSION, LOG_TAIL, STOP_TIMEOUT, KafkaStartError, Progress, _cli_start,
@@ -87,6 +103,7 @@ READY_TIMEOUT = 180.0     # seconds for the whole cluster to answer (three JVMs 
 NODE_TIMEOUT = 120.0      # seconds for one restarted node to rejoin
 FAULT_TIMEOUT = 30.0      # seconds any one fault may take (a kill, a pause, a controlled shutdown)
 RACKS = ("rack-a", "rack-b", "rack-c")
+EXTRA_RACK = "rack-d"     # the rack of a broker added to a running cluster (add_broker)
 CONTROLLER_ID = 100       # node id of the separate controller (controllers=1)
 
 def _cluster_properties(node_id: int, roles: str, workdir: Path, ports: Dict[str, int], voters: str,
@@ -167,6 +184,8 @@ class ClusterNode:
     launch_args: tuple = field(repr=False, default=())
     proxy: Optional[FaultProxy] = field(default=None, repr=False)
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    added: bool = False       # joined the running cluster (KafkaCluster.add_broker): restore() removes it
+    retired: bool = False     # moved off, stopped and unregistered (KafkaCluster.retire_broker); its proxy listens on
 
     @property
     def is_broker(self) -> bool:
@@ -284,6 +303,148 @@ class ClusterNode:
                 "log": str(self.workdir / "logs" / "server.log")}
 
 
+# ---- two requests kwire's protocol package does not carry (the harness's own, hand-encoded) ----
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _compact_str(s: str) -> bytes:
+    raw = s.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def uvarint(self) -> int:
+        n = shift = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+
+    def compact_str(self) -> Optional[str]:
+        n = self.uvarint()
+        if n == 0:
+            return None
+        s = self.data[self.pos:self.pos + n - 1].decode()
+        self.pos += n - 1
+        return s
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def _raw_request(address: str, api_key: int, version: int, body: bytes, timeout: float = 15.0) -> _Reader:
+    """One request with a flexible (v2) header on a fresh connection; the response body after its v1 header."""
+    host, port = address.rsplit(":", 1)
+    client_id = b"kwire-harness"
+    frame = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id + b"\0" + body
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+
+        def exactly(n: int) -> bytes:
+            buf = b""
+            while len(buf) < n:
+                chunk = s.recv(n - len(buf))
+                if not chunk:
+                    raise ConnectionError(f"{address} closed the connection mid-response")
+                buf += chunk
+            return buf
+        (size,) = struct.unpack(">i", exactly(4))
+        r = _Reader(exactly(size))
+    r.take(">i")            # correlation id
+    r.skip_tags()
+    return r
+
+
+def unregister_broker(address: str, node_id: int) -> None:
+    """KRaft's UnregisterBroker (API 64, v0) of ``node_id``, sent to the broker at ``address`` (it
+    forwards to the controller): the broker leaves the cluster's registrations for good."""
+    r = _raw_request(address, 64, 0, struct.pack(">i", node_id) + b"\0")
+    r.take(">i")            # throttle
+    code, message = r.take(">h"), r.compact_str()
+    if code:
+        raise RuntimeError(f"UnregisterBroker {node_id}: error {code} ({message})")
+
+
+def reassign_partitions(address: str, moves: Dict[Tuple[str, int], List[int]], timeout_ms: int = 30000) -> None:
+    """AlterPartitionReassignments (API 45, v0): each (topic, partition) to the replicas given."""
+    by_topic: Dict[str, List[Tuple[int, List[int]]]] = {}
+    for (topic, part), replicas in sorted(moves.items()):
+        by_topic.setdefault(topic, []).append((part, replicas))
+    body = struct.pack(">i", timeout_ms) + _uvarint(len(by_topic) + 1)
+    for topic, parts in by_topic.items():
+        body += _compact_str(topic) + _uvarint(len(parts) + 1)
+        for part, replicas in parts:
+            body += struct.pack(">i", part) + _uvarint(len(replicas) + 1) + b"".join(struct.pack(">i", n) for n in replicas)
+            body += b"\0"
+        body += b"\0"
+    body += b"\0"
+    r = _raw_request(address, 45, 0, body)
+    r.take(">i")
+    code, message = r.take(">h"), r.compact_str()
+    if code:
+        raise RuntimeError(f"AlterPartitionReassignments: error {code} ({message})")
+    errors = []
+    for _ in range(r.uvarint() - 1):
+        topic = r.compact_str()
+        for _ in range(r.uvarint() - 1):
+            part, pcode, pmsg = r.take(">i"), r.take(">h"), r.compact_str()
+            r.skip_tags()
+            if pcode:
+                errors.append(f"{topic}-{part}: error {pcode} ({pmsg})")
+        r.skip_tags()
+    if errors:
+        raise RuntimeError("AlterPartitionReassignments: " + "; ".join(errors))
+
+
+def _write_node(n: ClusterNode, voters: str, libs: Path, heap: str, tie_to_parent: bool, proxies: bool,
+                overrides: Optional[Dict[str, str]], cluster_id: str) -> subprocess.Popen:
+    """The node's directory, proxy, properties and log4j file; returns its StorageTool format process."""
+    (n.workdir / "logs").mkdir(parents=True)
+    if n.is_broker and proxies:
+        n.proxy = FaultProxy((HOST, n.ports["external"]))
+    props = _cluster_properties(n.node_id, n.roles, n.workdir, n.ports, voters, n.rack,
+                                n.proxy.address if n.proxy is not None else None)
+    props.update(overrides or {})
+    (n.workdir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (n.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=n.workdir / "logs" / "server.log"))
+    n.launch_args = (libs, n.workdir, heap, tie_to_parent)
+    return subprocess.Popen(
+        _java(libs, "kafka.tools.StorageTool",
+              ["format", f"--cluster-id={cluster_id}", "-c", str(n.workdir / "server.properties")],
+              heap="256m", log4j=n.workdir / "log4j2.properties"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _formatted(n: ClusterNode, fmt: subprocess.Popen, timeout: float) -> None:
+    out, _ = fmt.communicate(timeout=timeout)
+    if fmt.returncode != 0:
+        raise KafkaStartError(f"StorageTool format of node {n.node_id} failed (exit {fmt.returncode}):\n"
+                              f"{out[-LOG_TAIL:]}")
+
+
 def _stop_all(nodes: List[ClusterNode], root: str) -> None:
     try:
         for n in nodes:
@@ -315,13 +476,14 @@ class KafkaCluster:
     nodes: List[ClusterNode]
     version: str = KAFKA_VERSION
     startup_seconds: float = 0.0
+    _setup: dict = field(default_factory=dict, repr=False)     # what add_broker needs of start_cluster's arguments
 
     def __post_init__(self) -> None:
         self._finalizer = weakref.finalize(self, _stop_all, self.nodes, self.root)
 
     @property
     def brokers(self) -> List[ClusterNode]:
-        return [n for n in self.nodes if n.is_broker]
+        return [n for n in self.nodes if n.is_broker and not n.retired]
 
     @property
     def bootstrap(self) -> str:
@@ -374,7 +536,8 @@ class KafkaCluster:
         return self.partitions(topic, admin)[partition].leader
 
     def wait_until(self, what: str, check, timeout: float) -> object:
-        """Calls ``check()`` until it returns something true (or ``timeout`` s: TimeoutError naming ``what``)."""
+        """Calls ``check()`` until it returns something true (or ``timeout`` s: TimeoutError naming ``what``);
+        a :class:`KafkaStartError` it raises (a node exited) is raised at once."""
         deadline = time.monotonic() + timeout
         last: object = None
         while True:
@@ -383,6 +546,8 @@ class KafkaCluster:
                 if got:
                     return got
                 last = got
+            except KafkaStartError:
+                raise                # a node exited: waiting longer cannot help (it waited out the whole bound)
             except Exception as e:  # noqa: BLE001 - a cluster in flux: anything may fail, retried until the deadline
                 last = e
             if time.monotonic() > deadline:
@@ -418,10 +583,128 @@ class KafkaCluster:
                     short.append(f"{name}-{p.partition} leader {p.leader} isr {sorted(p.isr)} of {sorted(p.replicas)}")
         return short
 
+    # ---- membership: a broker joins the running cluster, and leaves it ----
+
+    def add_broker(self, node_id: int = 4, rack: str = EXTRA_RACK, timeout: float = NODE_TIMEOUT) -> ClusterNode:
+        """A broker-only node (``process.roles=broker``) joining the running cluster: the same
+        quorum (``controller.quorum.voters``), cluster id and settings as the others, its own
+        directory, ports and (with proxies) FaultProxy. Returns once it is registered.
+        :meth:`remove_broker` takes it out again; :meth:`restore` and :meth:`stop` do too."""
+        if any(n.node_id == node_id for n in self.nodes):
+            raise ValueError(f"node {node_id} is already in the cluster")
+        for attempt in range(BIND_RETRIES + 1):
+            try:
+                return self._add_broker(node_id, rack, timeout)
+            except KafkaStartError as e:
+                if not _lost_a_port(e) or attempt == BIND_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _add_broker(self, node_id: int, rack: str, timeout: float) -> ClusterNode:
+        st = self._setup
+        ports = {k: free_port(HOST) for k in ("internal", "external", "controller")}
+        node = ClusterNode(node_id, "broker", Path(self.root) / f"node-{node_id}", ports, rack, added=True)
+        shutil.rmtree(node.workdir, ignore_errors=True)
+        fmt = _write_node(node, st["voters"], st["libs"], st["heap"], st["tie_to_parent"], st["proxies"],
+                          st["overrides"], self.cluster_id)
+        self.nodes.append(node)          # from here stop() (the finalizer's list) stops it and its proxy
+        try:
+            _formatted(node, fmt, timeout)
+            node.start()
+            self.wait_for_node(node, timeout)
+        except BaseException:
+            self._drop(node)
+            raise
+        return node
+
+    def create_topic(self, name: str, assignment: List[List[int]], configs: Optional[Dict[str, str]] = None) -> None:
+        """A topic whose partition ``i`` has the replicas ``assignment[i]`` (the first leads), as
+        CreateTopics with a replica assignment; returns once every partition has its full ISR."""
+        from kwire import protocol
+
+        cls = protocol.message("CreateTopicsRequest")
+        with self.admin() as a:
+            resp = a._to_controller(lambda versions: cls(topics=[cls.CreatableTopic(
+                name=name, num_partitions=-1, replication_factor=-1,
+                assignments=[cls.CreatableReplicaAssignment(partition_index=i, broker_ids=list(r))
+                             for i, r in enumerate(assignment)],
+                configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+                timeout_ms=10000), 15)
+            for t in resp.topics:
+                if t.error_code:
+                    raise RuntimeError(f"CreateTopics {name}: error {t.error_code} ({t.error_message})")
+        for i, r in enumerate(assignment):
+            self.wait_until_isr(name, i, len(r), timeout=60)
+
+    def replicas_on(self, node_id: int, admin) -> Dict[Tuple[str, int], tuple]:
+        """Every partition (internal topics too) with a replica on ``node_id``: its replicas."""
+        out = {}
+        for name in admin.list_topics(include_internal=True, timeout=5):
+            for p in self.partitions(name, admin).values():
+                if node_id in p.replicas:
+                    out[(name, p.partition)] = tuple(p.replicas)
+        return out
+
+    def remove_broker(self, node: ClusterNode, timeout: float = NODE_TIMEOUT) -> Dict[str, float]:
+        """Take ``node`` out of the cluster for good (:meth:`retire_broker`), then stop its proxy
+        and delete its directory. Returns the seconds each step took."""
+        took = {} if node.retired else self.retire_broker(node, timeout)
+        self._drop(node)
+        return took
+
+    def retire_broker(self, node: ClusterNode, timeout: float = NODE_TIMEOUT) -> Dict[str, float]:
+        """Take ``node`` out of the cluster: its partitions' replicas moved to other brokers
+        (AlterPartitionReassignments, waited for), a controlled shutdown (SIGTERM), KRaft's
+        UnregisterBroker. Its proxy still listens (refusing nothing, relaying to nobody), so a test
+        can count the connections clients still try (``node.proxy.connections``);
+        :meth:`remove_broker` (or :meth:`restore`) ends it. Returns the seconds each step took
+        ("moved", "stopped", "unregistered")."""
+        took: Dict[str, float] = {}
+        node.heal()
+        node.resume()
+        others = [n for n in self.brokers if n is not node]
+        t0 = time.monotonic()
+        with self.admin() as a:
+            moves = {}
+            for tp, replicas in self.replicas_on(node.node_id, a).items():
+                spare = [n.node_id for n in others if n.node_id not in replicas]
+                moves[tp] = [spare[0] if r == node.node_id else r for r in replicas]
+            if moves:
+                via = next(f"{HOST}:{n.ports['internal']}" for n in others if n.running)
+                self.wait_until(f"reassignment of {sorted(moves)}",
+                                lambda: reassign_partitions(via, moves) or True, FAULT_TIMEOUT)
+                self.wait_until(f"node {node.node_id}'s replicas moved away",
+                                lambda: not self.replicas_on(node.node_id, a), timeout)
+        took["moved"] = time.monotonic() - t0
+        took["stopped"] = node.stop()
+        t0 = time.monotonic()
+        via = next(f"{HOST}:{n.ports['internal']}" for n in others if n.running)
+        self.wait_until(f"node {node.node_id} unregistered",
+                        lambda: unregister_broker(via, node.node_id) or True, FAULT_TIMEOUT)
+        took["unregistered"] = time.monotonic() - t0
+        node.retired = True
+        return took
+
+    def _drop(self, node: ClusterNode) -> None:
+        """Stop ``node`` by PID and its proxy, forget it, delete its directory."""
+        if node.alive:
+            node.resume()
+            _stop_pid(node.pid, STOP_TIMEOUT)
+        _reap(node.process, 1)
+        if node.proxy is not None:
+            node.proxy.stop()
+        if node in self.nodes:
+            self.nodes.remove(node)      # in place: the finalizer holds this list
+        shutil.rmtree(node.workdir, ignore_errors=True)
+
     def restore(self, timeout: float = NODE_TIMEOUT) -> List[str]:
-        """Undo every fault: heal the proxies, resume paused nodes, start stopped ones.
-        Returns what it had to undo (for the caller's report)."""
+        """Undo every fault: heal the proxies, resume paused nodes, start stopped ones;
+        then remove the brokers :meth:`add_broker` added (their partitions moved back
+        to the others). Returns what it had to undo (for the caller's report)."""
         undone = []
+        for n in [n for n in self.nodes if n.retired]:
+            self._drop(n)
+            undone.append(f"dropped the retired node {n.node_id}")
         for n in self.nodes:
             if n.proxy is not None and n.proxy.holing:
                 n.heal()
@@ -434,13 +717,16 @@ class KafkaCluster:
                 undone.append(f"started node {n.node_id}")
         for n in self.nodes:
             self.wait_for_node(n, timeout)
+        for n in [n for n in self.nodes if n.added]:
+            self.remove_broker(n, timeout)
+            undone.append(f"removed the added node {n.node_id}")
         return undone
 
     def check_healthy(self, timeout: float = 90.0) -> None:
         """Every node runs, every broker is registered, every partition has a leader and its full ISR
         (waited for, up to ``timeout`` s; TimeoutError with the log tails otherwise)."""
         for n in self.nodes:
-            if not n.running:
+            if not n.running and not n.retired:
                 raise RuntimeError(f"node {n.node_id} is not running (pid {n.pid}, state {_proc_state(n.pid)})")
         want = [n.node_id for n in self.brokers]
         try:
@@ -473,6 +759,13 @@ class KafkaCluster:
         self.stop()
 
 
+BIND_RETRIES = 2           # fresh ports when a node lost the race for one (free_port is only probably free)
+
+
+def _lost_a_port(e: BaseException) -> bool:
+    return isinstance(e, KafkaStartError) and "Address already in use" in str(e)
+
+
 def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFKA_VERSION, heap: str = HEAP,
                   proxies: bool = True, timeout: float = READY_TIMEOUT, tie_to_parent: bool = True,
                   overrides: Optional[Dict[str, str]] = None, progress: Progress = None) -> KafkaCluster:
@@ -480,7 +773,23 @@ def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFK
     nodes forming the quorum with ``controllers=0``, or with ``controllers=1`` one
     controller-only node (id :data:`CONTROLLER_ID`) and broker-only nodes. With ``proxies``
     each broker advertises a :class:`FaultProxy` of this process. Returns once every
-    broker is registered; ``overrides`` are extra properties of every node."""
+    broker is registered; ``overrides`` are extra properties of every node. A node that
+    could not bind a port it was given (another process took it after ``free_port``: other
+    clusters and proxies run on the same machine) starts the cluster again on fresh
+    ports, up to :data:`BIND_RETRIES` times."""
+    for attempt in range(BIND_RETRIES + 1):
+        try:
+            return _start_cluster(brokers, controllers, version, heap, proxies, timeout, tie_to_parent, overrides,
+                                  progress)
+        except KafkaStartError as e:
+            if not _lost_a_port(e) or attempt == BIND_RETRIES:
+                raise
+            _say(progress, "a node lost a port to another process; starting again on fresh ports")
+    raise AssertionError("unreachable")
+
+
+def _start_cluster(brokers: int, controllers: int, version: str, heap: str, proxies: bool, timeout: float,
+                   tie_to_parent: bool, overrides: Optional[Dict[str, str]], progress: Progress) -> KafkaCluster:
     if controllers not in (0, 1):
         raise ValueError("controllers: 0 (combined nodes) or 1 (a separate controller)")
     libs = ensure_kafka(version, progress)
@@ -498,28 +807,10 @@ def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFK
             nodes.append(ClusterNode(node_id, roles, root / f"node-{node_id}", ports, rack))
         voters = ",".join(f"{n.node_id}@{HOST}:{n.ports['controller']}" for n in nodes if "controller" in n.roles)
         cluster_id = _cluster_id()
-        formats = []
-        for n in nodes:
-            (n.workdir / "logs").mkdir(parents=True)
-            if n.is_broker and proxies:
-                n.proxy = FaultProxy((HOST, n.ports["external"]))
-            props = _cluster_properties(n.node_id, n.roles, n.workdir, n.ports, voters, n.rack,
-                                        n.proxy.address if n.proxy is not None else None)
-            props.update(overrides or {})
-            (n.workdir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            (n.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=n.workdir / "logs" / "server.log"))
-            n.launch_args = (libs, n.workdir, heap, tie_to_parent)
-            formats.append(subprocess.Popen(
-                _java(libs, "kafka.tools.StorageTool",
-                      ["format", f"--cluster-id={cluster_id}", "-c", str(n.workdir / "server.properties")],
-                      heap="256m", log4j=n.workdir / "log4j2.properties"),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        formats = [_write_node(n, voters, libs, heap, tie_to_parent, proxies, overrides, cluster_id) for n in nodes]
         _say(progress, f"formatting {len(nodes)} nodes in {root}")
         for n, fmt in zip(nodes, formats):
-            out, _ = fmt.communicate(timeout=timeout)
-            if fmt.returncode != 0:
-                raise KafkaStartError(f"StorageTool format of node {n.node_id} failed (exit {fmt.returncode}):\n"
-                                      f"{out[-LOG_TAIL:]}")
+            _formatted(n, fmt, timeout)
         _say(progress, f"starting {len(nodes)} nodes")
         for n in nodes:
             n.start()                 # from this thread: each dies with the thread that started it
@@ -527,6 +818,8 @@ def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFK
         _stop_all(nodes, str(root))
         raise
     cluster = KafkaCluster(str(root), cluster_id, nodes, version)
+    cluster._setup = dict(voters=voters, libs=libs, heap=heap, tie_to_parent=tie_to_parent, proxies=proxies,
+                          overrides=overrides)
     try:
         want = [n.node_id for n in cluster.brokers]
 

@@ -41,7 +41,8 @@ class _Relay:
         self._lock = threading.Lock()
         self._pairs: List[Tuple[socket.socket, socket.socket]] = []
         self._stopped = False
-        self.accepted = 0
+        self.accepted = 0            # connections relayed (the target answered)
+        self.connections = 0         # connections accepted, relayed or not (every attempt a client made)
         self.errors: List[str] = []
         self._thread = threading.Thread(target=self._accept_loop, daemon=True, name=f"{type(self).__name__}:{self.port}")
         self._thread.start()
@@ -63,6 +64,8 @@ class _Relay:
                 conn, _ = self._srv.accept()
             except OSError:
                 return
+            with self._lock:
+                self.connections += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
