@@ -160,7 +160,7 @@ def test_bootstrap_past_a_closed_port_and_a_black_holed_broker(kafka_cluster):
     took["consumer"], tried["consumer"] = time.monotonic() - t0, hole.proxy.connections - n0
     assert max(took.values()) < 10, took
     assert sum(tried.values()) >= 1, "no client went through the black-holed address (least_loaded_node's rotation)"
-    print(f"\nbootstrap past a closed port and a black-holed broker: "
+    print("\nbootstrap past a closed port and a black-holed broker: "
           + ", ".join(f"{k} {v:.1f} s ({tried[k]} attempts at the black hole)" for k, v in took.items()))
 
 

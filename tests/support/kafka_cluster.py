@@ -89,7 +89,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from kwire.devbroker import free_port
 from support.kafka import (_LOG4J2, KAFKA_VERSION, LOG_TAIL, STOP_TIMEOUT, KafkaStartError, Progress, _cli_start,
