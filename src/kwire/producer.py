@@ -325,8 +325,10 @@ class Producer(SendingProducer):
                         f"topic {topic!r} does not exist and was not created within max_block_ms "
                         f"({self.cfg['max_block_ms']} ms): the broker's auto.create.topics.enable may be off; "
                         "create the topic first (Admin.create_topics)")
+                why = client.last_errors()
                 raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms"
-                                        + (f" (broker error {protocol.error_for(err).__class__.__name__})" if err else ""))
+                                        + (f" (broker error {protocol.error_for(err).__class__.__name__})" if err else "")
+                                        + (f"; the brokers could not be reached: {why}" if why else ""))
             time.sleep(0.005)
 
     # -------------------------------------------------------- buffering

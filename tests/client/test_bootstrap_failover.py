@@ -16,9 +16,12 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from kwire.admin import Admin
 from kwire.consumer import Consumer
 from kwire.devbroker import free_port
+from kwire.future import KafkaTimeoutError
 from kwire.producer import Producer
 from support.hostile_broker import HostileBroker
 
@@ -71,3 +74,18 @@ def test_consumer_skips_dead_bootstrap_addresses():
                 got = [r.value for recs in c.poll(100).values() for r in recs]
         assert got == [b"v"]
     assert time.monotonic() - t0 < 5, f"{time.monotonic() - t0:.1f} s"
+
+
+def test_send_timeout_says_why_no_broker_answered():
+    """With no broker reachable, send()'s metadata wait times out at
+    max_block_ms, and the error says why (each different failure once),
+    not only that no metadata came."""
+    port = free_port()
+    with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=700, reconnect_backoff_max_ms=100) as p:
+        t0 = time.monotonic()
+        with pytest.raises(KafkaTimeoutError) as err:
+            p.send("t", b"v")
+        assert time.monotonic() - t0 < 3
+        text = str(err.value)
+        assert "no metadata for topic 't'" in text and "could not be reached" in text and str(port) in text, text
+        assert "ECONNREFUSED" in text, text
