@@ -109,6 +109,7 @@ class TransactionManager:
         self._pending: Set[Tuple[str, int]] = set()
         self._adding = False
         self._add_retry_at = 0.0
+        self._add_failures = 0                    # AddPartitionsToTxn requests failed in a row (sender thread)
         self._started = False                     # partitions or offsets in this transaction
         self._batches: List[Future] = []          # futures of this transaction's batches
 
@@ -209,7 +210,11 @@ class TransactionManager:
         with self._lock:
             self._adding = False
         if fut.failed():
-            log.info("AddPartitionsToTxn failed: %s; retrying", fut.exception())
+            # said once until partitions are added again (a coordinator being restarted fails every
+            # retry_backoff_ms for seconds)
+            self._add_failures += 1
+            log.log(logging.INFO if self._add_failures == 1 else logging.DEBUG,
+                    "%s: AddPartitionsToTxn failed: %s; retrying", self.transactional_id, fut.exception())
             self._link.forget(node)
             retry = True
         else:
@@ -235,6 +240,10 @@ class TransactionManager:
                     self._error_code(code, "AddPartitionsToTxn", topic=tp[0], partition=tp[1])
                     return
             if added:
+                if self._add_failures > 1:
+                    log.info("%s: AddPartitionsToTxn succeeded after %d failed attempts", self.transactional_id,
+                             self._add_failures)
+                self._add_failures = 0
                 log.debug("%s: added %s to the transaction", self.transactional_id, added)
         if retry:
             with self._lock:

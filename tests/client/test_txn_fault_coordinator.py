@@ -22,7 +22,7 @@ from kwire.producer import Producer
 from kwire.protocol import messages as m
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.transactions import TransactionStateError
-from support.hostile_broker import DEFAULT_VERSIONS, NEVER, HostileBroker
+from support.hostile_broker import CLOSE, DEFAULT_VERSIONS, NEVER, HostileBroker
 
 TID = "txn-fault-tid"
 VERSIONS = {**DEFAULT_VERSIONS, ApiKey.FIND_COORDINATOR: (1, 3), ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
@@ -132,3 +132,23 @@ def test_fencing_errors_name_the_transactional_id():
             p.commit_transaction(5)
         assert isinstance(info.value.__cause__, InvalidProducerEpochError)   # why, for the caller to see
         p.close(5)
+
+
+def test_add_partitions_failing_again_and_again_is_said_once(caplog):
+    """A coordinator being restarted fails every AddPartitionsToTxn for seconds (one each
+    retry_backoff_ms): said once, and once more when partitions are added again."""
+    with HostileBroker({"t": 1}, versions=VERSIONS) as broker:
+        coordinator = Coordinator(broker, [_ok()])
+        closes = [CLOSE] * 5
+        broker.on("AddPartitionsToTxn", lambda req: closes.pop() if closes else coordinator._add(req))
+        p = Producer(bootstrap_servers=broker.bootstrap, transactional_id=TID, request_timeout_ms=500,
+                     retry_backoff_ms=20, reconnect_backoff_ms=10, reconnect_backoff_max_ms=20)
+        p.init_transactions(5)
+        p.begin_transaction()
+        with caplog.at_level(logging.INFO, logger="kwire.transactions"):
+            assert p.send("t", b"v", partition=0).get(10).offset == 0
+        p.commit_transaction(5)
+        p.close(5)
+    said = [r.getMessage() for r in caplog.records if "AddPartitionsToTxn" in r.getMessage()]
+    assert len(broker.received("AddPartitionsToTxn")) == 6
+    assert len(said) == 2 and "failed" in said[0] and "after 5 failed attempts" in said[1], said
