@@ -50,7 +50,7 @@ from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, Record
                           SendingProducer, build_batches, restamp_batch)
 from kwire.client import STALLED, Client
 from kwire.config import PRODUCER, resolve
-from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
+from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -161,6 +161,7 @@ class Producer(SendingProducer):
 
             self._txn = TransactionManager(self)
             self._acc.enabled = False   # every send checks the transaction state (the Python path)
+        self._error_context = {"transactional_id": cfg["transactional_id"]} if self._txn is not None else {}
         self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)
@@ -798,8 +799,9 @@ class Producer(SendingProducer):
             elif p.error_code == ErrorCode.NONE or p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(b, p.base_offset, getattr(p, "log_append_time_ms", -1))
             else:
-                err = protocol.error_for(p.error_code, api="Produce", topic=b.topic, partition=b.partition,
-                                         message=getattr(p, "error_message", None))
+                # a transactional producer's errors name its id (which producer was fenced)
+                err = error_for_code(p.error_code)(getattr(p, "error_message", None), api="Produce", topic=b.topic,
+                                                   partition=b.partition, **self._error_context)
                 self._on_partition_error(b, p.error_code, err)
 
     def _on_partition_error(self, b: _Batch, code: int, err: BaseException) -> None:

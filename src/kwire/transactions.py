@@ -46,8 +46,9 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 from kwire import protocol
 from kwire.commit import CommitFailedError, as_offsets, commit_errors, grouped_partitions
 from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, CoordinatorLink, RequestPump
-from kwire.errors import KwireError
+from kwire.errors import KwireError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
+from kwire.net import RequestTimedOutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata
@@ -108,6 +109,7 @@ class TransactionManager:
         self._pending: Set[Tuple[str, int]] = set()
         self._adding = False
         self._add_retry_at = 0.0
+        self._add_failures = 0                    # AddPartitionsToTxn requests failed in a row (sender thread)
         self._started = False                     # partitions or offsets in this transaction
         self._batches: List[Future] = []          # futures of this transaction's batches
 
@@ -208,7 +210,11 @@ class TransactionManager:
         with self._lock:
             self._adding = False
         if fut.failed():
-            log.info("AddPartitionsToTxn failed: %s; retrying", fut.exception())
+            # said once until partitions are added again (a coordinator being restarted fails every
+            # retry_backoff_ms for seconds)
+            self._add_failures += 1
+            log.log(logging.INFO if self._add_failures == 1 else logging.DEBUG,
+                    "%s: AddPartitionsToTxn failed: %s; retrying", self.transactional_id, fut.exception())
             self._link.forget(node)
             retry = True
         else:
@@ -234,6 +240,10 @@ class TransactionManager:
                     self._error_code(code, "AddPartitionsToTxn", topic=tp[0], partition=tp[1])
                     return
             if added:
+                if self._add_failures > 1:
+                    log.info("%s: AddPartitionsToTxn succeeded after %d failed attempts", self.transactional_id,
+                             self._add_failures)
+                self._add_failures = 0
                 log.debug("%s: added %s to the transaction", self.transactional_id, added)
         if retry:
             with self._lock:
@@ -260,7 +270,7 @@ class TransactionManager:
 
     def _error_code(self, code: int, api: str, **where: Any) -> BaseException:
         """Put an error answer's code into the state it calls for; return it."""
-        err = protocol.error_for(code, api=api, **where)
+        err = error_for_code(code)(None, api=api, transactional_id=self.transactional_id, **where)
         if code in FATAL:
             self._to_fatal(err)
         else:
@@ -278,7 +288,8 @@ class TransactionManager:
             raise error
         if state not in allowed:
             if state == ABORTABLE_ERROR:
-                raise TransactionStateError(f"cannot {what}: the transaction must be aborted first ({error})")
+                raise TransactionStateError(f"cannot {what}: the transaction must be aborted first ({error})") \
+                    from error
             raise TransactionStateError(f"cannot {what} in state {state!r}")
 
     def check_send(self) -> None:
@@ -287,6 +298,8 @@ class TransactionManager:
             state, error = self.state, self._error
         if state == IN_TRANSACTION:
             return
+        if state == FATAL_ERROR and error is not None:
+            raise error               # fenced (or not authorized...): as every other call says
         if error is not None:
             raise TransactionStateError(f"cannot send: an earlier transactional request failed ({error})") from error
         raise TransactionStateError(f"cannot send in state {state!r}: call begin_transaction() first"
@@ -302,9 +315,25 @@ class TransactionManager:
               code_of: Any = lambda r: r.error_code) -> Any:
         """Send to ``link``'s coordinator until an answer other than a
         retriable error comes; that answer's error, if any, raised (after
-        putting it into the manager's state)."""
+        putting it into the manager's state). A request the coordinator
+        does not answer in time (dead, hung or cut off: its connection is
+        closed) is sent again, to the coordinator looked up again, until the
+        deadline: each of these requests may be repeated (the coordinator
+        answers a repeated EndTxn as the first, once that one is done)."""
         while True:
-            resp = link.request(make, deadline)
+            node = link.node
+            try:
+                resp = link.request(make, deadline)
+            except KafkaTimeoutError as e:      # the request's own timeout (its connection closed), or the call's
+                if isinstance(e, RequestTimedOutError):
+                    link.forget(node if link.node is None else link.node)     # said once per node (at INFO)
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
+                                            f"no answer from its coordinator until the timeout ({e})") from e
+                if not isinstance(e, RequestTimedOutError):
+                    raise
+                link.sleep(deadline)
+                continue
             code = code_of(resp)
             if not code:
                 return resp
@@ -312,7 +341,8 @@ class TransactionManager:
                 if code in COORDINATOR_ERRORS:
                     link.forget(link.node)
                 if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"{api}: {protocol.error_for(code, api=api)} until the timeout")
+                    raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
+                                            f"{protocol.error_for(code, api=api)} until the timeout")
                 link.sleep(deadline)
                 continue
             raise self._error_code(code, api)
@@ -414,8 +444,11 @@ class TransactionManager:
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records; if every one was written, commit
         the transaction (EndTxn). If one failed, raise its error: the
-        transaction must be aborted."""
-        self._check(IN_TRANSACTION, what="commit_transaction()")
+        transaction must be aborted. A commit that timed out (the records
+        not all answered, or the coordinator not answering) may be called
+        again: it goes on where it stopped (the coordinator takes a repeated
+        EndTxn as the first)."""
+        self._check(IN_TRANSACTION, COMMITTING, what="commit_transaction()")
         deadline = self._deadline(timeout)
         with self._lock:
             self.state = COMMITTING
