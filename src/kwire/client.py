@@ -363,7 +363,7 @@ class Client:
         self._closed = False
         self._rr = itertools.count()
         self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
-        self._logged: Dict[int, str] = {}             # the failure last logged per node
+        self._logged: Dict[int, Set[str]] = {}        # the failures said per node since it last connected
 
     # ---------------------------------------------------------- brokers
     def broker(self, node_id: int) -> Optional[Broker]:
@@ -439,11 +439,14 @@ class Client:
             self._backoff[node] = (time.monotonic() + wait, wait)
             if conn.error is not None:
                 said = str(conn.error)
-                if self._logged.get(node) != said:        # say a new failure once, not every retry
+                said_before = self._logged.setdefault(node, set())
+                if said not in said_before and len(said_before) < 8:
+                    # each failure once until the node connects again, not at every retry (nor at every
+                    # other one, when a dead broker's failures alternate: refused, reset), and a few at most
                     level = logging.INFO if getattr(conn.error, "retriable", True) else logging.WARNING
                     where = "" if f"node {node} " in said else f"node {node} ({conn.host}:{conn.port}): "
                     log.log(level, "%s%s", where, said)
-                    self._logged[node] = said
+                    said_before.add(said)
                 self._errors[node] = conn.error
             if node >= 0:
                 self._metadata_wanted = True

@@ -89,3 +89,29 @@ def test_send_timeout_says_why_no_broker_answered():
         text = str(err.value)
         assert "no metadata for topic 't'" in text and "could not be reached" in text and str(port) in text, text
         assert "ECONNREFUSED" in text, text
+
+
+def test_alternating_connection_failures_are_said_once_each(caplog):
+    """A dead broker's reconnects may fail in turns with different errors
+    (behind a proxy: accepted then reset, or refused): each is logged once
+    until the node connects again, not every other retry."""
+    import logging
+
+    from kwire.client import Client
+    from kwire.config import PRODUCER, resolve
+    from kwire.net import ConnectionLostError
+
+    client = Client(resolve(PRODUCER, None, {"bootstrap_servers": f"127.0.0.1:{free_port()}"}, what="producer"))
+    try:
+        with caplog.at_level(logging.INFO, logger="kwire.client"):
+            for i in range(10):
+                conn = client.connection(-1)
+                if conn is None:            # in its backoff: the test does not wait it out
+                    client._backoff.pop(-1, None)
+                    conn = client.connection(-1)
+                conn.close(ConnectionLostError("reset by peer" if i % 2 else "closed the connection"))
+        said = [r.getMessage() for r in caplog.records if r.name == "kwire.client"]
+        assert sum("reset by peer" in m for m in said) == 1, said
+        assert sum("closed the connection" in m for m in said) == 1, said
+    finally:
+        client.close()
