@@ -79,7 +79,7 @@ class _Batch(ProducerBatch):
     """A partition's batch: while open, the compiled builder takes records
     (see :class:`kwire._codec.ProducerBatch`); then its send state."""
 
-    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp")
+    __slots__ = ("created", "payload", "attempts", "sequence", "next_try", "deadline", "future", "stamp", "refused")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float, deadline: float):
         self.created = now
@@ -90,6 +90,7 @@ class _Batch(ProducerBatch):
         self.deadline = deadline
         self.future: Future = Future()                   # -> (base_offset, log_append_time)
         self.stamp: Tuple[int, int] = _NO_STAMP          # producer id and epoch the payload carries
+        self.refused = False      # its last attempt was refused unwritten (the broker was not the leader)
 
     def metadata(self, index: int) -> "RecordMetadata":
         """Where record ``index`` landed (the batch is acknowledged)."""
@@ -568,9 +569,18 @@ class Producer(SendingProducer):
         stamp yet: a broker takes any sequence from a producer it does not
         know there, so a later batch arriving before a first one that
         failed would be written ahead of it) and while a batch is retried
-        (as Java's producer does: the retry goes alone, then the batches
-        after it); otherwise ``max_in_flight``."""
-        return 1 if b.attempts or tp not in self._acked else max_in_flight
+        whose last attempt may have been written (a timeout, a lost
+        connection: as Java's producer does, the retry goes alone, then the
+        batches after it); otherwise ``max_in_flight``. Batches a broker
+        refused because it was not the leader were not written, and go to
+        the new leader together, in order, as librdkafka sends them (one
+        at a time, each waiting for the last, a leader's controlled
+        shutdown held every partition it led for seconds); should the first
+        fail again, the ones after it fail as out of order and are retried
+        behind it (see :meth:`_on_partition_error`)."""
+        if tp not in self._acked or (b.attempts and not b.refused):
+            return 1
+        return max_in_flight
 
     def _renumber(self, tp: Tuple[str, int], stamp: Tuple[int, int]) -> None:
         """Count ``tp``'s sequences under ``stamp`` from 0, its
@@ -779,6 +789,7 @@ class Producer(SendingProducer):
                 self._settle(b)
         if fut.failed():
             for b in live:
+                b.refused = False         # perhaps written: the retry goes alone
                 self._retry_or_fail(b, fut.exception())
             return
         resp = fut.value
@@ -805,7 +816,8 @@ class Producer(SendingProducer):
                 self._on_partition_error(b, p.error_code, err)
 
     def _on_partition_error(self, b: _Batch, code: int, err: BaseException) -> None:
-        if getattr(err, "invalid_metadata", False):
+        b.refused = bool(getattr(err, "invalid_metadata", False))     # refused before it was appended
+        if b.refused:
             self._client.request_metadata_update()
         if self._txn is not None and self._txn.produce_error(code, err):
             self._fail(b, err)    # fenced or abortable: the transaction decides what comes next

@@ -364,16 +364,30 @@ def _check(run: Run, log: Dict[int, list]) -> dict:
     # the first acknowledgment of a record sent after each fault, on each partition the faulted broker led
     # (not of one sent before: its answer may have been on its way, or, librdkafka, its callback not yet served)
     delays = []
+    backlog = []          # records sent before the fault, acknowledged after it (the first ack waits behind them)
+    gaps = []
     for t_fault, led, first in run.faults:
         for p in led:
             after = [o.at for o in run.outcomes[first:] if o is not None and o.error is None and o.partition == p]
             delays.append(min(after) - t_fault if after else float("inf"))
+            backlog.append(sum(1 for o in run.outcomes[:first] if o is not None and o.partition == p and o.at > t_fault))
+            if after:
+                # the partition's outage as the application sees it: the longest time without an
+                # acknowledgment from the fault until a record sent after it is acknowledged (a
+                # producer that had more records waiting when the fault came is not charged for them)
+                times = sorted([t_fault] + [o.at for o in run.outcomes if o is not None and o.error is None
+                                            and o.partition == p and t_fault < o.at <= min(after)])
+                gaps.append(max(b - a for a, b in zip(times, times[1:])))
+            else:
+                gaps.append(float("inf"))
     return {"records": len(run.outcomes), "rounds": len(run.faults), "acked": len(acked), "failed": len(failed),
             "failed_in_log": sum(1 for s in failed if seen[s]), "unfinished": len(unfinished), "lost": len(lost),
             "duplicated": duplicated, "duplicated_acked": dup_acked, "out_of_order": out_of_order, "misplaced": len(misplaced), "foreign": foreign,
             "unexplained_failures": len(unexplained), "reasons": dict(reasons.most_common(5)),
             "first_ack_p50_s": statistics.median(delays) if delays else None,
             "first_ack_max_s": max(delays) if delays else None, "seconds": getattr(run, "elapsed", 0.0),
+            "backlog_p50": int(statistics.median(backlog)) if backlog else 0,
+            "ack_gap_p50_s": statistics.median(gaps) if gaps else None, "ack_gap_max_s": max(gaps) if gaps else None,
             "examples": {"lost": lost[:5], "misplaced": misplaced[:5], "unfinished": unfinished[:5],
                          "duplicated": dup_examples}}
 
@@ -403,11 +417,13 @@ def _report():
     yield
     if RESULTS:
         rows = [f"{'fault':<10} {'client':<11} {'records':>8} {'rounds':>6} {'acked':>8} {'failed':>6} {'lost':>5} "
-                f"{'dup':>4} {'order':>5} {'ack p50 s':>9} {'ack max s':>9} {'run s':>6}"]
+                f"{'dup':>4} {'order':>5} {'gap p50 s':>9} {'gap max s':>9} {'ack p50 s':>9} {'ack max s':>9} "
+                f"{'backlog':>8} {'run s':>6}"]
         for (fault, client), f in sorted(RESULTS.items()):
             rows.append(f"{fault:<10} {client:<11} {f['records']:>8} {f['rounds']:>6} {f['acked']:>8} {f['failed']:>6} "
-                        f"{f['lost']:>5} {f['duplicated']:>4} {f['out_of_order']:>5} {f['first_ack_p50_s']:>9.2f} "
-                        f"{f['first_ack_max_s']:>9.2f} {f['seconds']:>6.1f}")
+                        f"{f['lost']:>5} {f['duplicated']:>4} {f['out_of_order']:>5} {f['ack_gap_p50_s']:>9.2f} "
+                        f"{f['ack_gap_max_s']:>9.2f} {f['first_ack_p50_s']:>9.2f} "
+                        f"{f['first_ack_max_s']:>9.2f} {f['backlog_p50']:>8} {f['seconds']:>6.1f}")
         sys.stderr.write("\n[faults] fault -> first acknowledged send after it, per faulted partition\n"
                          + "\n".join(rows) + "\n")
 
