@@ -54,6 +54,8 @@ APIS = [
     "CreateAcls", "DescribeAcls", "DeleteAcls", "AlterClientQuotas", "DescribeClientQuotas",
     # leader elections (issue 17: unclean election on the cluster; preferred-leader rebalancing)
     "ElectLeaders",
+    # moving replicas and retiring a broker (issue 17: brokers leaving the cluster)
+    "AlterPartitionReassignments", "UnregisterBroker",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -388,6 +388,43 @@ class Admin:
         self._client.request_metadata_update()
         return out
 
+    def alter_partition_reassignments(self, moves: Mapping[Tuple[str, int], Optional[Sequence[int]]],
+                                      timeout: Optional[float] = None) -> None:
+        """Move each partition's replicas to the brokers given, the first
+        its preferred leader (AlterPartitionReassignments; None cancels a
+        move in progress). Returns once the controller has taken the moves
+        (the data is copied afterwards: ``describe_topics`` shows the
+        replicas change); raises the first partition's error."""
+        cls = protocol.message("AlterPartitionReassignmentsRequest")
+        by_topic: Dict[str, List[Any]] = collections.defaultdict(list)
+        for (topic, partition), replicas in sorted(moves.items()):
+            by_topic[topic].append(cls.ReassignablePartition(
+                partition_index=partition, replicas=None if replicas is None else list(replicas)))
+        ms = int(self._timeout(timeout) * 1000)
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(timeout_ms=ms, topics=[cls.ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        resp = self._to_controller(make, timeout)
+        if resp.error_code:
+            raise protocol.error_for(resp.error_code, api="AlterPartitionReassignments", message=resp.error_message)
+        errors = [protocol.error_for(p.error_code, api="AlterPartitionReassignments", topic=t.name,
+                                     partition=p.partition_index, message=p.error_message)
+                  for t in resp.responses for p in t.partitions if p.error_code]
+        self._client.request_metadata_update()
+        self._raise_first(errors)
+
+    def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> None:
+        """Remove a KRaft broker's registration for good (UnregisterBroker),
+        once it is shut down and holds no replica: the cluster stops listing
+        it. A broker that is not registered raises
+        ``BrokerIdNotRegisteredError``."""
+        cls = protocol.message("UnregisterBrokerRequest")
+        resp = self._to_controller(lambda versions: cls(broker_id=node_id), timeout)
+        if resp.error_code:
+            raise protocol.error_for(resp.error_code, api="UnregisterBroker", message=resp.error_message)
+        self._client.request_metadata_update()
+
     # ------------------------------------------------------------ configs
     def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
                          timeout: Optional[float] = None) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:

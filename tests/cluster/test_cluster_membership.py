@@ -37,9 +37,9 @@ from typing import Dict, List, Tuple
 import pytest
 
 from kwire.admin import Admin, NewTopic
+from kwire.errors import BrokerIdNotRegisteredError
 from kwire.consumer import Consumer
 from kwire.producer import Producer
-from support.kafka_cluster import unregister_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -207,5 +207,5 @@ def test_restore_removes_an_added_broker(kafka_cluster):
     assert node not in cluster.nodes and not node.alive and not node.workdir.exists()
     cluster.check_healthy()
     assert sorted(cluster.partitions(topic)[0].replicas) == [1, 2, 3]
-    with pytest.raises(RuntimeError, match="error 102"):         # BROKER_ID_NOT_REGISTERED: it was unregistered
-        unregister_broker(cluster.internal_bootstrap.split(",")[0], NEW)
+    with cluster.admin() as a, pytest.raises(BrokerIdNotRegisteredError):        # it was unregistered
+        a.unregister_broker(NEW, timeout=10)

@@ -18,12 +18,13 @@ CASES = [(name, v) for name in all_message_names()
 def test_every_api_of_the_issue_is_generated():
     from kwire.protocol import APIS
 
-    assert len(APIS) == 37           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+    assert len(APIS) == 39           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
     #                                  issue 16's CreateAcls, DescribeAcls, DeleteAcls, AlterClientQuotas, DescribeClientQuotas,
-    #                                  and issue 17's ElectLeaders
+    #                                  and issue 17's ElectLeaders, AlterPartitionReassignments, UnregisterBroker
     assert {"ConsumerGroupHeartbeatRequest", "ConsumerGroupDescribeResponse"} <= set(MESSAGES)
     assert {"CreateAclsResponse", "DescribeAclsResponse", "DeleteAclsResponse", "AlterClientQuotasResponse",
-            "DescribeClientQuotasResponse", "ElectLeadersRequest", "ElectLeadersResponse"} <= set(MESSAGES)
+            "DescribeClientQuotasResponse", "ElectLeadersRequest", "ElectLeadersResponse",
+            "AlterPartitionReassignmentsResponse", "UnregisterBrokerResponse"} <= set(MESSAGES)
     assert {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"} <= set(MESSAGES)
 
 

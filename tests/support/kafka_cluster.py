@@ -65,9 +65,8 @@ cluster id, its own FaultProxy) on the running cluster and returns once it is
 registered; :meth:`KafkaCluster.create_topic` places partitions on given
 nodes (CreateTopics with a replica assignment). :meth:`KafkaCluster.retire_broker`
 takes it out again: its replicas moved to the other brokers
-(AlterPartitionReassignments), a controlled shutdown, KRaft's UnregisterBroker
-(both requests hand-encoded here, :func:`reassign_partitions` and
-:func:`unregister_broker`: kwire's protocol package does not carry them); its
+(``Admin.alter_partition_reassignments``), a controlled shutdown, KRaft's
+UnregisterBroker (``Admin.unregister_broker``); its
 proxy keeps listening so that a test can count the connections clients still
 try (``proxy.connections``). :meth:`KafkaCluster.remove_broker` also stops
 the proxy and deletes the node's directory; ``restore`` does that to any
@@ -80,8 +79,6 @@ import json
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -303,122 +300,6 @@ class ClusterNode:
                 "log": str(self.workdir / "logs" / "server.log")}
 
 
-# ---- two requests kwire's protocol package does not carry (the harness's own, hand-encoded) ----
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _compact_str(s: str) -> bytes:
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, fmt: str):
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return v
-
-    def uvarint(self) -> int:
-        n = shift = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-
-    def compact_str(self) -> Optional[str]:
-        n = self.uvarint()
-        if n == 0:
-            return None
-        s = self.data[self.pos:self.pos + n - 1].decode()
-        self.pos += n - 1
-        return s
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
-def _raw_request(address: str, api_key: int, version: int, body: bytes, timeout: float = 15.0) -> _Reader:
-    """One request with a flexible (v2) header on a fresh connection; the response body after its v1 header."""
-    host, port = address.rsplit(":", 1)
-    client_id = b"kwire-harness"
-    frame = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id + b"\0" + body
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(struct.pack(">i", len(frame)) + frame)
-
-        def exactly(n: int) -> bytes:
-            buf = b""
-            while len(buf) < n:
-                chunk = s.recv(n - len(buf))
-                if not chunk:
-                    raise ConnectionError(f"{address} closed the connection mid-response")
-                buf += chunk
-            return buf
-        (size,) = struct.unpack(">i", exactly(4))
-        r = _Reader(exactly(size))
-    r.take(">i")            # correlation id
-    r.skip_tags()
-    return r
-
-
-def unregister_broker(address: str, node_id: int) -> None:
-    """KRaft's UnregisterBroker (API 64, v0) of ``node_id``, sent to the broker at ``address`` (it
-    forwards to the controller): the broker leaves the cluster's registrations for good."""
-    r = _raw_request(address, 64, 0, struct.pack(">i", node_id) + b"\0")
-    r.take(">i")            # throttle
-    code, message = r.take(">h"), r.compact_str()
-    if code:
-        raise RuntimeError(f"UnregisterBroker {node_id}: error {code} ({message})")
-
-
-def reassign_partitions(address: str, moves: Dict[Tuple[str, int], List[int]], timeout_ms: int = 30000) -> None:
-    """AlterPartitionReassignments (API 45, v0): each (topic, partition) to the replicas given."""
-    by_topic: Dict[str, List[Tuple[int, List[int]]]] = {}
-    for (topic, part), replicas in sorted(moves.items()):
-        by_topic.setdefault(topic, []).append((part, replicas))
-    body = struct.pack(">i", timeout_ms) + _uvarint(len(by_topic) + 1)
-    for topic, parts in by_topic.items():
-        body += _compact_str(topic) + _uvarint(len(parts) + 1)
-        for part, replicas in parts:
-            body += struct.pack(">i", part) + _uvarint(len(replicas) + 1) + b"".join(struct.pack(">i", n) for n in replicas)
-            body += b"\0"
-        body += b"\0"
-    body += b"\0"
-    r = _raw_request(address, 45, 0, body)
-    r.take(">i")
-    code, message = r.take(">h"), r.compact_str()
-    if code:
-        raise RuntimeError(f"AlterPartitionReassignments: error {code} ({message})")
-    errors = []
-    for _ in range(r.uvarint() - 1):
-        topic = r.compact_str()
-        for _ in range(r.uvarint() - 1):
-            part, pcode, pmsg = r.take(">i"), r.take(">h"), r.compact_str()
-            r.skip_tags()
-            if pcode:
-                errors.append(f"{topic}-{part}: error {pcode} ({pmsg})")
-        r.skip_tags()
-    if errors:
-        raise RuntimeError("AlterPartitionReassignments: " + "; ".join(errors))
-
-
 def _write_node(n: ClusterNode, voters: str, libs: Path, heap: str, tie_to_parent: bool, proxies: bool,
                 overrides: Optional[Dict[str, str]], cluster_id: str) -> subprocess.Popen:
     """The node's directory, proxy, properties and log4j file; returns its StorageTool format process."""
@@ -620,19 +501,10 @@ class KafkaCluster:
     def create_topic(self, name: str, assignment: List[List[int]], configs: Optional[Dict[str, str]] = None) -> None:
         """A topic whose partition ``i`` has the replicas ``assignment[i]`` (the first leads), as
         CreateTopics with a replica assignment; returns once every partition has its full ISR."""
-        from kwire import protocol
+        from kwire.admin import NewTopic
 
-        cls = protocol.message("CreateTopicsRequest")
         with self.admin() as a:
-            resp = a._to_controller(lambda versions: cls(topics=[cls.CreatableTopic(
-                name=name, num_partitions=-1, replication_factor=-1,
-                assignments=[cls.CreatableReplicaAssignment(partition_index=i, broker_ids=list(r))
-                             for i, r in enumerate(assignment)],
-                configs=[cls.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
-                timeout_ms=10000), 15)
-            for t in resp.topics:
-                if t.error_code:
-                    raise RuntimeError(f"CreateTopics {name}: error {t.error_code} ({t.error_message})")
+            a.create_topics([NewTopic(name, replica_assignment=dict(enumerate(assignment)), configs=configs)], 15)
         for i, r in enumerate(assignment):
             self.wait_until_isr(name, i, len(r), timeout=60)
 
@@ -670,17 +542,16 @@ class KafkaCluster:
                 spare = [n.node_id for n in others if n.node_id not in replicas]
                 moves[tp] = [spare[0] if r == node.node_id else r for r in replicas]
             if moves:
-                via = next(f"{HOST}:{n.ports['internal']}" for n in others if n.running)
                 self.wait_until(f"reassignment of {sorted(moves)}",
-                                lambda: reassign_partitions(via, moves) or True, FAULT_TIMEOUT)
+                                lambda: a.alter_partition_reassignments(moves, timeout=10) or True, FAULT_TIMEOUT)
                 self.wait_until(f"node {node.node_id}'s replicas moved away",
                                 lambda: not self.replicas_on(node.node_id, a), timeout)
         took["moved"] = time.monotonic() - t0
         took["stopped"] = node.stop()
         t0 = time.monotonic()
-        via = next(f"{HOST}:{n.ports['internal']}" for n in others if n.running)
-        self.wait_until(f"node {node.node_id} unregistered",
-                        lambda: unregister_broker(via, node.node_id) or True, FAULT_TIMEOUT)
+        with self.admin() as a:
+            self.wait_until(f"node {node.node_id} unregistered",
+                            lambda: a.unregister_broker(node.node_id, timeout=10) or True, FAULT_TIMEOUT)
         took["unregistered"] = time.monotonic() - t0
         node.retired = True
         return took

@@ -73,6 +73,7 @@ class ApiKey(IntEnum):
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    UNREGISTER_BROKER = 64
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
@@ -132,6 +133,7 @@ API_NAMES: Dict[int, str] = {
     57: 'UpdateFeatures',
     60: 'DescribeCluster',
     61: 'DescribeProducers',
+    64: 'UnregisterBroker',
     65: 'DescribeTransactions',
     66: 'ListTransactions',
     68: 'ConsumerGroupHeartbeat',

@@ -101,6 +101,7 @@ _S41 = _Struct('>hiiq')
 _S42 = _Struct('>bb')
 _S43 = _Struct('>d?')
 _S44 = _Struct('>d')
+_S45 = _Struct('>i?h')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
@@ -2886,6 +2887,116 @@ ElectLeadersResponse.MIN_VERSION = 0
 ElectLeadersResponse.MAX_VERSION = 2
 ElectLeadersResponse.FLEXIBLE_MIN = 2
 
+class AlterPartitionReassignmentsRequest(_Message):
+    __slots__ = ('timeout_ms', 'allow_replication_factor_change', 'topics', 'unknown_tags')
+    _FIELDS = ('timeout_ms', 'allow_replication_factor_change', 'topics')
+    timeout_ms: int
+    allow_replication_factor_change: bool
+    topics: List[AlterPartitionReassignmentsRequest.ReassignableTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ReassignableTopic(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[AlterPartitionReassignmentsRequest.ReassignablePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[AlterPartitionReassignmentsRequest.ReassignablePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class ReassignablePartition(_Message):
+        __slots__ = ('partition_index', 'replicas', 'unknown_tags')
+        _FIELDS = ('partition_index', 'replicas')
+        partition_index: int
+        replicas: Optional[List[int]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, replicas: Optional[List[int]] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.replicas = replicas
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, timeout_ms: int = 60000, allow_replication_factor_change: bool = True, topics: List[AlterPartitionReassignmentsRequest.ReassignableTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.timeout_ms = timeout_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+AlterPartitionReassignmentsRequest.API_KEY = 45
+AlterPartitionReassignmentsRequest.MIN_VERSION = 0
+AlterPartitionReassignmentsRequest.MAX_VERSION = 1
+AlterPartitionReassignmentsRequest.FLEXIBLE_MIN = 0
+
+class AlterPartitionReassignmentsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'allow_replication_factor_change', 'error_code', 'error_message', 'responses', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'allow_replication_factor_change', 'error_code', 'error_message', 'responses')
+    throttle_time_ms: int
+    allow_replication_factor_change: bool
+    error_code: int
+    error_message: Optional[str]
+    responses: List[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ReassignableTopicResponse(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class ReassignablePartitionResponse(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, allow_replication_factor_change: bool = True, error_code: int = 0, error_message: Optional[str] = '', responses: List[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _UNSET else responses
+        self.unknown_tags = unknown_tags
+AlterPartitionReassignmentsResponse.API_KEY = 45
+AlterPartitionReassignmentsResponse.MIN_VERSION = 0
+AlterPartitionReassignmentsResponse.MAX_VERSION = 1
+AlterPartitionReassignmentsResponse.FLEXIBLE_MIN = 0
+
+class UnregisterBrokerRequest(_Message):
+    __slots__ = ('broker_id', 'unknown_tags')
+    _FIELDS = ('broker_id',)
+    broker_id: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, broker_id: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.broker_id = broker_id
+        self.unknown_tags = unknown_tags
+UnregisterBrokerRequest.API_KEY = 64
+UnregisterBrokerRequest.MIN_VERSION = 0
+UnregisterBrokerRequest.MAX_VERSION = 0
+UnregisterBrokerRequest.FLEXIBLE_MIN = 0
+
+class UnregisterBrokerResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tags = unknown_tags
+UnregisterBrokerResponse.API_KEY = 64
+UnregisterBrokerResponse.MIN_VERSION = 0
+UnregisterBrokerResponse.MAX_VERSION = 0
+UnregisterBrokerResponse.FLEXIBLE_MIN = 0
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -3126,10 +3237,18 @@ _C179 = ElectLeadersRequest.TopicPartitions
 _C180 = ElectLeadersResponse
 _C181 = ElectLeadersResponse.ReplicaElectionResult
 _C182 = ElectLeadersResponse.PartitionResult
-_C183 = ConsumerProtocolSubscription
-_C184 = ConsumerProtocolSubscription.TopicPartition
-_C185 = ConsumerProtocolAssignment
-_C186 = ConsumerProtocolAssignment.TopicPartition
+_C183 = AlterPartitionReassignmentsRequest
+_C184 = AlterPartitionReassignmentsRequest.ReassignableTopic
+_C185 = AlterPartitionReassignmentsRequest.ReassignablePartition
+_C186 = AlterPartitionReassignmentsResponse
+_C187 = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+_C188 = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+_C189 = UnregisterBrokerRequest
+_C190 = UnregisterBrokerResponse
+_C191 = ConsumerProtocolSubscription
+_C192 = ConsumerProtocolSubscription.TopicPartition
+_C193 = ConsumerProtocolAssignment
+_C194 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -16182,8 +16301,242 @@ def _encode_ElectLeadersResponse_v2(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _encode_ElectLeadersResponse_ReplicaElectionResult_v2_array(o.replica_election_results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos, end):
+    o = _C185.__new__(_C185)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replicas = []
+    else:
+        o.replicas = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos, end):
+    o = _C184.__new__(_C184)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterPartitionReassignmentsRequest_v0(buf, pos, end):
     o = _C183.__new__(_C183)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.allow_replication_factor_change = True
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_int32_array_compact_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _pfx_int32, True, True)
+def _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(o, out, chunks):
+    out += _S2.pack(o.partition_index)
+    _encode_int32_array_compact_nullable(o.replicas, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0, True, False)
+def _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0, True, False)
+def _encode_AlterPartitionReassignmentsRequest_v0(o, out, chunks):
+    if o.allow_replication_factor_change != True: _absent('AlterPartitionReassignmentsRequest', 'allow_replication_factor_change', 0)
+    out += _S2.pack(o.timeout_ms)
+    _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterPartitionReassignmentsRequest_v1(buf, pos, end):
+    o = _C183.__new__(_C183)
+    if pos + 5 > end: _short()
+    o.timeout_ms, o.allow_replication_factor_change = _S30.unpack_from(buf, pos)
+    pos += 5
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterPartitionReassignmentsRequest_v1(o, out, chunks):
+    out += _S30.pack(o.timeout_ms, o.allow_replication_factor_change)
+    _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf, pos, end):
+    o = _C188.__new__(_C188)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos, end):
+    o = _C187.__new__(_C187)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0, n, 8)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterPartitionReassignmentsResponse_v0(buf, pos, end):
+    o = _C186.__new__(_C186)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0, n, 3)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    o.allow_replication_factor_change = True
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(o, out, chunks):
+    out += _S28.pack(o.partition_index, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0, True, False)
+def _encode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _encode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0, True, False)
+def _encode_AlterPartitionReassignmentsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0_array(o.responses, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterPartitionReassignmentsResponse_v1(buf, pos, end):
+    o = _C186.__new__(_C186)
+    if pos + 7 > end: _short()
+    o.throttle_time_ms, o.allow_replication_factor_change, o.error_code = _S45.unpack_from(buf, pos)
+    pos += 7
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0, n, 3)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterPartitionReassignmentsResponse_v1(o, out, chunks):
+    out += _S45.pack(o.throttle_time_ms, o.allow_replication_factor_change, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0_array(o.responses, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UnregisterBrokerRequest_v0(buf, pos, end):
+    o = _C189.__new__(_C189)
+    if pos + 4 > end: _short()
+    o.broker_id, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_UnregisterBrokerRequest_v0(o, out, chunks):
+    out += _S2.pack(o.broker_id)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UnregisterBrokerResponse_v0(buf, pos, end):
+    o = _C190.__new__(_C190)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_UnregisterBrokerResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C191.__new__(_C191)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16203,7 +16556,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C184.__new__(_C184)
+    o = _C192.__new__(_C192)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16217,7 +16570,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C183.__new__(_C183)
+    o = _C191.__new__(_C191)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16246,7 +16599,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C183.__new__(_C183)
+    o = _C191.__new__(_C191)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16278,7 +16631,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C183.__new__(_C183)
+    o = _C191.__new__(_C191)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16311,7 +16664,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C186.__new__(_C186)
+    o = _C194.__new__(_C194)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16325,7 +16678,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C185.__new__(_C185)
+    o = _C193.__new__(_C193)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16490,6 +16843,14 @@ ElectLeadersRequest._DECODERS = {0: _decode_ElectLeadersRequest_v0, 1: _decode_E
 ElectLeadersRequest._ENCODERS = {0: _encode_ElectLeadersRequest_v0, 1: _encode_ElectLeadersRequest_v1, 2: _encode_ElectLeadersRequest_v2}
 ElectLeadersResponse._DECODERS = {0: _decode_ElectLeadersResponse_v0, 1: _decode_ElectLeadersResponse_v1, 2: _decode_ElectLeadersResponse_v2}
 ElectLeadersResponse._ENCODERS = {0: _encode_ElectLeadersResponse_v0, 1: _encode_ElectLeadersResponse_v1, 2: _encode_ElectLeadersResponse_v2}
+AlterPartitionReassignmentsRequest._DECODERS = {0: _decode_AlterPartitionReassignmentsRequest_v0, 1: _decode_AlterPartitionReassignmentsRequest_v1}
+AlterPartitionReassignmentsRequest._ENCODERS = {0: _encode_AlterPartitionReassignmentsRequest_v0, 1: _encode_AlterPartitionReassignmentsRequest_v1}
+AlterPartitionReassignmentsResponse._DECODERS = {0: _decode_AlterPartitionReassignmentsResponse_v0, 1: _decode_AlterPartitionReassignmentsResponse_v1}
+AlterPartitionReassignmentsResponse._ENCODERS = {0: _encode_AlterPartitionReassignmentsResponse_v0, 1: _encode_AlterPartitionReassignmentsResponse_v1}
+UnregisterBrokerRequest._DECODERS = {0: _decode_UnregisterBrokerRequest_v0}
+UnregisterBrokerRequest._ENCODERS = {0: _encode_UnregisterBrokerRequest_v0}
+UnregisterBrokerResponse._DECODERS = {0: _decode_UnregisterBrokerResponse_v0}
+UnregisterBrokerResponse._ENCODERS = {0: _encode_UnregisterBrokerResponse_v0}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -16528,10 +16889,12 @@ APIS = {
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     43: (ElectLeadersRequest, ElectLeadersResponse),
+    45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
+    64: (UnregisterBrokerRequest, UnregisterBrokerResponse),
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
