@@ -375,8 +375,9 @@ def _check(run: Run, log: Dict[int, list]) -> dict:
                 # the partition's outage as the application sees it: the longest time without an
                 # acknowledgment from the fault until a record sent after it is acknowledged (a
                 # producer that had more records waiting when the fault came is not charged for them)
+                until = min(after)
                 times = sorted([t_fault] + [o.at for o in run.outcomes if o is not None and o.error is None
-                                            and o.partition == p and t_fault < o.at <= min(after)])
+                                            and o.partition == p and t_fault < o.at <= until])
                 gaps.append(max(b - a for a, b in zip(times, times[1:])))
             else:
                 gaps.append(float("inf"))
