@@ -110,6 +110,7 @@ class Run:
     outcomes: List[Optional[Outcome]]
     faults: List[Tuple[float, Tuple[int, ...], int]] = field(default_factory=list)
     send_errors: int = 0
+    chunk: int = 0                     # records released at each fault
 
 
 # ---- the two clients, behind the same three calls: send(seq, on_done), poll(), close() ----
@@ -275,7 +276,7 @@ def _run(cluster, client_cls, fault: str, records: int, rounds: int,
                 assert time.monotonic() < deadline, f"{client.name}: {sent[0]} of {allowed[0]} sent by the deadline"
                 cond.wait(0.1)
 
-    chunk = max(1, records // (2 * rounds + 1))
+    chunk = run.chunk = max(1, records // (2 * rounds + 1))
     t_start = time.monotonic()
     deadline = t_start + RUN_DEADLINE
     thread = threading.Thread(target=sender, name=f"sender-{client.name}", daemon=True)
@@ -371,11 +372,14 @@ def _check(run: Run, log: Dict[int, list]) -> dict:
             after = [o.at for o in run.outcomes[first:] if o is not None and o.error is None and o.partition == p]
             delays.append(min(after) - t_fault if after else float("inf"))
             backlog.append(sum(1 for o in run.outcomes[:first] if o is not None and o.partition == p and o.at > t_fault))
-            if after:
-                # the partition's outage as the application sees it: the longest time without an
-                # acknowledgment from the fault until a record sent after it is acknowledged (a
-                # producer that had more records waiting when the fault came is not charged for them)
-                until = min(after)
+            # the partition's outage as the application sees it: the longest time without an
+            # acknowledgment, from the fault until the last record released at the fault (the round's
+            # second half) is acknowledged; the client has records waiting throughout that window, so
+            # a gap is the fault's, whether the client had a large backlog or a small one
+            chunk = [o.at for o in run.outcomes[first:first + run.chunk] if o is not None and o.error is None
+                     and o.partition == p]
+            if chunk:
+                until = max(chunk)
                 times = sorted([t_fault] + [o.at for o in run.outcomes if o is not None and o.error is None
                                             and o.partition == p and t_fault < o.at <= until])
                 gaps.append(max(b - a for a, b in zip(times, times[1:])))
