@@ -28,7 +28,7 @@ from kwire import protocol
 from kwire.client import Broker, Client, NoBrokersAvailableError
 from kwire.errors import KwireError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import ConnectionLostError
+from kwire.net import ConnectionLostError, RequestTimedOutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import capped_version
 
@@ -253,13 +253,16 @@ class CoordinatorLink:
 
     def request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
         """Send to the coordinator and wait (blocking): the coordinator is
-        found first, and again after a connection failure."""
+        found first, and again after a connection failure or a request it
+        left unanswered for ``request_timeout_ms`` (killed, hung or cut
+        off: another broker may coordinate the key by now), until
+        ``deadline``."""
         while True:
             node = self.ensure(deadline)
             left = max(0.0, deadline - time.monotonic())
             try:
                 return self._pump.submit(node, make, left).result(left)
-            except (ConnectionLostError, NoBrokersAvailableError) as e:
+            except (ConnectionLostError, NoBrokersAvailableError, RequestTimedOutError) as e:
                 self.forget(node)
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
