@@ -46,9 +46,10 @@ from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, 
 
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
-from kwire.client import Client
+from kwire.client import STALLED, Client
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.future import Future, KafkaTimeoutError
+from kwire.net import ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
@@ -138,6 +139,10 @@ class Fetcher:
         self._ahead: Dict[TopicPartition, _Completed] = {}   # the fetch after the buffered one (read-ahead)
         self._in_flight: Dict[TopicPartition, int] = {}  # partition -> node of the Fetch asking for it
         self._node_fetches: Dict[int, int] = collections.Counter()   # node -> Fetches in flight
+        # Fetches in flight to a leader: serial -> (node, sent at, leader epoch of each partition when sent)
+        self._fetch_flights: Dict[int, Tuple[int, float, Dict[TopicPartition, int]]] = {}
+        self._fetch_serial = 0
+        self._stall_refresh_at = 0.0
         self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
         self._looking_up: Dict[TopicPartition, Future] = {}   # a ListOffsets looks the position up
         self._node_failure: Dict[int, str] = {}          # node -> its last fetch failure logged
@@ -413,6 +418,8 @@ class Fetcher:
         one fetch, once nothing else is in flight to it (a long poll)."""
         client = self._client
         now = time.monotonic()
+        if self._fetch_flights:
+            self._check_stalled_fetches(now)
         by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         to_validate: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
         replicas = self._replicas
@@ -473,8 +480,44 @@ class Fetcher:
                 self._node_fetches[node] += 1
                 for tp in share:
                     self._in_flight[tp] = node
+                self._fetch_serial += 1
+                serial = self._fetch_serial
+                self._fetch_flights[serial] = (node, now, {tp: e for tp, e in epochs.items() if tp not in via})
+                fut.add_done_callback(lambda f, serial=serial: self._fetch_flights.pop(serial, None))
                 fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs, via=via:
                                       self._on_fetch(node, asked, f, epochs, via))
+
+    def _check_stalled_fetches(self, now: float) -> None:
+        """Fetches to a leader unanswered for ``fetch_max_wait_ms`` plus
+        :data:`kwire.client.STALLED` seconds (a hung or cut off broker): the
+        metadata is refreshed every ``retry_backoff_ms`` meanwhile, and once
+        it names another leader with a higher epoch for one of their
+        partitions, the connection to the old one is closed, so that its
+        partitions are fetched from the new leader (after the position is
+        checked there) now, not after ``request_timeout_ms``."""
+        limit = self.cfg["fetch_max_wait_ms"] / 1000.0 + STALLED
+        partitions = self._client.cluster.partitions
+        moved: Dict[int, Set[TopicPartition]] = {}
+        waited = 0.0
+        for node, sent, epochs in list(self._fetch_flights.values()):
+            if now - sent < limit:
+                continue
+            waited = max(waited, now - sent)
+            for tp, epoch in epochs.items():
+                info = partitions.get(tp.topic, {}).get(tp.partition)
+                if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
+                    moved.setdefault(node, set()).add(tp)
+        if not waited:
+            return
+        if not moved and now >= self._stall_refresh_at:
+            self._stall_refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
+            self._client.request_metadata_update()
+        for node, tps in moved.items():
+            shown = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps)[:5]) + (" ..." if len(tps) > 5 else "")
+            err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
+                                      f"not answered a Fetch for {waited:.1f} s: closed, fetching from the new leader")
+            log.info("%s", err)
+            self._client.disconnect(node, err)
 
     # ------------------------------------------- the nearest replica (KIP-392)
     def _read_replica(self, tp: TopicPartition, leader: int, now: float, unlisted: List[TopicPartition]) -> int:

@@ -80,13 +80,14 @@ def _callback_failed(cb: Any, error: BaseException) -> None:
 class Future(Generic[T]):
     """Pending until :meth:`set_result` or :meth:`set_exception`."""
 
-    __slots__ = ("_value", "_error", "_callbacks", "_event")
+    __slots__ = ("_value", "_error", "_callbacks", "_event", "_runner")
 
     def __init__(self) -> None:
         self._value: Any = _PENDING
         self._error: Optional[BaseException] = None
         self._callbacks: Optional[List[Callable[["Future[T]"], None]]] = None
         self._event: Optional[threading.Event] = None
+        self._runner = 0          # the thread running the callbacks (0: none is)
 
     def done(self) -> bool:
         return self._value is not _PENDING or self._error is not None
@@ -112,12 +113,22 @@ class Future(Generic[T]):
             else:
                 self._error = error
             callbacks, self._callbacks = self._callbacks, None
+            if callbacks:
+                self._runner = threading.get_ident()
             event = self._event
+        if callbacks:
+            # the callbacks run before a waiter wakes (as Java's): what waits for a future (result(),
+            # the producer's flush()) then sees what its callbacks did, such as a record's delivery
+            # callback having run
+            try:
+                for cb in callbacks:
+                    self._run(cb)
+            finally:
+                with _lock:
+                    self._runner = 0
+                    event = self._event
         if event is not None:
             event.set()
-        if callbacks:
-            for cb in callbacks:
-                self._run(cb)
 
     def _run(self, cb: Callable[["Future[T]"], None]) -> None:
         try:
@@ -148,11 +159,13 @@ class Future(Generic[T]):
     def result(self, timeout: Optional[float] = None) -> T:
         """Wait for the result (seconds; None waits for ever) and return it,
         or raise the future's exception, or :class:`KafkaTimeoutError`."""
-        if not self.done():
+        if not self.done() or self._runner:
             with _lock:
-                if not self.done() and self._event is None:
+                # pending, or its callbacks still running on another thread (one of them may wait for it)
+                waiting = not self.done() or self._runner not in (0, threading.get_ident())
+                if waiting and self._event is None:
                     self._event = threading.Event()
-                event = self._event
+                event = self._event if waiting else None
             if event is not None and not event.wait(timeout):
                 raise KafkaTimeoutError(f"no result within {timeout} s")
         if self._error is not None:

@@ -211,9 +211,7 @@ class Producer(SendingProducer):
         self._client.wakeup()
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
-            for f in futures:
-                if f.done():
-                    continue
+            for f in futures:       # result(), not done(): it returns once the records' callbacks have run
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
                     f.result(left)

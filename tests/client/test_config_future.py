@@ -115,3 +115,29 @@ def test_poll_returns_while_another_thread_keeps_waking_it():
         stop.set()
         t.join(5)
         client.close()
+
+
+def test_waiters_wake_after_the_callbacks_ran():
+    """result() on another thread returns only once the callbacks have run
+    (a producer's flush() then sees every delivery callback done, as
+    Java's); a callback that waits for its own future does not deadlock."""
+    import threading
+    import time
+
+    from kwire.future import Future
+
+    fut: Future = Future()
+    ran = []
+    fut.add_done_callback(lambda f: (time.sleep(0.2), ran.append(f.result(1))))   # waits for itself: no deadlock
+    woke = []
+    waiter = threading.Thread(target=lambda: (fut.result(5), woke.append(list(ran))))
+    waiter.start()
+    time.sleep(0.05)
+    setter = threading.Thread(target=fut.set_result, args=(7,))
+    setter.start()
+    time.sleep(0.05)
+    assert fut.done() and not ran
+    waiter.join(5)
+    setter.join(5)
+    assert woke == [[7]]            # the waiter woke after the callback had run
+    assert fut.result(0) == 7
