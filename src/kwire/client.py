@@ -41,7 +41,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import Generation
@@ -404,6 +404,35 @@ class Client:
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             conn.close(error)
+
+    def drop_replaced_leaders(self, flights: Iterable[Tuple[int, float, Mapping[Tuple[str, int], int]]], now: float,
+                              limit: float, what: str) -> Tuple[float, bool]:
+        """Of the requests ``flights`` (node, sent at, the leader epoch of
+        each partition when sent) that have waited ``limit`` s or more: the
+        connection to a node the metadata says was replaced as the leader of
+        one of their partitions (another leader, a higher epoch: a hung or
+        cut off broker the controller fenced) is closed, so the requests on
+        it fail now, retriable, not after ``request_timeout_ms``; ``what``
+        names the request in the log line (one per node). Returns the
+        longest wait (0.0: none waited that long) and whether a connection
+        was closed (else the caller may want fresher metadata)."""
+        moved: Dict[int, Set[str]] = {}
+        waited = 0.0
+        for node, sent, epochs in flights:
+            if now - sent < limit:
+                continue
+            waited = max(waited, now - sent)
+            for (topic, partition), epoch in epochs.items():
+                info = self.cluster.partitions.get(topic, {}).get(partition)
+                if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
+                    moved.setdefault(node, set()).add(f"{topic}[{partition}]")
+        for node, names in moved.items():
+            shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+            err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
+                                      f"not answered a {what} for {waited:.1f} s: closed, sending to the new leader")
+            log.info("%s", err)
+            self.disconnect(node, err)
+        return waited, bool(moved)
 
     def in_flight(self, node_id: int) -> int:
         conn = self._conns.get(node_id)

@@ -49,7 +49,6 @@ from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record
 from kwire.client import STALLED, Client
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import ConnectionLostError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
@@ -496,28 +495,10 @@ class Fetcher:
         partitions are fetched from the new leader (after the position is
         checked there) now, not after ``request_timeout_ms``."""
         limit = self.cfg["fetch_max_wait_ms"] / 1000.0 + STALLED
-        partitions = self._client.cluster.partitions
-        moved: Dict[int, Set[TopicPartition]] = {}
-        waited = 0.0
-        for node, sent, epochs in list(self._fetch_flights.values()):
-            if now - sent < limit:
-                continue
-            waited = max(waited, now - sent)
-            for tp, epoch in epochs.items():
-                info = partitions.get(tp.topic, {}).get(tp.partition)
-                if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
-                    moved.setdefault(node, set()).add(tp)
-        if not waited:
-            return
-        if not moved and now >= self._stall_refresh_at:
+        waited, dropped = self._client.drop_replaced_leaders(list(self._fetch_flights.values()), now, limit, "Fetch")
+        if waited and not dropped and now >= self._stall_refresh_at:
             self._stall_refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
             self._client.request_metadata_update()
-        for node, tps in moved.items():
-            shown = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps)[:5]) + (" ..." if len(tps) > 5 else "")
-            err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
-                                      f"not answered a Fetch for {waited:.1f} s: closed, fetching from the new leader")
-            log.info("%s", err)
-            self._client.disconnect(node, err)
 
     # ------------------------------------------- the nearest replica (KIP-392)
     def _read_replica(self, tp: TopicPartition, leader: int, now: float, unlisted: List[TopicPartition]) -> int:

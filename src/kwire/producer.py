@@ -52,7 +52,7 @@ from kwire.client import STALLED, Client
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import Connection, ConnectionLostError
+from kwire.net import Connection
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import RecordMetadata
 
@@ -683,28 +683,9 @@ class Producer(SendingProducer):
         ``request_timeout_ms``: the old leader cannot make them committed
         (the new epoch fences it), and the new one takes a batch it already
         has as a duplicate. Otherwise metadata is refreshed to find out."""
-        cluster = self._client.cluster
-        moved: Dict[int, List[str]] = {}
-        waiting = 0.0
-        for node, sent, epochs in list(self._flights.values()):
-            if now - sent < STALLED:
-                continue
-            waiting = max(waiting, now - sent)
-            for (topic, partition), epoch in epochs.items():
-                info = cluster.partitions.get(topic, {}).get(partition)
-                if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
-                    moved.setdefault(node, []).append(f"{topic}[{partition}]")
-        if not waiting:
-            return
-        if not moved:
+        waited, dropped = self._client.drop_replaced_leaders(list(self._flights.values()), now, STALLED, "Produce")
+        if waited and not dropped:
             self._refresh_soon(now)
-        for node, tps in moved.items():
-            shown = ", ".join(sorted(set(tps))[:5]) + (" ..." if len(set(tps)) > 5 else "")
-            err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
-                                      f"not answered a Produce for {waiting:.1f} s: closed, the batches go to the "
-                                      "new leader")
-            log.info("%s", err)
-            self._client.disconnect(node, err)
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
