@@ -74,44 +74,44 @@ wakes a thread anyway (three JVMs, the proxies' threads and the producer on
 two cores); the report shows both.
 
 Long run (outside CI): ``KWIRE_CLUSTER_ROUNDS=4 KWIRE_CLUSTER_LOOPS=3
-pytest tests/cluster/test_consumer_faults.py -s`` (17 min). Its figures on
+pytest tests/cluster/test_consumer_faults.py -s`` (16 min). Its figures on
 the 2-core development machine (Kafka 4.4.0; 21 runs: 72 leader-fault
-rounds, 6 coordinator kills; 2.07 million records returned or processed):
+rounds, 6 coordinator kills; 1.98 million records returned or processed):
 no record skipped, repeated or missing, every position exact, no poll
-raised, the longest poll 0.117 s past its timeout over 26,165 polls (a bare
-sleep: 0.074 s), and
+raised, the longest poll 0.067 s past its timeout over 21,156 polls (a bare
+sleep: 0.049 s), and
 
 ==========  =========  ======  ===============  ============
 reader      fault      rounds  read p50 / max   ack>read max
 ==========  =========  ======  ===============  ============
-assigned    kill       12      8.10 / 10.29 s   0.63 s
-assigned    pause      6       6.48 / 9.37 s    0.09 s
-assigned    partition  6       12.04 / 12.11 s  0.09 s
-classic     kill       12      8.08 / 10.51 s   0.62 s
-classic     pause      6       8.38 / 10.17 s   0.18 s
-classic     partition  6       12.11 / 12.20 s  0.17 s
-consumer    kill       12      8.12 / 10.30 s   1.04 s
-consumer    pause      6       8.29 / 9.78 s    0.29 s
-consumer    partition  6       12.06 / 12.24 s  0.07 s
+assigned    kill       12      7.94 / 10.04 s   0.80 s
+assigned    pause      6       7.09 / 9.53 s    0.08 s
+assigned    partition  6       12.03 / 12.05 s  0.05 s
+classic     kill       12      8.09 / 9.09 s    0.87 s
+classic     pause      6       7.47 / 9.90 s    0.39 s
+classic     partition  6       12.05 / 12.14 s  0.13 s
+consumer    kill       12      8.16 / 10.57 s   0.86 s
+consumer    pause      6       8.24 / 9.67 s    0.98 s
+consumer    partition  6       12.06 / 12.08 s  0.07 s
 ==========  =========  ======  ===============  ============
 
 The fault-to-read times are the cluster's and the producer's: a killed or
 hung leader's partitions get a new leader once the controller fences it
-(``broker.session.timeout.ms`` 6 s) and the producer finds it (for a hung
-leader, once its request there has timed out); a partitioned leader stays
-the leader until the heal at 12 s. The consumer's own part, from the
-acknowledgment to the read, is 0.14 s or less at the median. A consumer's
-Fetch in flight to a hung leader waits out its ``request_timeout_ms`` (as
-Java's consumer's does) before the connection is dropped, the metadata
-refreshed and the new leader fetched from (after OffsetForLeaderEpoch checks
-the position). The group's failed commits (6 in each protocol's 3 runs: a
-sync commit's 10 s ran out while the group's coordinator was the faulted
-broker, black-holed or hung) were each followed by one that succeeded, and
-no partition moved: no replay. Coordinator killed: ``committed()`` answered
-from the new coordinator 5.7-8.1 s after the kill (classic 5.7-7.9, KIP-848
-7.8-8.1), with exactly the commits made before it; once the members went on,
-every partition was committed again within 0.05-1.0 s; every member kept
-its assignment (the same generation or member epoch).
+(``broker.session.timeout.ms`` 6 s) and the producer finds it; a
+partitioned leader stays the leader until the heal at 12 s. The consumer's
+own part, from the acknowledgment to the read, is 0.3 s or less at the
+median. A consumer's Fetch in flight to a hung leader is given up once the
+metadata names another leader (``Client.drop_replaced_leaders``), not after
+``request_timeout_ms``; the new leader is then fetched from (after
+OffsetForLeaderEpoch checks the position). The group's failed commits (6
+and 5 in the two protocols' 3 runs: a sync commit's 10 s ran out while the
+group's coordinator was the faulted broker, black-holed or hung) were each
+followed by one that succeeded, and no partition moved: no replay.
+Coordinator killed: ``committed()`` answered from the new coordinator
+5.8-9.5 s after the kill (classic 5.8-8.0, KIP-848 7.9-9.5), with exactly
+the commits made before it; once the members went on, every partition was
+committed again within 0.2-0.7 s; every member kept its assignment (the
+same generation or member epoch).
 """
 
 from __future__ import annotations
