@@ -340,6 +340,7 @@ class Client:
             servers = canonical_bootstrap(servers)
         self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(servers)]
         self._answered: Dict[Tuple[str, int], Tuple[Any, ...]] = {}   # (host, port) -> the address that answered
+        self._leaders_refresh_at = 0.0                 # the next refresh_leaders() refresh
         proto = cfg.get("security_protocol", "PLAINTEXT")
         self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
         if self._ssl is not None:
@@ -406,16 +407,16 @@ class Client:
             conn.close(error)
 
     def drop_replaced_leaders(self, flights: Iterable[Tuple[int, float, Mapping[Tuple[str, int], int]]], now: float,
-                              limit: float, what: str) -> Tuple[float, bool]:
+                              limit: float, what: str) -> None:
         """Of the requests ``flights`` (node, sent at, the leader epoch of
         each partition when sent) that have waited ``limit`` s or more: the
         connection to a node the metadata says was replaced as the leader of
         one of their partitions (another leader, a higher epoch: a hung or
         cut off broker the controller fenced) is closed, so the requests on
         it fail now, retriable, not after ``request_timeout_ms``; ``what``
-        names the request in the log line (one per node). Returns the
-        longest wait (0.0: none waited that long) and whether a connection
-        was closed (else the caller may want fresher metadata)."""
+        names the request in the log line (one per node). Requests waiting
+        that long on a leader the metadata still names ask for fresher
+        metadata (:meth:`refresh_leaders`)."""
         moved: Dict[int, Set[str]] = {}
         waited = 0.0
         for node, sent, epochs in flights:
@@ -426,13 +427,27 @@ class Client:
                 info = self.cluster.partitions.get(topic, {}).get(partition)
                 if info is not None and info.leader not in (-1, node) and (epoch < 0 or info.leader_epoch > epoch):
                     moved.setdefault(node, set()).add(f"{topic}[{partition}]")
+        if waited and not moved:
+            self.refresh_leaders(now)           # to find out whether a leader was replaced
         for node, names in moved.items():
             shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
             err = ConnectionLostError(f"node {node} no longer leads {shown} (another replica was elected) and has "
                                       f"not answered a {what} for {waited:.1f} s: closed, sending to the new leader")
             log.info("%s", err)
             self.disconnect(node, err)
-        return waited, bool(moved)
+
+    def refresh_leaders(self, now: float) -> None:
+        """A leader may be gone (it cannot be reached, or a request to it
+        stalls) and the cluster may name another any moment: metadata is
+        asked for every ``retry_backoff_ms`` while this is called, not only
+        at each failed reconnect (those drift to ``reconnect_backoff_max_ms``
+        apart) or request timeout, so that requests go to the new leader
+        once the controller has elected it (librdkafka refreshes at its fast
+        interval too). A refresh whose answer leaves nothing unknown has no
+        backoff of its own, hence this one."""
+        if now >= self._leaders_refresh_at:
+            self._leaders_refresh_at = now + self.cfg.get("retry_backoff_ms", 100) / 1000.0
+            self.request_metadata_update()
 
     def in_flight(self, node_id: int) -> int:
         conn = self._conns.get(node_id)

@@ -141,7 +141,6 @@ class Fetcher:
         # Fetches in flight to a leader: serial -> (node, sent at, leader epoch of each partition when sent)
         self._fetch_flights: Dict[int, Tuple[int, float, Dict[TopicPartition, int]]] = {}
         self._fetch_serial = 0
-        self._stall_refresh_at = 0.0
         self._validating: Set[TopicPartition] = set()    # an OffsetForLeaderEpoch checks the position
         self._looking_up: Dict[TopicPartition, Future] = {}   # a ListOffsets looks the position up
         self._node_failure: Dict[int, str] = {}          # node -> its last fetch failure logged
@@ -495,10 +494,7 @@ class Fetcher:
         partitions are fetched from the new leader (after the position is
         checked there) now, not after ``request_timeout_ms``."""
         limit = self.cfg["fetch_max_wait_ms"] / 1000.0 + STALLED
-        waited, dropped = self._client.drop_replaced_leaders(list(self._fetch_flights.values()), now, limit, "Fetch")
-        if waited and not dropped and now >= self._stall_refresh_at:
-            self._stall_refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
-            self._client.request_metadata_update()
+        self._client.drop_replaced_leaders(list(self._fetch_flights.values()), now, limit, "Fetch")
 
     # ------------------------------------------- the nearest replica (KIP-392)
     def _read_replica(self, tp: TopicPartition, leader: int, now: float, unlisted: List[TopicPartition]) -> int:

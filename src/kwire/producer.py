@@ -143,7 +143,6 @@ class Producer(SendingProducer):
         self._producer_epoch = -1
         self._pid_future: Optional[Future] = None
         self._pid_next_try = 0.0    # a failed InitProducerId is sent again after retry_backoff_ms
-        self._refresh_at = 0.0      # the next metadata refresh asked for a leader that does not answer
         # Produce requests in flight: serial -> (node, sent at, leader epoch of each partition when sent)
         self._flights: Dict[int, Tuple[int, float, Dict[Tuple[str, int], int]]] = {}
         self._flight_serial = 0
@@ -631,7 +630,7 @@ class Producer(SendingProducer):
                         continue      # in the next request
                     conn = client.connection(leader)
                     if conn is None:
-                        self._refresh_soon(now)     # in its reconnect backoff: it may be dead
+                        client.refresh_leaders(now)     # in its reconnect backoff: it may be dead
                         continue
                     if not conn.ready:
                         continue
@@ -660,19 +659,6 @@ class Producer(SendingProducer):
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
 
-    def _refresh_soon(self, now: float) -> None:
-        """A partition's leader may be gone: it is in its reconnect backoff
-        (it may be dead), or a Produce to it has waited :data:`kwire.client.STALLED`
-        seconds (it may hang). The cluster may name another leader any
-        moment, so metadata is asked for every ``retry_backoff_ms``
-        meanwhile, not only at each failed reconnect (those drift to
-        ``reconnect_backoff_max_ms`` apart) or request timeout: the
-        batches go to the new leader once the controller has elected it
-        (librdkafka refreshes at its fast interval too)."""
-        if now >= self._refresh_at:
-            self._refresh_at = now + self.cfg["retry_backoff_ms"] / 1000.0
-            self._client.request_metadata_update()
-
     def _check_stalled(self, now: float) -> None:
         """Produce requests waiting :data:`kwire.client.STALLED` seconds or more: when the
         metadata says a partition of one has a new leader (a higher leader
@@ -683,9 +669,7 @@ class Producer(SendingProducer):
         ``request_timeout_ms``: the old leader cannot make them committed
         (the new epoch fences it), and the new one takes a batch it already
         has as a duplicate. Otherwise metadata is refreshed to find out."""
-        waited, dropped = self._client.drop_replaced_leaders(list(self._flights.values()), now, STALLED, "Produce")
-        if waited and not dropped:
-            self._refresh_soon(now)
+        self._client.drop_replaced_leaders(list(self._flights.values()), now, STALLED, "Produce")
 
     def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
@@ -755,7 +739,7 @@ class Producer(SendingProducer):
         fut = client.send(node, req, version, expect_response=acks != 0, flush=False)
         fut.add_done_callback(lambda f: self._on_produce(node, batches, f, serial))
 
-    def _on_produce(self, node: int, batches: List[_Batch], fut: Future, serial: int = 0) -> None:
+    def _on_produce(self, node: int, batches: List[_Batch], fut: Future, serial: int) -> None:
         self._flights.pop(serial, None)
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:

@@ -48,7 +48,6 @@ from kwire.commit import CommitFailedError, as_offsets, commit_errors, grouped_p
 from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import RequestTimedOutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata
@@ -316,24 +315,17 @@ class TransactionManager:
         """Send to ``link``'s coordinator until an answer other than a
         retriable error comes; that answer's error, if any, raised (after
         putting it into the manager's state). A request the coordinator
-        does not answer in time (dead, hung or cut off: its connection is
-        closed) is sent again, to the coordinator looked up again, until the
-        deadline: each of these requests may be repeated (the coordinator
-        answers a repeated EndTxn as the first, once that one is done)."""
+        does not answer in time (dead, hung or cut off) is sent again to the
+        coordinator looked up again, until the deadline
+        (:meth:`CoordinatorLink.request`): each of these requests may be
+        repeated (the coordinator answers a repeated EndTxn as the first,
+        once that one is done)."""
         while True:
-            node = link.node
             try:
                 resp = link.request(make, deadline)
-            except KafkaTimeoutError as e:      # the request's own timeout (its connection closed), or the call's
-                if isinstance(e, RequestTimedOutError):
-                    link.forget(node if link.node is None else link.node)     # said once per node (at INFO)
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
-                                            f"no answer from its coordinator until the timeout ({e})") from e
-                if not isinstance(e, RequestTimedOutError):
-                    raise
-                link.sleep(deadline)
-                continue
+            except KafkaTimeoutError as e:      # the deadline passed without an answer
+                raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
+                                        f"no answer from its coordinator until the timeout ({e})") from e
             code = code_of(resp)
             if not code:
                 return resp
