@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from typing import Optional, TextIO
+from typing import Optional, Sequence, TextIO
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -46,15 +46,19 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int, progress:
     return time.perf_counter() - t
 
 
-def spark_session(app: str = "kwire-demo"):
+def spark_session(app: str = "kwire-demo", jars: Sequence[str] = ()):
     """A ``local[2]`` session whose Python workers run this interpreter,
-    with ``format("kwire")`` registered."""
+    with ``format("kwire")`` registered (and ``jars`` on its class path:
+    the tests and benchmarks add Spark's own Kafka connector)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import kwire.spark
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = (builder
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.sql.session.timeZone", "UTC")

@@ -24,11 +24,14 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local[2] SparkSession whose Python workers run this interpreter."""
+    """A local[2] SparkSession whose Python workers run this interpreter,
+    with Spark's own Kafka connector (``format("kafka")``) loaded beside
+    ``format("kwire")``."""
     from kwire.demo import spark_session
+    from support.spark_connector import connector_jars
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = spark_session("kwire-tests")
+    session = spark_session("kwire-tests", connector_jars())
     try:
         yield session
     finally:

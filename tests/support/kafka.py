@@ -1,14 +1,11 @@
 """Apache Kafka itself as a test broker: one KRaft node assembled from Maven Central.
 
-:func:`ensure_kafka` runs ``mvn -q dependency:copy-dependencies`` on
-``tests/support/kafka/pom.xml`` (``org.apache.kafka:kafka_2.13`` and a log4j2
-binding) into a cache outside the repository, ``~/.cache/kwire/kafka-<version>``
-or ``$KWIRE_KAFKA_HOME``, once: later calls reuse it. The copy goes to a
-scratch directory renamed into place, and a marker naming the pom's hash is
-written last, so a half-finished copy is never taken for a finished one; a
-lock file serialises concurrent runs. Without ``java`` or ``mvn`` it raises
-:class:`KafkaUnavailable` naming what is missing (tests fail on it, they do
-not skip).
+:func:`ensure_kafka` has :func:`support.maven.assemble` copy
+``tests/support/kafka/pom.xml``'s dependencies (``org.apache.kafka:kafka_2.13``
+and a log4j2 binding) into a cache outside the repository,
+``~/.cache/kwire/kafka-<version>`` or ``$KWIRE_KAFKA_HOME``, once: later calls
+reuse it. Without ``java`` or ``mvn`` it raises :class:`KafkaUnavailable`
+naming what is missing (tests fail on it, they do not skip).
 
 :func:`start_kafka` formats storage in a temporary directory
 (``kafka.tools.StorageTool format``, SCRAM users added with ``--add-scram``)
@@ -43,16 +40,14 @@ sends SIGTERM, then SIGKILL after a bound, and deletes the directory.
 from __future__ import annotations
 
 import base64
-import fcntl
 import functools
-import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
+import sys
 import time
 import uuid
 import weakref
@@ -61,6 +56,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 from kwire.devbroker import _tie_to_parent, free_port
+from support.maven import Progress, assemble, require, say, stamp
 from support.proxies import Pki, make_pki
 
 KAFKA_VERSION = "4.4.0"
@@ -68,7 +64,6 @@ POM = Path(__file__).with_name("kafka") / "pom.xml"
 HOST = "127.0.0.1"
 READY_TIMEOUT = 120.0    # seconds for a started broker to answer
 STOP_TIMEOUT = 20.0      # seconds between SIGTERM and SIGKILL
-ASSEMBLE_TIMEOUT = 900.0  # seconds for Maven's first copy
 LOG_TAIL = 6000          # characters of the broker's log quoted in errors
 HEAP = "512m"
 
@@ -84,8 +79,6 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPER_USER = ("admin", "admin-secret")
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
-Progress = Optional[Callable[[str], None]]
-
 
 class KafkaUnavailable(RuntimeError):
     """Java or Maven is missing (or Maven could not assemble the broker)."""
@@ -96,8 +89,7 @@ class KafkaStartError(RuntimeError):
 
 
 def _say(progress: Progress, msg: str) -> None:
-    if progress is not None:
-        progress(msg)
+    say(progress, msg)
 
 
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
@@ -109,59 +101,18 @@ def kafka_home(version: str = KAFKA_VERSION) -> Path:
 
 
 def _require(*tools: str) -> Dict[str, str]:
-    found = {t: shutil.which(t) for t in tools}
-    missing = [t for t, p in found.items() if p is None]
-    if missing:
-        raise KafkaUnavailable(
-            f"Apache Kafka's test broker needs {' and '.join(missing)} on PATH ({', '.join(missing)} not found): "
-            f"install a JDK 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)")
-    return found   # type: ignore[return-value]
+    return require(KafkaUnavailable, "Apache Kafka's test broker", *tools)
 
 
 def _stamp(version: str) -> str:
     """What a finished copy's marker holds: the version and the pom it came from."""
-    return json.dumps({"version": version, "pom_sha256": hashlib.sha256(POM.read_bytes()).hexdigest()})
+    return stamp(POM, {"kafka.version": version})
 
 
 def ensure_kafka(version: str = KAFKA_VERSION, progress: Progress = None) -> Path:
     """The directory of the broker's jars, assembled by Maven on first use (see the module doc)."""
-    home = kafka_home(version)
-    libs, marker = home / "libs", home / "COMPLETE"
-    stamp = _stamp(version)
-    if marker.is_file() and marker.read_text() == stamp and libs.is_dir():
-        return libs
-    tools = _require("mvn")
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _say(progress, f"waiting for another run's assembly (lock {home / '.lock'})")
-            fcntl.flock(lock, fcntl.LOCK_EX)      # released when the file closes
-        if marker.is_file() and marker.read_text() == stamp and libs.is_dir():
-            return libs                            # another run finished it meanwhile
-        marker.unlink(missing_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="libs.partial-", dir=home))
-        cmd = [tools["mvn"], "-q", "-B", "-f", str(POM), f"-Dkafka.version={version}",
-               "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={scratch}"]
-        _say(progress, f"assembling Apache Kafka {version} from Maven Central into {home} (once)")
-        t0 = time.monotonic()
-        try:
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=ASSEMBLE_TIMEOUT)
-            if done.returncode != 0 or not any(scratch.glob(f"kafka_2.13-{version}.jar")):
-                raise KafkaUnavailable(f"Maven could not assemble Apache Kafka {version} (exit {done.returncode}); "
-                                       f"command {cmd}:\n{(done.stdout + done.stderr)[-LOG_TAIL:]}")
-            if libs.exists():
-                shutil.rmtree(libs)
-            scratch.rename(libs)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        tmp = home / "COMPLETE.tmp"
-        tmp.write_text(stamp)
-        tmp.rename(marker)                         # last: only now is the copy finished
-        _say(progress, f"assembled in {time.monotonic() - t0:.1f} s")
-    return libs
+    return assemble(POM, {"kafka.version": version}, kafka_home(version), f"kafka_2.13-{version}.jar",
+                    f"Apache Kafka {version}", KafkaUnavailable, progress)
 
 
 def _cluster_id() -> str:
