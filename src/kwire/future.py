@@ -20,7 +20,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable, Generic, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from kwire.errors import KwireError
 
@@ -174,6 +174,30 @@ class Future(Generic[T]):
 
     # kafka-python and Java call it get()
     get = result
+
+    @classmethod
+    def all_of(cls, futures: Sequence["Future[Any]"], value: T) -> "Future[T]":
+        """A future done once every one of ``futures`` is: with ``value`` if
+        all succeeded, else with the first failure's error (the rest are
+        still waited for, so that once it is done none is pending)."""
+        out: "Future[T]" = cls()
+        pending = [len(futures)]
+        first: List[BaseException] = []
+
+        def one(f: "Future[Any]") -> None:
+            with _lock:
+                if f.failed() and not first:
+                    first.append(f._error)            # type: ignore[arg-type]
+                pending[0] -= 1
+                last = pending[0] == 0
+            if last:
+                out._finish(_PENDING if first else value, first[0] if first else None)
+
+        if not futures:
+            out.set_result(value)
+        for f in futures:
+            f.add_done_callback(one)
+        return out
 
     def __repr__(self) -> str:
         if self._error is not None:

@@ -191,13 +191,49 @@ class Producer(SendingProducer):
         if self._txn is not None:
             self._txn.check_send()
 
-    def _new_batch(self, topic: str, partition: int) -> _Batch:
-        """A new open batch for the partition (lock held)."""
+    def _new_batch(self, topic: str, partition: int, encoded: bool = False) -> _Batch:
+        """A new open batch for the partition (lock held); ``encoded``: for
+        ``send_arrow``'s rows, which are encoded as they come, not held."""
         now = time.monotonic()
         builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
         batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
-        batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
+        if not encoded:
+            batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
         return batch
+
+    def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
+                   headers: Optional[str] = "headers", partition: Optional[str] = "partition",
+                   timestamp: Optional[str] = "timestamp") -> Future:
+        """Queue every row of ``data`` (a ``pyarrow.RecordBatch`` or
+        ``Table``) as a record of ``topic``: the compiled core encodes the
+        rows straight from the Arrow buffers into the partitions' batches,
+        with no Python object per row. Returns a future done once every
+        batch holding its rows is acknowledged (its value: the number of
+        rows), or failed with the first batch's error.
+
+        Columns, by name (None, or a name ``data`` lacks: not used; only
+        ``value`` is required): ``key`` and ``value`` binary or string
+        (UTF-8), null for a null key or value; ``headers``
+        ``list<struct<key: string, value: binary>>`` (Spark's Kafka
+        schema); ``partition`` integers, null to let the producer choose
+        (murmur2 of the key, or the sticky partition); ``timestamp``
+        timestamps (any unit) or integers in ms, null for now (the
+        default: the time of the call).
+
+        Every row is checked first (sizes against ``max_request_size`` and
+        ``buffer_memory``, partitions, the buffers' offsets), so a bad row
+        queues nothing. It blocks as :meth:`send` does, for metadata or
+        room in ``buffer_memory``, at most ``max_block_ms``; if that runs
+        out midway, or the producer is closed meanwhile, the error's
+        ``rows_queued`` is the number of rows queued before it (they are
+        sent). Records sent this way have no per-record metadata; mixed
+        with :meth:`send` they keep each call's order within a partition."""
+        from kwire._arrow import send_columns
+
+        batches: List[_Batch] = []
+        rows, k, v, h, p, ts = send_columns(data, key, value, headers, partition, timestamp)
+        count = self._acc.send_arrow(topic, rows, k, v, h, p, ts, batches)
+        return Future.all_of([b.future for b in batches], count)
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or

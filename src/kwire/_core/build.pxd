@@ -111,5 +111,8 @@ cdef class ProducerBatch:
     cdef Held held
     cdef bytes hbytes               # the last headers encoded, reused while the same pairs come again
     cdef int32_t hcount
+    cdef public bint encoded        # its records are encoded as they come (send_arrow), not held
 
     cdef int add(self, value, key, headers, int64_t ts, Py_ssize_t limit) except -1
+    cdef int add_raw(self, const char* k, Py_ssize_t kn, const char* v, Py_ssize_t vn, int32_t hcount,
+                     const char* h, Py_ssize_t hlen, int64_t ts, Py_ssize_t limit) except -1

@@ -526,7 +526,7 @@ cdef list _build_batches(list items, list stamps, object last_offset_delta):
                 b = pb.builder
                 if b is None:
                     raise KwireError("the batch was built already")
-                held = &pb.held
+                held = NULL if pb.encoded else &pb.held
             elif isinstance(item, RecordBatchBuilder):
                 b = item
                 held = NULL
@@ -634,6 +634,10 @@ cdef class ProducerBatch:
     (timestamp, key and value sizes); :func:`build_batches` encodes the
     records into ``builder`` (which starts empty) and builds the batch, on
     the sender thread without the GIL, so ``send()`` does not encode.
+    An ``encoded`` batch takes records from ``send_arrow`` instead, encoded
+    into ``builder`` as they come from the Arrow buffers (:meth:`add_raw`:
+    nothing to hold, no Python object per record); it refuses ``send()``'s
+    records, which then start a batch of their own.
     ``bytes`` is what the batch counts against ``buffer_memory``;
     ``refused_size`` the size a batch of the last record it refused (for
     want of room, see :meth:`Accumulator.append`) alone would have.
@@ -673,6 +677,9 @@ cdef class ProducerBatch:
         cdef PyObject* v = NULL
         if self.builder is None:
             raise KwireError("the batch was already sealed")
+        if self.encoded:                                # send_arrow's: no room for a held record
+            self.refused_size = 0
+            return -2
         if index == INT32_MAX:
             raise OverflowError("a batch holds at most 2**31 - 1 records")
         if index >= h.cap and held_grow(h, max(h.cap * 2, 64)) < 0:
@@ -714,6 +721,36 @@ cdef class ProducerBatch:
         h.n = index + 1
         return <int>index
 
+    cdef int add_raw(self, const char* k, Py_ssize_t kn, const char* v, Py_ssize_t vn, int32_t hcount,
+                     const char* h, Py_ssize_t hlen, int64_t ts, Py_ssize_t limit) except -1:
+        """Encode one record into an ``encoded`` batch's builder (the
+        producer's lock held; ``kn``/``vn`` -1: null; ``h``: its ``hcount``
+        headers encoded); returns its index, or -2 (nothing added) if the
+        batch would then pass ``limit`` bytes (``refused_size`` as for
+        :meth:`add`). Only the count and the encoded size are kept: such
+        records have no per-record futures."""
+        cdef RecordBatchBuilder b = self.builder
+        cdef Py_ssize_t index = self.held.n, body, size
+        if b is None:
+            raise KwireError("the batch was already sealed")
+        if not self.encoded:
+            raise KwireError("add_raw on a batch that holds send()'s records")
+        if index == INT32_MAX:
+            raise OverflowError("a batch holds at most 2**31 - 1 records")
+        if kn > INT32_MAX or vn > INT32_MAX:
+            raise ValueError("a key or value is larger than Kafka allows (2 GiB)")
+        body = record_body_size(<int64_t>(<uint64_t>ts - <uint64_t>(b.first_ts if index else ts)), <int32_t>index,
+                                kn, vn, hcount, hlen)
+        size = varint_size(body) + body
+        if V2_HEADER + self.held.bytes + size > limit:
+            self.refused_size = V2_HEADER + size
+            return -2
+        if add_record(&b.buf, &b.count, &b.first_ts, &b.max_ts, k, kn, v, vn, hcount, h, hlen, ts) < 0:
+            raise MemoryError()
+        self.held.n = index + 1
+        self.held.bytes += size
+        return <int>index
+
     def append(self, value, key, headers, int64_t timestamp):
         """Hold one record (the producer's lock held); returns its index."""
         cdef int index = self.add(value, key, headers, timestamp, INT32_MAX)
@@ -735,6 +772,8 @@ cdef class ProducerBatch:
         """``(timestamp, key size, value size)`` of record ``index``."""
         if not 0 <= index < self.held.n:
             raise IndexError(index)
+        if self.encoded:
+            raise KwireError("records sent with send_arrow have no per-record metadata")
         return self.held.ts[index], self.held.sizes[3 * index], self.held.sizes[3 * index + 1]
 
 

@@ -12,6 +12,12 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport PyObject
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
+from libc.stdlib cimport free
+from libc.string cimport memset
+
+from kwire._core.arrowcols cimport (BinCol, IntCol, ListCol, bin_get, close_bin, close_int, close_list, int_get,
+                                    is_valid, list_get, open_bin, open_int, open_list)
+from kwire._core.buffers cimport GBuf, gbuf_reserve, put_raw, put_varint, varint_size
 from kwire._core.build cimport (ProducerBatch, RecordBatchBuilder, PyThread_acquire_lock_timed, PyThread_allocate_lock,
                                 PyThread_free_lock, PyThread_release_lock, PyThread_type_lock, kwire_now_ms)
 from kwire._core.consts cimport V2_HEADER
@@ -286,6 +292,103 @@ cdef extern from "Python.h":
 # which no caller can pass (send() takes a str), so a first call cannot
 # match it.
 cdef object _NO_TOPIC = object()
+
+
+# ----------------------------------------------------------------- Arrow
+cdef struct ArrowRows:            # the columns of one send_arrow call
+    Py_ssize_t n
+    BinCol key, value, hkey, hvalue
+    ListCol hlist
+    IntCol part, ts
+    const uint8_t* hvalid         # the headers' struct validity (bit hoffset + j), or NULL
+    Py_ssize_t hoffset
+    bint has_key, has_value, has_headers, has_part, has_ts
+    Py_buffer hvbuf
+
+
+cdef int open_rows(ArrowRows* r, Py_ssize_t n, tuple key, tuple value, tuple headers, tuple partition,
+                   tuple timestamp) except -1:
+    """Views of the columns (see ``Accumulator.send_arrow``); close_rows releases them."""
+    memset(r, 0, sizeof(ArrowRows))
+    r.n = n
+    if key is not None:
+        open_bin(&r.key, key[0], key[1], key[2], key[3], n, "key")
+        r.has_key = True
+    if value is not None:
+        open_bin(&r.value, value[0], value[1], value[2], value[3], n, "value")
+        r.has_value = True
+    if partition is not None:
+        open_int(&r.part, partition[0], partition[1], partition[2], n, partition[3], "partition")
+        r.has_part = True
+    if timestamp is not None:
+        open_int(&r.ts, timestamp[0], timestamp[1], timestamp[2], n, True, "timestamp")
+        r.has_ts = True
+    if headers is not None:
+        # (list validity, list offsets, list offset, entries, struct validity, struct offset, key col, value col)
+        hk, hv = headers[6], headers[7]
+        open_list(&r.hlist, headers[0], headers[1], headers[2], n, headers[3], "headers")
+        r.has_headers = True
+        open_bin(&r.hkey, hk[0], hk[1], hk[2], hk[3], headers[3], "headers.key")
+        open_bin(&r.hvalue, hv[0], hv[1], hv[2], hv[3], headers[3], "headers.value")
+        if headers[4] is not None:
+            PyObject_GetBuffer(headers[4], &r.hvbuf, PyBUF_SIMPLE)
+            if r.hvbuf.len < (headers[5] + headers[3] + 7) // 8:
+                PyBuffer_Release(&r.hvbuf)
+                raise ValueError("Arrow column headers: its validity buffer is too short")
+            r.hvalid = <const uint8_t*>r.hvbuf.buf
+            r.hoffset = headers[5]
+    return 0
+
+
+cdef void close_rows(ArrowRows* r) noexcept:
+    close_bin(&r.key)
+    close_bin(&r.value)
+    close_int(&r.part)
+    close_int(&r.ts)
+    close_list(&r.hlist)
+    close_bin(&r.hkey)
+    close_bin(&r.hvalue)
+    if r.hvalid != NULL:
+        PyBuffer_Release(&r.hvbuf)
+        r.hvalid = NULL
+
+
+cdef int row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) except -1:
+    """Row ``i``'s headers encoded as a v2 record carries them, in ``out``."""
+    cdef Py_ssize_t lo, hi, j, kn, vn
+    cdef const char* k
+    cdef const char* v
+    out.len = 0
+    count[0] = 0
+    if not r.has_headers:
+        return 0
+    if list_get(&r.hlist, i, &lo, &hi) < 0:
+        raise ValueError(f"Arrow column headers: row {i}'s offsets point outside its entries")
+    for j in range(lo, hi):
+        if not is_valid(r.hvalid, r.hoffset + j):
+            raise ValueError(f"Arrow column headers: row {i} has a null header")
+        if bin_get(&r.hkey, j, &k, &kn) < 0 or bin_get(&r.hvalue, j, &v, &vn) < 0:
+            raise ValueError(f"Arrow column headers: row {i}'s offsets point outside its data")
+        if kn < 0:
+            raise ValueError(f"Arrow column headers: row {i} has a header with a null key")
+        if kn > INT32_MAX or vn > INT32_MAX or gbuf_reserve(out, 20 + kn + max(vn, 0)) < 0:
+            raise MemoryError()
+        put_varint(out, kn)
+        put_raw(out, k, kn)
+        put_varint(out, vn)
+        put_raw(out, v, vn)
+        count[0] += 1
+    return 0
+
+
+cdef int row_field(BinCol* c, bint present, Py_ssize_t i, const char** p, Py_ssize_t* n, str what) except -1:
+    if not present:
+        p[0] = NULL
+        n[0] = -1
+        return 0
+    if bin_get(c, i, p, n) < 0:
+        raise ValueError(f"Arrow column {what}: row {i}'s offsets point outside its data")
+    return 0
 
 
 @cython.final
@@ -659,6 +762,146 @@ cdef class Accumulator:
         if size + growth > self.batch_size:
             self.seal_batch((topic, partition))
         return fut
+
+    # ----------------------------------------------------------------- Arrow
+    def send_arrow(self, str topic not None, Py_ssize_t n, tuple key, tuple value, tuple headers, tuple partition,
+                   tuple timestamp, list batches not None):
+        """``Producer.send_arrow``'s compiled part: ``n`` rows, each column
+        given as its Arrow buffers (None: the column is absent), are
+        encoded straight into ``topic``'s partitions' open batches, with
+        no Python object per row. ``key``/``value``: (validity, offsets,
+        data, offset) of a binary column; ``partition``: (validity, data,
+        offset, 64-bit?); ``timestamp``: (validity, int64 ms data, offset);
+        ``headers``: (list validity, list offsets, list offset, entries,
+        struct validity, struct offset, key column, value column). Every
+        batch that took rows is appended to ``batches`` once. Checks every
+        row (offsets, sizes, partitions) before it queues any; an error
+        while waiting for room (or a close meanwhile) leaves the rows
+        before it queued: the error's ``rows_queued`` says how many.
+        Returns the number of rows queued."""
+        cdef ArrowRows r
+        cdef GBuf hbuf
+        cdef int32_t hcount, h
+        cdef Py_ssize_t i, kn, vn, body, worst, size, growth, p, count
+        cdef Py_ssize_t max_part = -1
+        cdef const char* k
+        cdef const char* v
+        cdef int64_t ts, now = kwire_now_ms(), given
+        cdef _Topic t
+        cdef ProducerBatch batch
+        cdef list slots
+        cdef set seen = set()
+        cdef int index
+        cdef bint sticky
+        cdef double deadline
+        if self.closed:
+            raise ProducerClosedError("send_arrow() after close()")
+        if not self.enabled:
+            self.check()
+        if n < 0:
+            raise ValueError("negative row count")
+        if value is None:
+            raise ValueError("send_arrow needs a value column")
+        hbuf.data = NULL
+        hbuf.len = hbuf.cap = 0
+        open_rows(&r, n, key, value, headers, partition, timestamp)
+        try:
+            # every row checked before any is queued: sizes, offsets, partitions
+            for i in range(n):
+                row_field(&r.key, r.has_key, i, &k, &kn, "key")
+                row_field(&r.value, r.has_value, i, &v, &vn, "value")
+                row_headers(&r, i, &hbuf, &hcount)
+                if kn > INT32_MAX or vn > INT32_MAX:
+                    raise self.record_too_large(max(kn, vn), topic, None)
+                body = 1 + 10 + 5 + varint_size(kn) + max(kn, 0) + varint_size(vn) + max(vn, 0) \
+                    + varint_size(hcount) + hbuf.len
+                worst = V2_HEADER + varint_size(body) + body
+                if worst > self.max_batch:
+                    raise self.record_too_large(worst, topic, None)
+                if r.has_part and int_get(&r.part, i, &given):
+                    if given < 0:
+                        raise InvalidPartitionError(f"partition {given} (row {i}) does not exist")
+                    if given > max_part:
+                        max_part = given
+            deadline = _monotonic() + self.max_block
+            t = self.topics.get(topic)
+            if t is None or t.version != self.generation.value:
+                self.wait_partitions(topic, deadline)
+                t = self.topics.get(topic)
+            if max_part >= 0 and (t is None or max_part >= t.count):
+                self.wait_partitions(topic, deadline, max_part + 1)
+                t = self.topics.get(topic)
+            if t is None or t.parts is None:
+                raise KwireError(f"no partitions known for topic {topic!r}")
+            if max_part >= t.count:
+                raise InvalidPartitionError(f"partition {max_part} does not exist (topic {topic!r} has {t.count} "
+                                            "partitions)")
+            count = 0
+            self.lock.acquire()
+            try:
+                for i in range(n):
+                    row_field(&r.key, r.has_key, i, &k, &kn, "key")
+                    row_field(&r.value, r.has_value, i, &v, &vn, "value")
+                    row_headers(&r, i, &hbuf, &hcount)
+                    ts = now
+                    if r.has_ts:
+                        int_get(&r.ts, i, &ts)
+                    sticky = False
+                    if r.has_part and int_get(&r.part, i, &given):
+                        p = <Py_ssize_t>given
+                    elif kn >= 0:
+                        h = <int32_t>murmur2_raw(<const uint8_t*>k, kn)
+                        p = t.parts[(h & 0x7FFFFFFF) % len(t.parts)]
+                    else:
+                        sticky = True
+                        p = self.choose(t, None)
+                    while True:
+                        if self.closed:
+                            e = ProducerClosedError("send_arrow() after close()")
+                            e.rows_queued = count
+                            raise e
+                        slots = t.slots
+                        batch = <ProducerBatch>slots[p] if p < len(slots) and slots[p] is not None else None
+                        if batch is not None and not batch.encoded:
+                            self.seal_batch((topic, p))            # send()'s batch: rows start their own
+                            batch = None
+                        if batch is None:
+                            if self.buffered >= self.buffer_memory:
+                                try:
+                                    self.wait_room(deadline)           # lets the lock go meanwhile
+                                except BaseException as e:
+                                    e.rows_queued = count              # the rows before it went into batches
+                                    raise
+                                continue                               # look again: the slot may have changed
+                            batch = self.new_batch(topic, p, True)
+                            batch.encoded = True
+                            self.put((topic, p), batch)
+                        index = batch.add_raw(k, kn, v, vn, hcount, hbuf.data, hbuf.len, ts,
+                                              self.max_batch if not batch.held.n
+                                              else min(self.batch_size, self.max_batch))
+                        if index >= 0:
+                            break
+                        if not batch.held.n:                   # cannot happen: sizes were checked
+                            raise self.record_too_large(batch.refused_size, topic, p)
+                        self.seal_batch((topic, p))
+                        if sticky:
+                            p = self.choose(t, None)
+                    if batch not in seen:
+                        seen.add(batch)
+                        batches.append(batch)
+                    size = V2_HEADER + batch.held.bytes
+                    growth = size - batch.bytes
+                    self.buffered += growth
+                    batch.bytes = size
+                    count += 1
+                    if size + growth > self.batch_size:
+                        self.seal_batch((topic, p))
+            finally:
+                self.lock.release()
+        finally:
+            close_rows(&r)
+            free(hbuf.data)
+        return count
 
 
 @cython.auto_pickle(False)

@@ -4,6 +4,10 @@ string), ``headers`` (``array<struct<key string, value binary>>``),
 ``topic`` (string; the ``topic`` option overrides it) and ``partition``
 (int; null leaves the choice to the producer's partitioner).
 
+Rows go to Kafka as Arrow: :meth:`kwire.producer.Producer.send_arrow`
+encodes them from Spark's Arrow batches in the compiled core, with no
+Python object per row.
+
 At least once: every record of a task is sent, the producer is flushed
 before the task reports success, and any send error fails the task (Spark
 then retries it, which may write some records twice, as Spark's sink may).
@@ -13,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
@@ -27,7 +32,8 @@ from pyspark.sql.types import (
 )
 
 from kwire.errors import KwireError
-from kwire.producer import Producer, RecordFuture
+from kwire.future import Future
+from kwire.producer import Producer
 from kwire.spark._cache import ClientCache
 from kwire.spark.errors import SparkOptionError
 from kwire.spark.options import SinkOptions
@@ -73,16 +79,7 @@ def validate_sink_schema(schema: StructType, sink: SinkOptions) -> None:
                 and isinstance(t, ArrayType))
 
 
-def _binary_list(batch: pa.RecordBatch, name: str) -> Optional[List[Optional[bytes]]]:
-    if name not in batch.schema.names:
-        return None
-    col = batch.column(name)
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        col = col.cast(pa.binary())                   # UTF-8 bytes, as Spark's sink writes strings
-    return col.to_pylist()
-
-
-def _check(pending: List[RecordFuture]) -> List[RecordFuture]:
+def _check(pending: List[Future]) -> List[Future]:
     """Raise the first send error among ``pending``; keep those not done."""
     left = []
     for f in pending:
@@ -95,33 +92,38 @@ def _check(pending: List[RecordFuture]) -> List[RecordFuture]:
     return left
 
 
+def _by_topic(batch: pa.RecordBatch, sink: SinkOptions) -> Iterator[Tuple[str, pa.RecordBatch]]:
+    """``batch``'s rows per topic: the ``topic`` option's, or the ``topic``
+    column's (one run per topic, in order of first appearance)."""
+    if sink.topic is not None:
+        yield sink.topic, batch
+        return
+    col = batch.column("topic")
+    if col.null_count:
+        raise KwireError("null topic present in the data. Use the topic option for setting a topic.")
+    topics = pc.unique(col).to_pylist()
+    if len(topics) == 1:
+        yield topics[0], batch
+        return
+    for topic in topics:
+        yield topic, batch.filter(pc.equal(col, topic))
+
+
 def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> WriteResult:
-    """Send every row of ``batches``; flush; raise the first send error."""
+    """Send every row of ``batches`` (``Producer.send_arrow``: encoded from
+    the Arrow buffers by the compiled core); flush; raise the first send
+    error."""
     config = sink.producer_config()
     producer = producers.get(config)
-    pending: List[RecordFuture] = []
+    pending: List[Future] = []
     count = 0
     try:
         for batch in batches:
-            n = batch.num_rows
-            if not n:
+            if not batch.num_rows:
                 continue
-            values = _binary_list(batch, "value")
-            assert values is not None
-            keys = _binary_list(batch, "key") or [None] * n
-            if sink.topic is not None:
-                topics: List[Optional[str]] = [sink.topic] * n
-            else:
-                topics = batch.column("topic").to_pylist()
-            parts = batch.column("partition").to_pylist() if "partition" in batch.schema.names else [None] * n
-            heads = batch.column("headers").to_pylist() if "headers" in batch.schema.names else [None] * n
-            send = producer.send
-            for topic, value, key, part, hs in zip(topics, values, keys, parts, heads):
-                if topic is None:
-                    raise KwireError("null topic present in the data. Use the topic option for setting a topic.")
-                headers = [(h["key"], h["value"]) for h in hs] if hs else None
-                pending.append(send(topic, value, key=key, headers=headers, partition=part))
-            count += n
+            for topic, rows in _by_topic(batch, sink):
+                pending.append(producer.send_arrow(topic, rows, timestamp=None))
+            count += batch.num_rows
             pending = _check(pending)
         producer.flush()
         _check(pending)
