@@ -14,7 +14,7 @@ compiled decoder handing Arrow batches to Spark.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -32,12 +33,14 @@ from pyspark.sql.types import StructType
 from kwire.spark.errors import DataLossError, SparkOptionError
 from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch, split_ranges
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from kwire.spark.pushdown import Bounds, bounds_from_filters, narrow
 from kwire.spark.read import read_range
 from kwire.spark.schema import spark_schema
 from kwire.spark.write import WriteResult, validate_sink_schema, write_batches
 from kwire.types import TopicPartition
 
-__all__ = ["KwireDataSource", "KwireBatchReader", "KwireStreamReader", "RangePartition"]
+__all__ = ["KwireDataSource", "KwireDataSourceWithoutPushdown", "KwireBatchReader", "KwirePushdownReader",
+           "KwireStreamReader", "RangePartition"]
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +81,13 @@ class KwireDataSource(DataSource):
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return spark_schema(include)
 
+    #: whether batch reads take pushed filters (see :func:`kwire.spark.register`)
+    pushdown = True
+
     def reader(self, schema: StructType) -> "KwireBatchReader":
         opts = parse_source_options(self.options, streaming=False)
         _check_schema(schema, opts)
-        return KwireBatchReader(opts)
+        return KwirePushdownReader(opts) if self.pushdown else KwireBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> "KwireStreamReader":
         opts = parse_source_options(self.options, streaming=True)
@@ -99,17 +105,50 @@ class KwireDataSource(DataSource):
         return KwireStreamWriter(sink)
 
 
+class KwireDataSourceWithoutPushdown(KwireDataSource):
+    """``format("kwire")`` for a session that turned Python filter pushdown
+    off: batch reads plan without the filters."""
+
+    pushdown = False
+
+
 class KwireBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        self.bounds = Bounds()
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = plan_batch(self.opts)
+        if not self.bounds.empty:
+            planned = sum(r.size for r in ranges)
+            ranges = narrow(ranges, self.bounds, self._for_times)
+            log.info("kwire batch read: filters pushed (%s) leave %d of %d offsets to read",
+                     self.bounds.describe(), sum(r.size for r in ranges), planned)
         log.info("kwire batch read: %d offset ranges, %d records", len(ranges), sum(r.size for r in ranges))
         return [RangePartition(r) for r in ranges]
 
+    def _for_times(self, query: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
+        """The earliest offset at or after each timestamp; None: no such
+        record. An answer without a record timestamp (Tansu 0.6.0 answers
+        every lookup with offset 0 and timestamp -1) is not trusted: the
+        partition is left out, so its range is read whole."""
+        with OffsetReader(self.opts) as reader:
+            got = reader.consumer.offsets_for_times(query)
+        return {tp: (None if r is None else r.offset) for tp, r in got.items() if r is None or r.timestamp >= 0}
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
+
+
+class KwirePushdownReader(KwireBatchReader):
+    """A batch reader that takes Spark's pushed filters (see
+    :mod:`kwire.spark.pushdown`): Spark asks this only with
+    ``spark.sql.python.filterPushdown.enabled``, and refuses a reader that
+    implements it without (hence two classes)."""
+
+    def pushFilters(self, filters: List[Filter]) -> Iterable[Filter]:
+        self.bounds = bounds_from_filters(filters)
+        return filters        # Spark evaluates every predicate on the rows read as well
 
 
 # ------------------------------------------------------------------ streaming
