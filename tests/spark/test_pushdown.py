@@ -11,6 +11,7 @@ ranges."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -27,7 +28,8 @@ from kwire.types import TopicPartition  # noqa: E402
 
 from .conftest import kwire_read, new_topic  # noqa: E402
 
-BASE_MS = 1_700_000_000_000
+#: An hour ago, to the second: recent, so that Kafka's retention (7 days) keeps the records.
+BASE_MS = (int(time.time()) - 3600) * 1000
 RECORDS = 600
 PARTITIONS = 3
 
