@@ -1,7 +1,17 @@
 """kwire's demo job (``scripts/demo``, ``kwire demo``): start the bundled
 Tansu broker on loopback, produce a few million records with kwire's
-producer, read them into a Spark DataFrame through ``format("kwire")`` on
-``local[2]``, print a summary and a few rows, and stop everything.
+producer, and on ``local[2]``:
+
+1. read them into a Spark DataFrame through ``format("kwire")``, twice:
+   the session's first query includes starting Spark's Python workers,
+   the second shows the steady rate;
+2. read them again as a stream (``Trigger.AvailableNow`` with
+   ``maxOffsetsPerTrigger``, so in several micro-batches);
+3. write one partition's records back to Kafka through ``format("kwire")``
+   (Spark's Arrow batches encoded by the compiled core) and read the new
+   topic's count;
+
+print a summary and a few rows, and stop everything.
 """
 
 from __future__ import annotations
@@ -68,6 +78,49 @@ def spark_session(app: str = "kwire-demo", jars: Sequence[str] = ()):
     return spark
 
 
+def _count_by_partition(df) -> "tuple[float, list]":
+    """The seconds a count by partition takes, and the counts."""
+    t = time.perf_counter()
+    counts = sorted((r["partition"], r["count"]) for r in df.groupBy("partition").count().collect())
+    return time.perf_counter() - t, counts
+
+
+def _stream(spark, bootstrap: str, topic: str, limit: int) -> "tuple[float, list]":
+    """Read ``topic`` from the start as a stream, ``limit`` offsets per
+    micro-batch, until what was there when it started is read; the seconds
+    and the rows of each micro-batch."""
+    import tempfile
+
+    rows: list = []
+    with tempfile.TemporaryDirectory(prefix="kwire-demo-") as checkpoint:
+        t = time.perf_counter()
+        query = (spark.readStream.format("kwire").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", str(limit)).load()
+                 .writeStream.foreachBatch(lambda batch, _id: rows.append(batch.count()))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        return time.perf_counter() - t, [n for n in rows if n]
+
+
+def _write_back(spark, df, bootstrap: str, topic: str) -> "tuple[float, int, int]":
+    """Write partition 0's records to ``topic`` and count what landed
+    there: the seconds, the rows written, the rows read back."""
+    from kwire.admin import Admin, NewTopic
+
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, num_partitions=1)])
+    part = df.where("partition = 0").select("key", "value").cache()
+    written = part.count()
+    t = time.perf_counter()
+    part.write.mode("append").format("kwire").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    seconds = time.perf_counter() - t
+    part.unpersist()
+    landed = (spark.read.format("kwire").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .load().count())
+    return seconds, written, landed
+
+
 def run(records: int = DEFAULT_RECORDS, partitions: int = DEFAULT_PARTITIONS, out: TextIO = sys.stdout,
         progress: TextIO = sys.stderr) -> bool:
     """Run the demo; returns False if Spark did not read back every record."""
@@ -91,16 +144,29 @@ def run(records: int = DEFAULT_RECORDS, partitions: int = DEFAULT_PARTITIONS, ou
               .option("subscribe", topic)
               .load())
         progress.write('[demo] reading with spark.read.format("kwire") ...\n')
-        t = time.perf_counter()
-        per_partition = sorted((r["partition"], r["count"]) for r in df.groupBy("partition").count().collect())
-        read_s = time.perf_counter() - t
+        first_s, per_partition = _count_by_partition(df)
+        second_s, _ = _count_by_partition(df)
         total = sum(n for _, n in per_partition)
         out.write(f"\nkwire: {records:,} records produced in {produce_s:.1f} s ({records / produce_s:,.0f}/s); "
                   f"Spark read them through format(\"kwire\") on local[2]\n\n")
         out.write(f"records    {total:,}\n")
         out.write(f"partitions {len(per_partition)}  (" + ", ".join(f"{p}: {n:,}" for p, n in per_partition) + ")\n")
-        out.write(f"time       {read_s:.2f} s  (the session's first query: includes starting Spark's Python workers)\n")
-        out.write(f"rows/s     {total / read_s:,.0f}\n\n")
+        out.write(f"read 1     {first_s:.2f} s, {total / first_s:,.0f} rows/s  (the session's first query: "
+                  "includes starting Spark's Python workers)\n")
+        out.write(f"read 2     {second_s:.2f} s, {total / second_s:,.0f} rows/s  (the same query again: "
+                  "the steady rate)\n")
+        out.flush()
+        progress.write('[demo] streaming with spark.readStream.format("kwire"), Trigger.AvailableNow ...\n')
+        limit = max(1, records // 4)
+        stream_s, batches = _stream(spark, broker.bootstrap, topic, limit)
+        streamed = sum(batches)
+        out.write(f"stream     {streamed:,} rows in {len(batches)} micro-batches of at most {limit:,} "
+                  f"(maxOffsetsPerTrigger), {stream_s:.2f} s\n")
+        out.flush()
+        progress.write('[demo] writing partition 0 back to Kafka with df.write.format("kwire") ...\n')
+        write_s, written, landed = _write_back(spark, df, broker.bootstrap, f"{topic}-out")
+        out.write(f"write      {written:,} rows of partition 0 to {topic}-out in {write_s:.2f} s "
+                  f"({written / write_s:,.0f} rows/s); read back: {landed:,}\n\n")
         out.flush()
         first_two = json.dumps({topic: {str(p): 2 for p in range(partitions)}})
         head = (spark.read.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
@@ -112,7 +178,7 @@ def run(records: int = DEFAULT_RECORDS, partitions: int = DEFAULT_PARTITIONS, ou
         for r in rows:
             out.write(f"{r['key']:<17} {r['partition']:>9} {r['offset']:>7}  {r['timestamp']!s:<26}  {r['value']}\n")
         out.flush()
-        return total == records
+        return total == records and streamed == records and landed == written
     finally:
         if spark is not None:
             spark.stop()

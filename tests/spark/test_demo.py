@@ -4,6 +4,7 @@ its own broker and Spark session)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -21,4 +22,9 @@ def test_demo_reads_back_every_record():
     assert "records    20,000" in done.stdout
     assert "partitions 3  (0: 6,667, 1: 6,667, 2: 6,666)" in done.stdout
     assert "rows/s" in done.stdout and "0000000000000000" in done.stdout
+    assert "read 1 " in done.stdout and "read 2 " in done.stdout              # the first query and a warm one
+    assert re.search(r"stream     20,000 rows in [4-9] micro-batches of at most 5,000 \(maxOffsetsPerTrigger\)",
+                     done.stdout)
+    assert "write      6,667 rows of partition 0 to kwire-demo-out" in done.stdout
+    assert "read back: 6,667" in done.stdout
     assert "[demo] produced 20,000 / 20,000 records" in done.stderr
