@@ -96,6 +96,11 @@ def _binary(arr: "pa.Array", what: str) -> tuple:
     string column as its UTF-8 bytes, viewed without a copy; large types
     cast down)."""
     t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if pa.types.is_fixed_size_binary(t):
+        arr = arr.cast(pa.binary())
     if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
         arr = arr.cast(pa.string() if pa.types.is_large_string(t) else pa.binary())
     elif pa.types.is_binary_view(t) or pa.types.is_string_view(t):
@@ -163,6 +168,8 @@ def send_columns(data: ArrowData, key: Optional[str], value: str, headers: Optio
         return _one_chunk(data.column(name)) if name is not None and name in names else None
 
     k, h, p, ts = col(key), col(headers), col(partition), col(timestamp)
+    if h is not None and pa.types.is_null(h.type):        # all null: no headers on any row
+        h = None
     return (data.num_rows,
             None if k is None else _binary(k, key or ""),
             _binary(_one_chunk(data.column(value)), value),

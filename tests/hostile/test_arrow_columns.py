@@ -222,8 +222,6 @@ def test_hostile_columns_are_refused_with_a_value_error(run_scenario):
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.xfail(strict=True, reason="arrowcols.pxd: (offset + length + 1) * width overflows Py_ssize_t for an "
-                   "array offset near 2**61, so the size check passes and the row read is out of bounds (SIGSEGV)")
 @pytest.mark.parametrize("case", sorted(OVERFLOW))
 def test_an_overflowing_array_offset_is_refused(run_scenario, case):
     run = run_scenario(overflowing_offset, {"case": case}, timeout=30).check()

@@ -16,6 +16,14 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memset
 
 
+cdef extern from *:
+    """
+    /* past any real column: offsets and lengths above it are refused, so no size computed from them overflows */
+    #define KWIRE_MAX_ELEMENTS (((Py_ssize_t)1) << 56)
+    """
+    const Py_ssize_t MAX_ELEMENTS "KWIRE_MAX_ELEMENTS"
+
+
 cdef struct BinCol:               # a binary (or utf8) column: int32 offsets
     Py_buffer vbuf, obuf, dbuf
     bint has_valid, opened
@@ -55,6 +63,8 @@ cdef inline int _open_valid(Py_buffer* view, bint* has, const uint8_t** valid, o
     ``offset`` and ``length``."""
     if offset < 0 or length < 0:
         raise ValueError(f"Arrow column {what}: negative offset or length")
+    if offset > MAX_ELEMENTS or length > MAX_ELEMENTS:      # no (offset + length + 1) * 8 can overflow
+        raise ValueError(f"Arrow column {what}: offset {offset} or length {length} past any buffer")
     if validity is not None:
         _view(view, validity, _bitmap_bytes(offset + length), what)
         has[0] = True
@@ -171,8 +181,8 @@ cdef struct ListCol:              # a list column's rows: int32 offsets into a c
 cdef inline int open_list(ListCol* c, object validity, object offsets, Py_ssize_t offset, Py_ssize_t length,
                           Py_ssize_t child_len, str what) except -1:
     memset(c, 0, sizeof(ListCol))
-    if child_len < 0:
-        raise ValueError(f"Arrow column {what}: negative length")
+    if child_len < 0 or child_len > MAX_ELEMENTS:
+        raise ValueError(f"Arrow column {what}: {child_len} entries")
     _open_valid(&c.vbuf, &c.has_valid, &c.valid, validity, offset, length, what)
     c.offset = offset
     c.length = length

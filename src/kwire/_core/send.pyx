@@ -15,7 +15,7 @@ from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
-from kwire._core.arrowcols cimport (BinCol, IntCol, ListCol, bin_get, close_bin, close_int, close_list, int_get,
+from kwire._core.arrowcols cimport (MAX_ELEMENTS, BinCol, IntCol, ListCol, bin_get, close_bin, close_int, close_list, int_get,
                                     is_valid, list_get, open_bin, open_int, open_list)
 from kwire._core.buffers cimport GBuf, gbuf_reserve, put_raw, put_varint, varint_size
 from kwire._core.build cimport (ProducerBatch, RecordBatchBuilder, PyThread_acquire_lock_timed, PyThread_allocate_lock,
@@ -331,6 +331,8 @@ cdef int open_rows(ArrowRows* r, Py_ssize_t n, tuple key, tuple value, tuple hea
         open_bin(&r.hkey, hk[0], hk[1], hk[2], hk[3], headers[3], "headers.key")
         open_bin(&r.hvalue, hv[0], hv[1], hv[2], hv[3], headers[3], "headers.value")
         if headers[4] is not None:
+            if not 0 <= headers[5] <= MAX_ELEMENTS:
+                raise ValueError(f"Arrow column headers: struct offset {headers[5]} out of range")
             PyObject_GetBuffer(headers[4], &r.hvbuf, PyBUF_SIMPLE)
             if r.hvbuf.len < (headers[5] + headers[3] + 7) // 8:
                 PyBuffer_Release(&r.hvbuf)
@@ -875,6 +877,7 @@ cdef class Accumulator:
                                 continue                               # look again: the slot may have changed
                             batch = self.new_batch(topic, p, True)
                             batch.encoded = True
+                            batch.builder.reserve(min(self.batch_size, self.max_batch))   # grown once, not per record
                             self.put((topic, p), batch)
                         index = batch.add_raw(k, kn, v, vn, hcount, hbuf.data, hbuf.len, ts,
                                               self.max_batch if not batch.held.n
