@@ -256,23 +256,39 @@ def _keytool() -> str:
     return found
 
 
+def _run_keytool(args: List[str], env: Dict[str, str], path: str, kind: str, what: str) -> str:
+    """Run keytool (passwords in ``env``, never on its command line);
+    its output, or :class:`SparkOptionError` with what it said."""
+    done = subprocess.run([_keytool(), *args], env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        said = [line for line in (done.stderr + "\n" + done.stdout).splitlines() if "error" in line.lower()]
+        raise SparkOptionError(f"kafka.ssl.{what}.location {path!r}: keytool could not read the {kind} store: "
+                               f"{said[0].strip() if said else 'exit status ' + str(done.returncode)}")
+    return done.stdout
+
+
 def _jks_to_pkcs12(path: str, kind: str, store_password: str, key_password: Optional[str], what: str) -> bytes:
     """The JKS/JCEKS store at ``path`` as PKCS12 bytes (protected by
-    ``store_password``), converted by ``keytool -importkeystore``."""
+    ``store_password``), converted by ``keytool -importkeystore``. A key
+    with its own password (``ssl.key.password``) is imported by its alias,
+    as keytool asks."""
     out = os.path.join(_directory(), f"convert-{os.getpid()}-{threading.get_ident()}.p12")
-    cmd = [_keytool(), "-importkeystore", "-noprompt", "-srckeystore", path, "-srcstoretype", kind,
-           "-srcstorepass:env", "KWIRE_SRC_PASS", "-destkeystore", out, "-deststoretype", "PKCS12",
+    env = {"KWIRE_SRC_PASS": store_password, "KWIRE_DEST_PASS": store_password}
+    source = ["-srckeystore", path, "-srcstoretype", kind, "-srcstorepass:env", "KWIRE_SRC_PASS"]
+    cmd = ["-importkeystore", "-noprompt", *source, "-destkeystore", out, "-deststoretype", "PKCS12",
            "-deststorepass:env", "KWIRE_DEST_PASS"]
-    env = dict(os.environ, KWIRE_SRC_PASS=store_password, KWIRE_DEST_PASS=store_password)
     if key_password is not None and key_password != store_password:
-        cmd += ["-srckeypass:env", "KWIRE_KEY_PASS", "-destkeypass:env", "KWIRE_DEST_PASS"]
+        listing = _run_keytool(["-list", "-v", "-keystore", path, "-storetype", kind, "-storepass:env",
+                                "KWIRE_SRC_PASS"], env, path, kind, what)
+        aliases = re.findall(r"^Alias name: (.*)\n(?:.*\n)*?Entry type: PrivateKeyEntry", listing, re.MULTILINE)
+        if len(aliases) != 1:
+            raise SparkOptionError(f"kafka.ssl.{what}.location {path!r} holds {len(aliases)} private keys; kwire "
+                                   "needs exactly one")
         env["KWIRE_KEY_PASS"] = key_password
+        cmd += ["-srcalias", aliases[0], "-srckeypass:env", "KWIRE_KEY_PASS", "-destkeypass:env", "KWIRE_DEST_PASS"]
     try:
-        done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise SparkOptionError(f"kafka.ssl.{what}.location {path!r}: keytool could not read the {kind} store: "
-                                   f"{said[-1] if said else 'exit status ' + str(done.returncode)}")
+        _run_keytool(cmd, env, path, kind, what)
         with open(out, "rb") as f:
             return f.read()
     finally:
