@@ -185,6 +185,8 @@ def test_trigger_and_retry_options():
     refused("maxTriggerDelay': invalid time string '5 minutes'", streaming=True, subscribe="a",
             maxTriggerDelay="5 minutes")
     refused("minOffsetsPerTrigger must be positive", streaming=True, subscribe="a", minOffsetsPerTrigger="0")
+    refused(r"The value of minOffsetPerTrigger\(50\) is higher than the maxOffsetsPerTrigger\(40\)\.", streaming=True,
+            subscribe="a", minOffsetsPerTrigger="50", maxOffsetsPerTrigger="40")
     refused("fetchOffset.numRetries must be positive", subscribe="a", **{"fetchOffset.numRetries": "0"})
     refused("fetchOffset.retryIntervalMs' must not be negative", subscribe="a",
             **{"fetchOffset.retryIntervalMs": "-1"})

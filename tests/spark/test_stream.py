@@ -163,3 +163,86 @@ def test_records_deleted_before_the_next_batch(spark, broker, tmp_path):
     run_available_now(*queries["false"])
     assert written(spark, queries["false"][1]) == [(topic, 0, o) for o in [*range(50), *range(80, 100)]] + [
         (topic, 1, o) for o in range(100)]
+
+
+def _query(spark, fmt: str, bootstrap: str, options: dict, **trigger):
+    """A streaming read of ``fmt`` ("kwire" or Spark's "kafka") into the noop sink."""
+    reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load().writeStream.format("noop").trigger(**trigger).start()
+
+
+def _batches(q) -> list:
+    """(trigger start in s, rows) of each batch that read rows."""
+    from datetime import datetime
+
+    return [(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(), p["numInputRows"])
+            for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def _wait_rows(queries, rows: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(sum(n for _, n in _batches(q)) < rows for q in queries):
+        assert all(q.exception() is None for q in queries), [q.exception() for q in queries]
+        assert time.monotonic() < deadline, {q.name: _batches(q) for q in queries}
+        time.sleep(0.1)
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_as_the_connector(spark, broker):
+    """minOffsetsPerTrigger=50, maxTriggerDelay=6s, maxOffsetsPerTrigger=60,
+    a 100 ms processing-time trigger, kwire and (on Apache Kafka) Spark's
+    connector side by side on one topic, empty at the start (the first
+    trigger, which always runs, finds nothing): 60 records are read at once
+    (60 >= 50); 20 more wait (fewer than 50) until 6 s after the batch
+    before. Not the connector on Tansu: it trusts Tansu's ListOffsets latest
+    (the last batch's base offset + 1), which kwire raises to the high
+    watermark."""
+    topic = new_topic(broker.bootstrap, 1)
+    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
+            "maxTriggerDelay": "6s", "maxOffsetsPerTrigger": "60"}
+    queries = [_query(spark, fmt, broker.bootstrap, opts, processingTime="100 milliseconds")
+               for fmt in (("kwire",) if broker.is_tansu else ("kwire", "kafka"))]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(q.status["message"].startswith("Waiting for") for q in queries):   # first trigger done
+            assert time.monotonic() < deadline and all(q.exception() is None for q in queries)
+            time.sleep(0.1)
+        produce(broker.bootstrap, topic, 60, 1)
+        _wait_rows(queries, 60)
+        produce(broker.bootstrap, topic, 20, 1, start=60)
+        time.sleep(1.0)
+        assert [[n for _, n in _batches(q)] for q in queries] == [[60]] * len(queries)    # 20 < 50: waiting
+        _wait_rows(queries, 80, timeout=30)
+        for q in queries:
+            got = _batches(q)
+            assert [n for _, n in got] == [60, 20], got
+            assert got[1][0] - got[0][0] >= 5.5, got        # the 20 waited for maxTriggerDelay
+    finally:
+        for q in queries:
+            q.stop()
+
+
+def test_min_offsets_per_trigger_under_available_now(spark, broker, tmp_path):
+    """Trigger.AvailableNow, 70 records, minOffsetsPerTrigger=25,
+    maxOffsetsPerTrigger=30: kwire reads everything up to the query's start,
+    30 at a time. Spark's connector (4.2) applies the minimum too: after
+    two batches the last 10 (fewer than 25, within maxTriggerDelay) make it
+    skip the trigger, which ends an AvailableNow query with them unread (a
+    deliberate difference). The connector only on Apache Kafka (Tansu's
+    ListOffsets latest, which it trusts, trails the log)."""
+    topic = new_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, 70, 1)
+    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "25",
+            "maxOffsetsPerTrigger": "30"}
+    got = {}
+    for fmt in (("kwire",) if broker.is_tansu else ("kwire", "kafka")):
+        reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", broker.bootstrap)
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        q = (reader.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / fmt))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        got[fmt] = [n for _, n in _batches(q)]
+    assert got == {"kwire": [30, 30, 10]} if broker.is_tansu else {"kwire": [30, 30, 10], "kafka": [30, 30]}

@@ -420,6 +420,11 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         for name, shown in _STREAM_ONLY.items():
             if name in opts:
                 log.warning("%s option ignored in batch queries", shown)
+    max_per_trigger = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_per_trigger = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if streaming and max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise SparkOptionError(f"The value of minOffsetPerTrigger({min_per_trigger}) is higher than the "
+                               f"maxOffsetsPerTrigger({max_per_trigger}).")
     poll = _positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
     retries = _positive(opts, "fetchoffset.numretries", "fetchOffset.numRetries")
     return SourceOptions(
@@ -430,8 +435,8 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         min_partitions=_positive(opts, "minpartitions", "minPartitions"),
         max_records_per_partition=_positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeheaders", False, "includeHeaders"),
-        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
-        min_offsets_per_trigger=_positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=parse_duration_ms(opts.get("maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY),
                                                "maxTriggerDelay"),
         poll_timeout_ms=poll if poll is not None else 120_000,
