@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -223,19 +224,32 @@ def test_min_offsets_per_trigger_and_max_trigger_delay_as_the_connector(spark, b
             q.stop()
 
 
-def test_min_offsets_per_trigger_under_available_now(spark, broker, tmp_path):
-    """Trigger.AvailableNow, 70 records, minOffsetsPerTrigger=25,
-    maxOffsetsPerTrigger=30: kwire reads everything up to the query's start,
-    30 at a time. Spark's connector (4.2) applies the minimum too: after
-    two batches the last 10 (fewer than 25, within maxTriggerDelay) make it
-    skip the trigger, which ends an AvailableNow query with them unread (a
-    deliberate difference). The connector only on Apache Kafka (Tansu's
-    ListOffsets latest, which it trusts, trails the log)."""
-    topic = new_topic(broker.bootstrap, 1)
-    produce(broker.bootstrap, topic, 70, 1)
-    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "25",
-            "maxOffsetsPerTrigger": "30"}
-    got = {}
+def test_available_now_min_offsets_and_offsets_behind_latest(spark, broker, tmp_path):
+    """Trigger.AvailableNow over partitions of 210 and 150 records,
+    maxOffsetsPerTrigger=100, minOffsetsPerTrigger=70.
+
+    kwire reads everything up to the query's start, 99 offsets at a time
+    (Spark's proportional split: 58 + 41), then the last 63. Spark's
+    connector (4.2) applies the minimum under AvailableNow too: the last 63
+    (fewer than 70, within maxTriggerDelay) make it skip the trigger, which
+    ends an AvailableNow query with them unread (a deliberate difference).
+
+    The connector's source metrics {min,max,avg}OffsetsBehindLatest are in
+    its progress; kwire's progress has none (a Python data source cannot
+    report source metrics), and :func:`offsets_behind_latest` gives the same
+    figures from the progress' latestOffset and endOffset, for both. The
+    connector runs on Apache Kafka only: on Tansu it trusts ListOffsets
+    latest, which trails Tansu's log."""
+    from kwire.spark.metrics import offsets_behind_latest
+
+    topic = new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, 300, 2)
+    produce(broker.bootstrap, topic, 60, 1, start=300)              # partition 0 only: 210 and 150
+    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "70",
+            "maxOffsetsPerTrigger": "100"}
+    behind = [{"minOffsetsBehindLatest": mn, "maxOffsetsBehindLatest": mx, "avgOffsetsBehindLatest": avg}
+              for mn, mx, avg in (("109", "152", "130.5"), ("68", "94", "81.0"), ("27", "36", "31.5"),
+                                  ("0", "0", "0.0"))]
     for fmt in (("kwire",) if broker.is_tansu else ("kwire", "kafka")):
         reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", broker.bootstrap)
         for k, v in opts.items():
@@ -244,5 +258,52 @@ def test_min_offsets_per_trigger_under_available_now(spark, broker, tmp_path):
              .trigger(availableNow=True).start())
         q.awaitTermination(120)
         assert q.exception() is None
-        got[fmt] = [n for _, n in _batches(q)]
-    assert got == {"kwire": [30, 30, 10]} if broker.is_tansu else {"kwire": [30, 30, 10], "kafka": [30, 30]}
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        computed = [offsets_behind_latest(p) for p in progress]
+        if fmt == "kwire":
+            assert [p["numInputRows"] for p in progress] == [99, 99, 99, 63]
+            assert computed == behind and all(p["sources"][0]["metrics"] == {} for p in progress)
+        else:
+            assert [p["numInputRows"] for p in progress] == [99, 99, 99]
+            assert [dict(p["sources"][0]["metrics"]) for p in progress] == computed == behind[:3]
+
+
+def test_offset_lookups_retried_while_the_broker_is_unreachable(broker, caplog):
+    """fetchOffset.numRetries / fetchOffset.retryIntervalMs: a driver
+    lookup whose broker is unreachable (its bootstrap address a proxy that
+    relays nothing) fails its attempt, is tried again after the interval
+    with new clients, and succeeds once the proxy relays again; with too few
+    attempts it raises the last failure."""
+    import threading
+
+    from kwire.spark.offsets import OffsetReader
+    from kwire.spark.options import parse_source_options
+    from kwire.types import TopicPartition
+    from support.proxies import FaultProxy
+
+    topic = new_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, 10, 1)
+
+    def reader(proxy, retries: str) -> OffsetReader:
+        return OffsetReader(parse_source_options({
+            "kafka.bootstrap.servers": proxy.address, "subscribe": topic, "kafka.request.timeout.ms": "1000",
+            "kafka.socket.connection.setup.timeout.ms": "1000", "fetchOffset.numRetries": retries,
+            "fetchOffset.retryIntervalMs": "300"}, streaming=True))
+
+    with FaultProxy((broker.host, broker.port)) as proxy, caplog.at_level("WARNING", logger="kwire.spark.offsets"):
+        proxy.black_hole()
+        healer = threading.Timer(1.5, proxy.heal)
+        healer.start()
+        with reader(proxy, "5") as r:
+            assert r.latest(r.partitions()) == {TopicPartition(topic, 0): 10}
+        healer.join()
+        tries = [m.getMessage() for m in caplog.records]
+        assert tries and all(re.match(r"Error in attempt \d of 5 getting Kafka offsets \(partitions\)", t) for t in tries)
+        caplog.clear()
+        proxy.black_hole()
+        start = time.monotonic()
+        with reader(proxy, "2") as r, pytest.raises(Exception):
+            r.partitions()
+        assert time.monotonic() - start >= 2 * 0.9 + 0.3             # two attempts and the interval between
+        assert [m.getMessage()[:45] for m in caplog.records] == ["Error in attempt 1 of 2 getting Kafka offsets"]
+        proxy.heal()
