@@ -197,6 +197,7 @@ def test_unknown_and_misplaced_options_are_warned_about(caplog):
         src(subscribe="a", startingOffset="earliest", maxOffsetsPerTrigger="5", minOffsetsPerTrigger="1",
             maxTriggerDelay="1s")
         parse_sink_options({**BOOT, "topic": "t", "failOnDataLoss": "false", "tpoic": "x"})
+        src(subscribe="a", **{"kafka.session.timeout.ms": "6000"})
     said = [r.getMessage() for r in caplog.records]
     assert "option 'startingoffset' is not an option of the Kafka source; it is ignored (did you mean " \
            "'startingoffsets'?)" in said
@@ -204,7 +205,9 @@ def test_unknown_and_misplaced_options_are_warned_about(caplog):
         assert f"{name} option ignored in batch queries" in said                   # Spark's warnings
     assert "option 'failondataloss' is a Kafka source option: the sink ignores it" in said
     assert "option 'tpoic' is not an option of the Kafka sink; it is ignored (did you mean 'topic'?)" in said
-    assert len(said) == 6
+    assert "Kafka option 'kafka.session.timeout.ms' has no effect: the source's consumers assign their " \
+           "partitions and join no consumer group" in said
+    assert len(said) == 7
 
 
 def test_group_ids_are_the_connectors(caplog):

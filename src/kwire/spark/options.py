@@ -112,6 +112,11 @@ SINK_OPTIONS = frozenset({"topic"})
 #: Options Spark itself sets on every data source (not the connector's).
 _SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
+#: Consumer options (kwire's names) only a consumer group acts on: warned about in a read, whose
+#: consumers assign partitions (in the connector as in kwire).
+_GROUP_ONLY = frozenset({"session_timeout_ms", "heartbeat_interval_ms", "auto_commit_interval_ms",
+                         "partition_assignment_strategy", "group_instance_id", "group_protocol",
+                         "group_remote_assignor", "max_poll_interval_ms"})
 
 
 @dataclass(frozen=True)
@@ -416,6 +421,10 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
     if not streaming:
         _check_batch_bounds(starting, ending)
     kafka = _kafka_params(opts, _REFUSED_SOURCE_KEYS, CONSUMER, "consumer")
+    for key in sorted(kafka):
+        if re.sub(r"[.\-]", "_", key) in _GROUP_ONLY:
+            log.warning("Kafka option 'kafka.%s' has no effect: the source's consumers assign their partitions "
+                        "and join no consumer group", key)
     if not streaming:
         for name, shown in _STREAM_ONLY.items():
             if name in opts:
