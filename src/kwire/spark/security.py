@@ -351,19 +351,20 @@ def _truststore(params: Dict[str, Any]) -> Optional[str]:
     return _write_private(_certs_pem(certs), "-ca.pem")
 
 
-def _keystore(params: Dict[str, Any]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
-    """(certificate file, key file, key password) of the key store."""
+def _keystore(params: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    """(certificate file, key file) of the key store; a PEM store is one
+    file holding both (its key maybe encrypted with ``ssl.key.password``)."""
     path = params.get("ssl.keystore.location")
     if path is None:
         for key in ("ssl.keystore.type", "ssl.keystore.password", "ssl.key.password"):
             if key in params:
                 raise SparkOptionError(f"kafka.{key} is set without kafka.ssl.keystore.location")
-        return None, None, None
+        return None, None
     store_password = params.get("ssl.keystore.password")
     key_password = params.get("ssl.key.password")
     store = _load_store(path, params.get("ssl.keystore.type"), store_password, key_password, "keystore")
-    if store is None:                   # PEM: the key and the chain in one file, the key maybe encrypted
-        return path, None, key_password
+    if store is None:
+        return path, None
     if store.key is None or store.cert is None:
         raise SparkOptionError(f"kafka.ssl.keystore.location {path!r} holds no private key with its certificate")
     from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
@@ -371,7 +372,7 @@ def _keystore(params: Dict[str, Any]) -> Tuple[Optional[str], Optional[str], Opt
     chain = [store.cert.certificate] + [c.certificate for c in store.additional_certs]
     cert = _write_private(_certs_pem(chain), "-cert.pem")
     key = _write_private(store.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()), "-key.pem")
-    return cert, key, None
+    return cert, key
 
 
 def _stores(params: Dict[str, Any]) -> Dict[str, Any]:
@@ -392,12 +393,7 @@ def _stores(params: Dict[str, Any]) -> Dict[str, Any]:
     with _lock:
         files = _converted.get(cache_key)
         if files is None:
-            ca = _truststore(params)
-            cert, key, key_password = _keystore(params)
-            files = _PemFiles(ca, cert, key)
-            if key_password is not None:
-                params = {**params, "ssl.key.password": key_password}
-            _converted[cache_key] = files
+            files = _converted[cache_key] = _PemFiles(_truststore(params), *_keystore(params))
     out = {k: v for k, v in params.items() if k not in keys}
     for given, name in (("ssl.ca.location", "ca"), ("ssl.certificate.location", "cert"),
                         ("ssl.key.location", "key")):
