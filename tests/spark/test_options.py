@@ -169,3 +169,122 @@ def test_data_loss_messages_of_the_executor(caplog):
         "Cannot fetch offset 10 of t-3: the partition now starts at 500, offsets 10 to 100 are gone. "
         "failOnDataLoss is false: skipping them.",
         "Cannot fetch offsets 120 to 150 of t-3: the partition ends before 120. failOnDataLoss is false: skipping them."]
+
+
+def test_trigger_and_retry_options():
+    o = src(streaming=True, subscribe="a", minOffsetsPerTrigger="50", maxTriggerDelay="30s",
+            **{"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "0"})
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (50, 30_000)
+    assert (o.fetch_offset_num_retries, o.fetch_offset_retry_interval_ms) == (5, 0)
+    o = src(streaming=True, subscribe="a")
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60_000)      # Spark's 15m default
+    assert (o.fetch_offset_num_retries, o.fetch_offset_retry_interval_ms) == (3, 1000)
+    from kwire.spark.options import parse_duration_ms
+    assert [parse_duration_ms(s, "x") for s in ("250", "250ms", "2s", "3m", "3min", "1h", "1d", "4000us")] == [
+        250, 250, 2000, 180_000, 180_000, 3_600_000, 86_400_000, 4]
+    refused("maxTriggerDelay': invalid time string '5 minutes'", streaming=True, subscribe="a",
+            maxTriggerDelay="5 minutes")
+    refused("minOffsetsPerTrigger must be positive", streaming=True, subscribe="a", minOffsetsPerTrigger="0")
+    refused(r"The value of minOffsetPerTrigger\(50\) is higher than the maxOffsetsPerTrigger\(40\)\.", streaming=True,
+            subscribe="a", minOffsetsPerTrigger="50", maxOffsetsPerTrigger="40")
+    refused("fetchOffset.numRetries must be positive", subscribe="a", **{"fetchOffset.numRetries": "0"})
+    refused("fetchOffset.retryIntervalMs' must not be negative", subscribe="a",
+            **{"fetchOffset.retryIntervalMs": "-1"})
+
+
+def test_unknown_and_misplaced_options_are_warned_about(caplog):
+    with caplog.at_level("WARNING", logger="kwire.spark.options"):
+        src(subscribe="a", startingOffset="earliest", maxOffsetsPerTrigger="5", minOffsetsPerTrigger="1",
+            maxTriggerDelay="1s")
+        parse_sink_options({**BOOT, "topic": "t", "failOnDataLoss": "false", "tpoic": "x"})
+        src(subscribe="a", **{"kafka.session.timeout.ms": "6000"})
+    said = [r.getMessage() for r in caplog.records]
+    assert "option 'startingoffset' is not an option of the Kafka source; it is ignored (did you mean " \
+           "'startingoffsets'?)" in said
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        assert f"{name} option ignored in batch queries" in said                   # Spark's warnings
+    assert "option 'failondataloss' is a Kafka source option: the sink ignores it" in said
+    assert "option 'tpoic' is not an option of the Kafka sink; it is ignored (did you mean 'topic'?)" in said
+    assert "Kafka option 'kafka.session.timeout.ms' has no effect: the source's consumers assign their " \
+           "partitions and join no consumer group" in said
+    assert len(said) == 7
+
+
+def test_group_ids_are_the_connectors(caplog):
+    """``groupIdPrefix`` + a unique id (``-executor`` on the executors), or
+    ``kafka.group.id`` exactly, with Spark's warnings; the driver's lookups
+    use no group (the connector's driver uses an admin client)."""
+    import re
+
+    o = src(streaming=True, subscribe="a")
+    assert re.fullmatch(r"spark-kafka-source-[0-9a-f-]{36}", o.group_id)
+    assert o.consumer_config("executor")["group.id"] == f"{o.group_id}-executor"
+    assert "group.id" not in o.consumer_config("driver")
+    assert src(subscribe="a").group_id.startswith("spark-kafka-relation-")
+    assert src(subscribe="a", groupIdPrefix="etl").consumer_config("executor")["group.id"].startswith("etl-")
+    assert src(subscribe="a").group_id != src(subscribe="a").group_id
+    with caplog.at_level("WARNING", logger="kwire.spark.options"):
+        o = src(subscribe="a", groupIdPrefix="etl", **{"kafka.group.id": "mine"})
+    assert o.consumer_config("executor")["group.id"] == "mine" and "group.id" not in o.consumer_config("driver")
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "Kafka option 'kafka.group.id' has been set on this query" in said
+    assert "Option groupIdPrefix will be ignored as option kafka.group.id has been set." in said
+
+
+def test_jaas_config_parsing():
+    from kwire.spark.security import parse_jaas
+
+    e = parse_jaas('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+                   'password="p\\"a ss;w=rd";')
+    assert (e.module, e.flag, e.options) == ("org.apache.kafka.common.security.plain.PlainLoginModule", "required",
+                                             {"username": "alice", "password": 'p"a ss;w=rd'})
+    e = parse_jaas("  org.apache.kafka.common.security.scram.ScramLoginModule REQUIRED /* c */ username=bob\n"
+                   "  password='s3cr$t' // comment\n ;")
+    assert e.flag == "required" and e.options == {"username": "bob", "password": "s3cr$t"}
+    for bad, match in (("", "is empty"), ("a.B required username=x", "must end with ';'"),
+                       ("a.B mandatory;", "invalid control flag 'mandatory'"),
+                       ("a.B required username;", "expected key=value"),
+                       ("a.B required; c.D required;", "exactly one login module entry, found 2"),
+                       ("a.B required password=p@ss;", "unexpected character '@'"),
+                       ('a.B required password="open;', "unterminated quoted value")):
+        with pytest.raises(SparkOptionError, match=match):
+            parse_jaas(bad)
+
+
+def test_jaas_config_as_kwire_sasl_options():
+    plain = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+    scram = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+    for module, mechanism in ((plain, "PLAIN"), (scram, "SCRAM-SHA-256"), (scram, "scram-sha-512")):
+        o = src(subscribe="a", **{"kafka.sasl.jaas.config": module, "kafka.sasl.mechanism": mechanism,
+                                  "kafka.security.protocol": "SASL_PLAINTEXT"})
+        cfg = o.consumer_config("executor")
+        assert (cfg["sasl.plain.username"], cfg["sasl.plain.password"]) == ("u", "p")
+        assert "sasl.jaas.config" not in cfg
+        w = parse_sink_options({**BOOT, "kafka.sasl.jaas.config": module, "kafka.sasl.mechanism": mechanism})
+        assert w.producer_config()["sasl.plain.username"] == "u"
+    refused("needs kafka.sasl.mechanism PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; it is not set \\(Kafka's default is "
+            "GSSAPI", subscribe="a", **{"kafka.sasl.jaas.config": plain})
+    for module, name in (
+            ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+             "OAuthBearerLoginModule"),
+            ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k" principal="p";',
+             "com.sun.security.auth.module.Krb5LoginModule")):
+        refused(f"login module .*{name} is not supported by kwire", subscribe="a",
+                **{"kafka.sasl.jaas.config": module, "kafka.sasl.mechanism": "PLAIN"})
+    refused("tokenauth=true \\(delegation tokens\\) is not supported", subscribe="a",
+            **{"kafka.sasl.mechanism": "SCRAM-SHA-256", "kafka.sasl.jaas.config":
+               scram.replace(";", " tokenauth=true;")})
+    refused("kafka.sasl.password contradicts kafka.sasl.jaas.config", subscribe="a",
+            **{"kafka.sasl.jaas.config": plain, "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.password": "q"})
+
+
+def test_offsets_behind_latest_is_the_connectors_arithmetic():
+    from kwire.spark.metrics import java_double, offsets_behind_latest
+
+    progress = {"sources": [{"endOffset": '{"t":{"0":100,"1":50},"u":{"0":7}}',
+                             "latestOffset": '{"t":{"0":150,"1":50},"u":{"0":10}}', "metrics": {}}]}
+    assert offsets_behind_latest(progress) == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "50",
+                                               "avgOffsetsBehindLatest": "17.666666666666668"}
+    assert offsets_behind_latest({"sources": [{"endOffset": None, "latestOffset": None}]}) == {}
+    assert [java_double(x) for x in (0.0, 1.0, 12.5, 0.001, 0.0001, 1e7, 12345678.9, 9999999.0)] == [
+        "0.0", "1.0", "12.5", "0.001", "1.0E-4", "1.0E7", "1.23456789E7", "9999999.0"]

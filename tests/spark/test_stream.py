@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -163,3 +164,146 @@ def test_records_deleted_before_the_next_batch(spark, broker, tmp_path):
     run_available_now(*queries["false"])
     assert written(spark, queries["false"][1]) == [(topic, 0, o) for o in [*range(50), *range(80, 100)]] + [
         (topic, 1, o) for o in range(100)]
+
+
+def _query(spark, fmt: str, bootstrap: str, options: dict, **trigger):
+    """A streaming read of ``fmt`` ("kwire" or Spark's "kafka") into the noop sink."""
+    reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load().writeStream.format("noop").trigger(**trigger).start()
+
+
+def _batches(q) -> list:
+    """(trigger start in s, rows) of each batch that read rows."""
+    from datetime import datetime
+
+    return [(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(), p["numInputRows"])
+            for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def _wait_rows(queries, rows: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(sum(n for _, n in _batches(q)) < rows for q in queries):
+        assert all(q.exception() is None for q in queries), [q.exception() for q in queries]
+        assert time.monotonic() < deadline, {q.name: _batches(q) for q in queries}
+        time.sleep(0.1)
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_as_the_connector(spark, broker):
+    """minOffsetsPerTrigger=50, maxTriggerDelay=6s, maxOffsetsPerTrigger=60,
+    a 100 ms processing-time trigger, kwire and (on Apache Kafka) Spark's
+    connector side by side on one topic, empty at the start (the first
+    trigger, which always runs, finds nothing): 60 records are read at once
+    (60 >= 50); 20 more wait (fewer than 50) until 6 s after the batch
+    before. Not the connector on Tansu: it trusts Tansu's ListOffsets latest
+    (the last batch's base offset + 1), which kwire raises to the high
+    watermark."""
+    topic = new_topic(broker.bootstrap, 1)
+    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
+            "maxTriggerDelay": "6s", "maxOffsetsPerTrigger": "60"}
+    queries = [_query(spark, fmt, broker.bootstrap, opts, processingTime="100 milliseconds")
+               for fmt in (("kwire",) if broker.is_tansu else ("kwire", "kafka"))]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(q.status["message"].startswith("Waiting for") for q in queries):   # first trigger done
+            assert time.monotonic() < deadline and all(q.exception() is None for q in queries)
+            time.sleep(0.1)
+        produce(broker.bootstrap, topic, 60, 1)
+        _wait_rows(queries, 60)
+        produce(broker.bootstrap, topic, 20, 1, start=60)
+        time.sleep(1.0)
+        assert [[n for _, n in _batches(q)] for q in queries] == [[60]] * len(queries)    # 20 < 50: waiting
+        _wait_rows(queries, 80, timeout=30)
+        for q in queries:
+            got = _batches(q)
+            assert [n for _, n in got] == [60, 20], got
+            assert got[1][0] - got[0][0] >= 5.5, got        # the 20 waited for maxTriggerDelay
+    finally:
+        for q in queries:
+            q.stop()
+
+
+def test_available_now_min_offsets_and_offsets_behind_latest(spark, broker, tmp_path):
+    """Trigger.AvailableNow over partitions of 210 and 150 records,
+    maxOffsetsPerTrigger=100, minOffsetsPerTrigger=70.
+
+    kwire reads everything up to the query's start, 99 offsets at a time
+    (Spark's proportional split: 58 + 41), then the last 63. Spark's
+    connector (4.2) applies the minimum under AvailableNow too: the last 63
+    (fewer than 70, within maxTriggerDelay) make it skip the trigger, which
+    ends an AvailableNow query with them unread (a deliberate difference).
+
+    The connector's source metrics {min,max,avg}OffsetsBehindLatest are in
+    its progress; kwire's progress has none (a Python data source cannot
+    report source metrics), and :func:`offsets_behind_latest` gives the same
+    figures from the progress' latestOffset and endOffset, for both. The
+    connector runs on Apache Kafka only: on Tansu it trusts ListOffsets
+    latest, which trails Tansu's log."""
+    from kwire.spark.metrics import offsets_behind_latest
+
+    topic = new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, 300, 2)
+    produce(broker.bootstrap, topic, 60, 1, start=300)              # partition 0 only: 210 and 150
+    opts = {"subscribe": topic, "startingOffsets": "earliest", "minOffsetsPerTrigger": "70",
+            "maxOffsetsPerTrigger": "100"}
+    behind = [{"minOffsetsBehindLatest": mn, "maxOffsetsBehindLatest": mx, "avgOffsetsBehindLatest": avg}
+              for mn, mx, avg in (("109", "152", "130.5"), ("68", "94", "81.0"), ("27", "36", "31.5"),
+                                  ("0", "0", "0.0"))]
+    for fmt in (("kwire",) if broker.is_tansu else ("kwire", "kafka")):
+        reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", broker.bootstrap)
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        q = (reader.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / fmt))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        computed = [offsets_behind_latest(p) for p in progress]
+        if fmt == "kwire":
+            assert [p["numInputRows"] for p in progress] == [99, 99, 99, 63]
+            assert computed == behind and all(p["sources"][0]["metrics"] == {} for p in progress)
+        else:
+            assert [p["numInputRows"] for p in progress] == [99, 99, 99]
+            assert [dict(p["sources"][0]["metrics"]) for p in progress] == computed == behind[:3]
+
+
+def test_offset_lookups_retried_while_the_broker_is_unreachable(broker, caplog):
+    """fetchOffset.numRetries / fetchOffset.retryIntervalMs: a driver
+    lookup whose broker is unreachable (its bootstrap address a proxy that
+    relays nothing) fails its attempt, is tried again after the interval
+    with new clients, and succeeds once the proxy relays again; with too few
+    attempts it raises the last failure."""
+    import threading
+
+    from kwire.spark.offsets import OffsetReader
+    from kwire.spark.options import parse_source_options
+    from kwire.types import TopicPartition
+    from support.proxies import FaultProxy
+
+    topic = new_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, 10, 1)
+
+    def reader(proxy, retries: str) -> OffsetReader:
+        return OffsetReader(parse_source_options({
+            "kafka.bootstrap.servers": proxy.address, "subscribe": topic, "kafka.request.timeout.ms": "1000",
+            "kafka.socket.connection.setup.timeout.ms": "1000", "fetchOffset.numRetries": retries,
+            "fetchOffset.retryIntervalMs": "300"}, streaming=True))
+
+    with FaultProxy((broker.host, broker.port)) as proxy, caplog.at_level("WARNING", logger="kwire.spark.offsets"):
+        proxy.black_hole()
+        healer = threading.Timer(1.5, proxy.heal)
+        healer.start()
+        with reader(proxy, "5") as r:
+            assert r.latest(r.partitions()) == {TopicPartition(topic, 0): 10}
+        healer.join()
+        tries = [m.getMessage() for m in caplog.records]
+        assert tries and all(re.match(r"Error in attempt \d of 5 getting Kafka offsets \(partitions\)", t) for t in tries)
+        caplog.clear()
+        proxy.black_hole()
+        start = time.monotonic()
+        with reader(proxy, "2") as r, pytest.raises(Exception):
+            r.partitions()
+        assert time.monotonic() - start >= 2 * 0.9 + 0.3             # two attempts and the interval between
+        assert [m.getMessage()[:45] for m in caplog.records] == ["Error in attempt 1 of 2 getting Kafka offsets"]
+        proxy.heal()

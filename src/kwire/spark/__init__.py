@@ -23,12 +23,14 @@ except ImportError as _e:  # pragma: no cover - only without the extra
     raise ImportError(f"kwire.spark needs PySpark 4 and pyarrow: pip install 'kwire[spark]' ({_e})") from _e
 
 from kwire.spark.errors import DataLossError, OffsetRangeError, SparkOptionError
+from kwire.spark.metrics import offsets_behind_latest
 from kwire.spark.schema import spark_schema
 from kwire.spark.source import KwireDataSource, KwireDataSourceWithoutPushdown
 
 log = logging.getLogger(__name__)
 
-__all__ = ["register", "KwireDataSource", "spark_schema", "DataLossError", "OffsetRangeError", "SparkOptionError"]
+__all__ = ["register", "KwireDataSource", "spark_schema", "offsets_behind_latest", "DataLossError", "OffsetRangeError",
+           "SparkOptionError"]
 
 
 #: The session option without which Spark gives a Python data source no filters.

@@ -9,6 +9,16 @@ Fetch changes nothing; a broker whose ListOffsets trails its log (Tansu
 With ``isolation.level=read_committed`` ListOffsets already gives the last
 stable offset, which a Fetch's high watermark would overshoot, so it is used
 as it is.
+
+Retries: each public lookup of :class:`OffsetReader` is one attempt of up to
+``fetchOffset.numRetries`` (3), ``fetchOffset.retryIntervalMs`` (1000) apart,
+the clients closed and made anew between attempts, as the connector's
+``KafkaOffsetReaderAdmin.withRetries`` does (its count is of attempts, not
+retries after the first). A lookup made inside another is part of the
+outer attempt. kwire's own verdicts (:class:`SparkOptionError`,
+:class:`OffsetRangeError`, :class:`DataLossError`: the answer, not the
+transport, is wrong) are raised at once, where the connector retries every
+non-fatal error alike.
 """
 
 from __future__ import annotations
@@ -16,7 +26,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from functools import wraps
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from kwire.admin import Admin
 from kwire.config import ADMIN, ALIASES
@@ -30,6 +41,18 @@ __all__ = ["OffsetRange", "OffsetReader", "plan_batch", "split_ranges"]
 log = logging.getLogger(__name__)
 
 TP = Tuple[str, int]
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Errors that are kwire's verdict on the answer: retrying cannot change them.
+_NOT_RETRIED = (SparkOptionError, OffsetRangeError, DataLossError)
+
+
+def _retried(method: F) -> F:
+    """Run ``method`` through :meth:`OffsetReader.with_retries`."""
+    @wraps(method)
+    def wrapper(self: "OffsetReader", *args: Any, **kwargs: Any) -> Any:
+        return self.with_retries(method.__name__, lambda: method(self, *args, **kwargs))
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -55,6 +78,33 @@ class OffsetReader:
         self._cfg = opts.consumer_config("driver")
         self._consumer: Optional[Consumer] = None
         self._admin: Optional[Admin] = None
+        self._attempting = False          # inside an attempt: nested lookups are part of it
+
+    def with_retries(self, what: str, body: Callable[[], Any]) -> Any:
+        """``body()``, attempted up to ``fetchOffset.numRetries`` times,
+        ``fetchOffset.retryIntervalMs`` apart, the clients made anew after
+        each failure (see the module's docstring)."""
+        if self._attempting:
+            return body()
+        attempts = self.opts.fetch_offset_num_retries
+        interval = self.opts.fetch_offset_retry_interval_ms / 1000.0
+        for attempt in range(1, attempts + 1):
+            self._attempting = True
+            try:
+                return body()
+            except _NOT_RETRIED:
+                raise
+            except Exception as e:
+                if attempt == attempts:
+                    raise
+                log.warning("Error in attempt %d of %d getting Kafka offsets (%s): %s: %s; trying again in %s ms "
+                            "(fetchOffset.numRetries, fetchOffset.retryIntervalMs)", attempt, attempts, what,
+                            type(e).__name__, e, self.opts.fetch_offset_retry_interval_ms)
+                time.sleep(interval)
+                self.close()
+            finally:
+                self._attempting = False
+        raise AssertionError("unreachable: fetchOffset.numRetries is at least 1")
 
     @property
     def consumer(self) -> Consumer:
@@ -81,6 +131,7 @@ class OffsetReader:
         self.close()
 
     # ---------------------------------------------------------- partitions
+    @_retried
     def partitions(self) -> List[TopicPartition]:
         """The partitions the subscription names that exist now, sorted.
         ``subscribe`` raises the broker's error for a topic that does not
@@ -115,15 +166,18 @@ class OffsetReader:
         return {n: [p.partition for p in d.partitions] for n, d in self.admin.describe_topics(wanted).items()}
 
     # ------------------------------------------------------------- offsets
+    @_retried
     def earliest(self, tps: Iterable[TP]) -> Dict[TopicPartition, int]:
         tps = [TopicPartition(*tp) for tp in tps]
         return dict(self.consumer.beginning_offsets(tps)) if tps else {}
 
+    @_retried
     def earliest_existing(self, tps: Iterable[TP]) -> Dict[TopicPartition, int]:
         """Earliest offsets of those of ``tps`` that exist now."""
         existing = set(self.partitions())
         return self.earliest([tp for tp in tps if TopicPartition(*tp) in existing])
 
+    @_retried
     def latest(self, tps: Iterable[TP]) -> Dict[TopicPartition, int]:
         """Each partition's end: ListOffsets latest, raised to the Fetch high
         watermark (see the module's docstring)."""
@@ -167,6 +221,7 @@ class OffsetReader:
         c.assign([])
         return out
 
+    @_retried
     def for_times(self, query: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
         """The first offset at or after each timestamp (ms); None if none.
 
@@ -179,6 +234,7 @@ class OffsetReader:
         got = self.consumer.offsets_for_times(query)
         return {tp: (None if r is None or r.timestamp < 0 else r.offset) for tp, r in got.items()}
 
+    @_retried
     def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], starting: bool) -> Dict[TopicPartition, int]:
         """``spec`` as one offset per partition of ``tps``."""
         name = "starting" if starting else "ending"

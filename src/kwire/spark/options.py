@@ -4,7 +4,28 @@ in one place, on the driver, before any task runs.
 
 Option names are case-insensitive, as in Spark. ``kafka.*`` options go to
 kwire's consumer (reads) or producer (writes) with the prefix removed; the
-keys Spark refuses are refused here with Spark's reasons.
+keys Spark refuses are refused here with Spark's reasons; an unknown
+``kafka.*`` key is refused by kwire's option table (with a "did you mean");
+``kafka.sasl.jaas.config`` and the ``kafka.ssl.*store.*`` options are turned
+into kwire's by :mod:`kwire.spark.security`.
+
+Every other option is one of Spark's Kafka source or sink options, acted on
+(see :data:`SOURCE_OPTIONS` and :data:`SINK_OPTIONS`); a source option given
+to the sink, or a streaming option to a batch read, is warned about as
+Spark does; a name neither knows is warned about with the closest known name
+(Spark passes it on unread; a misspelt option must not go unnoticed).
+
+Consumer groups: as in Spark's connector, the executors' consumers carry the
+group id ``<groupIdPrefix>-<uuid>-executor`` (``groupIdPrefix`` defaults to
+``spark-kafka-source`` for streams, ``spark-kafka-relation`` for batch
+reads), or exactly ``kafka.group.id`` when given (with Spark's warning). The
+connector's streaming id ends with the hash of the checkpoint path, which a
+Python data source does not get: kwire's ends with the uuid. Neither the
+connector nor kwire ever sends that id to a broker: offsets are resolved
+with an admin client (no group), and the executors ``assign()`` partitions
+and ``seek()`` them, which makes no group request (no FindCoordinator,
+JoinGroup or OffsetFetch; Fetch and ListOffsets carry no group id), so
+broker ACLs on groups and group quotas never apply to either.
 """
 
 from __future__ import annotations
@@ -12,11 +33,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from kwire.config import CONSUMER, PRODUCER, ConfigError, resolve
 from kwire.spark.errors import SparkOptionError
+from kwire.spark.security import translate_security
 
 __all__ = [
     "OffsetSpec",
@@ -27,6 +50,9 @@ __all__ = [
     "parse_sink_options",
     "EARLIEST",
     "LATEST",
+    "SOURCE_OPTIONS",
+    "SINK_OPTIONS",
+    "parse_duration_ms",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,6 +70,15 @@ TP = Tuple[str, int]
 EXECUTOR_DEFAULTS: Dict[str, Any] = {
     "fetch.max.wait.ms": 10,
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
+}
+
+#: The driver's consumer only probes high watermarks (a Fetch of a
+#: partition's last record): the least data, and no long broker wait, which
+#: a read-ahead Fetch at the log's end would otherwise hold the next probe
+#: behind (each ``latest`` lookup took ``fetch.max.wait.ms`` more).
+DRIVER_DEFAULTS: Dict[str, Any] = {
+    "fetch.max.wait.ms": 10,
+    "max.partition.fetch.bytes": 1,
 }
 
 # Spark's reasons for the kafka.* keys its source refuses.
@@ -69,7 +104,28 @@ _STRATEGIES = ("assign", "subscribe", "subscribepattern")
 _STRATEGY_NAMES = "subscribe, subscribePattern, assign"
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _PARTITIONS_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
-_STREAM_ONLY = ("maxoffsetspertrigger",)
+#: Spark's names of the options only streaming reads act on (warned about in batch reads, as Spark does).
+_STREAM_ONLY = {"maxoffsetspertrigger": "maxOffsetsPerTrigger", "minoffsetspertrigger": "minOffsetsPerTrigger",
+                "maxtriggerdelay": "maxTriggerDelay"}
+#: Spark's Kafka source options (KafkaSourceProvider), lower case, every one acted on.
+SOURCE_OPTIONS = frozenset({
+    "assign", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets", "startingtimestamp",
+    "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxrecordsperpartition",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "groupidprefix", "includeheaders",
+})
+#: Spark's Kafka sink options: ``topic`` (``includeHeaders`` is the source's; the sink writes a
+#: ``headers`` column whenever the DataFrame has one).
+SINK_OPTIONS = frozenset({"topic"})
+#: Options Spark itself sets on every data source (not the connector's).
+_SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+#: Consumer options (kwire's names) only a consumer group acts on: warned about in a read, whose
+#: consumers assign partitions (in the connector as in kwire).
+_GROUP_ONLY = frozenset({"session_timeout_ms", "heartbeat_interval_ms", "auto_commit_interval_ms",
+                         "partition_assignment_strategy", "group_instance_id", "group_protocol",
+                         "group_remote_assignor", "max_poll_interval_ms"})
 
 
 @dataclass(frozen=True)
@@ -118,20 +174,37 @@ class SourceOptions:
     max_records_per_partition: Optional[int] = None
     include_headers: bool = False
     max_offsets_per_trigger: Optional[int] = None
+    #: ``minOffsetsPerTrigger``: a micro-batch waits until this many offsets are available...
+    min_offsets_per_trigger: Optional[int] = None
+    #: ... or ``maxTriggerDelay`` (ms) passed since the last batch.
+    max_trigger_delay_ms: int = 15 * 60 * 1000
     poll_timeout_ms: int = 120_000
+    #: ``fetchOffset.numRetries``: attempts of each driver offset lookup (Spark's name; 3 attempts in all).
+    fetch_offset_num_retries: int = 3
+    #: ``fetchOffset.retryIntervalMs``: the wait after a failed attempt.
+    fetch_offset_retry_interval_ms: int = 1000
+    #: The query's group id: ``<groupIdPrefix>-<uuid>``, or ``kafka.group.id`` exactly.
+    group_id: str = ""
     kafka: Dict[str, Any] = field(default_factory=dict)
 
     def consumer_config(self, role: str) -> Dict[str, Any]:
         """kwire consumer options for the ``driver`` or an ``executor``:
-        the ``kafka.*`` options over kwire's defaults for that role; never a
-        consumer group, never an automatic reset (the planner says where);
-        no topic auto-creation unless ``kafka.allow.auto.create.topics``
-        asks for it (a reader must find a deleted topic gone, not made
-        anew and empty)."""
-        cfg: Dict[str, Any] = dict(EXECUTOR_DEFAULTS) if role == "executor" else {"max.partition.fetch.bytes": 1}
-        cfg.update(self.kafka)
+        the ``kafka.*`` options over kwire's defaults for that role (the
+        security options translated by :mod:`kwire.spark.security` in this
+        process); never an automatic reset (the planner says where), no
+        commits; the executor's group id is the connector's (see the
+        module's docstring: it never reaches a broker), the driver's
+        offset lookups use no group; no topic auto-creation unless
+        ``kafka.allow.auto.create.topics`` asks for it (a reader must find a
+        deleted topic gone, not made anew and empty)."""
+        cfg: Dict[str, Any] = dict(EXECUTOR_DEFAULTS) if role == "executor" else dict(DRIVER_DEFAULTS)
+        cfg.update(translate_security(self.kafka))
         cfg["auto.offset.reset"] = "none"
         cfg["enable.auto.commit"] = False
+        if role == "executor":
+            cfg["group.id"] = self.group_id if "group.id" in self.kafka else f"{self.group_id}-executor"
+        else:
+            cfg.pop("group.id", None)
         cfg.setdefault("client.id", f"kwire-spark-{role}")
         cfg.setdefault("allow.auto.create.topics", False)
         return cfg
@@ -143,7 +216,9 @@ class SinkOptions:
     kafka: Dict[str, Any] = field(default_factory=dict)
 
     def producer_config(self) -> Dict[str, Any]:
-        cfg: Dict[str, Any] = dict(self.kafka)
+        """kwire producer options: the ``kafka.*`` options, the security
+        ones translated by :mod:`kwire.spark.security` in this process."""
+        cfg: Dict[str, Any] = translate_security(self.kafka)
         cfg.setdefault("client.id", "kwire-spark-writer")
         return cfg
 
@@ -276,10 +351,67 @@ def _kafka_params(opts: Dict[str, str], refused: Mapping[str, str], table: Mappi
     if "bootstrap.servers" not in params:
         raise SparkOptionError(f"Option 'kafka.bootstrap.servers' must be specified for configuring Kafka {what}")
     try:
-        resolve(table, params, what=f"kafka.* {what}")
+        resolve(table, translate_security(params), what=f"kafka.* {what}")
     except ConfigError as e:
         raise SparkOptionError(f"{e} (from a 'kafka.' option)") from None
     return params
+
+
+_DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(raw: str, shown: str) -> int:
+    """Spark's time strings (``Utils.timeStringAsMs``): an integer with an
+    optional unit ``us ms s m min h d``; no unit means milliseconds."""
+    m = re.fullmatch(r"(-?[0-9]+)\s*([a-z]+)?", raw.strip().lower())
+    if m is None or (m.group(2) is not None and m.group(2) not in _DURATION_UNITS):
+        raise SparkOptionError(f"option '{shown}': invalid time string {raw!r} (e.g. 15m, 30s, 500ms; units "
+                               f"{', '.join(_DURATION_UNITS)})")
+    return int(int(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"])
+
+
+def _non_negative(opts: Dict[str, str], name: str, shown: str, default: int) -> int:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        raise SparkOptionError(f"option '{shown}' must be an integer, got {raw!r}") from None
+    if n < 0:
+        raise SparkOptionError(f"option '{shown}' must not be negative, got {n}")
+    return n
+
+
+def _warn_unknown(opts: Dict[str, str], known: frozenset, what: str) -> None:
+    """Warn about each option neither Spark's Kafka connector nor Spark
+    itself knows (Spark passes them on unread): a misspelt name must not
+    go unnoticed."""
+    import difflib
+
+    names = sorted(known | _SPARK_OPTIONS)
+    for name in sorted(opts):
+        if name.startswith("kafka.") or name in known or name in _SPARK_OPTIONS:
+            continue
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        log.warning("option %r is not an option of the Kafka %s; it is ignored%s", name, what, hint)
+
+
+def _group_id(opts: Dict[str, str], kafka: Dict[str, Any], streaming: bool) -> str:
+    """The connector's group id: ``kafka.group.id`` as given (with Spark's
+    warning), else ``<groupIdPrefix>-<uuid>``."""
+    if "group.id" in kafka:
+        log.warning("Kafka option 'kafka.group.id' has been set on this query, it is not recommended to set this "
+                    "option. This option is unsafe to use since multiple concurrent queries or sources using the "
+                    "same group id will interfere with each other as they are part of the same consumer group "
+                    "(with kwire, as with Spark's connector, the id is set on the executors' consumers, which "
+                    "assign partitions and send no group request)")
+        if "groupidprefix" in opts:
+            log.warning("Option groupIdPrefix will be ignored as option kafka.group.id has been set.")
+        return str(kafka["group.id"])
+    prefix = opts.get("groupidprefix", "spark-kafka-source" if streaming else "spark-kafka-relation")
+    return f"{prefix}-{uuid.uuid4()}"
 
 
 def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -291,20 +423,28 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
             raise SparkOptionError("ending offset not valid in streaming queries")
         if "endingoffsetsbytimestamp" in opts:
             raise SparkOptionError("ending timestamp not valid in streaming queries")
+    _warn_unknown(opts, SOURCE_OPTIONS, "source")
     subscription = _subscription(opts)
     starting = _offset_spec(opts, "starting", "latest" if streaming else "earliest")
     ending = None if streaming else _offset_spec(opts, "ending", "latest")
     if not streaming:
         _check_batch_bounds(starting, ending)
     kafka = _kafka_params(opts, _REFUSED_SOURCE_KEYS, CONSUMER, "consumer")
-    if "group.id" in kafka:
-        log.warning("Kafka option 'kafka.group.id' is set: kwire's Spark reads join no consumer group and commit "
-                    "no offsets (offsets live in Spark's checkpoint), so it is only sent as a label")
+    for key in sorted(kafka):
+        if re.sub(r"[.\-]", "_", key) in _GROUP_ONLY:
+            log.warning("Kafka option 'kafka.%s' has no effect: the source's consumers assign their partitions "
+                        "and join no consumer group", key)
     if not streaming:
-        for name in _STREAM_ONLY:
+        for name, shown in _STREAM_ONLY.items():
             if name in opts:
-                log.warning("%s option ignored in batch queries", "maxOffsetsPerTrigger")
+                log.warning("%s option ignored in batch queries", shown)
+    max_per_trigger = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_per_trigger = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if streaming and max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise SparkOptionError(f"The value of minOffsetPerTrigger({min_per_trigger}) is higher than the "
+                               f"maxOffsetsPerTrigger({max_per_trigger}).")
     poll = _positive(opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
+    retries = _positive(opts, "fetchoffset.numretries", "fetchOffset.numRetries")
     return SourceOptions(
         subscription=subscription,
         starting=starting,
@@ -313,8 +453,15 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         min_partitions=_positive(opts, "minpartitions", "minPartitions"),
         max_records_per_partition=_positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition"),
         include_headers=_bool(opts, "includeheaders", False, "includeHeaders"),
-        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=parse_duration_ms(opts.get("maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY),
+                                               "maxTriggerDelay"),
         poll_timeout_ms=poll if poll is not None else 120_000,
+        fetch_offset_num_retries=retries if retries is not None else 3,
+        fetch_offset_retry_interval_ms=_non_negative(opts, "fetchoffset.retryintervalms",
+                                                     "fetchOffset.retryIntervalMs", 1000),
+        group_id=_group_id(opts, kafka, streaming),
         kafka=kafka,
     )
 
@@ -345,8 +492,13 @@ def _check_batch_bounds(starting: OffsetSpec, ending: Optional[OffsetSpec]) -> N
 
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
-    """Check and parse the options of a write."""
+    """Check and parse the options of a write. Source options given to
+    the sink are warned about (Spark ignores them there)."""
     opts = _lower(options)
     kafka = _kafka_params(opts, _REFUSED_SINK_KEYS, PRODUCER, "producer")
+    for name in sorted(opts):
+        if name in SOURCE_OPTIONS:
+            log.warning("option %r is a Kafka source option: the sink ignores it", name)
+    _warn_unknown({k: v for k, v in opts.items() if k not in SOURCE_OPTIONS}, SINK_OPTIONS, "sink")
     topic = opts.get("topic")
     return SinkOptions(topic=topic.strip() if topic is not None else None, kafka=kafka)
