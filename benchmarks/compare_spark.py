@@ -77,7 +77,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
@@ -201,14 +201,16 @@ class Run:
     rows: int              # rows the run read or wrote, as checked after it
     broker_cpu_s: float
     machine_cpu_s: float
+    detail: Dict[str, float] = field(default_factory=dict)    # where the time went, if known (streams)
 
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-#: what a measurement returns: how to count the rows it handled, called once the clock has stopped
-Check = Callable[[], int]
+#: what a measurement returns: how to count the rows it handled (and
+#: details of where its time went, if it knows), called once the clock has stopped
+Check = Callable[[], Tuple[int, Dict[str, float]]]
 
 
 def timed(fn: Callable[[], Check], broker_pid: int) -> Tuple[float, Check, float, float]:
@@ -321,7 +323,7 @@ def batch_frame(s: Setup, source: str):
 def run_count(s: Setup, source: str, round_: int) -> Check:
     """``count()`` of a batch read."""
     rows = batch_frame(s, source).count()
-    return lambda: rows
+    return lambda: (rows, {})
 
 
 def run_parquet(s: Setup, source: str, round_: int) -> Check:
@@ -329,7 +331,7 @@ def run_parquet(s: Setup, source: str, round_: int) -> Check:
     by counting the files' rows."""
     path = os.path.join(s.out_dir, f"{s.broker.name}-{s.codec}-{source}")
     batch_frame(s, source).write.mode("overwrite").parquet(path)
-    return lambda: s.spark.read.parquet(path).count()
+    return lambda: (s.spark.read.parquet(path).count(), {})
 
 
 def run_stream(s: Setup, source: str, round_: int) -> Check:
@@ -341,15 +343,21 @@ def run_stream(s: Setup, source: str, round_: int) -> Check:
 def stream(s: Setup, source: str, name: str, starting: str = "earliest") -> Check:
     """A streaming query of the produced topic from ``starting`` into the
     ``noop`` sink, run to its end (checkpoint ``name`` under the output
-    directory); checked by the rows its progress reports."""
+    directory); checked by the rows its progress reports, with its
+    micro-batches and their phases' seconds (Spark's ``durationMs``, summed)."""
     checkpoint = os.path.join(s.out_dir, name)
     q = (s.reader(source, streaming=True, starting=starting).load().writeStream.format("noop")
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     q.awaitTermination()
 
-    def check() -> int:
+    def check() -> Tuple[int, Dict[str, float]]:
         shutil.rmtree(checkpoint, ignore_errors=True)
-        return sum(p.numInputRows for p in q.recentProgress)
+        progress = q.recentProgress
+        phases: Dict[str, float] = {"micro-batches": float(len(progress))}
+        for p in progress:
+            for phase, ms in p.durationMs.items():
+                phases[phase] = phases.get(phase, 0.0) + ms / 1000
+        return sum(p.numInputRows for p in progress), phases
     return check
 
 
@@ -366,10 +374,10 @@ def write(s: Setup, source: str, topic: str, rows: int) -> Check:
      .option("kafka.bootstrap.servers", s.broker.bootstrap).option("topic", topic)
      .option("kafka.compression.type", s.codec).save())
 
-    def check() -> int:
-        rows = sum(end_offsets(s.broker.bootstrap, topic)[0].values())
+    def check() -> Tuple[int, Dict[str, float]]:
+        written = sum(end_offsets(s.broker.bootstrap, topic)[0].values())
         delete_topic(s.broker.bootstrap, topic)
-        return rows
+        return written, {}
     return check
 
 
@@ -411,7 +419,8 @@ def measure(s: Setup, op: str, source: str, round_: int) -> Run:
         create_topic(s.broker.bootstrap, write_topic(s, source, round_), s.partitions)
     say(f"{s.broker.name} {s.codec} round {round_ + 1}: {op} {source}...")
     seconds, check, broker_cpu, machine_cpu = timed(lambda: MEASURE[op](s, source, round_), s.broker.pid)
-    return Run(s.broker.name, s.codec, op, source, round_, seconds, check(), broker_cpu, machine_cpu)
+    rows, detail = check()
+    return Run(s.broker.name, s.codec, op, source, round_, seconds, rows, broker_cpu, machine_cpu, detail)
 
 
 # ------------------------------------------------------------- the rounds
@@ -516,6 +525,16 @@ def print_tables(runs: Sequence[Run], produced: Sequence[Produced], args) -> Lis
         rows = f"{r.rows:,}" + ("" if r.rows == n else " short" if r.rows < n else " over")
         print(f"| {broker} | {codec} | {op} | {source} | {r.seconds:.2f} | {r.rate:,.0f} | {rows} | "
               f"{r.broker_cpu_s:.2f} | {r.machine_cpu_s:.2f} | {statistics.median(times):.2f} |")
+    streams = [r for r in top.values() if r.op == "stream" and r.detail]
+    if streams:
+        print("\nWhere the best streaming runs' time went (Spark's durationMs, summed over micro-batches; "
+              "the rest of a run is before its first trigger and after its last):\n")
+        for r in streams:
+            d = r.detail
+            phases = ", ".join(f"{k} {d[k]:.2f} s" for k in ("latestOffset", "getBatch", "queryPlanning", "addBatch",
+                                                             "walCommit", "commitOffsets") if k in d)
+            print(f"* {r.broker} {r.codec} {r.source}: {d['micro-batches']:.0f} micro-batch(es), {phases}; "
+                  f"triggers {d.get('triggerExecution', 0.0):.2f} s of {r.seconds:.2f} s")
     found = verdicts(top, n)
     print("\nTargets: kwire reads >= 1.5x the connector's rows/s, writes >= 1.0x; "
           "with lz4, batch reads within 1.1x of the ceiling's time.\n")
@@ -554,9 +573,9 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--broker", default="both", help="tansu, kafka or both (default)")
     ap.add_argument("--codec", default="both", help="none, lz4 or both (default)")
-    ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--records", type=int, default=10_000_000, help="records per read and per write (default 10,000,000)")
+    ap.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions of every topic (default 4)")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds, taken in turns; the best is kept (default 2)")
     ap.add_argument("--ops", default=",".join(OPS), help="a comma list of " + ", ".join(OPS))
     ap.add_argument("--kafka-heap", default="1g", help="the Apache Kafka broker's -Xmx")
     ap.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
