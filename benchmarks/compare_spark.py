@@ -443,7 +443,8 @@ def bench_broker(spark, broker: BenchBroker, codecs: Sequence[str], ops: Sequenc
     runs: List[Run] = []
     produced: List[Produced] = []
     for codec in codecs:
-        s = Setup(spark, broker, codec, args.records, args.partitions, out_dir, f"bench-{codec}", {}, {}, None)
+        s = Setup(spark, broker, codec, args.records, args.partitions, out_dir, topic=f"bench-{codec}", ends={}, listed={},
+                  ending=None)
         if any(op != "write" for op in ops):
             create_topic(broker.bootstrap, s.topic, args.partitions)
             say(f"{broker.name}: producing {args.records:,} records ({codec}) with kwire...")
