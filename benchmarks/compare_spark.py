@@ -34,7 +34,9 @@ DataFrame:
 * ``parquet``: the same into a parquet write (a temporary directory);
 * ``stream``: ``spark.readStream`` from the earliest offsets,
   ``trigger(availableNow=True)`` into the ``noop`` sink (a fresh checkpoint
-  each run); rows read are summed from the query's progress;
+  each run); rows read are summed from the query's progress, and the best
+  runs' phases (Spark's ``durationMs``: latestOffset, getBatch, addBatch...)
+  are printed, since a query's fixed costs weigh on small topics;
 * ``write``: ``--records`` rows (``key``, ``value`` binary: the same shapes,
   computed by Spark from ``spark.range`` in each run, so both sinks get the
   same input at the same cost) written with ``format("kwire")`` and
