@@ -6,12 +6,12 @@ Python workers import kwire from this worktree) and through Spark Connect
 Each mode's driver is a subprocess (tests/support/spark_cluster.py says
 why); the ``job_*`` functions below run in it, called by name, and return
 JSON. The cluster, the Connect server and both drivers are started once for
-the module and stopped by PID after it.
+the test class of their mode and stopped by PID after it.
 
-Every live test runs on Tansu and on Apache Kafka (the ``broker``
-fixture), without workarounds: the reads end at kwire's ``latest``, which
-is the log end on both (on Tansu, whose ListOffsets latest trails the log,
-it is the Fetch high watermark: see test_batch.py).
+Every live test runs on Tansu and on Apache Kafka (the ``bootstrap``
+fixture below), without workarounds: the reads end at kwire's ``latest``,
+which is the log end on both (on Tansu, whose ListOffsets latest trails the
+log, it is the Fetch high watermark: see test_batch.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -46,7 +46,20 @@ def _progress(what: str) -> Any:
 
 
 # ----------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
+@pytest.fixture(params=[pytest.param("tansu", marks=pytest.mark.broker),
+                        pytest.param("kafka", marks=pytest.mark.kafka)])
+def bootstrap(request) -> str:
+    """The live broker's "host:port": Tansu, then Apache Kafka, the
+    session's ``tansu`` and ``kafka`` servers as the ``broker`` fixture gives
+    them. Not ``broker`` itself: its parameter is session-scoped, so pytest
+    runs every Tansu test of the session before any Kafka one, which would
+    split this module in two and start its cluster and Connect server twice."""
+    if request.param == "tansu":
+        return request.getfixturevalue("tansu").bootstrap
+    return request.getfixturevalue("kafka").bootstrap("plaintext")
+
+
+@pytest.fixture(scope="class")
 def standalone() -> Iterator[StandaloneCluster]:
     from support.spark_cluster import start_standalone
 
@@ -57,7 +70,7 @@ def standalone() -> Iterator[StandaloneCluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
     """A driver on the standalone master: two executors of one core, its
     Python workers (this interpreter, PYTHONPATH the worktree's src) set
@@ -82,25 +95,36 @@ def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
         driver.stop()
 
 
-def _connect_client_missing() -> Optional[str]:
-    """Why this interpreter cannot be a Spark Connect client, or None."""
-    from pyspark.errors import PySparkImportError
-    from pyspark.sql.connect.utils import check_dependencies
-
-    try:
-        check_dependencies()
-    except (PySparkImportError, ImportError) as e:
-        return str(e)
-    return None
+#: pyspark[connect]'s client dependencies: module -> distribution.
+CONNECT_CLIENT = {"pandas": "pandas", "grpc": "grpcio", "grpc_status": "grpcio-status",
+                  "google.rpc.status_pb2": "googleapis-common-protos", "zstandard": "zstandard"}
 
 
-@pytest.fixture(scope="module")
+def _connect_client_missing() -> List[str]:
+    """The distributions of :data:`CONNECT_CLIENT` this interpreter lacks.
+    (Not ``pyspark.sql.connect.utils.check_dependencies``: importing that
+    package runs the check, and in a process without a ``__main__`` file it
+    calls ``sys.exit(0)``.)"""
+    import importlib.util
+
+    missing = []
+    for module, dist in CONNECT_CLIENT.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:         # a parent package (google) missing
+            found = False
+        if not found:
+            missing.append(dist)
+    return missing
+
+
+@pytest.fixture(scope="class")
 def connect_server() -> Iterator[ConnectServer]:
     from support.spark_cluster import start_connect
 
     missing = _connect_client_missing()
     if missing:
-        pytest.skip(f"no Spark Connect client in this interpreter (pyspark[connect]'s dependencies): {missing}")
+        pytest.skip(f"no Spark Connect client in this interpreter: pyspark[connect]'s {', '.join(missing)} missing")
     server = start_connect(sys.executable, [SRC], master="local[2]", progress=_progress("spark-connect"))
     try:
         yield server
@@ -108,7 +132,7 @@ def connect_server() -> Iterator[ConnectServer]:
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def connect_driver(connect_server: ConnectServer) -> Iterator[Driver]:
     from support.spark_cluster import start_driver
 
@@ -235,35 +259,35 @@ def _check_write(driver: Driver, bootstrap: str, records: int = 1_000) -> None:
 
 
 # -------------------------------------------------------------------- tests
-def test_standalone_executors_are_separate_jvms(standalone: StandaloneCluster, cluster_driver: Driver) -> None:
-    """Tasks ran in two executor JVMs, neither the driver's, each launched
-    by a different worker: the standalone deployment, not a local one."""
-    got = cluster_driver.call(f"{__name__}:job_executor_jvms", tasks=8)
-    assert len(got["executor_ids"]) == 2, got
-    jvms = {(jvm, parent) for _, jvm, parent in got["tasks"]}
-    assert len(jvms) == 2, f"the tasks ran in {jvms}"
-    assert got["driver_jvm"] not in {jvm for jvm, _ in jvms}
-    assert sorted(parent for _, parent in jvms) == sorted(standalone.worker_pids)
-    assert got["driver_python"] not in {python for python, _, _ in got["tasks"]}
+# One class a mode: their fixtures are class-scoped, so the standalone
+# cluster is stopped before the Connect server starts.
+class TestStandalone:
+    def test_executors_are_separate_jvms(self, standalone: StandaloneCluster, cluster_driver: Driver) -> None:
+        """Tasks ran in two executor JVMs, neither the driver's, each launched
+        by a different worker: the standalone deployment, not a local one."""
+        got = cluster_driver.call(f"{__name__}:job_executor_jvms", tasks=8)
+        assert len(got["executor_ids"]) == 2, got
+        jvms = {(jvm, parent) for _, jvm, parent in got["tasks"]}
+        assert len(jvms) == 2, f"the tasks ran in {jvms}"
+        assert got["driver_jvm"] not in {jvm for jvm, _ in jvms}
+        assert sorted(parent for _, parent in jvms) == sorted(standalone.worker_pids)
+        assert got["driver_python"] not in {python for python, _, _ in got["tasks"]}
+
+    def test_read(self, cluster_driver: Driver, bootstrap: str) -> None:
+        _check_read(cluster_driver, bootstrap)
+
+    def test_write(self, cluster_driver: Driver, bootstrap: str) -> None:
+        _check_write(cluster_driver, bootstrap)
 
 
-def test_standalone_read(cluster_driver: Driver, broker) -> None:
-    _check_read(cluster_driver, broker.bootstrap)
+class TestConnect:
+    def test_session_is_remote(self, connect_driver: Driver) -> None:
+        """The Connect driver's session is a Spark Connect client one (no JVM
+        in it), and ``format("kwire")`` was registered through it."""
+        assert connect_driver.call(f"{__name__}:job_session_kind") == "pyspark.sql.connect.session.SparkSession"
 
+    def test_read(self, connect_driver: Driver, bootstrap: str) -> None:
+        _check_read(connect_driver, bootstrap)
 
-def test_standalone_write(cluster_driver: Driver, broker) -> None:
-    _check_write(cluster_driver, broker.bootstrap)
-
-
-def test_connect_session_is_remote(connect_driver: Driver) -> None:
-    """The Connect driver's session is a Spark Connect client one (no JVM in
-    it), and ``format("kwire")`` was registered through it."""
-    assert connect_driver.call(f"{__name__}:job_session_kind") == "pyspark.sql.connect.session.SparkSession"
-
-
-def test_connect_read(connect_driver: Driver, broker) -> None:
-    _check_read(connect_driver, broker.bootstrap)
-
-
-def test_connect_write(connect_driver: Driver, broker) -> None:
-    _check_write(connect_driver, broker.bootstrap)
+    def test_write(self, connect_driver: Driver, bootstrap: str) -> None:
+        _check_write(connect_driver, bootstrap)

@@ -106,10 +106,12 @@ def _spark_env(extra: Mapping[str, str]) -> Dict[str, str]:
     worker builds its executors' class path from both, as ``spark-class``
     would have set them; without the version it looks for a source build's
     directories and fails every executor with "Cannot find any build
-    directories"), no Spark Connect or conf settings of the caller's leaking in."""
+    directories"), none of the caller's Spark Connect, gateway (a driver
+    would join that JVM instead of starting its own) or conf settings leaking in."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_CONF_DIR",
-                        "PYSPARK_SUBMIT_ARGS", "MASTER")}
+           if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_API_MODE",
+                        "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS",
+                        "MASTER")}
     env.update(SPARK_HOME=str(spark_home()), SPARK_SCALA_VERSION=_scala_version(), SPARK_LOCAL_IP="127.0.0.1",
                SPARK_LOCAL_HOSTNAME="localhost")
     env.update(extra)
