@@ -28,7 +28,8 @@ import pytest
 import kwire
 import support
 from kwire.consumer import Consumer
-from support.spark_cluster import QUICK_JVM, ConnectServer, Driver, SparkProcessError, StandaloneCluster
+from support.spark_cluster import (QUICK_JVM, ConnectServer, Driver, SparkProcessError, StandaloneCluster, start_connect,
+                                   start_driver, start_standalone)
 
 from .conftest import new_topic, produce
 
@@ -61,8 +62,6 @@ def bootstrap(request) -> str:
 
 @pytest.fixture(scope="class")
 def standalone() -> Iterator[StandaloneCluster]:
-    from support.spark_cluster import start_standalone
-
     cluster = start_standalone(workers=2, cores=1, memory="1g", progress=_progress("spark-standalone"))
     try:
         yield cluster
@@ -75,8 +74,6 @@ def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
     """A driver on the standalone master: two executors of one core, its
     Python workers (this interpreter, PYTHONPATH the worktree's src) set
     through ``spark.executorEnv.*`` and ``spark.pyspark.python``."""
-    from support.spark_cluster import start_driver
-
     conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
             "spark.driver.memory": "512m", "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
@@ -120,8 +117,6 @@ def _connect_client_missing() -> List[str]:
 
 @pytest.fixture(scope="class")
 def connect_server() -> Iterator[ConnectServer]:
-    from support.spark_cluster import start_connect
-
     missing = _connect_client_missing()
     if missing:
         pytest.skip(f"no Spark Connect client in this interpreter: pyspark[connect]'s {', '.join(missing)} missing")
@@ -134,8 +129,6 @@ def connect_server() -> Iterator[ConnectServer]:
 
 @pytest.fixture(scope="class")
 def connect_driver(connect_server: ConnectServer) -> Iterator[Driver]:
-    from support.spark_cluster import start_driver
-
     driver = start_driver({"remote": connect_server.url}, sys.executable, [SRC, TESTS],
                           progress=_progress("spark-connect"))
     try:

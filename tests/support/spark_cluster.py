@@ -340,6 +340,7 @@ class Driver:
         self.directory = directory
         self.daemon = daemon
         self._pending = b""
+        self._broken: Optional[str] = None     # why the driver can take no more calls
 
     @property
     def pid(self) -> int:
@@ -354,7 +355,9 @@ class Driver:
             while b"\n" not in self._pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise SparkProcessError(f"driver (pid {self.pid}): no answer to {what} in {timeout:.0f} s; "
+                    # its answer may still come, and would be taken for the next call's
+                    self._broken = f"no answer to {what} in {timeout:.0f} s"
+                    raise SparkProcessError(f"driver (pid {self.pid}): {self._broken}; "
                                             f"its log {self.daemon.log} ends:\n{self.daemon.log_tail()}")
                 if sel.select(min(left, 1.0)):
                     chunk = os.read(fd, 1 << 16)
@@ -370,6 +373,8 @@ class Driver:
         the driver; its JSON result, or :class:`SparkProcessError` with the
         driver's traceback."""
         assert self.daemon.proc.stdin is not None
+        if self._broken is not None:
+            raise SparkProcessError(f"driver (pid {self.pid}) takes no more calls: {self._broken}")
         if not self.daemon.alive():
             raise SparkProcessError(f"driver (pid {self.pid}) is gone (exit {self.daemon.proc.returncode}); its "
                                     f"log ends:\n{self.daemon.log_tail()}")
@@ -385,9 +390,10 @@ class Driver:
 
     def stop(self) -> None:
         """Closing its stdin ends the driver's loop, which stops its session;
-        then it is stopped by PID as any daemon (bounded)."""
+        then it is stopped by PID as any daemon (bounded). A driver that did
+        not answer a call is still in it: that one gets SIGTERM at once."""
         try:
-            if self.daemon.alive() and self.daemon.proc.stdin is not None:
+            if self._broken is None and self.daemon.alive() and self.daemon.proc.stdin is not None:
                 try:
                     self.daemon.proc.stdin.close()
                     self.daemon.proc.wait(STOP_TIMEOUT_S)
