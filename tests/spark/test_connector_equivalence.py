@@ -41,6 +41,7 @@ Deliberate differences on Tansu 0.6.0 only:
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
@@ -51,6 +52,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, functions as F
 
+from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
 from kwire.producer import Producer
 from kwire.spark.offsets import OffsetRange, split_ranges
@@ -62,6 +64,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: Records per codec topic, over 2 partitions (100 in each).
 CODEC_RECORDS = 200
 CODEC_PARTITIONS = 2
+#: Records in the LogAppendTime topic (zstd, over 2 partitions).
+LOG_APPEND_RECORDS = 60
 #: Records per partition of the two streaming topics (uneven, so that
 #: maxOffsetsPerTrigger's proportional shares round differently).
 STREAM_SIZES = {"a": (50, 120), "b": (7, 300, 23)}
@@ -87,6 +91,7 @@ class Dataset:
     prefix: str
     t0: int                                   # record i of a codec topic has timestamp t0 + i (ms)
     codec_topics: Tuple[str, ...]
+    log_append_topic: str                     # message.timestamp.type=LogAppendTime
     txn_topic: str
     stream_topics: Tuple[str, ...]
     ends: Dict[TP, int]
@@ -127,17 +132,19 @@ def offsets_json(offsets: Mapping[TP, int]) -> str:
 
 
 def _record(i: int) -> Tuple[Optional[bytes], Optional[bytes], Optional[List[Tuple[str, Optional[bytes]]]]]:
-    """Record ``i``'s key (none every 5th), value (null every 7th) and
-    headers (every 3rd: one with an empty value, one with a null value)."""
-    key = None if i % 5 == 0 else b"key-%06d" % i
-    value = None if i % 7 == 3 else b"value-%d-" % i + bytes(i % 50)
-    headers = [("n", b"%d" % i), ("empty", b""), ("null", None)] if i % 3 == 0 else None
+    """Record ``i``'s key (none every 5th, empty every 13th), value (null
+    every 7th, empty every 11th) and headers (every 3rd: one with an empty
+    value, one with a null value, a key twice, a key not ASCII)."""
+    key = None if i % 5 == 0 else b"" if i % 13 == 1 else b"key-%06d" % i
+    value = None if i % 7 == 3 else b"" if i % 11 == 2 else b"value-%d-" % i + bytes(i % 50)
+    headers = [("n", b"%d" % i), ("empty", b""), ("null", None), ("n", b"again"), ("ключ", b"\xff")] \
+        if i % 3 == 0 else None
     return key, value, headers
 
 
-def _produce_codec_topic(bootstrap: str, topic: str, codec: str, t0: int) -> None:
+def _produce_codec_topic(bootstrap: str, topic: str, codec: str, t0: int, count: int = CODEC_RECORDS) -> None:
     with Producer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=5) as p:
-        for i in range(CODEC_RECORDS):
+        for i in range(count):
             key, value, headers = _record(i)
             p.send(topic, value, key=key, headers=headers, partition=i % CODEC_PARTITIONS, timestamp_ms=t0 + i)
         p.flush()
@@ -200,6 +207,12 @@ def data(broker) -> Dataset:
         _produce_codec_topic(bootstrap, topic, codec, t0)
         codec_topics.append(topic)
         ends.update({(topic, p): len(range(p, CODEC_RECORDS, CODEC_PARTITIONS)) for p in range(CODEC_PARTITIONS)})
+    log_append_topic = f"{prefix}-l-{os.getpid()}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(log_append_topic, CODEC_PARTITIONS,
+                                      configs={"message.timestamp.type": "LogAppendTime"})])
+    _produce_codec_topic(bootstrap, log_append_topic, "zstd", t0, LOG_APPEND_RECORDS)
+    ends.update({(log_append_topic, p): LOG_APPEND_RECORDS // CODEC_PARTITIONS for p in range(CODEC_PARTITIONS)})
     txn_topic = new_topic(bootstrap, TXN_PARTITIONS, prefix=f"{prefix}-x")
     ends.update(_produce_transactions(bootstrap, txn_topic))
     stream_topics = []
@@ -214,7 +227,7 @@ def data(broker) -> Dataset:
             tps = [TopicPartition(*tp) for tp in ends if tp[0] in stream_topics]
             listed = {(tp.topic, tp.partition): o for tp, o in c.end_offsets(tps).items()}
         assert listed == {tp: e for tp, e in ends.items() if tp[0] in stream_topics}, listed
-    return Dataset(prefix, t0, tuple(codec_topics), txn_topic, tuple(stream_topics), ends)
+    return Dataset(prefix, t0, tuple(codec_topics), log_append_topic, txn_topic, tuple(stream_topics), ends)
 
 
 # --------------------------------------------------------------- comparing
@@ -271,11 +284,15 @@ def assert_same_rows(theirs: List[Row], ours: List[Row], what: str) -> None:
                 f"only in kafka: {len(only_theirs)} {only_theirs[:2]}\nonly in kwire: {len(only_ours)} {only_ours[:2]}")
 
 
-def compare(spark, broker, data: Dataset, options: Mapping[str, str], splits: bool = False) -> List[Row]:
+def compare(spark, broker, data: Dataset, options: Mapping[str, str], splits: bool = False,
+            tansu_connector_options: Optional[Mapping[str, str]] = None) -> List[Row]:
     """Read ``options`` with both sources and require the same schema and
     rows (and, with ``splits``, the same Spark partitions); on Tansu the
-    connector gets the real ends for ``latest`` (see the module's doc)."""
-    theirs_opts = data.with_real_ends(options) if broker.is_tansu else dict(options)
+    connector gets the real ends for ``latest`` (see the module's doc), or
+    ``tansu_connector_options`` where given."""
+    theirs_opts = dict(options)
+    if broker.is_tansu:
+        theirs_opts = dict(tansu_connector_options or data.with_real_ends(options))
     theirs = read(spark, "kafka", broker.bootstrap, theirs_opts)
     ours = read(spark, "kwire", broker.bootstrap, options)
     assert ours.schema == theirs.schema
@@ -341,6 +358,7 @@ BATCH_CASES: Dict[str, Tuple[Callable[[Dataset], Options], Optional[str]]] = {
                                                                           (_c(d, "lz4"), 1): -2})}, None),
     "earliest-json-end-one-empty": (_one_empty, None),
     "transactions-read-uncommitted": (lambda d: {"subscribe": d.txn_topic, "includeHeaders": "true"}, None),
+    "log-append-time": (lambda d: {"subscribe": d.log_append_topic, "includeHeaders": "true"}, None),
     "transactions-read-committed": (lambda d: {"subscribe": d.txn_topic, "includeHeaders": "true",
                                                "kafka.isolation.level": "read_committed"}, TANSU_NO_ABORTED_LIST),
     "transactions-read-committed-json": (lambda d: {
@@ -389,11 +407,14 @@ def test_batch_read_same_rows(spark, broker, data, case):
         # what the cases rely on: null keys and values, headers with empty and null values, records without
         # headers, each record's own CreateTime timestamp
         assert len(got) == CODEC_RECORDS * len(CODECS)
-        assert any(r[key] is None for r in got) and any(r[value] is None for r in got)
+        assert {None, b""} <= {r[key] for r in got} and {None, b""} <= {r[value] for r in got}
         assert any(r[headers] is None for r in got)
-        assert any(r[headers] == (("n", b"0"), ("empty", b""), ("null", None)) for r in got)
+        assert any(r[headers] == (("n", b"0"), ("empty", b""), ("null", None), ("n", b"again"), ("ключ", b"\xff"))
+                   for r in got)
         assert {r[ts_type] for r in got} == {0}
         assert all(r[ts] == (data.t0 + r[offset] * CODEC_PARTITIONS + r[partition]) * 1000 for r in got)
+    if case == "log-append-time" and broker.is_kafka:
+        assert {r[ts_type] for r in got} == {1} and all(r[ts] > data.t0 * 1000 + 600_000_000 for r in got)
     if case == "transactions-read-uncommitted":
         assert sum(r[value].startswith(b"abort") for r in got) == TXN_RECORDS * TXN_STEPS.count("abort")
 
@@ -401,6 +422,36 @@ def test_batch_read_same_rows(spark, broker, data, case):
 @pytest.mark.parametrize("case", sorted(SPLIT_CASES))
 def test_batch_read_same_rows_and_spark_partitions(spark, broker, data, case):
     compare(spark, broker, data, SPLIT_CASES[case](data), splits=True)
+
+
+def test_open_transaction(spark, broker, data):
+    """A transaction left open while both sources read: read_uncommitted
+    reads its records, read_committed (Kafka only: Tansu's last stable
+    offset is not checked here, and it has no aborted lists) stops at the
+    last stable offset, before them."""
+    bootstrap = broker.bootstrap
+    topic = new_topic(bootstrap, 1, prefix=f"{data.prefix}-open")
+    with Producer(bootstrap_servers=bootstrap, transactional_id=f"eqv-open-{uuid.uuid4().hex[:10]}",
+                  linger_ms=2) as txn:
+        txn.init_transactions(20)
+        for outcome in ("commit", "open"):
+            txn.begin_transaction()
+            for i in range(5):
+                key, value, headers = _record(i)
+                txn.send(topic, value, key=key, headers=headers, partition=0)
+            txn.flush(10)
+            if outcome == "commit":
+                txn.commit_transaction(20)
+        try:
+            options = {"subscribe": topic, "includeHeaders": "true"}
+            got = compare(spark, broker, data, options,
+                          tansu_connector_options={**options, "endingOffsets": offsets_json({(topic, 0): 11})})
+            assert [r[4] for r in got] == [*range(5), *range(6, 11)]       # the commit marker at 5
+            if broker.is_kafka:
+                got = compare(spark, broker, data, {**options, "kafka.isolation.level": "read_committed"})
+                assert [r[4] for r in got] == list(range(5))
+        finally:
+            txn.abort_transaction(20)
 
 
 def test_spark_partitions_where_spark_plans_with_unresolved_bounds(spark, broker, data):
@@ -533,7 +584,7 @@ def _sink_frame(spark) -> DataFrame:
     for i in range(120):
         key = None if i % 6 == 0 else f"k{i}"
         part = i % 3 if key is None or i % 4 == 0 else None
-        headers = [("h", f"{i}".encode()), ("z", b"")] if i % 2 else None
+        headers = [("h", f"{i}".encode()), ("z", b""), ("null", None)] if i % 2 else None
         data.append((key, f"v{i}".encode() + bytes(i % 9), part, headers))
     df = spark.createDataFrame(data, "key string, value binary, partition int, "
                                      "headers array<struct<key string, value binary>>")
