@@ -6,9 +6,12 @@ same Spark partitions where Spark defines the split, the same micro-batch
 boundaries, and the same records written by either sink.
 
 Each broker gets one data set (:func:`data`, module-scoped), read by every
-case: a topic per codec (null keys, null values, headers with empty and
-null values, explicit timestamps), a transactional topic with aborted
-transactions, and two topics for the streaming reads.
+case: a topic per codec (null and empty keys and values, headers with
+empty and null values, a repeated and a non-ASCII header key, explicit
+timestamps), a LogAppendTime topic, a transactional topic with aborted
+transactions, and two topics for the streaming reads. The sink's records
+are compared in :func:`test_sink_writes_the_same_records`, a transaction
+left open in :func:`test_open_transaction`.
 
 A deliberate difference on every broker: Spark's batch planner keeps
 ``earliest`` and ``latest`` unresolved until the executors read, so it
