@@ -297,7 +297,9 @@ def split_ranges(ranges: Sequence[OffsetRange], min_partitions: Optional[int],
     dropped; with ``max_records`` each range cut into equal pieces of at most
     that many offsets; then, while fewer pieces than ``min_partitions``,
     the large ones cut in proportion to their size (a range whose share
-    rounds to one piece stays whole)."""
+    rounds to one piece stays whole, and so does every other piece of its
+    Kafka partition: Spark's ``KafkaOffsetRangeCalculator`` keeps its
+    unsplit ranges as a set of topic-partitions)."""
     out = [r for r in ranges if r.size > 0]
     if max_records is not None:
         out = [piece for r in out for piece in _cut(r, -(-r.size // max_records))]
@@ -309,11 +311,12 @@ def split_ranges(ranges: Sequence[OffsetRange], min_partitions: Optional[int],
         return max(int(size / of * n + 0.5), 1)         # Scala's math.round
 
     whole = [r for r in out if parts(r.size, total, min_partitions) == 1]
+    whole_tps = {(r.topic, r.partition) for r in whole}
     split_total = total - sum(r.size for r in whole)
     split_min = max(min_partitions - len(whole), 1)
     result = []
     for r in out:
-        n = 1 if any(r is w for w in whole) else parts(r.size, split_total, split_min)
+        n = 1 if (r.topic, r.partition) in whole_tps else parts(r.size, split_total, split_min)
         result.extend(_cut(r, n))
     return result
 
