@@ -302,7 +302,6 @@ cdef struct ArrowRows:            # the columns of one send_arrow call
     IntCol part, ts
     const uint8_t* hvalid         # the headers' struct validity (bit hoffset + j), or NULL
     Py_ssize_t hoffset
-    bint has_key, has_value, has_headers, has_part, has_ts
     Py_buffer hvbuf
 
 
@@ -313,21 +312,16 @@ cdef int open_rows(ArrowRows* r, Py_ssize_t n, tuple key, tuple value, tuple hea
     r.n = n
     if key is not None:
         open_bin(&r.key, key[0], key[1], key[2], key[3], n, "key")
-        r.has_key = True
     if value is not None:
         open_bin(&r.value, value[0], value[1], value[2], value[3], n, "value")
-        r.has_value = True
     if partition is not None:
         open_int(&r.part, partition[0], partition[1], partition[2], n, partition[3], "partition")
-        r.has_part = True
     if timestamp is not None:
         open_int(&r.ts, timestamp[0], timestamp[1], timestamp[2], n, True, "timestamp")
-        r.has_ts = True
     if headers is not None:
         # (list validity, list offsets, list offset, entries, struct validity, struct offset, key col, value col)
         hk, hv = headers[6], headers[7]
         open_list(&r.hlist, headers[0], headers[1], headers[2], n, headers[3], "headers")
-        r.has_headers = True
         open_bin(&r.hkey, hk[0], hk[1], hk[2], hk[3], headers[3], "headers.key")
         open_bin(&r.hvalue, hv[0], hv[1], hv[2], hv[3], headers[3], "headers.value")
         if headers[4] is not None:
@@ -362,7 +356,7 @@ cdef int row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) exce
     cdef const char* v
     out.len = 0
     count[0] = 0
-    if not r.has_headers:
+    if not r.hlist.opened:
         return 0
     if list_get(&r.hlist, i, &lo, &hi) < 0:
         raise ValueError(f"Arrow column headers: row {i}'s offsets point outside its entries")
@@ -383,8 +377,9 @@ cdef int row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) exce
     return 0
 
 
-cdef int row_field(BinCol* c, bint present, Py_ssize_t i, const char** p, Py_ssize_t* n, str what) except -1:
-    if not present:
+cdef int row_field(BinCol* c, Py_ssize_t i, const char** p, Py_ssize_t* n, str what) except -1:
+    """Row ``i`` of a binary column (null, ``n`` -1, if the column is absent)."""
+    if not c.opened:
         p[0] = NULL
         n[0] = -1
         return 0
@@ -810,8 +805,8 @@ cdef class Accumulator:
         try:
             # every row checked before any is queued: sizes, offsets, partitions
             for i in range(n):
-                row_field(&r.key, r.has_key, i, &k, &kn, "key")
-                row_field(&r.value, r.has_value, i, &v, &vn, "value")
+                row_field(&r.key, i, &k, &kn, "key")
+                row_field(&r.value, i, &v, &vn, "value")
                 row_headers(&r, i, &hbuf, &hcount)
                 if kn > INT32_MAX or vn > INT32_MAX:
                     raise self.record_too_large(max(kn, vn), topic, None)
@@ -820,7 +815,7 @@ cdef class Accumulator:
                 worst = V2_HEADER + varint_size(body) + body
                 if worst > self.max_batch:
                     raise self.record_too_large(worst, topic, None)
-                if r.has_part and int_get(&r.part, i, &given):
+                if r.part.opened and int_get(&r.part, i, &given):
                     if given < 0:
                         raise InvalidPartitionError(f"partition {given} (row {i}) does not exist")
                     if given > max_part:
@@ -833,7 +828,7 @@ cdef class Accumulator:
             if max_part >= 0 and (t is None or max_part >= t.count):
                 self.wait_partitions(topic, deadline, max_part + 1)
                 t = self.topics.get(topic)
-            if t is None or t.parts is None:
+            if t is None or not t.parts:                  # none: no key hash or sticky choice could be made
                 raise KwireError(f"no partitions known for topic {topic!r}")
             if max_part >= t.count:
                 raise InvalidPartitionError(f"partition {max_part} does not exist (topic {topic!r} has {t.count} "
@@ -842,14 +837,14 @@ cdef class Accumulator:
             self.lock.acquire()
             try:
                 for i in range(n):
-                    row_field(&r.key, r.has_key, i, &k, &kn, "key")
-                    row_field(&r.value, r.has_value, i, &v, &vn, "value")
+                    row_field(&r.key, i, &k, &kn, "key")
+                    row_field(&r.value, i, &v, &vn, "value")
                     row_headers(&r, i, &hbuf, &hcount)
                     ts = now
-                    if r.has_ts:
+                    if r.ts.opened:
                         int_get(&r.ts, i, &ts)
                     sticky = False
-                    if r.has_part and int_get(&r.part, i, &given):
+                    if r.part.opened and int_get(&r.part, i, &given):
                         p = <Py_ssize_t>given
                     elif kn >= 0:
                         h = <int32_t>murmur2_raw(<const uint8_t*>k, kn)
