@@ -79,38 +79,45 @@ cdef enum:
 
 # Column memory lent to Arrow comes back to the decoder that made it when Arrow
 # frees it, and that decoder's next call reuses it: no copy, and no fresh
-# (zeroed) pages from the kernel for every result. Bounded per decoder: at most
-# SPARE_BLOCKS blocks and SPARE_BYTES bytes. The GIL guards it (blocks come
-# back in a deallocator and are taken in start()).
+# (zeroed) pages from the kernel for every result. Each block goes back to its
+# own column's list, so a column gets a block sized by that column's earlier
+# results (taking another column's block made the wrong one grow and the
+# other be trimmed, remapping pages on every call). Bounded per decoder: at
+# most SPARE_PER_COL blocks a column and SPARE_BYTES bytes in all. The GIL
+# guards it (blocks come back in a deallocator and are taken in start()).
 cdef enum:
-    SPARE_BLOCKS = 32
+    SPARE_PER_COL = 4
 cdef Py_ssize_t SPARE_BYTES = 256 * 1024 * 1024
 
 
 cdef struct Spare:
-    char* data[SPARE_BLOCKS]
-    Py_ssize_t cap[SPARE_BLOCKS]
-    int n
+    char* data[NCOLS * SPARE_PER_COL]     # column i's blocks at i * SPARE_PER_COL ...
+    Py_ssize_t cap[NCOLS * SPARE_PER_COL]
+    int n[NCOLS]
     Py_ssize_t total
 
 
-cdef void spare_put(Spare* sp, char* data, Py_ssize_t cap) noexcept:
+cdef void spare_put(Spare* sp, int col, char* data, Py_ssize_t cap) noexcept:
+    cdef int at
     if data == NULL:
         return
-    if sp.n < SPARE_BLOCKS and sp.total + cap <= SPARE_BYTES:
-        sp.data[sp.n] = data
-        sp.cap[sp.n] = cap
-        sp.n += 1
+    if sp.n[col] < SPARE_PER_COL and sp.total + cap <= SPARE_BYTES:
+        at = col * SPARE_PER_COL + sp.n[col]
+        sp.data[at] = data
+        sp.cap[at] = cap
+        sp.n[col] += 1
         sp.total += cap
     else:
         free(data)
 
 
-cdef void spare_take(Spare* sp, GBuf* g, Py_ssize_t want) noexcept:
-    """Give ``g`` (empty, no memory) the smallest spare block of at least
-    ``want`` bytes, or else the largest one."""
+cdef void spare_take(Spare* sp, int col, GBuf* g, Py_ssize_t want) noexcept:
+    """Give ``g`` (column ``col``'s, empty, no memory) the smallest of that
+    column's spare blocks of at least ``want`` bytes, or else its largest."""
     cdef int i, best = -1
-    for i in range(sp.n):
+    cdef int base = col * SPARE_PER_COL
+    cdef int last
+    for i in range(base, base + sp.n[col]):
         if best < 0:
             best = i
         elif sp.cap[best] < want:
@@ -124,16 +131,18 @@ cdef void spare_take(Spare* sp, GBuf* g, Py_ssize_t want) noexcept:
     g.cap = sp.cap[best]
     g.len = 0
     sp.total -= g.cap
-    sp.n -= 1
-    sp.data[best] = sp.data[sp.n]
-    sp.cap[best] = sp.cap[sp.n]
+    sp.n[col] -= 1
+    last = base + sp.n[col]
+    sp.data[best] = sp.data[last]
+    sp.cap[best] = sp.cap[last]
 
 
 cdef void spare_clear(Spare* sp) noexcept:
-    cdef int i
-    for i in range(sp.n):
-        free(sp.data[i])
-    sp.n = 0
+    cdef int col, i
+    for col in range(NCOLS):
+        for i in range(col * SPARE_PER_COL, col * SPARE_PER_COL + sp.n[col]):
+            free(sp.data[i])
+        sp.n[col] = 0
     sp.total = 0
 
 
@@ -148,6 +157,7 @@ cdef class _Memory:
     cdef Py_ssize_t shape[1]
     cdef object home              # the decoder that owns ``spare``: kept alive while lent
     cdef Spare* spare
+    cdef int col                  # the column it was made for
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         self.shape[0] = self.size
@@ -167,7 +177,7 @@ cdef class _Memory:
         pass
 
     def __dealloc__(self):
-        spare_put(self.spare, self.data, self.cap)
+        spare_put(self.spare, self.col, self.data, self.cap)
 
 
 cdef struct Cols:
@@ -271,26 +281,31 @@ cdef class ColumnarDecoder(_Driver):
         spare_clear(&self.spare)
 
     cdef int start(self, Py_ssize_t data_len) except -1:
-        """Empty columns for a call on ``data_len`` bytes: each reserved as
-        large as it was in the last result; on a decoder's first call, the
-        key and value bytes as large as the input (uncompressed, what they
-        can take at most; pages never written cost no memory, and
+        """Empty columns for a call on ``data_len`` bytes: each given a block
+        a quarter larger than its recent results (``hint``, a peak that
+        decays), from the spare list where one fits; on a decoder's first
+        call, the key and value bytes as large as the input (uncompressed,
+        what they can take at most; pages never written cost no memory, and
         finish() gives back the slack), so they do not grow by doubling."""
         cdef int i
         cdef Py_ssize_t want
+        cdef char* grown
         self.valid_key_len = -1
         self.c.rows = self.c.header_rows = 0
         for i in range(NNULLS):
             self.c.nulls[i] = 0
         for i in range(NCOLS):
+            want = self.hint[i] + self.hint[i] // 4 + 64    # headroom: a somewhat larger result still fits
             if self.c.b[i].data == NULL:
-                spare_take(&self.spare, &self.c.b[i], self.hint[i])
+                spare_take(&self.spare, i, &self.c.b[i], want)
             self.c.b[i].len = 0
-            want = self.hint[i]
-            if want == 0 and (i == C_KEY_DATA or i == C_VAL_DATA):
-                want = min(data_len, self.max_column)
-            if gbuf_reserve(&self.c.b[i], max(want, 64)) < 0:
-                raise MemoryError()
+            if self.hint[i] == 0 and (i == C_KEY_DATA or i == C_VAL_DATA):
+                want = max(want, min(data_len, self.max_column))
+            if self.c.b[i].cap < want:                       # to the size wanted, not doubled
+                grown = <char*>realloc(self.c.b[i].data, want)
+                if grown == NULL:
+                    raise MemoryError()
+                self.c.b[i].data, self.c.b[i].cap = grown, want
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
             (<int32_t*>self.c.b[i].data)[0] = 0
         self.sync_lens()
@@ -337,18 +352,22 @@ cdef class ColumnarDecoder(_Driver):
         cdef GBuf* g
         cdef int i
         cdef char* fit
+        cdef Py_ssize_t keep
         self.sync_lens()
         for i in range(NCOLS):
             g = &self.c.b[i]
-            self.hint[i] = g.len
-            if g.cap > g.len + 65536:   # trim doubling slack (in place), so recycled blocks fit the spare cap
-                fit = <char*>realloc(g.data, g.len + 64)
+            # results of alternating sizes (a fetch's first poll, then its rest) each fit the same blocks
+            self.hint[i] = max(g.len, self.hint[i] - self.hint[i] // 8)
+            keep = self.hint[i] + self.hint[i] // 4 + 64     # what start() wants next
+            if g.cap > 2 * keep + 65536:      # trim doubling slack (in place), so recycled blocks fit the spare cap
+                fit = <char*>realloc(g.data, keep)
                 if fit != NULL:
-                    g.data, g.cap = fit, g.len + 64
+                    g.data, g.cap = fit, keep
             m = _Memory.__new__(_Memory)
             m.data, m.size, m.cap = g.data, g.len, g.cap
             m.home = self
             m.spare = &self.spare
+            m.col = i
             g.data = NULL
             g.len = g.cap = 0
             cols[_COL_NAMES[i]] = m

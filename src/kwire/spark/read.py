@@ -38,15 +38,21 @@ log = logging.getLogger(__name__)
 
 #: After this long without progress the reader checks whether its range still exists.
 STALL_CHECK_S = 2.0
-#: Rows per Arrow batch handed to Spark. A poll decodes up to
-#: ``max_poll_bytes`` (about 230,000 of the benchmark's records); Spark's JVM
-#: side took more CPU for batches that large than for zero-copy slices of
-#: this size (``benchmarks/compare_spark.py``, 10M lz4 records: 1.40x against
-#: 1.50x of the ceiling, mean of three rounds each).
+#: Rows per Arrow batch handed to Spark: each poll decodes at most this
+#: many. Spark's JVM side took more CPU for whole polls (about 230,000 of the
+#: benchmark's records) than for batches of this size; decoding them at this
+#: size, rather than slicing larger ones, spares pyarrow's IPC writer from
+#: rebasing every sliced offset column (10M lz4 records on Apache Kafka, five
+#: rounds in turns: 0.06 s less a count, every round).
 ARROW_BATCH_ROWS = 65_536
 
-#: This worker's consumers, one per configuration, reused across tasks.
-consumers: ClientCache[Consumer] = ClientCache(Consumer, Consumer.close)
+#: This worker's consumers, one per configuration, reused across tasks and
+#: queries: the group id is not part of the match, because an executor's
+#: consumer only assigns and seeks, and never sends it. Each batch query has
+#: a group id of its own, and with it in the match every query opened new
+#: connections, started a cold decoder (its column memory faulted in afresh)
+#: and left one more consumer open in every worker.
+consumers: ClientCache[Consumer] = ClientCache(Consumer, Consumer.close, ignore=("group.id",))
 
 _LOSS_HINT = ("Some data may have been lost because they are not available in Kafka any more; either the data was "
               "aged out by Kafka or the topic may have been deleted before all the data in the topic was processed. "
@@ -79,7 +85,7 @@ def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[s
     checked = progress
     while position < r.end:
         try:
-            got = consumer.poll_columnar(100, timestamp_unit="us")   # Spark's unit: no cast
+            got = consumer.poll_columnar(100, timestamp_unit="us", max_records=ARROW_BATCH_ROWS)   # Spark's unit
         except NoOffsetForPartitionError:
             # the position is outside the log: its start moved past it, or the log ends before it
             position = _lost(tp, position, r, fail_on_data_loss, consumer)
@@ -95,9 +101,7 @@ def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[s
             if offsets[rb.num_rows - 1].as_py() >= r.end:
                 rb = rb.slice(0, pc.sum(pc.less(offsets, r.end)).as_py() or 0)
             if rb.num_rows:
-                sb = to_spark_batch(rb, tp.topic, tp.partition, include_headers)
-                for start in range(0, sb.num_rows, ARROW_BATCH_ROWS):
-                    yield sb.slice(start, ARROW_BATCH_ROWS)
+                yield to_spark_batch(rb, tp.topic, tp.partition, include_headers)
         new_position = consumer.position(tp)
         if new_position > position:
             position, progress, checked = new_position, now, now
