@@ -90,9 +90,9 @@ def stamped(broker):
     return broker, topic
 
 
-def planned(broker, topic, filters):
+def planned(broker, topic, filters, **options):
     reader = KwirePushdownReader(parse_source_options(
-        {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}, streaming=False))
+        {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, **options}, streaming=False))
     assert list(reader.pushFilters(filters)) == filters          # every predicate is left for Spark as well
     return sorted((p.range.partition, p.range.start, p.range.end) for p in reader.partitions())
 
@@ -111,6 +111,17 @@ def test_planned_ranges(stamped):
     else:
         assert planned(broker, topic, since) == [(0, 150, per), (1, 150, per), (2, 150, per)]
         assert planned(broker, topic, [GreaterThan(("timestamp",), ts(BASE_MS + (RECORDS - 1) * 1000))]) == []
+
+
+def test_min_partitions_splits_what_is_read(stamped):
+    """minPartitions applies to the narrowed ranges: one partition's 200
+    offsets in 4 Spark partitions, not one piece of a split of all three."""
+    broker, topic = stamped
+    per = RECORDS // PARTITIONS
+    got = planned(broker, topic, [EqualTo(("partition",), 1)], minPartitions="4")
+    assert got == [(1, 0, 50), (1, 50, 100), (1, 100, 150), (1, 150, per)]
+    got = planned(broker, topic, [GreaterThanOrEqual(("offset",), 180)], maxRecordsPerPartition="10")
+    assert got == [(p, o, o + 10) for p in range(PARTITIONS) for o in (180, 190)]
 
 
 @pytest.mark.parametrize("where", [

@@ -335,8 +335,14 @@ def _cut(r: OffsetRange, n: int) -> List[OffsetRange]:
     return pieces
 
 
-def plan_batch(opts: SourceOptions) -> List[OffsetRange]:
-    """The offset ranges of a batch read (one per Spark partition)."""
+def plan_batch(opts: SourceOptions,
+               cut: Optional[Callable[[List[OffsetRange], "OffsetReader"], List[OffsetRange]]] = None
+               ) -> List[OffsetRange]:
+    """The offset ranges of a batch read (one per Spark partition): each
+    partition's resolved range, given to ``cut`` (filter pushdown: it may
+    narrow or drop ranges, with the planner's reader for its look-ups)
+    before ``minPartitions`` and ``maxRecordsPerPartition`` split them, so
+    those apply to what is read."""
     assert opts.ending is not None
     with OffsetReader(opts) as reader:
         tps = reader.partitions()
@@ -348,10 +354,12 @@ def plan_batch(opts: SourceOptions) -> List[OffsetRange]:
                 log.warning("assigned partitions %s do not exist; reading the others", _show(gone))
         start = reader.resolve(opts.starting, tps, starting=True)
         end = reader.resolve(opts.ending, tps, starting=False)
-    ranges = []
-    for tp in tps:
-        if start[tp] > end[tp]:
-            raise OffsetRangeError(f"The resolved start offset {start[tp]} for {tp.topic}-{tp.partition} is greater "
-                                   f"than the resolved end offset {end[tp]}")
-        ranges.append(OffsetRange(tp.topic, tp.partition, start[tp], end[tp]))
+        ranges = []
+        for tp in tps:
+            if start[tp] > end[tp]:
+                raise OffsetRangeError(f"The resolved start offset {start[tp]} for {tp.topic}-{tp.partition} is greater "
+                                       f"than the resolved end offset {end[tp]}")
+            ranges.append(OffsetRange(tp.topic, tp.partition, start[tp], end[tp]))
+        if cut is not None:
+            ranges = cut(ranges, reader)
     return split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)

@@ -126,23 +126,24 @@ class KwireBatchReader(DataSourceReader):
         self.bounds = Bounds()
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = plan_batch(self.opts)
-        if not self.bounds.empty:
-            planned = sum(r.size for r in ranges)
-            ranges = narrow(ranges, self.bounds, self._for_times)
-            log.info("kwire batch read: filters pushed (%s) leave %d of %d offsets to read",
-                     self.bounds.describe(), sum(r.size for r in ranges), planned)
+        ranges = plan_batch(self.opts, None if self.bounds.empty else self._narrow)
         log.info("kwire batch read: %d offset ranges, %d records", len(ranges), sum(r.size for r in ranges))
         return [RangePartition(r) for r in ranges]
 
-    def _for_times(self, query: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
-        """The earliest offset at or after each timestamp; None: no such
-        record. An answer without a record timestamp (Tansu 0.6.0 answers
-        every lookup with offset 0 and timestamp -1) is not trusted: the
-        partition is left out, so its range is read whole."""
-        with OffsetReader(self.opts) as reader:
+    def _narrow(self, ranges: List[OffsetRange], reader: OffsetReader) -> List[OffsetRange]:
+        """The planned ranges cut by the pushed filters, timestamps looked
+        up with the planner's ``reader``. An answer without a record
+        timestamp (Tansu 0.6.0 answers every lookup with offset 0 and
+        timestamp -1) is not trusted: the partition is left out of the
+        look-up's result, so its range is read whole."""
+        def for_times(query: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
             got = reader.consumer.offsets_for_times(query)
-        return {tp: (None if r is None else r.offset) for tp, r in got.items() if r is None or r.timestamp >= 0}
+            return {tp: (None if r is None else r.offset) for tp, r in got.items() if r is None or r.timestamp >= 0}
+
+        out = narrow(ranges, self.bounds, for_times)
+        log.info("kwire batch read: filters pushed (%s) leave %d of %d offsets to read",
+                 self.bounds.describe(), sum(r.size for r in out), sum(r.size for r in ranges))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
