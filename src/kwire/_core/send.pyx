@@ -349,12 +349,16 @@ cdef void close_rows(ArrowRows* r) noexcept:
         r.hvalid = NULL
 
 
-cdef int row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) except -1:
-    """Row ``i``'s headers encoded as a v2 record carries them, in ``out``."""
+cdef Py_ssize_t row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) except -1:
+    """Row ``i``'s headers encoded as a v2 record carries them, in ``out``;
+    with ``out`` NULL only checked and measured (the pass that checks every
+    row before any is queued). Returns the encoded size."""
     cdef Py_ssize_t lo, hi, j, kn, vn
+    cdef Py_ssize_t size = 0
     cdef const char* k
     cdef const char* v
-    out.len = 0
+    if out != NULL:
+        out.len = 0
     count[0] = 0
     if not r.hlist.opened:
         return 0
@@ -367,14 +371,19 @@ cdef int row_headers(ArrowRows* r, Py_ssize_t i, GBuf* out, int32_t* count) exce
             raise ValueError(f"Arrow column headers: row {i}'s offsets point outside its data")
         if kn < 0:
             raise ValueError(f"Arrow column headers: row {i} has a header with a null key")
-        if kn > INT32_MAX or vn > INT32_MAX or gbuf_reserve(out, 20 + kn + max(vn, 0)) < 0:
+        if kn > INT32_MAX or vn > INT32_MAX:
+            raise MemoryError()
+        size += varint_size(kn) + kn + varint_size(vn) + max(vn, 0)
+        count[0] += 1
+        if out == NULL:
+            continue
+        if gbuf_reserve(out, 20 + kn + max(vn, 0)) < 0:
             raise MemoryError()
         put_varint(out, kn)
         put_raw(out, k, kn)
         put_varint(out, vn)
         put_raw(out, v, vn)
-        count[0] += 1
-    return 0
+    return size
 
 
 cdef int row_field(BinCol* c, Py_ssize_t i, const char** p, Py_ssize_t* n, str what) except -1:
@@ -779,7 +788,7 @@ cdef class Accumulator:
         cdef ArrowRows r
         cdef GBuf hbuf
         cdef int32_t hcount, h
-        cdef Py_ssize_t i, kn, vn, body, worst, size, growth, p, count
+        cdef Py_ssize_t i, kn, vn, body, worst, size, growth, p, count, hsize
         cdef Py_ssize_t max_part = -1
         cdef const char* k
         cdef const char* v
@@ -807,11 +816,11 @@ cdef class Accumulator:
             for i in range(n):
                 row_field(&r.key, i, &k, &kn, "key")
                 row_field(&r.value, i, &v, &vn, "value")
-                row_headers(&r, i, &hbuf, &hcount)
+                hsize = row_headers(&r, i, NULL, &hcount)      # measured; encoded when queued
                 if kn > INT32_MAX or vn > INT32_MAX:
                     raise self.record_too_large(max(kn, vn), topic, None)
                 body = 1 + 10 + 5 + varint_size(kn) + max(kn, 0) + varint_size(vn) + max(vn, 0) \
-                    + varint_size(hcount) + hbuf.len
+                    + varint_size(hcount) + hsize
                 worst = V2_HEADER + varint_size(body) + body
                 if worst > self.max_batch:
                     raise self.record_too_large(worst, topic, None)
