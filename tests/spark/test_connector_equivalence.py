@@ -3,15 +3,24 @@
 same topics of the same broker: the same rows, column for column (key,
 value, topic, partition, offset, timestamp, timestampType, headers), the
 same Spark partitions where Spark defines the split, the same micro-batch
-boundaries, and the same records written by either sink.
+boundaries, and the same records written by either sink, batch and
+streaming (a streaming write also after a restart from its checkpoint).
 
 Each broker gets one data set (:func:`data`, module-scoped), read by every
 case: a topic per codec (null and empty keys and values, headers with
 empty and null values, a repeated and a non-ASCII header key, explicit
 timestamps), a LogAppendTime topic, a transactional topic with aborted
-transactions, and two topics for the streaming reads. The sink's records
-are compared in :func:`test_sink_writes_the_same_records`, a transaction
+transactions, and two topics for the streaming reads. The sinks' records
+are compared in :func:`test_sink_writes_the_same_records` and, streaming,
+:func:`test_stream_sinks_write_the_same_records_and_resume`; a transaction
 left open in :func:`test_open_transaction`.
+
+A deliberate difference of the sinks: a record without key and without
+``partition`` goes to the producer's sticky partition, which kwire moves on
+at every batch it seals (so at least at each task's flush), and Java's
+producer only after ``batch.size`` bytes (KIP-794); the connector also
+keeps its producer across micro-batches. Such records are compared as a
+multiset per topic; keyed ones per partition, in order.
 
 A deliberate difference on every broker: Spark's batch planner keeps
 ``earliest`` and ``latest`` unresolved until the executors read, so it
@@ -48,13 +57,16 @@ import os
 import re
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from kwire import partition_for_key
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
 from kwire.producer import Producer
@@ -182,13 +194,13 @@ def _produce_transactions(bootstrap: str, topic: str) -> Dict[TP, int]:
     return ends
 
 
-def _produce_stream_topic(bootstrap: str, topic: str, sizes: Sequence[int]) -> None:
-    """``sizes[p]`` records in partition p, the last one alone in its batch
-    (where Tansu's ListOffsets latest, the last batch's base offset + 1, is
-    the real end)."""
+def _produce_stream_topic(bootstrap: str, topic: str, sizes: Sequence[int], first: int = 0) -> None:
+    """``sizes[p]`` records in partition p (:func:`_record` from ``first``
+    on), the last one alone in its batch (where Tansu's ListOffsets latest,
+    the last batch's base offset + 1, is the real end)."""
     with Producer(bootstrap_servers=bootstrap, compression_type="lz4", linger_ms=5) as p:
         for part, size in enumerate(sizes):
-            for i in range(size - 1):
+            for i in range(first, first + size - 1):
                 key, value, headers = _record(i)
                 p.send(topic, value, key=key, headers=headers, partition=part)
         p.flush()
@@ -530,19 +542,32 @@ class StreamRun:
     bounds: Dict[int, Tuple[Any, Any]]
 
 
-def run_stream(spark, fmt: str, bootstrap: str, options: Mapping[str, str], checkpoint: str) -> StreamRun:
+def read_stream(spark, fmt: str, bootstrap: str, options: Mapping[str, str]) -> DataFrame:
     reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         reader = reader.option(k, v)
+    return reader.load()
+
+
+def start_available_now(writer: DataStreamWriter, checkpoint: str) -> StreamingQuery:
+    return writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+
+
+def finish(q: StreamingQuery, what: str) -> StreamingQuery:
+    """``q`` (under ``Trigger.AvailableNow``) waited for: it must end without error."""
+    q.awaitTermination(180)
+    assert not q.isActive and q.exception() is None, f"{what}: {q.exception()}"
+    return q
+
+
+def run_stream(spark, fmt: str, bootstrap: str, options: Mapping[str, str], checkpoint: str) -> StreamRun:
     batches: Dict[int, List[Row]] = {}
 
     def each(batch: DataFrame, batch_id: int) -> None:
         batches[batch_id] = rows(batch)
 
-    q = (reader.load().writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
-    q.awaitTermination(180)
-    assert not q.isActive and q.exception() is None, f"{fmt}: {q.exception()}"
+    q = finish(start_available_now(read_stream(spark, fmt, bootstrap, options).writeStream.foreachBatch(each),
+                                   checkpoint), fmt)
     bounds = {}
     for p in q.recentProgress:
         if p["batchId"] in batches:
@@ -640,3 +665,90 @@ def test_sink_writes_the_same_records(spark, broker):
     for theirs, ours in pairs:
         assert len(got[theirs]) == 20
         assert_same_rows(got[theirs], got[ours], "sink, topic column")
+
+
+# ------------------------------------------------------------ streaming sink
+#: The streaming sinks' source topic: records per partition before the first
+#: run, then those appended before the restart.
+SINK_SOURCE_SIZES = ((40, 70, 25), (12, 30, 9))
+SINK_PARTITIONS = 3                       # of the source topic and of every output topic
+SINK_TRIGGER = "40"                       # maxOffsetsPerTrigger: 135 offsets in 4 micro-batches, then 51 in 2
+
+
+@dataclass(frozen=True)
+class StreamSink:
+    """How a streaming write is made of the source's rows (key, value,
+    headers): with the source's ``partition`` column (each record back to
+    the partition it came from, the micro-batch's Spark tasks in parallel)
+    or without (keyed records to their key's murmur2 partition, keyless
+    ones where each producer's partitioner puts them; one Spark task per
+    micro-batch, so each output partition gets its rows in one order); to
+    the ``topic`` option's topic, or to two topics by a ``topic`` column
+    (the source partition's parity)."""
+
+    partition_column: bool
+    topic_column: bool
+
+    def topics(self, bootstrap: str, fmt: str) -> List[str]:
+        return [new_topic(bootstrap, SINK_PARTITIONS, prefix=f"eqv-ssink-{fmt}") for _ in range(1 + self.topic_column)]
+
+    def writer(self, stream: DataFrame, fmt: str, bootstrap: str, topics: Sequence[str]) -> DataStreamWriter:
+        columns: List[Any] = ["key", "value", "headers"]
+        if self.topic_column:
+            columns.append(F.when(F.col("partition") % 2 == 0, topics[0]).otherwise(topics[1]).alias("topic"))
+        df = stream.select(*columns, *(["partition"] if self.partition_column else []))
+        writer = (df if self.partition_column else df.coalesce(1)).writeStream.format(fmt)
+        writer = writer.option("kafka.bootstrap.servers", bootstrap)
+        return writer if self.topic_column else writer.option("topic", topics[0])
+
+    def check(self, source: List[Row], theirs: List[List[Row]], ours: List[List[Row]], what: str) -> None:
+        """Each output topic of either sink against the other's and against
+        the source rows sent to it (rows as :func:`_written` gives them:
+        key, value, partition, offset, timestampType, headers)."""
+        for n, (t, o) in enumerate(zip(theirs, ours)):
+            sent = [r for r in source if not self.topic_column or r[2] % 2 == n]
+            if self.partition_column:           # the source's records, offsets included: each exactly once
+                assert_same_rows(t, o, f"{what}, topic {n}")
+                assert_same_rows(sent, o, f"{what}, topic {n}: the source (as 'kafka') against kwire's sink")
+                continue
+            keyed = lambda got: [(r[2], r[0], r[1], r[5]) for r in got if r[0] is not None]  # noqa: E731
+            assert_same_rows(keyed(t), keyed(o), f"{what}, topic {n}: keyed records per partition")
+            assert all(p == partition_for_key(k, SINK_PARTITIONS) for p, k, _, _ in keyed(o)), what
+            records = lambda got: Counter((r[0], r[1], r[5]) for r in got)  # noqa: E731
+            assert records(t) == records(o) == records(sent), f"{what}, topic {n}: records (exactly once)"
+
+
+STREAM_SINKS = {"partition-column-topic-option": StreamSink(partition_column=True, topic_column=False),
+                "key-partitioner-topic-column": StreamSink(partition_column=False, topic_column=True)}
+
+
+@pytest.mark.parametrize("case", sorted(STREAM_SINKS))
+def test_stream_sinks_write_the_same_records_and_resume(spark, broker, case, tmp_path):
+    """One source topic (null and empty keys, null values, headers with
+    null values; each partition's last record alone in its batch, for
+    Tansu's ListOffsets latest) streamed by the connector's source under
+    ``Trigger.AvailableNow`` with ``maxOffsetsPerTrigger`` into
+    ``writeStream.format("kafka")`` and ``writeStream.format("kwire")``, each
+    to its own topics with its own checkpoint; then rows are appended and
+    both queries run again from their checkpoints. After each run both
+    sinks hold the same records, every source row exactly once."""
+    bootstrap, sink = broker.bootstrap, STREAM_SINKS[case]
+    source = new_topic(bootstrap, SINK_PARTITIONS, prefix="eqv-ssink-source")
+    outputs = {fmt: sink.topics(bootstrap, fmt) for fmt in ("kafka", "kwire")}
+    options = {"subscribe": source, "startingOffsets": "earliest", "maxOffsetsPerTrigger": SINK_TRIGGER,
+               "includeHeaders": "true"}
+    for run, sizes in enumerate(SINK_SOURCE_SIZES):
+        _produce_stream_topic(bootstrap, source, sizes, first=1000 * run)
+        queries = {fmt: start_available_now(sink.writer(read_stream(spark, "kafka", bootstrap, options), fmt, bootstrap,
+                                                        topics), str(tmp_path / fmt))
+                   for fmt, topics in outputs.items()}                  # the two queries run side by side
+        batches = {fmt: [p["numInputRows"] for p in finish(q, f"{case}, {fmt} sink, run {run}").recentProgress
+                         if p["numInputRows"]] for fmt, q in queries.items()}
+        assert batches["kwire"] == batches["kafka"], batches
+        assert len(batches["kafka"]) > 1 and sum(batches["kafka"]) == sum(sizes), batches      # the new rows only
+        written = _written(spark, bootstrap, [source, *outputs["kafka"], *outputs["kwire"]])
+        got = written[source]
+        assert {None, b""} <= {r[0] for r in got} and None in {r[1] for r in got}
+        assert any(h is not None and ("null", None) in h for h in (r[5] for r in got))
+        sink.check(got, [written[t] for t in outputs["kafka"]], [written[t] for t in outputs["kwire"]],
+                   f"{case}, run {run}")
