@@ -173,7 +173,8 @@ COMMON: Dict[str, Option] = {
                                       "PKCS12 or PEM file (instead of ssl_cafile; kwire.stores)"),
     "ssl_truststore_type": Option(None, _store_type, "JKS (Kafka's default), PKCS12 or PEM; JKS, JCEKS and "
                                   "PKCS12 are told apart by the store's first bytes, PEM must be named"),
-    "ssl_truststore_password": Option(None, _opt_str, "the trust store's password (none for PEM)"),
+    "ssl_truststore_password": Option(None, _opt_str, "the trust store's password (none for PEM; without it, as "
+                                      "in Kafka, a JKS trust store's integrity is not checked)"),
     "ssl_keystore_location": Option(None, _opt_str, "Kafka's key store: the client's key and certificate chain "
                                     "(mutual TLS), as a JKS, PKCS12 or PEM file (instead of ssl_certfile / "
                                     "ssl_keyfile; kwire.stores)"),

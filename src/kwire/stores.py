@@ -8,7 +8,9 @@ store: the private key, maybe encrypted with ``ssl.key.password``, and its
 certificate chain in one file). PKCS12 stores are read with
 ``cryptography`` (the ``tls`` extra); JKS (and JCEKS) stores are first
 converted to PKCS12 by the JDK's own ``keytool -importkeystore`` (no JKS
-parser of ours). The certificates and the key are written as PEM into a
+parser of ours); a JKS trust store without a password is listed by
+``keytool -list -rfc``, its integrity not checked, as Java (and so Kafka)
+reads it. The certificates and the key are written as PEM into a
 private directory (mode 0700, files 0600, the key unencrypted there) made
 once per process and removed at exit. The conversion happens in the
 process that makes the client, when it is made (not per connection), and
@@ -34,7 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from kwire.config import ConfigError, check_stores, ssl_option_name
@@ -62,7 +64,7 @@ class PemFiles:
 
 
 _lock = threading.Lock()              # held while a store is converted
-_converted: Dict[Tuple[Any, ...], Tuple[str, ...]] = {}
+_converted: Dict[Tuple[Any, ...], PemFiles] = {}
 _private_dir: Optional[str] = None
 _owner_pid = 0                        # the process _converted and _private_dir belong to
 
@@ -228,24 +230,40 @@ def _certs_pem(certs: List[Any]) -> bytes:
     return b"".join(c.public_bytes(Encoding.PEM) for c in certs)
 
 
-def _truststore(store: _Store) -> Tuple[str, ...]:
-    """(CA file,)"""
+def _unverified_certificates(store: _Store, kind: str) -> bytes:
+    """The certificates of a JKS/JCEKS trust store without a password, as
+    PEM (``keytool -list -rfc``): Java reads such a store without checking
+    its integrity, and so does Kafka when ``ssl.truststore.password`` is not
+    set."""
+    listing = _run_keytool(store, kind, ["-list", "-rfc", "-keystore", store.path, "-storetype", kind], {})
+    return "".join(m + "\n" for m in re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", listing,
+                                                 re.DOTALL)).encode()
+
+
+def _truststore(store: _Store) -> PemFiles:
+    """The trust store's CA file."""
     kind = _store_kind(store)
     if kind == "PEM":
-        return (store.path,)
+        return PemFiles(cafile=store.path)
+    if kind in ("JKS", "JCEKS") and store.password is None:
+        pem = _unverified_certificates(store, kind)
+        if not pem:
+            raise store.fail("holds no certificate")
+        return PemFiles(cafile=_write_private(pem, "-ca.pem"))
     p12 = _load_pkcs12(store, kind)
     certs = [c.certificate for c in p12.additional_certs] + ([p12.cert.certificate] if p12.cert else [])
     if not certs:
         raise store.fail("holds no certificate")
-    return (_write_private(_certs_pem(certs), "-ca.pem"),)
+    return PemFiles(cafile=_write_private(_certs_pem(certs), "-ca.pem"))
 
 
-def _keystore(store: _Store) -> Tuple[str, ...]:
-    """(certificate file, key file, key password); a PEM store is one file
-    holding both (its key maybe encrypted with ``ssl.key.password``)."""
+def _keystore(store: _Store) -> PemFiles:
+    """The key store's certificate file, key file and key password; a PEM
+    store is one file holding both (its key maybe encrypted with
+    ``ssl.key.password``), a converted key is not encrypted."""
     kind = _store_kind(store)
     if kind == "PEM":
-        return store.path, "", store.key_password or ""
+        return PemFiles(certfile=store.path, password=store.key_password)
     p12 = _load_pkcs12(store, kind)
     if p12.key is None or p12.cert is None:
         raise store.fail("holds no private key with its certificate")
@@ -254,10 +272,10 @@ def _keystore(store: _Store) -> Tuple[str, ...]:
     chain = [p12.cert.certificate] + [c.certificate for c in p12.additional_certs]
     cert = _write_private(_certs_pem(chain), "-cert.pem")
     key = _write_private(p12.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()), "-key.pem")
-    return cert, key, ""
+    return PemFiles(certfile=cert, keyfile=key)
 
 
-def _converted_store(store: _Store) -> Tuple[str, ...]:
+def _converted_store(store: _Store) -> PemFiles:
     """The store's PEM files, converted once per process while the store
     is unchanged."""
     try:
@@ -291,13 +309,12 @@ def pem_files(options: Mapping[str, Any], prefix: str = "") -> PemFiles:
                    _str(options, "ssl_password"))
     trust = _str(options, "ssl_truststore_location")
     if trust is not None:
-        (cafile,) = _converted_store(_Store("truststore", trust, _str(options, "ssl_truststore_type"),
-                                            _str(options, "ssl_truststore_password"), None, prefix))
-        out = PemFiles(cafile, out.certfile, out.keyfile, out.password)
+        out = replace(out, cafile=_converted_store(_Store(
+            "truststore", trust, _str(options, "ssl_truststore_type"), _str(options, "ssl_truststore_password"),
+            None, prefix)).cafile)
     keys = _str(options, "ssl_keystore_location")
     if keys is not None:
-        cert, key, password = _converted_store(_Store("keystore", keys, _str(options, "ssl_keystore_type"),
-                                                      _str(options, "ssl_keystore_password"),
-                                                      out.password, prefix))
-        out = PemFiles(out.cafile, cert, key or None, password or None)
+        client = _converted_store(_Store("keystore", keys, _str(options, "ssl_keystore_type"),
+                                         _str(options, "ssl_keystore_password"), out.password, prefix))
+        out = replace(out, certfile=client.certfile, keyfile=client.keyfile, password=client.password)
     return out

@@ -171,6 +171,15 @@ def test_converted_files_are_private(local_stores, kind):
     assert _context(made[kind]).get_ca_certs()[0]["subject"] == ((("commonName", "kwire test CA"),),)
 
 
+def test_jks_trust_store_without_a_password(local_stores, tmp_path):
+    """Read as Java reads it (its integrity unchecked), as Kafka does."""
+    _, made = local_stores
+    trust = tmp_path / "trust.jks"
+    shutil.copy(made["JKS"]["ssl.truststore.location"], trust)
+    ctx = _context({"ssl.truststore.location": str(trust)})
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "kwire test CA"),),)]
+
+
 def test_pem_options_and_ssl_password_still_work(local_stores, tmp_path):
     pki, made = local_stores
     ctx = _context({"ssl_cafile": pki.ca, "ssl_certfile": pki.client_cert,
