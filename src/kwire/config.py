@@ -29,9 +29,14 @@ __all__ = [
     "check_group_protocol",
     "parse_bootstrap",
     "redact",
+    "canonical_name",
+    "PEM_OPTION_NAMES",
+    "check_stores",
+    "ssl_option_name",
 ]
 
-SECRET_OPTIONS = frozenset({"sasl_plain_password", "ssl_password"})
+SECRET_OPTIONS = frozenset({"sasl_plain_password", "ssl_password", "ssl_truststore_password",
+                            "ssl_keystore_password"})
 
 
 class ConfigError(KwireError, ValueError):
@@ -115,6 +120,19 @@ def _ssl_context(v: Any) -> Optional[ssl.SSLContext]:
     raise ValueError("expected an ssl.SSLContext")
 
 
+#: The key/trust store types kwire reads (Kafka's ``ssl.*store.type``).
+STORE_TYPES = ("JKS", "PKCS12", "PEM", "JCEKS")
+
+
+def _store_type(v: Any) -> Optional[str]:
+    if v is None or not str(v).strip():
+        return None
+    s = str(v).strip().upper()
+    if s not in STORE_TYPES:
+        raise ValueError("expected JKS, PKCS12 or PEM (or JCEKS)")
+    return s
+
+
 def _any(v: Any) -> Any:
     return v
 
@@ -149,7 +167,20 @@ COMMON: Dict[str, Option] = {
     "ssl_cafile": Option(None, _opt_str, "CA bundle to verify brokers (default: the system's)"),
     "ssl_certfile": Option(None, _opt_str, "client certificate (mutual TLS)"),
     "ssl_keyfile": Option(None, _opt_str, "client private key (mutual TLS)"),
-    "ssl_password": Option(None, _opt_str, "password of the client private key"),
+    "ssl_password": Option(None, _opt_str, "password of the client private key (Kafka's ssl.key.password: of "
+                           "ssl_keyfile, of a PEM key store's key, or of a JKS key store's key)"),
+    "ssl_truststore_location": Option(None, _opt_str, "Kafka's trust store: the CAs that verify brokers, as a JKS, "
+                                      "PKCS12 or PEM file (instead of ssl_cafile; kwire.stores)"),
+    "ssl_truststore_type": Option(None, _store_type, "JKS (Kafka's default), PKCS12 or PEM; JKS, JCEKS and "
+                                  "PKCS12 are told apart by the store's first bytes, PEM must be named"),
+    "ssl_truststore_password": Option(None, _opt_str, "the trust store's password (none for PEM; without it, as "
+                                      "in Kafka, a JKS trust store's integrity is not checked)"),
+    "ssl_keystore_location": Option(None, _opt_str, "Kafka's key store: the client's key and certificate chain "
+                                    "(mutual TLS), as a JKS, PKCS12 or PEM file (instead of ssl_certfile / "
+                                    "ssl_keyfile; kwire.stores)"),
+    "ssl_keystore_type": Option(None, _store_type, "JKS (Kafka's default), PKCS12 or PEM, as ssl_truststore_type"),
+    "ssl_keystore_password": Option(None, _opt_str, "the key store's password (none for PEM: its key's password "
+                                    "is ssl_password)"),
     "ssl_check_hostname": Option(True, _bool, "verify the broker's name against its certificate"),
     "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
     "sasl_mechanism": Option("PLAIN", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", upper=True)),
@@ -232,8 +263,14 @@ ALIASES = {
     "ssl_certificate_location": "ssl_certfile",
     "ssl_key_location": "ssl_keyfile",
     "ssl_key_password": "ssl_password",
-    "ssl_truststore_location": "ssl_cafile",
 }
+
+
+def canonical_name(raw: str) -> str:
+    """kwire's name of option ``raw`` (snake case, Kafka's and librdkafka's
+    other names for the same option mapped by :data:`ALIASES`)."""
+    name = _canonical(raw)
+    return ALIASES.get(name, name)
 
 
 def resolve(
@@ -251,8 +288,7 @@ def resolve(
     given: Dict[str, Tuple[str, Any]] = {}
     for source in (config or {}, kwargs or {}):
         for raw, value in source.items():
-            name = _canonical(raw)
-            name = ALIASES.get(name, name)
+            name = canonical_name(raw)
             if name == "ssl_endpoint_identification_algorithm":
                 name, value = "ssl_check_hostname", _endpoint_identification(raw, value, what)
             if name not in table:
@@ -268,6 +304,11 @@ def resolve(
             raise ConfigError(f"{what} option {raw!r}={shown}: {e}") from None
     if out.get("bootstrap_servers") is None and "bootstrap_servers" in table:
         raise ConfigError(f"{what} needs bootstrap_servers (host:port[,host:port...])")
+    if "ssl_truststore_location" in table:
+        try:
+            check_stores(out)
+        except ConfigError as e:
+            raise ConfigError(f"{what} options: {e}") from None
     if check is not None:
         check(out, {name for name, (_, value) in given.items() if value is not None and value != ""})
     return out
@@ -295,6 +336,68 @@ def check_group_protocol(options: Mapping[str, Any], given: Set[str]) -> None:
                  if protocol == "consumer" else "it belongs to group_protocol='consumer'")
         raise ConfigError(f"consumer option {', '.join(wrong)} cannot be set when group_protocol={protocol!r} "
                           f"({where})")
+
+
+#: librdkafka's dotted names of kwire's PEM options (Kafka's, for
+#: ``ssl.key.password``), as errors show them and Spark's options hand them on.
+PEM_OPTION_NAMES = {
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password",
+}
+
+
+def ssl_option_name(name: str, prefix: str = "") -> str:
+    """How an error names the TLS option ``name`` (kwire's snake name):
+    Kafka's dotted name after ``prefix`` (``kafka.`` for Spark); kwire's
+    own PEM options also by their snake name when there is no prefix."""
+    dotted = PEM_OPTION_NAMES.get(name, name.replace("_", "."))
+    return f"{prefix}{dotted}" if prefix or name not in PEM_OPTION_NAMES else f"{name} ({dotted})"
+
+
+def _set(options: Mapping[str, Any], name: str) -> bool:
+    return options.get(name) not in (None, "")
+
+
+def check_stores(options: Mapping[str, Any], prefix: str = "") -> None:
+    """Refuse TLS file options that contradict each other or describe
+    nothing (``options`` by kwire's snake names, values as given or
+    converted; errors name them by Kafka's names after ``prefix``): a store
+    type or password without the store's location, a store together with
+    the PEM option for the same thing (a trust store and ``ssl_cafile``; a
+    key store and ``ssl_certfile`` / ``ssl_keyfile``), a type kwire does not
+    read, a password on a PEM store (as Kafka: a PEM key store's key has
+    ``ssl.key.password``), a key or key password without a certificate.
+    Reading the stores is :mod:`kwire.stores`'."""
+    def name(n: str) -> str:
+        return ssl_option_name(n, prefix)
+
+    for store, pem, what in (("truststore", ("ssl_cafile",), "the trusted CAs"),
+                             ("keystore", ("ssl_certfile", "ssl_keyfile"), "the client certificate and key")):
+        location = f"ssl_{store}_location"
+        for n in (f"ssl_{store}_type", f"ssl_{store}_password"):
+            if _set(options, n) and not _set(options, location):
+                raise ConfigError(f"{name(n)} is set without {name(location)}")
+        if not _set(options, location):
+            continue
+        both = [n for n in pem if _set(options, n)]
+        if both:
+            raise ConfigError(f"{name(location)} and {name(both[0])} both give {what}: set one")
+        type_name = f"ssl_{store}_type"
+        try:
+            kind = _store_type(options.get(type_name))
+        except ValueError as e:
+            raise ConfigError(f"{name(type_name)} {options.get(type_name)!r} is not supported: {e}") from None
+        if kind == "PEM" and _set(options, f"ssl_{store}_password"):
+            key = f": its key's password is {name('ssl_password')}" if store == "keystore" else ""
+            raise ConfigError(f"{name(f'ssl_{store}_password')} is not supported for a PEM {store}, as in "
+                              f"Kafka{key}")
+    if not _set(options, "ssl_keystore_location") and not _set(options, "ssl_certfile"):
+        for n in ("ssl_keyfile", "ssl_password"):
+            if _set(options, n):
+                raise ConfigError(f"{name(n)} is set without a client certificate: set {name('ssl_certfile')} "
+                                  f"or {name('ssl_keystore_location')}")
 
 
 def _endpoint_identification(raw: str, value: Any, what: str) -> bool:

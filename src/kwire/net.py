@@ -160,16 +160,36 @@ def _decode(frame: memoryview, response_class: Any, version: int, prepare: Optio
 
 
 def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
-    """An SSLContext for a client: certificate and hostname verification on
-    by default, the system CAs unless ``ssl_cafile``, a client certificate
-    when ``ssl_certfile`` (mutual TLS)."""
+    """An SSLContext for a client, made once when the client is: certificate
+    and hostname verification on by default; the CAs of ``ssl_cafile`` or
+    of Kafka's trust store (``ssl_truststore_*``), else the system's; a
+    client certificate (mutual TLS) from ``ssl_certfile`` / ``ssl_keyfile``
+    or Kafka's key store (``ssl_keystore_*``), its key's password
+    ``ssl_password``. JKS and PKCS12 stores are converted to PEM files by
+    :func:`kwire.stores.pem_files` here (cached per process). A ready
+    ``ssl_context`` is used as it is. Raises :class:`ConfigError` naming
+    the option whose file cannot be used."""
+    from kwire.config import ConfigError, ssl_option_name   # lazy: net's imports are not this function's to change
+    from kwire.stores import pem_files
+
     if cfg.get("ssl_context") is not None:
         return cfg["ssl_context"]
-    ctx = ssl.create_default_context(cafile=cfg.get("ssl_cafile"))
+    files = pem_files(cfg)
+    trust = "ssl_truststore_location" if cfg.get("ssl_truststore_location") else "ssl_cafile"
+    try:
+        ctx = ssl.create_default_context(cafile=files.cafile)
+    except (OSError, ValueError) as e:               # ssl.SSLError is an OSError
+        raise ConfigError(f"{ssl_option_name(trust)} {cfg.get(trust)!r}: cannot load the CA certificates "
+                          f"({e})") from None
     ctx.check_hostname = bool(cfg.get("ssl_check_hostname", True))
     ctx.verify_mode = ssl.CERT_REQUIRED
-    if cfg.get("ssl_certfile"):
-        ctx.load_cert_chain(cfg["ssl_certfile"], cfg.get("ssl_keyfile"), cfg.get("ssl_password"))
+    if files.certfile:
+        keys = "ssl_keystore_location" if cfg.get("ssl_keystore_location") else "ssl_certfile"
+        try:
+            ctx.load_cert_chain(files.certfile, files.keyfile, files.password)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{ssl_option_name(keys)} {cfg.get(keys)!r}: cannot load the client certificate "
+                              f"and key ({e}; wrong {ssl_option_name('ssl_password')}?)") from None
     return ctx
 
 

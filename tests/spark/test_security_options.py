@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import time
 import uuid
 
@@ -24,6 +23,8 @@ from kwire.admin import Admin
 from kwire.consumer import Consumer
 from kwire.errors import GroupAuthorizationFailedError
 from kwire.spark.security import translate_security
+
+from client.test_stores import make_stores
 
 from .conftest import kwire_read, kwire_write, new_topic, offsets_of, produce, spark_rows
 
@@ -80,41 +81,14 @@ def test_wrong_password_and_unsupported_login_module(spark, kafka):
 
 
 # ---------------------------------------------------------------- key stores
-def _keytool(*args: str) -> None:
-    subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=120)
-
-
 @pytest.fixture(scope="module")
 def stores(kafka, tmp_path_factory):
     """JKS and PKCS12 trust and key stores of the test PKI, made by keytool
-    (the client's key enters through a PKCS12 file cryptography writes, as
-    keytool cannot import a PEM key). The JKS key has its own password."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, load_pem_private_key, pkcs12
-
-    d = tmp_path_factory.mktemp("stores")
-    pki = kafka.pki
-    key = load_pem_private_key(open(pki.client_key, "rb").read(), None)
-    cert = x509.load_pem_x509_certificate(open(pki.client_cert, "rb").read())
-    ca = x509.load_pem_x509_certificate(open(pki.ca, "rb").read())
-    seed = d / "seed.p12"
-    seed.write_bytes(pkcs12.serialize_key_and_certificates(b"client", key, cert, [ca],
-                                                           BestAvailableEncryption(b"seed-pass")))
-    out = {}
-    for kind in ("JKS", "PKCS12"):
-        trust, keys = d / f"trust.{kind.lower()}", d / f"keys.{kind.lower()}"
-        _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", pki.ca, "-keystore", str(trust),
-                 "-storetype", kind, "-storepass", "trust-pass")
-        key_pass = "key-pass" if kind == "JKS" else "store-pass"      # PKCS12: one password for both
-        _keytool("-importkeystore", "-noprompt", "-srckeystore", str(seed), "-srcstoretype", "PKCS12",
-                 "-srcstorepass", "seed-pass", "-destkeystore", str(keys), "-deststoretype", kind,
-                 "-deststorepass", "store-pass", "-destkeypass", key_pass)
-        out[kind] = {"kafka.security.protocol": "SSL",
-                     "kafka.ssl.truststore.location": str(trust), "kafka.ssl.truststore.type": kind,
-                     "kafka.ssl.truststore.password": "trust-pass",
-                     "kafka.ssl.keystore.location": str(keys), "kafka.ssl.keystore.type": kind,
-                     "kafka.ssl.keystore.password": "store-pass", "kafka.ssl.key.password": key_pass}
-    return out
+    (tests/client/test_stores.py's ``make_stores``), as ``kafka.*``
+    options. The JKS key has its own password."""
+    made = make_stores(kafka.pki, tmp_path_factory.mktemp("stores"))
+    return {kind: {"kafka.security.protocol": "SSL", **{f"kafka.{k}": v for k, v in made[kind].items()}}
+            for kind in ("JKS", "PKCS12")}
 
 
 @pytest.mark.parametrize("kind", ["JKS", "PKCS12"])
