@@ -328,6 +328,9 @@ class Client:
 
     def __init__(self, cfg: Dict[str, Any], auto_create_topics: Optional[bool] = None) -> None:
         self.cfg = cfg
+        proto = cfg.get("security_protocol", "PLAINTEXT")
+        # before anything that holds a resource: a store or certificate refused leaves nothing open
+        self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
         self.auto_create_topics = bool(cfg.get("allow_auto_create_topics", False) if auto_create_topics is None
                                        else auto_create_topics)
         self.cluster = ClusterMetadata()
@@ -341,8 +344,6 @@ class Client:
         self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(servers)]
         self._answered: Dict[Tuple[str, int], Tuple[Any, ...]] = {}   # (host, port) -> the address that answered
         self._leaders_refresh_at = 0.0                 # the next refresh_leaders() refresh
-        proto = cfg.get("security_protocol", "PLAINTEXT")
-        self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
         if self._ssl is not None:
             self._warn_unverified(self._ssl, proto)
         self._metadata_future: Optional[Future] = None

@@ -24,7 +24,7 @@ from kwire.consumer import Consumer
 from kwire.errors import GroupAuthorizationFailedError
 from kwire.spark.security import translate_security
 
-from client.test_stores import make_stores
+from support.stores import make_stores
 
 from .conftest import kwire_read, kwire_write, new_topic, offsets_of, produce, spark_rows
 
@@ -84,7 +84,7 @@ def test_wrong_password_and_unsupported_login_module(spark, kafka):
 @pytest.fixture(scope="module")
 def stores(kafka, tmp_path_factory):
     """JKS and PKCS12 trust and key stores of the test PKI, made by keytool
-    (tests/client/test_stores.py's ``make_stores``), as ``kafka.*``
+    (``support.stores.make_stores``), as ``kafka.*``
     options. The JKS key has its own password."""
     made = make_stores(kafka.pki, tmp_path_factory.mktemp("stores"))
     return {kind: {"kafka.security.protocol": "SSL", **{f"kafka.{k}": v for k, v in made[kind].items()}}
