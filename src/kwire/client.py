@@ -564,7 +564,7 @@ class Client:
         ``flush`` false it is written with the next request that flushes,
         by :meth:`flush`, or when :meth:`poll` finds the socket writable.
         ``prepare``, ``offload`` and ``timeout``: see
-        :meth:`kwire.net.Connection.send` (a large response is decoded on the
+        :meth:`kwire.channel.Channel.send` (a large response is decoded on the
         helper thread; ``timeout`` overrides ``request_timeout_ms``)."""
         conn = self.connection(node_id)
         if conn is None:

@@ -8,24 +8,9 @@ selector reports the socket ready and :meth:`Connection.check_timeouts` on
 each turn. A connection that fails, for any reason, fails every request it
 holds with a retriable :class:`ConnectionLostError` and never hangs.
 
-Frames: each is an int32 size and that many bytes. A response larger than
-the read buffer is read into a buffer of its own (``recv_into``, no copy
-after), so the record data of a Fetch response is handed to the codec as
-views into it. That buffer grows as the bytes arrive (doubling, and to the
-declared size once a sixteenth of it came): a size prefix alone allocates
-nothing, and a buffer is at most 16 times the bytes received.
-
-Every response is bounded by what its request can legitimately get back
-(:func:`response_limit`): ``receive_message_max_bytes`` (librdkafka's option
-and default, 100,000,000 bytes), or for a Fetch the larger of that and the
-request's ``max_bytes``, plus room for the framing. A size prefix past the
-bound closes the connection with a :class:`ProtocolError` that names the
-node, the size, the limit and the option to raise. The bound is not tighter
-for a Fetch because of KIP-74: a broker returns the first batch of a fetch
-whole even when it is larger than ``max_bytes`` or ``partition_max_bytes``
-(the topic's ``max.message.bytes`` bounds it, which a client does not
-know), so that a consumer always makes progress; such a batch is accepted
-up to ``receive_message_max_bytes``.
+The Kafka side (handshake, correlation ids, frames read in place, response
+limits, KIP-219 throttles, request deadlines) is :class:`kwire.channel.Channel`,
+which has no I/O; a :class:`Connection` moves its bytes over the socket.
 
 Addresses: a broker's name is resolved at each connection attempt to every
 address it has (:func:`resolve`), and the attempt goes through them in turn:
@@ -38,125 +23,31 @@ name that resolves to nothing fails the attempt with a retriable
 :class:`ConnectionLostError` saying so; the client tries again after its
 reconnect backoff. (Kafka's Java client, ``client.dns.lookup=use_all_dns_ips``,
 moves on to the next address at the next attempt instead.)
-
-Quotas (KIP-219): a response whose ``throttle_time_ms`` is positive, at a
-version from which the broker answers at once and leaves the waiting to
-the client (:data:`CLIENT_THROTTLES_FROM`), mutes the connection for that
-long: requests sent meanwhile wait, in order, and go out once the time is
-up (:meth:`Connection.check_timeouts`, which the client calls on each turn
-and wakes up for). This is the one place kwire honours quotas: every
-client (producer, consumer, admin, group, transactions) sends through it.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
-import functools
 import logging
 import socket
 import ssl
-import struct
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from kwire import protocol
-from kwire._codec import resize_frame
-from kwire.errors import KwireError, ProtocolError, without_traceback
-from kwire.future import Future, KafkaTimeoutError
-from kwire.protocol.api_keys import ApiKey
-from kwire.protocol.versions import apiversions_retry_version
-from kwire.sasl import SaslAuthenticationError, mechanism_for
+from kwire.channel import (CLIENT_THROTTLES_FROM, FETCH_FRAMING, FETCH_FRAMING_PER_PARTITION, FRAME_GROWTH,
+                           OFFLOAD_MIN_BYTES, READ_CHUNK, RECEIVE_MESSAGE_MAX_BYTES, Channel, ConnectionLostError,
+                           RequestTimedOutError, _decode, response_limit)
+from kwire.errors import KwireError, without_traceback
+from kwire.future import Future
 
 __all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "canonical_bootstrap", "resolve", "response_limit",
-           "ssl_context_from_config"]
+           "ssl_context_from_config", "CLIENT_THROTTLES_FROM", "FETCH_FRAMING", "FETCH_FRAMING_PER_PARTITION",
+           "FRAME_GROWTH", "OFFLOAD_MIN_BYTES", "READ_CHUNK", "RECEIVE_MESSAGE_MAX_BYTES", "TlsError"]
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
-_CORR = struct.Struct(">i")
-READ_CHUNK = 256 * 1024
-FRAME_GROWTH = 16            # a frame's buffer is at most this many times the bytes that came
-RECEIVE_MESSAGE_MAX_BYTES = 100_000_000     # librdkafka's receive.message.max.bytes default
-FETCH_FRAMING = 64 * 1024                   # a Fetch response's room for headers, ...
-FETCH_FRAMING_PER_PARTITION = 1024          # ... and per partition asked for (offsets, aborted transactions)
-OFFLOAD_MIN_BYTES = 256 * 1024              # an offloadable response this large is decoded off the I/O thread
-
-
-
-class ConnectionLostError(KwireError):
-    """The connection to a broker failed or closed; what was in flight on it
-    is failed with this error. Retriable: the client reconnects."""
-
-    retriable = True
-
-
-class RequestTimedOutError(KafkaTimeoutError):
-    """A request got no response within ``request_timeout_ms``; its
-    connection is closed (the response may still come, on a dead socket).
-    A request whose time ran out before it was sent (held by setup or a
-    throttle) fails alone, and the connection stays."""
-
-
-class _InFlight:
-    __slots__ = ("corr", "api_key", "version", "future", "timeout", "deadline", "response_class", "limit", "prepare",
-                 "offload")
-
-    def __init__(self, corr: int, api_key: int, version: int, future: Future, timeout: float, response_class: Any,
-                 limit: int, prepare: Optional[Callable[[Any], Any]], offload: bool):
-        self.corr = corr
-        self.api_key = api_key
-        self.version = version
-        self.future = future
-        self.timeout = timeout        # seconds it may wait for its response
-        self.deadline = time.monotonic() + timeout
-        self.response_class = response_class
-        self.limit = limit            # the largest response frame accepted
-        self.prepare = prepare        # applied to the decoded response; its result completes the future
-        self.offload = offload        # a large response may be decoded (and prepared) off the I/O thread
-
-
-def response_limit(request: Any, cfg: Dict[str, Any]) -> int:
-    """The largest response frame (bytes after the size prefix) accepted for
-    ``request``: ``receive_message_max_bytes``; for a Fetch, the larger of
-    that and the request's ``max_bytes`` (the consumer's ``fetch_max_bytes``
-    shared among its ``max_in_flight_fetches``), plus 64 KiB and 1 KiB per
-    partition asked for, for the framing. KIP-74's oversized first batch is
-    accepted up to ``receive_message_max_bytes`` (see the module doc)."""
-    limit = cfg.get("receive_message_max_bytes", RECEIVE_MESSAGE_MAX_BYTES)
-    if request.API_KEY == ApiKey.FETCH:
-        parts = sum(len(t.partitions or ()) for t in (request.topics or ()))
-        limit = max(limit, request.max_bytes) + FETCH_FRAMING + FETCH_FRAMING_PER_PARTITION * parts
-    return limit
-
-
-#: KIP-219: the first version of each API at which a broker answers a
-#: throttled request at once and the client waits out ``throttle_time_ms``
-#: (before it, the broker delayed the response itself). APIs not listed are
-#: newer than KIP-219: from version 0.
-CLIENT_THROTTLES_FROM: Dict[int, int] = {
-    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
-    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
-    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
-    ApiKey.API_VERSIONS: 2, ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1,
-    ApiKey.INIT_PRODUCER_ID: 1, ApiKey.OFFSET_FOR_LEADER_EPOCH: 1, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
-    ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1, ApiKey.DESCRIBE_ACLS: 1,
-    ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1, ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.CREATE_PARTITIONS: 1,
-    ApiKey.DELETE_GROUPS: 1,
-}
-
-
-def _decode(frame: memoryview, response_class: Any, version: int, prepare: Optional[Callable[[Any], Any]],
-            throttle: Optional[Callable[[int], None]] = None) -> Any:
-    """The response in ``frame``, passed through ``prepare`` when given;
-    its ``throttle_time_ms`` handed to ``throttle`` when the client is to
-    wait it out (KIP-219)."""
-    _, resp = protocol.decode_response(frame, response_class, version)
-    if throttle is not None:
-        ms = getattr(resp, "throttle_time_ms", 0) or 0
-        if ms > 0 and version >= CLIENT_THROTTLES_FROM.get(response_class.API_KEY, 0):
-            throttle(ms)
-    return resp if prepare is None else prepare(resp)
+_decode = _decode          # re-exported: tests call the response decoder directly
 
 
 def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
@@ -244,7 +135,8 @@ def _show(addr: Any) -> str:
 
 
 class Connection:
-    """A connection to broker ``node_id`` at ``host:port``.
+    """A connection to broker ``node_id`` at ``host:port``: a non-blocking
+    socket, and the :class:`~kwire.channel.Channel` it carries.
 
     States: ``connecting`` -> (``tls``) -> ``handshake`` (ApiVersions, SASL)
     -> ``ready``; ``closed`` at the end. Requests sent before ``ready`` wait
@@ -270,8 +162,6 @@ class Connection:
         self.cfg = cfg
         self.state = "init"
         self.error: Optional[BaseException] = None
-        self.versions: Dict[int, int] = {}
-        self.broker_ranges: Dict[int, Tuple[int, int]] = {}
         self.sock: Optional[socket.socket] = None
         self.sockaddr: Any = None                       # the address being connected to, or connected
         self.resolved: Optional[Tuple[Any, ...]] = None  # that address as :func:`resolve` gave it
@@ -281,23 +171,10 @@ class Connection:
         self._addr_started = self._addr_deadline = 0.0
         self._ssl_context = ssl_context
         self._on_state = on_state
-        self._offload = offload
-        self._client_id = cfg.get("client_id", "kwire")
-        self._timeout = cfg.get("request_timeout_ms", 30000) / 1000.0
         self._setup_deadline = 0.0
-        self._corr = 0
-        self._in_flight: Dict[int, _InFlight] = {}
-        self._out: Deque[memoryview] = collections.deque()
-        self._out_bytes = 0
-        self._waiting: List[Tuple[Any, ...]] = []   # send()'s arguments, queued until ready
-        self._rbuf = bytearray(READ_CHUNK)
-        self._rview = memoryview(self._rbuf)
-        self._rlen = 0
-        self._frame: Optional[bytearray] = None          # a large frame read in place, grown as it arrives
-        self._frame_size = 0                             # its declared size
-        self._frame_got = 0
+        self.channel = Channel(node_id, host, port, cfg, on_ready=self._channel_ready, on_output=self.flush,
+                               on_fail=self.close, offload=offload)
         self.last_activity = time.monotonic()
-        self.throttled_until = 0.0                       # KIP-219: nothing is sent before this (monotonic)
 
     # ------------------------------------------------------------- public
     def __repr__(self) -> str:
@@ -311,20 +188,27 @@ class Connection:
     def closed(self) -> bool:
         return self.state == "closed"
 
+    @property
+    def versions(self) -> Dict[int, int]:
+        return self.channel.versions
+
+    @property
+    def broker_ranges(self) -> Dict[int, Tuple[int, int]]:
+        return self.channel.broker_ranges
+
     def in_flight_count(self) -> int:
-        return len(self._in_flight)
+        return self.channel.in_flight_count()
 
     def waited(self, now: float) -> float:
         """Seconds the oldest request in flight has waited for its response (0: none in flight)."""
-        return max((now - (inf.deadline - inf.timeout) for inf in self._in_flight.values()), default=0.0)
+        return self.channel.waited(now)
 
     def idle(self) -> bool:
         """Ready with nothing in flight, waiting or unwritten."""
-        return self.state == "ready" and not self._in_flight and not self._waiting and not self._out and \
-            self._frame is None and not self._rlen
+        return self.state == "ready" and self.channel.idle()
 
     def wants_write(self) -> bool:
-        return bool(self._out) or self.state in ("connecting",) or (self.state == "tls" and self._tls_wants_write)
+        return bool(self.channel.out) or self.state in ("connecting",) or (self.state == "tls" and self._tls_wants_write)
 
     def fileno(self) -> int:
         return self.sock.fileno() if self.sock is not None else -1
@@ -391,27 +275,17 @@ class Connection:
 
     def _drop_socket(self) -> None:
         """Let go of the socket of an address that failed during setup: the
-        owner takes it out of its selector, the setup requests (ApiVersions,
-        SASL: nothing else is sent before ``ready``) are dropped with what
-        was read or unwritten. The requests waiting for ``ready`` stay."""
+        owner takes it out of its selector, and the channel drops the setup
+        requests with what was read or unwritten (the requests waiting for
+        ``ready`` stay)."""
         self._set_state("connecting")
         try:
             self.sock.close()
         except OSError:
             pass
         self.sock = None
-        setup = [inf.future for inf in self._in_flight.values()]
-        self._in_flight.clear()
-        self._out.clear()
-        self._out_bytes = 0
-        self._rlen = 0
-        self._frame = None
-        self._frame_size = self._frame_got = 0
         self._tls_wants_write = False
-        self.versions, self.broker_ranges = {}, {}
-        for fut in setup:            # their callbacks see a failure and do nothing
-            if not fut.done():
-                fut.set_exception(ConnectionLostError(f"address of {self.host}:{self.port} given up"))
+        self.channel.reset(ConnectionLostError(f"address of {self.host}:{self.port} given up"))
 
     def _address_failed(self, what: str) -> None:
         """The address being connected to refused or timed out: the next
@@ -422,79 +296,19 @@ class Connection:
     def send(self, request: Any, version: Optional[int] = None, *, expect_response: bool = True,
              flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False,
              timeout: Optional[float] = None) -> Future:
-        """Queue ``request`` (a generated message object) and return the
-        future of its response (of None when ``expect_response`` is false,
-        as for a Produce with acks=0). The version is the negotiated one
-        unless given. With ``flush`` false the request waits for
-        :meth:`flush` (or the selector), so that several go out in one
-        write. ``timeout``: seconds the response may take (default
-        ``request_timeout_ms``; a JoinGroup may wait out a rebalance).
-
-        ``prepare``, when given, is applied to the decoded response and its
-        result completes the future. With ``offload``, a response of
-        ``OFFLOAD_MIN_BYTES`` or more is handed, undecoded, to the owner's
-        ``offload`` hook (the client decodes and prepares it on a helper
-        thread and completes the future on its I/O thread): ``prepare`` must
-        then touch no state the I/O thread changes."""
-        fut: Future = Future()
-        if self.state == "closed":
-            fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
-            return fut
-        if self.state == "ready" and self._waiting:
-            self._release(time.monotonic())
-        if self.state != "ready" or self._waiting or self.throttled_until > time.monotonic():
-            # the deadline runs from now: a request held by setup or a throttle still answers within its timeout
-            deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
-            self._waiting.append((request, -1 if version is None else version, fut, expect_response, prepare,
-                                  offload, deadline))
-            return fut
-        self._send_now(request, version, fut, expect_response, flush, prepare, offload, timeout)
-        return fut
+        """Queue ``request`` and return the future of its response:
+        :meth:`kwire.channel.Channel.send`."""
+        return self.channel.send(request, version, expect_response=expect_response, flush=flush, prepare=prepare,
+                                 offload=offload, timeout=timeout)
 
     def throttle_left(self, now: float) -> Optional[float]:
         """Seconds until requests held by a throttle (KIP-219) may go, or
         the first of them times out; None when none is held."""
-        if self.state != "ready" or not self._waiting:
-            return None
-        return max(0.0, min(self.throttled_until, min(w[6] for w in self._waiting)) - now)
-
-    def _throttle(self, ms: int) -> None:
-        """The broker said to wait ``ms`` before sending more (any thread:
-        a large response is decoded off the I/O thread)."""
-        until = time.monotonic() + ms / 1000.0
-        if until > self.throttled_until:
-            self.throttled_until = until
-        log.debug("node %s: throttled for %d ms (quota)", self.node_id, ms)
-
-    def _release(self, now: float) -> None:
-        """Send the requests that waited for setup or a throttle, once
-        ready and the throttle is over."""
-        if self.state != "ready" or self.throttled_until > now:
-            return
-        self._expire_waiting(now)     # sent with no time left, one would close the connection at once
-        waiting, self._waiting = self._waiting, []
-        for request, version, fut, expect, prepare, offload, deadline in waiting:
-            if not fut.done():
-                self._send_now(request, None if version < 0 else version, fut, expect, True, prepare, offload,
-                               max(0.0, deadline - now))
-
-    def _expire_waiting(self, now: float) -> None:
-        """Fail the requests whose timeout ran out while setup or a throttle
-        (KIP-219) held them; the connection goes on (nothing of theirs was
-        sent)."""
-        keep = []
-        for w in self._waiting:
-            if now >= w[6] and not w[2].done():
-                w[2].set_exception(RequestTimedOutError(
-                    f"request {protocol.api_name(w[0].API_KEY)} to node {self.node_id} waited for the connection's "
-                    f"setup or the broker's throttle (quota) until its timeout ran out; it was not sent"))
-            elif not w[2].done():
-                keep.append(w)
-        self._waiting = keep
+        return self.channel.throttle_left(now)
 
     def flush(self) -> None:
         """Write what is queued, as far as the socket takes it now."""
-        if self.state in ("ready", "handshake") and self._out:
+        if self.state in ("ready", "handshake") and self.channel.out:
             try:
                 self._flush()
             except OSError as e:      # the requests' futures fail with the rest
@@ -510,7 +324,7 @@ class Connection:
             if self.state == "tls":
                 self._tls_step()
                 return
-            if writable and self._out:
+            if writable and self.channel.out:
                 self._flush()
             if readable:
                 self._read()
@@ -553,16 +367,10 @@ class Connection:
                 f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state "
                 f"{self.state}{before}"))
             return
-        for inf in self._in_flight.values():     # a few; their timeouts may differ (JoinGroup)
-            if now > inf.deadline:
-                self.close(RequestTimedOutError(
-                    f"request {protocol.api_name(inf.api_key)} v{inf.version} to node {self.node_id} got no "
-                    f"response within {inf.timeout:.1f} s"))
-                return
-        if self._waiting:
-            self._release(now)        # a throttle (KIP-219) that is over
-        if self._waiting and self.state == "ready":
-            self._expire_waiting(now)
+        if self.state != "closed":
+            overdue = self.channel.check_timeouts(now)
+            if overdue is not None:
+                self.close(overdue)
 
     def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
         """Close the socket and fail what is in flight or waiting with
@@ -579,20 +387,8 @@ class Connection:
                 self.sock.close()
             except OSError:
                 pass
-        self._frame = None
-        self._frame_size = self._frame_got = 0
-        self._rbuf = bytearray()
-        self._rview = memoryview(self._rbuf)
-        self._rlen = 0
         self._set_state("closed")
-        pending = [inf.future for inf in self._in_flight.values()]
-        pending += [w[2] for w in self._waiting]
-        self._in_flight.clear()
-        self._waiting.clear()
-        self._out.clear()
-        for fut in pending:
-            if not fut.done():
-                fut.set_exception(self.error)
+        self.channel.fail_all(self.error)
 
     orderly = False      # closed by its owner (idle, or the client closing), not by a failure
 
@@ -639,246 +435,46 @@ class Connection:
 
     def _start_handshake(self) -> None:
         self._set_state("handshake")
-        self._api_versions(protocol.max_version(ApiKey.API_VERSIONS))
+        self.channel.start()
 
-    def _api_versions(self, version: int) -> None:
-        req = protocol.message("ApiVersionsRequest")(
-            client_software_name="kwire", client_software_version=_kwire_version())
-        fut: Future = Future()
-        self._send_now(req, version, fut, True)
-        fut.add_done_callback(lambda f: self._on_api_versions(f, version))
-
-    def _on_api_versions(self, fut: Future, version: int) -> None:
-        if fut.failed():
-            return                                   # the connection is already closing
-        resp = fut.value
-        ranges = {k.api_key: (k.min_version, k.max_version) for k in (resp.api_keys or [])}
-        retry = apiversions_retry_version(resp.error_code, ranges, version)
-        if retry is not None:
-            self._api_versions(retry)
-            return
-        if resp.error_code:
-            self.close(protocol.error_for(resp.error_code, api="ApiVersions"))
-            return
-        self.broker_ranges = ranges
-        self.versions = protocol.negotiate(ranges)
-        if self.cfg.get("security_protocol", "PLAINTEXT") in ("SASL_PLAINTEXT", "SASL_SSL"):
-            self._sasl_start()
-        else:
-            self._become_ready()
-
-    def _sasl_start(self) -> None:
-        mech_name = self.cfg.get("sasl_mechanism", "PLAIN")
-        try:
-            self._mech = mechanism_for(mech_name, self.cfg.get("sasl_plain_username"), self.cfg.get("sasl_plain_password"))
-        except SaslAuthenticationError as e:
-            self.close(e)
-            return
-        fut: Future = Future()
-        self._send_now(protocol.message("SaslHandshakeRequest")(mechanism=mech_name),
-                       min(1, self.versions.get(ApiKey.SASL_HANDSHAKE, 1)), fut, True)
-        fut.add_done_callback(self._on_sasl_handshake)
-
-    def _on_sasl_handshake(self, fut: Future) -> None:
-        if fut.failed():
-            return
-        resp = fut.value
-        if resp.error_code:
-            offered = ", ".join(resp.mechanisms or []) or "none"
-            self.close(SaslAuthenticationError(
-                f"node {self.node_id} does not offer SASL mechanism {self._mech.name} (it offers: {offered})"))
-            return
-        self._sasl_send(self._mech.first())
-
-    def _sasl_send(self, token: bytes) -> None:
-        fut: Future = Future()
-        self._send_now(protocol.message("SaslAuthenticateRequest")(auth_bytes=token),
-                       self.versions.get(ApiKey.SASL_AUTHENTICATE, 0), fut, True)
-        fut.add_done_callback(self._on_sasl_auth)
-
-    def _on_sasl_auth(self, fut: Future) -> None:
-        if fut.failed():
-            return
-        resp = fut.value
-        if resp.error_code:
-            msg = resp.error_message or "authentication failed"
-            self.close(SaslAuthenticationError(f"node {self.node_id} refused SASL {self._mech.name}: {msg}"))
-            return
-        try:
-            nxt = self._mech.step(bytes(resp.auth_bytes or b""))
-        except SaslAuthenticationError as e:
-            self.close(e)
-            return
-        if nxt is None:
-            self._become_ready()
-        else:
-            self._sasl_send(nxt)
-
-    def _become_ready(self) -> None:
+    def _channel_ready(self) -> None:
         self._addrs.clear()           # the other addresses are not wanted now
         self._set_state("ready")
-        self._release(time.monotonic())
 
-    # ---------------------------------------------------------- sending
-    def _send_now(self, request: Any, version: Optional[int], fut: Future, expect_response: bool,
-                  flush: bool = True, prepare: Optional[Callable[[Any], Any]] = None, offload: bool = False,
-                  timeout: Optional[float] = None) -> None:
-        api_key = request.API_KEY
-        if version is None:
-            version = self.versions.get(api_key)
-            if version is None:
-                fut.set_exception(protocol.no_common_version(api_key, self.broker_ranges.get(api_key)))
-                return
-        self._corr = (self._corr + 1) & 0x7FFFFFFF
-        corr = self._corr
-        try:
-            chunks = protocol.encode_request(request, version, corr, self._client_id)
-        except Exception as e:   # a request we cannot encode fails alone; the connection goes on
-            fut.set_exception(e)
-            return
-        for c in chunks:
-            mv = memoryview(c).cast("B")
-            self._out.append(mv)
-            self._out_bytes += len(mv)
-        if expect_response:
-            wait = self._timeout if timeout is None else timeout
-            self._in_flight[corr] = _InFlight(corr, api_key, version, fut, wait,
-                                              protocol.response_class(api_key), response_limit(request, self.cfg),
-                                              prepare, offload)
-        else:
-            fut.set_result(None)
-        if flush:
-            self.flush()
-
+    # ---------------------------------------------------------- the socket
     def _flush(self) -> None:
         sock = self.sock
         assert sock is not None
+        out = self.channel.out
         plain = not isinstance(sock, ssl.SSLSocket)
-        while self._out:
+        while out:
             try:
                 if plain:
-                    sent = sock.sendmsg(list(self._out)[:64])
+                    sent = sock.sendmsg(list(out)[:64])
                 else:
-                    sent = sock.send(self._out[0][:65536])
+                    sent = sock.send(out[0][:65536])
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
-            self._out_bytes -= sent
-            while sent:
-                head = self._out[0]
-                if sent >= len(head):
-                    sent -= len(head)
-                    self._out.popleft()
-                else:
-                    self._out[0] = head[sent:]
-                    sent = 0
+            self.channel.wrote(sent)
         self.last_activity = time.monotonic()
 
-    # ---------------------------------------------------------- reading
     def _read(self) -> None:
         sock = self.sock
         assert sock is not None
+        channel = self.channel
         while self.state != "closed":
-            if self._frame is not None:
-                if self._frame_got == len(self._frame):
-                    self._grow_frame()
-                view = memoryview(self._frame)[self._frame_got:]
-                try:
-                    n = sock.recv_into(view)
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    return
-                finally:
-                    view.release()      # the frame may grow only while nothing views it
-                if n == 0:
-                    raise ConnectionLostError(f"node {self.node_id} closed the connection mid-response")
-                self._frame_got += n
-                self.last_activity = time.monotonic()
-                if self._frame_got == self._frame_size:
-                    frame, self._frame = self._frame, None
-                    self._on_frame(memoryview(frame))
-                continue
+            view = channel.read_buffer()
             try:
-                n = sock.recv_into(self._rview[self._rlen:])
+                n = sock.recv_into(view)
             except (BlockingIOError, ssl.SSLWantReadError):
                 return
+            finally:
+                view.release()      # a frame read in place may grow only while nothing views it
             if n == 0:
-                raise ConnectionLostError(f"node {self.node_id} closed the connection")
-            self._rlen += n
+                raise ConnectionLostError(f"node {self.node_id} closed the connection"
+                                          + (" mid-response" if channel.mid_frame else ""))
             self.last_activity = time.monotonic()
-            self._take_frames()
-
-    def _grow_frame(self) -> None:
-        """Room for more of the frame being read in place: double what it
-        holds (at least one read chunk more), never past its declared size,
-        so memory follows the bytes that actually came; once a sixteenth of
-        the frame is in, the rest at once (each growth may copy what came,
-        and a usual Fetch of a few MiB then grows once)."""
-        frame = self._frame
-        assert frame is not None
-        have = len(frame)
-        size = self._frame_size
-        resize_frame(frame, size if have * FRAME_GROWTH >= size else min(size, max(2 * have, have + READ_CHUNK)))
-
-    def _take_frames(self) -> None:
-        """Hand on every complete frame in the read buffer; a frame that
-        does not fit moves into a buffer of its own, read in place. A frame
-        is checked against its request's limit as soon as its size and
-        correlation id are in."""
-        pos = 0
-        buf, view = self._rbuf, self._rview
-        while self._rlen - pos >= 4 and self.state != "closed":
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 4:
-                raise ProtocolError(f"node {self.node_id} sent a frame of impossible size {size}")
-            if self._rlen - pos < 8:
-                break
-            (corr,) = _CORR.unpack_from(buf, pos + 4)
-            self._check_frame(size, corr)
-            if self._rlen - pos - 4 >= size:
-                self._on_frame(memoryview(bytes(view[pos + 4:pos + 4 + size])))
-                pos += 4 + size
-                continue
-            # incomplete: a big frame gets its own buffer; a small one waits
-            if 4 + size > len(buf):
-                self._frame = bytearray(view[pos + 4:self._rlen])
-                self._frame_size = size
-                self._frame_got = self._rlen - pos - 4
-                pos = self._rlen
-            break
-        if pos and self.state != "closed":
-            rest = self._rlen - pos
-            if rest:
-                buf[:rest] = view[pos:self._rlen]
-            self._rlen = rest
-
-    def _check_frame(self, size: int, corr: int) -> None:
-        """Refuse a response no request is waiting for, or one larger than
-        its request can legitimately get back (:func:`response_limit`)."""
-        inf = self._in_flight.get(corr)
-        if inf is None:
-            raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
-        if size > inf.limit:
-            option = "receive_message_max_bytes" if inf.api_key != ApiKey.FETCH else \
-                "receive_message_max_bytes (a Fetch may also be as large as fetch_max_bytes / max_in_flight_fetches)"
-            raise ProtocolError(
-                f"node {self.node_id} ({self.host}:{self.port}) declared a response of {size} bytes, more than "
-                f"the limit of {inf.limit} bytes for this request; raise {option} if the broker legitimately "
-                "sends responses this large", protocol.api_name(inf.api_key), inf.version)
-
-    def _on_frame(self, frame: memoryview) -> None:
-        (corr,) = _CORR.unpack_from(frame, 0)
-        inf = self._in_flight.pop(corr, None)
-        if inf is None:
-            raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
-        job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare, self._throttle)
-        if inf.offload and self._offload is not None and len(frame) >= OFFLOAD_MIN_BYTES:
-            self._offload(job, inf.future)
-            return
-        try:
-            value = job()
-        except ProtocolError as e:
-            inf.future.set_exception(e)
-            raise
-        inf.future.set_result(value)
+            channel.received(n)
 
 
 class TlsError(ConnectionLostError):
@@ -888,8 +484,3 @@ class TlsError(ConnectionLostError):
 
     retriable = False
 
-
-def _kwire_version() -> str:
-    from kwire import __version__
-
-    return __version__

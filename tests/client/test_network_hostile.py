@@ -168,13 +168,13 @@ def test_the_frame_buffer_follows_the_bytes_and_is_freed_on_close(broker):
     try:
         before = _rss_mib()
         conn = client.connection(-1)
-        _poll_until(client, lambda: conn._frame_got >= 1 << 20, 5)
-        assert conn._frame is not None and len(conn._frame) <= 2 * (1 << 20) + READ_CHUNK
+        _poll_until(client, lambda: conn.channel._frame_got >= 1 << 20, 5)
+        assert conn.channel._frame is not None and len(conn.channel._frame) <= 2 * (1 << 20) + READ_CHUNK
         assert _rss_mib() - before < 20
         ref = weakref.ref(conn)
         b.close_connections()
         _poll_until(client, lambda: conn.closed, 5)
-        assert conn._frame is None and len(conn._rbuf) == 0
+        assert conn.channel._frame is None and len(conn.channel._rbuf) == 0
         assert isinstance(conn.error, ConnectionLostError) and conn.error.__traceback__ is None
         assert client._conns.get(-1) is not conn
         del conn

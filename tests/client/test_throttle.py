@@ -1,4 +1,4 @@
-"""KIP-219 in kwire.net.Connection, offline: a response's throttle_time_ms
+"""KIP-219 in kwire.channel.Channel, offline: a response's throttle_time_ms
 mutes the connection (at the versions where the client waits); requests
 sent meanwhile wait in order and go once it ends. Live against Apache
 Kafka's quotas: tests/kafka/test_quotas.py."""
@@ -9,11 +9,11 @@ import time
 import types
 
 from kwire import net, protocol
-from kwire.net import Connection
+from kwire.channel import Channel
 
 
 def _ready(monkeypatch):
-    conn = Connection(0, "localhost", 1, {})
+    conn = Channel(0, "localhost", 1, {}, on_ready=lambda: None, on_output=lambda: None, on_fail=lambda e: None)
     conn.state = "ready"
     sent = []
     monkeypatch.setattr(conn, "_send_now", lambda request, *args, **kwargs: sent.append(request))
@@ -65,6 +65,6 @@ def test_a_request_held_by_a_throttle_keeps_its_timeout(monkeypatch):
     fut = conn.send(request, timeout=0.05)
     assert 0 < conn.throttle_left(time.monotonic()) <= 0.05     # the client wakes up for its timeout
     time.sleep(0.06)
-    conn.check_timeouts(time.monotonic())
+    assert conn.check_timeouts(time.monotonic()) is None       # the connection goes on
     assert sent == [] and fut.done() and isinstance(fut.exception(), net.RequestTimedOutError)
     assert conn.state == "ready" and conn.throttle_left(time.monotonic()) is None

@@ -22,7 +22,7 @@ from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
 from kwire.errors import (GroupAuthorizationFailedError, TopicAuthorizationFailedError,
                           TransactionalIdAuthorizationFailedError)
-from kwire.net import Connection
+from kwire.channel import Channel
 from kwire.producer import Producer
 
 pytestmark = pytest.mark.kafka
@@ -73,13 +73,13 @@ def _as(kafka, user, **extra):
 def requests_sent(monkeypatch):
     """Requests sent, by API name, across every connection of the test."""
     sent: collections.Counter = collections.Counter()
-    real = Connection._send_now
+    real = Channel._send_now
 
     def counting(self, request, *args, **kwargs):
         sent[type(request).__name__.replace("Request", "")] += 1
         return real(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(Connection, "_send_now", counting)
+    monkeypatch.setattr(Channel, "_send_now", counting)
     return sent
 
 

@@ -29,7 +29,7 @@ import pytest
 
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
-from kwire.net import Connection
+from kwire.channel import Channel
 from kwire.producer import Producer
 from support.kafka import start_kafka
 
@@ -78,7 +78,7 @@ def quota_client(quota_kafka):
 def throttle_log(monkeypatch):
     """Throttles received, and requests sent while a throttle was on (must stay 0)."""
     seen = {"throttles": [], "early": []}
-    real_throttle, real_send = Connection._throttle, Connection._send_now
+    real_throttle, real_send = Channel._throttle, Channel._send_now
 
     def throttle(self, ms):
         seen["throttles"].append(ms)
@@ -89,8 +89,8 @@ def throttle_log(monkeypatch):
             seen["early"].append(type(request).__name__)
         return real_send(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(Connection, "_throttle", throttle)
-    monkeypatch.setattr(Connection, "_send_now", send_now)
+    monkeypatch.setattr(Channel, "_throttle", throttle)
+    monkeypatch.setattr(Channel, "_send_now", send_now)
     return seen
 
 
