@@ -37,7 +37,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kwire.channel import (CLIENT_THROTTLES_FROM, FETCH_FRAMING, FETCH_FRAMING_PER_PARTITION, FRAME_GROWTH,
                            OFFLOAD_MIN_BYTES, READ_CHUNK, RECEIVE_MESSAGE_MAX_BYTES, Channel, ConnectionLostError,
-                           RequestTimedOutError, _decode, response_limit)
+                           RequestTimedOutError, response_limit)
 from kwire.errors import KwireError, without_traceback
 from kwire.future import Future
 
@@ -46,8 +46,6 @@ __all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "canonic
            "FRAME_GROWTH", "OFFLOAD_MIN_BYTES", "READ_CHUNK", "RECEIVE_MESSAGE_MAX_BYTES", "TlsError"]
 
 log = logging.getLogger(__name__)
-
-_decode = _decode          # re-exported: tests call the response decoder directly
 
 
 def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import types
 
-from kwire import net, protocol
+from kwire import channel, net, protocol
 from kwire.channel import Channel
 
 
@@ -51,10 +51,10 @@ def test_throttle_only_from_the_kip_219_versions(monkeypatch):
     monkeypatch.setattr(protocol, "decode_response", lambda frame, cls, version: (1, resp))
     produce = protocol.message("ProduceResponse")
     for version in (5, 6):                      # before v6 the broker delayed the answer itself
-        assert net._decode(memoryview(b""), produce, version, None, seen.append) is resp
+        assert channel._decode(memoryview(b""), produce, version, None, seen.append) is resp
     assert seen == [300]
     resp.throttle_time_ms = 0
-    net._decode(memoryview(b""), produce, 9, None, seen.append)
+    channel._decode(memoryview(b""), produce, 9, None, seen.append)
     assert seen == [300]
 
 
