@@ -176,3 +176,31 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running property or fault tests")
     config.addinivalue_line("markers", "kafka: needs Apache Kafka (assembled with Maven; Java and Maven required)")
     config.addinivalue_line("markers", "cluster: needs a three-node Apache Kafka cluster (the kafka_cluster fixture)")
+
+
+@dataclass(frozen=True)
+class ClientKind:
+    """The clients a behaviour test runs with (the ``kw`` fixture): the
+    blocking ones, or kwire.aio's behind their interface
+    (tests/support/aio_bridge.py)."""
+
+    name: str
+    Producer: Any
+    Consumer: Any
+
+    @property
+    def is_aio(self) -> bool:
+        return self.name == "aio"
+
+
+@pytest.fixture(params=["sync", "aio"])
+def kw(request) -> ClientKind:
+    """Each test that takes ``kw`` runs with kwire's blocking clients and with kwire.aio's."""
+    if request.param == "sync":
+        from kwire.consumer import Consumer
+        from kwire.producer import Producer
+
+        return ClientKind("sync", Producer, Consumer)
+    from support.aio_bridge import BridgedConsumer, BridgedProducer
+
+    return ClientKind("aio", BridgedProducer, BridgedConsumer)

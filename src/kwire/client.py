@@ -41,7 +41,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Generator, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import Generation
@@ -50,7 +50,7 @@ from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
 
-__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError"]
+__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Steps"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,23 @@ STALLED = 1.0
 
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
+
+
+class Sleep:
+    """A step that waits ``seconds`` without I/O (a backoff). The other
+    steps a waiting generator yields are numbers: let the I/O run for up to
+    that many seconds. See :meth:`Client.run`."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+#: A generator of waiting steps (:class:`Sleep` or seconds of I/O) whose
+#: value is its result; :meth:`Client.run` drives one blocking,
+#: ``kwire.aio`` awaits one.
+Steps = Generator[Any, None, Any]
 
 
 class NoBrokersAvailableError(KwireError):
@@ -334,7 +351,6 @@ class Client:
         self.auto_create_topics = bool(cfg.get("allow_auto_create_topics", False) if auto_create_topics is None
                                        else auto_create_topics)
         self.cluster = ClusterMetadata()
-        self._selector = selectors.DefaultSelector()
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
@@ -357,15 +373,20 @@ class Client:
         self._jobs_lock = threading.Lock()
         self._worker: Optional[threading.Thread] = None
         self._working: Optional[Future] = None         # the future of the job the helper thread is on
+        self._closed = False
+        self._rr = itertools.count()
+        self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
+        self._logged: Dict[int, Set[str]] = {}        # the failures said per node since it last connected
+        self._init_io()
+
+    def _init_io(self) -> None:
+        """The driver's own state: a selector and the socket pair that wakes it."""
+        self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_pending = False
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._closed = False
-        self._rr = itertools.count()
-        self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
-        self._logged: Dict[int, Set[str]] = {}        # the failures said per node since it last connected
 
     # ---------------------------------------------------------- brokers
     def broker(self, node_id: int) -> Optional[Broker]:
@@ -389,11 +410,15 @@ class Client:
         broker = self.broker(node_id)
         if broker is None:
             return None
-        conn = Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
-                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)))
+        conn = self._new_connection(node_id, broker)
         self._conns[node_id] = conn
         conn.connect()
         return conn
+
+    def _new_connection(self, node_id: int, broker: Broker) -> Connection:
+        """A connection to ``broker``, not started (the driver's kind)."""
+        return Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
+                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)))
 
     def is_ready(self, node_id: int) -> bool:
         conn = self._conns.get(node_id)
@@ -585,19 +610,48 @@ class Client:
             conn.flush()
             self._update_mask(conn)
 
+    # ------------------------------------------------ waiting (steps)
+    # What waits for the network is written once, as a generator of steps
+    # (see :class:`Sleep`): :meth:`run` drives it here, blocking, with
+    # :meth:`poll`; ``kwire.aio``'s client awaits the same steps on an
+    # event loop.
+    def run(self, steps: Steps) -> Any:
+        """Drive ``steps`` to its end (blocking): a number lets the I/O run
+        for up to that many seconds (:meth:`poll`), a :class:`Sleep` waits
+        without I/O. What a step raises is raised into the generator, at
+        its ``yield``. Returns the generator's value."""
+        try:
+            want = next(steps)
+            while True:
+                try:
+                    if type(want) is Sleep:
+                        time.sleep(want.seconds)
+                    else:
+                        self.poll(want)
+                except BaseException as e:   # noqa: BLE001 - the generator's own except/finally decide
+                    want = steps.throw(e)
+                    continue
+                want = steps.send(None)
+        except StopIteration as done:
+            return done.value
+
     def request(self, node_id: int, request: Any, version: Optional[int] = None,
                 timeout: Optional[float] = None) -> Any:
         """Send and wait for the response (blocking, driving the I/O)."""
-        return self.wait(self.send(node_id, request, version), timeout)
+        return self.run(self.wait_steps(self.send(node_id, request, version), timeout))
 
     def wait(self, fut: Future, timeout: Optional[float] = None) -> Any:
         """Drive the I/O until ``fut`` is done; return its result or raise."""
+        return self.run(self.wait_steps(fut, timeout))
+
+    def wait_steps(self, fut: Future, timeout: Optional[float] = None) -> Steps:
+        """:meth:`wait` as steps."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not fut.done():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise KafkaTimeoutError(f"no response within {timeout} s")
-            self.poll(0.1 if left is None else min(left, 0.1))
+            yield 0.1 if left is None else min(left, 0.1)
         return fut.result()
 
     def request_any(self, make: Callable[[Dict[int, int]], Any], timeout: Optional[float] = None,
@@ -605,12 +659,17 @@ class Client:
         """Send ``make(versions)`` to the least loaded broker, retrying on
         another broker when the connection fails. Returns the response (the
         result of the future ``send(node, request)`` returns, when given)."""
+        return self.run(self.request_any_steps(make, timeout, retries, send=send))
+
+    def request_any_steps(self, make: Callable[[Dict[int, int]], Any], timeout: Optional[float] = None,
+                          retries: int = 3, *, send: Optional[Callable[[int, Any], Future]] = None) -> Steps:
+        """:meth:`request_any` as steps."""
         send = send or self.send
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg.get("request_timeout_ms", 30000) / 1000.0)
         last: Optional[BaseException] = None
         failures = 0
         while failures <= retries:
-            node = self.wait_for_node(deadline)
+            node = yield from self.wait_for_node_steps(deadline)
             try:
                 conn = self.connection(node)
                 if conn is None:
@@ -619,17 +678,17 @@ class Client:
                 # connection's setup within its timeout) sends the request to another one
                 # (in its reconnect backoff now, least_loaded_node passes it over) instead
                 # of the whole deadline going on this one: a dead first bootstrap address
-                self.wait_ready(node, deadline, fail_over=True)
+                yield from self.wait_ready_steps(node, deadline, fail_over=True)
             except NoBrokersAvailableError as e:
                 if not e.retriable:
                     raise
                 last = e                            # not a retry: the request never left
                 if time.monotonic() >= deadline:
                     break
-                self.poll(min(0.02, max(0.0, deadline - time.monotonic())))   # every broker in backoff: no spin
+                yield min(0.02, max(0.0, deadline - time.monotonic()))   # every broker in backoff: no spin
                 continue
             try:
-                return self.wait(send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
+                return (yield from self.wait_steps(send(node, make(conn.versions)), max(0.0, deadline - time.monotonic())))
             except (ConnectionLostError, NoBrokersAvailableError) as e:
                 if not e.retriable:
                     raise
@@ -637,10 +696,15 @@ class Client:
                 failures += 1
                 if time.monotonic() >= deadline:
                     break
-                time.sleep(min(self.cfg.get("retry_backoff_ms", 100) / 1000.0, max(0.0, deadline - time.monotonic())))
+                yield Sleep(min(self.cfg.get("retry_backoff_ms", 100) / 1000.0, max(0.0, deadline - time.monotonic())))
         raise last if last is not None else NoBrokersAvailableError("no broker reachable")
 
     def wait_for_node(self, deadline: float) -> int:
+        return self.run(self.wait_for_node_steps(deadline))
+
+    def wait_for_node_steps(self, deadline: float) -> Steps:
+        """A broker to send to (:meth:`least_loaded_node`), waiting until
+        ``deadline`` for one."""
         while True:
             node = self.least_loaded_node()
             if node is not None:
@@ -650,7 +714,7 @@ class Client:
                 raise NoBrokersAvailableError(
                     "no broker of " + ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap) + " could be reached"
                     + (f" (last errors: {why})" if why else ""))
-            self.poll(0.05)
+            yield 0.05
 
     def last_errors(self, most: int = 3) -> str:
         """Why the brokers known now (the bootstrap servers before any
@@ -662,6 +726,9 @@ class Client:
         return "; ".join(why[:most]) + (", ..." if len(why) > most else "")
 
     def wait_ready(self, node_id: int, deadline: float, *, fail_over: bool = False) -> Connection:
+        return self.run(self.wait_ready_steps(node_id, deadline, fail_over=fail_over))
+
+    def wait_ready_steps(self, node_id: int, deadline: float, *, fail_over: bool = False) -> Steps:
         """Connect to ``node_id`` and wait until its setup is done. A
         non-retriable failure (TLS refused, SASL refused) is raised at once;
         otherwise :class:`NoBrokersAvailableError` at ``deadline``, naming the
@@ -685,9 +752,9 @@ class Client:
                                               + (f" (last error: {err})" if err is not None else ""))
             if conn is None or conn.closed:
                 not_before = self._backoff.get(node_id, (0.0, 0.0))[0]
-                time.sleep(max(0.001, min(not_before - now, deadline - now, 0.1)))
+                yield Sleep(max(0.001, min(not_before - now, deadline - now, 0.1)))
                 continue
-            self.poll(min(0.1, max(0.0, deadline - now)))
+            yield min(0.1, max(0.0, deadline - now))
 
     def _last_error(self, node_id: int) -> Optional[BaseException]:
         return self._errors.get(node_id)
@@ -738,10 +805,14 @@ class Client:
         """Fetch metadata now (blocking) for ``topics`` (None: the topics this
         client follows; all topics if it follows all). On a timeout the
         refresh goes on, and is taken in when it completes."""
+        return self.run(self.refresh_metadata_steps(topics, timeout))
+
+    def refresh_metadata_steps(self, topics: Optional[Iterable[str]] = None, timeout: Optional[float] = None) -> Steps:
+        """:meth:`refresh_metadata` as steps."""
         wanted = self._metadata_topics if topics is None else set(topics)
         requested = None if wanted is None else frozenset(wanted)
-        self.request_any(lambda v: self.metadata_request(v, requested), timeout,
-                         send=lambda node, req: self._send_metadata(node, req, requested))
+        yield from self.request_any_steps(lambda v: self.metadata_request(v, requested), timeout,
+                                          send=lambda node, req: self._send_metadata(node, req, requested))
         if topics is None:
             self._metadata_wanted = False
         return self.cluster
@@ -906,14 +977,7 @@ class Client:
         self._maybe_update_metadata()
         for conn in list(self._conns.values()):
             self._update_mask(conn)
-        now = time.monotonic()
-        due = self._metadata_due(now)
-        if due is not None and 0 < due < timeout:
-            timeout = due             # a refresh waiting out its backoff goes when it ends
-        for conn in self._conns.values():
-            left = conn.throttle_left(now)
-            if left is not None and left < timeout:
-                timeout = left        # requests held by a quota's throttle (KIP-219) go when it ends
+        timeout = min(timeout, self._next_due(time.monotonic()))
         events = self._selector.select(timeout)
         for key, ev in events:
             conn = key.data
@@ -927,6 +991,24 @@ class Client:
                 continue
             conn.on_io(bool(ev & selectors.EVENT_READ), bool(ev & selectors.EVENT_WRITE))
             self._update_mask(conn)
+        self.tick()
+
+    def _next_due(self, now: float) -> float:
+        """Seconds until :meth:`tick` has something to start: a metadata
+        refresh waiting out its backoff, requests held by a quota's
+        throttle (KIP-219); infinity when neither."""
+        due = self._metadata_due(now)
+        timeout = float("inf") if due is None or due <= 0 else due
+        for conn in self._conns.values():
+            left = conn.throttle_left(now)
+            if left is not None and left < timeout:
+                timeout = left
+        return timeout
+
+    def tick(self) -> None:
+        """What follows I/O, whichever driver did it: complete the helper
+        thread's decodes, check deadlines, close idle connections, start a
+        metadata refresh that is due."""
         self._complete_offloaded()
         now = time.monotonic()
         idle = self.cfg.get("connections_max_idle_ms", 540000)
@@ -935,6 +1017,11 @@ class Client:
             if 0 <= idle and conn.idle() and (now - conn.last_activity) * 1000 > idle:
                 conn.close(ConnectionLostError(f"idle for more than {idle} ms"), quiet=True)
         self._maybe_update_metadata()
+
+    def _close_io(self) -> None:
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def close(self) -> None:
         """Close every connection; fail what is in flight. A decode on the
@@ -956,8 +1043,6 @@ class Client:
         for fut in jobs:
             if not fut.done():
                 fut.set_exception(ConnectionLostError("client closed"))
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._close_io()
         if worker is not None and worker is not threading.current_thread():
             worker.join(_WORKER_JOIN)

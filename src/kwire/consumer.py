@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import numbers
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from kwire._codec import Record
-from kwire.client import Client
+from kwire.client import Client, Steps
 from kwire.config import CONSUMER, check_group_protocol, resolve
 from kwire.errors import KwireError, without_traceback
 from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError, _PartitionState
@@ -84,9 +84,11 @@ class Consumer(Fetcher):
     or :meth:`poll_columnar` (one ``pyarrow.RecordBatch`` per partition).
     """
 
+    _client_class = Client     # kwire.aio's consumer drives the same logic on an event loop's client
+
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(CONSUMER, config, kwargs, what="consumer", check=check_group_protocol)
-        self._client = Client(self.cfg)
+        self._client = self._client_class(self.cfg)
         self._states: Dict[TopicPartition, _PartitionState] = {}
         self._init_fetcher()
         self._raised_last = False     # the last poll raised a held error: this one returns records first
@@ -209,7 +211,7 @@ class Consumer(Fetcher):
                 self._group.wait_for_positions([tp], timeout)
             if st.position is None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                self._resolve_positions([TopicPartition(*tp)], left)
+                self._client.run(self._resolve_positions_steps([TopicPartition(*tp)], left))
         assert st.position is not None
         return st.position
 
@@ -219,17 +221,24 @@ class Consumer(Fetcher):
 
     # ---------------------------------------------------------- offsets
     def beginning_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
-        return {tp: o for tp, (o, _) in self._list_offsets({TopicPartition(*t): EARLIEST for t in tps}, timeout).items()}
+        return self._client.run(self._offsets_steps(tps, EARLIEST, timeout))
 
     def end_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
         """The log end offsets (for read_committed: the last stable offsets)."""
-        return {tp: o for tp, (o, _) in self._list_offsets({TopicPartition(*t): LATEST for t in tps}, timeout).items()}
+        return self._client.run(self._offsets_steps(tps, LATEST, timeout))
+
+    def _offsets_steps(self, tps: Iterable[Tuple[str, int]], which: int, timeout: Optional[float]) -> Steps:
+        found = yield from self._list_offsets_steps({TopicPartition(*t): which for t in tps}, timeout)
+        return {tp: o for tp, (o, _) in found.items()}
 
     def offsets_for_times(self, timestamps: Mapping[Tuple[str, int], int],
                           timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """Per partition, the earliest offset whose timestamp is at least the
         given one (ms), or None when there is none."""
-        got = self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout)
+        return self._client.run(self._offsets_for_times_steps(timestamps, timeout))
+
+    def _offsets_for_times_steps(self, timestamps: Mapping[Tuple[str, int], int], timeout: Optional[float]) -> Steps:
+        got = yield from self._list_offsets_steps({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout)
         return {tp: (None if o < 0 else OffsetAndTimestamp(o, ts)) for tp, (o, ts) in got.items()}
 
     # ------------------------------------------------------------- poll
@@ -244,8 +253,11 @@ class Consumer(Fetcher):
         position, raised again by later polls (every other poll while other
         partitions have records, so they keep flowing) until :meth:`seek`
         moves the position; the partition is not fetched meanwhile."""
+        return self._poll(self._poll_steps(timeout_ms, self._records_taker(max_records)))
+
+    def _records_taker(self, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, List[Record]]]:
         limit = self.cfg["max_poll_records"] if max_records is None else _positive("max_records", max_records)
-        return self._poll(timeout_ms, lambda: self._take_records(limit))
+        return lambda: self._take_records(limit)
 
     def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms",
                       max_records: Optional[int] = None) -> Dict[TopicPartition, Any]:
@@ -256,16 +268,26 @@ class Consumer(Fetcher):
         when given, at most ``max_records`` rows in all (``max_poll_records``
         does not apply: columnar readers want large batches). Errors as in
         :meth:`poll`."""
+        return self._poll(self._poll_steps(timeout_ms, self._columnar_taker(timestamp_unit, max_records)))
+
+    def _columnar_taker(self, timestamp_unit: str, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, Any]]:
         if timestamp_unit not in ("ms", "us"):
             raise ValueError("timestamp_unit must be 'ms' or 'us'")
         if max_records is not None:
             _positive("max_records", max_records)
-        return self._poll(timeout_ms, lambda: self._take_columnar(timestamp_unit, max_records))
+        return lambda: self._take_columnar(timestamp_unit, max_records)
 
-    def _poll(self, timeout_ms: int, take: Any) -> Dict[TopicPartition, Any]:
+    def _poll(self, steps: Steps) -> Dict[TopicPartition, Any]:
+        out = self._client.run(steps)
+        if out:
+            self._client.poll(0)      # the fetches just sent go out while the caller works
+        return out
+
+    def _poll_steps(self, timeout_ms: int, take: Callable[[], Dict[TopicPartition, Any]]) -> Steps:
         """Take what is buffered, or wait for it up to ``timeout_ms``. Waits
-        only in the client's poll: every request it needs goes out and is
-        answered in the background."""
+        only for the client's I/O: every request it needs goes out and is
+        answered in the background. Nothing is awaited once records are
+        taken: a wait cancelled (``kwire.aio``) loses none."""
         if self._closed:
             raise KwireError("consumer is closed")
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
@@ -277,23 +299,22 @@ class Consumer(Fetcher):
                 self._group.on_poll()     # rebalances, listener callbacks, auto commit
             self._lookup_positions()
             if may_raise:
-                self._raise_pending_errors()
+                yield from self._raise_pending_errors()
             out = take()
             self._send_fetches()          # prefetch while the caller works
             if out:
-                self._client.poll(0)
                 return out
-            self._raise_pending_errors()  # no records to return: a held error (maybe just found) now
+            yield from self._raise_pending_errors()  # no records to return: a held error (maybe just found) now
             may_raise = True
             left = deadline - time.monotonic()
             if left <= 0 and turned:
                 return {}
             # at least one turn, even with no time left: poll(0) alone must send and read, or a caller
             # that never waits would never get a record
-            self._client.poll(0 if left <= 0 or self._decodable() else min(left, 0.1))
+            yield 0.0 if left <= 0 or self._decodable() else min(left, 0.1)
             turned = True
 
-    def _raise_pending_errors(self) -> None:
+    def _raise_pending_errors(self) -> Steps:
         """Raise an error held for a partition whose buffered records are
         all out: a one-shot error (forgotten as it is raised), or the corrupt
         batch at the partition's position, raised as a new copy each time so
@@ -305,7 +326,7 @@ class Consumer(Fetcher):
             return
         # one network turn first: a caller that polls again at once after each raise must not keep
         # the answers to the other partitions' fetches unread
-        self._client.poll(0)
+        yield 0.0
         st = self._states[held[self._error_turn % len(held)]]
         self._error_turn += 1
         self._raised_last = True

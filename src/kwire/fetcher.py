@@ -46,7 +46,7 @@ from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, 
 
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
-from kwire.client import STALLED, Client
+from kwire.client import STALLED, Client, Sleep, Steps
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -175,6 +175,13 @@ class Fetcher:
 
     # ------------------------------------------------ positions (ListOffsets)
     def _list_offsets(self, query: Dict[TopicPartition, int], timeout: Optional[float]) -> Dict[TopicPartition, Tuple[int, int]]:
+        return self._client.run(self._list_offsets_steps(query, timeout))
+
+    def _list_offsets_steps(self, query: Dict[TopicPartition, int], timeout: Optional[float]) -> Steps:
+        """ListOffsets for ``query`` ({partition: timestamp, EARLIEST or
+        LATEST}) at the partitions' leaders, retried until ``timeout``
+        (default ``request_timeout_ms``): {partition: (offset, timestamp)}.
+        Steps (:meth:`kwire.client.Client.run`)."""
         client = self._client
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         client.add_topics({tp.topic for tp in query})
@@ -192,18 +199,18 @@ class Fetcher:
                 else:
                     by_node[leader][tp] = ts
             if missing:
-                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+                yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
                 if not by_node:
                     if any(client.cluster.leader_for(*tp) is None for tp in todo):
-                        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))   # still unknown: back off
+                        yield Sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))   # still unknown: back off
                     continue
             futures = {}
             for node, parts in by_node.items():
-                conn = client.wait_ready(node, deadline)
+                conn = yield from client.wait_ready_steps(node, deadline)
                 futures[node] = (parts, client.send(node, self._list_offsets_request(conn.versions, parts)))
             retry = False
             for node, (parts, fut) in futures.items():
-                resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+                resp = yield from client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
                 for t in resp.topics:
                     for p in t.partitions:
                         tp = TopicPartition(t.name, p.partition_index)
@@ -223,8 +230,8 @@ class Fetcher:
                             out[tp] = (p.offset, p.timestamp)
                         del todo[tp]
             if retry:
-                time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
-                client.refresh_metadata(timeout=max(0.1, deadline - time.monotonic()))
+                yield Sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
+                yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
         return out
 
     def _list_offsets_request(self, versions: Dict[int, int], parts: Dict[TopicPartition, int]) -> Any:
@@ -236,7 +243,7 @@ class Fetcher:
                    topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
                    timeout_ms=self.cfg["request_timeout_ms"])
 
-    def _resolve_positions(self, tps: Sequence[TopicPartition], timeout: Optional[float] = None) -> None:
+    def _resolve_positions_steps(self, tps: Sequence[TopicPartition], timeout: Optional[float] = None) -> Steps:
         """Look up the positions of ``tps`` now, waiting up to ``timeout``
         (for ``Consumer.position``; a poll looks them up without waiting)."""
         query = {}
@@ -249,7 +256,8 @@ class Fetcher:
                 raise self._no_position(tp)
             query[tp] = reset
         if query:
-            for tp, (offset, _) in self._list_offsets(query, timeout).items():
+            found = yield from self._list_offsets_steps(query, timeout)
+            for tp, (offset, _) in found.items():
                 st = self._states[tp]
                 st.position, st.reset = offset, None
 

@@ -48,7 +48,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tup
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
                           SendingProducer, build_batches, restamp_batch)
-from kwire.client import STALLED, Client
+from kwire.client import STALLED, Client, Sleep, Steps
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
@@ -109,6 +109,8 @@ class Producer(SendingProducer):
     manager, or call :meth:`close`.
     """
 
+    _client_class = Client     # kwire.aio's producer drives the same logic on an event loop's client
+
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(PRODUCER, config, kwargs, what="producer")
         cfg = self.cfg
@@ -118,7 +120,7 @@ class Producer(SendingProducer):
             cfg["enable_idempotence"] = False      # implicit default yields to an explicit acks
         if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > 5:
             raise KwireError("enable_idempotence allows at most 5 requests in flight per connection")
-        self._client = Client(cfg, auto_create_topics=True)
+        self._client = self._client_class(cfg, auto_create_topics=True)
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
         # the send state's one owner: partitioning, the open batches, the bytes buffered, sealing
@@ -164,6 +166,9 @@ class Producer(SendingProducer):
         self._error_context = {"transactional_id": cfg["transactional_id"]} if self._txn is not None else {}
         self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
+        self._start_sender()
+
+    def _start_sender(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)
         self._thread.start()
 
@@ -239,11 +244,7 @@ class Producer(SendingProducer):
         """Send everything queued now and wait until it is acknowledged (or
         failed: a record's error is on its own future). Raises
         :class:`KafkaTimeoutError` if that takes longer than ``timeout`` s."""
-        with self._lock:
-            self._acc.seal_all()
-            futures = [b.future for b in self._sealed_batches]
-            self._flushing += 1
-        self._client.wakeup()
+        futures = self._flush_start()
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             for f in futures:       # result(), not done(): it returns once the records' callbacks have run
@@ -259,6 +260,16 @@ class Producer(SendingProducer):
             with self._lock:
                 self._flushing -= 1
 
+    def _flush_start(self) -> List[Future]:
+        """Seal every open batch and send at once (until the flush ends:
+        ``_flushing -= 1``); the futures of every batch not yet done."""
+        with self._lock:
+            self._acc.seal_all()
+            futures = [b.future for b in self._sealed_batches]
+            self._flushing += 1
+        self._client.wakeup()
+        return futures
+
     def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued and wait up to ``timeout`` s (None: until
         every record is acknowledged or failed, which ``delivery_timeout_ms``
@@ -268,15 +279,7 @@ class Producer(SendingProducer):
         finish its turn)."""
         if self._closed:
             return
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        with self._lock:
-            self._closing = True
-            if deadline is not None and (self._close_deadline is None or deadline < self._close_deadline):
-                self._close_deadline = deadline
-            self._acc.closed = True
-            self._acc.enabled = False
-            self._room.notify_all()            # sends waiting for room give up
-        self._client.wakeup()
+        deadline = self._close_start(timeout)
         if threading.current_thread() is self._thread:      # from a callback: the thread ends after this turn
             with self._lock:
                 self._close_deadline = time.monotonic()
@@ -286,6 +289,20 @@ class Producer(SendingProducer):
             log.warning("kwire producer: the sender thread did not end within %.1f s of close()'s timeout; "
                         "it ends after its current turn", CLOSE_GRACE)
         self._closed = True
+
+    def _close_start(self, timeout: Optional[float]) -> Optional[float]:
+        """Refuse new sends, and have the sender end once what is queued is
+        done or at ``timeout`` s from now (the deadline returned)."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            self._closing = True
+            if deadline is not None and (self._close_deadline is None or deadline < self._close_deadline):
+                self._close_deadline = deadline
+            self._acc.closed = True
+            self._acc.enabled = False
+            self._room.notify_all()            # sends waiting for room give up
+        self._client.wakeup()
+        return deadline
 
     # ----------------------------------------------------- transactions
     def _transactions(self) -> Any:
@@ -338,6 +355,11 @@ class Producer(SendingProducer):
         afresh); a topic that does not exist, and that the broker does not
         create (its ``auto.create.topics.enable`` is off), raises
         :class:`KafkaTimeoutError` saying so at ``deadline``."""
+        return self._client.run(self._wait_partitions_steps(topic, deadline, need))
+
+    def _wait_partitions_steps(self, topic: str, deadline: float, need: int = 1) -> Steps:
+        """:meth:`_wait_partitions` as steps: they only sleep (the sender
+        thread or task does the I/O)."""
         client = self._client
         client.add_topics([topic])
         fresh = client.request_metadata_update() if need > 1 else 0
@@ -347,12 +369,7 @@ class Producer(SendingProducer):
             if parts and ((client.cluster.partition_count(topic) or 0) >= need
                           or client.cluster.generation.value >= fresh or time.monotonic() >= deadline):
                 return parts
-            if self._closing:
-                raise ProducerClosedError("the producer was closed while waiting for metadata")
-            refused = client.cluster.refused(topic)
-            if refused is not None:
-                client.discard_topics([topic])
-                raise refused
+            self._check_waiting_metadata(topic)
             if time.monotonic() >= deadline:
                 err = client.cluster.topic_errors.get(topic)
                 if err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
@@ -364,7 +381,18 @@ class Producer(SendingProducer):
                 raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms"
                                         + (f" (broker error {protocol.error_for(err).__class__.__name__})" if err else "")
                                         + (f"; the brokers could not be reached: {why}" if why else ""))
-            time.sleep(0.005)
+            yield Sleep(0.005)
+
+    def _check_waiting_metadata(self, topic: str) -> None:
+        """Raise what ends a wait for ``topic``'s metadata: the producer
+        closed, or the broker refuses the topic for good (then its metadata
+        is no longer asked for; a later send asks afresh)."""
+        if self._closing:
+            raise ProducerClosedError("the producer was closed while waiting for metadata")
+        refused = self._client.cluster.refused(topic)
+        if refused is not None:
+            self._client.discard_topics([topic])
+            raise refused
 
     # -------------------------------------------------------- buffering
     def _wait_room(self, deadline: float) -> None:
@@ -375,14 +403,20 @@ class Producer(SendingProducer):
         while self._acc.buffered >= limit:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise BufferFullError(
-                    f"buffer_memory ({limit} bytes) full for max_block_ms; the brokers "
-                    "are not keeping up or cannot be reached")
+                raise self._no_room()
             self._room.wait(left)
-            if self._fatal is not None:
-                raise self._fatal
-            if self._closing:
-                raise ProducerClosedError("the producer was closed while send() waited for room")
+            self._check_waiting_room()
+
+    def _no_room(self) -> BufferFullError:
+        return BufferFullError(f"buffer_memory ({self.cfg['buffer_memory']} bytes) full for max_block_ms; the "
+                               "brokers are not keeping up or cannot be reached")
+
+    def _check_waiting_room(self) -> None:
+        """Raise what ends a wait for room: the producer failed or closed."""
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closing:
+            raise ProducerClosedError("the producer was closed while send() waited for room")
 
     def _sealed(self, tp: Tuple[str, int], batch: _Batch) -> None:
         """The Accumulator sealed ``batch`` (lock held): it waits to be sent."""
@@ -406,11 +440,14 @@ class Producer(SendingProducer):
         """The sender thread: turns until closed (and done, or past the
         close deadline); then it fails what is left and closes the client,
         which only this thread uses."""
+        self._client.run(self._sender_steps())
+
+    def _sender_steps(self) -> Steps:
+        """The sender's turns (:meth:`_run`, or ``kwire.aio``'s sender task)."""
         client = self._client
         try:
             while not (self._closing and (self._idle() or self._close_due())):
-                timeout = self._sender_turn()
-                client.poll(timeout)
+                yield self._sender_turn()
         except Exception as e:  # a bug here must not leave senders waiting for ever
             log.exception("kwire producer sender thread failed")
             self._fail_all(KwireError(f"producer sender thread failed: {e!r}"))

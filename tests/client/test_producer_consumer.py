@@ -22,9 +22,14 @@ def _topic(admin_bootstrap: str, partitions: int = 1) -> str:
     return name
 
 
-def _consume_all(bootstrap, topic, partitions, n, **cfg):
+class _SYNC:      # the blocking clients, for the tests that are not run with both kinds (kw)
+    Producer = Producer
+    Consumer = Consumer
+
+
+def _consume_all(kw, bootstrap, topic, partitions, n, **cfg):
     got = []
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **cfg) as c:
+    with kw.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **cfg) as c:
         c.assign([(topic, p) for p in range(partitions)])
         deadline = time.monotonic() + 30
         while len(got) < n and time.monotonic() < deadline:
@@ -34,10 +39,10 @@ def _consume_all(bootstrap, topic, partitions, n, **cfg):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_round_trip_every_codec(broker, codec):
+def test_round_trip_every_codec(kw, broker, codec):
     topic = _topic(broker.bootstrap, 3)
     sent = []
-    with Producer(bootstrap_servers=broker.bootstrap, compression_type=codec, linger_ms=2) as p:
+    with kw.Producer(bootstrap_servers=broker.bootstrap, compression_type=codec, linger_ms=2) as p:
         futs = []
         for i in range(3000):
             key = None if i % 7 == 0 else b"key-%d" % (i % 50)
@@ -46,7 +51,7 @@ def test_round_trip_every_codec(broker, codec):
             futs.append(p.send(topic, value, key=key, headers=headers))
             sent.append((key, value, tuple(headers or ())))
         metas = [f.get(30) for f in futs]
-    got = _consume_all(broker.bootstrap, topic, 3, len(sent))
+    got = _consume_all(kw, broker.bootstrap, topic, 3, len(sent))
     assert len(got) == len(sent)
     by_pos = {(p, r.offset): r for p, r in got}
     for (key, value, headers), meta in zip(sent, metas):
@@ -73,10 +78,10 @@ def test_keyed_partitioning_matches_librdkafka(broker):
     assert ours == placed
 
 
-def test_acks_and_idempotence(broker):
+def test_acks_and_idempotence(kw, broker):
     topic = _topic(broker.bootstrap, 1)
     for acks in ("0", "1", "all"):
-        with Producer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
+        with kw.Producer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
             metas = [p.send(topic, b"a%s" % acks.encode(), partition=0) for _ in range(10)]
             p.flush(30)
             assert all(m.done() for m in metas)      # flush waited for every batch, in flight too
@@ -85,19 +90,19 @@ def test_acks_and_idempotence(broker):
             assert offs == [-1] * 10          # no response: offsets unknown, as in Kafka's clients
         else:
             assert offs == list(range(offs[0], offs[0] + 10))
-    got = _consume_all(broker.bootstrap, topic, 1, 30)
+    got = _consume_all(kw, broker.bootstrap, topic, 1, 30)
     assert len(got) == 30
     idem = [r for _, r in got if r.batch.producer_id >= 0]
     assert idem and all(r.batch.base_sequence >= 0 for r in idem)   # acks=all: idempotent batches
 
 
-def test_consumer_positions_seek_and_reset(broker):
+def test_consumer_positions_seek_and_reset(kw, broker):
     topic = _topic(broker.bootstrap, 1)
-    with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as p:
+    with kw.Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as p:
         for i in range(20):
             p.send(topic, b"%d" % i, partition=0, timestamp_ms=1_700_000_000_000 + i * 1000).get(10)
     tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
         c.assign([tp])
         assert c.position(tp) == 0
         c.seek(tp, 15)
@@ -115,21 +120,22 @@ def test_consumer_positions_seek_and_reset(broker):
         if broker.is_tansu:
             # Tansu 0.6.0 answers a fetch past the end with no data and no error, so feed the
             # consumer a constructed answer carrying OFFSET_OUT_OF_RANGE, as Kafka sends
-            _deliver_fetch_error(c, tp, 1)
-            assert c._states[tp].position is None
+            inner = c.aio._c if kw.is_aio else c
+            (c._loop.call if kw.is_aio else (lambda f, *a: f(*a)))(_deliver_fetch_error, inner, tp, 1)
+            assert inner._states[tp].position is None
         # (Apache Kafka answers OFFSET_OUT_OF_RANGE itself: the polls below reset the position)
         again = []
         deadline = time.monotonic() + 10
         while not again and time.monotonic() < deadline:
             again = c.poll(1000, max_records=1).get(tp, [])
         assert again[0].offset == 0
-    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
         c.assign([tp])
         with pytest.raises(NoOffsetForPartitionError):
             c.poll(100)
     if broker.is_kafka:
         # a position past the end with auto_offset_reset="none": Kafka's OFFSET_OUT_OF_RANGE is raised
-        with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
+        with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as c:
             c.assign([tp])
             c.seek(tp, 10_000)
             deadline = time.monotonic() + 10
@@ -139,7 +145,7 @@ def test_consumer_positions_seek_and_reset(broker):
 
 
 @pytest.mark.parametrize("wait_ms", [0, 500])
-def test_poll_zero_alone_gets_records(broker, wait_ms):
+def test_poll_zero_alone_gets_records(kw, broker, wait_ms):
     """A caller that only ever polls with timeout 0 (a loop of its own) gets
     every record: poll(0) gives the I/O a turn. (It gave none: requests
     went unsent and answers unread, and such a caller never got a record.)"""
@@ -148,10 +154,10 @@ def test_poll_zero_alone_gets_records(broker, wait_ms):
         wait_ms = 1
     topic = _topic(broker.bootstrap, 1)
     tp = TopicPartition(topic, 0)
-    with Producer(bootstrap_servers=broker.bootstrap) as p:
+    with kw.Producer(bootstrap_servers=broker.bootstrap) as p:
         for i in range(100):
             p.send(topic, b"v%d" % i, partition=0)
-    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=wait_ms) as c:
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=wait_ms) as c:
         c.assign([tp])
         got = []
         deadline = time.monotonic() + 15
@@ -178,14 +184,14 @@ def _deliver_fetch_error(consumer, tp, code):
     consumer._on_fetch(node, {tp: consumer.position(tp)}, fut, {tp: -1})
 
 
-def test_columnar_poll(broker):
+def test_columnar_poll(kw, broker):
     topic = _topic(broker.bootstrap, 2)
-    with Producer(bootstrap_servers=broker.bootstrap, compression_type="lz4") as p:
+    with kw.Producer(bootstrap_servers=broker.bootstrap, compression_type="lz4") as p:
         for i in range(1000):
             p.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("h", b"x")] if i % 2 else None)
     for unit in ("ms", "us"):
         rows = 0
-        with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
+        with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
             c.assign([(topic, 0), (topic, 1)])
             deadline = time.monotonic() + 20
             while rows < 1000 and time.monotonic() < deadline:
@@ -200,7 +206,7 @@ def test_columnar_poll(broker):
 
 
 @pytest.mark.parametrize("columnar", [False, True])
-def test_poll_decodes_a_bounded_chunk(broker, columnar):
+def test_poll_decodes_a_bounded_chunk(kw, broker, columnar):
     """A fetch brings ~1 MB of zstd data that decompresses to ~4 MB; with
     max_poll_bytes=256 KiB each poll decodes at most that much (plus one
     batch) and the rest stays compressed in the buffer: every record comes
@@ -208,12 +214,12 @@ def test_poll_decodes_a_bounded_chunk(broker, columnar):
     topic = _topic(broker.bootstrap, 1)
     value = b"0123456789abcdef" * 64
     n = 4000
-    with Producer(bootstrap_servers=broker.bootstrap, compression_type="zstd", batch_size=32768, linger_ms=5) as p:
+    with kw.Producer(bootstrap_servers=broker.bootstrap, compression_type="zstd", batch_size=32768, linger_ms=5) as p:
         for i in range(n):
             p.send(topic, value, key=b"%08d" % i, partition=0)
     budget, batch_bytes = 256 * 1024, 32768 * 2
     offsets = []
-    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", max_poll_bytes=budget,
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", max_poll_bytes=budget,
                   max_poll_records=n) as c:
         c.assign([(topic, 0)])
         deadline = time.monotonic() + 30
@@ -269,7 +275,7 @@ def test_peers_read_what_kwire_writes_and_kwire_reads_theirs(broker):
     for i in range(100):
         p.produce(other, b"rd-%d" % i, key=b"k", partition=0, headers=[("x", b"%d" % i)])
     p.flush(30)
-    got = _consume_all(broker.bootstrap, other, 1, 100)
+    got = _consume_all(_SYNC, broker.bootstrap, other, 1, 100)
     assert [(r.offset, r.value, r.headers) for _, r in got] == [(i, b"rd-%d" % i, (("x", b"%d" % i),)) for i in range(100)]
 
 
@@ -311,7 +317,7 @@ def test_aiokafka_both_ways(broker):
     other = _topic(broker.bootstrap, 1)
     seen = asyncio.run(read_and_write())
     assert seen == [(i, b"k%d" % i, b"kw-%d" % i, (("h", b"%d" % i),)) for i in range(50)]
-    got = _consume_all(broker.bootstrap, other, 1, 50)
+    got = _consume_all(_SYNC, broker.bootstrap, other, 1, 50)
     assert [(r.offset, r.key, r.value) for _, r in got] == [(i, None if i % 2 else b"x", b"aio-%d" % i)
                                                           for i in range(50)]
     if broker.is_kafka:
@@ -327,15 +333,15 @@ def _wait_for_read_ahead(c, tp):
     assert c._buffer[tp].end_offset is not None and c._ahead[tp].rest.nbytes
 
 
-def _fill_partition_0(bootstrap: str, topic: str, n: int) -> TopicPartition:
+def _fill_partition_0(kw, bootstrap: str, topic: str, n: int) -> TopicPartition:
     """``n`` records of 206 bytes in partition 0, in 16 KiB batches."""
-    with Producer(bootstrap_servers=bootstrap, batch_size=16384, linger_ms=2) as p:
+    with kw.Producer(bootstrap_servers=bootstrap, batch_size=16384, linger_ms=2) as p:
         for i in range(n):
             p.send(topic, b"%05d" % i + b"-" * 200, partition=0)
     return TopicPartition(topic, 0)
 
 
-def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(broker):
+def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(kw, broker):
     """A broker answers a connection's requests one at a time (Apache Kafka
     and Tansu alike), and a fetch of partitions with nothing to read waits
     ``fetch_max_wait_ms`` there. So partitions without records to read (or
@@ -345,8 +351,8 @@ def test_caught_up_partitions_do_not_hold_up_the_fetches_behind_them(broker):
     still arrive in less than one wait."""
     topic = _topic(broker.bootstrap, 4)
     n = 6000
-    tp = _fill_partition_0(broker.bootstrap, topic, n)
-    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
+    tp = _fill_partition_0(kw, broker.bootstrap, topic, n)
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=20000,
                   fetch_max_bytes=4 * 65536, max_in_flight_fetches=4) as c:
         c.assign([(topic, p) for p in range(4)])
         start = time.monotonic()
@@ -362,7 +368,7 @@ def test_read_ahead_keeps_order_and_drops_on_seek(broker):
     order, and a seek forgets both."""
     topic = _topic(broker.bootstrap, 1)
     n = 6000
-    tp = _fill_partition_0(broker.bootstrap, topic, n)
+    tp = _fill_partition_0(_SYNC, broker.bootstrap, topic, n)
     with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", fetch_max_bytes=4 * 65536,
                   max_poll_records=20) as c:
         c.assign([tp])

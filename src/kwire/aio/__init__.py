@@ -1,0 +1,16 @@
+"""asyncio clients on the same core as the blocking ones:
+:class:`AsyncProducer` and :class:`AsyncConsumer`, with the blocking
+clients' names and options.
+
+One client, two drivers: the logic (connections and their Kafka side,
+metadata, fetching, batching, retries) is the blocking clients' own, and
+what waits is written once as steps (:meth:`kwire.client.Client.run`); here
+an event loop drives it (:mod:`kwire.aio.client`), its connections asyncio
+transports (:mod:`kwire.aio.net`). Works on asyncio's default loop and on
+uvloop. Each client belongs to the loop it was made in.
+"""
+
+from kwire.aio.consumer import AsyncConsumer
+from kwire.aio.producer import AsyncProducer, WouldBlockError
+
+__all__ = ["AsyncConsumer", "AsyncProducer", "WouldBlockError"]

@@ -1,0 +1,201 @@
+"""The asyncio consumer: :class:`AsyncConsumer`, :class:`kwire.Consumer`'s
+logic (fetch scheduling, read-ahead, positions, decoding in the compiled
+core) on an event loop.
+
+The methods that wait are coroutines that await the same steps the blocking
+consumer runs (:meth:`kwire.client.Client.run`); the others (``assign``,
+``seek``, ``assignment``, ``highwater``, ``lag``) are plain methods, as
+they never wait. Options and names are :class:`kwire.Consumer`'s.
+
+Cancellation: a cancelled :meth:`AsyncConsumer.getmany` (or ``poll``,
+``getone``, ``poll_columnar``) returns nothing and loses nothing. The wait
+is the only place it can be cancelled, and records are taken from the
+buffer only after the last wait, so the next call returns them.
+
+``async for record in consumer`` and :meth:`AsyncConsumer.getone` take
+records a poll at a time and hand them out one by one; those not handed out
+yet (the loop left with ``break``) are held, and come first from the next
+call. :meth:`AsyncConsumer.position` counts them as not returned, and
+``seek`` drops them for its partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from kwire._codec import Record
+from kwire.aio.client import AioClient
+from kwire.consumer import Consumer
+from kwire.errors import KwireError
+from kwire.types import OffsetAndTimestamp, TopicPartition
+
+__all__ = ["AsyncConsumer"]
+
+
+class _LoopConsumer(Consumer):
+    """:class:`kwire.Consumer` whose client is the event loop's."""
+
+    _client_class = AioClient
+
+
+class AsyncConsumer:
+    """A Kafka consumer for asyncio (manual assignment).
+
+    ``AsyncConsumer({"bootstrap.servers": ...}, auto_offset_reset="earliest")``,
+    made inside a running event loop (it belongs to that loop); use it as
+    ``async with``, or ``await`` :meth:`close`. :meth:`assign` the
+    partitions, then ``await`` :meth:`getmany` (records per partition),
+    :meth:`poll_columnar` (a ``pyarrow.RecordBatch`` per partition), or
+    iterate: ``async for record in consumer``.
+    """
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
+        self._c = _LoopConsumer(config, **kwargs)
+        if self._c._group is not None:
+            self._c.close()
+            raise KwireError("kwire.aio: consumer groups (group_id) are not available in AsyncConsumer yet; "
+                             "assign() partitions and track offsets, or use kwire.Consumer")
+        self._client: AioClient = self._c._client
+        self.cfg = self._c.cfg
+        self._held: Deque[Record] = collections.deque()   # taken by a poll, not handed out yet (getone, async for)
+
+    def _drop_held(self, keep: Any) -> None:
+        if self._held:
+            self._held = collections.deque(r for r in self._held if keep(TopicPartition(r.topic, r.partition)))
+
+    def _take_held(self, most: Optional[int]) -> Dict[TopicPartition, List[Record]]:
+        out: Dict[TopicPartition, List[Record]] = {}
+        most = len(self._held) if most is None else most
+        while self._held and most > 0:
+            r = self._held.popleft()
+            out.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+            most -= 1
+        return out
+
+    def __repr__(self) -> str:
+        return f"<AsyncConsumer {self.cfg['client_id']} {'closed' if self._c._closed else 'open'}>"
+
+    # ------------------------------------------------------- assignment
+    def assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """Consume exactly these partitions (replacing any earlier set)."""
+        tps = {TopicPartition(*tp) for tp in partitions}
+        self._c.assign(tps)
+        self._drop_held(tps.__contains__)
+
+    def assignment(self) -> List[TopicPartition]:
+        return self._c.assignment()
+
+    def seek(self, tp: Tuple[str, int], offset: int) -> None:
+        """As :meth:`kwire.Consumer.seek`."""
+        self._c.seek(tp, offset)
+        self._drop_held(TopicPartition(*tp).__ne__)
+
+    def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
+        self._c.seek_to_beginning(*tps)
+        self._drop_held(self._others(tps))
+
+    def seek_to_end(self, *tps: Tuple[str, int]) -> None:
+        self._c.seek_to_end(*tps)
+        self._drop_held(self._others(tps))
+
+    @staticmethod
+    def _others(tps: Tuple[Tuple[str, int], ...]) -> Any:
+        moved = {TopicPartition(*tp) for tp in tps}
+        return (lambda tp: tp not in moved) if moved else (lambda tp: False)
+
+    def highwater(self, tp: Tuple[str, int]) -> int:
+        """The partition's high watermark from the last fetch (-1: none yet)."""
+        return self._c.highwater(tp)
+
+    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """As :meth:`kwire.Consumer.lag`."""
+        return self._c.lag(tp)
+
+    # ---------------------------------------------------------- offsets
+    async def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
+        """The next offset :meth:`getmany` returns for ``tp`` (looked up when
+        the partition has no position yet)."""
+        c = self._c
+        st = c._state(tp)
+        for r in self._held:
+            if (r.topic, r.partition) == tuple(tp):
+                return r.offset
+        if st.position is None:
+            await self._client.arun(c._resolve_positions_steps([TopicPartition(*tp)], timeout))
+        assert st.position is not None
+        return st.position
+
+    async def beginning_offsets(self, tps: Iterable[Tuple[str, int]],
+                                timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        from kwire.types import EARLIEST
+
+        return await self._client.arun(self._c._offsets_steps(tps, EARLIEST, timeout))
+
+    async def end_offsets(self, tps: Iterable[Tuple[str, int]],
+                          timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        """The log end offsets (for read_committed: the last stable offsets)."""
+        from kwire.types import LATEST
+
+        return await self._client.arun(self._c._offsets_steps(tps, LATEST, timeout))
+
+    async def offsets_for_times(self, timestamps: Mapping[Tuple[str, int], int], timeout: Optional[float] = None
+                                ) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """Per partition, the earliest offset whose timestamp is at least the
+        given one (ms), or None when there is none."""
+        return await self._client.arun(self._c._offsets_for_times_steps(timestamps, timeout))
+
+    # ------------------------------------------------------------- poll
+    async def getmany(self, timeout_ms: int = 0, max_records: Optional[int] = None
+                      ) -> Dict[TopicPartition, List[Record]]:
+        """Records per partition, waiting up to ``timeout_ms`` for some:
+        :meth:`kwire.Consumer.poll` (the same limits, the same errors)."""
+        c = self._c
+        if self._held:
+            return self._take_held(c.cfg["max_poll_records"] if max_records is None else max_records)
+        return await self._client.arun(c._poll_steps(timeout_ms, c._records_taker(max_records)))
+
+    poll = getmany
+
+    async def getone(self, timeout_ms: Optional[int] = None) -> Record:
+        """The next record (of any assigned partition), waiting for it
+        (``timeout_ms``: at most that long, then :class:`asyncio.TimeoutError`)."""
+        c = self._c
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        while not self._held:
+            left = 1000 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+            got = await self._client.arun(c._poll_steps(left, c._records_taker(None)))
+            for records in got.values():
+                self._held.extend(records)
+            if not self._held and deadline is not None and time.monotonic() >= deadline:
+                raise asyncio.TimeoutError(f"no record within {timeout_ms} ms")
+        return self._held.popleft()
+
+    async def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms",
+                            max_records: Optional[int] = None) -> Dict[TopicPartition, Any]:
+        """One ``pyarrow.RecordBatch`` per partition with data:
+        :meth:`kwire.Consumer.poll_columnar`."""
+        c = self._c
+        if self._held:
+            raise KwireError("poll_columnar() while records taken by getone() or async for are not handed out yet")
+        return await self._client.arun(c._poll_steps(timeout_ms, c._columnar_taker(timestamp_unit, max_records)))
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[Record]:
+        while True:
+            yield await self.getone()
+
+    # ------------------------------------------------------------ close
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Close the connections."""
+        self._c.close(timeout)
+
+    async def __aenter__(self) -> "AsyncConsumer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

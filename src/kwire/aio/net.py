@@ -1,0 +1,268 @@
+"""One connection to a broker on an asyncio event loop: the asyncio side of
+:class:`kwire.net.Connection`.
+
+Everything Kafka-side is the same object as the blocking client's (the
+:class:`kwire.channel.Channel`: handshake, framing, requests in flight,
+deadlines, throttles), and so is the connection's life (its states, the
+addresses a name resolves to, each address's share of
+``socket_connection_setup_timeout_ms``, the errors it closes with). What
+differs is who does the I/O:
+
+- the TCP connect of each address is watched with ``loop.add_writer``;
+- the connected socket then becomes an asyncio transport
+  (``loop.create_connection(sock=...)``), TLS included (asyncio does the TLS
+  handshake, bounded by the address's share of the setup time);
+- reads go straight into the channel's frame buffer: :class:`_Protocol` is
+  an ``asyncio.BufferedProtocol`` whose ``get_buffer`` is
+  :meth:`~kwire.channel.Channel.read_buffer` and whose ``buffer_updated``
+  is :meth:`~kwire.channel.Channel.received`, so a response is read in place
+  as in the blocking client;
+- writes hand the channel's queued chunks to the transport.
+
+Name resolution runs in the loop's default executor (an address literal is
+taken as it is), so a slow DNS server does not stall the loop.
+
+Works on asyncio's default loop and on uvloop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import socket
+import ssl
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+from kwire.errors import KwireError
+from kwire.net import Connection, ConnectionLostError, TlsError, resolve
+
+__all__ = ["AioConnection"]
+
+
+def _literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class _Protocol(asyncio.BufferedProtocol):
+    """The transport's events, handed to the connection."""
+
+    __slots__ = ("conn", "view")
+
+    def __init__(self, conn: "AioConnection") -> None:
+        self.conn = conn
+        self.view: Optional[memoryview] = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        self.view = view = self.conn.channel.read_buffer()
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        view, self.view = self.view, None
+        if view is not None:
+            view.release()        # a frame read in place may grow only while nothing views it
+        self.conn._received(nbytes)
+
+    def eof_received(self) -> bool:
+        conn = self.conn
+        conn._io_failed(ConnectionLostError(f"node {conn.node_id} closed the connection"
+                                            + (" mid-response" if conn.channel.mid_frame else "")))
+        return False
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        conn = self.conn
+        if conn.state != "closed" and conn._transport is not None:
+            conn._io_failed(exc if isinstance(exc, OSError) else
+                            ConnectionLostError(f"node {conn.node_id} closed the connection"
+                                                + (f": {exc}" if exc is not None else "")))
+
+
+class AioConnection(Connection):
+    """:class:`kwire.net.Connection` with its I/O on ``loop``; ``on_event``
+    is called after anything happened on it (bytes read, a state changed),
+    so the client can run what follows I/O once per loop turn."""
+
+    def __init__(self, node_id: int, host: str, port: int, cfg: Any, *, loop: asyncio.AbstractEventLoop,
+                 on_event: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(node_id, host, port, cfg, **kwargs)
+        self._loop = loop
+        self._on_event = on_event
+        self._transport: Optional[asyncio.Transport] = None
+        self._protocol = _Protocol(self)
+        self._watching: Optional[int] = None       # the fd add_writer watches while the TCP connect runs
+        self._task: Optional[asyncio.Task] = None  # resolving, or making the transport (TLS)
+
+    # ------------------------------------------------------------- setup
+    def connect(self) -> None:
+        """Start connecting: resolve the name (off the loop, unless it is
+        an address), then connect to each address in turn as the blocking
+        connection does."""
+        if self.state != "init":
+            raise RuntimeError("connect() twice")
+        if _literal(self.host):
+            super().connect()
+            return
+        self._setup_deadline = time.monotonic() + self.cfg.get("socket_connection_setup_timeout_ms", 10000) / 1000.0
+        self._set_state("connecting")
+        self._task = self._loop.create_task(self._resolve())
+
+    async def _resolve(self) -> None:
+        try:
+            addrs = await self._loop.run_in_executor(None, resolve, self.host, self.port)
+        except OSError as e:
+            self._task = None
+            self.close(ConnectionLostError(f"cannot resolve {self.host}:{self.port} (node {self.node_id}): {e}"))
+            self._on_event()
+            return
+        self._task = None
+        if self.state == "closed":
+            return
+        self._addresses(addrs)
+        self._on_event()
+
+    def _addresses(self, addrs: List[Tuple[Any, ...]]) -> None:
+        import collections
+
+        if self._prefer in addrs:
+            addrs.remove(self._prefer)
+            addrs.insert(0, self._prefer)
+        self._addrs = collections.deque(addrs)
+        self._addr_failures = []
+        self.state = "init"           # _next_address sets "connecting" again, with a socket
+        self._next_address(time.monotonic())
+
+    def _next_address(self, now: float) -> None:
+        super()._next_address(now)
+        if self.state == "connecting" and self.sock is not None:
+            self._watching = fd = self.sock.fileno()
+            self._loop.add_writer(fd, self._connected)
+
+    def _unwatch(self) -> None:
+        if self._watching is not None:
+            self._loop.remove_writer(self._watching)
+            self._watching = None
+
+    def _connected(self) -> None:
+        """The TCP connect of the address being tried finished (or failed)."""
+        self._unwatch()
+        if self.state != "connecting" or self.sock is None:
+            return
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._address_failed(errno.errorcode.get(err, str(err)))
+        else:
+            if self._ssl_context is not None:
+                self._set_state("tls")
+            self._task = self._loop.create_task(self._make_transport(self.sock))
+        self._on_event()
+
+    async def _make_transport(self, sock: socket.socket) -> None:
+        ctx = self._ssl_context
+        share = max(0.1, self._addr_deadline - time.monotonic()) if self._addrs else \
+            max(0.1, self._setup_deadline - time.monotonic())
+        try:
+            if ctx is not None:
+                transport, _ = await self._loop.create_connection(
+                    lambda: self._protocol, sock=sock, ssl=ctx, server_hostname=self.host,
+                    ssl_handshake_timeout=share)
+            else:
+                transport, _ = await self._loop.create_connection(lambda: self._protocol, sock=sock)
+        except asyncio.CancelledError:
+            raise
+        except ssl.SSLCertVerificationError as e:
+            self._task = None
+            self._io_failed(TlsError(f"TLS to {self.host}:{self.port}: the broker's certificate was refused: "
+                                     f"{e.verify_message or e}"))
+            self._on_event()
+            return
+        except ssl.SSLError as e:
+            self._task = None
+            self._io_failed(TlsError(f"TLS handshake with {self.host}:{self.port} failed: {e}"))
+            self._on_event()
+            return
+        except (OSError, asyncio.TimeoutError) as e:
+            self._task = None
+            self._io_failed(e if isinstance(e, OSError) else
+                            ConnectionLostError(f"TLS handshake with {self.host}:{self.port} timed out"))
+            self._on_event()
+            return
+        self._task = None
+        if self.sock is not sock or self.state == "closed":     # given up meanwhile
+            transport.abort()
+            return
+        self._transport = transport
+        self._start_handshake()
+        self._on_event()
+
+    def _drop_socket(self) -> None:
+        self._unwatch()
+        self._cancel_task()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            self.sock = None          # the transport owns it now
+            transport.abort()
+            self._set_state("connecting")
+            self.channel.reset(ConnectionLostError(f"address of {self.host}:{self.port} given up"))
+            return
+        super()._drop_socket()
+
+    def _cancel_task(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task(self._loop):
+            task.cancel()
+
+    # --------------------------------------------------------------- I/O
+    def wants_write(self) -> bool:
+        return False          # the transport buffers what it cannot write yet
+
+    def on_io(self, readable: bool, writable: bool) -> None:     # pragma: no cover - no selector here
+        raise KwireError("an asyncio connection has no selector events")
+
+    def flush(self) -> None:
+        """Hand what the channel queued to the transport."""
+        transport = self._transport
+        out = self.channel.out
+        if transport is None or not out or self.state not in ("ready", "handshake"):
+            return
+        if transport.is_closing():
+            self._io_failed(ConnectionLostError(f"connection to {self.host}:{self.port} (node {self.node_id}) "
+                                                "closed while writing"))
+            return
+        n = 0
+        if len(out) == 1:
+            chunk = out[0]
+            transport.write(chunk)
+            n = len(chunk) if not isinstance(chunk, memoryview) else chunk.nbytes
+        else:
+            chunks = list(out)
+            transport.writelines(chunks)
+            n = sum(c.nbytes if isinstance(c, memoryview) else len(c) for c in chunks)
+        self.channel.wrote(n)
+        self.last_activity = time.monotonic()
+
+    def _received(self, n: int) -> None:
+        if self.state == "closed":
+            return
+        self.last_activity = time.monotonic()
+        try:
+            self.channel.received(n)
+        except (OSError, KwireError) as e:
+            self._io_failed(e)
+        self._on_event()
+
+    def close(self, error: Optional[BaseException] = None, *, quiet: bool = False) -> None:
+        if self.state == "closed":
+            return
+        self._unwatch()
+        self._cancel_task()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            self.sock = None          # the transport owns it: aborting it closes it
+            transport.abort()
+        super().close(error, quiet=quiet)
+        self._on_event()

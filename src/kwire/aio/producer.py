@@ -1,0 +1,299 @@
+"""The asyncio producer: :class:`AsyncProducer`, :class:`kwire.Producer`'s
+logic (the compiled ``send``, batching, idempotence, retries) on an event
+loop, its sender a task of that loop instead of a thread.
+
+Two ways to send:
+
+- ``await producer.send(topic, value, key=...)`` returns the record's
+  :class:`kwire.RecordMetadata` once the broker acknowledged it (waiting
+  first, if need be, for the topic's metadata or room in
+  ``buffer_memory``, at most ``max_block_ms``);
+- ``producer.send_nowait(...)`` queues the record and returns its
+  :class:`kwire.RecordFuture` at once, with no coroutine per record: the
+  fast way for many records, followed by ``await producer.flush()``. It
+  never waits: when the record cannot be queued now (the topic's metadata
+  not known yet, or ``buffer_memory`` full) it raises
+  :class:`WouldBlockError`; ``await producer.send(...)`` (or
+  :meth:`AsyncProducer.partitions_for` once per topic, or ``flush``) then
+  waits for what is missing.
+
+Cancellation: a ``send`` cancelled while it waits for metadata or room has
+queued nothing; once its record is queued (the call never waits between
+queuing and returning or awaiting delivery) a cancellation only stops the
+wait for the acknowledgement: the record is sent once, like any other. So a
+send is never half done, and nothing queued is lost.
+
+Options and names are :class:`kwire.Producer`'s. Transactions are not
+available here yet (``transactional_id`` is refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from kwire._codec import RecordFuture
+from kwire.aio.client import AioClient
+from kwire.config import PRODUCER, resolve
+from kwire.errors import KwireError
+from kwire.future import Future, KafkaTimeoutError
+from kwire.producer import CLOSE_GRACE, Producer, _Batch
+from kwire.types import RecordMetadata
+
+__all__ = ["AsyncProducer", "WouldBlockError"]
+
+
+class WouldBlockError(KwireError):
+    """``send_nowait`` cannot queue the record without waiting: ``reason``
+    is ``"metadata"`` (the topic's partitions are not known yet; they are
+    being fetched) or ``"room"`` (``buffer_memory`` is full until batches
+    are acknowledged). ``await producer.send(...)`` waits for either."""
+
+    retriable = True
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class _Blocked(Exception):
+    """Raised from the compiled send's calls into Python where the blocking
+    producer would wait; the coroutine that called it waits instead."""
+
+    def __init__(self, topic: Optional[str], need: int = 1) -> None:
+        super().__init__(topic)
+        self.topic = topic
+        self.need = need
+
+
+class _LoopProducer(Producer):
+    """:class:`kwire.Producer` on the event loop's client, its sender a task."""
+
+    _client_class = AioClient
+
+    def _start_sender(self) -> None:
+        self._thread = None
+        self._loop = self._client._loop
+        self._room_event = asyncio.Event()
+        self._settled: Dict[Tuple[str, int], int] = {}     # (topic, need): metadata as final as it gets
+        self._sender = self._loop.create_task(self._client.arun(self._sender_steps()), name="kwire-producer")
+
+    # the compiled send's calls: never wait on the loop's thread
+    def _wait_partitions(self, topic: str, deadline: float, need: int = 1) -> Sequence[int]:
+        client = self._client
+        client.add_topics([topic])
+        parts = self._known_partitions(topic)
+        if parts and ((client.cluster.partition_count(topic) or 0) >= need
+                      or self._settled.pop((topic, need), None) is not None):
+            return parts
+        self._check_waiting_metadata(topic)
+        client.wakeup()
+        raise _Blocked(topic, need)
+
+    def _wait_room(self, deadline: float) -> None:
+        if self._acc.buffered >= self.cfg["buffer_memory"]:
+            self._client.wakeup()
+            raise _Blocked(None)
+
+    def _release(self, batch: _Batch) -> None:
+        super()._release(batch)
+        self._room_event.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        super()._fail_all(error)
+        self._room_event.set()
+
+    async def wait_partitions(self, topic: str, deadline: float, need: int) -> Sequence[int]:
+        parts = await self._client.arun(self._wait_partitions_steps(topic, deadline, need))
+        self._settled[(topic, need)] = 1
+        return parts
+
+    async def wait_room(self, deadline: float) -> None:
+        limit = self.cfg["buffer_memory"]
+        while self._acc.buffered >= limit:
+            self._check_waiting_room()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._no_room()
+            self._room_event.clear()
+            try:
+                await asyncio.wait_for(self._room_event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+
+class AsyncProducer:
+    """A Kafka producer for asyncio.
+
+    ``AsyncProducer({"bootstrap.servers": ...}, linger_ms=5)``, made inside a
+    running event loop (it belongs to that loop); use it as ``async with``,
+    or ``await`` :meth:`close`. See :data:`kwire.config.PRODUCER` for every
+    option."""
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
+        if resolve(PRODUCER, config, dict(kwargs), what="producer")["transactional_id"]:
+            raise KwireError("kwire.aio: transactions (transactional_id) are not available in AsyncProducer yet; "
+                             "use kwire.Producer")
+        self._p = _LoopProducer(config, **kwargs)
+        self.cfg = self._p.cfg
+        self._loop = self._p._loop
+        self._acks: Dict[Any, asyncio.Future] = {}    # batch future -> its asyncio future (await send())
+
+    def __repr__(self) -> str:
+        return f"<AsyncProducer {self.cfg['client_id']} {'closed' if self._p._closed else 'open'}>"
+
+    # ------------------------------------------------------------- send
+    def send_nowait(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                    partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
+        """Queue one record without waiting and return its future
+        (``done()``, ``exception()``, ``add_callback``; its metadata once
+        done). Arguments and errors as :meth:`kwire.Producer.send`;
+        :class:`WouldBlockError` when it would have to wait."""
+        try:
+            return self._p.send(topic, value, key, headers, partition, timestamp_ms)
+        except _Blocked as b:
+            if b.topic is None:
+                raise WouldBlockError(f"buffer_memory ({self.cfg['buffer_memory']} bytes) is full: await send() "
+                                      "or flush()", "room") from None
+            raise WouldBlockError(f"the partitions of topic {topic!r} are not known yet (being fetched): await "
+                                  "send() or partitions_for() first", "metadata") from None
+
+    async def enqueue(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                      partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
+        """Queue one record, waiting if need be (for the topic's metadata, or
+        room in ``buffer_memory``; at most ``max_block_ms`` in all, then
+        :class:`kwire.errors.KafkaTimeoutError` or
+        :class:`kwire.producer.BufferFullError`), and return its future
+        without waiting for the acknowledgement."""
+        p = self._p
+        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
+        while True:
+            try:
+                return p.send(topic, value, key, headers, partition, timestamp_ms)
+            except _Blocked as b:
+                if b.topic is None:
+                    await p.wait_room(deadline)
+                else:
+                    await p.wait_partitions(b.topic, deadline, b.need)
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                   partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordMetadata:
+        """Send one record and return its :class:`kwire.RecordMetadata` once
+        acknowledged (or raise its error): :meth:`enqueue`, then the wait."""
+        fut = await self.enqueue(topic, value, key, headers, partition, timestamp_ms)
+        return await self.delivered(fut)
+
+    async def delivered(self, fut: RecordFuture) -> RecordMetadata:
+        """Wait for a queued record's acknowledgement: its metadata, or its
+        error. Cancelling this wait leaves the record queued."""
+        if not fut.done():
+            await asyncio.shield(self._ack(fut._batch.future))
+        return fut.get(0)
+
+    def _ack(self, batch_future: Future) -> "asyncio.Future[None]":
+        """One asyncio future per batch, done when the batch is."""
+        af = self._acks.get(batch_future)
+        if af is None:
+            af = self._acks[batch_future] = self._loop.create_future()
+            batch_future.add_done_callback(self._acked)
+        return af
+
+    def _acked(self, batch_future: Future) -> None:
+        af = self._acks.pop(batch_future, None)
+        if af is None:
+            return
+        if threading.get_ident() == self._p._client._thread_id:
+            _done(af)
+        else:
+            self._loop.call_soon_threadsafe(_done, af)
+
+    async def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
+                         headers: Optional[str] = "headers", partition: Optional[str] = "partition",
+                         timestamp: Optional[str] = "timestamp") -> int:
+        """Queue every row of ``data`` as :meth:`kwire.Producer.send_arrow`
+        does, waiting for metadata or room as needed, and wait until every
+        row is acknowledged; returns the number of rows."""
+        from kwire._arrow import send_columns
+
+        p = self._p
+        deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
+        batches: List[_Batch] = []
+        done = 0
+        total = data.num_rows
+        while True:
+            part = data if done == 0 else data.slice(done)
+            rows, k, v, h, pc, ts = send_columns(part, key, value, headers, partition, timestamp)
+            try:
+                done += p._acc.send_arrow(topic, rows, k, v, h, pc, ts, batches)
+                break
+            except _Blocked as b:
+                done += getattr(b, "rows_queued", 0)
+                if b.topic is None:
+                    await p.wait_room(deadline)
+                else:
+                    await p.wait_partitions(b.topic, deadline, b.need)
+        assert done == total
+        await self._all_acked([b.future for b in batches])
+        for b in batches:
+            if b.future.failed():
+                raise b.future.exception()       # type: ignore[misc]
+        return total
+
+    async def _all_acked(self, futures: List[Future], timeout: Optional[float] = None) -> bool:
+        pending = [self._ack(f) for f in futures if not f.done()]
+        if not pending:
+            return True
+        _, left = await asyncio.wait([asyncio.shield(a) for a in pending], timeout=timeout)
+        return not left
+
+    async def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[int]:
+        """The partitions of ``topic`` (waits for metadata); after it,
+        ``send_nowait`` to the topic does not raise for metadata."""
+        wait = timeout if timeout is not None else self.cfg["max_block_ms"] / 1000.0
+        return list(await self._p.wait_partitions(topic, time.monotonic() + wait, 1))
+
+    # ------------------------------------------------- flush and close
+    async def flush(self, timeout: Optional[float] = None) -> None:
+        """Send everything queued now and wait until it is acknowledged (or
+        failed: a record's error is on its own future). Raises
+        :class:`KafkaTimeoutError` after ``timeout`` s."""
+        p = self._p
+        futures = p._flush_start()
+        try:
+            if not await self._all_acked(futures, timeout):
+                pending = sum(not f.done() for f in futures)
+                raise KafkaTimeoutError(f"flush(): {pending} batch(es) not acknowledged within {timeout} s")
+        finally:
+            with p._lock:
+                p._flushing -= 1
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Send what is queued and wait up to ``timeout`` s (None: until
+        every record is acknowledged or failed, which
+        ``delivery_timeout_ms`` bounds); records not acknowledged by then
+        fail with :class:`ProducerClosedError`. The sender task has ended
+        when this returns."""
+        p = self._p
+        if p._closed:
+            return
+        deadline = p._close_start(timeout)
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
+        try:
+            await asyncio.wait_for(asyncio.shield(p._sender), wait)
+        except asyncio.TimeoutError:
+            p._sender.cancel()        # its finally fails what is left and closes the client
+        finally:
+            p._closed = True
+
+    async def __aenter__(self) -> "AsyncProducer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+def _done(af: asyncio.Future) -> None:
+    if not af.done():
+        af.set_result(None)
