@@ -187,6 +187,7 @@ class ClientKind:
     name: str
     Producer: Any
     Consumer: Any
+    Admin: Any
 
     @property
     def is_aio(self) -> bool:
@@ -197,10 +198,11 @@ class ClientKind:
 def kw(request) -> ClientKind:
     """Each test that takes ``kw`` runs with kwire's blocking clients and with kwire.aio's."""
     if request.param == "sync":
+        from kwire.admin import Admin
         from kwire.consumer import Consumer
         from kwire.producer import Producer
 
-        return ClientKind("sync", Producer, Consumer)
-    from support.aio_bridge import BridgedConsumer, BridgedProducer
+        return ClientKind("sync", Producer, Consumer, Admin)
+    from support.aio_bridge import BridgedAdmin, BridgedConsumer, BridgedProducer
 
-    return ClientKind("aio", BridgedProducer, BridgedConsumer)
+    return ClientKind("aio", BridgedProducer, BridgedConsumer, BridgedAdmin)

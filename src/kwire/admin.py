@@ -11,19 +11,21 @@ raise only after all were answered.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, ParamSpec, Sequence, Tuple, TypeVar
 
 from kwire import protocol
 from kwire.acl import AclBinding
 from kwire.classic import decode_assignment, decode_subscription
-from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo
+from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
 from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError, UnsupportedVersionError
+from kwire.fetcher import list_offsets_steps
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
@@ -152,12 +154,30 @@ class _NoConsumerGroupDescribe(KwireError):
     retriable = False
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def waits(fn: Callable[P, Generator[Any, None, R]]) -> Callable[P, R]:
+    """An admin call written as steps (:meth:`kwire.client.Client.run`):
+    :class:`Admin`'s method runs them blocking, ``kwire.aio``'s
+    ``AsyncAdmin`` awaits them (``Admin.<name>.steps``)."""
+    @functools.wraps(fn)
+    def blocking(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._client.run(fn(self, *args, **kwargs))
+
+    blocking.steps = fn        # type: ignore[attr-defined]
+    return blocking            # type: ignore[return-value]
+
+
 class Admin:
     """``Admin({"bootstrap.servers": ...})`` or ``Admin(bootstrap_servers=...)``."""
 
+    _client_class = Client          # kwire.aio's admin runs the same calls on an event loop's client
+
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(ADMIN, config, kwargs, what="admin")
-        self._client = Client(self.cfg)
+        self._client = self._client_class(self.cfg)
         self._client.want_all_topics()
 
     def close(self) -> None:
@@ -173,18 +193,18 @@ class Admin:
     def _timeout(self, timeout: Optional[float]) -> float:
         return timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0
 
-    def _to_controller(self, make: Any, timeout: Optional[float]) -> Any:
+    def _to_controller(self, make: Any, timeout: Optional[float]) -> StepsOf[Any]:
         """Send to the controller when the cluster names one (older Kafka
         requires it), else to any broker (KRaft brokers forward)."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         if not client.cluster.updated_at:
-            client.refresh_metadata(timeout=self._timeout(timeout))
+            yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
         node = client.cluster.controller_id
         if node is None or node < 0 or node not in client.cluster.brokers:
-            return client.request_any(make, self._timeout(timeout))
-        conn = client.wait_ready(node, deadline)
-        return client.wait(client.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic()))
+            return (yield from client.request_any_steps(make, self._timeout(timeout)))
+        conn = yield from client.wait_ready_steps(node, deadline)
+        return (yield from client.wait_steps(client.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic())))
 
     @staticmethod
     def _raise_first(errors: List[BaseException]) -> None:
@@ -192,8 +212,9 @@ class Admin:
             raise errors[0]
 
     # ------------------------------------------------------------- topics
+    @waits
     def create_topics(self, topics: Sequence[NewTopic], timeout: Optional[float] = None,
-                      validate_only: bool = False) -> Dict[str, Any]:
+                      validate_only: bool = False) -> StepsOf[Dict[str, Any]]:
         """Create ``topics``; returns {name: topic id (or None)}."""
         cls = protocol.message("CreateTopicsRequest")
         ms = int(self._timeout(timeout) * 1000)
@@ -211,7 +232,7 @@ class Admin:
         def make(versions: Dict[int, int]) -> Any:
             return cls(topics=[creatable(t) for t in topics], timeout_ms=ms, validate_only=validate_only)
 
-        resp = self._to_controller(make, timeout)
+        resp = yield from self._to_controller(make, timeout)
         errors, out = [], {}
         for r in resp.topics:
             if r.error_code:
@@ -223,22 +244,24 @@ class Admin:
         self._raise_first(errors)
         return out
 
-    def delete_topics(self, names: Sequence[str], timeout: Optional[float] = None) -> None:
+    @waits
+    def delete_topics(self, names: Sequence[str], timeout: Optional[float] = None) -> StepsOf[None]:
         cls = protocol.message("DeleteTopicsRequest")
         ms = int(self._timeout(timeout) * 1000)
 
         def make(versions: Dict[int, int]) -> Any:
             return cls(topics=[cls.DeleteTopicState(name=n) for n in names], topic_names=list(names), timeout_ms=ms)
 
-        resp = self._to_controller(make, timeout)
+        resp = yield from self._to_controller(make, timeout)
         errors = [protocol.error_for(r.error_code, api="DeleteTopics", topic=r.name,
                                      message=getattr(r, "error_message", None))
                   for r in resp.responses if r.error_code]
         self._client.request_metadata_update()
         self._raise_first(errors)
 
+    @waits
     def create_partitions(self, counts: Mapping[str, int], timeout: Optional[float] = None,
-                          validate_only: bool = False) -> None:
+                          validate_only: bool = False) -> StepsOf[None]:
         """Grow each topic to ``counts[topic]`` partitions."""
         cls = protocol.message("CreatePartitionsRequest")
         ms = int(self._timeout(timeout) * 1000)
@@ -247,19 +270,21 @@ class Admin:
             return cls(topics=[cls.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in counts.items()],
                        timeout_ms=ms, validate_only=validate_only)
 
-        resp = self._to_controller(make, timeout)
+        resp = yield from self._to_controller(make, timeout)
         errors = [protocol.error_for(r.error_code, api="CreatePartitions", topic=r.name, message=r.error_message)
                   for r in resp.results if r.error_code]
         self._client.request_metadata_update()
         self._raise_first(errors)
 
-    def list_topics(self, include_internal: bool = False, timeout: Optional[float] = None) -> List[str]:
-        md = self._client.refresh_metadata(timeout=self._timeout(timeout))
+    @waits
+    def list_topics(self, include_internal: bool = False, timeout: Optional[float] = None) -> StepsOf[List[str]]:
+        md = yield from self._client.refresh_metadata_steps(timeout=self._timeout(timeout))
         return [t for t in md.topics() if include_internal or t not in md.internal_topics]
 
+    @waits
     def describe_topics(self, names: Optional[Sequence[str]] = None,
-                        timeout: Optional[float] = None) -> Dict[str, TopicDescription]:
-        md: ClusterMetadata = self._client.refresh_metadata(topics=names, timeout=self._timeout(timeout))
+                        timeout: Optional[float] = None) -> StepsOf[Dict[str, TopicDescription]]:
+        md: ClusterMetadata = yield from self._client.refresh_metadata_steps(topics=names, timeout=self._timeout(timeout))
         out = {}
         errors = []
         for name in (names if names is not None else md.topics()):
@@ -273,7 +298,8 @@ class Admin:
         self._raise_first(errors)
         return out
 
-    def describe_cluster(self, timeout: Optional[float] = None) -> ClusterDescription:
+    @waits
+    def describe_cluster(self, timeout: Optional[float] = None) -> StepsOf[ClusterDescription]:
         """DescribeCluster where the broker has it, else from Metadata."""
         client = self._client
 
@@ -282,7 +308,7 @@ class Admin:
                 return protocol.message("MetadataRequest")(topics=[], allow_auto_topic_creation=False)
             return protocol.message("DescribeClusterRequest")(include_cluster_authorized_operations=False)
 
-        resp = client.request_any(make, self._timeout(timeout))
+        resp = yield from client.request_any_steps(make, self._timeout(timeout))
         if getattr(resp, "error_code", 0):
             raise protocol.error_for(resp.error_code, api="DescribeCluster", message=getattr(resp, "error_message", None))
         if hasattr(resp, "topics"):       # the Metadata fallback
@@ -292,31 +318,28 @@ class Admin:
         return ClusterDescription(resp.cluster_id, resp.controller_id, tuple(sorted(brokers, key=lambda b: b.node_id)))
 
     # ------------------------------------------------------------ offsets
+    @waits
     def list_offsets(self, query: Mapping[Tuple[str, int], Any], timeout: Optional[float] = None,
-                     isolation_level: str = "read_uncommitted") -> Dict[TopicPartition, Tuple[int, int]]:
+                     isolation_level: str = "read_uncommitted") -> StepsOf[Dict[TopicPartition, Tuple[int, int]]]:
         """Per partition: ``"earliest"``, ``"latest"``, ``"max_timestamp"``
         (the record with the largest timestamp, ListOffsets v7+) or a
         timestamp (ms) -> (offset, timestamp); offset -1 when no record is
         that recent."""
-        from kwire.consumer import Consumer
-
         spec = {}
         for tp, what in query.items():
             spec[TopicPartition(*tp)] = {"earliest": EARLIEST, "latest": LATEST,
                                          "max_timestamp": MAX_TIMESTAMP}.get(what, what)
-        with Consumer(dict(self._passthrough()), isolation_level=isolation_level, allow_auto_create_topics=False) as c:
-            return c._list_offsets(spec, self._timeout(timeout))
+        return (yield from list_offsets_steps(self._client, spec, self._timeout(timeout),
+                                              read_committed=isolation_level == "read_committed"))
 
-    def _passthrough(self) -> Dict[str, Any]:
-        return {k: v for k, v in self.cfg.items() if k in ADMIN and v is not None}
-
-    def delete_records(self, before: Mapping[Tuple[str, int], int], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+    @waits
+    def delete_records(self, before: Mapping[Tuple[str, int], int], timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, int]]:
         """Delete the records of each partition before the given offset;
         returns the new low watermarks."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         client.add_topics({tp[0] for tp in before})
-        client.refresh_metadata(timeout=self._timeout(timeout))
+        yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
         by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
         for tp, off in before.items():
             leader = client.cluster.leader_for(*tp)
@@ -329,13 +352,13 @@ class Admin:
             topics: Dict[str, List[Any]] = collections.defaultdict(list)
             for tp, off in parts.items():
                 topics[tp.topic].append(cls.DeleteRecordsPartition(partition_index=tp.partition, offset=off))
-            client.wait_ready(node, deadline)
+            yield from client.wait_ready_steps(node, deadline)
             futures.append(client.send(node, cls(
                 topics=[cls.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
                 timeout_ms=int(self._timeout(timeout) * 1000))))
         out, errors = {}, []
         for fut in futures:
-            resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+            resp = yield from client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
             for t in resp.topics:
                 for p in t.partitions:
                     if p.error_code:
@@ -346,8 +369,9 @@ class Admin:
         self._raise_first(errors)
         return out
 
+    @waits
     def elect_leaders(self, partitions: Optional[Iterable[Tuple[str, int]]] = None, election_type: str = "preferred",
-                      timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[KwireError]]:
+                      timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, Optional[KwireError]]]:
         """Elect leaders (ElectLeaders): ``"preferred"`` moves each partition's
         leadership to its first replica; ``"unclean"`` elects, for a partition
         without a leader and with no in-sync replica alive, the first live
@@ -376,7 +400,7 @@ class Admin:
                                                      for t, ps in by_topic.items()]
             return cls(election_type=kinds[election_type], topic_partitions=named, timeout_ms=ms)
 
-        resp = self._to_controller(make, timeout)
+        resp = yield from self._to_controller(make, timeout)
         if getattr(resp, "error_code", 0):
             raise protocol.error_for(resp.error_code, api="ElectLeaders")
         out: Dict[TopicPartition, Optional[KwireError]] = {}
@@ -388,8 +412,9 @@ class Admin:
         self._client.request_metadata_update()
         return out
 
+    @waits
     def alter_partition_reassignments(self, moves: Mapping[Tuple[str, int], Optional[Sequence[int]]],
-                                      timeout: Optional[float] = None) -> None:
+                                      timeout: Optional[float] = None) -> StepsOf[None]:
         """Move each partition's replicas to the brokers given, the first
         its preferred leader (AlterPartitionReassignments; None cancels a
         move in progress). Returns once the controller has taken the moves
@@ -405,7 +430,7 @@ class Admin:
         def make(versions: Dict[int, int]) -> Any:
             return cls(timeout_ms=ms, topics=[cls.ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
-        resp = self._to_controller(make, timeout)
+        resp = yield from self._to_controller(make, timeout)
         if resp.error_code:
             raise protocol.error_for(resp.error_code, api="AlterPartitionReassignments", message=resp.error_message)
         errors = [protocol.error_for(p.error_code, api="AlterPartitionReassignments", topic=t.name,
@@ -414,20 +439,22 @@ class Admin:
         self._client.request_metadata_update()
         self._raise_first(errors)
 
-    def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> None:
+    @waits
+    def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> StepsOf[None]:
         """Remove a KRaft broker's registration for good (UnregisterBroker),
         once it is shut down and holds no replica: the cluster stops listing
         it. A broker that is not registered raises
         ``BrokerIdNotRegisteredError``."""
         cls = protocol.message("UnregisterBrokerRequest")
-        resp = self._to_controller(lambda versions: cls(broker_id=node_id), timeout)
+        resp = yield from self._to_controller(lambda versions: cls(broker_id=node_id), timeout)
         if resp.error_code:
             raise protocol.error_for(resp.error_code, api="UnregisterBroker", message=resp.error_message)
         self._client.request_metadata_update()
 
     # ------------------------------------------------------------ configs
+    @waits
     def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
-                         timeout: Optional[float] = None) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:
+                         timeout: Optional[float] = None) -> StepsOf[Dict[Tuple[str, str], Dict[str, ConfigEntry]]]:
         """Configs of topics and brokers: {("topic", name) or ("broker", id):
         {config name: ConfigEntry}}."""
         cls = protocol.message("DescribeConfigsRequest")
@@ -437,7 +464,7 @@ class Admin:
             return cls(resources=[cls.DescribeConfigsResource(resource_type=rt, resource_name=n, configuration_keys=None)
                                   for rt, n in resources], include_synonyms=False, include_documentation=False)
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         out, errors = {}, []
         for r in resp.results:
             kind = "topic" if r.resource_type == TOPIC_RESOURCE else "broker"
@@ -455,7 +482,7 @@ class Admin:
 
     # ------------------------------------------------------------- groups
     def _group_request(self, group_id: str, make: Any, api: str, timeout: Optional[float],
-                       code_of: Any = lambda r: getattr(r, "error_code", 0)) -> Any:
+                       code_of: Any = lambda r: getattr(r, "error_code", 0)) -> StepsOf[Any]:
         """Send ``make(versions)`` to ``group_id``'s coordinator (found
         first, and again when it moved); retriable errors retried until the
         timeout."""
@@ -463,14 +490,14 @@ class Admin:
         deadline = time.monotonic() + self._timeout(timeout)
         while True:
             try:
-                found = client.request_any(lambda v: find_coordinator_request(v, group_id, GROUP_KEY),
+                found = yield from client.request_any_steps(lambda v: find_coordinator_request(v, group_id, GROUP_KEY),
                                            max(0.1, deadline - time.monotonic()))
                 broker = coordinator_from_response(found, group_id)
                 remember_broker(client, broker)
-                conn = client.wait_ready(broker.node_id, deadline)
+                conn = yield from client.wait_ready_steps(broker.node_id, deadline)
                 request = make(conn.versions)
                 version = capped_version(conn.versions, type(request).API_KEY)
-                resp = client.wait(client.send(broker.node_id, request, version), max(0.0, deadline - time.monotonic()))
+                resp = yield from client.wait_steps(client.send(broker.node_id, request, version), max(0.0, deadline - time.monotonic()))
                 code = code_of(resp)
                 if code:
                     raise protocol.error_for(code, api=api, message=getattr(resp, "error_message", None))
@@ -478,10 +505,11 @@ class Admin:
             except KwireError as e:
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
-                time.sleep(self.cfg["retry_backoff_ms"] / 1000.0)
+                yield Sleep(self.cfg["retry_backoff_ms"] / 1000.0)
 
+    @waits
     def list_groups(self, states: Optional[Sequence[str]] = None, types: Optional[Sequence[str]] = None,
-                    timeout: Optional[float] = None) -> List[GroupListing]:
+                    timeout: Optional[float] = None) -> StepsOf[List[GroupListing]]:
         """The groups of every broker (each lists those it coordinates).
         ``states`` filters by state on brokers that support it (ListGroups
         v4+); ``types`` by group type ("classic", "consumer", ...; v5+, as
@@ -490,19 +518,19 @@ class Admin:
         ``types`` does not name it."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
-        md = client.refresh_metadata(timeout=self._timeout(timeout))
+        md = yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
         cls = protocol.message("ListGroupsRequest")
         wanted_types = [t.lower() for t in types or ()]
         futures = []
         for node in sorted(md.brokers):
-            conn = client.wait_ready(node, deadline)
+            conn = yield from client.wait_ready_steps(node, deadline)
             v = conn.versions.get(ApiKey.LIST_GROUPS, 0)
             futures.append((v, client.send(node, cls(states_filter=list(states or []) if v >= 4 else [],
                                                      types_filter=wanted_types if v >= 5 else []))))
         out: Dict[str, GroupListing] = {}
         errors = []
         for v, fut in futures:
-            resp = client.wait(fut, max(0.0, deadline - time.monotonic()))
+            resp = yield from client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
             if resp.error_code:
                 errors.append(protocol.error_for(resp.error_code, api="ListGroups"))
                 continue
@@ -515,7 +543,8 @@ class Admin:
         self._raise_first(errors)
         return [out[g] for g in sorted(out)]
 
-    def describe_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> Dict[str, GroupDescription]:
+    @waits
+    def describe_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> StepsOf[Dict[str, GroupDescription]]:
         """State, assignor and members (with their decoded assignments, for
         consumer groups) of each group. As Kafka's admin client: a KIP-848
         group (``group_type`` "consumer") is described by
@@ -524,15 +553,15 @@ class Admin:
         cls = protocol.message("DescribeGroupsRequest")
         out = {}
         for gid in group_ids:
-            desc = self._describe_consumer_group(gid, timeout)
+            desc = yield from self._describe_consumer_group(gid, timeout)
             if desc is None:
-                resp = self._group_request(gid, lambda v, gid=gid: cls(groups=[gid]), "DescribeGroups", timeout,
+                resp = yield from self._group_request(gid, lambda v, gid=gid: cls(groups=[gid]), "DescribeGroups", timeout,
                                            lambda r: r.groups[0].error_code if r.groups else 0)
                 desc = group_description(resp.groups[0])
             out[gid] = desc
         return out
 
-    def _describe_consumer_group(self, group_id: str, timeout: Optional[float]) -> Optional[GroupDescription]:
+    def _describe_consumer_group(self, group_id: str, timeout: Optional[float]) -> StepsOf[Optional[GroupDescription]]:
         """The KIP-848 group ``group_id``; None when it is none (or the
         coordinator does not speak ConsumerGroupDescribe)."""
         cls = protocol.message("ConsumerGroupDescribeRequest")
@@ -543,7 +572,7 @@ class Admin:
             return cls(group_ids=[group_id], include_authorized_operations=False)
 
         try:
-            resp = self._group_request(group_id, make, "ConsumerGroupDescribe", timeout,
+            resp = yield from self._group_request(group_id, make, "ConsumerGroupDescribe", timeout,
                                        lambda r: r.groups[0].error_code if r.groups else 0)
         except _NoConsumerGroupDescribe:
             return None
@@ -558,57 +587,62 @@ class Admin:
             return None
         return consumer_group_description(g)
 
-    def delete_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> None:
+    @waits
+    def delete_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> StepsOf[None]:
         """Delete empty groups (and their committed offsets); raises the
         first failure (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) after trying all."""
         cls = protocol.message("DeleteGroupsRequest")
         errors = []
         for gid in group_ids:
             try:
-                self._group_request(gid, lambda v, gid=gid: cls(groups_names=[gid]), "DeleteGroups", timeout,
+                yield from self._group_request(gid, lambda v, gid=gid: cls(groups_names=[gid]), "DeleteGroups", timeout,
                                     lambda r: r.results[0].error_code if r.results else 0)
             except KwireError as e:
                 errors.append(e)
         self._raise_first(errors)
 
+    @waits
     def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
-                           timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+                           timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, Any]]:
         """The group's committed offsets ({partition: OffsetAndMetadata});
         all of them, or those of ``partitions`` (None where none is)."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        resp = self._group_request(group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=False),
+        resp = yield from self._group_request(group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=False),
                                    "OffsetFetch", timeout, lambda r: 0)
         got = offsets_from_response(resp, group_id)
         if tps is None:
             return {tp: om for tp, om in sorted(got.items()) if om is not None}
         return {tp: got.get(tp) for tp in tps}
 
+    @waits
     def alter_group_offsets(self, group_id: str, offsets: Mapping[Tuple[str, int], Any],
-                            timeout: Optional[float] = None) -> None:
+                            timeout: Optional[float] = None) -> StepsOf[None]:
         """Set the group's committed offsets ({partition: offset or
         OffsetAndMetadata}); brokers accept this only while the group has no
         active members."""
         todo = as_offsets(offsets)
-        resp = self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
+        resp = yield from self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
                                    timeout, lambda r: 0)
         self._raise_first(list(commit_errors(resp).values()))
 
+    @waits
     def group_lag(self, group_id: str, timeout: Optional[float] = None,
                   committed: Optional[Mapping[TopicPartition, OffsetAndMetadata]] = None,
-                  ) -> Dict[TopicPartition, Tuple[int, int, int]]:
+                  ) -> StepsOf[Dict[TopicPartition, Tuple[int, int, int]]]:
         """Per partition with a committed offset: (committed, log end, lag);
         ``committed``: the group's offsets when the caller has them already
         (from :meth:`list_group_offsets`)."""
         if committed is None:
-            committed = self.list_group_offsets(group_id, timeout=timeout)
+            committed = yield from Admin.list_group_offsets.steps(self, group_id, timeout=timeout)
         if not committed:
             return {}
-        ends = self.list_offsets({tp: "latest" for tp in committed}, timeout)
+        ends = yield from Admin.list_offsets.steps(self, {tp: "latest" for tp in committed}, timeout)
         return {tp: (om.offset, ends[tp][0], max(0, ends[tp][0] - om.offset)) for tp, om in committed.items()}
 
 
     # --------------------------------------------------------------- ACLs
-    def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> None:
+    @waits
+    def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> StepsOf[None]:
         """Create ``acls`` (needs ALTER on the cluster); raises the first
         failure after the broker answered for all."""
         cls = protocol.message("CreateAclsRequest")
@@ -616,12 +650,13 @@ class Admin:
         def make(versions: Dict[int, int]) -> Any:
             return cls(creations=[cls.AclCreation(**a.wire()) for a in acls])
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         self._raise_first([protocol.error_for(r.error_code, api="CreateAcls", message=r.error_message, acl=a)
                            for a, r in zip(acls, resp.results) if r.error_code])
 
+    @waits
     def describe_acls(self, acl_filter: Optional[AclBinding] = None,
-                      timeout: Optional[float] = None) -> List[AclBinding]:
+                      timeout: Optional[float] = None) -> StepsOf[List[AclBinding]]:
         """The ACLs ``acl_filter`` matches (every ACL without one; needs
         DESCRIBE on the cluster)."""
         f = acl_filter or AclBinding("any", None, "any", None, None, "any", "any")
@@ -630,19 +665,20 @@ class Admin:
         def make(versions: Dict[int, int]) -> Any:
             return cls(**f.wire(as_filter=True))
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         if resp.error_code:
             raise protocol.error_for(resp.error_code, api="DescribeAcls", message=resp.error_message)
         return [AclBinding.from_response(r, a) for r in resp.resources for a in r.acls]
 
-    def delete_acls(self, filters: Sequence[AclBinding], timeout: Optional[float] = None) -> List[AclBinding]:
+    @waits
+    def delete_acls(self, filters: Sequence[AclBinding], timeout: Optional[float] = None) -> StepsOf[List[AclBinding]]:
         """Delete the ACLs each of ``filters`` matches; returns those deleted."""
         cls = protocol.message("DeleteAclsRequest")
 
         def make(versions: Dict[int, int]) -> Any:
             return cls(filters=[cls.DeleteAclsFilter(**f.wire(as_filter=True)) for f in filters])
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         deleted, errors = [], []
         for f, r in zip(filters, resp.filter_results):
             if r.error_code:
@@ -657,8 +693,9 @@ class Admin:
         return deleted
 
     # ------------------------------------------------------------- quotas
+    @waits
     def alter_client_quotas(self, entity: Mapping[str, Optional[str]], quotas: Mapping[str, Optional[float]],
-                            timeout: Optional[float] = None, validate_only: bool = False) -> None:
+                            timeout: Optional[float] = None, validate_only: bool = False) -> StepsOf[None]:
         """Set (a number) or remove (None) ``quotas`` of one entity, in
         Kafka's names: ``entity`` {"user": "alice"} (and/or "client-id",
         "ip"; None is the default entity), ``quotas``
@@ -671,13 +708,14 @@ class Admin:
                 ops=[cls.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
                      for k, v in quotas.items()])], validate_only=validate_only)
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         self._raise_first([protocol.error_for(r.error_code, api="AlterClientQuotas", message=r.error_message,
                                               entity=dict(entity)) for r in resp.entries if r.error_code])
 
+    @waits
     def describe_client_quotas(self, entity: Mapping[str, Optional[str]], strict: bool = False,
-                               timeout: Optional[float] = None) -> Dict[Tuple[Tuple[str, Optional[str]], ...],
-                                                                        Dict[str, float]]:
+                               timeout: Optional[float] = None
+                               ) -> StepsOf[Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]]]:
         """The quotas of the entities ``entity`` matches ({"user": "alice"};
         None matches the default entity): {((type, name), ...): {key:
         value}}. ``strict``: only entities with exactly those types."""
@@ -687,7 +725,7 @@ class Admin:
             return cls(components=[cls.ComponentData(entity_type=t, match_type=1 if n is None else 0, match=n)
                                    for t, n in entity.items()], strict=strict)
 
-        resp = self._client.request_any(make, self._timeout(timeout))
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         if resp.error_code:
             raise protocol.error_for(resp.error_code, api="DescribeClientQuotas", message=resp.error_message)
         return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):

@@ -213,7 +213,7 @@ class ClassicMembership(HostedMembership):
         if self._host.pattern is not None:
             self._metadata_check_at = 0.0
 
-    def leave(self, reason: str, deadline: float) -> None:
+    def leave(self, reason: str, deadline: float) -> Optional[Future]:
         with self._lock:
             member, node = self.member_id, self._host.coordinator
             dynamic = self.group_instance_id is None
@@ -222,7 +222,8 @@ class ClassicMembership(HostedMembership):
             self._need_rejoin = False
             self._pending_assignment = None
         if dynamic and member and node is not None:
-            self._send_leave(node, member, reason, max(0.0, deadline - time.monotonic()))
+            return self._send_leave(node, member, reason, max(0.0, deadline - time.monotonic()))
+        return None
 
     def coordinator_changed(self, node: Optional[int]) -> None:
         with self._lock:
@@ -285,8 +286,8 @@ class ClassicMembership(HostedMembership):
         if rejoin:
             self.rejoin(reason)
 
-    def _send_leave(self, node: int, member: str, reason: str, timeout: float) -> None:
-        self._send_leave_request(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout,
+    def _send_leave(self, node: int, member: str, reason: str, timeout: float) -> Future:
+        return self._send_leave_request(node, lambda v: leave_group_request(v, self.group_id, member, reason), timeout,
                                  "LeaveGroup", "group %s: member %s left (%s)", self.group_id, member, reason)
 
     # ----------------------------------------------------- join / sync

@@ -41,7 +41,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, FrozenSet, Generator, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Generator, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from kwire import protocol
 from kwire._codec import Generation
@@ -50,9 +50,11 @@ from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
 
-__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Steps"]
+__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Steps", "StepsOf", "run_blocking"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds a request may wait for its response before its connection counts
 #: as stalled (see :meth:`Client.least_loaded_node`); a healthy broker
@@ -74,10 +76,62 @@ class Sleep:
         self.seconds = seconds
 
 
-#: A generator of waiting steps (:class:`Sleep` or seconds of I/O) whose
-#: value is its result; :meth:`Client.run` drives one blocking,
-#: ``kwire.aio`` awaits one.
+class Wait:
+    """A step that waits until ``future`` (a :class:`kwire.future.Future`)
+    is done, at most ``timeout`` seconds (None: no limit), without driving
+    any I/O: for a future that another thread's client completes (the
+    group's, the producer's sender), or, in ``kwire.aio``, the loop. What
+    the future holds is the generator's to read after the step."""
+
+    __slots__ = ("future", "timeout")
+
+    def __init__(self, future: Future, timeout: Optional[float]) -> None:
+        self.future = future
+        self.timeout = timeout
+
+
+#: A generator of waiting steps (:class:`Sleep`, :class:`Wait`, or seconds
+#: of I/O) whose value is its result; :meth:`Client.run` drives one
+#: blocking, ``kwire.aio`` awaits one.
 Steps = Generator[Any, None, Any]
+#: Steps whose value is a ``T``.
+StepsOf = Generator[Any, None, T]
+
+
+def run_blocking(steps: Steps) -> Any:
+    """Drive ``steps`` that never ask for I/O (only :class:`Sleep` and
+    :class:`Wait`: another thread does the I/O), blocking; returns the
+    generator's value."""
+    return _drive(steps, _block_on)
+
+
+def _drive(steps: Steps, take: Callable[[Any], None]) -> Any:
+    """Run ``steps``, each step taken by ``take`` (blocking); what ``take``
+    raises is raised into the generator, at its ``yield``."""
+    try:
+        want = next(steps)
+        while True:
+            try:
+                take(want)
+            except BaseException as e:   # noqa: BLE001 - the generator's own except/finally decide
+                want = steps.throw(e)
+                continue
+            want = steps.send(None)
+    except StopIteration as done:
+        return done.value
+
+
+def _block_on(want: Any) -> None:
+    if type(want) is Sleep:
+        time.sleep(want.seconds)
+    elif type(want) is Wait:
+        if not want.future.done():
+            try:
+                want.future.result(want.timeout)
+            except Exception:       # noqa: BLE001 - done or not, the generator looks at the future itself
+                pass
+    else:
+        raise KwireError(f"a step of I/O ({want!r} s) where another thread does the I/O")
 
 
 class NoBrokersAvailableError(KwireError):
@@ -617,23 +671,16 @@ class Client:
     # event loop.
     def run(self, steps: Steps) -> Any:
         """Drive ``steps`` to its end (blocking): a number lets the I/O run
-        for up to that many seconds (:meth:`poll`), a :class:`Sleep` waits
-        without I/O. What a step raises is raised into the generator, at
+        for up to that many seconds (:meth:`poll`), a :class:`Sleep` or a
+        :class:`Wait` waits without I/O. What a step raises is raised into the generator, at
         its ``yield``. Returns the generator's value."""
-        try:
-            want = next(steps)
-            while True:
-                try:
-                    if type(want) is Sleep:
-                        time.sleep(want.seconds)
-                    else:
-                        self.poll(want)
-                except BaseException as e:   # noqa: BLE001 - the generator's own except/finally decide
-                    want = steps.throw(e)
-                    continue
-                want = steps.send(None)
-        except StopIteration as done:
-            return done.value
+        return _drive(steps, self._take_step)
+
+    def _take_step(self, want: Any) -> None:
+        if type(want) is Sleep or type(want) is Wait:
+            _block_on(want)
+        else:
+            self.poll(want)
 
     def request(self, node_id: int, request: Any, version: Optional[int] = None,
                 timeout: Optional[float] = None) -> Any:
@@ -891,6 +938,21 @@ class Client:
 
         self._metadata_future = fut
         fut.add_done_callback(done)
+
+    def start_background(self, steps: Steps, name: str) -> Future:
+        """Run ``steps`` in the background, driving this client (its only
+        driver from now on): a thread here, a task of the loop in
+        ``kwire.aio``. The future returned is done once they end."""
+        ended: Future = Future()
+
+        def run() -> None:
+            try:
+                self.run(steps)
+            finally:
+                ended.set_result(None)
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return ended
 
     # ------------------------------------------------------------ helper
     def _offload(self, job: Callable[[], Any], fut: Future) -> None:

@@ -205,13 +205,19 @@ class Consumer(Fetcher):
         """The next offset :meth:`poll` will return for ``tp`` (looked up
         when the partition has no position yet)."""
         st = self._state(tp)
+        if st.position is not None:
+            return st.position
+        return self._client.run(self._position_steps(tp, timeout))
+
+    def _position_steps(self, tp: Tuple[str, int], timeout: Optional[float]) -> Steps:
+        st = self._state(tp)
         if st.position is None:
             deadline = None if timeout is None else time.monotonic() + timeout
             if self._group is not None:     # a committed offset on its way wins over auto_offset_reset
-                self._group.wait_for_positions([tp], timeout)
+                yield from self._group.wait_for_positions_steps([tp], timeout)
             if st.position is None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                self._client.run(self._resolve_positions_steps([TopicPartition(*tp)], left))
+                yield from self._resolve_positions_steps([TopicPartition(*tp)], left)
         assert st.position is not None
         return st.position
 
@@ -346,10 +352,13 @@ class Consumer(Fetcher):
         """Close the connections; with a group, first commit (auto commit),
         revoke and leave, within ``timeout`` seconds in all (default
         ``request_timeout_ms``)."""
+        self._client.run(self._close_steps(timeout))
+
+    def _close_steps(self, timeout: Optional[float]) -> Steps:
         if not self._closed:
             try:
                 if self._group is not None:
-                    self._group.close(timeout)   # commit, revoke, leave the group
+                    yield from self._group.close_steps(timeout)   # commit, revoke, leave the group
             finally:
                 self._client.close()
                 self._closed = True

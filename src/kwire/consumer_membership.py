@@ -213,7 +213,7 @@ class ConsumerMembership(HostedMembership):
         if self.state != UNJOINED:
             self._join(reason)
 
-    def leave(self, reason: str, deadline: float) -> None:
+    def leave(self, reason: str, deadline: float) -> Optional[Future]:
         with self._lock:
             joined = self.state != UNJOINED and self._sent is not None or self.generation > 0
             node = self._host.coordinator
@@ -221,7 +221,8 @@ class ConsumerMembership(HostedMembership):
             self.state = UNJOINED
             self._stale = False
         if joined and node is not None:
-            self._send_leave(node, reason, max(0.0, deadline - time.monotonic()))
+            return self._send_leave(node, reason, max(0.0, deadline - time.monotonic()))
+        return None
 
     def coordinator_changed(self, node: Optional[int]) -> None:
         with self._lock:
@@ -410,10 +411,10 @@ class ConsumerMembership(HostedMembership):
             group_id=self.group_id, member_id=member, member_epoch=epoch, instance_id=self.group_instance_id,
             rebalance_timeout_ms=-1)
 
-    def _send_leave(self, node: int, reason: str, timeout: float) -> None:
+    def _send_leave(self, node: int, reason: str, timeout: float) -> Future:
         member = self.member_id
         leave = self._leave_request(member)
-        self._send_leave_request(node, lambda v: leave, timeout, "ConsumerGroupHeartbeat",
+        return self._send_leave_request(node, lambda v: leave, timeout, "ConsumerGroupHeartbeat",
                                  "group %s: member %s left with epoch %s (%s)", self.group_id, member,
                                  leave.member_epoch, reason)
 

@@ -25,8 +25,8 @@ import time
 from typing import Any, Callable, Deque, Mapping, Optional, Tuple
 
 from kwire import protocol
-from kwire.client import Broker, Client, NoBrokersAvailableError
-from kwire.errors import KwireError, error_for_code
+from kwire.client import Broker, Client, NoBrokersAvailableError, Sleep, Steps, Wait, run_blocking
+from kwire.errors import error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError, RequestTimedOutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -237,36 +237,55 @@ class CoordinatorLink:
 
     def ensure(self, deadline: float) -> int:
         """The coordinator's node id, looked up if needed (blocking)."""
+        return run_blocking(self.ensure_steps(deadline))
+
+    def ensure_steps(self, deadline: float) -> Steps:
+        """:meth:`ensure` as steps (another thread, or the loop, drives the pump's client)."""
         while True:
             node = self.node
             if node is not None:
                 return node
             fut = self.lookup()
-            try:
-                return fut.result(max(0.0, deadline - time.monotonic()))
-            except KafkaTimeoutError:
-                raise KafkaTimeoutError(f"no coordinator found for {self.key!r} in time") from None
-            except KwireError as e:
-                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
-                    raise
-                self.sleep(deadline)
+            yield Wait(fut, max(0.0, deadline - time.monotonic()))
+            if not fut.done():
+                raise KafkaTimeoutError(f"no coordinator found for {self.key!r} in time")
+            e = fut.exception()
+            if e is None:
+                return fut.value
+            if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                raise e
+            yield self.backoff(deadline)
 
     def request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
-        """Send to the coordinator and wait (blocking): the coordinator is
+        """Send to the coordinator and wait (blocking): :meth:`request_steps`."""
+        return run_blocking(self.request_steps(make, deadline))
+
+    def request_steps(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Steps:
+        """Send to the coordinator and wait for the answer: the coordinator is
         found first, and again after a connection failure or a request it
         left unanswered for ``request_timeout_ms`` (killed, hung or cut
         off: another broker may coordinate the key by now), until
         ``deadline``."""
         while True:
-            node = self.ensure(deadline)
+            node = yield from self.ensure_steps(deadline)
             left = max(0.0, deadline - time.monotonic())
-            try:
-                return self._pump.submit(node, make, left).result(left)
-            except (ConnectionLostError, NoBrokersAvailableError, RequestTimedOutError) as e:
-                self.forget(node)
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
-                self.sleep(deadline)
+            fut = self._pump.submit(node, make, left)
+            yield Wait(fut, left)
+            if not fut.done():
+                raise KafkaTimeoutError(f"no answer from the coordinator of {self.key!r} within {left:.1f} s")
+            e = fut.exception()
+            if e is None:
+                return fut.value
+            if not isinstance(e, (ConnectionLostError, NoBrokersAvailableError, RequestTimedOutError)):
+                raise e
+            self.forget(node)
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"request to the coordinator of {self.key!r} failed: {e}") from e
+            yield self.backoff(deadline)
+
+    def backoff(self, deadline: float) -> Sleep:
+        """The step that waits ``retry_backoff_ms`` (at most until ``deadline``)."""
+        return Sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
 
     def sleep(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
+        time.sleep(self.backoff(deadline).seconds)

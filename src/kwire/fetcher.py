@@ -178,70 +178,8 @@ class Fetcher:
         return self._client.run(self._list_offsets_steps(query, timeout))
 
     def _list_offsets_steps(self, query: Dict[TopicPartition, int], timeout: Optional[float]) -> Steps:
-        """ListOffsets for ``query`` ({partition: timestamp, EARLIEST or
-        LATEST}) at the partitions' leaders, retried until ``timeout``
-        (default ``request_timeout_ms``): {partition: (offset, timestamp)}.
-        Steps (:meth:`kwire.client.Client.run`)."""
-        client = self._client
-        deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
-        client.add_topics({tp.topic for tp in query})
-        out: Dict[TopicPartition, Tuple[int, int]] = {}
-        todo = dict(query)
-        while todo:
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"ListOffsets for {sorted(todo)} did not complete in time")
-            by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
-            missing = False
-            for tp, ts in todo.items():
-                leader = client.cluster.leader_for(*tp)
-                if leader is None:
-                    missing = True
-                else:
-                    by_node[leader][tp] = ts
-            if missing:
-                yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
-                if not by_node:
-                    if any(client.cluster.leader_for(*tp) is None for tp in todo):
-                        yield Sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))   # still unknown: back off
-                    continue
-            futures = {}
-            for node, parts in by_node.items():
-                conn = yield from client.wait_ready_steps(node, deadline)
-                futures[node] = (parts, client.send(node, self._list_offsets_request(conn.versions, parts)))
-            retry = False
-            for node, (parts, fut) in futures.items():
-                resp = yield from client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
-                for t in resp.topics:
-                    for p in t.partitions:
-                        tp = TopicPartition(t.name, p.partition_index)
-                        if tp not in todo:
-                            continue
-                        if p.error_code:
-                            err = protocol.error_for(p.error_code, api="ListOffsets", topic=tp.topic, partition=tp.partition)
-                            if getattr(err, "retriable", False):
-                                if getattr(err, "invalid_metadata", False):
-                                    client.request_metadata_update()
-                                retry = True
-                                continue
-                            raise err
-                        if getattr(p, "old_style_offsets", None):
-                            out[tp] = (p.old_style_offsets[0], -1)
-                        else:
-                            out[tp] = (p.offset, p.timestamp)
-                        del todo[tp]
-            if retry:
-                yield Sleep(max(0.0, min(self._backoff, deadline - time.monotonic())))
-                yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
-        return out
-
-    def _list_offsets_request(self, versions: Dict[int, int], parts: Dict[TopicPartition, int]) -> Any:
-        cls = protocol.message("ListOffsetsRequest")
-        topics: Dict[str, List[Any]] = collections.defaultdict(list)
-        for tp, ts in parts.items():
-            topics[tp.topic].append(cls.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
-        return cls(replica_id=-1, isolation_level=1 if self._read_committed else 0,
-                   topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
-                   timeout_ms=self.cfg["request_timeout_ms"])
+        """:func:`list_offsets_steps` with this consumer's client and isolation level."""
+        return list_offsets_steps(self._client, query, timeout, read_committed=self._read_committed)
 
     def _resolve_positions_steps(self, tps: Sequence[TopicPartition], timeout: Optional[float] = None) -> Steps:
         """Look up the positions of ``tps`` now, waiting up to ``timeout``
@@ -313,7 +251,7 @@ class Fetcher:
             conn = client.connection(node)
             if conn is None or not conn.ready:
                 continue          # connecting (or backing off): a later poll asks
-            fut = client.send(node, self._list_offsets_request(conn.versions, parts))
+            fut = client.send(node, list_offsets_request(conn.versions, parts, self._read_committed, self.cfg["request_timeout_ms"]))
             for tp in parts:
                 self._looking_up[tp] = fut
             fut.add_done_callback(lambda f, parts=parts: self._on_list_offsets(parts, f))
@@ -1007,3 +945,76 @@ def _records_to_arrow(records: List[Record], unit: str) -> Any:
         "value": [r.value for r in records],
         "headers": [[{"key": k, "value": v} for k, v in r.headers] or None for r in records],
     }, schema=schema)
+
+
+def list_offsets_steps(client: Client, query: Dict[TopicPartition, int], timeout: Optional[float], *,
+                   read_committed: bool) -> Steps:
+    """ListOffsets for ``query`` ({partition: timestamp, EARLIEST or
+    LATEST}) at the partitions' leaders, through ``client``, retried
+    (after ``retry_backoff_ms``) until ``timeout`` (default
+    ``request_timeout_ms``): {partition: (offset, timestamp)}. Steps
+    (:meth:`kwire.client.Client.run`). The consumer's, and the admin's."""
+    cfg = client.cfg
+    backoff = cfg["retry_backoff_ms"] / 1000.0
+    deadline = time.monotonic() + (timeout if timeout is not None else cfg["request_timeout_ms"] / 1000.0)
+    client.add_topics({tp.topic for tp in query})
+    out: Dict[TopicPartition, Tuple[int, int]] = {}
+    todo = dict(query)
+    while todo:
+        if time.monotonic() >= deadline:
+            raise KafkaTimeoutError(f"ListOffsets for {sorted(todo)} did not complete in time")
+        by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
+        missing = False
+        for tp, ts in todo.items():
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                missing = True
+            else:
+                by_node[leader][tp] = ts
+        if missing:
+            yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
+            if not by_node:
+                if any(client.cluster.leader_for(*tp) is None for tp in todo):
+                    yield Sleep(max(0.0, min(backoff, deadline - time.monotonic())))   # still unknown: back off
+                continue
+        futures = {}
+        for node, parts in by_node.items():
+            conn = yield from client.wait_ready_steps(node, deadline)
+            futures[node] = (parts, client.send(node, list_offsets_request(conn.versions, parts, read_committed, cfg["request_timeout_ms"])))
+        retry = False
+        for node, (parts, fut) in futures.items():
+            resp = yield from client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if tp not in todo:
+                        continue
+                    if p.error_code:
+                        err = protocol.error_for(p.error_code, api="ListOffsets", topic=tp.topic, partition=tp.partition)
+                        if getattr(err, "retriable", False):
+                            if getattr(err, "invalid_metadata", False):
+                                client.request_metadata_update()
+                            retry = True
+                            continue
+                        raise err
+                    if getattr(p, "old_style_offsets", None):
+                        out[tp] = (p.old_style_offsets[0], -1)
+                    else:
+                        out[tp] = (p.offset, p.timestamp)
+                    del todo[tp]
+        if retry:
+            yield Sleep(max(0.0, min(backoff, deadline - time.monotonic())))
+            yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
+    return out
+
+
+def list_offsets_request(versions: Dict[int, int], parts: Dict[TopicPartition, int], read_committed: bool,
+                         timeout_ms: int) -> Any:
+    """A ListOffsetsRequest for ``parts`` ({partition: timestamp, EARLIEST or LATEST})."""
+    cls = protocol.message("ListOffsetsRequest")
+    topics: Dict[str, List[Any]] = collections.defaultdict(list)
+    for tp, ts in parts.items():
+        topics[tp.topic].append(cls.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
+    return cls(replica_id=-1, isolation_level=1 if read_committed else 0,
+               topics=[cls.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+               timeout_ms=timeout_ms)

@@ -56,7 +56,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 from kwire import protocol
 from kwire.classic import (ClassicMembership, decode_assignment, decode_subscription, encode_assignment,
                            encode_subscription, leave_group_request)
-from kwire.client import Client, NoBrokersAvailableError
+from kwire.client import Client, NoBrokersAvailableError, Sleep, Steps, Wait, run_blocking
 from kwire.commit import (CommitFailedError, OffsetsArg, as_offsets, commit_errors, offset_commit_request,
                           offset_fetch_request, offsets_from_response)
 from kwire.consumer_membership import ConsumerMembership
@@ -146,7 +146,7 @@ class GroupCoordinator:
         self._client_cfg = dict(cfg)
         self._client: Optional[Client] = None
         self._pump: Optional[RequestPump] = None
-        self._thread: Optional[threading.Thread] = None
+        self._ended: Optional[Future] = None    # done once the background (thread, or loop task) has ended
         self._stop = threading.Event()
         # subscription and assignment (guarded by _lock)
         self._topics: Set[str] = set()
@@ -215,9 +215,13 @@ class GroupCoordinator:
     def unsubscribe(self) -> None:
         """Leave the group (committing first when auto commit is on) and
         drop the subscription and the assignment."""
+        run_blocking(self.unsubscribe_steps())
+
+    def unsubscribe_steps(self) -> Steps:
+        """:meth:`unsubscribe` as steps."""
         if not self.subscribed:
             return
-        self._leave("the consumer unsubscribed")
+        yield from self._leave("the consumer unsubscribed")
         with self._lock:
             self._topics, self._pattern = set(), None
 
@@ -265,6 +269,10 @@ class GroupCoordinator:
         are retried until ``timeout`` (default ``request_timeout_ms``).
         Raises :class:`CommitFailedError` when the member lost its
         partitions, even before their positions are known."""
+        return run_blocking(self.commit_steps(offsets, timeout))
+
+    def commit_steps(self, offsets: Optional[OffsetsArg] = None, timeout: Optional[float] = None) -> Steps:
+        """:meth:`commit` as steps."""
         self._run_commit_callbacks()
         todo = self._offsets_or_positions(offsets)
         if not todo:
@@ -274,7 +282,7 @@ class GroupCoordinator:
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         while True:
             generation, member = self._commit_generation()
-            resp = self._coordinator_request(
+            resp = yield from self._coordinator_request(
                 lambda v: offset_commit_request(self.group_id, todo, generation, member, self.group_instance_id),
                 deadline)
             errors = commit_errors(resp)
@@ -284,7 +292,7 @@ class GroupCoordinator:
             err = self._commit_error(errors)
             if not getattr(err, "retriable", False) or time.monotonic() >= deadline:
                 raise err
-            self._sleep_backoff(deadline)
+            yield self._backoff(deadline)
 
     def commit_async(self, offsets: Optional[OffsetsArg] = None, callback: Optional[CommitCallback] = None) -> Future:
         """Send a commit and return at once; ``callback(offsets, error)``
@@ -325,12 +333,16 @@ class GroupCoordinator:
         """The group's committed offsets of ``partitions`` (None where
         nothing is committed). Transactional offsets not yet decided are
         waited for (``require_stable``)."""
+        return run_blocking(self.committed_steps(partitions, timeout))
+
+    def committed_steps(self, partitions: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Steps:
+        """:meth:`committed` as steps."""
         tps = [TopicPartition(*tp) for tp in partitions]
         if not tps:
             return {}
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         while True:
-            resp = self._coordinator_request(
+            resp = yield from self._coordinator_request(
                 lambda v: offset_fetch_request(v, self.group_id, tps, member=self._fetch_member()), deadline)
             try:
                 got = offsets_from_response(resp, self.group_id)
@@ -341,7 +353,7 @@ class GroupCoordinator:
                 self._offset_fetch_error(e)
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
-                self._sleep_backoff(deadline)
+                yield self._backoff(deadline)
                 continue
             return {tp: got.get(tp) for tp in tps}
 
@@ -349,23 +361,27 @@ class GroupCoordinator:
         """Commit (auto commit), revoke, leave the group (dynamic members),
         stop the thread and close the connection: all within ``timeout``
         seconds (default ``request_timeout_ms``), as one budget."""
+        run_blocking(self.close_steps(timeout))
+
+    def close_steps(self, timeout: Optional[float] = None) -> Steps:
+        """:meth:`close` as steps."""
         if self._closed:
             return
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         try:
             if self.subscribed:
-                self._leave("the consumer is closing", deadline)
+                yield from self._leave("the consumer is closing", deadline)
             elif self.cfg["enable_auto_commit"] and self._client is not None:
-                self._commit_quietly(max(0.0, deadline - time.monotonic()))
+                yield from self._commit_quietly(max(0.0, deadline - time.monotonic()))
             self._run_commit_callbacks()
         finally:
             self._closed = True
             self._stop.set()
             if self._client is not None:
                 self._client.wakeup()
-            if self._thread is not None:
-                # woken, the thread ends within one turn of its loop; a short grace even when time is up
-                self._thread.join(max(0.1, deadline - time.monotonic()))
+            if self._ended is not None:
+                # woken, the background ends within one turn of its loop; a short grace even when time is up
+                yield Wait(self._ended, max(0.1, deadline - time.monotonic()))
             if self._pump is not None:
                 self._pump.fail_all(KwireError("consumer closed"))
             if self._client is not None:
@@ -441,9 +457,9 @@ class GroupCoordinator:
                 ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
             error.retriable = True      # type: ignore[attr-defined]
 
-    def _commit_quietly(self, timeout: float) -> None:
+    def _commit_quietly(self, timeout: float) -> Steps:
         try:
-            self.commit(None, timeout)
+            yield from self.commit_steps(None, timeout)
         except KwireError as e:
             log.warning("group %s: auto commit failed: %s", self.group_id, e)
 
@@ -677,6 +693,10 @@ class GroupCoordinator:
         up by ``auto_offset_reset`` meanwhile). Raises
         :class:`KafkaTimeoutError`, or what the OffsetFetch failed with when
         retrying cannot cure it."""
+        run_blocking(self.wait_for_positions_steps(partitions, timeout))
+
+    def wait_for_positions_steps(self, partitions: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Steps:
+        """:meth:`wait_for_positions` as steps."""
         tps = {TopicPartition(*tp) for tp in partitions}
         deadline = time.monotonic() + (timeout if timeout is not None else self.cfg["request_timeout_ms"] / 1000.0)
         while True:
@@ -691,14 +711,11 @@ class GroupCoordinator:
                                         "did not come in time")
             fut = self._offset_fetch
             if fut is None:                 # backing off after a failure
-                time.sleep(max(0.0, min(left, self._offset_fetch_retry_at - time.monotonic())))
+                yield Sleep(max(0.0, min(left, self._offset_fetch_retry_at - time.monotonic())))
                 continue
-            try:
-                fut.result(left)
-            except KwireError:
-                pass                        # taken in (and raised if need be) by _fetch_positions
+            yield Wait(fut, left)           # its answer is taken in (and raised if need be) by _fetch_positions
 
-    def _leave(self, reason: str, deadline: Optional[float] = None) -> None:
+    def _leave(self, reason: str, deadline: Optional[float] = None) -> Steps:
         """Commit, revoke (or lose), leave: for close() and unsubscribe(),
         all within ``deadline`` (default: ``request_timeout_ms`` from now)."""
         if deadline is None:
@@ -708,34 +725,35 @@ class GroupCoordinator:
             valid = self.generation >= 0 and bool(self.member_id)
         if valid:
             if self.cfg["enable_auto_commit"] and self._owned:
-                self._commit_quietly(max(0.0, deadline - time.monotonic()))
+                yield from self._commit_quietly(max(0.0, deadline - time.monotonic()))
             err = self._hand_back(set(self._owned))
         else:
             err = self._partitions_lost()
         if err is not None:
             log.warning("group %s: listener failed while leaving: %r", self.group_id, err)
-        self._membership.leave(reason, deadline)
+        sent = self._membership.leave(reason, deadline)
+        if sent is not None:
+            yield Wait(sent, max(0.0, deadline - time.monotonic()))   # its answer is logged when it comes
 
-    def _coordinator_request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Any:
+    def _coordinator_request(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Steps:
         self._start()
         assert self._link is not None
-        return self._link.request(make, deadline)
+        return (yield from self._link.request_steps(make, deadline))
 
-    def _sleep_backoff(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self.cfg["retry_backoff_ms"] / 1000.0, deadline - time.monotonic())))
+    def _backoff(self, deadline: float) -> Sleep:
+        return Sleep(max(0.0, min(self.cfg["retry_backoff_ms"] / 1000.0, deadline - time.monotonic())))
 
     # ================================== shared; for the membership (see
     # kwire.membership.MembershipHost, which says what each of these does)
     def _start(self) -> None:
         with self._lock:
-            if self._thread is not None or self._closed:
+            if self._ended is not None or self._closed:
                 return
-            self._client = Client(self._client_cfg)
+            self._client = self._consumer._client_class(self._client_cfg)
             self._pump = RequestPump(self._client)
             self._link = CoordinatorLink(self._pump, self._client, self.group_id, GROUP_KEY,
                                          self.cfg["retry_backoff_ms"], self._membership.coordinator_changed)
-            self._thread = threading.Thread(target=self._run, name=f"kwire-group-{self.group_id}", daemon=True)
-            self._thread.start()
+            self._ended = self._client.start_background(self._run(), f"kwire-group-{self.group_id}")
 
     def submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
                timeout: Optional[float] = None, response_timeout: Optional[float] = None) -> Future:
@@ -824,7 +842,9 @@ class GroupCoordinator:
             self._membership.halt()
 
     # ======================================================== I/O thread
-    def _run(self) -> None:
+    def _run(self) -> Steps:
+        """The background's turns: the pump's requests, the membership's
+        steps (joining, heartbeats), the client's I/O."""
         client, pump = self._client, self._pump
         assert client is not None and pump is not None
         while not self._stop.is_set():
@@ -833,7 +853,7 @@ class GroupCoordinator:
                 pump.pump()
                 self._membership.drive(now)
                 pump.pump()
-                client.poll(min(0.1, self._membership.wait_time(now)))
+                yield min(0.1, self._membership.wait_time(now))
             except Exception as e:   # a bug here must surface, not kill the group silently
                 if self._stop.is_set():
                     return               # closing: the client may be closed under it

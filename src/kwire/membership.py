@@ -27,7 +27,6 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Pattern, Protocol, Set
 
 from kwire import protocol
-from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.types import TopicPartition
 
@@ -111,11 +110,12 @@ class Membership(Protocol):
         the member's partitions lost (:meth:`MembershipHost.lose_partitions`)
         and rejoin."""
 
-    def leave(self, reason: str, deadline: float) -> None:
+    def leave(self, reason: str, deadline: float) -> Optional[Future]:
         """(application thread, lock not held) Leave the group, for close()
         and unsubscribe(): the partitions are handed back (or lost) already.
         Forget the generation, stop joining, and tell the coordinator (by
-        monotonic ``deadline``) where the protocol says so."""
+        monotonic ``deadline``) where the protocol says so: the future of
+        that request (None when none is sent), which the caller waits for."""
 
     def coordinator_changed(self, node: Optional[int]) -> None:
         """(any thread) The coordinator was found at ``node``, or (None)
@@ -207,19 +207,23 @@ class HostedMembership:
         self.state = UNJOINED
 
     def _send_leave_request(self, node: int, make: Callable[[Mapping[int, int]], Any], timeout: float, api: str,
-                            left: str, *args: Any) -> None:
+                            left: str, *args: Any) -> Future:
         """(application thread, lock not held) Send the request that
-        leaves the group and wait up to ``timeout`` for its answer; log the
-        outcome (``left % args`` when it worked)."""
-        try:
-            resp = self._host.submit(node, make, timeout).result(timeout)
-        except KwireError as e:
-            log.info("group %s: leaving (%s) failed: %s", self.group_id, api, e)
-            return
-        if resp.error_code:
-            log.info("group %s: leaving: %s", self.group_id, protocol.error_for(resp.error_code, api=api))
-        else:
-            log.info(left, *args)
+        leaves the group, its answer due within ``timeout``; its outcome is
+        logged when it comes (``left % args`` when it worked). Returns its
+        future (the caller waits for it, or not)."""
+        fut = self._host.submit(node, make, timeout, timeout)
+
+        def answered(f: Future) -> None:
+            if f.failed():
+                log.info("group %s: leaving (%s) failed: %s", self.group_id, api, f.exception())
+            elif f.value.error_code:
+                log.info("group %s: leaving: %s", self.group_id, protocol.error_for(f.value.error_code, api=api))
+            else:
+                log.info(left, *args)
+
+        fut.add_done_callback(answered)
+        return fut
 
     def _poll_overdue(self, now: float) -> bool:
         """(I/O thread) The application has not called ``poll()`` within

@@ -38,8 +38,14 @@ class _Answering:
         fut.set_result(_wire(self.answer(node), self.version))
         return fut
 
-    def wait(self, fut, timeout):
+    def wait_steps(self, fut, timeout):
         return fut.result(timeout)
+        yield                   # steps (kwire.client.Client.run): none to take here
+
+    def run(self, steps):
+        from kwire.client import run_blocking
+
+        return run_blocking(steps)
 
 
 def _admin(client):
@@ -51,7 +57,8 @@ def _admin(client):
 
 @pytest.mark.parametrize("version", range(m.CreatePartitionsRequest.MIN_VERSION, m.CreatePartitionsRequest.MAX_VERSION + 1))
 def test_create_partitions_request_and_responses(version, monkeypatch):
-    admin = _admin(type("NoNetwork", (), {"request_metadata_update": lambda self: None})())
+    admin = _admin(_Answering(version, None))
+    admin._client.request_metadata_update = lambda: None
     sent = []
     answer = {}
 
@@ -59,6 +66,7 @@ def test_create_partitions_request_and_responses(version, monkeypatch):
         req = make({37: version})
         sent.append(_wire(req, version))
         return _wire(answer["resp"], version)
+        yield
 
     monkeypatch.setattr(admin, "_to_controller", to_controller)
     r = m.CreatePartitionsResponse
@@ -89,11 +97,11 @@ def test_delete_records_request_and_responses(version, monkeypatch):
         def add_topics(self, topics):
             pass
 
-        def refresh_metadata(self, timeout):
-            pass
+        def refresh_metadata_steps(self, timeout):
+            yield from ()
 
-        def wait_ready(self, node, deadline):
-            pass
+        def wait_ready_steps(self, node, deadline):
+            yield from ()
 
     client = NoNetwork(version, lambda node: answer["resp"](node))
     sent = client.sent
@@ -142,11 +150,13 @@ def test_list_groups_types_filter(version):
         return resp_cls(groups=groups if version >= 5 else groups[:1])
 
     class NoNetwork(_Answering):
-        def refresh_metadata(self, timeout):
+        def refresh_metadata_steps(self, timeout):
             return type("Md", (), {"brokers": {0: None}})()
+            yield
 
-        def wait_ready(self, node, deadline):
+        def wait_ready_steps(self, node, deadline):
             return Conn()
+            yield
 
     client = NoNetwork(version, answer)
     sent = [req for _, req in client.sent]

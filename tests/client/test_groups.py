@@ -49,8 +49,8 @@ def _produce(bootstrap: str, topic: str, start: int, n: int) -> None:
         p.flush(30)
 
 
-def _consumer(broker, group: str, **cfg) -> Consumer:
-    return Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+def _consumer(kw, broker, group: str, **cfg) -> Consumer:
+    return kw.Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
                     **{**_session(broker), **cfg})
 
 
@@ -89,18 +89,18 @@ def settled(consumers, partitions):
     return check
 
 
-def test_members_join_and_leave_mid_stream_without_loss(broker):
+def test_members_join_and_leave_mid_stream_without_loss(kw, broker):
     topic, group = _topic(broker.bootstrap, 6), _group()
     got = []
     _produce(broker.bootstrap, topic, 0, 300)
-    a = _consumer(broker, group)
+    a = _consumer(kw, broker, group)
     a.subscribe([topic])
     drive([a], got, lambda: len(got) >= 300)
-    b = _consumer(broker, group)
+    b = _consumer(kw, broker, group)
     b.subscribe([topic])
     _produce(broker.bootstrap, topic, 300, 300)
     drive([a, b], got, settled([a, b], 6))
-    c = _consumer(broker, group)
+    c = _consumer(kw, broker, group)
     c.subscribe([topic])
     _produce(broker.bootstrap, topic, 600, 300)
     drive([a, b, c], got, settled([a, b, c], 6))
@@ -116,7 +116,7 @@ def test_members_join_and_leave_mid_stream_without_loss(broker):
     c.close()
 
 
-def share_group_with(broker, topic, group, records, strategy, peer):
+def share_group_with(kw, broker, topic, group, records, strategy, peer):
     """A kwire member and ``peer(stop, values, assignment)`` (another
     client's member, run in a thread) in one group: each gets half of the
     four partitions, none twice, and together they read every record (half
@@ -129,7 +129,7 @@ def share_group_with(broker, topic, group, records, strategy, peer):
     t.start()
     try:
         ours = []
-        k = _consumer(broker, group, partition_assignment_strategy=strategy)
+        k = _consumer(kw, broker, group, partition_assignment_strategy=strategy)
         k.subscribe([topic])
         produced = False
         deadline = time.monotonic() + 60
@@ -153,7 +153,7 @@ def share_group_with(broker, topic, group, records, strategy, peer):
         t.join(30)
 
 
-def test_mixed_group_with_confluent_kafka(broker):
+def test_mixed_group_with_confluent_kafka(kw, broker):
     ck = pytest.importorskip("confluent_kafka")
     topic, group = _topic(broker.bootstrap, 4), _group()
 
@@ -171,14 +171,14 @@ def test_mixed_group_with_confluent_kafka(broker):
         finally:
             c.close()
 
-    share_group_with(broker, topic, group, 400, "range", librdkafka_member)
+    share_group_with(kw, broker, topic, group, 400, "range", librdkafka_member)
 
 
-def test_commits_survive_restarts_with_metadata(broker):
+def test_commits_survive_restarts_with_metadata(kw, broker):
     topic, group = _topic(broker.bootstrap, 2), _group()
     _produce(broker.bootstrap, topic, 0, 200)
     got = []
-    c = _consumer(broker, group, enable_auto_commit=False, max_poll_records=10)
+    c = _consumer(kw, broker, group, enable_auto_commit=False, max_poll_records=10)
     c.subscribe([topic])
     drive([c], got, lambda: len(got) >= 50)
     positions = {tp: c.position(tp) for tp in c.assignment()}
@@ -186,7 +186,7 @@ def test_commits_survive_restarts_with_metadata(broker):
     assert set(done) == set(positions)
     c.close()
     seen_before = {v for _, v in got}
-    c2 = _consumer(broker, group, enable_auto_commit=False)
+    c2 = _consumer(kw, broker, group, enable_auto_commit=False)
     committed = c2.committed(list(positions))
     assert {tp: om.offset for tp, om in committed.items()} == positions
     if broker.is_tansu:
@@ -203,11 +203,11 @@ def test_commits_survive_restarts_with_metadata(broker):
     c2.close()
 
 
-def test_async_and_auto_commit(broker):
+def test_async_and_auto_commit(kw, broker):
     topic, group = _topic(broker.bootstrap, 1), _group()
     _produce(broker.bootstrap, topic, 0, 50)
     results = []
-    with _consumer(broker, group, enable_auto_commit=False) as c:
+    with _consumer(kw, broker, group, enable_auto_commit=False) as c:
         c.subscribe([topic])
         got = []
         drive([c], got, lambda: len(got) >= 50)
@@ -216,7 +216,7 @@ def test_async_and_auto_commit(broker):
         c.poll(10)                   # the callback runs in the application's thread, inside poll
         assert results == [({TopicPartition(topic, 0): OffsetAndMetadata(50)}, None)]
     _produce(broker.bootstrap, topic, 50, 10)
-    with _consumer(broker, group, auto_commit_interval_ms=100) as c:
+    with _consumer(kw, broker, group, auto_commit_interval_ms=100) as c:
         c.subscribe([topic])
         got = []
         drive([c], got, lambda: len(got) >= 10)
@@ -226,16 +226,16 @@ def test_async_and_auto_commit(broker):
         assert c.lag(tp) == 0
 
 
-def test_rebalance_listener_and_commit_before_revoke(broker):
+def test_rebalance_listener_and_commit_before_revoke(kw, broker):
     topic, group = _topic(broker.bootstrap, 2), _group()
     _produce(broker.bootstrap, topic, 0, 100)
     la, lb = Recorder(), Recorder()
-    a = _consumer(broker, group, partition_assignment_strategy="range")
+    a = _consumer(kw, broker, group, partition_assignment_strategy="range")
     a.subscribe([topic], listener=la)
     got = []
     drive([a], got, lambda: len(got) >= 100)
     assert la.events == [("assigned", [TopicPartition(topic, 0), TopicPartition(topic, 1)])]
-    b = _consumer(broker, group, partition_assignment_strategy="range")
+    b = _consumer(kw, broker, group, partition_assignment_strategy="range")
     b.subscribe([topic], listener=lb)
     drive([a, b], got, settled([a, b], 2))
     # eager: a revoked everything, after committing it (auto commit on), then got its half
@@ -250,16 +250,16 @@ def test_rebalance_listener_and_commit_before_revoke(broker):
     assert la.events[-1] == ("revoked", mine)
 
 
-def test_cooperative_sticky_rebalances_incrementally(broker):
+def test_cooperative_sticky_rebalances_incrementally(kw, broker):
     topic, group = _topic(broker.bootstrap, 4), _group()
     _produce(broker.bootstrap, topic, 0, 200)
     la, lb = Recorder(), Recorder()
     cfg = dict(partition_assignment_strategy="cooperative-sticky")
-    a = _consumer(broker, group, **cfg)
+    a = _consumer(kw, broker, group, **cfg)
     a.subscribe([topic], listener=la)
     got = []
     drive([a], got, lambda: len(a.assignment()) == 4)
-    b = _consumer(broker, group, **cfg)
+    b = _consumer(kw, broker, group, **cfg)
     b.subscribe([topic], listener=lb)
     _produce(broker.bootstrap, topic, 200, 200)
     drive([a, b], got, lambda: settled([a, b], 4)() and len({v for _, v in got}) >= 400)
@@ -275,10 +275,10 @@ def test_cooperative_sticky_rebalances_incrementally(broker):
     b.close()
 
 
-def test_roundrobin_group(broker):
+def test_roundrobin_group(kw, broker):
     t1, t2, group = _topic(broker.bootstrap, 2), _topic(broker.bootstrap, 1), _group()
-    a = _consumer(broker, group, partition_assignment_strategy="roundrobin", client_id="a")
-    b = _consumer(broker, group, partition_assignment_strategy="roundrobin", client_id="b")
+    a = _consumer(kw, broker, group, partition_assignment_strategy="roundrobin", client_id="a")
+    b = _consumer(kw, broker, group, partition_assignment_strategy="roundrobin", client_id="b")
     a.subscribe([t1, t2])
     b.subscribe([t1, t2])
     drive([a, b], [], settled([a, b], 3))
@@ -291,10 +291,10 @@ def test_roundrobin_group(broker):
     b.close()
 
 
-def test_static_membership_keeps_its_partitions_across_a_restart(broker):
+def test_static_membership_keeps_its_partitions_across_a_restart(kw, broker):
     topic, group = _topic(broker.bootstrap, 4), _group()
-    a = _consumer(broker, group, group_instance_id="static-a")
-    b = _consumer(broker, group, group_instance_id="static-b")
+    a = _consumer(kw, broker, group, group_instance_id="static-a")
+    b = _consumer(kw, broker, group, group_instance_id="static-b")
     a.subscribe([topic])
     b.subscribe([topic])
     drive([a, b], [], settled([a, b], 4))
@@ -302,7 +302,7 @@ def test_static_membership_keeps_its_partitions_across_a_restart(broker):
     # range over static members sorts them by instance id: static-a takes the first half
     assert before == [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     a.close()               # a static member does not send LeaveGroup
-    a2 = _consumer(broker, group, group_instance_id="static-a")
+    a2 = _consumer(kw, broker, group, group_instance_id="static-a")
     a2.subscribe([topic])
     drive([a2, b], [], settled([a2, b], 4))
     assert sorted(a2.assignment()) == before
@@ -310,11 +310,11 @@ def test_static_membership_keeps_its_partitions_across_a_restart(broker):
     b.close()
 
 
-def test_pattern_subscription_follows_new_topics(broker):
+def test_pattern_subscription_follows_new_topics(kw, broker):
     prefix = f"pat{uuid.uuid4().hex[:6]}-"
     with Admin(bootstrap_servers=broker.bootstrap) as adm:
         adm.create_topics([NewTopic(prefix + "one", 1)])
-    c = _consumer(broker, _group(), metadata_max_age_ms=500)
+    c = _consumer(kw, broker, _group(), metadata_max_age_ms=500)
     c.subscribe(pattern=prefix.replace("-", r"\-") + ".*")
     drive([c], [], lambda: c.assignment() == [TopicPartition(prefix + "one", 0)])
     with Admin(bootstrap_servers=broker.bootstrap) as adm:
@@ -324,10 +324,10 @@ def test_pattern_subscription_follows_new_topics(broker):
     c.close()
 
 
-def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(broker):
+def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(kw, broker):
     topic, group = _topic(broker.bootstrap, 2), _group()
     slow = Recorder()
-    c = _consumer(broker, group, max_poll_interval_ms=60000)
+    c = _consumer(kw, broker, group, max_poll_interval_ms=60000)
     c.subscribe([topic], listener=slow)
     drive([c], [], lambda: len(c.assignment()) == 2)
     generation = c.group_metadata().generation_id
@@ -338,7 +338,7 @@ def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(broker):
     c.close()
 
     evicted = Recorder()
-    d = _consumer(broker, group, max_poll_interval_ms=1500)
+    d = _consumer(kw, broker, group, max_poll_interval_ms=1500)
     d.subscribe([topic], listener=evicted)
     drive([d], [], lambda: len(d.assignment()) == 2)
     time.sleep(3.0)          # no poll for longer than max_poll_interval_ms: the member leaves
@@ -350,7 +350,7 @@ def test_slow_processing_keeps_membership_but_max_poll_interval_evicts(broker):
     d.close()
 
 
-def test_member_removed_by_the_coordinator_rejoins(broker):
+def test_member_removed_by_the_coordinator_rejoins(kw, broker):
     """Another client makes the coordinator forget the member (LeaveGroup
     with its member id): its next heartbeat gets UNKNOWN_MEMBER_ID, its
     partitions are reported lost and it joins again as a new member."""
@@ -360,7 +360,7 @@ def test_member_removed_by_the_coordinator_rejoins(broker):
 
     topic, group = _topic(broker.bootstrap, 1), _group()
     rec = Recorder()
-    c = _consumer(broker, group)
+    c = _consumer(kw, broker, group)
     c.subscribe([topic], listener=rec)
     drive([c], [], lambda: len(c.assignment()) == 1)
     old = c.group_metadata().member_id
@@ -375,7 +375,7 @@ def test_member_removed_by_the_coordinator_rejoins(broker):
     c.close()
 
 
-def test_mixed_group_with_kafka_python_roundrobin(broker):
+def test_mixed_group_with_kafka_python_roundrobin(kw, broker):
     kafka = pytest.importorskip("kafka")
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
@@ -393,10 +393,10 @@ def test_mixed_group_with_kafka_python_roundrobin(broker):
         finally:
             c.close()
 
-    share_group_with(broker, topic, group, 200, "roundrobin", kafka_python_member)
+    share_group_with(kw, broker, topic, group, 200, "roundrobin", kafka_python_member)
 
 
-def test_a_topic_created_after_the_group_assigned_is_assigned_soon(broker):
+def test_a_topic_created_after_the_group_assigned_is_assigned_soon(kw, broker):
     """The leader assigned while a subscribed topic had no partitions (not
     created yet, or being auto-created): it looks at the metadata again
     after retry_backoff_ms (doubling up to retry_backoff_max_ms), not only
@@ -406,7 +406,7 @@ def test_a_topic_created_after_the_group_assigned_is_assigned_soon(broker):
     partitions for the rest of the test.)"""
     name = f"g-late-{uuid.uuid4().hex[:10]}"
     rec = Recorder()
-    with _consumer(broker, _group(), allow_auto_create_topics=False, metadata_max_age_ms=300000) as c:
+    with _consumer(kw, broker, _group(), allow_auto_create_topics=False, metadata_max_age_ms=300000) as c:
         c.subscribe([name], listener=rec)
         deadline = time.monotonic() + 30
         while not rec.events:                      # joined: assigned nothing

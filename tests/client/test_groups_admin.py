@@ -68,7 +68,7 @@ def _note(tp):
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_list_describe_offsets_lag_alter_delete(broker, assignor):
+def test_list_describe_offsets_lag_alter_delete(kw, broker, assignor):
     """On Kafka: the members' details, commit metadata read back, and
     DeleteGroups of a group with members refused (NON_EMPTY_GROUP)."""
     topic, group = _setup(broker.bootstrap)
@@ -76,7 +76,7 @@ def test_list_describe_offsets_lag_alter_delete(broker, assignor):
                 partition_assignment_strategy=assignor)
     both = (TopicPartition(topic, 0), TopicPartition(topic, 1))
     try:
-        with Admin(bootstrap_servers=broker.bootstrap) as a:
+        with kw.Admin(bootstrap_servers=broker.bootstrap) as a:
             listed = {g.group_id: g for g in a.list_groups()}
             assert listed[group].protocol_type == "consumer"
             d = a.describe_groups([group])[group]
@@ -112,7 +112,7 @@ def test_list_describe_offsets_lag_alter_delete(broker, assignor):
                 assert group in {g.group_id for g in a.list_groups()}
     finally:
         c.close()
-    with Admin(bootstrap_servers=broker.bootstrap) as a:
+    with kw.Admin(bootstrap_servers=broker.bootstrap) as a:
         a.alter_group_offsets(group, {(topic, 0): OffsetAndMetadata(1, "set by admin"), (topic, 1): 2})
         got = a.list_group_offsets(group, [(topic, 0), (topic, 1), (topic, 5)])
         assert (got[TopicPartition(topic, 0)].offset, got[TopicPartition(topic, 1)].offset) == (1, 2)

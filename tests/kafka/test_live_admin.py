@@ -154,7 +154,7 @@ STAMPS = [BASE + d for d in (1000, 3000, 2000, 6000, 4000, 5000, 2500)]
 
 
 @pytest.mark.parametrize("batched", [True, False], ids=["one-batch", "batch-each"])
-def test_list_offsets_by_timestamp_and_max_timestamp(broker, batched):
+def test_list_offsets_by_timestamp_and_max_timestamp(kw, broker, batched):
     """The earliest offset whose timestamp is at least t (in log order, so
     with timestamps out of order it may be an offset whose timestamp is far
     above t), none past the last one; MAX_TIMESTAMP: the offset of the
@@ -177,7 +177,7 @@ def test_list_offsets_by_timestamp_and_max_timestamp(broker, batched):
         return None
 
     lookups = (BASE, BASE + 1000, BASE + 1500, BASE + 2000, BASE + 2200, BASE + 3500, BASE + 5500, BASE + 6000)
-    with Admin(bootstrap_servers=broker.bootstrap) as a, Consumer(bootstrap_servers=broker.bootstrap) as c:
+    with kw.Admin(bootstrap_servers=broker.bootstrap) as a, kw.Consumer(bootstrap_servers=broker.bootstrap) as c:
         if broker.is_tansu:
             # Tansu 0.6.0 ignores the timestamp: every lookup answers the log start (offset 0, with the first
             # batch's append time), even past the last record; "latest" is the last batch's base offset + 1,

@@ -15,7 +15,7 @@ import asyncio
 import threading
 from typing import Any, Callable, Optional
 
-from kwire.aio import AsyncConsumer, AsyncProducer
+from kwire.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
 
 
 class _Loop:
@@ -62,7 +62,7 @@ class _Bridged:
         if self._loop is None:
             return
         try:
-            self._loop.call(self.aio.close, timeout)
+            self._loop.call(self.aio.close, *(() if timeout is None else (timeout,)))
         finally:
             self._loop.stop()
             self._loop = None
@@ -115,3 +115,33 @@ class BridgedConsumer(_Bridged):
 
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Any:
         return self._call(self.aio.getmany, timeout_ms, max_records)
+
+    def commit(self, offsets: Any = None, asynchronous: bool = False, callback: Any = None,
+               timeout: Optional[float] = None) -> Any:
+        if asynchronous:
+            return self.commit_async(offsets, callback)
+        return self._call(self.aio.commit, offsets, timeout)
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> Any:
+        """The commit's future as a ``concurrent.futures.Future`` (``result(timeout)``)."""
+        assert self._loop is not None, "closed"
+
+        async def commit() -> Any:
+            return await self.aio.commit_async(offsets, callback)
+
+        return asyncio.run_coroutine_threadsafe(commit(), self._loop.loop)
+
+
+class BridgedAdmin(_Bridged):
+    """``kwire.admin.Admin``'s interface over an :class:`AsyncAdmin`."""
+
+    aio: AsyncAdmin
+
+    def __init__(self, config: Optional[dict] = None, **kwargs: Any) -> None:
+        super().__init__(AsyncAdmin, "aio-admin", config, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = getattr(self.aio, name)
+        return lambda *args, **kwargs: self._call(method, *args, **kwargs)

@@ -1,6 +1,6 @@
 """asyncio clients on the same core as the blocking ones:
-:class:`AsyncProducer` and :class:`AsyncConsumer`, with the blocking
-clients' names and options.
+:class:`AsyncProducer`, :class:`AsyncConsumer` and :class:`AsyncAdmin`,
+with the blocking clients' names and options.
 
 One client, two drivers: the logic (connections and their Kafka side,
 metadata, fetching, batching, retries) is the blocking clients' own, and
@@ -10,7 +10,8 @@ transports (:mod:`kwire.aio.net`). Works on asyncio's default loop and on
 uvloop. Each client belongs to the loop it was made in.
 """
 
+from kwire.aio.admin import AsyncAdmin
 from kwire.aio.consumer import AsyncConsumer
 from kwire.aio.producer import AsyncProducer, WouldBlockError
 
-__all__ = ["AsyncConsumer", "AsyncProducer", "WouldBlockError"]
+__all__ = ["AsyncAdmin", "AsyncConsumer", "AsyncProducer", "WouldBlockError"]

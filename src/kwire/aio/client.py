@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Set
 
 from kwire.aio.net import AioConnection
-from kwire.client import Broker, Client, Sleep, Steps
+from kwire.client import Broker, Client, Sleep, Steps, Wait
 from kwire.errors import KwireError
+from kwire.future import Future
 from kwire.net import Connection
 
 __all__ = ["AioClient", "TICK"]
@@ -52,6 +53,7 @@ class AioClient(Client):
         self._soon: Optional[asyncio.Handle] = None      # a tick asked for this loop turn
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at = float("inf")
+        self._background: Set[asyncio.Task] = set()
         self._kick()          # the first tick: from then on each one sets the timer for the next
 
     def _new_connection(self, node_id: int, broker: Broker) -> Connection:
@@ -136,6 +138,41 @@ class AioClient(Client):
         finally:
             handle.cancel()
 
+    async def wait_future(self, fut: Future, timeout: Optional[float]) -> None:
+        """Wait until ``fut`` is done, at most ``timeout`` s (None: no
+        limit). Its callback may come from another thread."""
+        if fut.done():
+            return
+        af = self._loop.create_future()
+        fut.add_done_callback(lambda _f: self._settle(af))
+        try:
+            await asyncio.wait_for(asyncio.shield(af), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    def _settle(self, af: asyncio.Future) -> None:
+        if threading.get_ident() == self._thread_id:
+            _finish(af)
+        else:
+            try:
+                self._loop.call_soon_threadsafe(_finish, af)
+            except RuntimeError:       # the loop is closed
+                pass
+
+    def start_background(self, steps: Steps, name: str) -> Future:
+        ended: Future = Future()
+
+        async def run() -> None:
+            try:
+                await self.arun(steps)
+            finally:
+                ended.set_result(None)
+
+        task = self._loop.create_task(run(), name=name)
+        self._background.add(task)                  # the loop keeps only a weak reference
+        task.add_done_callback(self._background.discard)
+        return ended
+
     def run(self, steps: Steps) -> Any:
         """Not here: blocking. :meth:`arun` awaits the same steps."""
         steps.close()
@@ -152,6 +189,8 @@ class AioClient(Client):
                 try:
                     if type(want) is Sleep:
                         await asyncio.sleep(want.seconds)
+                    elif type(want) is Wait:
+                        await self.wait_future(want.future, want.timeout)
                     else:
                         await self.io(want)
                 except BaseException as e:   # noqa: BLE001 - cancellation included: the generator's finally runs

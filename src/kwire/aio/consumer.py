@@ -42,22 +42,19 @@ class _LoopConsumer(Consumer):
 
 
 class AsyncConsumer:
-    """A Kafka consumer for asyncio (manual assignment).
+    """A Kafka consumer for asyncio.
 
     ``AsyncConsumer({"bootstrap.servers": ...}, auto_offset_reset="earliest")``,
     made inside a running event loop (it belongs to that loop); use it as
     ``async with``, or ``await`` :meth:`close`. :meth:`assign` the
-    partitions, then ``await`` :meth:`getmany` (records per partition),
+    partitions, or :meth:`subscribe` with a ``group_id`` (classic or
+    KIP-848 ``group_protocol``), then ``await`` :meth:`getmany` (records per partition),
     :meth:`poll_columnar` (a ``pyarrow.RecordBatch`` per partition), or
     iterate: ``async for record in consumer``.
     """
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._c = _LoopConsumer(config, **kwargs)
-        if self._c._group is not None:
-            self._c.close()
-            raise KwireError("kwire.aio: consumer groups (group_id) are not available in AsyncConsumer yet; "
-                             "assign() partitions and track offsets, or use kwire.Consumer")
         self._client: AioClient = self._c._client
         self.cfg = self._c.cfg
         self._held: Deque[Record] = collections.deque()   # taken by a poll, not handed out yet (getone, async for)
@@ -65,6 +62,16 @@ class AsyncConsumer:
     def _drop_held(self, keep: Any) -> None:
         if self._held:
             self._held = collections.deque(r for r in self._held if keep(TopicPartition(r.topic, r.partition)))
+
+    def _rewind_held(self) -> None:
+        """Give the held records back: each partition's position goes back
+        to its first one (what is committed then counts them unread)."""
+        first: Dict[TopicPartition, int] = {}
+        for r in self._held:
+            first.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+        self._held.clear()
+        for tp, offset in first.items():
+            self._c.seek(tp, offset)
 
     def _take_held(self, most: Optional[int]) -> Dict[TopicPartition, List[Record]]:
         out: Dict[TopicPartition, List[Record]] = {}
@@ -114,6 +121,59 @@ class AsyncConsumer:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
 
+    # ----------------------------------------------------------- group
+    def subscribe(self, topics: Iterable[str] = (), pattern: Any = None, listener: Any = None) -> None:
+        """Join the consumer group ``group_id`` for ``topics`` (or the topics
+        matching ``pattern``): :meth:`kwire.Consumer.subscribe`. The
+        listener's callbacks (plain functions) run on the loop, inside
+        :meth:`getmany`. Joining and heartbeats are a task of the loop."""
+        self._c.subscribe(topics, pattern, listener)
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto commit) and drop the
+        subscription and assignment."""
+        group = self._c._group
+        if group is not None:
+            self._rewind_held()
+            await self._client.arun(group.unsubscribe_steps())
+
+    def subscription(self) -> set:
+        return self._c.subscription()
+
+    async def commit(self, offsets: Any = None, timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+        """Commit ``offsets`` (default: the position of every assigned
+        partition) and wait for the coordinator: :meth:`kwire.Consumer.commit`."""
+        group = self._c._require_group()
+        if offsets is None and self._held:
+            offsets = {tp: await self.position(tp) for tp in self._c.assignment()}
+        return await self._client.arun(group.commit_steps(offsets, timeout))
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> "asyncio.Future[Any]":
+        """Send a commit without waiting; ``callback(offsets, error)`` runs
+        in a later :meth:`getmany`; the returned future (await it, or not)
+        completes with the offsets."""
+        fut = self._c.commit_async(offsets, callback)
+        out: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def done(f: Any) -> None:
+            if out.done():
+                return
+            if f.failed():
+                out.set_exception(f.exception())
+            else:
+                out.set_result(f.value)
+
+        fut.add_done_callback(done)
+        return out
+
+    async def committed(self, partitions: Iterable[Tuple[str, int]],
+                        timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+        """The group's committed offsets (None where nothing is committed)."""
+        return await self._client.arun(self._c._require_group().committed_steps(partitions, timeout))
+
+    def group_metadata(self) -> Any:
+        return self._c.group_metadata()
+
     # ---------------------------------------------------------- offsets
     async def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
         """The next offset :meth:`getmany` returns for ``tp`` (looked up when
@@ -123,10 +183,9 @@ class AsyncConsumer:
         for r in self._held:
             if (r.topic, r.partition) == tuple(tp):
                 return r.offset
-        if st.position is None:
-            await self._client.arun(c._resolve_positions_steps([TopicPartition(*tp)], timeout))
-        assert st.position is not None
-        return st.position
+        if st.position is not None:
+            return st.position
+        return await self._client.arun(c._position_steps(tp, timeout))
 
     async def beginning_offsets(self, tps: Iterable[Tuple[str, int]],
                                 timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
@@ -191,8 +250,12 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------ close
     async def close(self, timeout: Optional[float] = None) -> None:
-        """Close the connections."""
-        self._c.close(timeout)
+        """Close the connections; with a group, first commit (auto commit),
+        revoke and leave, within ``timeout`` seconds in all (default
+        ``request_timeout_ms``)."""
+        if not self._c._closed:
+            self._rewind_held()
+        await self._client.arun(self._c._close_steps(timeout))
 
     async def __aenter__(self) -> "AsyncConsumer":
         return self
