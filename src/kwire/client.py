@@ -125,11 +125,10 @@ def _block_on(want: Any) -> None:
     if type(want) is Sleep:
         time.sleep(want.seconds)
     elif type(want) is Wait:
-        if not want.future.done():
-            try:
-                want.future.result(want.timeout)
-            except Exception:       # noqa: BLE001 - done or not, the generator looks at the future itself
-                pass
+        try:        # result(), not done(): it returns once the future's callbacks have run (on another thread)
+            want.future.result(want.timeout)
+        except Exception:       # noqa: BLE001 - done or not, the generator looks at the future itself
+            pass
     else:
         raise KwireError(f"a step of I/O ({want!r} s) where another thread does the I/O")
 

@@ -48,7 +48,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tup
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
                           SendingProducer, build_batches, restamp_batch)
-from kwire.client import STALLED, Client, Sleep, Steps
+from kwire.client import STALLED, Client, Sleep, Steps, Wait, run_blocking
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
@@ -244,18 +244,18 @@ class Producer(SendingProducer):
         """Send everything queued now and wait until it is acknowledged (or
         failed: a record's error is on its own future). Raises
         :class:`KafkaTimeoutError` if that takes longer than ``timeout`` s."""
+        run_blocking(self._flush_steps(timeout))
+
+    def _flush_steps(self, timeout: Optional[float]) -> Steps:
+        """:meth:`flush` as steps (the sender does the I/O)."""
         futures = self._flush_start()
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
-            for f in futures:       # result(), not done(): it returns once the records' callbacks have run
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    f.result(left)
-                except Exception:
-                    if not f.done():        # the wait ended, not the batch
-                        pending = sum(not f.done() for f in futures)
-                        raise KafkaTimeoutError(f"flush(): {pending} batch(es) not acknowledged within "
-                                                f"{timeout} s") from None
+            for f in futures:       # Wait: result(), not done(): it returns once the records' callbacks have run
+                yield Wait(f, None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if not f.done():        # the wait ended, not the batch
+                    pending = sum(not f.done() for f in futures)
+                    raise KafkaTimeoutError(f"flush(): {pending} batch(es) not acknowledged within {timeout} s")
         finally:
             with self._lock:
                 self._flushing -= 1
@@ -355,7 +355,7 @@ class Producer(SendingProducer):
         afresh); a topic that does not exist, and that the broker does not
         create (its ``auto.create.topics.enable`` is off), raises
         :class:`KafkaTimeoutError` saying so at ``deadline``."""
-        return self._client.run(self._wait_partitions_steps(topic, deadline, need))
+        return run_blocking(self._wait_partitions_steps(topic, deadline, need))
 
     def _wait_partitions_steps(self, topic: str, deadline: float, need: int = 1) -> Steps:
         """:meth:`_wait_partitions` as steps: they only sleep (the sender

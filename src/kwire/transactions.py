@@ -44,6 +44,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from kwire import protocol
+from kwire.client import Steps, Wait, run_blocking
 from kwire.commit import CommitFailedError, as_offsets, commit_errors, grouped_partitions
 from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, CoordinatorLink, RequestPump
 from kwire.errors import KwireError, error_for_code
@@ -311,7 +312,7 @@ class TransactionManager:
                                    self._producer.cfg["max_block_ms"] / 1000.0)
 
     def _call(self, link: CoordinatorLink, make: Any, api: str, deadline: float,
-              code_of: Any = lambda r: r.error_code) -> Any:
+              code_of: Any = lambda r: r.error_code) -> Steps:
         """Send to ``link``'s coordinator until an answer other than a
         retriable error comes; that answer's error, if any, raised (after
         putting it into the manager's state). A request the coordinator
@@ -322,7 +323,7 @@ class TransactionManager:
         once that one is done)."""
         while True:
             try:
-                resp = link.request(make, deadline)
+                resp = yield from link.request_steps(make, deadline)
             except KafkaTimeoutError as e:      # the deadline passed without an answer
                 raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
                                         f"no answer from its coordinator until the timeout ({e})") from e
@@ -335,11 +336,11 @@ class TransactionManager:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
                                             f"{protocol.error_for(code, api=api)} until the timeout")
-                link.sleep(deadline)
+                yield link.backoff(deadline)
                 continue
             raise self._error_code(code, api)
 
-    def _init_producer_id(self, deadline: float, bump: bool) -> None:
+    def _init_producer_id(self, deadline: float, bump: bool) -> Steps:
         p = self._producer
         pid, epoch = (p._producer_id, p._producer_epoch) if bump else (-1, -1)
 
@@ -351,7 +352,7 @@ class TransactionManager:
                 transactional_id=self.transactional_id, transaction_timeout_ms=self._timeout_ms,
                 producer_id=pid, producer_epoch=epoch)
 
-        resp = self._call(self._link, make, "InitProducerId", deadline)
+        resp = yield from self._call(self._link, make, "InitProducerId", deadline)
         with p._lock:
             p._producer_id, p._producer_epoch = resp.producer_id, resp.producer_epoch
         log.info("transactional producer %s: producer id %s epoch %s", self.transactional_id,
@@ -361,11 +362,14 @@ class TransactionManager:
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register the transactional id (fencing older producers with it,
         and completing or aborting their open transaction)."""
+        run_blocking(self.init_transactions_steps(timeout))
+
+    def init_transactions_steps(self, timeout: Optional[float] = None) -> Steps:
         self._check(UNINITIALIZED, what="init_transactions()")
         with self._lock:
             self.state = INITIALIZING
         try:
-            self._init_producer_id(self._deadline(timeout), bump=False)
+            yield from self._init_producer_id(self._deadline(timeout), bump=False)
         except BaseException:
             with self._lock:
                 if self.state == INITIALIZING:
@@ -388,13 +392,18 @@ class TransactionManager:
         (AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator).
         ``group``: ``consumer.group_metadata()`` (so a member fenced by a
         rebalance cannot commit) or a group id."""
+        run_blocking(self.send_offsets_to_transaction_steps(offsets, group, timeout))
+
+    def send_offsets_to_transaction_steps(self, offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+                                          group: Union[str, ConsumerGroupMetadata],
+                                          timeout: Optional[float] = None) -> Steps:
         self._check(IN_TRANSACTION, what="send_offsets_to_transaction()")
         meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(str(group))
         todo = as_offsets(offsets)
         deadline = self._deadline(timeout)
         p = self._producer
         pid, epoch = p._producer_id, p._producer_epoch
-        self._call(self._link, lambda v: protocol.message("AddOffsetsToTxnRequest")(
+        yield from self._call(self._link, lambda v: protocol.message("AddOffsetsToTxnRequest")(
             transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch,
             group_id=meta.group_id), "AddOffsetsToTxn", deadline)
         with self._lock:
@@ -424,7 +433,7 @@ class TransactionManager:
             return next((e.code for e in errors.values()), 0)   # type: ignore[attr-defined]
 
         try:
-            self._call(link, make, "TxnOffsetCommit", deadline, first_code)
+            yield from self._call(link, make, "TxnOffsetCommit", deadline, first_code)
         except KwireError as e:
             code = getattr(e, "code", None)
             if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
@@ -440,12 +449,15 @@ class TransactionManager:
         not all answered, or the coordinator not answering) may be called
         again: it goes on where it stopped (the coordinator takes a repeated
         EndTxn as the first)."""
+        run_blocking(self.commit_transaction_steps(timeout))
+
+    def commit_transaction_steps(self, timeout: Optional[float] = None) -> Steps:
         self._check(IN_TRANSACTION, COMMITTING, what="commit_transaction()")
         deadline = self._deadline(timeout)
         with self._lock:
             self.state = COMMITTING
         try:
-            self._producer.flush(max(0.0, deadline - time.monotonic()))
+            yield from self._producer._flush_steps(max(0.0, deadline - time.monotonic()))
             unflushed: Optional[KafkaTimeoutError] = None
         except KafkaTimeoutError as e:     # the wait, or a record that expired: told apart below
             unflushed = e
@@ -465,12 +477,15 @@ class TransactionManager:
             if state == FATAL_ERROR:
                 raise error
             raise TransactionStateError(f"the transaction cannot commit: {error}; abort it") from error
-        self._end(True, deadline)
+        yield from self._end(True, deadline)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort: unsent records fail with :class:`TransactionAbortedError`,
         records in flight are waited for, then EndTxn(abort); after an error
         that lost the producer's sequence state, the epoch is bumped."""
+        run_blocking(self.abort_transaction_steps(timeout))
+
+    def abort_transaction_steps(self, timeout: Optional[float] = None) -> Steps:
         self._check(IN_TRANSACTION, ABORTABLE_ERROR, COMMITTING, what="abort_transaction()")
         deadline = self._deadline(timeout)
         with self._lock:
@@ -480,26 +495,24 @@ class TransactionManager:
         with p._lock:
             in_flight = [b.future for bs in p._unacked.values() for b in bs]
         for f in in_flight:
-            try:
-                f.result(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                if not f.done():    # the wait ended, not the batch (a batch's own timeout is its own)
-                    raise KafkaTimeoutError("abort_transaction(): batches in flight not answered in time") from None
+            yield Wait(f, max(0.0, deadline - time.monotonic()))
+            if not f.done():        # the wait ended, not the batch (a batch's own timeout is its own)
+                raise KafkaTimeoutError("abort_transaction(): batches in flight not answered in time")
         with self._lock:
             epoch_gone, self._epoch_gone = self._epoch_gone, False
-        self._end(False, deadline, send=not epoch_gone)
+        yield from self._end(False, deadline, send=not epoch_gone)
         with self._lock:
             bump, self._bump_epoch = self._bump_epoch, False
         if bump:
-            self._init_producer_id(deadline, bump=True)
+            yield from self._init_producer_id(deadline, bump=True)
 
-    def _end(self, commit: bool, deadline: float, send: bool = True) -> None:
+    def _end(self, commit: bool, deadline: float, send: bool = True) -> Steps:
         with self._lock:
             started = self._started
         if started and send:
             p = self._producer
             pid, epoch = p._producer_id, p._producer_epoch
-            self._call(self._link, lambda v: protocol.message("EndTxnRequest")(
+            yield from self._call(self._link, lambda v: protocol.message("EndTxnRequest")(
                 transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch, committed=commit),
                 "EndTxn", deadline)
         log.debug("%s: transaction %s", self.transactional_id, "committed" if commit else "aborted")

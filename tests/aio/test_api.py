@@ -44,9 +44,7 @@ def test_async_admin_has_every_admin_call_with_its_parameters():
 ])
 def test_the_async_clients_keep_the_blocking_names_and_parameters(blocking, ours, renamed):
     public = {n for n in dir(blocking) if not n.startswith("_") and callable(getattr(blocking, n))}
-    left_out = {"send_offsets_to_transaction", "init_transactions", "begin_transaction", "commit_transaction",
-                "abort_transaction"}    # transactions: not in kwire.aio yet
-    for name in sorted(public - left_out):
+    for name in sorted(public):
         mine = getattr(ours, renamed.get(name, name), None)
         assert mine is not None, f"{ours.__name__} lacks {name}"
         theirs = getattr(blocking, name)

@@ -45,10 +45,15 @@ def _topic(bootstrap: str, partitions: int = 1) -> str:
     return name
 
 
-def _txn_producer(bootstrap: str, **cfg) -> Producer:
-    p = Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}", **cfg)
+def _txn_producer(kw, bootstrap: str, **cfg) -> Producer:
+    p = kw.Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}", **cfg)
     p.init_transactions(20)
     return p
+
+
+def _inner(kw, producer):
+    """The producer whose state a test reads: kwire.aio's own behind the bridge."""
+    return producer.aio._p if kw.is_aio else producer
 
 
 def _kwire_read(bootstrap, topic, isolation, seconds=2.0, partitions=1):
@@ -99,9 +104,9 @@ def _fetch(bootstrap, topic, isolation_level=0):
         client.close()
 
 
-def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(broker):
+def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(kw, broker):
     topic = _topic(broker.bootstrap)
-    p = _txn_producer(broker.bootstrap)
+    p = _txn_producer(kw, broker.bootstrap)
     p.begin_transaction()
     for i in range(10):
         p.send(topic, b"t1-%d" % i)
@@ -116,9 +121,9 @@ def test_commit_visible_to_kwire_and_librdkafka_open_transaction_is_not(broker):
     p.close()
 
 
-def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_records(broker):
+def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_records(kw, broker):
     topic = _topic(broker.bootstrap)
-    p = _txn_producer(broker.bootstrap)
+    p = _txn_producer(kw, broker.bootstrap)
     p.begin_transaction()
     p.send(topic, b"kept-1")
     p.commit_transaction(20)
@@ -130,7 +135,7 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     p.begin_transaction()
     p.send(topic, b"kept-2")
     p.commit_transaction(20)
-    pid = p._producer_id
+    pid = _inner(kw, p)._producer_id
     p.close()
 
     part = _fetch(broker.bootstrap, topic)
@@ -164,16 +169,16 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     assert res.next_offset == cols.next_offset == everything[-1].offset + 1   # past the last COMMIT marker
 
 
-def test_fencing_a_zombie_producer(broker):
+def test_fencing_a_zombie_producer(kw, broker):
     topic = _topic(broker.bootstrap)
     tid = f"tid-{uuid.uuid4().hex[:8]}"
-    old = Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    old = kw.Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
     old.init_transactions(20)
     old.begin_transaction()
     old.send(topic, b"zombie-open").get(10)
-    new = Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    new = kw.Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
     new.init_transactions(20)        # fences old and aborts its open transaction
-    assert new._producer_epoch > old._producer_epoch
+    assert _inner(kw, new)._producer_epoch > _inner(kw, old)._producer_epoch
     if broker.is_tansu:
         # Tansu 0.6.0 says PRODUCER_FENCED at Produce: fatal there and then
         with pytest.raises(ProducerFencedError):
@@ -200,9 +205,9 @@ def test_fencing_a_zombie_producer(broker):
     assert _kwire_read(broker.bootstrap, topic, "read_committed")[-1:] == [b"from-new"]
 
 
-def test_state_errors(broker):
+def test_state_errors(kw, broker):
     topic = _topic(broker.bootstrap)
-    p = Producer(bootstrap_servers=broker.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}")
+    p = kw.Producer(bootstrap_servers=broker.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}")
     with pytest.raises(TransactionStateError, match="init_transactions"):
         p.send(topic, b"x")
     with pytest.raises(TransactionStateError):
@@ -224,26 +229,29 @@ def test_state_errors(broker):
         p.send(topic, b"after", key=b"k")
     p.close()
     with pytest.raises(Exception, match="transactional_id"):
-        Producer(bootstrap_servers=broker.bootstrap).begin_transaction()
+        kw.Producer(bootstrap_servers=broker.bootstrap).begin_transaction()
 
 
-def test_abortable_error_then_abort_and_continue(broker):
+def test_abortable_error_then_abort_and_continue(kw, broker):
     """A record that cannot be delivered (a partition without a leader, so it
     expires) makes the transaction abortable: commit refuses, abort cleans
     up, the next transaction commits. (send() refuses a partition the topic
     does not have at once, so the metadata is given leaderless partitions.)"""
     topic = _topic(broker.bootstrap)
-    p = _txn_producer(broker.bootstrap, delivery_timeout_ms=1500)
+    p = _txn_producer(kw, broker.bootstrap, delivery_timeout_ms=1500)
     p.begin_transaction()
     # written (its partition added to the transaction) before the bad record: Apache Kafka adds no
     # partition of an AddPartitionsToTxn naming one it does not have (Tansu 0.6.0 adds the others)
     good = p.send(topic, b"good")
     assert good.get(10).offset >= 0
-    cluster = p._client.cluster
-    info = cluster.partitions[topic][0]
-    cluster.partitions[topic].update({i: dataclasses.replace(info, partition=i, leader=-1) for i in range(1, 10)})
-    cluster.partition_counts[topic] = 10
-    cluster.generation.bump()
+    def leaderless():
+        cluster = _inner(kw, p)._client.cluster
+        info = cluster.partitions[topic][0]
+        cluster.partitions[topic].update({i: dataclasses.replace(info, partition=i, leader=-1) for i in range(1, 10)})
+        cluster.partition_counts[topic] = 10
+        cluster.generation.bump()
+
+    p._call(leaderless) if kw.is_aio else leaderless()     # (the aio client's own thread changes it)
     bad = p.send(topic, b"bad", partition=9)
     with pytest.raises(TransactionStateError, match="abort"):
         p.commit_transaction(20)
@@ -268,9 +276,9 @@ def test_abortable_error_then_abort_and_continue(broker):
         assert _librdkafka_read(broker.bootstrap, topic, "read_committed") == [b"next"]
 
 
-def test_abort_fails_unsent_records(broker):
+def test_abort_fails_unsent_records(kw, broker):
     topic = _topic(broker.bootstrap)
-    p = _txn_producer(broker.bootstrap, linger_ms=60000, batch_size=1 << 20)
+    p = _txn_producer(kw, broker.bootstrap, linger_ms=60000, batch_size=1 << 20)
     p.begin_transaction()
     f = p.send(topic, b"never sent")          # lingers: not sent when the abort comes
     p.abort_transaction(20)
@@ -278,18 +286,18 @@ def test_abort_fails_unsent_records(broker):
     p.close()
 
 
-def test_consume_transform_produce_commits_offsets_in_the_transaction(broker):
+def test_consume_transform_produce_commits_offsets_in_the_transaction(kw, broker):
     src, dst = _topic(broker.bootstrap, 2), _topic(broker.bootstrap)
     group = f"ctp-{uuid.uuid4().hex[:6]}"
-    with Producer(bootstrap_servers=broker.bootstrap) as plain:
+    with kw.Producer(bootstrap_servers=broker.bootstrap) as plain:
         for i in range(20):
             plain.send(src, b"%d" % i, partition=i % 2)
     # (6 s: Apache Kafka's smallest session timeout by default, group.min.session.timeout.ms)
-    c = Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+    c = kw.Consumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
                  enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
                  isolation_level="read_committed")
     c.subscribe([src])
-    p = _txn_producer(broker.bootstrap)
+    p = _txn_producer(kw, broker.bootstrap)
     seen = []
     deadline = time.monotonic() + 30
     while len(seen) < 20 and time.monotonic() < deadline:

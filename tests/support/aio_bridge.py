@@ -54,6 +54,15 @@ class _Bridged:
             raise
         self.cfg = self.aio.cfg
 
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the interface: each call run (and awaited) on the loop
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = getattr(self.aio, name)
+        if not callable(method):
+            return method
+        return lambda *args, **kwargs: self._call(method, *args, **kwargs)
+
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         assert self._loop is not None, "closed"
         return self._loop.call(fn, *args, **kwargs)
@@ -104,15 +113,6 @@ class BridgedConsumer(_Bridged):
     def __init__(self, config: Optional[dict] = None, **kwargs: Any) -> None:
         super().__init__(AsyncConsumer, "aio-consumer", config, kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        # assign, assignment, seek, seek_to_*, highwater, lag, position, *_offsets, poll_columnar ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        method = getattr(self.aio, name)
-        if not callable(method):
-            return method
-        return lambda *args, **kwargs: self._call(method, *args, **kwargs)
-
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Any:
         return self._call(self.aio.getmany, timeout_ms, max_records)
 
@@ -139,9 +139,3 @@ class BridgedAdmin(_Bridged):
 
     def __init__(self, config: Optional[dict] = None, **kwargs: Any) -> None:
         super().__init__(AsyncAdmin, "aio-admin", config, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        method = getattr(self.aio, name)
-        return lambda *args, **kwargs: self._call(method, *args, **kwargs)

@@ -23,8 +23,9 @@ queuing and returning or awaiting delivery) a cancellation only stops the
 wait for the acknowledgement: the record is sent once, like any other. So a
 send is never half done, and nothing queued is lost.
 
-Options and names are :class:`kwire.Producer`'s. Transactions are not
-available here yet (``transactional_id`` is refused).
+Options and names are :class:`kwire.Producer`'s, transactions included
+(``transactional_id``; ``await init_transactions()``, ``begin_transaction()``,
+``await commit_transaction()`` ...).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kwire._codec import RecordFuture
 from kwire.aio.client import AioClient
-from kwire.config import PRODUCER, resolve
+from kwire.client import Steps
 from kwire.errors import KwireError
-from kwire.future import Future, KafkaTimeoutError
+from kwire.future import Future
 from kwire.producer import CLOSE_GRACE, Producer, _Batch
 from kwire.types import RecordMetadata
 
@@ -133,9 +134,6 @@ class AsyncProducer:
     option."""
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
-        if resolve(PRODUCER, config, dict(kwargs), what="producer")["transactional_id"]:
-            raise KwireError("kwire.aio: transactions (transactional_id) are not available in AsyncProducer yet; "
-                             "use kwire.Producer")
         self._p = _LoopProducer(config, **kwargs)
         self.cfg = self._p.cfg
         self._loop = self._p._loop
@@ -259,15 +257,32 @@ class AsyncProducer:
         """Send everything queued now and wait until it is acknowledged (or
         failed: a record's error is on its own future). Raises
         :class:`KafkaTimeoutError` after ``timeout`` s."""
-        p = self._p
-        futures = p._flush_start()
-        try:
-            if not await self._all_acked(futures, timeout):
-                pending = sum(not f.done() for f in futures)
-                raise KafkaTimeoutError(f"flush(): {pending} batch(es) not acknowledged within {timeout} s")
-        finally:
-            with p._lock:
-                p._flushing -= 1
+        await self._run(self._p._flush_steps(timeout))
+
+    async def _run(self, steps: Steps) -> Any:
+        return await self._p._client.arun(steps)
+
+    # ----------------------------------------------------- transactions
+    async def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.Producer.init_transactions`."""
+        await self._run(self._p._transactions().init_transactions_steps(timeout))
+
+    def begin_transaction(self) -> None:
+        self._p.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_metadata: Any,
+                                          timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.Producer.send_offsets_to_transaction`
+        (``group_metadata``: an AsyncConsumer's ``group_metadata()``, or a group id)."""
+        await self._run(self._p._transactions().send_offsets_to_transaction_steps(offsets, group_metadata, timeout))
+
+    async def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.Producer.commit_transaction`."""
+        await self._run(self._p._transactions().commit_transaction_steps(timeout))
+
+    async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.Producer.abort_transaction`."""
+        await self._run(self._p._transactions().abort_transaction_steps(timeout))
 
     async def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued and wait up to ``timeout`` s (None: until
