@@ -50,7 +50,7 @@ from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
 
-__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Steps", "StepsOf", "run_blocking"]
+__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Steps", "StepsOf", "run_blocking"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,17 @@ class Wait:
     def __init__(self, future: Future, timeout: Optional[float]) -> None:
         self.future = future
         self.timeout = timeout
+
+
+class Await:
+    """A step that awaits ``awaitable`` (what an ``async def`` rebalance
+    listener returns): only ``kwire.aio`` takes it; a blocking client
+    refuses it with a ``TypeError``."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Any) -> None:
+        self.awaitable = awaitable
 
 
 #: A generator of waiting steps (:class:`Sleep`, :class:`Wait`, or seconds
@@ -129,6 +140,12 @@ def _block_on(want: Any) -> None:
             want.future.result(want.timeout)
         except Exception:       # noqa: BLE001 - done or not, the generator looks at the future itself
             pass
+    elif type(want) is Await:
+        close = getattr(want.awaitable, "close", None)
+        if close is not None:
+            close()                 # a coroutine never awaited: no warning about it
+        raise TypeError("a rebalance listener returned an awaitable: only kwire.aio's AsyncConsumer awaits "
+                        "them; a blocking Consumer's listener must be plain functions")
     else:
         raise KwireError(f"a step of I/O ({want!r} s) where another thread does the I/O")
 
@@ -676,7 +693,7 @@ class Client:
         return _drive(steps, self._take_step)
 
     def _take_step(self, want: Any) -> None:
-        if type(want) is Sleep or type(want) is Wait:
+        if type(want) is Sleep or type(want) is Wait or type(want) is Await:
             _block_on(want)
         else:
             self.poll(want)

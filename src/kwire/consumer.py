@@ -302,7 +302,7 @@ class Consumer(Fetcher):
         turned = False                        # the client's I/O had a turn in this call
         while True:
             if self._group is not None:
-                self._group.on_poll()     # rebalances, listener callbacks, auto commit
+                yield from self._group.on_poll()     # rebalances, listener callbacks, auto commit
             self._lookup_positions()
             if may_raise:
                 yield from self._raise_pending_errors()

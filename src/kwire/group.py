@@ -46,6 +46,7 @@ committed.
 from __future__ import annotations
 
 import collections
+import inspect
 import logging
 import math
 import re
@@ -56,7 +57,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 from kwire import protocol
 from kwire.classic import (ClassicMembership, decode_assignment, decode_subscription, encode_assignment,
                            encode_subscription, leave_group_request)
-from kwire.client import Client, NoBrokersAvailableError, Sleep, Steps, Wait, run_blocking
+from kwire.client import Await, Client, NoBrokersAvailableError, Sleep, Steps, StepsOf, Wait, run_blocking
 from kwire.commit import (CommitFailedError, OffsetsArg, as_offsets, commit_errors, offset_commit_request,
                           offset_fetch_request, offsets_from_response)
 from kwire.consumer_membership import ConsumerMembership
@@ -229,12 +230,13 @@ class GroupCoordinator:
         with self._lock:
             return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
 
-    def on_poll(self) -> None:
+    def on_poll(self) -> Steps:
         """The consumer's ``poll()`` turn (application thread): callbacks of
         finished async commits, a fatal error, lost or new partitions, the
         revocations before a rejoin, the committed positions of new
         partitions, auto commit. Never waits for the coordinator: a step
-        that needs its answer goes on at a later call."""
+        that needs its answer goes on at a later call. Steps: the only ones
+        are a rebalance listener's awaitables (``kwire.aio``)."""
         self._membership.on_poll()
         self._run_commit_callbacks()
         if self._fatal is not None:
@@ -248,14 +250,14 @@ class GroupCoordinator:
             lost, self._lost_pending = self._lost_pending, False
         if lost:
             self._handover = None           # lost, not revoked: nothing to commit
-            raised = self._partitions_lost() or raised
+            raised = (yield from self._partitions_lost()) or raised
         if self._handover is not None:
-            raised = self._continue_handover() or raised
+            raised = (yield from self._continue_handover()) or raised
         while self._handover is None:       # the membership's next steps, each handed over in turn
             change = self._membership.next_change()
             if change is None:
                 break
-            raised = self._revoke(change) or raised
+            raised = (yield from self._revoke(change)) or raised
         raised = self._fetch_positions() or raised
         if self.state == STABLE:
             self._maybe_auto_commit()
@@ -493,7 +495,10 @@ class GroupCoordinator:
                 except Exception:
                     log.exception("commit callback %r raised", cb)
 
-    def _call_listener(self, name: str, tps: Iterable[TopicPartition]) -> Optional[BaseException]:
+    def _call_listener(self, name: str, tps: Iterable[TopicPartition]) -> StepsOf[Optional[BaseException]]:
+        """Call the listener's ``name``; what it raises is returned. A
+        callback that returns an awaitable (an ``async def`` one, for
+        ``kwire.aio``'s consumer) is awaited before the rebalance goes on."""
         listener = self._listener
         if listener is None:
             return None
@@ -503,7 +508,9 @@ class GroupCoordinator:
         if fn is None:
             return None
         try:
-            fn(sorted(tps))
+            out = fn(sorted(tps))
+            if inspect.isawaitable(out):
+                yield Await(out)
         except Exception as e:
             log.error("group %s: rebalance listener %s raised %r", self.group_id, name, e)
             return e
@@ -532,15 +539,15 @@ class GroupCoordinator:
         waiting in the consumer's client, so that it takes it in now."""
         self._consumer._client.wakeup()
 
-    def _hand_back(self, revoked: Set[TopicPartition]) -> Optional[BaseException]:
+    def _hand_back(self, revoked: Set[TopicPartition]) -> StepsOf[Optional[BaseException]]:
         """``on_partitions_revoked(revoked)``, then give them up."""
         if not revoked:
             return None
-        err = self._call_listener("on_partitions_revoked", revoked)
+        err = yield from self._call_listener("on_partitions_revoked", revoked)
         self._set_assignment(self._owned - revoked)
         return err
 
-    def _revoke(self, change: AssignmentChange) -> Optional[BaseException]:
+    def _revoke(self, change: AssignmentChange) -> StepsOf[Optional[BaseException]]:
         """Begin handing ``change.revoked`` back, then carry out the rest of
         ``change`` (see :class:`_Handover`): with auto commit, their
         positions are committed first, and the rest waits for the
@@ -551,9 +558,9 @@ class GroupCoordinator:
             offsets = {tp: st.position for tp, st in self._consumer._states.items()
                        if tp in revoked and st.position is not None}
         self._handover = _Handover(change, offsets, time.monotonic() + self.cfg["max_poll_interval_ms"] / 1000.0)
-        return self._continue_handover()
+        return (yield from self._continue_handover())
 
-    def _continue_handover(self) -> Optional[BaseException]:
+    def _continue_handover(self) -> StepsOf[Optional[BaseException]]:
         """Send the handover's commit, or look whether it was answered (a
         retriable failure is sent again after ``retry_backoff_ms``); once it
         is done with, revoke and go on. Returns a listener's error."""
@@ -584,28 +591,28 @@ class GroupCoordinator:
                     return None
                 log.warning("group %s: auto commit failed: %s", self.group_id, err)
         self._handover = None
-        error = self._hand_back(h.partitions)
+        error = yield from self._hand_back(h.partitions)
         self._membership.handed_back(h.change)
         if h.change.added is None:
             self._wake()
             return error
-        return self._take_assignment(h.change.added) or error
+        return (yield from self._take_assignment(h.change.added)) or error
 
-    def _partitions_lost(self) -> Optional[BaseException]:
+    def _partitions_lost(self) -> StepsOf[Optional[BaseException]]:
         lost = set(self._owned)
         if not lost:
             return None
         log.info("group %s: partitions lost: %s", self.group_id, sorted(lost))
-        err = self._call_listener("on_partitions_lost", lost)
+        err = yield from self._call_listener("on_partitions_lost", lost)
         self._set_assignment(set())
         return err
 
-    def _take_assignment(self, added: Set[TopicPartition]) -> Optional[BaseException]:
+    def _take_assignment(self, added: Set[TopicPartition]) -> StepsOf[Optional[BaseException]]:
         """The end of a handover that adds partitions, once the revoked
         ones are handed back."""
         self._set_assignment(self._owned | added)
         log.info("group %s generation %s: assigned %s", self.group_id, self.generation, sorted(self._owned))
-        error = self._call_listener("on_partitions_assigned", added)
+        error = yield from self._call_listener("on_partitions_assigned", added)
         self._init_positions(added)
         return error
 
@@ -726,9 +733,9 @@ class GroupCoordinator:
         if valid:
             if self.cfg["enable_auto_commit"] and self._owned:
                 yield from self._commit_quietly(max(0.0, deadline - time.monotonic()))
-            err = self._hand_back(set(self._owned))
+            err = yield from self._hand_back(set(self._owned))
         else:
-            err = self._partitions_lost()
+            err = yield from self._partitions_lost()
         if err is not None:
             log.warning("group %s: listener failed while leaving: %r", self.group_id, err)
         sent = self._membership.leave(reason, deadline)

@@ -110,6 +110,11 @@ class Producer(SendingProducer):
     """
 
     _client_class = Client     # kwire.aio's producer drives the same logic on an event loop's client
+    #: Bytes of records one sender turn encodes (and compresses) at most
+    #: (at least one batch); None: no limit (the blocking sender thread, whose
+    #: encoding runs without the GIL). kwire.aio keeps each turn short, so the
+    #: event loop it shares is not held up.
+    _turn_budget: Optional[int] = None
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(PRODUCER, config, kwargs, what="producer")
@@ -166,6 +171,7 @@ class Producer(SendingProducer):
         self._error_context = {"transactional_id": cfg["transactional_id"]} if self._txn is not None else {}
         self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
+        self._more_ready = False      # a turn left ready batches for the next one (its encoding budget)
         self._start_sender()
 
     def _start_sender(self) -> None:
@@ -508,6 +514,8 @@ class Producer(SendingProducer):
         else:
             wait = min(wait, 0.05)
         wait = min(wait, self._next_expiry - now)
+        if self._more_ready:
+            wait = 0.0
         if self._close_deadline is not None:
             wait = min(wait, self._close_deadline - now)
         return max(0.0, wait)
@@ -676,10 +684,13 @@ class Producer(SendingProducer):
         idempotent = self.cfg["enable_idempotence"]
         current = (self._producer_id, self._producer_epoch)
         requests: List[Tuple[int, List[_Batch]]] = []
+        budget = self._turn_budget
+        planned = 0               # bytes of records to encode this turn
+        self._more_ready = False
         with self._lock:
             node_planned: Dict[int, int] = collections.Counter()
             tp_planned: Dict[Tuple[str, int], int] = collections.Counter()
-            while True:
+            while not self._more_ready:
                 by_node: Dict[int, List[_Batch]] = {}
                 size_by_node: Dict[int, int] = collections.Counter()
                 for tp, q in self._ready.items():
@@ -707,6 +718,11 @@ class Producer(SendingProducer):
                         continue
                     if not conn.ready:
                         continue
+                    if budget is not None and q[0].payload is None:
+                        if planned >= budget and (by_node or requests):
+                            self._more_ready = True        # the next turn, after the loop had its own
+                            break
+                        planned += size
                     by_node.setdefault(leader, []).append(q.popleft())
                     size_by_node[leader] += size
                     tp_planned[tp] += 1

@@ -7,11 +7,13 @@ kwire's peer on Apache Kafka's PLAINTEXT listener (tests/support/java_peer.py):
 * kwire's Producer writes the same; the Java consumer reads exactly them;
 * Java and kwire members share consumer groups (``range``, eager, and
   ``cooperative-sticky``, incremental; classic protocol) while a member joins
-  and one leaves, and every record is read exactly once across the group.
+  and one leaves, and every record is read exactly once across the group;
+  the kwire members blocking ones, or kwire.aio's (``async def`` listeners).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pytest
 
 from kwire.admin import Admin, NewTopic
+from kwire.aio import AsyncConsumer
 from kwire.consumer import Consumer
 from kwire.group import RebalanceListener
 from kwire.producer import Producer
@@ -307,14 +310,7 @@ class KwireMember:
     """A kwire Consumer in the group, polling in a thread of its own."""
 
     def __init__(self, kafka, group: str, topic: str, assignor: str, name: str, auto_commit: bool) -> None:
-        self.name = name
-        self.auto_commit = auto_commit
-        self.records: List[PeerRecord] = []
-        self.assignment: set = set()
-        self.events: List[tuple] = []
-        self.error: Optional[BaseException] = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._start_state(name, auto_commit)
         self.consumer = Consumer(kafka.client_config("plaintext"), group_id=group, enable_auto_commit=auto_commit,
                                  auto_commit_interval_ms=300,
                                  auto_offset_reset="earliest", partition_assignment_strategy=[assignor],
@@ -336,6 +332,16 @@ class KwireMember:
         self.consumer.subscribe([topic], listener=Listener())
         self._thread = threading.Thread(target=self._run, name=f"kwire-member-{name}", daemon=True)
         self._thread.start()
+
+    def _start_state(self, name: str, auto_commit: bool) -> None:
+        self.name = name
+        self.auto_commit = auto_commit
+        self.records: List[PeerRecord] = []
+        self.assignment: set = set()
+        self.events: List[tuple] = []
+        self.error: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def _note(self, kind, tps) -> None:
         with self._lock:
@@ -371,6 +377,57 @@ class KwireMember:
             raise self.error
 
 
+class AioKwireMember(KwireMember):
+    """The same member on kwire.aio: an AsyncConsumer on an event loop in a
+    thread of its own, its rebalance listener ``async def`` (committing
+    before each revocation with ``await commit``, when auto commit is off)."""
+
+    def __init__(self, kafka, group: str, topic: str, assignor: str, name: str, auto_commit: bool) -> None:
+        self._start_state(name, auto_commit)
+        self._args = (kafka.client_config("plaintext"), group, topic, assignor, name, auto_commit)
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name=f"aio-member-{name}",
+                                        daemon=True)
+        self._thread.start()
+
+    async def _main(self) -> None:
+        cfg, group, topic, assignor, name, auto_commit = self._args
+        member = self
+        try:
+            c = AsyncConsumer(cfg, group_id=group, enable_auto_commit=auto_commit, auto_commit_interval_ms=300,
+                              auto_offset_reset="earliest", partition_assignment_strategy=[assignor],
+                              client_id=name, session_timeout_ms=10000, heartbeat_interval_ms=500)
+        except BaseException as e:   # noqa: BLE001 - reported by stop()
+            self.error = e
+            return
+
+        class Listener(RebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                if revoked and not auto_commit:
+                    await c.commit({tp: await c.position(tp) for tp in revoked})
+                member._note("revoked", revoked)
+
+            async def on_partitions_assigned(self, assigned):
+                member._note("assigned", assigned)
+
+            def on_partitions_lost(self, lost):        # plain and async callbacks mix
+                member._note("lost", lost)
+
+        try:
+            c.subscribe([topic], listener=Listener())
+            while not self._stop.is_set():
+                for tp, recs in (await c.getmany(100)).items():
+                    with self._lock:
+                        self.records += [PeerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value,
+                                                    tuple(r.headers)) for r in recs]
+            owned = c.assignment()
+            if owned and not self.auto_commit:
+                await c.commit({tp: await c.position(tp) for tp in owned})
+        except BaseException as e:   # noqa: BLE001 - reported by stop()
+            self.error = e
+        finally:
+            await c.close()
+
+
 def _wait(what: str, cond, timeout: float = 60.0, members=()) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -390,9 +447,13 @@ def _settled(members, topic) -> bool:
 
 
 @bounded(240)
-@pytest.mark.parametrize("first", ["kwire", "java"], ids=["kwire-leads", "java-leads"])
-@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, assignor, first):
+@pytest.mark.parametrize("assignor, first, member", [
+    ("range", "kwire", KwireMember), ("range", "java", KwireMember),
+    ("cooperative-sticky", "kwire", KwireMember), ("cooperative-sticky", "java", KwireMember),
+    ("cooperative-sticky", "kwire", AioKwireMember), ("range", "java", AioKwireMember),
+], ids=["range-kwire-leads", "range-java-leads", "cooperative-sticky-kwire-leads", "cooperative-sticky-java-leads",
+        "cooperative-sticky-aio-leads", "range-java-leads-aio"])
+def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, assignor, first, member):
     topic = _topic(kafka.client_config("plaintext"), f"jp-group-{assignor}", GROUP_PARTITIONS)
     group = f"jp-group-{assignor}-{uuid.uuid4().hex[:8]}"
     produced: Dict[Tuple[int, int], bytes] = {}
@@ -425,8 +486,8 @@ def test_a_mixed_java_and_kwire_group_reads_every_record_exactly_once(kafka, ass
     try:
         produce(2000, "before")
         joining = ("kwire", "java", "kwire") if first == "kwire" else ("java", "kwire", "kwire")
-        join = {"kwire": lambda name: KwireMember(kafka, group, topic, assignor, name,
-                                                  auto_commit=not any(isinstance(m, KwireMember) for m in members)),
+        join = {"kwire": lambda name: member(kafka, group, topic, assignor, name,
+                                             auto_commit=not any(isinstance(m, KwireMember) for m in members)),
                 "java": lambda name: JavaGroupMember(java_cfg, [topic], name=name)}
         for i, kind in enumerate(joining):        # the first to join leads the first generations
             members.append(join[kind](f"{kind}-{i + 1}"))

@@ -30,7 +30,7 @@ import time
 from typing import Any, List, Optional, Set
 
 from kwire.aio.net import AioConnection
-from kwire.client import Broker, Client, Sleep, Steps, Wait
+from kwire.client import Await, Broker, Client, Sleep, Steps, Wait
 from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.net import Connection
@@ -191,6 +191,8 @@ class AioClient(Client):
                         await asyncio.sleep(want.seconds)
                     elif type(want) is Wait:
                         await self.wait_future(want.future, want.timeout)
+                    elif type(want) is Await:
+                        await want.awaitable
                     else:
                         await self.io(want)
                 except BaseException as e:   # noqa: BLE001 - cancellation included: the generator's finally runs
