@@ -15,6 +15,7 @@ then flush, then getmany), the same assertions on both."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -25,8 +26,8 @@ from kwire.admin import Admin, NewTopic
 from kwire.aio import AsyncConsumer, AsyncProducer, WouldBlockError
 from kwire.consumer import Consumer
 from kwire.producer import Producer
+from support.proxied_broker import proxied_broker
 from support.proxies import FaultProxy
-from support.tansu import free_port, start_tansu
 
 pytestmark = pytest.mark.slow
 
@@ -38,21 +39,9 @@ PARTITIONS = 4
                                         pytest.param("kafka", marks=pytest.mark.kafka)])
 def faulty(request):
     """(proxy, broker name): a private broker behind a FaultProxy, advertising it."""
-    port = free_port()
-    proxy = FaultProxy(("127.0.0.1", port), seed=20261123, min_bytes=200_000, max_bytes=4_000_000)
-    try:
-        if request.param == "tansu":
-            broker = start_tansu(port=port, advertised=proxy.address)
-        else:
-            from support.kafka import start_kafka
-
-            broker = start_kafka(ports={"plaintext": port}, advertised={"plaintext": proxy.address})
-        try:
-            yield proxy, request.param
-        finally:
-            broker.stop()          # Kafka: by its PID (SIGTERM, then SIGKILL)
-    finally:
-        proxy.stop()
+    make = functools.partial(FaultProxy, seed=20261123, min_bytes=200_000, max_bytes=4_000_000)
+    with proxied_broker(request.param, make) as proxy:
+        yield proxy, request.param
 
 
 PRODUCER = {"compression_type": "lz4", "linger_ms": 5, "batch_size": 65536}
