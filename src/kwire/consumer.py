@@ -55,9 +55,9 @@ from kwire.errors import KwireError, without_traceback
 from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError, _PartitionState
 from kwire.future import Future
 from kwire.group import GroupCoordinator
-from kwire.types import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
+from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["Consumer", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
+__all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
            "LogTruncationError"]
 
 MAX_OFFSET = 2**63 - 1
@@ -342,10 +342,12 @@ class Consumer(Fetcher):
         assert st.corrupt is not None
         raise st.corrupt.at(st.corrupt.topic, st.corrupt.partition, st.corrupt.offset)
 
-    def __iter__(self) -> Iterator[Record]:
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Every record, with its topic and partition (:class:`kwire.types.ConsumerRecord`)."""
         while True:
-            for records in self.poll(1000).values():
-                yield from records
+            for tp, records in self.poll(1000).items():
+                for r in records:
+                    yield ConsumerRecord.of(tp, r)
 
     # ------------------------------------------------------------ close
     def close(self, timeout: Optional[float] = None) -> None:

@@ -10,7 +10,7 @@ another concern's module only for a value type.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 __all__ = [
     "TopicPartition",
@@ -18,6 +18,7 @@ __all__ = [
     "OffsetAndMetadata",
     "ConsumerGroupMetadata",
     "RecordMetadata",
+    "ConsumerRecord",
     "EARLIEST",
     "LATEST",
 ]
@@ -66,3 +67,25 @@ class RecordMetadata(NamedTuple):
     timestamp: int          # the record's timestamp, or the broker's LogAppendTime
     serialized_key_size: int
     serialized_value_size: int
+
+
+class ConsumerRecord(NamedTuple):
+    """A record with the partition it came from: what iterating a consumer
+    yields (``for record in consumer``, ``async for record in consumer``,
+    ``AsyncConsumer.getone()``), where no partition key goes with it.
+    ``poll`` and ``getmany`` give the plain records, by partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Tuple[Tuple[str, Optional[bytes]], ...]
+    batch: Any              # the record's batch (kwire.BatchInfo)
+
+    @classmethod
+    def of(cls, tp: Tuple[str, int], r: Any) -> "ConsumerRecord":
+        return cls(tp[0], tp[1], r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers, r.batch)
+

@@ -208,9 +208,6 @@ def test_getmany_cancelled_at_random_moments_loses_and_repeats_nothing(filled):
     print(f"getmany: {RECORDS} records, {turns} calls, {cancelled} cancelled, {time.monotonic() - t0:.1f} s")
 
 
-@pytest.mark.xfail(raises=AttributeError, strict=True,
-                   reason="kwire.aio.consumer keeps the records getone/async for took as bare Records and reads "
-                          "r.topic / r.partition, which Record does not have (position, getmany, seek, assign)")
 def test_async_for_and_getone_cancelled_or_left_lose_and_repeat_nothing(filled):
     bootstrap, topic = filled
     t0 = time.monotonic()

@@ -292,6 +292,12 @@ def test_roundrobin_group(kw, broker):
 
 
 def test_static_membership_keeps_its_partitions_across_a_restart(kw, broker):
+    if broker.is_tansu and kw.is_aio:
+        # Tansu 0.6.0, when the restarted static member's heartbeat races its rejoin, answers it
+        # UNKNOWN_MEMBER_ID and then keeps naming that member id as the leader of every later
+        # generation, so no member assigns and the group never syncs (its log shows it; the asyncio
+        # member's timing meets it most runs). Apache Kafka runs this test with both kinds.
+        pytest.skip("Tansu 0.6.0 names a member it answered UNKNOWN_MEMBER_ID as the group's leader")
     topic, group = _topic(broker.bootstrap, 4), _group()
     a = _consumer(kw, broker, group, group_instance_id="static-a")
     b = _consumer(kw, broker, group, group_instance_id="static-b")

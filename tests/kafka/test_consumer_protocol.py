@@ -270,8 +270,9 @@ def test_offset_fetch_names_the_member_and_a_stale_epoch_is_refused_then_retried
         member, epoch = c.group_metadata().member_id, c.group_metadata().generation_id
         with Admin(kip848.client_config("plaintext")) as admin:
             def answer(who):
-                resp = admin._group_request(group, lambda v: offset_fetch_request(v, group, [(topic, 0)], member=who),
-                                            "OffsetFetch", 10, lambda r: 0)
+                resp = admin._client.run(admin._group_request(
+                    group, lambda v: offset_fetch_request(v, group, [(topic, 0)], member=who), "OffsetFetch", 10,
+                    lambda r: 0))
                 return resp.groups[0].error_code
 
             assert answer((member, epoch)) == 0 and answer((None, -1)) == 0

@@ -30,7 +30,7 @@ from kwire._codec import Record
 from kwire.aio.client import AioClient
 from kwire.consumer import Consumer
 from kwire.errors import KwireError
-from kwire.types import OffsetAndTimestamp, TopicPartition
+from kwire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["AsyncConsumer"]
 
@@ -57,7 +57,7 @@ class AsyncConsumer:
         self._c = _LoopConsumer(config, **kwargs)
         self._client: AioClient = self._c._client
         self.cfg = self._c.cfg
-        self._held: Deque[Record] = collections.deque()   # taken by a poll, not handed out yet (getone, async for)
+        self._held: Deque[ConsumerRecord] = collections.deque()   # taken by a poll, not handed out yet (getone, async for)
 
     def _drop_held(self, keep: Any) -> None:
         if self._held:
@@ -73,8 +73,8 @@ class AsyncConsumer:
         for tp, offset in first.items():
             self._c.seek(tp, offset)
 
-    def _take_held(self, most: Optional[int]) -> Dict[TopicPartition, List[Record]]:
-        out: Dict[TopicPartition, List[Record]] = {}
+    def _take_held(self, most: Optional[int]) -> Dict[TopicPartition, List[Any]]:
+        out: Dict[TopicPartition, List[Any]] = {}
         most = len(self._held) if most is None else most
         while self._held and most > 0:
             r = self._held.popleft()
@@ -218,16 +218,17 @@ class AsyncConsumer:
 
     poll = getmany
 
-    async def getone(self, timeout_ms: Optional[int] = None) -> Record:
-        """The next record (of any assigned partition), waiting for it
-        (``timeout_ms``: at most that long, then :class:`asyncio.TimeoutError`)."""
+    async def getone(self, timeout_ms: Optional[int] = None) -> ConsumerRecord:
+        """The next record (of any assigned partition) with its topic and
+        partition, waiting for it (``timeout_ms``: at most that long, then
+        :class:`asyncio.TimeoutError`)."""
         c = self._c
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
         while not self._held:
             left = 1000 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             got = await self._client.arun(c._poll_steps(left, c._records_taker(None)))
-            for records in got.values():
-                self._held.extend(records)
+            for tp, records in got.items():
+                self._held.extend(ConsumerRecord.of(tp, r) for r in records)
             if not self._held and deadline is not None and time.monotonic() >= deadline:
                 raise asyncio.TimeoutError(f"no record within {timeout_ms} ms")
         return self._held.popleft()
@@ -241,10 +242,10 @@ class AsyncConsumer:
             raise KwireError("poll_columnar() while records taken by getone() or async for are not handed out yet")
         return await self._client.arun(c._poll_steps(timeout_ms, c._columnar_taker(timestamp_unit, max_records)))
 
-    def __aiter__(self) -> AsyncIterator[Record]:
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self._records()
 
-    async def _records(self) -> AsyncIterator[Record]:
+    async def _records(self) -> AsyncIterator[ConsumerRecord]:
         while True:
             yield await self.getone()
 
