@@ -54,6 +54,7 @@ class AioClient(Client):
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at = float("inf")
         self._background: Set[asyncio.Task] = set()
+        self._event = False       # something happened since the last tick: the tick releases the waiters
         self._kick()          # the first tick: from then on each one sets the timer for the next
 
     def _new_connection(self, node_id: int, broker: Broker) -> Connection:
@@ -79,6 +80,14 @@ class AioClient(Client):
             pass
 
     def _kick(self) -> None:
+        """Something happened (bytes read, a state changed, a wakeup): a
+        tick this loop turn, which releases the steps waiting for I/O."""
+        self._event = True
+        self._housekeep()
+
+    def _housekeep(self) -> None:
+        """A tick this loop turn, for what follows I/O only: the waiters
+        stay (a wait that asked for it must not end by its own asking)."""
         if self._soon is None and not self._closed:
             self._soon = self._loop.call_soon(self._tick)
 
@@ -89,10 +98,12 @@ class AioClient(Client):
         try:
             self.tick()
         finally:
-            waiters, self._waiters = self._waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            if self._event:
+                self._event = False
+                waiters, self._waiters = self._waiters, []
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
             self._arm()
 
     def _arm(self) -> None:
@@ -112,6 +123,7 @@ class AioClient(Client):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
+        self._event = True        # deadlines may have passed: the waiters look again
         self._tick()
 
     def poll(self, timeout: float = 0.0) -> None:
@@ -124,7 +136,7 @@ class AioClient(Client):
         ``timeout`` seconds; 0: one turn of the loop."""
         if self._closed:
             raise KwireError("client is closed")
-        self._kick()          # what a poll starts with: a metadata refresh asked for meanwhile goes now
+        self._housekeep()     # what a poll starts with: a metadata refresh asked for meanwhile goes now
         if timeout <= 0:
             await asyncio.sleep(0)
             return

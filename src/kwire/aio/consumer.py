@@ -35,10 +35,23 @@ from kwire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 __all__ = ["AsyncConsumer"]
 
 
+#: Bytes of records one ``poll_columnar`` decodes at most on the loop's
+#: thread (``max_poll_bytes`` when lower): about a millisecond of its time.
+COLUMNAR_TURN_BYTES = 1 << 20
+
+
 class _LoopConsumer(Consumer):
     """:class:`kwire.Consumer` whose client is the event loop's."""
 
     _client_class = AioClient
+
+    def _take_columnar(self, unit: str, max_records: Optional[int]) -> Dict[TopicPartition, Any]:
+        full = self._poll_bytes
+        self._poll_bytes = min(full, COLUMNAR_TURN_BYTES)
+        try:
+            return super()._take_columnar(unit, max_records)
+        finally:
+            self._poll_bytes = full
 
 
 class AsyncConsumer:
@@ -210,8 +223,12 @@ class AsyncConsumer:
     async def getmany(self, timeout_ms: int = 0, max_records: Optional[int] = None
                       ) -> Dict[TopicPartition, List[Record]]:
         """Records per partition, waiting up to ``timeout_ms`` for some:
-        :meth:`kwire.Consumer.poll` (the same limits, the same errors)."""
+        :meth:`kwire.Consumer.poll` (the same limits, the same errors). The
+        records are made on the loop's thread (Python objects need the
+        GIL): about 0.2 µs each, so ``max_records`` (default
+        ``max_poll_records``, 500) bounds how long a call holds the loop."""
         c = self._c
+        await asyncio.sleep(0)      # a loop turn before anything is taken: buffered records never starve the loop
         if self._held:
             return self._take_held(c.cfg["max_poll_records"] if max_records is None else max_records)
         return await self._client.arun(c._poll_steps(timeout_ms, c._records_taker(max_records)))
@@ -224,6 +241,8 @@ class AsyncConsumer:
         :class:`asyncio.TimeoutError`)."""
         c = self._c
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        if not self._held:
+            await asyncio.sleep(0)  # as getmany
         while not self._held:
             left = 1000 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             got = await self._client.arun(c._poll_steps(left, c._records_taker(None)))
@@ -236,10 +255,14 @@ class AsyncConsumer:
     async def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms",
                             max_records: Optional[int] = None) -> Dict[TopicPartition, Any]:
         """One ``pyarrow.RecordBatch`` per partition with data:
-        :meth:`kwire.Consumer.poll_columnar`."""
+        :meth:`kwire.Consumer.poll_columnar`, but at most about
+        :data:`COLUMNAR_TURN_BYTES` (1 MiB) of records a call, so that a call
+        holds the loop about a millisecond (the decoding runs on the loop's
+        thread, where the consumer's state lives)."""
         c = self._c
         if self._held:
             raise KwireError("poll_columnar() while records taken by getone() or async for are not handed out yet")
+        await asyncio.sleep(0)      # as getmany
         return await self._client.arun(c._poll_steps(timeout_ms, c._columnar_taker(timestamp_unit, max_records)))
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
