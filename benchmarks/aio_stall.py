@@ -1,0 +1,153 @@
+"""How long kwire.aio keeps the event loop from running anything else: the
+loop's longest stalls while an AsyncProducer produces N records (default
+1,000,000) and while an AsyncConsumer consumes them, on the local Tansu
+broker.
+
+A ticker task sleeps ``--tick`` ms (default 1) in a loop and records how
+late each wake-up is (its lateness: the time past the sleep's end at which
+the loop ran it again). Whatever runs on the loop between two ticks (kwire's
+callbacks and steps, decoding, batching, the benchmark's own loop) shows up
+as lateness. Per phase: the longest wake-up delay, its 99th and 99.9th
+percentiles, how many exceeded 1 ms and 5 ms, the phase's records/s.
+
+Phases, per codec: ``produce`` (the same records and options as
+``compare_clients``' kwire-aio row, ``send_nowait`` with ``await
+enqueue`` when it would block, but giving the loop a turn every
+``--chunk`` records, as a program that shares its loop must, then ``await
+flush()``), ``getmany`` (``await getmany`` until every record the produce
+phase wrote is read, touching each value) and ``poll_columnar``. First an
+``idle`` phase (the ticker alone, 1 s): the loop's own timer noise, the
+floor under every other row (uvloop's timers have a 1 ms resolution).
+
+    python -m benchmarks.aio_stall [--records 1000000] [--codecs none,lz4] [--loop asyncio|uvloop]
+                                   [--chunk 200] [--max-poll-records 500] [--tick 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+import warnings
+from typing import Any, Awaitable, Callable, Dict, List, Tuple
+
+from benchmarks.compare_clients import LOOPS, PARTITIONS, _records, aio_consume, aio_produce, run_loop
+
+MS = 1000.0
+
+
+async def _ticker(period: float, lates: List[float]) -> None:
+    clock = time.perf_counter
+    while True:
+        t = clock()
+        await asyncio.sleep(period)
+        lates.append(clock() - t - period)
+
+
+def _stats(lates: List[float]) -> Dict[str, float]:
+    s = sorted(lates) or [0.0]
+
+    def pct(q: float) -> float:
+        return s[min(len(s) - 1, int(q * len(s)))]
+
+    return {"ticks": len(lates), "max_ms": s[-1] * MS, "p99_ms": pct(0.99) * MS, "p999_ms": pct(0.999) * MS,
+            "over_1ms": sum(x > 0.001 for x in s), "over_5ms": sum(x > 0.005 for x in s)}
+
+
+def _rate(name: str, n: int, wall: float) -> str:
+    return "-" if name == "idle" else f"{n / wall:,.0f}"
+
+
+def measure(work: Callable[[], Awaitable[Any]], period: float, loop: str) -> Tuple[Dict[str, float], float, Any]:
+    """Run ``work()`` on a new event loop with the ticker beside it: the
+    ticker's figures, the wall seconds of ``work``, what it returned."""
+
+    async def main() -> Tuple[Dict[str, float], float, Any]:
+        lates: List[float] = []
+        ticker = asyncio.get_running_loop().create_task(_ticker(period, lates))
+        await asyncio.sleep(period * 3)           # the ticker's first turn before the clock starts
+        lates.clear()
+        t0 = time.perf_counter()
+        try:
+            out = await work()
+        finally:
+            wall = time.perf_counter() - t0
+            ticker.cancel()
+        return _stats(lates), wall, out
+
+    return run_loop(main, loop)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--codecs", default="none,lz4")
+    p.add_argument("--loop", choices=LOOPS, default="asyncio")
+    p.add_argument("--chunk", type=int, default=200, help="produce: give the loop a turn every this many records")
+    p.add_argument("--max-poll-records", type=int, default=500,
+                   help="the consumer's max_poll_records (500: kwire's default)")
+    p.add_argument("--tick", type=float, default=1.0, help="the ticker's sleep, ms")
+    args = p.parse_args(argv)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kwire.admin import Admin, NewTopic
+    from kwire.aio import AsyncConsumer, AsyncProducer
+    from kwire.devbroker import start_tansu
+
+    period = args.tick / MS
+    n = args.records
+    rows: List[Tuple[str, str, Dict[str, float], float]] = []
+
+    def phase(codec: str, name: str, work: Callable[[], Awaitable[Any]], expect: Any = None) -> None:
+        print(f"{codec:5} {name:14} ...", end="", file=sys.stderr, flush=True)
+        stats, wall, got = measure(work, period, args.loop)
+        assert expect is None or got == expect, (name, got, expect)
+        rows.append((codec, name, stats, wall))
+        print(f" {_rate(name, n, wall):>12} rec/s  max {stats['max_ms']:7.2f} ms  p99.9 {stats['p999_ms']:6.2f} ms", file=sys.stderr, flush=True)
+
+    import kwire._arrow  # noqa: F401 - imported (pyarrow too) before any clock: poll_columnar's first call would
+    #                                  otherwise stall the loop for the import
+
+    with start_tansu() as broker:
+        boot = broker.bootstrap
+        recs = _records(n)
+        phase("-", "idle", lambda: asyncio.sleep(1.0))
+        for codec in [c.strip() for c in args.codecs.split(",") if c.strip()]:
+            topic = f"stall-{codec}-{uuid.uuid4().hex[:6]}"
+            with Admin(bootstrap_servers=boot) as a:
+                a.create_topics([NewTopic(topic, PARTITIONS)])
+
+            async def produce() -> None:
+                async with AsyncProducer(bootstrap_servers=boot, compression_type=codec, linger_ms=5,
+                                         batch_size=262144, buffer_memory=256 << 20) as prod:
+                    await aio_produce(prod, topic, recs, every=args.chunk)
+                    await prod.flush()
+
+            def consume(columnar: bool) -> Callable[[], Awaitable[int]]:
+                async def run() -> int:
+                    async with AsyncConsumer(bootstrap_servers=boot, auto_offset_reset="earliest",
+                                             max_poll_records=args.max_poll_records) as c:
+                        c.assign([(topic, part) for part in range(PARTITIONS)])
+                        return await aio_consume(c, n, columnar)
+                return run
+
+            phase(codec, "produce", produce)
+            phase(codec, "getmany", consume(False), n)
+            phase(codec, "poll_columnar", consume(True), n)
+            with Admin(bootstrap_servers=boot) as a:
+                a.delete_topics([topic])
+
+    print(f"\n{n:,} records (16-byte key, 100-byte value), {PARTITIONS} partitions, local Tansu, loop {args.loop}, "
+          f"ticker {args.tick:g} ms, produce yields every {args.chunk} records, "
+          f"max_poll_records {args.max_poll_records}\n")
+    print("| codec | phase | records/s | ticks | max ms | p99 ms | p99.9 ms | > 1 ms | > 5 ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for codec, name, s, wall in rows:
+        print(f"| {codec} | {name} | {_rate(name, n, wall)} | {s['ticks']:,} | {s['max_ms']:.2f} | {s['p99_ms']:.2f} | "
+              f"{s['p999_ms']:.2f} | {s['over_1ms']:,} | {s['over_5ms']:,} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
