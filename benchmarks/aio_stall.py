@@ -38,12 +38,26 @@ from benchmarks.compare_clients import LOOPS, PARTITIONS, _records, aio_consume,
 MS = 1000.0
 
 
-async def _ticker(period: float, lates: List[float]) -> None:
-    clock = time.perf_counter
-    while True:
-        t = clock()
-        await asyncio.sleep(period)
-        lates.append(clock() - t - period)
+class _Ticker:
+    """Sleeps ``period`` s in a loop; ``lates`` holds how late each wake-up was."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.lates: List[float] = []
+        self.due = float("inf")        # when the sleep under way should end
+
+    async def run(self) -> None:
+        clock = time.perf_counter
+        while True:
+            self.due = clock() + self.period
+            await asyncio.sleep(self.period)
+            self.lates.append(clock() - self.due)
+
+    def stop(self) -> List[float]:
+        """The lateness so far, the wake-up under way included when it is
+        overdue already (a stall at the very end would be lost otherwise)."""
+        overdue = time.perf_counter() - self.due
+        return self.lates + [overdue] if overdue > 0 else self.lates
 
 
 def _stats(lates: List[float]) -> Dict[str, float]:
@@ -65,16 +79,17 @@ def measure(work: Callable[[], Awaitable[Any]], period: float, loop: str) -> Tup
     ticker's figures, the wall seconds of ``work``, what it returned."""
 
     async def main() -> Tuple[Dict[str, float], float, Any]:
-        lates: List[float] = []
-        ticker = asyncio.get_running_loop().create_task(_ticker(period, lates))
-        await asyncio.sleep(period * 3)           # the ticker's first turn before the clock starts
-        lates.clear()
+        ticker = _Ticker(period)
+        task = asyncio.get_running_loop().create_task(ticker.run())
+        await asyncio.sleep(period * 3)           # the ticker's first turns before the clock starts
+        ticker.lates.clear()
         t0 = time.perf_counter()
         try:
             out = await work()
         finally:
             wall = time.perf_counter() - t0
-            ticker.cancel()
+            lates = ticker.stop()
+            task.cancel()
         return _stats(lates), wall, out
 
     return run_loop(main, loop)

@@ -376,7 +376,7 @@ def aio_ratios(best: Dict[Tuple[str, str, str], Tuple[float, float]]
     """(codec, op, client, peer) -> (times faster than the peer, the least
     the target asks for), for :data:`AIO_TARGETS` both ran."""
     out = {}
-    for codec, op in sorted({(c, op) for c, op, _ in best}, key=lambda k: (k[0], k[1] != "produce")):
+    for codec, op in dict.fromkeys((c, op) for c, op, _ in best):       # in the order they ran
         for name, peer, least in AIO_TARGETS:
             if (codec, op, name) in best and (codec, op, peer) in best:
                 out[(codec, op, name, peer)] = (best[(codec, op, peer)][0] / best[(codec, op, name)][0], least)
