@@ -15,12 +15,16 @@ Phases, per codec: ``produce`` (the same records and options as
 enqueue`` when it would block, but giving the loop a turn every
 ``--chunk`` records, as a program that shares its loop must, then ``await
 flush()``), ``getmany`` (``await getmany`` until every record the produce
-phase wrote is read, touching each value) and ``poll_columnar``. First an
+phase wrote is read, touching each value) and ``poll_columnar``. A call
+that finds records buffered returns them without giving the loop a turn,
+so a program that polls in a loop holds the loop while the buffer lasts;
+``--turn`` gives the loop a turn after each call, to tell that apart from
+what kwire's own callbacks hold it for. First an
 ``idle`` phase (the ticker alone, 1 s): the loop's own timer noise, the
 floor under every other row (uvloop's timers have a 1 ms resolution).
 
     python -m benchmarks.aio_stall [--records 1000000] [--codecs none,lz4] [--loop asyncio|uvloop]
-                                   [--chunk 200] [--max-poll-records 500] [--tick 1.0]
+                                   [--chunk 200] [--max-poll-records 500] [--turn] [--tick 1.0]
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=200, help="produce: give the loop a turn every this many records")
     p.add_argument("--max-poll-records", type=int, default=500,
                    help="the consumer's max_poll_records (500: kwire's default)")
+    p.add_argument("--turn", action="store_true", help="consume: give the loop a turn after each poll")
     p.add_argument("--tick", type=float, default=1.0, help="the ticker's sleep, ms")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -144,7 +149,7 @@ def main(argv=None) -> int:
                     async with AsyncConsumer(bootstrap_servers=boot, auto_offset_reset="earliest",
                                              max_poll_records=args.max_poll_records) as c:
                         c.assign([(topic, part) for part in range(PARTITIONS)])
-                        return await aio_consume(c, n, columnar)
+                        return await aio_consume(c, n, columnar, args.turn)
                 return run
 
             phase(codec, "produce", produce)
@@ -155,7 +160,7 @@ def main(argv=None) -> int:
 
     print(f"\n{n:,} records (16-byte key, 100-byte value), {PARTITIONS} partitions, local Tansu, loop {args.loop}, "
           f"ticker {args.tick:g} ms, produce yields every {args.chunk} records, "
-          f"max_poll_records {args.max_poll_records}\n")
+          f"max_poll_records {args.max_poll_records}{', a loop turn after each poll' if args.turn else ''}\n")
     print("| codec | phase | records/s | ticks | max ms | p99 ms | p99.9 ms | > 1 ms | > 5 ms |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for codec, name, s, wall in rows:

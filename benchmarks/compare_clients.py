@@ -329,11 +329,14 @@ def consume_aiokafka(bootstrap, topic, n):
     return run_loop(run)
 
 
-async def aio_consume(c, n: int, columnar: bool = False) -> int:
+async def aio_consume(c, n: int, columnar: bool = False, turn: bool = False) -> int:
     """Take ``n`` records from the assigned AsyncConsumer ``c``: ``getmany``
-    (touching each value), or ``poll_columnar``."""
+    (touching each value), or ``poll_columnar``; ``turn``: give the loop a
+    turn after each call (one that returns buffered records does not)."""
     got = 0
     while got < n:
+        if turn:
+            await asyncio.sleep(0)
         if columnar:
             got += sum(rb.num_rows for rb in (await c.poll_columnar(1000)).values())
             continue
