@@ -4,8 +4,10 @@ each script end to end on a few records (the bundled Tansu broker)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 
 import pytest
 
@@ -25,19 +27,31 @@ def test_stats_of_the_ticker_lateness():
     assert s["p999_ms"] == pytest.approx(10.0)
     assert (s["over_1ms"], s["over_5ms"]) == (10, 1)
     assert aio_stall._stats([])["ticks"] == 0       # a phase too short for one tick
+    s = aio_stall._stats([0.010, 0.002], busy=[0.0, 0.002])   # the 10 ms one: the thread was not running
+    assert (s["max_ms"], s["busy_max_ms"], s["busy_over_5ms"]) == (pytest.approx(10.0), pytest.approx(2.0), 0)
 
 
 def test_measure_sees_a_blocking_call_on_the_loop():
-    import time
-
     async def block():
-        await __import__("asyncio").sleep(0.005)
+        await asyncio.sleep(0.005)
         time.sleep(0.03)                              # holds the loop 30 ms
         return 7
 
     stats, wall, out = aio_stall.measure(block, 0.001, "asyncio")
     assert out == 7 and wall >= 0.03
     assert stats["max_ms"] >= 25 and stats["over_5ms"] >= 1
+    assert stats["busy_max_ms"] == 0.0        # time.sleep: late, but the thread was not on the CPU
+
+
+def test_busy_counts_what_the_loop_thread_spent_on_the_cpu():
+    async def spin():
+        await asyncio.sleep(0.005)
+        end = time.perf_counter() + 0.03
+        while time.perf_counter() < end:   # holds the loop 30 ms on the CPU
+            pass
+
+    stats, _, _ = aio_stall.measure(spin, 0.001, "asyncio")
+    assert stats["busy_max_ms"] >= 15 and stats["busy_over_5ms"] >= 1
 
 
 def test_aio_ratios_pair_each_client_with_its_peer():
