@@ -1,13 +1,24 @@
-"""Produce and consume through the local Tansu broker with kwire,
-confluent-kafka (librdkafka), aiokafka and kafka-python, on the same
-records, in one run: messages/s, client CPU seconds, ratios to
-confluent-kafka.
+"""Produce and consume through the local Tansu broker with kwire (blocking
+and asyncio), confluent-kafka (librdkafka), aiokafka and kafka-python, on
+the same records, in one run: messages/s, client CPU seconds, ratios to
+confluent-kafka, and kwire.aio's ratios to aiokafka and to blocking kwire.
 
 Workload: N records (default 1,000,000) of a 16-byte key and a 100-byte
 value into a 4-partition topic, per codec (none, lz4, zstd). Each client
 produces its own topic, then each client consumes the topic kwire wrote
 (every client reads the same bytes). kwire consumes twice: into Python
 records (``poll``) and into Arrow (``poll_columnar``).
+
+``kwire-aio`` is :mod:`kwire.aio` on one event loop: its producer queues
+every record with ``send_nowait`` (``await enqueue`` when that raises
+``WouldBlockError``), then ``await flush()``; its consumers ``await
+getmany`` (Python records) and ``await poll_columnar`` (``kwire-aio-columnar``).
+aiokafka runs on one event loop as well: its producer awaits ``send`` per
+record and gathers the futures (its documented fast way), its consumer
+``await getmany``. ``--loop uvloop`` runs both on uvloop instead of
+asyncio's default loop. After the table come kwire-aio's ratios to
+aiokafka (target: 3x or more) and to blocking kwire (target: no more than
+1.3x slower), each marked met or missed.
 
 The ``broker-ceiling`` producer is no client: it encodes the records into
 the same 256 KiB batches and Produce requests before its clock starts,
@@ -16,7 +27,7 @@ idempotent limit), and reads the answers. Its rate is what the broker
 takes in at most on this machine, the bound on every client's produce.
 
     python -m benchmarks.compare_clients [--records 1000000] [--codecs none,lz4,zstd] [--skip kafka-python]
-                                         [--repeat 3] [--json out.json]
+                                         [--repeat 3] [--loop asyncio|uvloop] [--json out.json]
 
 With ``--repeat N`` every client runs N rounds, taking turns (so noise on
 this shared machine hits all of them alike), and each one's best round
@@ -42,6 +53,14 @@ from typing import Any, Callable, Dict, List, Tuple
 from benchmarks import history
 
 PARTITIONS = 4
+LOOPS = ("asyncio", "uvloop")
+_loop = "asyncio"            # the event loop the asyncio clients run on (--loop)
+
+# kwire.aio's ratios printed after the table: (client, peer, least ratio the target asks for), the ratio
+# being how many times faster the client is than its peer on the same codec and operation
+AIO_TARGETS: List[Tuple[str, str, float]] = [("kwire-aio", "aiokafka", 3.0), ("kwire-aio-columnar", "aiokafka", 3.0),
+                                             ("kwire-aio", "kwire", 1 / 1.3),
+                                             ("kwire-aio-columnar", "kwire-columnar", 1 / 1.3)]
 
 
 def _cpu() -> float:
@@ -58,6 +77,17 @@ def _pin(broker_pid: int) -> None:
     for tid in os.listdir(f"/proc/{broker_pid}/task"):
         os.sched_setaffinity(int(tid), {cpus[-1]})
     os.sched_setaffinity(0, set(cpus[:-1]))
+
+
+def run_loop(main: Callable[[], Any], loop: str = "") -> Any:
+    """``asyncio.run(main())`` on the event loop ``--loop`` chose (or ``loop``)."""
+    factory = None
+    if (loop or _loop) == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
 
 
 def _records(n: int) -> List[Tuple[bytes, bytes]]:
@@ -120,7 +150,35 @@ def produce_aiokafka(bootstrap, topic, recs, codec):
         finally:
             await p.stop()
 
-    asyncio.run(run())
+    run_loop(run)
+
+
+async def aio_produce(p, topic, recs, every: int = 0) -> None:
+    """Queue ``recs`` on the AsyncProducer ``p``: ``send_nowait`` per record,
+    ``await enqueue`` when it would block; ``every``: also give the loop a
+    turn after that many records (0: never)."""
+    from kwire.aio import WouldBlockError
+
+    send, enqueue = p.send_nowait, p.enqueue
+    for i, (k, v) in enumerate(recs, 1):
+        try:
+            send(topic, v, key=k)
+        except WouldBlockError:
+            await enqueue(topic, v, key=k)
+        if every and i % every == 0:
+            await asyncio.sleep(0)
+
+
+def produce_kwire_aio(bootstrap, topic, recs, codec):
+    from kwire.aio import AsyncProducer
+
+    async def run():
+        async with AsyncProducer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=5,
+                                 batch_size=262144, buffer_memory=256 << 20) as p:
+            await aio_produce(p, topic, recs)
+            await p.flush()
+
+    run_loop(run)
 
 
 def prepare_ceiling(bootstrap, topic, recs, codec):
@@ -268,16 +326,64 @@ def consume_aiokafka(bootstrap, topic, n):
         finally:
             await c.stop()
 
-    return asyncio.run(run())
+    return run_loop(run)
 
 
-PRODUCERS: Dict[str, Callable] = {"kwire": produce_kwire, "confluent-kafka": produce_confluent,
+async def aio_consume(c, n: int, columnar: bool = False, turn: bool = False) -> int:
+    """Take ``n`` records from the assigned AsyncConsumer ``c``: ``getmany``
+    (touching each value), or ``poll_columnar``; ``turn``: give the loop a
+    turn after each call (one that returns buffered records does not)."""
+    got = 0
+    while got < n:
+        if turn:
+            await asyncio.sleep(0)
+        if columnar:
+            got += sum(rb.num_rows for rb in (await c.poll_columnar(1000)).values())
+            continue
+        for records in (await c.getmany(1000)).values():
+            for r in records:
+                r.value
+            got += len(records)
+    return got
+
+
+def consume_kwire_aio(bootstrap, topic, n, columnar=False):
+    from kwire.aio import AsyncConsumer
+
+    async def run():
+        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                 max_poll_records=100000) as c:
+            c.assign([(topic, p) for p in range(PARTITIONS)])
+            return await aio_consume(c, n, columnar)
+
+    return run_loop(run)
+
+
+def consume_kwire_aio_columnar(bootstrap, topic, n):
+    return consume_kwire_aio(bootstrap, topic, n, columnar=True)
+
+
+PRODUCERS: Dict[str, Callable] = {"kwire": produce_kwire, "kwire-aio": produce_kwire_aio,
+                                  "confluent-kafka": produce_confluent,
                                   "aiokafka": produce_aiokafka, "kafka-python": produce_kafka_python,
                                   "broker-ceiling": produce_ceiling}
 PREPARE: Dict[str, Callable] = {"broker-ceiling": prepare_ceiling}     # untimed setup: what the clock skips
 CONSUMERS: Dict[str, Callable] = {"kwire": consume_kwire, "kwire-columnar": consume_kwire_columnar,
+                                  "kwire-aio": consume_kwire_aio, "kwire-aio-columnar": consume_kwire_aio_columnar,
                                   "confluent-kafka": consume_confluent, "aiokafka": consume_aiokafka,
                                   "kafka-python": consume_kafka_python}
+
+
+def aio_ratios(best: Dict[Tuple[str, str, str], Tuple[float, float]]
+               ) -> Dict[Tuple[str, str, str, str], Tuple[float, float]]:
+    """(codec, op, client, peer) -> (times faster than the peer, the least
+    the target asks for), for :data:`AIO_TARGETS` both ran."""
+    out = {}
+    for codec, op in dict.fromkeys((c, op) for c, op, _ in best):       # in the order they ran
+        for name, peer, least in AIO_TARGETS:
+            if (codec, op, name) in best and (codec, op, peer) in best:
+                out[(codec, op, name, peer)] = (best[(codec, op, peer)][0] / best[(codec, op, name)][0], least)
+    return out
 
 
 def main(argv=None) -> int:
@@ -289,8 +395,12 @@ def main(argv=None) -> int:
     p.add_argument("--pin-broker", action="store_true",
                    help="run the broker on the last CPU and the clients on the others (Linux), as if the "
                         "broker were another machine; every client then has one CPU fewer")
+    p.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="the event loop of the asyncio clients (kwire-aio, aiokafka)")
     p.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = p.parse_args(argv)
+    global _loop
+    _loop = args.loop
     warnings.simplefilter("ignore", DeprecationWarning)
     from kwire.admin import Admin, NewTopic
     from kwire.devbroker import start_tansu
@@ -326,7 +436,7 @@ def main(argv=None) -> int:
                     topics[name] = topic
                 source = topics.get("kwire") or next(t for n, t in topics.items() if n != "broker-ceiling")
                 for name, fn in CONSUMERS.items():
-                    if name in skip or (name == "kwire-columnar" and "kwire" in skip):
+                    if name in skip or (name.endswith("-columnar") and name[:-len("-columnar")] in skip):
                         continue
                     c0, t0 = _cpu(), time.perf_counter()
                     got = fn(broker.bootstrap, source, args.records)
@@ -338,19 +448,27 @@ def main(argv=None) -> int:
     rows = [(codec, op, name, wall, cpu) for (codec, op, name), (wall, cpu) in best.items()]
     base = {(c, op): wall for c, op, name, wall, _ in rows if name == "confluent-kafka"}
     print(f"\n{args.records:,} records (16-byte key, 100-byte value), {PARTITIONS} partitions, local Tansu, "
-          f"best of {args.repeat}\n")
+          f"best of {args.repeat}, asyncio clients on {args.loop}\n")
     print("| codec | op | client | msg/s | client CPU s | vs confluent-kafka |")
     print("|---|---|---|---:|---:|---:|")
     for codec, op, name, wall, cpu in rows:
         ratio = base.get((codec, op))
         print(f"| {codec} | {op} | {name} | {args.records / wall:,.0f} | {cpu:.2f} | "
               f"{(ratio / wall) if ratio else float('nan'):.2f}x |")
+    aio = aio_ratios(best)
+    if aio:
+        print("\n| codec | op | client | vs | ratio | target | |")
+        print("|---|---|---|---|---:|---:|---|")
+        for (codec, op, name, peer), (ratio, least) in aio.items():
+            print(f"| {codec} | {op} | {name} | {peer} | {ratio:.2f}x | >= {least:.2f}x | "
+                  f"{'met' if ratio >= least else 'MISSED'} |")
     if args.json:
-        env = dict(records=args.records, repeat=args.repeat, pin_broker=args.pin_broker)
+        env = dict(records=args.records, repeat=args.repeat, pin_broker=args.pin_broker, loop=args.loop)
         results = [{"codec": c, "op": op, "client": name, "seconds": wall, "cpu_s": cpu}
                    for c, op, name, wall, cpu in rows]
         ratios = {f"{c}/{op}/{name} vs confluent-kafka": base[(c, op)] / wall
                   for c, op, name, wall, _ in rows if name.startswith("kwire") and (c, op) in base}
+        ratios.update({f"{c}/{op}/{name} vs {peer}": ratio for (c, op, name, peer), (ratio, _) in aio.items()})
         history.write_results(args.json, "compare_clients", env, results, ratios)
     return 0
 
