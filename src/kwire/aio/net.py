@@ -40,6 +40,10 @@ from kwire.net import Connection, ConnectionLostError, TlsError, resolve
 
 __all__ = ["AioConnection"]
 
+#: Seconds asyncio's TLS handshake timeout allows beyond the address's share
+#: of the setup time: the tick closes an overdue setup first.
+_HANDSHAKE_BACKSTOP = 1.0
+
 
 def _literal(host: str) -> bool:
     try:
@@ -167,9 +171,11 @@ class AioConnection(Connection):
             max(0.1, self._setup_deadline - time.monotonic())
         try:
             if ctx is not None:
+                # the setup deadline is the tick's (check_timeouts, as in the blocking client): asyncio's own
+                # handshake timeout is only a backstop, later, so that a slow handshake fails the same way
                 transport, _ = await self._loop.create_connection(
                     lambda: self._protocol, sock=sock, ssl=ctx, server_hostname=self.host,
-                    ssl_handshake_timeout=share)
+                    ssl_handshake_timeout=share + _HANDSHAKE_BACKSTOP)
             else:
                 transport, _ = await self._loop.create_connection(lambda: self._protocol, sock=sock)
         except asyncio.CancelledError:
@@ -187,8 +193,14 @@ class AioConnection(Connection):
             return
         except (OSError, asyncio.TimeoutError) as e:
             self._task = None
-            self._io_failed(e if isinstance(e, OSError) else
-                            ConnectionLostError(f"TLS handshake with {self.host}:{self.port} timed out"))
+            if ctx is not None and type(e) is ConnectionResetError and e.errno is None:
+                # asyncio's word (and uvloop's) for an EOF during the TLS handshake, where the blocking
+                # client's do_handshake raises SSLEOFError: the same TlsError (not retriable)
+                self._io_failed(TlsError(f"TLS handshake with {self.host}:{self.port} failed: "
+                                         "EOF occurred in violation of protocol"))
+            else:
+                self._io_failed(e if isinstance(e, OSError) else ConnectionLostError(
+                    f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state tls"))
             self._on_event()
             return
         self._task = None
