@@ -211,6 +211,16 @@ class AioConnection(Connection):
         self._start_handshake()
         self._on_event()
 
+    def _io_failed(self, e: BaseException) -> None:
+        if isinstance(e, (ConnectionResetError, BrokenPipeError)) and self._ssl_context is not None \
+                and self.state == "handshake" and not self.channel.versions:
+            # TLS 1.3: a broker refusing the client's certificate (none given, or one it does not trust) says so
+            # with an alert after the client's handshake is done, and closes. The blocking client sends ApiVersions
+            # at once and reads the alert (an SSLError: TlsError); here the write comes a loop turn later, lands on
+            # the closed connection and the reset wins over the unread alert. The same TlsError, not a retry.
+            e = ssl.SSLError(f"{e.strerror or e}; no TLS alert read")
+        super()._io_failed(e)
+
     def _drop_socket(self) -> None:
         self._unwatch()
         self._cancel_task()
