@@ -3,7 +3,8 @@
 (:mod:`kwire.stores`): JKS, PKCS12 and PEM stores of the test PKI (JKS and
 PKCS12 made by the JDK's keytool) against Apache Kafka's TLS listener
 (SASL_SSL, server certificate only) and mutual-TLS listener (SSL, client
-certificate required), and every refusal, without a broker.
+certificate required), and every refusal, without a broker. The round
+trips run with kwire's blocking clients and with kwire.aio's (``kw``).
 
 Apache Kafka only for the round trips: Tansu has no TLS listener.
 """
@@ -43,19 +44,19 @@ def kafka_stores(kafka, tmp_path_factory):
     return make_stores(kafka.pki, tmp_path_factory.mktemp("kafka-stores"))
 
 
-def _round_trip(cfg: Dict[str, str], records: int = 5) -> None:
+def _round_trip(kw, cfg: Dict[str, str], records: int = 5) -> None:
     """Create a topic, produce ``records`` and consume them back, each
-    client made from ``cfg`` alone."""
+    client made from ``cfg`` alone (the producer and consumer ``kw``'s)."""
     topic = f"stores-{uuid.uuid4().hex[:8]}"
     with Admin(cfg) as admin:
         admin.create_topics([NewTopic(topic, 1)])
     sent = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(records)]
-    with Producer(cfg) as p:
+    with kw.Producer(cfg) as p:
         for key, value in sent:
             p.send(topic, value, key=key, partition=0)
         p.flush(20)
     got = []
-    with Consumer(cfg, auto_offset_reset="earliest") as c:
+    with kw.Consumer(cfg, auto_offset_reset="earliest") as c:
         c.assign([(topic, 0)])
         deadline = time.monotonic() + 20
         while len(got) < records and time.monotonic() < deadline:
@@ -65,22 +66,22 @@ def _round_trip(cfg: Dict[str, str], records: int = 5) -> None:
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("kind", KINDS)
-def test_mutual_tls_with_key_and_trust_stores(kafka, kafka_stores, kind):
+def test_mutual_tls_with_key_and_trust_stores(kw, kafka, kafka_stores, kind):
     """The SSL listener requires a client certificate: the key store's."""
-    _round_trip({"bootstrap.servers": kafka.bootstrap("ssl"), "security.protocol": "SSL", **kafka_stores[kind]})
+    _round_trip(kw, {"bootstrap.servers": kafka.bootstrap("ssl"), "security.protocol": "SSL", **kafka_stores[kind]})
 
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("kind", KINDS)
-def test_tls_with_a_trust_store(kafka, kafka_stores, kind):
+def test_tls_with_a_trust_store(kw, kafka, kafka_stores, kind):
     """SASL_SSL: the broker's certificate checked against the trust store
     (host name too), no client certificate."""
     cfg = {k: v for k, v in kafka.client_config("sasl_ssl").items() if k != "ssl.ca.location"}
-    _round_trip({**cfg, **_trust_only(kafka_stores[kind])})
+    _round_trip(kw, {**cfg, **_trust_only(kafka_stores[kind])})
 
 
 @pytest.mark.kafka
-def test_stores_are_converted_once(kafka, kafka_stores, tmp_path, monkeypatch):
+def test_stores_are_converted_once(kw, kafka, kafka_stores, tmp_path, monkeypatch):
     """Once per client at most (not per connection), and once per process
     for an unchanged store; a changed store is converted again."""
     trust, keys = tmp_path / "trust.jks", tmp_path / "keys.jks"        # paths no earlier test converted
@@ -91,7 +92,7 @@ def test_stores_are_converted_once(kafka, kafka_stores, tmp_path, monkeypatch):
     runs = []
     real = subprocess.run
     monkeypatch.setattr(stores.subprocess, "run", lambda args, **kw: runs.append(args) or real(args, **kw))
-    _round_trip(cfg)                  # an Admin, a Producer, a Consumer, each with several connections
+    _round_trip(kw, cfg)              # an Admin, a Producer, a Consumer, each with several connections
     conversions = [a for a in runs if "-importkeystore" in a]
     assert len(conversions) == 2, runs                                  # the trust store and the key store
     os.utime(keys, ns=(time.time_ns(), time.time_ns() + 10**9))

@@ -40,6 +40,10 @@ from kwire.net import Connection, ConnectionLostError, TlsError, resolve
 
 __all__ = ["AioConnection"]
 
+#: Seconds asyncio's TLS handshake timeout allows beyond the address's share
+#: of the setup time: the tick closes an overdue setup first.
+_HANDSHAKE_BACKSTOP = 1.0
+
 
 def _literal(host: str) -> bool:
     try:
@@ -50,31 +54,58 @@ def _literal(host: str) -> bool:
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    """The transport's events, handed to the connection."""
+    """The transport's events, handed to the connection.
 
-    __slots__ = ("conn", "view")
+    The bytes read are handed on once the view given to the transport is
+    released (a frame read in place may grow only while nothing views it).
+    asyncio's loop lets go of that view before ``buffer_updated``; uvloop
+    holds it until ``buffer_updated`` returns: then the bytes wait
+    (``pending``) until the next ``get_buffer``, the next event, or the next
+    loop turn, whichever comes first, so they are handed on in order."""
+
+    __slots__ = ("conn", "view", "pending")
 
     def __init__(self, conn: "AioConnection") -> None:
         self.conn = conn
         self.view: Optional[memoryview] = None
+        self.pending = 0              # bytes read into ``view`` not handed on yet (it is still held)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        self.settle()
         self.view = view = self.conn.channel.read_buffer()
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
-        view, self.view = self.view, None
+        view = self.view
         if view is not None:
-            view.release()        # a frame read in place may grow only while nothing views it
+            try:
+                view.release()
+            except BufferError:       # uvloop: still held until this returns
+                self.pending = nbytes
+                self.conn._loop.call_soon(self.settle)
+                return
+            self.view = None
         self.conn._received(nbytes)
 
+    def settle(self) -> None:
+        """Hand on the bytes read into a view that was still held."""
+        n, self.pending = self.pending, 0
+        if not n:
+            return
+        view, self.view = self.view, None
+        if view is not None:
+            view.release()
+        self.conn._received(n)
+
     def eof_received(self) -> bool:
+        self.settle()
         conn = self.conn
         conn._io_failed(ConnectionLostError(f"node {conn.node_id} closed the connection"
                                             + (" mid-response" if conn.channel.mid_frame else "")))
         return False
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
+        self.settle()
         conn = self.conn
         if conn.state != "closed" and conn._transport is not None:
             conn._io_failed(exc if isinstance(exc, OSError) else
@@ -167,9 +198,11 @@ class AioConnection(Connection):
             max(0.1, self._setup_deadline - time.monotonic())
         try:
             if ctx is not None:
+                # the setup deadline is the tick's (check_timeouts, as in the blocking client): asyncio's own
+                # handshake timeout is only a backstop, later, so that a slow handshake fails the same way
                 transport, _ = await self._loop.create_connection(
                     lambda: self._protocol, sock=sock, ssl=ctx, server_hostname=self.host,
-                    ssl_handshake_timeout=share)
+                    ssl_handshake_timeout=share + _HANDSHAKE_BACKSTOP)
             else:
                 transport, _ = await self._loop.create_connection(lambda: self._protocol, sock=sock)
         except asyncio.CancelledError:
@@ -187,8 +220,14 @@ class AioConnection(Connection):
             return
         except (OSError, asyncio.TimeoutError) as e:
             self._task = None
-            self._io_failed(e if isinstance(e, OSError) else
-                            ConnectionLostError(f"TLS handshake with {self.host}:{self.port} timed out"))
+            if ctx is not None and type(e) is ConnectionResetError and e.errno is None:
+                # asyncio's word (and uvloop's) for an EOF during the TLS handshake, where the blocking
+                # client's do_handshake raises SSLEOFError: the same TlsError (not retriable)
+                self._io_failed(TlsError(f"TLS handshake with {self.host}:{self.port} failed: "
+                                         "EOF occurred in violation of protocol"))
+            else:
+                self._io_failed(e if isinstance(e, OSError) else ConnectionLostError(
+                    f"connection setup to {self.host}:{self.port} (node {self.node_id}) timed out in state tls"))
             self._on_event()
             return
         self._task = None
@@ -198,6 +237,16 @@ class AioConnection(Connection):
         self._transport = transport
         self._start_handshake()
         self._on_event()
+
+    def _io_failed(self, e: BaseException) -> None:
+        if isinstance(e, (ConnectionResetError, BrokenPipeError)) and self._ssl_context is not None \
+                and self.state == "handshake" and not self.channel.versions:
+            # TLS 1.3: a broker refusing the client's certificate (none given, or one it does not trust) says so
+            # with an alert after the client's handshake is done, and closes. The blocking client sends ApiVersions
+            # at once and reads the alert (an SSLError: TlsError); here the write comes a loop turn later, lands on
+            # the closed connection and the reset wins over the unread alert. The same TlsError, not a retry.
+            e = ssl.SSLError(f"{e.strerror or e}; no TLS alert read")
+        super()._io_failed(e)
 
     def _drop_socket(self) -> None:
         self._unwatch()
