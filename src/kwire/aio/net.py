@@ -56,56 +56,42 @@ def _literal(host: str) -> bool:
 class _Protocol(asyncio.BufferedProtocol):
     """The transport's events, handed to the connection.
 
-    The bytes read are handed on once the view given to the transport is
-    released (a frame read in place may grow only while nothing views it).
-    asyncio's loop lets go of that view before ``buffer_updated``; uvloop
-    holds it until ``buffer_updated`` returns: then the bytes wait
-    (``pending``) until the next ``get_buffer``, the next event, or the next
-    loop turn, whichever comes first, so they are handed on in order."""
+    A frame read in place may grow only while nothing views it, so the view
+    given to the transport is released before the bytes are handed on.
+    asyncio's loop has let go of it by ``buffer_updated``; uvloop holds its
+    own hold until ``buffer_updated`` returns, and releasing ours then
+    raises ``BufferError``: ours goes with the object, and uvloop's right
+    after. Handing the bytes on meanwhile is safe: it never resizes the
+    buffer they were read into (a frame grows only in ``get_buffer``, by
+    then released by both)."""
 
-    __slots__ = ("conn", "view", "pending")
+    __slots__ = ("conn", "view")
 
     def __init__(self, conn: "AioConnection") -> None:
         self.conn = conn
         self.view: Optional[memoryview] = None
-        self.pending = 0              # bytes read into ``view`` not handed on yet (it is still held)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        self.settle()
         self.view = view = self.conn.channel.read_buffer()
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
-        view = self.view
+        view, self.view = self.view, None
         if view is not None:
             try:
                 view.release()
-            except BufferError:       # uvloop: still held until this returns
-                self.pending = nbytes
-                self.conn._loop.call_soon(self.settle)
-                return
-            self.view = None
+            except BufferError:      # uvloop's hold: released when this returns
+                pass
+            del view
         self.conn._received(nbytes)
 
-    def settle(self) -> None:
-        """Hand on the bytes read into a view that was still held."""
-        n, self.pending = self.pending, 0
-        if not n:
-            return
-        view, self.view = self.view, None
-        if view is not None:
-            view.release()
-        self.conn._received(n)
-
     def eof_received(self) -> bool:
-        self.settle()
         conn = self.conn
         conn._io_failed(ConnectionLostError(f"node {conn.node_id} closed the connection"
                                             + (" mid-response" if conn.channel.mid_frame else "")))
         return False
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
-        self.settle()
         conn = self.conn
         if conn.state != "closed" and conn._transport is not None:
             conn._io_failed(exc if isinstance(exc, OSError) else
