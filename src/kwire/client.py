@@ -50,7 +50,7 @@ from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
 
-__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Steps", "StepsOf", "run_blocking"]
+__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Offload", "Steps", "StepsOf", "run_blocking"]
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +101,27 @@ class Await:
         self.awaitable = awaitable
 
 
+class Offload:
+    """A step that runs ``fn`` (work that lets the GIL go, such as
+    encoding and compressing batches) and sends its result back into the
+    generator: here on the driver's own thread, in ``kwire.aio`` on a
+    worker thread, while the loop goes on."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
 #: A generator of waiting steps (:class:`Sleep`, :class:`Wait`, or seconds
 #: of I/O) whose value is its result; :meth:`Client.run` drives one
 #: blocking, ``kwire.aio`` awaits one.
 Steps = Generator[Any, None, Any]
 #: Steps whose value is a ``T``.
 StepsOf = Generator[Any, None, T]
+
+
+_NOT_IO = (Sleep, Wait, Await, Offload)     # the steps that do no I/O
 
 
 def run_blocking(steps: Steps) -> Any:
@@ -116,23 +131,26 @@ def run_blocking(steps: Steps) -> Any:
     return _drive(steps, _block_on)
 
 
-def _drive(steps: Steps, take: Callable[[Any], None]) -> Any:
-    """Run ``steps``, each step taken by ``take`` (blocking); what ``take``
-    raises is raised into the generator, at its ``yield``."""
+def _drive(steps: Steps, take: Callable[[Any], Any]) -> Any:
+    """Run ``steps``, each step taken by ``take`` (blocking), whose result
+    goes back into the generator; what ``take`` raises is raised into it,
+    at its ``yield``."""
     try:
         want = next(steps)
         while True:
             try:
-                take(want)
+                got = take(want)
             except BaseException as e:   # noqa: BLE001 - the generator's own except/finally decide
                 want = steps.throw(e)
                 continue
-            want = steps.send(None)
+            want = steps.send(got)
     except StopIteration as done:
         return done.value
 
 
-def _block_on(want: Any) -> None:
+def _block_on(want: Any) -> Any:
+    if type(want) is Offload:
+        return want.fn()
     if type(want) is Sleep:
         time.sleep(want.seconds)
     elif type(want) is Wait:
@@ -692,11 +710,11 @@ class Client:
         its ``yield``. Returns the generator's value."""
         return _drive(steps, self._take_step)
 
-    def _take_step(self, want: Any) -> None:
-        if type(want) is Sleep or type(want) is Wait or type(want) is Await:
-            _block_on(want)
-        else:
-            self.poll(want)
+    def _take_step(self, want: Any) -> Any:
+        if type(want) in _NOT_IO:
+            return _block_on(want)
+        self.poll(want)
+        return None
 
     def request(self, node_id: int, request: Any, version: Optional[int] = None,
                 timeout: Optional[float] = None) -> Any:

@@ -40,6 +40,7 @@ sent under two epochs (which the broker could not recognise as duplicates).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -48,7 +49,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tup
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
                           SendingProducer, build_batches, restamp_batch)
-from kwire.client import STALLED, Client, Sleep, Steps, Wait, run_blocking
+from kwire.client import STALLED, Client, Offload, Sleep, Steps, StepsOf, Wait, run_blocking
 from kwire.config import PRODUCER, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
@@ -110,11 +111,12 @@ class Producer(SendingProducer):
     """
 
     _client_class = Client     # kwire.aio's producer drives the same logic on an event loop's client
-    #: Bytes of records one sender turn encodes (and compresses) at most
-    #: (at least one batch); None: no limit (the blocking sender thread, whose
-    #: encoding runs without the GIL). kwire.aio keeps each turn short, so the
-    #: event loop it shares is not held up.
-    _turn_budget: Optional[int] = None
+    #: From how many bytes of records a turn's encoding (and compression)
+    #: runs off the sender's thread (an :class:`~kwire.client.Offload`
+    #: step; the Produce answers that come meanwhile wait for it); None:
+    #: never (the blocking sender thread encodes without the GIL already).
+    #: kwire.aio sets it, so the event loop it shares goes on meanwhile.
+    _offload_build_bytes: Optional[int] = None
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(PRODUCER, config, kwargs, what="producer")
@@ -171,7 +173,8 @@ class Producer(SendingProducer):
         self._error_context = {"transactional_id": cfg["transactional_id"]} if self._txn is not None else {}
         self._need_pid = cfg["enable_idempotence"] and self._txn is None   # transactions: init_transactions()
         self._node_in_flight: Dict[int, int] = {}
-        self._more_ready = False      # a turn left ready batches for the next one (its encoding budget)
+        self._building = False        # a turn's batches are being encoded off the sender's thread
+        self._deferred: List[Tuple[int, List[_Batch], Future, int]] = []   # Produce answers that came meanwhile
         self._start_sender()
 
     def _start_sender(self) -> None:
@@ -453,7 +456,8 @@ class Producer(SendingProducer):
         client = self._client
         try:
             while not (self._closing and (self._idle() or self._close_due())):
-                yield self._sender_turn()
+                wait = yield from self._sender_turn()
+                yield wait
         except Exception as e:  # a bug here must not leave senders waiting for ever
             log.exception("kwire producer sender thread failed")
             self._fail_all(KwireError(f"producer sender thread failed: {e!r}"))
@@ -488,9 +492,9 @@ class Producer(SendingProducer):
             if not b.future.done():
                 b.future.set_exception(error)
 
-    def _sender_turn(self) -> float:
+    def _sender_turn(self) -> StepsOf[float]:
         """Seal lingering batches, expire overdue ones, send what is ready;
-        the poll timeout."""
+        the poll timeout. Steps: an encoding run off the thread, at most."""
         now = time.monotonic()
         wait = 0.1
         with self._lock:
@@ -510,12 +514,10 @@ class Producer(SendingProducer):
         if self._need_pid and self._producer_id < 0:
             self._init_producer_id()
         if not self._need_pid or self._producer_id >= 0:
-            self._send_ready(now)
+            yield from self._send_ready(now)
         else:
             wait = min(wait, 0.05)
         wait = min(wait, self._next_expiry - now)
-        if self._more_ready:
-            wait = 0.0
         if self._close_deadline is not None:
             wait = min(wait, self._close_deadline - now)
         return max(0.0, wait)
@@ -672,7 +674,7 @@ class Producer(SendingProducer):
             seq = (seq + b.record_count) & 0x7FFFFFFF
         self._next_seq[tp] = seq
 
-    def _send_ready(self, now: float) -> None:
+    def _send_ready(self, now: float) -> Steps:
         """Send what is ready. A partition's batches may not share a Produce
         request, so each leader gets one request per round with the next
         batch of each partition (up to ``max_request_size`` bytes of
@@ -684,13 +686,10 @@ class Producer(SendingProducer):
         idempotent = self.cfg["enable_idempotence"]
         current = (self._producer_id, self._producer_epoch)
         requests: List[Tuple[int, List[_Batch]]] = []
-        budget = self._turn_budget
-        planned = 0               # bytes of records to encode this turn
-        self._more_ready = False
         with self._lock:
             node_planned: Dict[int, int] = collections.Counter()
             tp_planned: Dict[Tuple[str, int], int] = collections.Counter()
-            while not self._more_ready:
+            while True:
                 by_node: Dict[int, List[_Batch]] = {}
                 size_by_node: Dict[int, int] = collections.Counter()
                 for tp, q in self._ready.items():
@@ -718,11 +717,6 @@ class Producer(SendingProducer):
                         continue
                     if not conn.ready:
                         continue
-                    if budget is not None and q[0].payload is None:
-                        if planned >= budget and (by_node or requests):
-                            self._more_ready = True        # the next turn, after the loop had its own
-                            break
-                        planned += size
                     by_node.setdefault(leader, []).append(q.popleft())
                     size_by_node[leader] += size
                     tp_planned[tp] += 1
@@ -732,7 +726,7 @@ class Producer(SendingProducer):
                     node_planned[node] += 1
                     requests.append((node, batches))
         # every batch of the turn encoded at once: one GIL release, not one per request
-        fresh = self._payloads([b for _, batches in requests for b in batches])
+        fresh = yield from self._payloads([b for _, batches in requests for b in batches])
         if idempotent:
             with self._lock:
                 for b in fresh:
@@ -760,7 +754,7 @@ class Producer(SendingProducer):
         has as a duplicate. Otherwise metadata is refreshed to find out."""
         self._client.drop_replaced_leaders(list(self._flights.values()), now, STALLED, "Produce")
 
-    def _payloads(self, batches: List[_Batch]) -> List[_Batch]:
+    def _payloads(self, batches: List[_Batch]) -> StepsOf[List[_Batch]]:
         """Encode (compress, stamp) the batches not encoded yet, all in one
         :func:`build_batches` call, and restamp those encoded under another
         producer id or epoch than their partition now counts under (see
@@ -779,7 +773,19 @@ class Producer(SendingProducer):
                 stamps.append((b.stamp[0], b.stamp[1], b.sequence))
             else:
                 stamps.append(None)
-        for b, payload in zip(fresh, build_batches(fresh, stamps)):
+        limit = self._offload_build_bytes
+        if limit is not None and fresh and sum(b.bytes for b in fresh) >= limit:
+            self._building = True         # Produce answers wait: the state they change is this turn's
+            try:
+                payloads = yield Offload(functools.partial(build_batches, fresh, stamps))
+            finally:
+                self._building = False
+                deferred, self._deferred = self._deferred, []
+                for args in deferred:
+                    self._on_produce(*args)
+        else:
+            payloads = build_batches(fresh, stamps)
+        for b, payload in zip(fresh, payloads):
             b.payload = payload
         if idempotent:
             for b in batches:
@@ -829,6 +835,9 @@ class Producer(SendingProducer):
         fut.add_done_callback(lambda f: self._on_produce(node, batches, f, serial))
 
     def _on_produce(self, node: int, batches: List[_Batch], fut: Future, serial: int) -> None:
+        if self._building:                # kwire.aio: after this turn's encoding (see _payloads)
+            self._deferred.append((node, batches, fut, serial))
+            return
         self._flights.pop(serial, None)
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:

@@ -30,7 +30,7 @@ import time
 from typing import Any, List, Optional, Set
 
 from kwire.aio.net import AioConnection
-from kwire.client import Await, Broker, Client, Sleep, Steps, Wait
+from kwire.client import Await, Broker, Client, Offload, Sleep, Steps, Wait
 from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.net import Connection
@@ -198,6 +198,7 @@ class AioClient(Client):
         try:
             want = next(steps)
             while True:
+                got = None
                 try:
                     if type(want) is Sleep:
                         await asyncio.sleep(want.seconds)
@@ -205,12 +206,14 @@ class AioClient(Client):
                         await self.wait_future(want.future, want.timeout)
                     elif type(want) is Await:
                         await want.awaitable
+                    elif type(want) is Offload:
+                        got = await self._loop.run_in_executor(None, want.fn)
                     else:
                         await self.io(want)
                 except BaseException as e:   # noqa: BLE001 - cancellation included: the generator's finally runs
                     want = steps.throw(e)
                     continue
-                want = steps.send(None)
+                want = steps.send(got)
         except StopIteration as done:
             return done.value
         finally:

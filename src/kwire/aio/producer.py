@@ -46,10 +46,10 @@ from kwire.types import RecordMetadata
 __all__ = ["AsyncProducer", "WouldBlockError"]
 
 
-#: Bytes of records one turn of the sender task encodes at most, by codec:
-#: about a millisecond of the loop's time on this machine (encoding runs
-#: about 1 GB/s, lz4 on top of it about as fast, zstd and gzip slower).
-TURN_BUDGET = {"none": 1 << 20, "lz4": 1 << 20, "zstd": 256 << 10, "snappy": 256 << 10, "gzip": 64 << 10}
+#: From how many bytes of records a sender turn's encoding and compression
+#: run on a worker thread (without the GIL), while the loop goes on; below,
+#: on the loop's thread (a tenth of a millisecond or so: less than the hop).
+OFFLOAD_BUILD_BYTES = 128 << 10
 
 
 class WouldBlockError(KwireError):
@@ -65,12 +65,18 @@ class WouldBlockError(KwireError):
         self.reason = reason
 
 
-class _Blocked(Exception):
+class _Blocked(WouldBlockError):
     """Raised from the compiled send's calls into Python where the blocking
-    producer would wait; the coroutine that called it waits instead."""
+    producer would wait: ``send_nowait`` (the compiled send itself) raises
+    it to its caller; a coroutine that queues waits instead."""
 
-    def __init__(self, topic: Optional[str], need: int = 1) -> None:
-        super().__init__(topic)
+    def __init__(self, topic: Optional[str], need: int = 1, buffer_memory: int = 0) -> None:
+        if topic is None:
+            super().__init__(f"buffer_memory ({buffer_memory} bytes) is full: await send(), enqueue() or flush()",
+                             "room")
+        else:
+            super().__init__(f"the partitions of topic {topic!r} are not known yet (being fetched): await send(), "
+                             "enqueue() or partitions_for() first", "metadata")
         self.topic = topic
         self.need = need
 
@@ -81,8 +87,8 @@ class _LoopProducer(Producer):
     _client_class = AioClient
 
     def _start_sender(self) -> None:
-        # a turn's encoding and compression run on the loop's thread: about a millisecond's worth at most
-        self._turn_budget = TURN_BUDGET.get(self.cfg["compression_type"], TURN_BUDGET["gzip"])
+        # a turn's encoding and compression off the loop's thread when it is more than about 0.1 ms of work
+        self._offload_build_bytes = OFFLOAD_BUILD_BYTES
         self._thread = None
         self._loop = self._client._loop
         self._room_event = asyncio.Event()
@@ -104,7 +110,7 @@ class _LoopProducer(Producer):
     def _wait_room(self, deadline: float) -> None:
         if self._acc.buffered >= self.cfg["buffer_memory"]:
             self._client.wakeup()
-            raise _Blocked(None)
+            raise _Blocked(None, buffer_memory=self.cfg["buffer_memory"])
 
     def _release(self, batch: _Batch) -> None:
         super()._release(batch)
@@ -143,6 +149,7 @@ class AsyncProducer:
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._p = _LoopProducer(config, **kwargs)
+        self.send_nowait = self._p.send       # the compiled send itself: no Python frame per record
         self.cfg = self._p.cfg
         self._loop = self._p._loop
         self._acks: Dict[Any, asyncio.Future] = {}    # batch future -> its asyncio future (await send())
@@ -156,15 +163,10 @@ class AsyncProducer:
         """Queue one record without waiting and return its future
         (``done()``, ``exception()``, ``add_callback``; its metadata once
         done). Arguments and errors as :meth:`kwire.Producer.send`;
-        :class:`WouldBlockError` when it would have to wait."""
-        try:
-            return self._p.send(topic, value, key, headers, partition, timestamp_ms)
-        except _Blocked as b:
-            if b.topic is None:
-                raise WouldBlockError(f"buffer_memory ({self.cfg['buffer_memory']} bytes) is full: await send() "
-                                      "or flush()", "room") from None
-            raise WouldBlockError(f"the partitions of topic {topic!r} are not known yet (being fetched): await "
-                                  "send() or partitions_for() first", "metadata") from None
+        :class:`WouldBlockError` when it would have to wait. (Each instance
+        binds this name to the compiled send itself: this method is what it
+        does, for the documentation.)"""
+        return self._p.send(topic, value, key, headers, partition, timestamp_ms)
 
     async def enqueue(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
                       partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
