@@ -111,7 +111,7 @@ class AioClient(Client):
         if self._closed:
             return
         now = time.monotonic()
-        busy = any(not c.ready or c.in_flight_count() or not c.idle() for c in self._conns.values())
+        busy = any(not c.idle() for c in self._conns.values())     # setting up, or requests under way
         at = now + min(self._next_due(now), TICK if busy or self._waiters else _QUIET_TICK)
         if self._timer is not None:
             if self._timer_at <= at and self._timer_at > now:

@@ -30,7 +30,7 @@ from kwire._codec import Record
 from kwire.aio.client import AioClient
 from kwire.consumer import Consumer
 from kwire.errors import KwireError
-from kwire.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["AsyncConsumer"]
 
@@ -202,15 +202,11 @@ class AsyncConsumer:
 
     async def beginning_offsets(self, tps: Iterable[Tuple[str, int]],
                                 timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
-        from kwire.types import EARLIEST
-
         return await self._client.arun(self._c._offsets_steps(tps, EARLIEST, timeout))
 
     async def end_offsets(self, tps: Iterable[Tuple[str, int]],
                           timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
         """The log end offsets (for read_committed: the last stable offsets)."""
-        from kwire.types import LATEST
-
         return await self._client.arun(self._c._offsets_steps(tps, LATEST, timeout))
 
     async def offsets_for_times(self, timestamps: Mapping[Tuple[str, int], int], timeout: Optional[float] = None

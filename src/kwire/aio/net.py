@@ -28,6 +28,7 @@ Works on asyncio's default loop and on uvloop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import ipaddress
 import socket
@@ -143,8 +144,6 @@ class AioConnection(Connection):
         self._on_event()
 
     def _addresses(self, addrs: List[Tuple[Any, ...]]) -> None:
-        import collections
-
         if self._prefer in addrs:
             addrs.remove(self._prefer)
             addrs.insert(0, self._prefer)
