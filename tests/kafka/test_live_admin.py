@@ -72,6 +72,11 @@ def test_create_partitions_reach_a_running_producer_and_a_group(broker):
         _until(lambda: len(got) >= 20 and c.assignment() == [TopicPartition(topic, 0)], 30, "first records", poll)
         with Admin(bootstrap_servers=broker.bootstrap) as a:
             a.create_partitions({topic: 3})
+            # the brokers take the controller's new partitions into their metadata a moment after it answers
+            # (KRaft propagates it): an immediate Metadata may still list 1
+            deadline = time.monotonic() + 10
+            while len(a.describe_topics([topic])[topic].partitions) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert len(a.describe_topics([topic])[topic].partitions) == 3
             with pytest.raises(InvalidPartitionsError) as e:
                 a.create_partitions({topic: 2})
