@@ -57,6 +57,10 @@ extensions = [
     )
     for name in CORE_MODULES
 ]
+# kwire._codec: the public face of the core, itself compiled (a thin module
+# that re-exports the core's public names; its stub is _codec.pyi).
+extensions.append(Extension("kwire._codec", ["src/kwire/_codec.pyx"], extra_compile_args=extra_compile_args,
+                            extra_link_args=extra_link_args, define_macros=define_macros))
 
 setup(
     ext_modules=cythonize(

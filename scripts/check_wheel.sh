@@ -6,11 +6,10 @@
 #     is written to the repo;
 #  2. builds an sdist, then a wheel FROM that sdist (`python -m build`), so a
 #     file missing from the sdist fails the build;
-#  3. checks the sdist ships the compiled core's sources (every
-#     src/kwire/_core/<module>.pyx and the .pxd files they cimport), kwire/_codec.py,
-#     py.typed and the .pyi stub and no generated .c or compiled .so, and the
-#     wheel ships one kwire/_core/<module>*.so per module of the core, _codec.py,
-#     py.typed and _codec.pyi (and no .pyx, .pxd or .c);
+#  3. checks the contents against the files of src/kwire (tests/support/dist.py):
+#     the sdist ships every file of src/ (the .pyx and .pxd files included) and
+#     no generated .c or compiled .so; the wheel ships every module, stub and
+#     py.typed and one extension per .pyx (and no .pyx, .pxd or .c);
 #  4. replays cibuildwheel's test step for this machine: a clean virtualenv
 #     (no system site-packages) gets the wheel, then `test-requires` with
 #     `test-environment` set, and `test-command` runs in an empty directory that
@@ -80,53 +79,12 @@ SDIST="${SDISTS[0]}"
 WHEEL="${WHEELS[0]}"
 say "built $(basename "$SDIST") and $(basename "$WHEEL")"
 
-# 3. Contents.
-"$BPY" - "$SDIST" "$WHEEL" <<'EOF'
-import fnmatch
-import sys
-import tarfile
-import zipfile
-
-sdist, wheel = sys.argv[1:]
-problems = []
-# the compiled core: one extension per module (setup.py's CORE_MODULES)
-CORE = ("buffers", "native", "records", "columnar", "legacy", "build", "send")
-PXDS = ("buffers", "consts", "native", "records", "build")
-
-with tarfile.open(sdist) as tf:
-    names = [n.split("/", 1)[1] for n in tf.getnames() if "/" in n]
-for need in ("src/kwire/_codec.py", "src/kwire/_codec.pyi", "src/kwire/py.typed", "src/kwire/_core/__init__.py",
-             *(f"src/kwire/_core/{m}.pyx" for m in CORE), *(f"src/kwire/_core/{m}.pxd" for m in PXDS),
-             "pyproject.toml", "setup.py", "README.md"):
-    if need not in names:
-        problems.append(f"sdist lacks {need}")
-for n in names:
-    if any(fnmatch.fnmatch(n, pat) for pat in ("*.c", "*.so", "*.pyd", "*.html")):
-        problems.append(f"sdist ships a generated or compiled file: {n}")
-print(f"[check_wheel] sdist: {len(names)} entries; has the core's {len(CORE)} .pyx and {len(PXDS)} .pxd, "
-      "_codec.py, _codec.pyi, py.typed; no .c/.so")
-
-with zipfile.ZipFile(wheel) as zf:
-    names = zf.namelist()
-exts = [n for n in names if fnmatch.fnmatch(n, "kwire/*.so") or fnmatch.fnmatch(n, "kwire/*/*.so")]
-for m in CORE:
-    found = [n for n in exts if fnmatch.fnmatch(n, f"kwire/_core/{m}.*.so")]
-    if len(found) != 1:
-        problems.append(f"wheel should hold one kwire/_core/{m}*.so, holds {found}")
-if len(exts) != len(CORE):
-    problems.append(f"wheel should hold the {len(CORE)} extensions of kwire._core only, holds {exts}")
-for need in ("kwire/py.typed", "kwire/_codec.pyi", "kwire/_codec.py", "kwire/__init__.py", "kwire/_core/__init__.py"):
-    if need not in names:
-        problems.append(f"wheel lacks {need}")
-for n in names:
-    if n.endswith((".c", ".pyx", ".pxd", ".html")):
-        problems.append(f"wheel ships a source file it should not: {n}")
-print(f"[check_wheel] wheel: {len(names)} entries; has {', '.join(sorted(exts))}, _codec.py, py.typed, _codec.pyi")
-
-if problems:
-    print("\n".join("[check_wheel] FAIL: " + p for p in problems), file=sys.stderr)
-    sys.exit(1)
-EOF
+# 3. Contents, derived from the files of src/kwire (tests/support/dist.py, which
+#    tests/installed also runs): every module, stub, py.typed and one extension
+#    per .pyx in the wheel; everything under src/ and the build files in the sdist;
+#    no generated or compiled file in the sdist, no Cython source in the wheel.
+"$BPY" "$ROOT/tests/support/dist.py" check "$SDIST" "$WHEEL" "$ROOT" || fail "the sdist or the wheel is incomplete (above)"
+say "sdist and wheel contents match src/kwire"
 
 # 4. cibuildwheel's test step, as configured in pyproject.toml.
 CFG="$WORK/cibw-test"
@@ -203,9 +161,12 @@ import kwire._codec
 import kwire._core
 
 venv = os.path.realpath(sys.argv[1])
+import importlib.machinery
+
 core = [importlib.import_module(f"kwire._core.{m.name}") for m in pkgutil.iter_modules(kwire._core.__path__)]
-if len(core) != 7:
-    sys.exit(f"[check_wheel] FAIL: kwire._core holds {[m.__name__ for m in core]}, not the 7 extensions")
+for mod in (kwire._codec, *core):
+    if not mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        sys.exit(f"[check_wheel] FAIL: {mod.__name__} is not a compiled extension: {mod.__file__}")
 for mod in (kwire, kwire._codec, *core):
     path = os.path.realpath(mod.__file__)
     print(f"[check_wheel] {mod.__name__}.__file__ = {mod.__file__}")

@@ -3,9 +3,18 @@
 The record codec is compiled: the extension modules of :mod:`kwire._core`,
 whose public names :mod:`kwire._codec` re-exports. There is no pure-Python
 fallback, so importing kwire fails loudly if any of them cannot load.
+
+The clients and their vocabulary are here too (``kwire.Producer``,
+``kwire.Consumer``, ``kwire.Admin``, ``kwire.NewTopic``,
+``kwire.TopicPartition``...), imported on first use (PEP 562), so that
+``import kwire`` loads the codec alone; type checkers see them through the
+``TYPE_CHECKING`` imports below.
 """
 
 from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Dict, List
 
 __version__ = "0.1.0"
 
@@ -53,6 +62,62 @@ from kwire.errors import (
     UnsupportedCodecError,
 )
 
+#: The public classes of the clients, by the module that defines them:
+#: imported when first asked for (``kwire.Producer``), never by ``import kwire``.
+_LAZY: Dict[str, str] = {
+    **dict.fromkeys(("Producer", "RecordFuture", "BufferFullError", "RecordTooLargeError"), "kwire.producer"),
+    **dict.fromkeys(("Consumer", "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError"),
+                    "kwire.consumer"),
+    **dict.fromkeys(("Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
+                     "GroupDescription", "MemberDescription"), "kwire.admin"),
+    **dict.fromkeys(("TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
+                     "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST"), "kwire.types"),
+    "AclBinding": "kwire.acl",
+    "RebalanceListener": "kwire.group",
+    "CommitFailedError": "kwire.commit",
+    **dict.fromkeys(("RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor"), "kwire.assignors"),
+    **dict.fromkeys(("Future", "KafkaTimeoutError"), "kwire.future"),
+    **dict.fromkeys(("TransactionAbortedError", "TransactionStateError"), "kwire.transactions"),
+    **dict.fromkeys(("ProducerClosedError", "InvalidPartitionError"), "kwire.errors"),
+    "SaslAuthenticationError": "kwire.sasl",
+    "TlsError": "kwire.net",
+    "ConfigError": "kwire.config",
+    "NoBrokersAvailableError": "kwire.client",
+}
+
+if TYPE_CHECKING:
+    from kwire.acl import AclBinding
+    from kwire.admin import (Admin, ClusterDescription, ConfigEntry, GroupDescription, GroupListing,
+                             MemberDescription, NewTopic, TopicDescription)
+    from kwire.assignors import CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor
+    from kwire.client import NoBrokersAvailableError
+    from kwire.commit import CommitFailedError
+    from kwire.config import ConfigError
+    from kwire.consumer import Consumer, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError
+    from kwire.errors import InvalidPartitionError, ProducerClosedError
+    from kwire.future import Future, KafkaTimeoutError
+    from kwire.group import RebalanceListener
+    from kwire.net import TlsError
+    from kwire.producer import BufferFullError, Producer, RecordFuture, RecordTooLargeError
+    from kwire.sasl import SaslAuthenticationError
+    from kwire.transactions import TransactionAbortedError, TransactionStateError
+    from kwire.types import (EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata,
+                             OffsetAndTimestamp, RecordMetadata, TopicPartition)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kwire' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value         # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "__version__",
     "Aborter",
@@ -85,4 +150,13 @@ __all__ = [
     "KwireError",
     "ProtocolError",
     "UnsupportedCodecError",
+    # the clients and their vocabulary (imported on first use: _LAZY)
+    "Producer", "RecordFuture", "BufferFullError", "RecordTooLargeError", "Consumer",
+    "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError", "Admin", "NewTopic",
+    "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing", "GroupDescription",
+    "MemberDescription", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
+    "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
+    "CommitFailedError", "RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor", "Future",
+    "KafkaTimeoutError", "TransactionAbortedError", "TransactionStateError", "ProducerClosedError",
+    "InvalidPartitionError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",
 ]

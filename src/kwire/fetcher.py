@@ -931,9 +931,7 @@ def _records_to_arrow(records: List[Record], unit: str) -> Any:
     """Records as the columnar decoder's Arrow layout (the rare path: records
     left by poll(), a batch poll() began, or the good prefix of a corrupt
     fetch)."""
-    import pyarrow as pa
-
-    from kwire._arrow import record_schema
+    from kwire._arrow import pa, record_schema     # first: without pyarrow, its error names kwire[arrow]
 
     schema = record_schema(unit)
     scale = 1000 if unit == "us" else 1

@@ -15,8 +15,10 @@ concern (see its modules' docstrings):
 * ``send``: the producer's compiled send path (:class:`Accumulator`) and
   murmur2 partitioning.
 
-This module re-exports their public names (the stub ``_codec.pyi`` types
-them); importing it fails if any extension of the core cannot be loaded.
+This module is itself compiled (a thin Cython module over the extensions of
+``_core``, so ``kwire._codec.__file__`` is an extension): it re-exports their
+public names (the stub ``_codec.pyi`` types them), and importing it fails if
+any extension of the core cannot be loaded. It defines nothing of its own.
 """
 
 from kwire._core.native import _native_compress, _native_compression_check, _native_usable, compiled_codecs
