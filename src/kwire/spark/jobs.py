@@ -1,0 +1,147 @@
+"""Batch reads and writes of Kafka as plain Spark jobs, for every PySpark
+from 3.5 on (classic or Spark Connect): ``format("kwire")``'s options,
+schema and rows without the Python Data Source API, which PySpark 3.5 (the
+Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
+
+::
+
+    import kwire.spark
+    df = kwire.spark.read(spark, **{"kafka.bootstrap.servers": "localhost:9092", "subscribe": "events",
+                                    "startingOffsets": "earliest", "includeHeaders": "true"})
+    n = kwire.spark.write(df.select("key", "value"), **{"kafka.bootstrap.servers": "localhost:9092",
+                                                        "topic": "copy"})
+
+* :func:`read` takes ``spark.read.format("kwire")``'s (and Spark's
+  ``format("kafka")``'s) batch options, parsed and checked as the data
+  source parses them (the same :class:`SparkOptionError`, raised by
+  :func:`read` itself). It plans the offset ranges on the driver at once,
+  as the data source does when Spark plans a query (Spark's own reader
+  resolves its offsets at planning too), and returns a lazy DataFrame:
+  ``spark.range(n, numPartitions=n)`` (row *i*, alone in Spark partition
+  *i*, stands for range *i*) through ``mapInArrow``, whose tasks read their
+  range with :func:`kwire.spark.read.read_range`, as the data source's
+  tasks do. The schema is :func:`kwire.spark.schema.spark_schema`'s (with
+  ``headers`` under ``includeHeaders``), the rows those of
+  ``format("kwire")``. No Spark job runs until an action. The ranges are
+  fixed by the call: every action on the DataFrame reads exactly those
+  offsets (deterministic: a recomputed or retried task reads the same
+  records), where a ``format("kafka")`` or ``format("kwire")`` DataFrame
+  resolves ``latest`` again each time a query on it is planned; call
+  :func:`read` again to see records written since.
+* :func:`write` takes the sink options (``topic``, ``kafka.*``) and checks
+  the DataFrame's schema as ``df.write.format("kwire")`` does, then runs
+  the job (an action): each Spark partition of ``df`` sends its rows with
+  :func:`kwire.spark.write.write_batches` (``Producer.send_arrow``, flushed
+  before the task ends). It returns the number of records written. At
+  least once, as the data source sink and Spark's: a failed task fails the
+  job, and a retried task may send records twice.
+
+What 3.5 cannot have (there is no Python Data Source API before 4.0, and
+kwire's streaming source needs 4.2's read limits):
+
+* ``format("kwire")`` itself, batch or streaming: no ``spark.read.format``,
+  ``readStream`` or ``writeStream`` with kwire.
+* A streaming source. Read in a loop instead, each round a batch read from
+  the previous round's end (``startingOffsets`` / ``endingOffsets`` as
+  Spark's JSON, ``{"topic": {"0": 42}}``; name the partitions with
+  ``assign`` so that a partition added meanwhile does not fail the round),
+  keeping the offsets yourself where a checkpoint would.
+* A streaming sink. Write each micro-batch of any stream with Structured
+  Streaming's ``foreachBatch``:
+  ``stream.writeStream.foreachBatch(lambda batch, _id: kwire.spark.write(batch, **sink)).start()``
+  (at least once: a micro-batch replayed after a failure is written again).
+
+This module imports neither :mod:`kwire.spark.source` nor
+``pyspark.sql.datasource``: it needs ``DataFrame.mapInArrow`` only (3.3 on;
+Spark Connect from 3.5).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Tuple
+
+import pyarrow as pa
+
+from kwire.spark.offsets import OffsetRange, plan_batch
+from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from kwire.spark.read import read_range
+from kwire.spark.schema import spark_schema
+from kwire.spark.write import validate_sink_schema, write_batches
+
+if TYPE_CHECKING:       # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["read", "write", "RangeReader", "PartitionWriter", "SINK_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+#: The columns Spark's Kafka sink takes from a DataFrame (the others are not sent to the tasks).
+SINK_COLUMNS = ("topic", "key", "value", "headers", "partition")
+_WRITTEN = pa.schema([pa.field("records", pa.int64())])
+
+
+@dataclass(frozen=True)
+class RangeReader:
+    """The read's ``mapInArrow`` function: the rows it gets are indexes
+    into ``ranges``; it yields the records of each such range, in Spark's
+    Kafka schema. Pickled to the executors, where the consumer's options
+    are worked out (key stores become PEM files in that process)."""
+
+    opts: SourceOptions
+    ranges: Tuple[OffsetRange, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        config = self.opts.consumer_config("executor")
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from read_range(self.ranges[i], config, self.opts.include_headers,
+                                      self.opts.fail_on_data_loss, self.opts.poll_timeout_ms)
+
+
+@dataclass(frozen=True)
+class PartitionWriter:
+    """The write's ``mapInArrow`` function: sends every row of its Spark
+    partition, then yields one row, the number of records sent."""
+
+    sink: SinkOptions
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        records = write_batches(map(_without_empty_headers, batches), self.sink).records
+        yield pa.RecordBatch.from_arrays([pa.array([records], pa.int64())], schema=_WRITTEN)
+
+
+def _without_empty_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` without its ``headers`` column when no row has a header
+    (each null or empty: the same records). Spark 3.5's Arrow writer sends
+    the empty key and value columns of such headers with offset buffers of
+    0 bytes, which ``Producer.send_arrow`` refuses (it wants one offset)."""
+    i = batch.schema.get_field_index("headers")
+    if i < 0 or len(batch.column(i).values):
+        return batch
+    return batch.remove_column(i)
+
+
+def read(spark: "SparkSession", **options: Any) -> "DataFrame":
+    """A batch read of Kafka with ``spark.read.format("kwire")``'s options,
+    as a lazy DataFrame of ``format("kwire")``'s schema and rows; its
+    offset ranges are resolved by this call (see the module's docstring)."""
+    opts = parse_source_options(options, streaming=False)
+    ranges = tuple(plan_batch(opts))
+    log.info("kwire.spark.read: %d offset ranges, %d records", len(ranges), sum(r.size for r in ranges))
+    plan = spark.range(0, len(ranges), 1, max(len(ranges), 1))     # row i alone in Spark partition i
+    return plan.mapInArrow(RangeReader(opts, ranges), spark_schema(opts.include_headers))
+
+
+def write(df: "DataFrame", **options: Any) -> int:
+    """Write ``df`` to Kafka with ``df.write.format("kwire")``'s options and
+    schema checks; runs the job, returns the number of records written (at
+    least once: see the module's docstring)."""
+    sink = parse_sink_options(options)
+    validate_sink_schema(df.schema, sink)
+    columns = [c for c in df.columns if c in SINK_COLUMNS and not (c == "topic" and sink.topic is not None)]
+    counts = df.select(*columns).mapInArrow(PartitionWriter(sink), "records long").collect()
+    written = sum(row[0] for row in counts)
+    log.info("kwire.spark.write: %d records in %d Spark partitions", written, len(counts))
+    return written
