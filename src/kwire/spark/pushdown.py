@@ -20,24 +20,35 @@ simple predicates) is read as bounds:
 Every predicate is also left for Spark to evaluate on the rows read
 (``pushFilters`` returns them all): pushdown only decides what is fetched,
 so a bound kwire cannot use costs nothing but the read it would have saved.
+
+Spark passes filters to Python data sources from 4.1 on: before that
+(:data:`kwire.spark.compat.FEATURES` without ``filter_pushdown``) Spark's
+filter classes do not exist, this module imports without them and
+:func:`bounds_from_filters` is never called (no reader takes filters).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Set
 
-from pyspark.sql.datasource import (EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan,
-                                    LessThanOrEqual)
 from pyspark.sql.types import TimestampType
 
+from kwire.spark.compat import FEATURES
 from kwire.spark.offsets import OffsetRange
 from kwire.types import TopicPartition
 
+if FEATURES.filter_pushdown:          # Spark 4.1+ (see the module doc)
+    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
+                                        LessThanOrEqual)
+
+    _RANGE: tuple = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In)
+if TYPE_CHECKING:       # pragma: no cover
+    from pyspark.sql.datasource import Filter
+
 __all__ = ["Bounds", "bounds_from_filters", "narrow"]
 
-_RANGE = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In)
 _TS = TimestampType()
 
 
@@ -51,7 +62,7 @@ class Bounds:
     offset_lo: Optional[int] = None           # inclusive
     offset_hi: Optional[int] = None           # inclusive
     timestamp_lo_ms: Optional[int] = None     # records at or after this (ms)
-    used: List[Filter] = field(default_factory=list)
+    used: List["Filter"] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -83,7 +94,7 @@ def _micros(v: object) -> Optional[int]:
         return None
 
 
-def _lower_ms(f: Filter) -> Optional[int]:
+def _lower_ms(f: "Filter") -> Optional[int]:
     """The earliest record timestamp (ms) a timestamp predicate allows."""
     if isinstance(f, In):
         micros = [_micros(v) for v in f.value]
@@ -99,7 +110,7 @@ def _lower_ms(f: Filter) -> Optional[int]:
     return None
 
 
-def _tighten(b: Bounds, name: str, f: Filter) -> bool:
+def _tighten(b: Bounds, name: str, f: "Filter") -> bool:
     """Narrow ``b`` by ``f`` on integer column ``name`` (partition, offset); False if unusable."""
     lo_attr, hi_attr = f"{name}_lo", f"{name}_hi"
     if isinstance(f, In):
@@ -126,7 +137,7 @@ def _tighten(b: Bounds, name: str, f: Filter) -> bool:
     return True
 
 
-def bounds_from_filters(filters: Iterable[Filter]) -> Bounds:
+def bounds_from_filters(filters: Iterable["Filter"]) -> Bounds:
     """The bounds of the predicates kwire can use among ``filters``."""
     b = Bounds()
     for f in filters:

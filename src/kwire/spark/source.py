@@ -1,73 +1,66 @@
 """The ``kwire`` PySpark data source: Spark's Kafka source and sink
-(``format("kafka")``) through the Python Data Source API, with kwire's
-compiled decoder handing Arrow batches to Spark.
+(``format("kafka")``) through the Python Data Source API (Spark 4.0 on),
+with kwire's compiled decoder handing Arrow batches to Spark.
 
 * batch read: :class:`KwireBatchReader` plans offset ranges on the driver
   (:mod:`kwire.spark.offsets`); each Spark task reads one range
-  (:mod:`kwire.spark.read`);
-* streaming read: :class:`KwireStreamReader`, offsets as Spark's Kafka JSON
-  (``{"topic": {"0": 23}}``), ``maxOffsetsPerTrigger``,
-  ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` through read limits (see
-  the class), ``Trigger.AvailableNow``, new partitions picked up;
-* batch and streaming write: :mod:`kwire.spark.write`.
+  (:mod:`kwire.spark.read`); from Spark 4.1, :class:`KwirePushdownReader`
+  takes pushed filters (:mod:`kwire.spark.pushdown`);
+* streaming read: :mod:`kwire.spark.stream` (every 4.x), with read limits
+  and kwire's ``Trigger.AvailableNow`` from 4.2 (:mod:`kwire.spark.admission`);
+  before 4.2, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and
+  ``maxTriggerDelay`` are refused (:class:`SparkOptionError` naming Spark 4.2);
+* batch and streaming write: :mod:`kwire.spark.write`, Arrow batches in;
+  on Spark 4.0, whose streaming writers get rows, :class:`KwireRowStreamWriter`
+  turns them into Arrow batches first.
+
+Which classes Spark gets is decided once, at import, by
+:data:`kwire.spark.compat.FEATURES`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    Filter,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
-from kwire.spark.errors import DataLossError, SparkOptionError
-from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch, split_ranges
+from kwire.spark.compat import FEATURES, require
+from kwire.spark.errors import SparkOptionError
+from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from kwire.spark.pushdown import Bounds, bounds_from_filters, narrow
-from kwire.spark.read import read_range
 from kwire.spark.schema import spark_schema
-from kwire.spark.write import WriteResult, validate_sink_schema, write_batches
+from kwire.spark.stream import (KwireStreamReader, RangePartition, offsets_from_json, offsets_to_json, rate_limit,
+                                read_partition)
+from kwire.spark.write import rows_to_batches, validate_sink_schema, write_batches
 from kwire.types import TopicPartition
 
+if TYPE_CHECKING:       # pragma: no cover
+    from pyspark.sql.datasource import Filter
+if FEATURES.admission_control:           # Spark 4.2+
+    from kwire.spark.admission import KwireAdmissionStreamReader
+if FEATURES.stream_arrow_writer:         # Spark 4.1+
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+
 __all__ = ["KwireDataSource", "KwireDataSourceWithoutPushdown", "KwireBatchReader", "KwirePushdownReader",
-           "KwireStreamReader", "RangePartition"]
+           "KwireStreamReader", "KwireWriter", "KwireRowStreamWriter", "RangePartition", "LIMIT_OPTIONS",
+           "offsets_to_json", "offsets_from_json", "rate_limit"]
 
 log = logging.getLogger(__name__)
 
-Offsets = Dict[TopicPartition, int]
-
-
-class RangePartition(InputPartition):
-    """One Spark partition: one offset range of one Kafka partition."""
-
-    def __init__(self, range: OffsetRange) -> None:
-        super().__init__(range)
-        self.range = range
-
-
-def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if not isinstance(partition, RangePartition):     # Spark reads one placeholder partition when there are none
-        return iter(())
-    return read_range(partition.range, opts.consumer_config("executor"), opts.include_headers,
-                      opts.fail_on_data_loss, opts.poll_timeout_ms)
+#: Streaming options that need Spark's read limits (4.2): refused before.
+LIMIT_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
 def _check_schema(schema: StructType, opts: SourceOptions) -> None:
@@ -75,6 +68,14 @@ def _check_schema(schema: StructType, opts: SourceOptions) -> None:
     if schema != expected:
         raise SparkOptionError("Kafka source has a fixed schema and cannot be set with a custom one "
                                f"(expected {expected.simpleString()}, got {schema.simpleString()})")
+
+
+def _refuse_limits(options: Mapping[str, Any]) -> None:
+    """On a Spark without read limits, each limit option given is refused."""
+    given = {str(k).lower() for k in options}
+    for name in LIMIT_OPTIONS:
+        if name.lower() in given:
+            require("admission_control", f"the source option {name!r}", FEATURES)
 
 
 class KwireDataSource(DataSource):
@@ -89,17 +90,20 @@ class KwireDataSource(DataSource):
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return spark_schema(include)
 
-    #: whether batch reads take pushed filters (see :func:`kwire.spark.register`)
-    pushdown = True
+    #: whether batch reads take pushed filters (see :func:`kwire.spark.register`); never before Spark 4.1
+    pushdown = FEATURES.filter_pushdown
 
     def reader(self, schema: StructType) -> "KwireBatchReader":
         opts = parse_source_options(self.options, streaming=False)
         _check_schema(schema, opts)
         return KwirePushdownReader(opts) if self.pushdown else KwireBatchReader(opts)
 
-    def streamReader(self, schema: StructType) -> "KwireStreamReader":
+    def streamReader(self, schema: StructType) -> KwireStreamReader:
         opts = parse_source_options(self.options, streaming=True)
         _check_schema(schema, opts)
+        if FEATURES.admission_control:
+            return KwireAdmissionStreamReader(opts)
+        _refuse_limits(self.options)
         return KwireStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> "KwireWriter":
@@ -107,10 +111,12 @@ class KwireDataSource(DataSource):
         validate_sink_schema(schema, sink)
         return KwireWriter(sink)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> "KwireStreamWriter":
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         sink = parse_sink_options(self.options)
         validate_sink_schema(schema, sink)
-        return KwireStreamWriter(sink)
+        if FEATURES.stream_arrow_writer:
+            return KwireStreamWriter(sink)
+        return KwireRowStreamWriter(sink, schema)
 
 
 class KwireDataSourceWithoutPushdown(KwireDataSource):
@@ -146,7 +152,7 @@ class KwireBatchReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.opts, partition)
+        return read_partition(self.opts, partition)
 
 
 class KwirePushdownReader(KwireBatchReader):
@@ -155,197 +161,25 @@ class KwirePushdownReader(KwireBatchReader):
     ``spark.sql.python.filterPushdown.enabled``, and refuses a reader that
     implements it without (hence two classes)."""
 
-    def pushFilters(self, filters: List[Filter]) -> Iterable[Filter]:
+    def pushFilters(self, filters: List["Filter"]) -> Iterable["Filter"]:
         self.bounds = bounds_from_filters(filters)
         return filters        # Spark evaluates every predicate on the rows read as well
 
 
-# ------------------------------------------------------------------ streaming
-def offsets_to_json(offsets: Offsets) -> Dict[str, Dict[str, int]]:
-    """``{TopicPartition("t", 0): 23}`` -> ``{"t": {"0": 23}}`` (Spark's Kafka offset JSON)."""
-    out: Dict[str, Dict[str, int]] = {}
-    for tp in sorted(offsets):
-        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
-    return out
-
-
-def offsets_from_json(obj: Dict[str, Dict[str, int]]) -> Offsets:
-    return {TopicPartition(t, int(p)): int(o) for t, parts in obj.items() for p, o in parts.items()}
-
-
-def rate_limit(limit: int, start: Offsets, end: Offsets) -> Offsets:
-    """Spark's split of ``maxOffsetsPerTrigger`` over partitions, in
-    proportion to what each has available (a small partition's share is
-    rounded up to at least one offset; never past ``end``)."""
-    sizes = {tp: e - start[tp] for tp, e in end.items() if tp in start and e - start[tp] > 0}
-    total = sum(sizes.values())
-    if total < 1:
-        return dict(end)
-    out = {}
-    for tp, e in end.items():
-        if tp not in sizes:
-            out[tp] = e
-            continue
-        share = limit * (sizes[tp] / total)
-        step = int(share) if share >= 1 else (1 if share > 0 else 0)
-        out[tp] = min(e, start[tp] + step)
-    return out
-
-
-class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reads. Offsets are Spark's Kafka JSON; Spark keeps them
-    in the checkpoint, so a restarted query goes on where it stopped and a
-    replayed batch reads exactly the same ranges.
-
-    Read limits, as the connector's ``KafkaMicroBatchStream``: the default
-    limit is ``ReadMinRows(minOffsetsPerTrigger)`` when that option is set,
-    else ``ReadMaxRows(maxOffsetsPerTrigger)``, else ``ReadAllAvailable``.
-    PySpark's Python API has no composite limit and no trigger delay, and
-    the JVM hands the Python limit back as it was (or ``ReadAllAvailable``
-    where Spark overrides it, as for ``Trigger.Once``), so with
-    ``ReadMinRows`` the reader takes ``maxTriggerDelay`` and
-    ``maxOffsetsPerTrigger`` from its options: a batch is skipped (the start
-    offsets returned: no new batch) while fewer than
-    ``minOffsetsPerTrigger`` offsets are available, until ``maxTriggerDelay``
-    has passed since the last batch (or since the reader was made: the
-    first trigger always runs, the connector's clock starting at 0); then
-    ``maxOffsetsPerTrigger``, if set, caps the batch.
-
-    ``Trigger.AvailableNow`` reads up to the latest offsets of the query's
-    start, ``maxOffsetsPerTrigger`` per batch. It does not wait for
-    ``minOffsetsPerTrigger``: where the connector (4.2) applies that limit
-    here too, a skipped trigger ends an AvailableNow query with records it
-    was started to read left unread (Spark ends such a query at the first
-    trigger with no new data); PySpark's contract for
-    ``prepareForTriggerAvailableNow`` asks the source to reach its target.
-    """
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self.opts = opts
-        self._offsets: Optional[OffsetReader] = None
-        self._target: Optional[Offsets] = None        # Trigger.AvailableNow: read up to here
-        self._latest: Optional[Offsets] = None        # the broker's latest, for reportLatestOffset
-        self._last_trigger_ms = 0.0                   # wall clock of the last batch (minOffsetsPerTrigger)
-
-    def __getstate__(self) -> Dict[str, Any]:         # executors get the options only
-        return {"opts": self.opts, "_offsets": None, "_target": None, "_latest": None, "_last_trigger_ms": 0.0}
-
-    @property
-    def offset_reader(self) -> OffsetReader:
-        if self._offsets is None:
-            self._offsets = OffsetReader(self.opts)
-        return self._offsets
-
-    def _report(self, message: str) -> None:
-        if self.opts.fail_on_data_loss:
-            raise DataLossError(message + ' Set the source option "failOnDataLoss" to "false" to go on in such cases.')
-        log.warning("%s failOnDataLoss is false: going on.", message)
-
-    def initialOffset(self) -> Dict[str, Dict[str, int]]:
-        r = self.offset_reader
-        tps = r.partitions()
-        return offsets_to_json(r.resolve(self.opts.starting, tps, starting=True))
-
-    def _available(self) -> Offsets:
-        """The latest offsets: the broker's, or under Trigger.AvailableNow
-        the target (also what :meth:`reportLatestOffset` gives then, as the
-        connector's ``latestPartitionOffsets`` is)."""
-        if self._target is not None:
-            self._latest = dict(self._target)
-        else:
-            r = self.offset_reader
-            self._latest = r.latest(r.partitions())
-        return dict(self._latest)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        r = self.offset_reader
-        self._target = r.latest(r.partitions())
-        log.info("Trigger.AvailableNow: reading up to %s", offsets_to_json(self._target))
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.opts.min_offsets_per_trigger is not None:
-            return ReadMinRows(self.opts.min_offsets_per_trigger)
-        n = self.opts.max_offsets_per_trigger
-        return ReadAllAvailable() if n is None else ReadMaxRows(n)
-
-    def _delay(self, begin: Offsets, end: Offsets) -> bool:
-        """The connector's ``delayBatch``: skip this trigger while fewer than
-        ``minOffsetsPerTrigger`` offsets are available (a partition not in
-        ``begin`` counts from offset 0) and ``maxTriggerDelay`` has not
-        passed since the last batch."""
-        now = time.time() * 1000.0
-        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
-            self._last_trigger_ms = now
-            return False
-        new = sum(e - begin.get(tp, 0) for tp, e in end.items())
-        if new < (self.opts.min_offsets_per_trigger or 0):
-            log.debug("delaying the batch: %d offsets available, minOffsetsPerTrigger=%s", new,
-                      self.opts.min_offsets_per_trigger)
-            return True
-        self._last_trigger_ms = now
-        return False
-
-    def _rate_limit(self, limit: int, begin: Offsets, end: Offsets) -> Offsets:
-        new = [tp for tp in end if tp not in begin]
-        begin_all = {**self.offset_reader.earliest(new), **begin}
-        return rate_limit(limit, begin_all, end)
-
-    def latestOffset(self, start: Dict[str, Dict[str, int]], limit: ReadLimit) -> Dict[str, Dict[str, int]]:
-        begin = offsets_from_json(start)
-        end = self._available()
-        if isinstance(limit, ReadMinRows):
-            if self._target is None and self._delay(begin, end):
-                return start
-            if self.opts.max_offsets_per_trigger is not None:
-                end = self._rate_limit(self.opts.max_offsets_per_trigger, begin, end)
-        elif isinstance(limit, ReadMaxRows):
-            end = self._rate_limit(limit.max_rows, begin, end)
-        # a partition whose end went below the start (truncated) is reported by partitions()
-        return offsets_to_json(end)
-
-    def reportLatestOffset(self) -> Optional[Dict[str, Dict[str, int]]]:
-        return None if self._latest is None else offsets_to_json(self._latest)
-
-    def partitions(self, start: Dict[str, Dict[str, int]], end: Dict[str, Dict[str, int]]) -> Sequence[InputPartition]:
-        begin, until = offsets_from_json(start), offsets_from_json(end)
-        new = [tp for tp in until if tp not in begin]
-        found = self.offset_reader.earliest_existing(new)
-        for tp in new:
-            if tp not in found:
-                self._report(f"Cannot find earliest offsets of {tp.topic}-{tp.partition}. Some data may have been missed.")
-            elif found[tp] != 0:
-                self._report(f"Added partition {tp.topic}-{tp.partition} starts from {found[tp]} instead of 0. "
-                             "Some data may have been missed.")
-        gone = sorted(tp for tp in begin if tp not in until)
-        if gone:
-            self._report(f"{', '.join(f'{t}-{p}' for t, p in gone)} are gone. Some data may have been missed.")
-        ranges: List[OffsetRange] = []
-        for tp in sorted(until):
-            first = begin.get(tp, found.get(tp))
-            if first is None:
-                continue
-            if until[tp] < first:
-                self._report(f"Partition {tp.topic}-{tp.partition}'s offset was changed from {first} to {until[tp]}, "
-                             "some data may have been missed.")
-            ranges.append(OffsetRange(tp.topic, tp.partition, first, until[tp]))
-        ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
-        return [RangePartition(r) for r in ranges]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read(self.opts, partition)
-
-    def commit(self, end: Dict[str, Dict[str, int]]) -> None:
-        log.debug("batch done up to %s (offsets live in Spark's checkpoint; nothing is committed to Kafka)", end)
-
-    def stop(self) -> None:
-        if self._offsets is not None:
-            self._offsets.close()
-            self._offsets = None
-
-
 # --------------------------------------------------------------------- writes
+@dataclass
+class Written(WriterCommitMessage):
+    """What one write task sent (:class:`kwire.spark.write.WriteResult` as Spark's commit message)."""
+
+    records: int
+
+
+def _written(iterator: Iterator[pa.RecordBatch], sink: SinkOptions) -> Written:
+    return Written(records=write_batches(iterator, sink).records)
+
+
 def _acknowledged(messages: List[Optional[WriterCommitMessage]]) -> int:
-    return sum(m.records for m in messages if isinstance(m, WriteResult))
+    return sum(m.records for m in messages if isinstance(m, Written))
 
 
 class KwireWriter(DataSourceArrowWriter):
@@ -353,7 +187,7 @@ class KwireWriter(DataSourceArrowWriter):
         self.sink = sink
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_batches(iterator, self.sink)
+        return _written(iterator, self.sink)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         log.info("kwire write: %d records", _acknowledged(messages))
@@ -363,15 +197,35 @@ class KwireWriter(DataSourceArrowWriter):
                     _acknowledged(messages))
 
 
-class KwireStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, sink: SinkOptions) -> None:
-        self.sink = sink
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_batches(iterator, self.sink)
+class _StreamCommits:
+    """The driver's side of a streaming write: a batch's outcome, logged."""
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         log.info("kwire stream write: batch %d, %d records", batchId, _acknowledged(messages))
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         log.warning("kwire stream write: batch %d aborted (at least once: its retry may repeat records)", batchId)
+
+
+class KwireRowStreamWriter(_StreamCommits, DataSourceStreamWriter):
+    """Streaming writes on Spark 4.0, whose stream writers get rows: the
+    rows become Arrow batches (:func:`kwire.spark.write.rows_to_batches`)
+    and go through ``Producer.send_arrow`` as the Arrow writers' do."""
+
+    def __init__(self, sink: SinkOptions, schema: StructType) -> None:
+        self.sink = sink
+        self.schema = schema
+
+    def write(self, iterator: Iterator[Sequence[Any]]) -> WriterCommitMessage:
+        return _written(rows_to_batches(iterator, self.schema), self.sink)
+
+
+if FEATURES.stream_arrow_writer:
+    class KwireStreamWriter(_StreamCommits, DataSourceStreamArrowWriter):
+        """Streaming writes on Spark 4.1+: Arrow batches in."""
+
+        def __init__(self, sink: SinkOptions) -> None:
+            self.sink = sink
+
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+            return _written(iterator, self.sink)

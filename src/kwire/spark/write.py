@@ -6,7 +6,15 @@ string), ``headers`` (``array<struct<key string, value binary>>``),
 
 Rows go to Kafka as Arrow: :meth:`kwire.producer.Producer.send_arrow`
 encodes them from Spark's Arrow batches in the compiled core, with no
-Python object per row.
+Python object per row. Where Spark hands rows instead (streaming writes on
+Spark 4.0, which has no Arrow stream writer), :func:`rows_to_batches` puts
+the sink's columns of each chunk of rows into Arrow arrays first (no
+object made per row beyond the rows Spark made), and they take the same
+way.
+
+Nothing here needs the Python Data Source API (``kwire.spark.jobs`` uses it
+on PySpark 3.5): :class:`WriteResult` is a plain dataclass, wrapped into
+Spark's ``WriterCommitMessage`` by :mod:`kwire.spark.source`.
 
 At least once: every record of a task is sent, the producer is flushed
 before the task reports success, and any send error fails the task (Spark
@@ -16,12 +24,12 @@ then retries it, which may write some records twice, as Spark's sink may).
 from __future__ import annotations
 
 import logging
+import itertools
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterable, Iterator, List, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -38,17 +46,25 @@ from kwire.spark._cache import ClientCache
 from kwire.spark.errors import SparkOptionError
 from kwire.spark.options import SinkOptions
 
-__all__ = ["validate_sink_schema", "write_batches", "WriteResult", "producers"]
+__all__ = ["validate_sink_schema", "write_batches", "rows_to_batches", "WriteResult", "producers"]
 
 log = logging.getLogger(__name__)
 
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+#: The Arrow type of each column the sink reads, as Spark's Arrow writers hand it.
+_ARROW_TYPES = {
+    "topic": pa.string(),
+    "partition": pa.int32(),
+    "headers": pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+}
+#: Rows per Arrow batch made from rows (:func:`rows_to_batches`).
+ROWS_PER_BATCH = 10_000
 #: This worker's producers, one per configuration, reused across tasks.
 producers: ClientCache[Producer] = ClientCache(Producer, lambda p: p.close(30.0))
 
 
 @dataclass
-class WriteResult(WriterCommitMessage):
+class WriteResult:
     """What one task wrote."""
 
     records: int
@@ -131,3 +147,26 @@ def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> Write
         producers.drop(config)
         raise
     return WriteResult(records=count)
+
+
+def _arrow_type(name: str, t: DataType) -> pa.DataType:
+    if name in ("key", "value"):
+        return pa.string() if isinstance(t, StringType) else pa.binary()
+    return _ARROW_TYPES[name]
+
+
+def rows_to_batches(rows: Iterable[Sequence[Any]], schema: StructType,
+                    size: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
+    """Spark's rows (tuples in the order of ``schema``, already checked by
+    :func:`validate_sink_schema`) as Arrow batches of the columns the sink
+    reads, ``size`` rows each."""
+    names = schema.fieldNames()
+    wanted = [(i, n, _arrow_type(n, schema[n].dataType)) for i, n in enumerate(names)
+              if n in ("key", "value", "topic", "partition", "headers")]
+    it = iter(rows)
+    while True:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        columns = list(zip(*chunk))
+        yield pa.record_batch([pa.array(columns[i], type=t) for i, _, t in wanted], names=[n for _, n, _ in wanted])
