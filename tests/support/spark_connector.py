@@ -1,15 +1,19 @@
 """Spark's own Kafka connector (``format("kafka")``, Maven's
-``org.apache.spark:spark-sql-kafka-0-10_2.13``), the peer kwire's Spark
+``org.apache.spark:spark-sql-kafka-0-10_<scala>``), the peer kwire's Spark
 source and sink are compared with in tests and benchmarks.
 
 :func:`connector_jars` has :func:`support.maven.assemble` copy
-``tests/support/spark_connector/pom.xml``'s runtime dependencies for the
-installed PySpark's version into ``~/.cache/kwire/spark-kafka-<version>``
-(or ``$KWIRE_SPARK_CONNECTOR_HOME``), once, and returns the jars a Spark
-session needs beside PySpark's own: those whose artifact PySpark does not
-ship already (the connector, its token provider, kafka-clients,
-commons-pool2). A second copy of Scala or Hadoop on the class path would
-not be the one Spark was built with, so those are left out.
+``tests/support/spark_connector/pom.xml``'s runtime dependencies for a
+Spark version (by default the installed PySpark's, Scala 2.13) into
+``~/.cache/kwire/spark-kafka-<version>`` (``-<version>_<scala>`` for
+another Scala than 2.13; ``$KWIRE_SPARK_CONNECTOR_HOME`` for the installed
+PySpark's), once, and returns the jars a Spark session needs beside
+PySpark's own: those whose artifact that PySpark (its ``jars`` directory:
+the installed one's, or ``pyspark_dir``'s for a release's virtualenv,
+:mod:`support.spark_releases`) does not ship already (the connector, its
+token provider, kafka-clients, commons-pool2). A second copy of Scala or
+Hadoop on the class path would not be the one Spark was built with, so
+those are left out.
 
 The PySpark kwire tests with is pinned to a version whose connector Maven
 Central serves (``pyproject.toml``'s ``test`` extra): if the installed
@@ -21,12 +25,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from support.maven import Progress, assemble
 
 POM = Path(__file__).with_name("spark_connector") / "pom.xml"
-ARTIFACT = "spark-sql-kafka-0-10_2.13"
+ARTIFACT = "spark-sql-kafka-0-10_2.13"     # the installed PySpark's (4.x)
+
+
+def artifact(scala: str = "2.13") -> str:
+    return f"spark-sql-kafka-0-10_{scala}"
 
 
 class ConnectorUnavailable(RuntimeError):
@@ -39,11 +47,11 @@ def spark_version() -> str:
     return pyspark.__version__
 
 
-def connector_home(version: str) -> Path:
+def connector_home(version: str, scala: str = "2.13") -> Path:
     env = os.environ.get("KWIRE_SPARK_CONNECTOR_HOME")
-    if env:
+    if env and scala == "2.13" and version == spark_version():
         return Path(env).expanduser()
-    return Path.home() / ".cache" / "kwire" / f"spark-kafka-{version}"
+    return Path.home() / ".cache" / "kwire" / (f"spark-kafka-{version}" + ("" if scala == "2.13" else f"_{scala}"))
 
 
 def _artifact(jar: str) -> str:
@@ -51,13 +59,23 @@ def _artifact(jar: str) -> str:
     return re.sub(r"-\d[\w.]*(-[A-Za-z]\w*)?\.jar$", "", jar)
 
 
-def connector_jars(progress: Progress = None) -> List[str]:
-    """Absolute paths of the jars to add to a Spark session for
-    ``format("kafka")`` (see the module doc)."""
-    import pyspark
+def connector_jars(progress: Progress = None, version: Optional[str] = None, scala: str = "2.13",
+                   pyspark_dir: Optional[Path] = None, token_provider: Optional[str] = None) -> List[str]:
+    """Absolute paths of the jars to add to a Spark session of ``version``
+    (default: the installed PySpark's) for ``format("kafka")`` (see the
+    module doc); ``pyspark_dir`` is that PySpark's package directory;
+    ``token_provider`` the version of the connector's
+    ``spark-token-provider-kafka-0-10`` where Maven Central lacks
+    ``version``'s (a patch release of the same line)."""
+    if version is None:
+        version = spark_version()
+    if pyspark_dir is None:
+        import pyspark
 
-    version = spark_version()
-    libs = assemble(POM, {"spark.version": version}, connector_home(version), f"{ARTIFACT}-{version}.jar",
-                    f"Spark's Kafka connector {version}", ConnectorUnavailable, progress)
-    shipped = {_artifact(j) for j in os.listdir(Path(pyspark.__file__).parent / "jars")}
+        pyspark_dir = Path(pyspark.__file__).parent
+    props = {"spark.version": version, "scala.binary.version": scala, "token.provider.version": token_provider or version}
+    libs = assemble(POM, props, connector_home(version, scala),
+                    f"{artifact(scala)}-{version}.jar", f"Spark's Kafka connector {version} (Scala {scala})",
+                    ConnectorUnavailable, progress)
+    shipped = {_artifact(j) for j in os.listdir(pyspark_dir / "jars")}
     return sorted(str(p) for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)

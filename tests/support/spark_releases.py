@@ -18,7 +18,11 @@ the source tree: ``import kwire`` in the venv finds its site-packages. A
 changed tree reinstalls only kwire (a stamp in the venv names the wheel).
 
 Spark's own Kafka connector of each release (the peer of the equivalence
-tests) is assembled by :func:`support.spark_connector.connector_jars`.
+tests) is assembled by :func:`support.spark_connector.connector_jars`
+(:func:`release_jars`). Maven Central as this project reaches it lacks
+``spark-token-provider-kafka-0-10`` 4.0.4 and 4.1.3 (the connector itself is
+there): those connectors take the token provider of 4.0.0 and 4.1.1, a patch
+release of the same line (:attr:`Release.token_provider`).
 Maven Central serves no ``spark-sql-kafka-0-10`` for 4.3 (nor 4.2.1): 4.3's
 subset runs kwire's own behaviour tests, and the comparison with the
 connector is made on 4.2 (the main suite's ``tests/spark``).
@@ -54,6 +58,7 @@ class Release:
     scala: str                    # the Scala suffix of its Maven artifacts
     connector: Optional[str]      # the spark-sql-kafka-0-10 version Maven Central serves; None: none
     pins: Tuple[str, ...]         # pyarrow, pandas, numpy that this release accepts
+    token_provider: Optional[str] = None   # the connector's token provider where Maven Central lacks its own
 
     @property
     def requirements(self) -> List[str]:
@@ -63,8 +68,8 @@ class Release:
 #: The releases and the pins that work with each (checked on Python 3.11).
 RELEASES = {
     "3.5": Release("3.5", "3.5.7", "2.12", "3.5.7", ("pyarrow==17.0.0", "pandas==2.2.3", "numpy==1.26.4")),
-    "4.0": Release("4.0", "4.0.4", "2.13", "4.0.4", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6")),
-    "4.1": Release("4.1", "4.1.3", "2.13", "4.1.3", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6")),
+    "4.0": Release("4.0", "4.0.4", "2.13", "4.0.4", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6"), "4.0.0"),
+    "4.1": Release("4.1", "4.1.3", "2.13", "4.1.3", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6"), "4.1.1"),
     "4.2": Release("4.2", "4.2.0", "2.13", "4.2.0", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6")),
     "4.3": Release("4.3", "4.3.0", "2.13", None, ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6")),
 }
@@ -170,6 +175,20 @@ def install_kwire(python: Path, wheel: Path, progress: Progress = None) -> None:
              f"installing {wheel.name}")
         stamp_file.write_text(stamp)
         say(progress, f"installed {wheel.name} into {python.parent.parent} in {time.monotonic() - t0:.1f} s")
+
+
+def site_packages(python: Path) -> Path:
+    return python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+def release_jars(release: Release, python: Path, progress: Progress = None) -> List[str]:
+    """Spark's Kafka connector of ``release`` for a session of its venv (``python``); none for 4.3."""
+    from support.spark_connector import connector_jars
+
+    if release.connector is None:
+        return []
+    return connector_jars(progress, release.connector, release.scala, site_packages(python) / "pyspark",
+                          release.token_provider)
 
 
 def release_python(line: str, progress: Progress = None) -> Path:
