@@ -277,6 +277,9 @@ class Consumer(Fetcher):
         return self._poll(self._poll_steps(timeout_ms, self._columnar_taker(timestamp_unit, max_records)))
 
     def _columnar_taker(self, timestamp_unit: str, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, Any]]:
+        # without pyarrow: the ImportError naming kwire[arrow] now, not when the first records come
+        import kwire._arrow  # noqa: F401
+
         if timestamp_unit not in ("ms", "us"):
             raise ValueError("timestamp_unit must be 'ms' or 'us'")
         if max_records is not None:

@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 1200.0      # seconds: cythonizing and compiling the core at -O3 on two cores
@@ -45,6 +45,8 @@ class BuildFailed(RuntimeError):
 class Dists:
     sdist: Path
     wheel: Path
+    #: the source files they were built from (paths relative to the tree's root)
+    files: Tuple[str, ...]
 
 
 def source_files(root: Path = ROOT) -> List[str]:
@@ -81,8 +83,8 @@ def _finished(home: Path) -> Optional[Dists]:
     marker = home / "COMPLETE"
     if not marker.is_file():
         return None
-    sdist, wheel = marker.read_text().splitlines()[:2]
-    dists = Dists(home / sdist, home / wheel)
+    sdist, wheel, *files = marker.read_text().splitlines()
+    dists = Dists(home / sdist, home / wheel, tuple(files))
     return dists if dists.sdist.is_file() and dists.wheel.is_file() else None
 
 
@@ -119,10 +121,10 @@ def _build(home: Path, files: List[str], progress: Progress, python: str) -> Dis
     sdists, wheels = sorted(home.glob("*.tar.gz")), sorted(home.glob("*.whl"))
     if len(sdists) != 1 or len(wheels) != 1:
         raise BuildFailed(f"expected one sdist and one wheel in {home}, got {sdists + wheels}")
-    (home / "COMPLETE").write_text(f"{sdists[0].name}\n{wheels[0].name}\n")
+    (home / "COMPLETE").write_text("".join(f"{line}\n" for line in (sdists[0].name, wheels[0].name, *files)))
     if progress:
         progress(f"built {sdists[0].name} and {wheels[0].name} in {time.monotonic() - t0:.0f} s")
-    return Dists(sdists[0], wheels[0])
+    return Dists(sdists[0], wheels[0], tuple(files))
 
 
 # ------------------------------------------------------------------ contents
@@ -138,22 +140,23 @@ GENERATED = (".c", ".so", ".pyd", ".html")
 SDIST_TOP = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 
 
-def package_files(root: Path = ROOT) -> List[str]:
-    """The source files under ``src/kwire`` (paths relative to ``src``)."""
-    return [f[len("src/"):] for f in source_files(root) if f.startswith("src/kwire/")]
+def package_files(files: Sequence[str]) -> List[str]:
+    """The source files under ``src/kwire`` among ``files`` (paths relative to ``src``)."""
+    return [f[len("src/"):] for f in files if f.startswith("src/kwire/")]
 
 
-def wheel_problems(wheel: Path, root: Path = ROOT) -> List[str]:
+def wheel_problems(wheel: Path, files: Sequence[str]) -> List[str]:
     """What the wheel lacks or should not hold, derived from the files of
     ``src/kwire`` (never from a list): each ``.py``, ``.pyi`` and
     ``py.typed`` as it is, one compiled extension per ``.pyx``, no Cython
-    source, generated C or stray file."""
+    source, generated C or stray file. ``files``: the tree's source files
+    (:func:`source_files`, or :attr:`Dists.files`)."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if not n.split("/", 1)[0].endswith((".dist-info", ".data"))]
     problems, expected = [], set()
-    for rel in package_files(root):
+    for rel in package_files(files):
         stem, ext = os.path.splitext(rel)
         if ext in SHIPPED_AS_IS or os.path.basename(rel) in SHIPPED_NAMES:
             expected.add(rel)
@@ -171,14 +174,15 @@ def wheel_problems(wheel: Path, root: Path = ROOT) -> List[str]:
     return problems
 
 
-def sdist_problems(sdist: Path, root: Path = ROOT) -> List[str]:
+def sdist_problems(sdist: Path, files: Sequence[str]) -> List[str]:
     """What the sdist lacks to build the wheel (every file of ``src/``, the
-    build files) or should not hold (generated or compiled files)."""
+    build files, among the tree's ``files``) or should not hold (generated
+    or compiled files)."""
     import tarfile
 
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    need = [f for f in source_files(root) if f.startswith("src/")] + [f for f in SDIST_TOP if (root / f).is_file()]
+    need = [f for f in files if f.startswith("src/") or f in SDIST_TOP]
     problems = [f"the sdist lacks {f}" for f in need if f not in names]
     problems += [f"the sdist ships a generated or compiled file: {n}" for n in sorted(names)
                  if n.endswith(GENERATED)]
@@ -188,7 +192,7 @@ def sdist_problems(sdist: Path, root: Path = ROOT) -> List[str]:
 if __name__ == "__main__":      # scripts/check_wheel.sh: python tests/support/dist.py check SDIST WHEEL [ROOT]
     if len(sys.argv) not in (4, 5) or sys.argv[1] != "check":
         sys.exit("usage: dist.py check SDIST WHEEL [SOURCE_ROOT]")
-    tree = Path(sys.argv[4]) if len(sys.argv) == 5 else ROOT
+    tree = source_files(Path(sys.argv[4]) if len(sys.argv) == 5 else ROOT)
     found = sdist_problems(Path(sys.argv[2]), tree) + wheel_problems(Path(sys.argv[3]), tree)
     for p in found:
         print(f"[check_wheel] FAIL: {p}", file=sys.stderr)

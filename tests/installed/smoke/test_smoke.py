@@ -1,0 +1,204 @@
+"""The installed package, with the source tree off the path: every public
+module imports (or, without its extra, says which extra to install); the
+``kwire`` command; produce and consume with the blocking clients and with
+kwire.aio on the bundled broker; what each extra adds (Arrow, key stores,
+``format("kwire")`` on Spark), and the error naming the extra when it is
+absent."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import kwire
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: The extra that brings each optional top-level package kwire uses.
+EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark"}
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def test_kwire_is_the_installed_wheel_not_the_source_tree():
+    site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    assert os.path.realpath(kwire.__file__).startswith(site + os.sep), kwire.__file__
+    assert kwire._codec.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert not any(p.rstrip("/").endswith("/src") for p in sys.path), sys.path
+
+
+def test_extras_bring_what_they_declare(extra):
+    for module, name in EXTRA_OF.items():
+        if extra == name or (extra == "spark" and module in ("pyarrow", "cryptography")):
+            assert _have(module), f"kwire[{extra}] did not install {module}"
+
+
+def _modules():
+    for info in pkgutil.walk_packages(kwire.__path__, "kwire."):
+        yield info.name
+
+
+def test_every_module_imports_or_names_its_extra():
+    missing_extra = []
+    for name in _modules():
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            absent = [m for m in EXTRA_OF if not _have(m)]
+            named = re.findall(r"kwire\[(\w+)", str(e))
+            assert named and set(named) <= {EXTRA_OF[m] for m in absent} | {"broker"}, f"{name}: {e}"
+            missing_extra.append(name)
+    if all(_have(m) for m in EXTRA_OF):
+        assert not missing_extra
+
+
+def test_kwire_command(bootstrap, topic):
+    kw = os.path.join(os.path.dirname(sys.executable), "kwire")
+    run = lambda *a, **k: subprocess.run([kw, *a], capture_output=True, text=True, timeout=60, **k)  # noqa: E731
+    assert run("--help").returncode == 0
+    done = run("produce", topic, "-b", bootstrap, "-z", "zstd", input="one\ntwo\nthree\n")
+    assert done.returncode == 0, done.stderr
+    done = run("consume", topic, "-b", bootstrap, "-e", "--format", "value")
+    assert done.returncode == 0 and sorted(done.stdout.split()) == ["one", "three", "two"], done
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_blocking_produce_and_consume(bootstrap, topic, codec):
+    values = [b"v-%d-" % i + bytes(i % 7) for i in range(500)]
+    with kwire.Producer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=5) as p:
+        for i, v in enumerate(values):
+            p.send(topic, v, key=b"k%d" % i, headers=[("h", b"%d" % i)], partition=i % 2)
+        p.flush()
+    got = []
+    with kwire.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([kwire.TopicPartition(topic, 0), kwire.TopicPartition(topic, 1)])
+        for _ in range(100):
+            for records in c.poll(500).values():
+                got.extend(records)
+            if len(got) >= len(values):
+                break
+    assert sorted(r.value for r in got) == sorted(values)
+
+
+def test_asyncio_produce_and_consume(bootstrap, topic):
+    from kwire.aio import AsyncConsumer, AsyncProducer
+
+    async def main():
+        async with AsyncProducer(bootstrap_servers=bootstrap, compression_type="lz4") as p:
+            for i in range(300):
+                await p.send(topic, b"a%d" % i, partition=i % 2)
+            await p.flush()
+        got = []
+        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([(topic, 0), (topic, 1)])
+            for _ in range(100):
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    got.extend(r.value for r in records)
+                if len(got) >= 300:
+                    break
+        return got
+
+    assert sorted(asyncio.run(main())) == sorted(b"a%d" % i for i in range(300))
+
+
+# ----------------------------------------------------------------- extras
+def test_arrow(bootstrap, topic):
+    builder = kwire.RecordBatchBuilder("lz4")
+    builder.append(b"x", key=b"k")
+    data = builder.build()
+    if not _have("pyarrow"):
+        with pytest.raises(ImportError, match=r"kwire\[arrow\]"):
+            kwire.decode_columnar(data)
+        with kwire.Producer(bootstrap_servers=bootstrap) as p, pytest.raises(ImportError, match=r"kwire\[arrow\]"):
+            p.send_arrow(topic, object())
+        with _consumer(bootstrap, topic) as c, pytest.raises(ImportError, match=r"kwire\[arrow\]"):
+            c.poll_columnar(100)
+        return
+    import pyarrow as pa
+
+    assert kwire.decode_columnar(data).record_batch.column("value").to_pylist() == [b"x"]
+    with kwire.Producer(bootstrap_servers=bootstrap) as p:
+        p.send_arrow(topic, pa.record_batch({"value": [b"a", b"b"], "partition": pa.array([0, 0], pa.int32())}))
+        p.flush()
+    with _consumer(bootstrap, topic) as c:
+        rows = []
+        for _ in range(50):
+            rows += [v for rb in c.poll_columnar(500).values() for v in rb.column("value").to_pylist()]
+            if len(rows) >= 2:
+                break
+    assert rows == [b"a", b"b"]
+
+
+def _consumer(bootstrap, topic):
+    c = kwire.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    c.assign([kwire.TopicPartition(topic, 0)])
+    return c
+
+
+def test_tls_key_stores(tmp_path):
+    from kwire.stores import pem_files
+
+    store = tmp_path / "client.p12"
+    options = {"ssl_keystore_location": str(store), "ssl_keystore_type": "PKCS12", "ssl_keystore_password": "pw"}
+    if not _have("cryptography"):
+        store.write_bytes(b"\x30\x82")
+        with pytest.raises(Exception, match=re.escape("kwire[tls]")):
+            pem_files(options)
+        return
+    store.write_bytes(_pkcs12(b"pw"))
+    files = pem_files(options)
+    with open(files.certfile, "rb") as f:
+        assert f.read().startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def _pkcs12(password: bytes) -> bytes:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "smoke")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    return pkcs12.serialize_key_and_certificates(b"smoke", key, cert, None, BestAvailableEncryption(password))
+
+
+def test_spark_format_kwire(bootstrap, topic):
+    if not _have("pyspark"):
+        with pytest.raises(ImportError, match=re.escape("kwire[spark]")):
+            importlib.import_module("kwire.spark")
+        return
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import kwire.spark
+
+    spark = (SparkSession.builder.master("local[1]").appName("kwire-smoke").config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    try:
+        kwire.spark.register(spark)
+        df = spark.createDataFrame([(b"k%d" % i, b"v%d" % i) for i in range(100)], "key binary, value binary")
+        (df.write.mode("append").format("kwire").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).save())
+        back = (spark.read.format("kwire").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                .load())
+        assert sorted(bytes(r.value) for r in back.select("value").collect()) == sorted(b"v%d" % i for i in range(100))
+    finally:
+        spark.stop()
