@@ -1,0 +1,79 @@
+"""Helpers of the compatibility subset (see conftest.py): topics, records
+and rows, with kwire's own clients (from the release's virtualenv)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, List, Optional, Tuple
+
+from kwire.admin import Admin, NewTopic
+from kwire.producer import Producer
+
+_names = itertools.count()
+
+#: topic, partition, offset, key, value, timestamp (ms), timestampType, headers
+Row = Tuple[Any, ...]
+
+
+def new_topic(bootstrap: str, partitions: int, prefix: str = "compat") -> str:
+    name = f"{prefix}-{os.getpid()}-{next(_names)}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    return name
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
+    """``count`` records over the partitions: every 5th without key, every
+    3rd with two headers (one empty)."""
+    with Producer(bootstrap_servers=bootstrap, linger_ms=2) as p:
+        for i in range(start, start + count):
+            key = None if i % 5 == 0 else b"key-%06d" % i
+            headers = [("n", b"%d" % i), ("empty", b"")] if i % 3 == 0 else None
+            p.send(topic, b"value-%d-" % i + bytes(i % 50), key=key, headers=headers, partition=i % partitions)
+        p.flush()
+
+
+def _bytes(v: Optional[Any]) -> Optional[bytes]:
+    return None if v is None else bytes(v)
+
+
+def rows(df) -> List[Row]:
+    """A Kafka-schema DataFrame's rows, sorted, as plain values."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for r in df.withColumn("ms", F.expr("CAST(UNIX_MILLIS(timestamp) AS BIGINT)")).collect():
+        d = r.asDict()
+        headers = d.get("headers")
+        out.append((d["topic"], d["partition"], d["offset"], _bytes(d["key"]), _bytes(d["value"]), d["ms"],
+                    d["timestampType"], None if headers is None else tuple((h["key"], _bytes(h["value"]))
+                                                                          for h in headers)))
+    return sorted(out, key=lambda r: r[:3])
+
+
+def read(spark, fmt: str, bootstrap: str, **options: str):
+    reader = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def read_stream(spark, fmt: str, bootstrap: str, **options: str):
+    reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def available_now(df, checkpoint: str, fmt: str = "memory", name: Optional[str] = None, **options: str):
+    """``df`` written under ``Trigger.AvailableNow``, waited for: it must end without error."""
+    writer = df.writeStream.format(fmt).option("checkpointLocation", checkpoint)
+    if name is not None:
+        writer = writer.queryName(name)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    q = writer.trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert not q.isActive and q.exception() is None, q.exception()
+    return q
