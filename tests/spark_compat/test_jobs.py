@@ -132,31 +132,29 @@ def test_one_spark_partition_per_range(spark, data):
     assert kwire.spark.read(spark, **_options(data, subscribe=data.b, minPartitions="5")).rdd.getNumPartitions() >= 5
 
 
-def test_the_plan_is_made_by_read_and_runs_no_job(spark, broker):
+def test_the_plan_is_made_by_read_and_runs_no_job(spark, kafka_bootstrap):
     """read() resolves the offsets and starts no Spark job; every action on
     its DataFrame reads those offsets, records produced since included
     only by a new read(). An empty topic gives no rows, with the schema."""
-    topic = new_topic(broker, 2, prefix="jobs-plan")
+    options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": new_topic(kafka_bootstrap, 2, prefix="jobs-plan")}
     sc = spark.sparkContext
     group = f"kwire-plan-{uuid.uuid4().hex}"
     sc.setJobGroup(group, "kwire.spark.read's planning")
     try:
-        empty = kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker, "subscribe": topic})
-        produce(broker, topic, 20, 2)
-        df = kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker, "subscribe": topic,
-                                        "includeHeaders": "true"})
+        empty = kwire.spark.read(spark, **options)
+        produce(kafka_bootstrap, options["subscribe"], 20, 2)
+        df = kwire.spark.read(spark, **options, includeHeaders="true")
         assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert empty.schema == kwire.spark.spark_schema(False) and empty.count() == 0
-    produce(broker, topic, 10, 2, start=20)
-    assert df.count() == 20 and len(rows(df)) == 20
-    assert kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker, "subscribe": topic}).count() == 30
+    produce(kafka_bootstrap, options["subscribe"], 10, 2, start=20)
+    assert df.count() == 20
+    assert kwire.spark.read(spark, **options).count() == 30
 
 
-def _write_back(spark, broker: str, df, topics: Dict[str, int], **options: str) -> List[Tuple[Any, ...]]:
-    written = kwire.spark.write(df, **{"kafka.bootstrap.servers": broker, **options})
-    assert written == df.count()
+def _write_back(spark, broker: str, df, count: int, topics: Dict[str, int], **options: str) -> List[Tuple[Any, ...]]:
+    assert kwire.spark.write(df, **{"kafka.bootstrap.servers": broker, **options}) == count
     back = kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker, "subscribe": ",".join(topics),
                                       "includeHeaders": "true"})
     return [(t, p, k, v, h) for t, p, _, k, v, _, _, h in rows(back)]
@@ -171,14 +169,14 @@ def test_write_then_read_back(spark, broker):
              [("h", f"{i}".encode()), ("e", b"")] if i >= 100 and i % 2 else None) for i in range(200)]
     schema = "topic string, key string, value binary, partition int, headers array<struct<key string, value binary>>"
     df = spark.createDataFrame(data[:100], schema).union(spark.createDataFrame(data[100:], schema))
-    got = _write_back(spark, broker, df, {a: 3, b: 1})
+    got = _write_back(spark, broker, df, 200, {a: 3, b: 1})
     want = [(t, p, None if k is None else k.encode(), v, None if h is None else tuple(h)) for t, k, v, p, h in data]
     assert sorted(got, key=lambda r: r[3]) == sorted(want, key=lambda r: r[3])
 
     c = new_topic(broker, 2, prefix="jobs-sink")
     binary = spark.createDataFrame([(b"\x00k%d" % i, None if i == 3 else "s%d" % i, "elsewhere") for i in range(8)],
                                    "key binary, value string, topic string")
-    got = _write_back(spark, broker, binary, {c: 2}, topic=c)        # the option wins over the column
+    got = _write_back(spark, broker, binary, 8, {c: 2}, topic=c)        # the option wins over the column
     assert sorted((k, v) for _, _, k, v, _ in got) == sorted(
         (b"\x00k%d" % i, None if i == 3 else b"s%d" % i) for i in range(8))
     assert {p for _, p, _, _, _ in got} <= {0, 1}
@@ -193,7 +191,7 @@ def _raises_as_format_kwire(spark, error: SparkOptionError, load) -> None:
     assert str(error) in str(info.value)
 
 
-def test_option_errors_as_format_kwire(spark, broker):
+def test_option_errors_as_format_kwire(spark, kafka_bootstrap):
     """The same SparkOptionError messages as format("kwire") (and as the
     connector: the message is Spark's), raised by read() and write()
     themselves, before any job."""
@@ -202,7 +200,7 @@ def test_option_errors_as_format_kwire(spark, broker):
              ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
              ({"subscribe": "t", "endingOffsets": '{"t": {"0": -2}}'}, "can't be earliest for batch queries")]
     for options, message in cases:
-        options = {"kafka.bootstrap.servers": broker, **options}
+        options = {"kafka.bootstrap.servers": kafka_bootstrap, **options}
         with pytest.raises(SparkOptionError, match=re.escape(message)) as info:
             kwire.spark.read(spark, **options)
         _raises_as_format_kwire(spark, info.value,
@@ -213,23 +211,23 @@ def test_option_errors_as_format_kwire(spark, broker):
               ("value string", {"topic": "t", "kafka.value.serializer": "x"}, "'value.serializer' is not supported")]
     for schema, options, message in frames:
         df = spark.createDataFrame([], schema)
-        options = {"kafka.bootstrap.servers": broker, **options}
+        options = {"kafka.bootstrap.servers": kafka_bootstrap, **options}
         with pytest.raises(SparkOptionError, match=re.escape(message)) as info:
             kwire.spark.write(df, **options)
         _raises_as_format_kwire(spark, info.value,
                                 lambda: df.write.mode("append").format("kwire").options(**options).save())
 
 
-def test_foreach_batch_writes_each_micro_batch(spark, broker, tmp_path):
+def test_foreach_batch_writes_each_micro_batch(spark, kafka_bootstrap, tmp_path):
     """A stream's sink on any release: foreachBatch with write (three
     files, one a micro-batch, under Trigger.AvailableNow)."""
-    topic = new_topic(broker, 2, prefix="jobs-stream")
+    topic = new_topic(kafka_bootstrap, 2, prefix="jobs-stream")
     source = tmp_path / "in"
     source.mkdir()
     for f in range(3):
         (source / f"{f}.json").write_text("".join(json.dumps({"k": f"k{f}-{i}", "v": f"v{f}-{i}"}) + "\n"
                                                   for i in range(10)))
-    sink = {"kafka.bootstrap.servers": broker, "topic": topic}
+    sink = {"kafka.bootstrap.servers": kafka_bootstrap, "topic": topic}
     counts = []
 
     def each(batch, batch_id):
@@ -241,6 +239,6 @@ def test_foreach_batch_writes_each_micro_batch(spark, broker, tmp_path):
     q.awaitTermination(120)
     assert not q.isActive and q.exception() is None, q.exception()
     assert counts == [10, 10, 10]
-    back = kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker, "subscribe": topic})
+    back = kwire.spark.read(spark, **{"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
     assert sorted((bytes(r.key), bytes(r.value)) for r in back.collect()) == sorted(
         (f"k{f}-{i}".encode(), f"v{f}-{i}".encode()) for f in range(3) for i in range(10))
