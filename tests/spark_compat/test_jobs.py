@@ -242,3 +242,32 @@ def test_foreach_batch_writes_each_micro_batch(spark, kafka_bootstrap, tmp_path)
     back = kwire.spark.read(spark, **{"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
     assert sorted((bytes(r.key), bytes(r.value)) for r in back.collect()) == sorted(
         (f"k{f}-{i}".encode(), f"v{f}-{i}".encode()) for f in range(3) for i in range(10))
+
+
+def test_a_send_error_fails_the_job(spark, kafka_bootstrap):
+    """A record for a partition the topic does not have fails the task,
+    and the job, naming the partition."""
+    df = spark.createDataFrame([("v", 7)], "value string, partition int")
+    with pytest.raises(Exception, match="partition 7 does not exist"):
+        kwire.spark.write(df, **{"kafka.bootstrap.servers": kafka_bootstrap, "kafka.delivery.timeout.ms": "1500",
+                                 "topic": new_topic(kafka_bootstrap, 1, prefix="jobs-sink-error")})
+
+
+def test_a_loop_of_reads_stands_in_for_a_stream(spark, kafka_bootstrap):
+    """kwire.spark.jobs' recipe for 3.5 (no streaming source): each round
+    reads from the offsets after the last round's rows, to the latest."""
+    from pyspark.sql import functions as F
+
+    topic = new_topic(kafka_bootstrap, 2, prefix="jobs-loop")
+    opts = {"kafka.bootstrap.servers": kafka_bootstrap, "assign": json.dumps({topic: [0, 1]})}
+    start = {topic: {"0": -2, "1": -2}}
+    seen = []
+    for first, count in ((0, 30), (30, 0), (30, 11)):
+        produce(kafka_bootstrap, topic, count, 2, start=first)
+        df = kwire.spark.read(spark, **opts, startingOffsets=json.dumps(start)).cache()
+        seen.append(sorted(bytes(r.value) for r in df.collect()))
+        for t, p, last in df.groupBy("topic", "partition").agg(F.max("offset")).collect():
+            start[t][str(p)] = last + 1
+        df.unpersist()
+    assert [len(s) for s in seen] == [30, 0, 11]
+    assert start == {topic: {"0": 21, "1": 20}}

@@ -13,47 +13,66 @@ Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
 
 * :func:`read` takes ``spark.read.format("kwire")``'s (and Spark's
   ``format("kafka")``'s) batch options, parsed and checked as the data
-  source parses them (the same :class:`SparkOptionError`, raised by
-  :func:`read` itself). It plans the offset ranges on the driver at once,
-  as the data source does when Spark plans a query (Spark's own reader
-  resolves its offsets at planning too), and returns a lazy DataFrame:
-  ``spark.range(n, numPartitions=n)`` (row *i*, alone in Spark partition
-  *i*, stands for range *i*) through ``mapInArrow``, whose tasks read their
-  range with :func:`kwire.spark.read.read_range`, as the data source's
-  tasks do. The schema is :func:`kwire.spark.schema.spark_schema`'s (with
-  ``headers`` under ``includeHeaders``), the rows those of
-  ``format("kwire")``. No Spark job runs until an action. The ranges are
-  fixed by the call: every action on the DataFrame reads exactly those
-  offsets (deterministic: a recomputed or retried task reads the same
-  records), where a ``format("kafka")`` or ``format("kwire")`` DataFrame
-  resolves ``latest`` again each time a query on it is planned; call
-  :func:`read` again to see records written since.
+  source parses them (the same :class:`SparkOptionError` messages, raised
+  by :func:`read` itself, before any job). It plans the offset ranges on
+  the driver at once, as the data source does when Spark plans a query
+  (and as Spark's own reader resolves JSON and timestamp bounds at
+  planning; it leaves ``earliest`` and ``latest`` to its tasks), and
+  returns a lazy DataFrame: ``spark.range(n, numPartitions=n)`` (row *i*,
+  alone in Spark partition *i*, stands for range *i*) through
+  ``mapInArrow``, whose tasks read their range with
+  :func:`kwire.spark.read.read_range`, as the data source's tasks do. The
+  schema is :func:`kwire.spark.schema.spark_schema`'s (``headers`` with
+  ``includeHeaders``), the rows those of ``format("kwire")``; ``minPartitions``
+  and ``maxRecordsPerPartition`` split the ranges as it does. No Spark job
+  runs until an action. The ranges are fixed by the call: every action on
+  the DataFrame reads exactly those offsets (a recomputed or retried task
+  reads the same records), where a ``format("kwire")`` DataFrame resolves
+  ``latest`` again whenever a query on it is planned (and a
+  ``format("kafka")`` one whenever its tasks run); call :func:`read` again
+  for records written since.
 * :func:`write` takes the sink options (``topic``, ``kafka.*``) and checks
-  the DataFrame's schema as ``df.write.format("kwire")`` does, then runs
-  the job (an action): each Spark partition of ``df`` sends its rows with
+  the DataFrame's schema as ``df.write.format("kwire")`` does (the same
+  errors, raised by :func:`write` before any job), then runs the job (an
+  action): each Spark partition of ``df`` sends its rows with
   :func:`kwire.spark.write.write_batches` (``Producer.send_arrow``, flushed
-  before the task ends). It returns the number of records written. At
-  least once, as the data source sink and Spark's: a failed task fails the
-  job, and a retried task may send records twice.
+  before the task ends); only the columns the sink takes go to the tasks.
+  It returns the number of records written. At least once, as the data
+  source sink and Spark's: a send error fails the task (and the job), and
+  a retried task may send records twice.
 
-What 3.5 cannot have (there is no Python Data Source API before 4.0, and
-kwire's streaming source needs 4.2's read limits):
+What Spark 3.5 cannot have, having no Python Data Source API (4.0 on):
 
-* ``format("kwire")`` itself, batch or streaming: no ``spark.read.format``,
-  ``readStream`` or ``writeStream`` with kwire.
-* A streaming source. Read in a loop instead, each round a batch read from
-  the previous round's end (``startingOffsets`` / ``endingOffsets`` as
-  Spark's JSON, ``{"topic": {"0": 42}}``; name the partitions with
-  ``assign`` so that a partition added meanwhile does not fail the round),
-  keeping the offsets yourself where a checkpoint would.
+* ``format("kwire")``: no ``spark.read.format("kwire")``,
+  ``df.write.format("kwire")``, ``readStream`` or ``writeStream`` with kwire
+  (``kwire.spark.register`` raises).
+* A streaming source. Read in a loop instead: each round a batch read from
+  where the last one ended, the offsets kept by you where a checkpoint
+  would keep them. For example, with ``assign`` naming the partitions
+  (add new ones to it yourself) and ``startingOffsets`` as Spark's JSON
+  (-2: earliest)::
+
+      start = {"events": {"0": -2, "1": -2}}
+      opts = {"kafka.bootstrap.servers": servers, "assign": '{"events": [0, 1]}'}
+      while True:
+          df = kwire.spark.read(spark, **opts, startingOffsets=json.dumps(start)).cache()
+          handle(df)                  # any actions: the same records each time
+          for t, p, last in df.groupBy("topic", "partition").agg(F.max("offset")).collect():
+              start[t][str(p)] = last + 1
+          df.unpersist()
+
+  (Spark's own ``format("kafka")`` streaming source, a JVM package, is the
+  other way on 3.5.)
 * A streaming sink. Write each micro-batch of any stream with Structured
-  Streaming's ``foreachBatch``:
-  ``stream.writeStream.foreachBatch(lambda batch, _id: kwire.spark.write(batch, **sink)).start()``
-  (at least once: a micro-batch replayed after a failure is written again).
+  Streaming's ``foreachBatch`` (classic or Spark Connect)::
+
+      stream.writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **sink_options)).start()
+
+  At least once: a micro-batch replayed after a failure is written again.
 
 This module imports neither :mod:`kwire.spark.source` nor
-``pyspark.sql.datasource``: it needs ``DataFrame.mapInArrow`` only (3.3 on;
-Spark Connect from 3.5).
+``pyspark.sql.datasource``: it needs ``DataFrame.mapInArrow`` only (Spark
+Connect's too from 3.5), so it works the same on 4.x.
 """
 
 from __future__ import annotations
