@@ -57,6 +57,8 @@ def test_compat_subset(line, tansu, kafka, tmp_path):
     brokers = [{"name": "tansu", "bootstrap": tansu.bootstrap}, {"name": "kafka", "bootstrap": kafka.bootstrap("plaintext")}]
     cmd = [str(python), "-m", "pytest", "-c", str(COMPAT / "pytest.ini"), "--rootdir", str(COMPAT), str(COMPAT),
            "-q", "--basetemp", str(tmp_path / "basetemp")]
+    if line != "3.5":       # kwire.spark.jobs's tests (test_jobs*) run on 3.5, the release they are for
+        cmd.append(f"--ignore-glob={COMPAT}/test_jobs*")
     progress(f"running the compatibility subset: {' '.join(cmd)}")
     t0 = time.monotonic()
     done = subprocess.run(cmd, cwd=tmp_path, env=_environment(line, python, brokers, jars), capture_output=True,
