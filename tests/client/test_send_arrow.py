@@ -21,6 +21,7 @@ tests/hostile/test_arrow_columns.py's."""
 from __future__ import annotations
 
 import threading
+from array import array
 import time
 import uuid
 from dataclasses import dataclass
@@ -391,6 +392,24 @@ def test_no_rows_is_a_done_future(broker):
         f = p.send_arrow(topic, pa.record_batch({"value": _values(0)}))
         assert f.result(10) == 0
         _nothing_queued(p)
+
+
+def test_empty_arrays_may_have_empty_offsets_buffers(broker):
+    """Arrow lets an array of no values have an empty (or absent) offsets
+    buffer: Spark 4.0's Arrow writer sends the key and value entries of a
+    headers column in which no row has a header that way. Such rows go out
+    without headers, and an empty value column the same way."""
+    topic = _topic(broker.bootstrap, 1)
+    empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
+    empty_values = pa.Array.from_buffers(pa.binary(), 0, [None, None, pa.py_buffer(b"")])
+    entries = pa.StructArray.from_arrays([empty, empty_values], names=["key", "value"])
+    headers = pa.Array.from_buffers(pa.list_(entries.type), 3, [None, pa.py_buffer(array("i", [0, 0, 0, 0]).tobytes())],
+                                    children=[entries])
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
+        assert p.send_arrow(topic, pa.record_batch({"value": _values(3), "headers": headers})).result(30) == 3
+        assert p.send_arrow(topic, pa.record_batch({"value": empty_values})).result(10) == 0
+    got = _consume(broker.bootstrap, topic, 1, 3)[0]
+    assert [tuple(r.headers) for r in got] == [(), (), ()]
 
 
 # --------------------------------------- an unreachable broker (black hole)

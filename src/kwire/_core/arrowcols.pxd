@@ -53,6 +53,18 @@ cdef inline int _view(Py_buffer* view, object o, Py_ssize_t need, str what) exce
     return 0
 
 
+cdef inline int _view_offsets(Py_buffer* view, object offsets, Py_ssize_t offset, Py_ssize_t length,
+                              str what) except -1:
+    """The view of an offsets buffer: ``offset + length + 1`` int32 values,
+    or none at all for an array of no values (Arrow lets a zero-length
+    array's offsets buffer be empty or absent, as Spark 4.0's writer sends
+    the empty key and value arrays of a headers column without a header);
+    no value of such an array is ever read."""
+    if length == 0:
+        return _view(view, offsets if offsets is not None else b"", 0, what)
+    return _view(view, offsets, (offset + length + 1) * 4, what)
+
+
 cdef inline Py_ssize_t _bitmap_bytes(Py_ssize_t bits) noexcept nogil:
     return (bits + 7) // 8
 
@@ -86,7 +98,7 @@ cdef inline int open_bin(BinCol* c, object validity, object offsets, object data
     c.offset = offset
     c.length = length
     try:
-        _view(&c.obuf, offsets, (offset + length + 1) * 4, what)
+        _view_offsets(&c.obuf, offsets, offset, length, what)
         try:
             _view(&c.dbuf, data if data is not None else b"", 0, what)
         except BaseException:
@@ -188,7 +200,7 @@ cdef inline int open_list(ListCol* c, object validity, object offsets, Py_ssize_
     c.length = length
     c.child_len = child_len
     try:
-        _view(&c.obuf, offsets, (offset + length + 1) * 4, what)
+        _view_offsets(&c.obuf, offsets, offset, length, what)
     except BaseException:
         _close_valid(&c.vbuf, &c.has_valid)
         raise
