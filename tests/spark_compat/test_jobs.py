@@ -233,7 +233,10 @@ def test_foreach_batch_writes_each_micro_batch(spark, kafka_bootstrap, tmp_path)
     def each(batch, batch_id):
         counts.append(kwire.spark.write(batch.selectExpr("k AS key", "v AS value"), **sink))
 
-    q = (spark.readStream.schema("k string, v string").option("maxFilesPerTrigger", 1).json(str(source))
+    stream = spark.readStream.schema("k string, v string").option("maxFilesPerTrigger", 1).json(str(source))
+    with pytest.raises(ValueError, match="foreachBatch"):        # a stream itself is refused, pointing here
+        kwire.spark.write(stream.selectExpr("v AS value"), **sink)
+    q = (stream
          .writeStream.foreachBatch(each).option("checkpointLocation", str(tmp_path / "ckpt"))
          .trigger(availableNow=True).start())
     q.awaitTermination(120)

@@ -156,7 +156,11 @@ def read(spark: "SparkSession", **options: Any) -> "DataFrame":
 def write(df: "DataFrame", **options: Any) -> int:
     """Write ``df`` to Kafka with ``df.write.format("kwire")``'s options and
     schema checks; runs the job, returns the number of records written (at
-    least once: see the module's docstring)."""
+    least once: see the module's docstring). A streaming DataFrame is
+    refused: write its micro-batches with ``foreachBatch``."""
+    if df.isStreaming:
+        raise ValueError("kwire.spark.write writes a batch DataFrame (an action); write a stream's micro-batches "
+                         "with df.writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **options))")
     sink = parse_sink_options(options)
     validate_sink_schema(df.schema, sink)
     columns = [c for c in df.columns if c in SINK_COLUMNS and not (c == "topic" and sink.topic is not None)]
