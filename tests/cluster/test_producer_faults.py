@@ -39,8 +39,8 @@ the backlog, the records sent before the fault and acknowledged after it
 measures the backlog as much as the failover: kwire's ``send()`` is fast
 enough that much of a round's first half is still buffered at the fault).
 
-Long run (outside CI): ``KWIRE_CLUSTER_RECORDS=1000000 KWIRE_CLUSTER_ROUNDS=4
-pytest tests/cluster/test_producer_faults.py -s``. Its figures on the 2-core
+Long run (outside CI): ``scripts/test --long tests/cluster/test_producer_faults.py -s``
+(or ``KWIRE_CLUSTER_RECORDS=1000000 KWIRE_CLUSTER_ROUNDS=4``). Its figures on the 2-core
 development machine (Kafka 4.4.0, confluent-kafka 2.16.0 / librdkafka 2.16.0,
 ``request.timeout.ms`` 10 s for both, broker.session.timeout.ms 6 s):
 
@@ -83,8 +83,9 @@ from kwire.producer import Producer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
-RECORDS = int(os.environ.get("KWIRE_CLUSTER_RECORDS", "200000"))
-ROUNDS = int(os.environ.get("KWIRE_CLUSTER_ROUNDS", "2"))
+LONG = bool(os.environ.get("KWIRE_LONG"))       # scripts/test --long: the long run below
+RECORDS = int(os.environ.get("KWIRE_CLUSTER_RECORDS", "1000000" if LONG else "200000"))
+ROUNDS = int(os.environ.get("KWIRE_CLUSTER_ROUNDS", "4" if LONG else "2"))
 PARTITIONS = 3
 KEYS = 64
 REQUEST_TIMEOUT_MS = 10000       # kwire: the client-side request timeout; librdkafka: the broker-side
