@@ -127,19 +127,8 @@ class PartitionWriter:
     sink: SinkOptions
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        records = write_batches(map(_without_empty_headers, batches), self.sink).records
+        records = write_batches(batches, self.sink).records
         yield pa.RecordBatch.from_arrays([pa.array([records], pa.int64())], schema=_WRITTEN)
-
-
-def _without_empty_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` without its ``headers`` column when no row has a header
-    (each null or empty: the same records). Spark 3.5's Arrow writer sends
-    the empty key and value columns of such headers with offset buffers of
-    0 bytes, which ``Producer.send_arrow`` refuses (it wants one offset)."""
-    i = batch.schema.get_field_index("headers")
-    if i < 0 or len(batch.column(i).values):
-        return batch
-    return batch.remove_column(i)
 
 
 def read(spark: "SparkSession", **options: Any) -> "DataFrame":
