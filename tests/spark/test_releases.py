@@ -10,8 +10,11 @@ behaviour tests and the comparison with the connector is made on 4.2, by
 ``tests/spark``).
 
 The first run makes each venv (PySpark's sdist, ~430 MB, built into a
-wheel) and builds kwire's wheel; later runs reuse them (see the timings in
-support/spark_releases.py). Deselect with ``-m "not spark_releases"``.
+wheel: 1.5 to 4 minutes each, mostly download) and builds kwire's wheel;
+later runs reuse them. The venvs of the releases selected are made one
+after another on a background thread from the module's start, so a cold
+run makes the next while a subset runs. Deselect with
+``-m "not spark_releases"``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
-from support.dist import ROOT
-from support.spark_releases import NO_CONNECTOR, RELEASES, release_jars, release_python
+from support.dist import ROOT, built_dists
+from support.spark_releases import INSTALL_TIMEOUT, NO_CONNECTOR, RELEASES, install_kwire, release_jars, release_venv
 
 pytestmark = pytest.mark.spark_releases
 
@@ -37,6 +42,18 @@ TAIL = 8000              # characters of the subset's output quoted in a failure
 
 def _progress(line: str):
     return lambda msg: sys.stderr.write(f"[spark {line}] {msg}\n")
+
+
+@pytest.fixture(scope="module")
+def venvs(request) -> Dict[str, "Future[Path]"]:
+    """The venv (its Python, without kwire) of each release this session
+    selected, made in order on one background thread."""
+    lines = [item.callspec.params["line"] for item in request.session.items
+             if item.module is request.module and hasattr(item, "callspec")]
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-venvs")
+    futures = {line: pool.submit(release_venv, RELEASES[line], _progress(line)) for line in dict.fromkeys(lines)}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _environment(line: str, python: Path, brokers, jars) -> dict:
@@ -50,9 +67,11 @@ def _environment(line: str, python: Path, brokers, jars) -> dict:
 
 
 @pytest.mark.parametrize("line", ["3.5", "4.0", "4.1", "4.3"])
-def test_compat_subset(line, tansu, kafka, tmp_path):
+def test_compat_subset(line, venvs, tansu, kafka, tmp_path):
     progress = _progress(line)
-    python = release_python(line, progress)
+    wheel = built_dists(progress).wheel
+    python = venvs[line].result(timeout=4 * INSTALL_TIMEOUT)
+    install_kwire(python, wheel, progress)
     jars = release_jars(RELEASES[line], python, progress)
     brokers = [{"name": "tansu", "bootstrap": tansu.bootstrap}, {"name": "kafka", "bootstrap": kafka.bootstrap("plaintext")}]
     cmd = [str(python), "-m", "pytest", "-c", str(COMPAT / "pytest.ini"), "--rootdir", str(COMPAT), str(COMPAT),

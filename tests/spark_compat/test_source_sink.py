@@ -7,8 +7,6 @@ none: the comparison is made on 4.2, the main suite's ``tests/spark``)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.sql import functions as F
 
