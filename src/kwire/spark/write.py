@@ -125,19 +125,6 @@ def _by_topic(batch: pa.RecordBatch, sink: SinkOptions) -> Iterator[Tuple[str, p
         yield topic, batch.filter(pc.equal(col, topic))
 
 
-def _without_empty_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` without its ``headers`` column when no row has a header:
-    Spark 4.0's Arrow writer sends such a column's (empty) key and value
-    arrays with offsets buffers of 0 bytes, which ``send_arrow``'s column
-    checks refuse (they want one offset more than the array's length)."""
-    if "headers" not in batch.schema.names:
-        return batch
-    headers = batch.column("headers")
-    if pa.types.is_list(headers.type) and len(headers.flatten()) == 0:
-        return batch.drop_columns(["headers"])
-    return batch
-
-
 def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> WriteResult:
     """Send every row of ``batches`` (``Producer.send_arrow``: encoded from
     the Arrow buffers by the compiled core); flush; raise the first send
@@ -150,7 +137,7 @@ def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> Write
         for batch in batches:
             if not batch.num_rows:
                 continue
-            for topic, rows in _by_topic(_without_empty_headers(batch), sink):
+            for topic, rows in _by_topic(batch, sink):
                 pending.append(producer.send_arrow(topic, rows, timestamp=None))
             count += batch.num_rows
             pending = _check(pending)
