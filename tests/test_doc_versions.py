@@ -52,8 +52,9 @@ def test_readme_names_the_pinned_peers(shown, package):
 def test_readme_names_no_other_pyspark_than_the_tests_run():
     from support.spark_releases import RELEASES
 
-    tested = {_pin("pyspark"), *RELEASES.values()}
-    named = set(re.findall(r"PySpark (\d+\.\d+\.\d+)", TESTED_AGAINST))
+    tested = {_pin("pyspark"), *(r.pyspark for r in RELEASES.values())}
+    row = next(line for line in TESTED_AGAINST.splitlines() if line.startswith("| Spark |"))
+    named = set(re.findall(r"\b(\d+\.\d+\.\d+)\b", row))
     assert named == tested, f"README names PySpark {sorted(named)}, the tests run {sorted(tested)}"
 
 
