@@ -31,7 +31,8 @@ from typing import Dict
 import pytest
 
 from support.dist import ROOT, built_dists
-from support.spark_releases import INSTALL_TIMEOUT, NO_CONNECTOR, RELEASES, install_kwire, release_jars, release_venv
+from support.spark_releases import (INSTALL_TIMEOUT, NO_CONNECTOR, RELEASES, install_kwire, release_connect_jars,
+                                    release_jars, release_venv)
 
 pytestmark = pytest.mark.spark_releases
 
@@ -56,11 +57,12 @@ def venvs(request) -> Dict[str, "Future[Path]"]:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _environment(line: str, python: Path, brokers, jars) -> dict:
+def _environment(line: str, python: Path, brokers, jars, connect_jars) -> dict:
     release = RELEASES[line]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "SPARK_", "PYSPARK_"))}
     env.update(KWIRE_COMPAT_BROKERS=json.dumps(brokers), KWIRE_COMPAT_SOURCE_TREE=str(ROOT),
                KWIRE_COMPAT_RELEASE=json.dumps({"line": line, "pyspark": release.pyspark, "jars": jars,
+                                                "connect_jars": connect_jars,
                                                 "no_connector": None if jars else NO_CONNECTOR}),
                PATH=f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return env
@@ -73,6 +75,7 @@ def test_compat_subset(line, venvs, tansu, kafka, tmp_path):
     python = venvs[line].result(timeout=4 * INSTALL_TIMEOUT)
     install_kwire(python, wheel, progress)
     jars = release_jars(RELEASES[line], python, progress)
+    connect_jars = release_connect_jars(RELEASES[line], python, progress)
     brokers = [{"name": "tansu", "bootstrap": tansu.bootstrap}, {"name": "kafka", "bootstrap": kafka.bootstrap("plaintext")}]
     cmd = [str(python), "-m", "pytest", "-c", str(COMPAT / "pytest.ini"), "--rootdir", str(COMPAT), str(COMPAT),
            "-q", "--basetemp", str(tmp_path / "basetemp")]
@@ -80,12 +83,15 @@ def test_compat_subset(line, venvs, tansu, kafka, tmp_path):
         cmd.append(f"--ignore-glob={COMPAT}/test_jobs*")
     progress(f"running the compatibility subset: {' '.join(cmd)}")
     t0 = time.monotonic()
-    done = subprocess.run(cmd, cwd=tmp_path, env=_environment(line, python, brokers, jars), capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(cmd, cwd=tmp_path, env=_environment(line, python, brokers, jars, connect_jars),
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     out = done.stdout + done.stderr
     progress(f"the subset ran in {time.monotonic() - t0:.0f} s: {out.strip().splitlines()[-1] if out.strip() else ''}")
     assert done.returncode == 0, f"the Spark {line} subset failed (exit {done.returncode}):\n{out[-TAIL:]}"
-    assert " passed" in out and "test_installed" not in "".join(l for l in out.splitlines() if "SKIPPED" in l), out[-TAIL:]
+    skipped = "".join(line_ for line_ in out.splitlines() if "SKIPPED" in line_)
+    assert " passed" in out and "test_installed" not in skipped, out[-TAIL:]
+    if RELEASES[line].connect:       # Spark Connect is part of this release's subset: it must have run
+        assert "test_jobs_connect" not in skipped, out[-TAIL:]
     if not jars:        # 4.3: say plainly that the connector comparison is made on 4.2
         assert NO_CONNECTOR in out, out[-TAIL:]
         sys.stderr.write(f"[spark {line}] Spark's connector: {NO_CONNECTOR}\n")

@@ -79,3 +79,17 @@ def connector_jars(progress: Progress = None, version: Optional[str] = None, sca
                     ConnectorUnavailable, progress)
     shipped = {_artifact(j) for j in os.listdir(pyspark_dir / "jars")}
     return sorted(str(p) for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+CONNECT_POM = Path(__file__).with_name("spark_connect") / "pom.xml"
+
+
+def connect_server_jars(version: str, scala: str, progress: Progress = None) -> List[str]:
+    """The Spark Connect server jar of ``version`` (``spark-connect_<scala>``)
+    for a PySpark that does not ship it (3.5), assembled once into
+    ``~/.cache/kwire/spark-connect-<version>_<scala>``."""
+    home = Path.home() / ".cache" / "kwire" / f"spark-connect-{version}_{scala}"
+    libs = assemble(CONNECT_POM, {"spark.version": version, "scala.binary.version": scala}, home,
+                    f"spark-connect_{scala}-{version}.jar", f"Spark Connect server {version} (Scala {scala})",
+                    ConnectorUnavailable, progress)
+    return sorted(str(p) for p in libs.glob(f"spark-connect_{scala}-*.jar"))

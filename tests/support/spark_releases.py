@@ -59,15 +59,22 @@ class Release:
     connector: Optional[str]      # the spark-sql-kafka-0-10 version Maven Central serves; None: none
     pins: Tuple[str, ...]         # pyarrow, pandas, numpy that this release accepts
     token_provider: Optional[str] = None   # the connector's token provider where Maven Central lacks its own
+    connect: bool = False         # tests Spark Connect: its client's packages, and (3.5) the server's jar
 
     @property
     def requirements(self) -> List[str]:
-        return [f"pyspark=={self.pyspark}", *self.pins, "pytest>=8", *runtime_dependencies()]
+        client = CONNECT_CLIENT if self.connect else ()
+        return [f"pyspark=={self.pyspark}", *self.pins, *client, "pytest>=8", *runtime_dependencies()]
+
+
+#: pyspark[connect]'s client packages beyond pandas and pyarrow (3.5's minimums).
+CONNECT_CLIENT = ("grpcio>=1.56", "grpcio-status>=1.56", "googleapis-common-protos>=1.56.4")
 
 
 #: The releases and the pins that work with each (checked on Python 3.11).
 RELEASES = {
-    "3.5": Release("3.5", "3.5.7", "2.12", "3.5.7", ("pyarrow==17.0.0", "pandas==2.2.3", "numpy==1.26.4")),
+    "3.5": Release("3.5", "3.5.7", "2.12", "3.5.7", ("pyarrow==17.0.0", "pandas==2.2.3", "numpy==1.26.4"),
+                   connect=True),
     "4.0": Release("4.0", "4.0.4", "2.13", "4.0.4", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6"), "4.0.0"),
     "4.1": Release("4.1", "4.1.3", "2.13", "4.1.3", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6"), "4.1.1"),
     "4.2": Release("4.2", "4.2.0", "2.13", "4.2.0", ("pyarrow==26.0.1", "pandas==2.3.3", "numpy==2.4.6")),
@@ -189,6 +196,17 @@ def release_jars(release: Release, python: Path, progress: Progress = None) -> L
         return []
     return connector_jars(progress, release.connector, release.scala, site_packages(python) / "pyspark",
                           release.token_provider)
+
+
+def release_connect_jars(release: Release, python: Path, progress: Progress = None) -> List[str]:
+    """The Spark Connect server's jar for ``release`` where its PySpark lacks it
+    (3.5); none where it ships one or the release does not test Connect."""
+    from support.spark_connector import connect_server_jars
+
+    shipped = any(j.startswith("spark-connect_") for j in os.listdir(site_packages(python) / "pyspark" / "jars"))
+    if not release.connect or shipped:
+        return []
+    return connect_server_jars(release.pyspark, release.scala, progress)
 
 
 def release_python(line: str, progress: Progress = None) -> Path:
