@@ -11,6 +11,7 @@ ranges."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 
 import pytest
@@ -128,13 +129,14 @@ def test_min_partitions_splits_what_is_read(stamped):
     "partition = 1 and offset >= 20 and offset < 40",
     "partition in (0, 2) and offset in (3, 70, 199)",
     "offset > 190",
-    f"timestamp >= timestamp_millis({BASE_MS + 450 * 1000})",
-    f"timestamp > timestamp_millis({BASE_MS + 450 * 1000}) and partition <= 1",
-    f"timestamp in (timestamp_millis({BASE_MS + 3000}), timestamp_millis({BASE_MS + 598000}))",
-    f"timestamp < timestamp_millis({BASE_MS + 10000})",
+    "timestamp >= timestamp_millis({base+450000})",          # the offsets written in at run time: test ids
+    "timestamp > timestamp_millis({base+450000}) and partition <= 1",   # must not depend on the clock (every
+    "timestamp in (timestamp_millis({base+3000}), timestamp_millis({base+598000}))",   # xdist worker collects
+    "timestamp < timestamp_millis({base+10000})",                        # the same ids)
 ])
 def test_query_rows_are_those_of_a_full_read(spark, stamped, where):
     broker, topic = stamped
+    where = re.sub(r"\{base\+(\d+)\}", lambda m: str(BASE_MS + int(m.group(1))), where)
     df = kwire_read(spark, broker.bootstrap, subscribe=topic)
     got = sorted((r.partition, r.offset, bytes(r.value)) for r in df.where(where).collect())
     spark.createDataFrame(df.collect(), df.schema).createOrReplaceTempView("pushdown_all")
