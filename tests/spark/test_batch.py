@@ -13,7 +13,7 @@ from kwire.consumer import Consumer, TopicPartition
 from kwire.producer import Producer
 from kwire.spark.offsets import OffsetRange, OffsetReader
 from kwire.spark.options import parse_source_options
-from kwire.spark.read import read_range
+from kwire.spark.ranges import read_range
 from kwire.spark.schema import arrow_schema, spark_schema
 
 from .conftest import confluent_read, kwire_read, new_topic, offsets_of, produce, spark_rows
@@ -187,10 +187,10 @@ def test_data_loss_records_deleted_at_the_start(spark, broker, caplog):
     with pytest.raises(DataLossError, match=rf"offset 10 of {topic}-0: the partition now starts at 40, offsets 10 to 40 "
                                             r"are gone\. Some data may have been lost"):
         list(read_range(OffsetRange(topic, 0, 10, 100), cfg, False, True, 30_000))
-    with caplog.at_level("WARNING", logger="kwire.spark.read"):
+    with caplog.at_level("WARNING", logger="kwire.spark.ranges"):
         batches = list(read_range(OffsetRange(topic, 0, 10, 100), cfg, False, False, 30_000))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(40, 100))
-    warned = [r.getMessage() for r in caplog.records if r.name == "kwire.spark.read"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "kwire.spark.ranges"]
     assert len(warned) == 1 and warned[0].endswith("offsets 10 to 40 are gone. failOnDataLoss is false: skipping them, "
                                                    "reading on from offset 40.")
 

@@ -146,7 +146,7 @@ def test_data_loss_messages_of_the_executor(caplog):
     """What a task says when its offsets are out of the log (constructed: the
     live case, records deleted on Apache Kafka, is in test_batch.py)."""
     from kwire.spark.errors import DataLossError
-    from kwire.spark.read import _lost
+    from kwire.spark.ranges import _lost
 
     class LogStartsAt:
         def __init__(self, begin: int) -> None:
@@ -159,7 +159,7 @@ def test_data_loss_messages_of_the_executor(caplog):
     with pytest.raises(DataLossError, match=r"^Cannot fetch offset 10 of t-3: the partition now starts at 40, offsets "
                                             r"10 to 40 are gone\. Some data may have been lost .*failOnDataLoss"):
         _lost(tp, 10, r, True, LogStartsAt(40))
-    with caplog.at_level("WARNING", logger="kwire.spark.read"):
+    with caplog.at_level("WARNING", logger="kwire.spark.ranges"):
         assert _lost(tp, 10, r, False, LogStartsAt(40)) == 40
         assert _lost(tp, 10, r, False, LogStartsAt(500)) == 500              # the whole range is gone
         assert _lost(tp, 120, OffsetRange("t", 3, 120, 150), False, LogStartsAt(40)) == 150   # past the log end

@@ -87,7 +87,7 @@ def test_partitions_added_between_two_writes(broker):
     import pyarrow as pa
 
     from kwire.spark.options import parse_sink_options
-    from kwire.spark.write import write_batches
+    from kwire.spark.sink import write_batches
 
     if broker.is_tansu:
         pytest.skip("Tansu 0.6.0 cannot add partitions to a topic (it offers no CreatePartitions)")

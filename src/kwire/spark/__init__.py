@@ -41,13 +41,10 @@ from kwire.spark.errors import DataLossError, OffsetRangeError, SparkOptionError
 from kwire.spark.metrics import offsets_behind_latest
 from kwire.spark.schema import spark_schema
 
+from kwire.spark.jobs import read, write
+
 if FEATURES.data_source:            # Spark 4.0+: format("kwire")
     from kwire.spark.source import KwireDataSource, KwireDataSourceWithoutPushdown
-
-# Last: the functions read and write take the package's names of the modules
-# kwire.spark.read and kwire.spark.write, which jobs (like source) has imported
-# by now, so no later first import of those modules rebinds the names.
-from kwire.spark.jobs import read, write  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
   returns a lazy DataFrame: ``spark.range(n, numPartitions=n)`` (row *i*,
   alone in Spark partition *i*, stands for range *i*) through
   ``mapInArrow``, whose tasks read their range with
-  :func:`kwire.spark.read.read_range`, as the data source's tasks do. The
+  :func:`kwire.spark.ranges.read_range`, as the data source's tasks do. The
   schema is :func:`kwire.spark.schema.spark_schema`'s (``headers`` with
   ``includeHeaders``), the rows those of ``format("kwire")``; ``minPartitions``
   and ``maxRecordsPerPartition`` split the ranges as it does. No Spark job
@@ -35,7 +35,7 @@ Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
   the DataFrame's schema as ``df.write.format("kwire")`` does (the same
   errors, raised by :func:`write` before any job), then runs the job (an
   action): each Spark partition of ``df`` sends its rows with
-  :func:`kwire.spark.write.write_batches` (``Producer.send_arrow``, flushed
+  :func:`kwire.spark.sink.write_batches` (``Producer.send_arrow``, flushed
   before the task ends); only the columns the sink takes go to the tasks.
   It returns the number of records written. At least once, as the data
   source sink and Spark's: a send error fails the task (and the job), and
@@ -85,9 +85,9 @@ import pyarrow as pa
 
 from kwire.spark.offsets import OffsetRange, plan_batch
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
-from kwire.spark.read import read_range
+from kwire.spark.ranges import read_range
 from kwire.spark.schema import spark_schema
-from kwire.spark.write import validate_sink_schema, write_batches
+from kwire.spark.sink import validate_sink_schema, write_batches
 
 if TYPE_CHECKING:       # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession

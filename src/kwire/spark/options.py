@@ -27,7 +27,7 @@ and ``seek()`` them, which makes no group request (no FindCoordinator,
 JoinGroup or OffsetFetch; Fetch and ListOffsets carry no group id), so
 broker ACLs on groups and group quotas never apply to either. Since the id
 has no effect, a Python worker's cached consumer serves later queries with
-other ids too (:mod:`kwire.spark.read`): it keeps the id of the first.
+other ids too (:mod:`kwire.spark.ranges`): it keeps the id of the first.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ with kwire's compiled decoder handing Arrow batches to Spark.
 
 * batch read: :class:`KwireBatchReader` plans offset ranges on the driver
   (:mod:`kwire.spark.offsets`); each Spark task reads one range
-  (:mod:`kwire.spark.read`); from Spark 4.1, :class:`KwirePushdownReader`
+  (:mod:`kwire.spark.ranges`); from Spark 4.1, :class:`KwirePushdownReader`
   takes pushed filters (:mod:`kwire.spark.pushdown`);
 * streaming read: :mod:`kwire.spark.stream` (every 4.x), with read limits
   and kwire's ``Trigger.AvailableNow`` from 4.2 (:mod:`kwire.spark.admission`);
   before 4.2, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and
   ``maxTriggerDelay`` are refused (:class:`SparkOptionError` naming Spark 4.2);
-* batch and streaming write: :mod:`kwire.spark.write`, Arrow batches in;
+* batch and streaming write: :mod:`kwire.spark.sink`, Arrow batches in;
   on Spark 4.0, whose streaming writers get rows, :class:`KwireRowStreamWriter`
   turns them into Arrow batches first.
 
@@ -43,7 +43,7 @@ from kwire.spark.pushdown import Bounds, bounds_from_filters, narrow
 from kwire.spark.schema import spark_schema
 from kwire.spark.stream import (KwireStreamReader, RangePartition, offsets_from_json, offsets_to_json, rate_limit,
                                 read_partition)
-from kwire.spark.write import rows_to_batches, validate_sink_schema, write_batches
+from kwire.spark.sink import rows_to_batches, validate_sink_schema, write_batches
 from kwire.types import TopicPartition
 
 if TYPE_CHECKING:       # pragma: no cover
@@ -169,7 +169,7 @@ class KwirePushdownReader(KwireBatchReader):
 # --------------------------------------------------------------------- writes
 @dataclass
 class Written(WriterCommitMessage):
-    """What one write task sent (:class:`kwire.spark.write.WriteResult` as Spark's commit message)."""
+    """What one write task sent (:class:`kwire.spark.sink.WriteResult` as Spark's commit message)."""
 
     records: int
 
@@ -209,7 +209,7 @@ class _StreamCommits:
 
 class KwireRowStreamWriter(_StreamCommits, DataSourceStreamWriter):
     """Streaming writes on Spark 4.0, whose stream writers get rows: the
-    rows become Arrow batches (:func:`kwire.spark.write.rows_to_batches`)
+    rows become Arrow batches (:func:`kwire.spark.sink.rows_to_batches`)
     and go through ``Producer.send_arrow`` as the Arrow writers' do."""
 
     def __init__(self, sink: SinkOptions, schema: StructType) -> None:

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from kwire.spark.errors import DataLossError
 from kwire.spark.offsets import OffsetRange, OffsetReader, split_ranges
 from kwire.spark.options import SourceOptions
-from kwire.spark.read import read_range
+from kwire.spark.ranges import read_range
 from kwire.types import TopicPartition
 
 __all__ = ["KwireStreamReader", "RangePartition", "read_partition", "offsets_to_json", "offsets_from_json",
