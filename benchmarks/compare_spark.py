@@ -80,7 +80,11 @@ The measurements, each of a fresh DataFrame:
   codec) to a fresh topic, whose end offsets are checked afterwards; the
   topic is deleted after the check.
 
-Sources of reads: ``kwire`` and ``kafka-connector``; for reference
+Sources of reads: ``kwire`` (``format("kwire")``; on 3.5 ``kwire.spark.read``),
+``kwire.spark.read`` (the same read as a ``mapInArrow`` job, on releases that
+have both: Spark before 4.2 turns a Python data source's Arrow batches into
+rows in the JVM, ``mapInArrow``'s output less so) and ``kafka-connector``,
+each of kwire's compared with the connector; for reference
 ``spark-native`` (the same columns from ``spark.range``: what Spark does
 with no source at all) and ``python-ceiling`` (a Python data source whose
 tasks yield pre-built Arrow batches from memory: the most any Python data
@@ -142,8 +146,13 @@ CODECS = ("none", "lz4")
 OPS = ("count", "parquet", "stream", "write")
 BATCH_OPS = ("count", "parquet")
 KWIRE, CONNECTOR, NATIVE, CEILING = "kwire", "kafka-connector", "spark-native", "python-ceiling"
+#: kwire's batch reads through kwire.spark.read (mapInArrow), beside format("kwire") where a release has both
+KWIRE_JOBS = "kwire.spark.read"
+#: kwire's sources, each compared with the connector
+KWIRES = (KWIRE, KWIRE_JOBS)
 #: the sources each operation is measured on, in the order a round takes them
-SOURCES = {"count": (KWIRE, CONNECTOR, NATIVE, CEILING), "parquet": (KWIRE, CONNECTOR, NATIVE, CEILING),
+SOURCES = {"count": (KWIRE, KWIRE_JOBS, CONNECTOR, NATIVE, CEILING),
+           "parquet": (KWIRE, KWIRE_JOBS, CONNECTOR, NATIVE, CEILING),
            "stream": (KWIRE, CONNECTOR), "write": (KWIRE, CONNECTOR)}
 FORMATS = {KWIRE: "kwire", CONNECTOR: "kafka"}
 READ_TARGET = 1.5        # kwire's reads: at least this times the connector's rows/s
@@ -168,7 +177,7 @@ class Release:
 
     def sources(self, op: str) -> Tuple[str, ...]:
         """``op``'s sources (in a round's order) this release has."""
-        gone = {CEILING} if not self.data_source else set()
+        gone = {CEILING, KWIRE_JOBS} if not self.data_source else set()     # 3.5: KWIRE is kwire.spark.read
         gone |= {CONNECTOR} if not self.connector else set()
         return tuple(x for x in SOURCES[op] if x not in gone)
 
@@ -406,7 +415,7 @@ class Setup:
 
     def kwire_jobs(self, source: str) -> bool:
         """Whether ``source`` goes through kwire.spark.read / write (kwire on 3.5) rather than a format."""
-        return source == KWIRE and not self.release.data_source
+        return source == KWIRE_JOBS or (source == KWIRE and not self.release.data_source)
 
 
 def batch_frame(s: Setup, source: str):
@@ -600,16 +609,16 @@ def verdicts(top: Dict[Tuple[str, str, str, str], Run], records: int) -> List[Ve
     """The targets, checked on the best runs (see the module doc)."""
     out: List[Verdict] = []
     for (broker, codec, op, source), k in top.items():
-        if source != KWIRE:
+        if source not in KWIRES:
             continue
         peer = top.get((broker, codec, op, CONNECTOR))
         if peer is not None:
-            short = [f"{name} read {r.rows:,} of {records:,}" for name, r in ((KWIRE, k), (CONNECTOR, peer))
+            short = [f"{name} read {r.rows:,} of {records:,}" for name, r in ((source, k), (CONNECTOR, peer))
                      if r.rows != records]
-            out.append(Verdict(broker, codec, op, f"kwire vs {CONNECTOR}", k.rate / peer.rate if peer.rate else 0.0,
+            out.append(Verdict(broker, codec, op, f"{source} vs {CONNECTOR}", k.rate / peer.rate if peer.rate else 0.0,
                                WRITE_TARGET if op == "write" else READ_TARGET, "; ".join(short)))
         ceiling = top.get((broker, codec, op, CEILING))
-        if ceiling is not None and codec == "lz4":
+        if ceiling is not None and codec == "lz4" and source == KWIRE:
             out.append(Verdict(broker, codec, op, f"kwire vs {CEILING}", ceiling.seconds / k.seconds,
                                1 / CEILING_TARGET, f"kwire {k.seconds / ceiling.seconds:.2f}x the ceiling's time"))
     return out
@@ -750,11 +759,12 @@ def summary_row(line: str, k: Run, peer: Optional[Run], records: int) -> str:
     """kwire's best run against the connector's on one release, as a table row."""
     target = WRITE_TARGET if k.op == "write" else READ_TARGET
     short = "; ".join(f"{r.source} {r.rows:,} rows of {records:,}" for r in (k, peer) if r and r.rows != records)
+    how = k.source if k.source != KWIRE or k.op == "stream" else KWIRE + ("" if line != "3.5" else " (read/write)")
+    head = f"| {line} | {k.broker} | {k.codec} | {k.op} | {how} | {k.rate:,.0f}"
     if peer is None:
-        return (f"| {line} | {k.broker} | {k.codec} | {k.op} | {k.rate:,.0f} | - | - | >= {target:.1f}x | "
-                f"n/a: no connector | {short} |")
+        return f"{head} | - | - | >= {target:.1f}x | n/a: no connector | {short} |"
     ratio = k.rate / peer.rate if peer.rate else 0.0
-    return (f"| {line} | {k.broker} | {k.codec} | {k.op} | {k.rate:,.0f} | {peer.rate:,.0f} | {ratio:.2f}x | "
+    return (f"{head} | {peer.rate:,.0f} | {ratio:.2f}x | "
             f">= {target:.1f}x | {'met' if ratio >= target else 'NOT met'} | {short} |")
 
 
@@ -762,18 +772,18 @@ def print_summary(runs: Sequence[ReleaseRun], records: int) -> None:
     """One table: every release's kwire against the connector, then how each release was adapted."""
     print(f"\nkwire against Spark's Kafka connector on each release ({records:,} records; best runs' rows/s; "
           f"targets: reads >= {READ_TARGET}x the connector's rows/s, writes >= {WRITE_TARGET}x)\n")
-    print("| release | broker | codec | op | kwire rows/s | connector rows/s | ratio | target | met | note |")
-    print("|---|---|---|---|---:|---:|---:|---:|---|---|")
+    print("| release | broker | codec | op | kwire | kwire rows/s | connector rows/s | ratio | target | met | note |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---|---|")
     for run in runs:
         if run.doc is None:
             print(f"| {run.line} | | | | | | | | not run | {run.error} |")
             continue
         top = release_best(run.doc)
         for (broker, codec, op, source), k in top.items():
-            if source == KWIRE:
+            if source in KWIRES:
                 print(summary_row(run.line, k, top.get((broker, codec, op, CONNECTOR)), records))
         for op in run.doc["environment"].get("not_run", []):
-            print(f"| {run.line} | | | {op} | | | | | n/a | not on this release (below) |")
+            print(f"| {run.line} | | | {op} | | | | | | n/a | not on this release (below) |")
     print()
     for run in runs:
         for note in (run.doc or {}).get("environment", {}).get("notes", []):
