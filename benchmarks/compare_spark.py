@@ -82,8 +82,8 @@ The measurements, each of a fresh DataFrame:
 
 Sources of reads: ``kwire`` (``format("kwire")``; on 3.5 ``kwire.spark.read``),
 ``kwire.spark.read`` (the same read as a ``mapInArrow`` job, on releases that
-have both: Spark before 4.2 turns a Python data source's Arrow batches into
-rows in the JVM, ``mapInArrow``'s output less so) and ``kafka-connector``,
+have both: the two go through different Spark operators, whose cost differs
+from release to release) and ``kafka-connector``,
 each of kwire's compared with the connector; for reference
 ``spark-native`` (the same columns from ``spark.range``: what Spark does
 with no source at all) and ``python-ceiling`` (a Python data source whose
