@@ -191,18 +191,28 @@ def _unit(item) -> tuple:
     return len(XDIST_UNITS), path
 
 
+def _loadgroup(config) -> bool:
+    """Whether this is a pytest-xdist worker of ``--dist loadgroup`` (xdist sets
+    ``loadgroup`` on its workers, whose own ``dist`` is "no")."""
+    return bool(getattr(config.option, "loadgroup", False))
+
+
+def pytest_itemcollected(item):
+    """Under pytest-xdist's loadgroup (scripts/test), each test's unit
+    (XDIST_UNITS, or its file) as its group: marked as it is collected,
+    before xdist reads the groups in its own collection hook."""
+    if _loadgroup(item.config):
+        item.add_marker(pytest.mark.xdist_group(_unit(item)[1]))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """The broker markers; then, under pytest-xdist (scripts/test), each
-    test's unit (XDIST_UNITS, or its file) as its group, the long units
-    first (a stable sort, after pytest's own: its order by fixture is kept
-    within a unit)."""
+    """The broker markers; then, under loadgroup, the long units first (a
+    stable sort, after pytest's own: its order by fixture is kept within a
+    unit; xdist hands out the units in this order)."""
     _mark_brokers(items)
-    if not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_unit(item)[1]))
-    items.sort(key=lambda item: _unit(item)[0])
+    if _loadgroup(config):
+        items.sort(key=lambda item: _unit(item)[0])
 
 
 def pytest_addoption(parser):
