@@ -1,13 +1,12 @@
 """A proxy between client and broker cuts connections mid-frame at random
-points while kwire produces (idempotent) and consumes many records:
+points while kwire produces (idempotent) and consumes 1,000,000 records:
 nothing is lost, nothing is duplicated, every offset is exact. On both
 brokers: Tansu and Apache Kafka, each a private one advertising the proxy,
 so every connection the client makes goes through it.
 
 Restarting the broker is not the fault (Tansu keeps its data in memory;
 Kafka's restarts are tests/kafka/test_live_leader_epoch.py's); cutting the
-TCP connections is. 200,000 records by default; ``scripts/test --long``
-runs the 1,000,000 of the long run, and KWIRE_FAULT_RECORDS sets any count.
+TCP connections is. KWIRE_FAULT_RECORDS changes the count.
 
 Each broker's test runs twice: with the blocking clients, and with kwire.aio
 natively (one coroutine: send_nowait, awaiting enqueue when it would block,
@@ -32,7 +31,7 @@ from support.proxies import FaultProxy
 
 pytestmark = pytest.mark.slow
 
-N = int(os.environ.get("KWIRE_FAULT_RECORDS", "1000000" if os.environ.get("KWIRE_LONG") else "200000"))
+N = int(os.environ.get("KWIRE_FAULT_RECORDS", "1000000"))
 PARTITIONS = 4
 
 
