@@ -300,16 +300,17 @@ def assert_same_rows(theirs: List[Row], ours: List[Row], what: str) -> None:
 
 
 def compare(spark, broker, data: Dataset, options: Mapping[str, str], splits: bool = False,
-            tansu_connector_options: Optional[Mapping[str, str]] = None) -> List[Row]:
+            tansu_connector_options: Optional[Mapping[str, str]] = None, ours=None) -> List[Row]:
     """Read ``options`` with both sources and require the same schema and
     rows (and, with ``splits``, the same Spark partitions); on Tansu the
     connector gets the real ends for ``latest`` (see the module's doc), or
-    ``tansu_connector_options`` where given."""
+    ``tansu_connector_options`` where given. ``ours(options)`` makes
+    kwire's DataFrame (default: ``format("kwire")``)."""
     theirs_opts = dict(options)
     if broker.is_tansu:
         theirs_opts = dict(tansu_connector_options or data.with_real_ends(options))
     theirs = read(spark, "kafka", broker.bootstrap, theirs_opts)
-    ours = read(spark, "kwire", broker.bootstrap, options)
+    ours = read(spark, "kwire", broker.bootstrap, options) if ours is None else ours(options)
     assert ours.schema == theirs.schema
     got, their_tasks = collect(theirs, with_task=splits)
     mine, our_tasks = collect(ours, with_task=splits)

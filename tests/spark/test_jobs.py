@@ -30,21 +30,13 @@ from kwire.spark import SparkOptionError
 from .conftest import new_topic, produce
 from .test_cluster_connect import bootstrap, connect_driver, connect_server  # noqa: F401  (fixtures)
 from .test_connector_equivalence import (BATCH_CASES, SPLIT_CASES, Dataset, _sink_frame, _written,  # noqa: F401
-                                         assert_same_rows, collect, connector_write, data, read)
+                                         assert_same_rows, collect, compare, connector_write, data, read)
 
 
 def _compare(spark, broker, data: Dataset, options: Mapping[str, str], splits: bool = False) -> None:
-    """``read(spark, **options)`` against ``format("kafka")`` (given the
-    real ends on Tansu: see test_connector_equivalence.py)."""
-    theirs = read(spark, "kafka", broker.bootstrap, data.with_real_ends(options) if broker.is_tansu else options)
-    ours = kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker.bootstrap, **options})
-    assert ours.schema == theirs.schema
-    got, their_tasks = collect(theirs, with_task=splits)
-    mine, our_tasks = collect(ours, with_task=splits)
-    assert_same_rows(got, mine, f"{options}")
-    if splits:
-        assert ours.rdd.getNumPartitions() == theirs.rdd.getNumPartitions(), options
-        assert our_tasks == their_tasks, options
+    """``read(spark, **options)`` against ``format("kafka")`` (test_connector_equivalence's ``compare``)."""
+    compare(spark, broker, data, options, splits,
+            ours=lambda o: kwire.spark.read(spark, **{"kafka.bootstrap.servers": broker.bootstrap, **o}))
 
 
 @pytest.mark.parametrize("case", sorted(BATCH_CASES))
