@@ -87,17 +87,15 @@ from kwire.spark.offsets import OffsetRange, plan_batch
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from kwire.spark.ranges import read_range
 from kwire.spark.schema import spark_schema
-from kwire.spark.sink import validate_sink_schema, write_batches
+from kwire.spark.sink import SINK_COLUMNS, validate_sink_schema, write_batches
 
 if TYPE_CHECKING:       # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["read", "write", "RangeReader", "PartitionWriter", "SINK_COLUMNS"]
+__all__ = ["read", "write", "RangeReader", "PartitionWriter"]
 
 log = logging.getLogger(__name__)
 
-#: The columns Spark's Kafka sink takes from a DataFrame (the others are not sent to the tasks).
-SINK_COLUMNS = ("topic", "key", "value", "headers", "partition")
 _WRITTEN = pa.schema([pa.field("records", pa.int64())])
 
 

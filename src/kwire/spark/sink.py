@@ -46,7 +46,7 @@ from kwire.spark._cache import ClientCache
 from kwire.spark.errors import SparkOptionError
 from kwire.spark.options import SinkOptions
 
-__all__ = ["validate_sink_schema", "write_batches", "rows_to_batches", "WriteResult", "producers"]
+__all__ = ["SINK_COLUMNS", "validate_sink_schema", "write_batches", "rows_to_batches", "WriteResult", "producers"]
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +155,17 @@ def _arrow_type(name: str, t: DataType) -> pa.DataType:
     return _ARROW_TYPES[name]
 
 
+#: The columns the sink reads; any other column of a DataFrame is not sent.
+SINK_COLUMNS = ("topic", "key", "value", "headers", "partition")
+
+
 def rows_to_batches(rows: Iterable[Sequence[Any]], schema: StructType,
                     size: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
     """Spark's rows (tuples in the order of ``schema``, already checked by
     :func:`validate_sink_schema`) as Arrow batches of the columns the sink
     reads, ``size`` rows each."""
     names = schema.fieldNames()
-    wanted = [(i, n, _arrow_type(n, schema[n].dataType)) for i, n in enumerate(names)
-              if n in ("key", "value", "topic", "partition", "headers")]
+    wanted = [(i, n, _arrow_type(n, schema[n].dataType)) for i, n in enumerate(names) if n in SINK_COLUMNS]
     it = iter(rows)
     while True:
         chunk = list(itertools.islice(it, size))
