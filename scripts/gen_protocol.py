@@ -56,6 +56,8 @@ APIS = [
     "ElectLeaders",
     # moving replicas and retiring a broker (issue 17: brokers leaving the cluster)
     "AlterPartitionReassignments", "UnregisterBroker",
+    # delegation tokens (issue 30; their definitions from the kafka-clients jar)
+    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -18,13 +18,16 @@ CASES = [(name, v) for name in all_message_names()
 def test_every_api_of_the_issue_is_generated():
     from kwire.protocol import APIS
 
-    assert len(APIS) == 39           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+    assert len(APIS) == 43           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
     #                                  issue 16's CreateAcls, DescribeAcls, DeleteAcls, AlterClientQuotas, DescribeClientQuotas,
-    #                                  and issue 17's ElectLeaders, AlterPartitionReassignments, UnregisterBroker
+    #                                  issue 17's ElectLeaders, AlterPartitionReassignments, UnregisterBroker,
+    #                                  and issue 30's Create/Renew/Expire/DescribeDelegationToken
     assert {"ConsumerGroupHeartbeatRequest", "ConsumerGroupDescribeResponse"} <= set(MESSAGES)
     assert {"CreateAclsResponse", "DescribeAclsResponse", "DeleteAclsResponse", "AlterClientQuotasResponse",
             "DescribeClientQuotasResponse", "ElectLeadersRequest", "ElectLeadersResponse",
             "AlterPartitionReassignmentsResponse", "UnregisterBrokerResponse"} <= set(MESSAGES)
+    assert {f"{op}DelegationToken{kind}" for op in ("Create", "Renew", "Expire", "Describe")
+            for kind in ("Request", "Response")} <= set(MESSAGES)
     assert {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"} <= set(MESSAGES)
 
 

@@ -75,7 +75,10 @@ def test_client_ranges_of_the_generated_messages():
 
 
 def test_api_names():
-    assert len(API_NAMES) == 55                # with UnregisterBroker (64), from the kafka-clients jar
+    assert len(API_NAMES) == 59                # with UnregisterBroker (64) and the delegation token APIs
+    #                                            (38-41), from the kafka-clients jar
+    assert [API_NAMES[k] for k in range(38, 42)] == ["CreateDelegationToken", "RenewDelegationToken",
+                                                     "ExpireDelegationToken", "DescribeDelegationToken"]
     assert (API_NAMES[68], API_NAMES[69]) == ("ConsumerGroupHeartbeat", "ConsumerGroupDescribe")
     assert (API_NAMES[0], API_NAMES[18], API_NAMES[36], API_NAMES[75]) == \
         ("Produce", "ApiVersions", "SaslAuthenticate", "DescribeTopicPartitions")

@@ -102,6 +102,8 @@ _S42 = _Struct('>bb')
 _S43 = _Struct('>d?')
 _S44 = _Struct('>d')
 _S45 = _Struct('>i?h')
+_S46 = _Struct('>qqq')
+_S47 = _Struct('>hqi')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
@@ -2997,6 +2999,208 @@ UnregisterBrokerResponse.MIN_VERSION = 0
 UnregisterBrokerResponse.MAX_VERSION = 0
 UnregisterBrokerResponse.FLEXIBLE_MIN = 0
 
+class CreateDelegationTokenRequest(_Message):
+    __slots__ = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms', 'unknown_tags')
+    _FIELDS = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms')
+    owner_principal_type: Optional[str]
+    owner_principal_name: Optional[str]
+    renewers: List[CreateDelegationTokenRequest.CreatableRenewers]
+    max_lifetime_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    class CreatableRenewers(_Message):
+        __slots__ = ('principal_type', 'principal_name', 'unknown_tags')
+        _FIELDS = ('principal_type', 'principal_name')
+        principal_type: str
+        principal_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, principal_type: str = '', principal_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, owner_principal_type: Optional[str] = '', owner_principal_name: Optional[str] = '', renewers: List[CreateDelegationTokenRequest.CreatableRenewers] = _UNSET, max_lifetime_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = [] if renewers is _UNSET else renewers
+        self.max_lifetime_ms = max_lifetime_ms
+        self.unknown_tags = unknown_tags
+CreateDelegationTokenRequest.API_KEY = 38
+CreateDelegationTokenRequest.MIN_VERSION = 1
+CreateDelegationTokenRequest.MAX_VERSION = 3
+CreateDelegationTokenRequest.FLEXIBLE_MIN = 2
+
+class CreateDelegationTokenResponse(_Message):
+    __slots__ = ('error_code', 'principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp_ms', 'expiry_timestamp_ms', 'max_timestamp_ms', 'token_id', 'hmac', 'throttle_time_ms', 'unknown_tags')
+    _FIELDS = ('error_code', 'principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp_ms', 'expiry_timestamp_ms', 'max_timestamp_ms', 'token_id', 'hmac', 'throttle_time_ms')
+    error_code: int
+    principal_type: str
+    principal_name: str
+    token_requester_principal_type: str
+    token_requester_principal_name: str
+    issue_timestamp_ms: int
+    expiry_timestamp_ms: int
+    max_timestamp_ms: int
+    token_id: str
+    hmac: Buffer
+    throttle_time_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, error_code: int = 0, principal_type: str = '', principal_name: str = '', token_requester_principal_type: str = '', token_requester_principal_name: str = '', issue_timestamp_ms: int = 0, expiry_timestamp_ms: int = 0, max_timestamp_ms: int = 0, token_id: str = '', hmac: Buffer = b'', throttle_time_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tags = unknown_tags
+CreateDelegationTokenResponse.API_KEY = 38
+CreateDelegationTokenResponse.MIN_VERSION = 1
+CreateDelegationTokenResponse.MAX_VERSION = 3
+CreateDelegationTokenResponse.FLEXIBLE_MIN = 2
+
+class RenewDelegationTokenRequest(_Message):
+    __slots__ = ('hmac', 'renew_period_ms', 'unknown_tags')
+    _FIELDS = ('hmac', 'renew_period_ms')
+    hmac: Buffer
+    renew_period_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, hmac: Buffer = b'', renew_period_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.hmac = hmac
+        self.renew_period_ms = renew_period_ms
+        self.unknown_tags = unknown_tags
+RenewDelegationTokenRequest.API_KEY = 39
+RenewDelegationTokenRequest.MIN_VERSION = 1
+RenewDelegationTokenRequest.MAX_VERSION = 2
+RenewDelegationTokenRequest.FLEXIBLE_MIN = 2
+
+class RenewDelegationTokenResponse(_Message):
+    __slots__ = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms', 'unknown_tags')
+    _FIELDS = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms')
+    error_code: int
+    expiry_timestamp_ms: int
+    throttle_time_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, error_code: int = 0, expiry_timestamp_ms: int = 0, throttle_time_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tags = unknown_tags
+RenewDelegationTokenResponse.API_KEY = 39
+RenewDelegationTokenResponse.MIN_VERSION = 1
+RenewDelegationTokenResponse.MAX_VERSION = 2
+RenewDelegationTokenResponse.FLEXIBLE_MIN = 2
+
+class ExpireDelegationTokenRequest(_Message):
+    __slots__ = ('hmac', 'expiry_time_period_ms', 'unknown_tags')
+    _FIELDS = ('hmac', 'expiry_time_period_ms')
+    hmac: Buffer
+    expiry_time_period_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, hmac: Buffer = b'', expiry_time_period_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.hmac = hmac
+        self.expiry_time_period_ms = expiry_time_period_ms
+        self.unknown_tags = unknown_tags
+ExpireDelegationTokenRequest.API_KEY = 40
+ExpireDelegationTokenRequest.MIN_VERSION = 1
+ExpireDelegationTokenRequest.MAX_VERSION = 2
+ExpireDelegationTokenRequest.FLEXIBLE_MIN = 2
+
+class ExpireDelegationTokenResponse(_Message):
+    __slots__ = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms', 'unknown_tags')
+    _FIELDS = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms')
+    error_code: int
+    expiry_timestamp_ms: int
+    throttle_time_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, error_code: int = 0, expiry_timestamp_ms: int = 0, throttle_time_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tags = unknown_tags
+ExpireDelegationTokenResponse.API_KEY = 40
+ExpireDelegationTokenResponse.MIN_VERSION = 1
+ExpireDelegationTokenResponse.MAX_VERSION = 2
+ExpireDelegationTokenResponse.FLEXIBLE_MIN = 2
+
+class DescribeDelegationTokenRequest(_Message):
+    __slots__ = ('owners', 'unknown_tags')
+    _FIELDS = ('owners',)
+    owners: Optional[List[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeDelegationTokenOwner(_Message):
+        __slots__ = ('principal_type', 'principal_name', 'unknown_tags')
+        _FIELDS = ('principal_type', 'principal_name')
+        principal_type: str
+        principal_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, principal_type: str = '', principal_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, owners: Optional[List[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.owners = [] if owners is _UNSET else owners
+        self.unknown_tags = unknown_tags
+DescribeDelegationTokenRequest.API_KEY = 41
+DescribeDelegationTokenRequest.MIN_VERSION = 1
+DescribeDelegationTokenRequest.MAX_VERSION = 3
+DescribeDelegationTokenRequest.FLEXIBLE_MIN = 2
+
+class DescribeDelegationTokenResponse(_Message):
+    __slots__ = ('error_code', 'tokens', 'throttle_time_ms', 'unknown_tags')
+    _FIELDS = ('error_code', 'tokens', 'throttle_time_ms')
+    error_code: int
+    tokens: List[DescribeDelegationTokenResponse.DescribedDelegationToken]
+    throttle_time_ms: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribedDelegationToken(_Message):
+        __slots__ = ('principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp', 'expiry_timestamp', 'max_timestamp', 'token_id', 'hmac', 'renewers', 'unknown_tags')
+        _FIELDS = ('principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp', 'expiry_timestamp', 'max_timestamp', 'token_id', 'hmac', 'renewers')
+        principal_type: str
+        principal_name: str
+        token_requester_principal_type: str
+        token_requester_principal_name: str
+        issue_timestamp: int
+        expiry_timestamp: int
+        max_timestamp: int
+        token_id: str
+        hmac: Buffer
+        renewers: List[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, principal_type: str = '', principal_name: str = '', token_requester_principal_type: str = '', token_requester_principal_name: str = '', issue_timestamp: int = 0, expiry_timestamp: int = 0, max_timestamp: int = 0, token_id: str = '', hmac: Buffer = b'', renewers: List[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.token_requester_principal_type = token_requester_principal_type
+            self.token_requester_principal_name = token_requester_principal_name
+            self.issue_timestamp = issue_timestamp
+            self.expiry_timestamp = expiry_timestamp
+            self.max_timestamp = max_timestamp
+            self.token_id = token_id
+            self.hmac = hmac
+            self.renewers = [] if renewers is _UNSET else renewers
+            self.unknown_tags = unknown_tags
+    class DescribedDelegationTokenRenewer(_Message):
+        __slots__ = ('principal_type', 'principal_name', 'unknown_tags')
+        _FIELDS = ('principal_type', 'principal_name')
+        principal_type: str
+        principal_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, principal_type: str = '', principal_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, error_code: int = 0, tokens: List[DescribeDelegationTokenResponse.DescribedDelegationToken] = _UNSET, throttle_time_ms: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.tokens = [] if tokens is _UNSET else tokens
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tags = unknown_tags
+DescribeDelegationTokenResponse.API_KEY = 41
+DescribeDelegationTokenResponse.MIN_VERSION = 1
+DescribeDelegationTokenResponse.MAX_VERSION = 3
+DescribeDelegationTokenResponse.FLEXIBLE_MIN = 2
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -3245,10 +3449,22 @@ _C187 = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 _C188 = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
 _C189 = UnregisterBrokerRequest
 _C190 = UnregisterBrokerResponse
-_C191 = ConsumerProtocolSubscription
-_C192 = ConsumerProtocolSubscription.TopicPartition
-_C193 = ConsumerProtocolAssignment
-_C194 = ConsumerProtocolAssignment.TopicPartition
+_C191 = CreateDelegationTokenRequest
+_C192 = CreateDelegationTokenRequest.CreatableRenewers
+_C193 = CreateDelegationTokenResponse
+_C194 = RenewDelegationTokenRequest
+_C195 = RenewDelegationTokenResponse
+_C196 = ExpireDelegationTokenRequest
+_C197 = ExpireDelegationTokenResponse
+_C198 = DescribeDelegationTokenRequest
+_C199 = DescribeDelegationTokenRequest.DescribeDelegationTokenOwner
+_C200 = DescribeDelegationTokenResponse
+_C201 = DescribeDelegationTokenResponse.DescribedDelegationToken
+_C202 = DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
+_C203 = ConsumerProtocolSubscription
+_C204 = ConsumerProtocolSubscription.TopicPartition
+_C205 = ConsumerProtocolAssignment
+_C206 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -16535,8 +16751,596 @@ def _encode_UnregisterBrokerResponse_v0(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_CreateDelegationTokenRequest_CreatableRenewers_v1(buf, pos, end):
+    o = _C192.__new__(_C192)
+    o.principal_type, pos = _str_k(buf, pos, end)
+    o.principal_name, pos = _str_k(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_CreateDelegationTokenRequest_v1(buf, pos, end):
     o = _C191.__new__(_C191)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_CreateDelegationTokenRequest_CreatableRenewers_v1, n, 4)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    if pos + 8 > end: _short()
+    o.max_lifetime_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.owner_principal_type = ''
+    o.owner_principal_name = ''
+    o.unknown_tags = None
+    return o, pos
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v1(o, out, chunks):
+    _put_str_k(o.principal_type, out, chunks)
+    _put_str_k(o.principal_name, out, chunks)
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateDelegationTokenRequest_CreatableRenewers_v1, False, False)
+def _encode_CreateDelegationTokenRequest_v1(o, out, chunks):
+    if o.owner_principal_type != '': _absent('CreateDelegationTokenRequest', 'owner_principal_type', 1)
+    if o.owner_principal_name != '': _absent('CreateDelegationTokenRequest', 'owner_principal_name', 1)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array(o.renewers, out, chunks)
+    out += _S29.pack(o.max_lifetime_ms)
+def _decode_CreateDelegationTokenRequest_CreatableRenewers_v2(buf, pos, end):
+    o = _C192.__new__(_C192)
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_CreateDelegationTokenRequest_v2(buf, pos, end):
+    o = _C191.__new__(_C191)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_CreateDelegationTokenRequest_CreatableRenewers_v2, n, 3)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    if pos + 8 > end: _short()
+    o.max_lifetime_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.owner_principal_type = ''
+    o.owner_principal_name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v2(o, out, chunks):
+    _put_str_c(o.principal_type, out, chunks)
+    _put_str_c(o.principal_name, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateDelegationTokenRequest_CreatableRenewers_v2, True, False)
+def _encode_CreateDelegationTokenRequest_v2(o, out, chunks):
+    if o.owner_principal_type != '': _absent('CreateDelegationTokenRequest', 'owner_principal_type', 2)
+    if o.owner_principal_name != '': _absent('CreateDelegationTokenRequest', 'owner_principal_name', 2)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array(o.renewers, out, chunks)
+    out += _S29.pack(o.max_lifetime_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_CreateDelegationTokenRequest_v3(buf, pos, end):
+    o = _C191.__new__(_C191)
+    o.owner_principal_type, pos = _str_cn(buf, pos, end)
+    o.owner_principal_name, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_CreateDelegationTokenRequest_CreatableRenewers_v2, n, 3)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    if pos + 8 > end: _short()
+    o.max_lifetime_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateDelegationTokenRequest_v3(o, out, chunks):
+    _put_str_cn(o.owner_principal_type, out, chunks)
+    _put_str_cn(o.owner_principal_name, out, chunks)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array(o.renewers, out, chunks)
+    out += _S29.pack(o.max_lifetime_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_CreateDelegationTokenResponse_v1(buf, pos, end):
+    o = _C193.__new__(_C193)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.principal_type, pos = _str_k(buf, pos, end)
+    o.principal_name, pos = _str_k(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_k(buf, pos, end)
+    o.hmac, pos = _bytes_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
+    o.unknown_tags = None
+    return o, pos
+def _encode_CreateDelegationTokenResponse_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_k(o.principal_type, out, chunks)
+    _put_str_k(o.principal_name, out, chunks)
+    if o.token_requester_principal_type != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_type', 1)
+    if o.token_requester_principal_name != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_name', 1)
+    out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
+    _put_str_k(o.token_id, out, chunks)
+    _put_bytes_k(o.hmac, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+def _decode_CreateDelegationTokenResponse_v2(buf, pos, end):
+    o = _C193.__new__(_C193)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateDelegationTokenResponse_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.principal_type, out, chunks)
+    _put_str_c(o.principal_name, out, chunks)
+    if o.token_requester_principal_type != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_type', 2)
+    if o.token_requester_principal_name != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_name', 2)
+    out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
+    _put_str_c(o.token_id, out, chunks)
+    _put_bytes_c(o.hmac, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_CreateDelegationTokenResponse_v3(buf, pos, end):
+    o = _C193.__new__(_C193)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    o.token_requester_principal_type, pos = _str_c(buf, pos, end)
+    o.token_requester_principal_name, pos = _str_c(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateDelegationTokenResponse_v3(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.principal_type, out, chunks)
+    _put_str_c(o.principal_name, out, chunks)
+    _put_str_c(o.token_requester_principal_type, out, chunks)
+    _put_str_c(o.token_requester_principal_name, out, chunks)
+    out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
+    _put_str_c(o.token_id, out, chunks)
+    _put_bytes_c(o.hmac, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_RenewDelegationTokenRequest_v1(buf, pos, end):
+    o = _C194.__new__(_C194)
+    o.hmac, pos = _bytes_k(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.renew_period_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.unknown_tags = None
+    return o, pos
+def _encode_RenewDelegationTokenRequest_v1(o, out, chunks):
+    _put_bytes_k(o.hmac, out, chunks)
+    out += _S29.pack(o.renew_period_ms)
+def _decode_RenewDelegationTokenRequest_v2(buf, pos, end):
+    o = _C194.__new__(_C194)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos + 8 > end: _short()
+    o.renew_period_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_RenewDelegationTokenRequest_v2(o, out, chunks):
+    _put_bytes_c(o.hmac, out, chunks)
+    out += _S29.pack(o.renew_period_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_RenewDelegationTokenResponse_v1(buf, pos, end):
+    o = _C195.__new__(_C195)
+    if pos + 14 > end: _short()
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
+    pos += 14
+    o.unknown_tags = None
+    return o, pos
+def _encode_RenewDelegationTokenResponse_v1(o, out, chunks):
+    out += _S47.pack(o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms)
+def _decode_RenewDelegationTokenResponse_v2(buf, pos, end):
+    o = _C195.__new__(_C195)
+    if pos + 14 > end: _short()
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
+    pos += 14
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_RenewDelegationTokenResponse_v2(o, out, chunks):
+    out += _S47.pack(o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ExpireDelegationTokenRequest_v1(buf, pos, end):
+    o = _C196.__new__(_C196)
+    o.hmac, pos = _bytes_k(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.expiry_time_period_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.unknown_tags = None
+    return o, pos
+def _encode_ExpireDelegationTokenRequest_v1(o, out, chunks):
+    _put_bytes_k(o.hmac, out, chunks)
+    out += _S29.pack(o.expiry_time_period_ms)
+def _decode_ExpireDelegationTokenRequest_v2(buf, pos, end):
+    o = _C196.__new__(_C196)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos + 8 > end: _short()
+    o.expiry_time_period_ms, = _S29.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ExpireDelegationTokenRequest_v2(o, out, chunks):
+    _put_bytes_c(o.hmac, out, chunks)
+    out += _S29.pack(o.expiry_time_period_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ExpireDelegationTokenResponse_v1(buf, pos, end):
+    o = _C197.__new__(_C197)
+    if pos + 14 > end: _short()
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
+    pos += 14
+    o.unknown_tags = None
+    return o, pos
+def _decode_ExpireDelegationTokenResponse_v2(buf, pos, end):
+    o = _C197.__new__(_C197)
+    if pos + 14 > end: _short()
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
+    pos += 14
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v1(buf, pos, end):
+    o = _C199.__new__(_C199)
+    o.principal_type, pos = _str_k(buf, pos, end)
+    o.principal_name, pos = _str_k(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeDelegationTokenRequest_v1(buf, pos, end):
+    o = _C198.__new__(_C198)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.owners, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v1, n, 4)
+    elif n == 0:
+        o.owners = []
+    else:
+        o.owners = _null(n, True)
+    o.unknown_tags = None
+    return o, pos
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateDelegationTokenRequest_CreatableRenewers_v1, False, True)
+def _encode_DescribeDelegationTokenRequest_v1(o, out, chunks):
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array_nullable(o.owners, out, chunks)
+def _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v2(buf, pos, end):
+    o = _C199.__new__(_C199)
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeDelegationTokenRequest_v2(buf, pos, end):
+    o = _C198.__new__(_C198)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.owners, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v2, n, 3)
+    elif n == 0:
+        o.owners = []
+    else:
+        o.owners = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_CreateDelegationTokenRequest_CreatableRenewers_v2, True, True)
+def _encode_DescribeDelegationTokenRequest_v2(o, out, chunks):
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array_nullable(o.owners, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v1(buf, pos, end):
+    o = _C202.__new__(_C202)
+    o.principal_type, pos = _str_k(buf, pos, end)
+    o.principal_name, pos = _str_k(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(buf, pos, end):
+    o = _C201.__new__(_C201)
+    o.principal_type, pos = _str_k(buf, pos, end)
+    o.principal_name, pos = _str_k(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_k(buf, pos, end)
+    o.hmac, pos = _bytes_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v1, n, 4)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeDelegationTokenResponse_v1(buf, pos, end):
+    o = _C200.__new__(_C200)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.tokens, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1, n, 38)
+    elif n == 0:
+        o.tokens = []
+    else:
+        o.tokens = _null(n, False)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(o, out, chunks):
+    _put_str_k(o.principal_type, out, chunks)
+    _put_str_k(o.principal_name, out, chunks)
+    if o.token_requester_principal_type != '': _absent('DescribedDelegationToken', 'token_requester_principal_type', 1)
+    if o.token_requester_principal_name != '': _absent('DescribedDelegationToken', 'token_requester_principal_name', 1)
+    out += _S46.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _put_str_k(o.token_id, out, chunks)
+    _put_bytes_k(o.hmac, out, chunks)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array(o.renewers, out, chunks)
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1, False, False)
+def _encode_DescribeDelegationTokenResponse_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1_array(o.tokens, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf, pos, end):
+    o = _C202.__new__(_C202)
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf, pos, end):
+    o = _C201.__new__(_C201)
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2, n, 3)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeDelegationTokenResponse_v2(buf, pos, end):
+    o = _C200.__new__(_C200)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.tokens, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2, n, 30)
+    elif n == 0:
+        o.tokens = []
+    else:
+        o.tokens = _null(n, False)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(o, out, chunks):
+    _put_str_c(o.principal_type, out, chunks)
+    _put_str_c(o.principal_name, out, chunks)
+    if o.token_requester_principal_type != '': _absent('DescribedDelegationToken', 'token_requester_principal_type', 2)
+    if o.token_requester_principal_name != '': _absent('DescribedDelegationToken', 'token_requester_principal_name', 2)
+    out += _S46.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _put_str_c(o.token_id, out, chunks)
+    _put_bytes_c(o.hmac, out, chunks)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array(o.renewers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2, True, False)
+def _encode_DescribeDelegationTokenResponse_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2_array(o.tokens, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos, end):
+    o = _C201.__new__(_C201)
+    o.principal_type, pos = _str_c(buf, pos, end)
+    o.principal_name, pos = _str_c(buf, pos, end)
+    o.token_requester_principal_type, pos = _str_c(buf, pos, end)
+    o.token_requester_principal_name, pos = _str_c(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S46.unpack_from(buf, pos)
+    pos += 24
+    o.token_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.hmac, pos = _take_bytes(buf, pos, end, n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.renewers, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2, n, 3)
+    elif n == 0:
+        o.renewers = []
+    else:
+        o.renewers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeDelegationTokenResponse_v3(buf, pos, end):
+    o = _C200.__new__(_C200)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.tokens, pos = _array_n(buf, pos, end, _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3, n, 32)
+    elif n == 0:
+        o.tokens = []
+    else:
+        o.tokens = _null(n, False)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(o, out, chunks):
+    _put_str_c(o.principal_type, out, chunks)
+    _put_str_c(o.principal_name, out, chunks)
+    _put_str_c(o.token_requester_principal_type, out, chunks)
+    _put_str_c(o.token_requester_principal_name, out, chunks)
+    out += _S46.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _put_str_c(o.token_id, out, chunks)
+    _put_bytes_c(o.hmac, out, chunks)
+    _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array(o.renewers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3, True, False)
+def _encode_DescribeDelegationTokenResponse_v3(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3_array(o.tokens, out, chunks)
+    out += _S2.pack(o.throttle_time_ms)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C203.__new__(_C203)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16556,7 +17360,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C192.__new__(_C192)
+    o = _C204.__new__(_C204)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16570,7 +17374,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C203.__new__(_C203)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16599,7 +17403,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C203.__new__(_C203)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16631,7 +17435,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C203.__new__(_C203)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16664,7 +17468,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C194.__new__(_C194)
+    o = _C206.__new__(_C206)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16678,7 +17482,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C193.__new__(_C193)
+    o = _C205.__new__(_C205)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -16851,6 +17655,22 @@ UnregisterBrokerRequest._DECODERS = {0: _decode_UnregisterBrokerRequest_v0}
 UnregisterBrokerRequest._ENCODERS = {0: _encode_UnregisterBrokerRequest_v0}
 UnregisterBrokerResponse._DECODERS = {0: _decode_UnregisterBrokerResponse_v0}
 UnregisterBrokerResponse._ENCODERS = {0: _encode_UnregisterBrokerResponse_v0}
+CreateDelegationTokenRequest._DECODERS = {1: _decode_CreateDelegationTokenRequest_v1, 2: _decode_CreateDelegationTokenRequest_v2, 3: _decode_CreateDelegationTokenRequest_v3}
+CreateDelegationTokenRequest._ENCODERS = {1: _encode_CreateDelegationTokenRequest_v1, 2: _encode_CreateDelegationTokenRequest_v2, 3: _encode_CreateDelegationTokenRequest_v3}
+CreateDelegationTokenResponse._DECODERS = {1: _decode_CreateDelegationTokenResponse_v1, 2: _decode_CreateDelegationTokenResponse_v2, 3: _decode_CreateDelegationTokenResponse_v3}
+CreateDelegationTokenResponse._ENCODERS = {1: _encode_CreateDelegationTokenResponse_v1, 2: _encode_CreateDelegationTokenResponse_v2, 3: _encode_CreateDelegationTokenResponse_v3}
+RenewDelegationTokenRequest._DECODERS = {1: _decode_RenewDelegationTokenRequest_v1, 2: _decode_RenewDelegationTokenRequest_v2}
+RenewDelegationTokenRequest._ENCODERS = {1: _encode_RenewDelegationTokenRequest_v1, 2: _encode_RenewDelegationTokenRequest_v2}
+RenewDelegationTokenResponse._DECODERS = {1: _decode_RenewDelegationTokenResponse_v1, 2: _decode_RenewDelegationTokenResponse_v2}
+RenewDelegationTokenResponse._ENCODERS = {1: _encode_RenewDelegationTokenResponse_v1, 2: _encode_RenewDelegationTokenResponse_v2}
+ExpireDelegationTokenRequest._DECODERS = {1: _decode_ExpireDelegationTokenRequest_v1, 2: _decode_ExpireDelegationTokenRequest_v2}
+ExpireDelegationTokenRequest._ENCODERS = {1: _encode_ExpireDelegationTokenRequest_v1, 2: _encode_ExpireDelegationTokenRequest_v2}
+ExpireDelegationTokenResponse._DECODERS = {1: _decode_ExpireDelegationTokenResponse_v1, 2: _decode_ExpireDelegationTokenResponse_v2}
+ExpireDelegationTokenResponse._ENCODERS = {1: _encode_RenewDelegationTokenResponse_v1, 2: _encode_RenewDelegationTokenResponse_v2}
+DescribeDelegationTokenRequest._DECODERS = {1: _decode_DescribeDelegationTokenRequest_v1, 2: _decode_DescribeDelegationTokenRequest_v2, 3: _decode_DescribeDelegationTokenRequest_v2}
+DescribeDelegationTokenRequest._ENCODERS = {1: _encode_DescribeDelegationTokenRequest_v1, 2: _encode_DescribeDelegationTokenRequest_v2, 3: _encode_DescribeDelegationTokenRequest_v2}
+DescribeDelegationTokenResponse._DECODERS = {1: _decode_DescribeDelegationTokenResponse_v1, 2: _decode_DescribeDelegationTokenResponse_v2, 3: _decode_DescribeDelegationTokenResponse_v3}
+DescribeDelegationTokenResponse._ENCODERS = {1: _encode_DescribeDelegationTokenResponse_v1, 2: _encode_DescribeDelegationTokenResponse_v2, 3: _encode_DescribeDelegationTokenResponse_v3}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -16887,6 +17707,10 @@ APIS = {
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
+    38: (CreateDelegationTokenRequest, CreateDelegationTokenResponse),
+    39: (RenewDelegationTokenRequest, RenewDelegationTokenResponse),
+    40: (ExpireDelegationTokenRequest, ExpireDelegationTokenResponse),
+    41: (DescribeDelegationTokenRequest, DescribeDelegationTokenResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     43: (ElectLeadersRequest, ElectLeadersResponse),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
@@ -16897,4 +17721,4 @@ APIS = {
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
