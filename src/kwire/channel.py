@@ -38,6 +38,20 @@ long: requests sent meanwhile wait, in order, and go out once the time is
 up (:meth:`Channel.check_timeouts`). This is the one place kwire honours
 quotas: every client (producer, consumer, admin, group, transactions)
 sends through it.
+
+SASL re-authentication (KIP-368): when the broker's SaslAuthenticate
+response names a session lifetime (its ``connections.max.reauth.ms``, or a
+token's expiry), the channel authenticates again on the same connection at
+a random point between 80% and 90% of it (:data:`REAUTH_WINDOW`), on the
+first turn or send past that point. Meanwhile requests in flight stay in
+flight (the broker answers them first: it reads one request at a time) and
+new ones wait, as during setup, with their timeouts running; the mechanism
+is a fresh one from the client's :class:`kwire.sasl.Authenticator` (a
+refreshed token, a new Kerberos service ticket). A broker reads a request
+that comes after the session's end, a SaslHandshake too, as a reason to
+close the connection, so a channel whose session ran out while it was idle
+(no turn came) is closed quietly before anything is sent on it: its
+requests fail as for any lost connection and are retried.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import random
 import struct
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -55,7 +70,7 @@ from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey
 from kwire.protocol.versions import apiversions_retry_version
-from kwire.sasl import SaslAuthenticationError, mechanism_for
+from kwire.sasl import Authenticator, Mechanism, SaslAuthenticationError
 
 __all__ = ["Channel", "ConnectionLostError", "RequestTimedOutError", "response_limit", "CLIENT_THROTTLES_FROM",
            "READ_CHUNK", "FRAME_GROWTH", "RECEIVE_MESSAGE_MAX_BYTES", "FETCH_FRAMING", "FETCH_FRAMING_PER_PARTITION",
@@ -71,6 +86,7 @@ RECEIVE_MESSAGE_MAX_BYTES = 100_000_000     # librdkafka's receive.message.max.b
 FETCH_FRAMING = 64 * 1024                   # a Fetch response's room for headers, ...
 FETCH_FRAMING_PER_PARTITION = 1024          # ... and per partition asked for (offsets, aborted transactions)
 OFFLOAD_MIN_BYTES = 256 * 1024              # an offloadable response this large is decoded off the I/O thread
+REAUTH_WINDOW = (0.80, 0.90)                # KIP-368: re-authenticate between these fractions of a session
 
 
 class ConnectionLostError(KwireError):
@@ -167,7 +183,8 @@ class Channel:
     def __init__(self, node_id: int, host: str, port: int, cfg: Dict[str, Any], *,
                  on_ready: Callable[[], None], on_output: Callable[[], None],
                  on_fail: Callable[[BaseException], None],
-                 offload: Optional[Callable[[Callable[[], Any], Future], None]] = None) -> None:
+                 offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
+                 auth: Optional[Authenticator] = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -193,6 +210,12 @@ class Channel:
         self._frame_size = 0                             # its declared size
         self._frame_got = 0
         self.throttled_until = 0.0                       # KIP-219: nothing is sent before this (monotonic)
+        self._auth = auth                                # SASL's credentials (None: no SASL)
+        self._mech: Optional[Mechanism] = None
+        self._sasl_pending = False                       # waiting for the authenticator's credentials
+        self.reauth_at: Optional[float] = None           # KIP-368: when to authenticate again (monotonic)
+        self.session_end: Optional[float] = None         # when the broker's session ends
+        self.reauthentications = 0
 
     # ------------------------------------------------------------- state
     def in_flight_count(self) -> int:
@@ -234,6 +257,11 @@ class Channel:
         if self.state == "closed":
             fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
             return fut
+        if self.state == "ready" and self.reauth_at is not None:
+            self._maybe_reauthenticate(time.monotonic())
+            if self.state == "closed":
+                fut.set_exception(self.error or ConnectionLostError(f"connection to node {self.node_id} is closed"))
+                return fut
         if self.state == "ready" and self._waiting:
             self._release(time.monotonic())
         if self.state != "ready" or self._waiting or self.throttled_until > time.monotonic():
@@ -356,20 +384,29 @@ class Channel:
             return
         self.broker_ranges = ranges
         self.versions = protocol.negotiate(ranges)
-        if self.cfg.get("security_protocol", "PLAINTEXT") in ("SASL_PLAINTEXT", "SASL_SSL"):
-            self._sasl_start()
+        if self._auth is not None:
+            self._sasl_begin()
         else:
             self._become_ready()
 
-    def _sasl_start(self) -> None:
-        mech_name = self.cfg.get("sasl_mechanism", "PLAIN")
+    # ---------------------------------------------------------- SASL
+    def _sasl_begin(self) -> None:
+        """Authenticate (again, when ``state`` is ``reauth``): a fresh
+        mechanism from the authenticator, or, while its credentials are not
+        there yet, wait (each turn tries again; the authenticator wakes the
+        client when they come)."""
+        assert self._auth is not None
         try:
-            self._mech = mechanism_for(mech_name, self.cfg.get("sasl_plain_username"), self.cfg.get("sasl_plain_password"))
+            mech = self._auth.mechanism(self.host)
         except SaslAuthenticationError as e:
             self._fail(e)
             return
+        self._sasl_pending = mech is None
+        if mech is None:
+            return
+        self._mech = mech
         fut: Future = Future()
-        self._send_now(protocol.message("SaslHandshakeRequest")(mechanism=mech_name),
+        self._send_now(protocol.message("SaslHandshakeRequest")(mechanism=mech.name),
                        min(1, self.versions.get(ApiKey.SASL_HANDSHAKE, 1)), fut, True)
         fut.add_done_callback(self._on_sasl_handshake)
 
@@ -377,12 +414,18 @@ class Channel:
         if fut.failed():
             return
         resp = fut.value
+        assert self._mech is not None
         if resp.error_code:
             offered = ", ".join(resp.mechanisms or []) or "none"
             self._fail(SaslAuthenticationError(
                 f"node {self.node_id} does not offer SASL mechanism {self._mech.name} (it offers: {offered})"))
             return
-        self._sasl_send(self._mech.first())
+        try:
+            first = self._mech.first()
+        except SaslAuthenticationError as e:
+            self._fail(e)
+            return
+        self._sasl_send(first)
 
     def _sasl_send(self, token: bytes) -> None:
         fut: Future = Future()
@@ -394,19 +437,58 @@ class Channel:
         if fut.failed():
             return
         resp = fut.value
+        mech = self._mech
+        assert mech is not None
         if resp.error_code:
             msg = resp.error_message or "authentication failed"
-            self._fail(SaslAuthenticationError(f"node {self.node_id} refused SASL {self._mech.name}: {msg}"))
+            detail = mech.refusal()
+            again = " on re-authentication (KIP-368)" if self.state == "reauth" else ""
+            self._fail(SaslAuthenticationError(
+                f"node {self.node_id} refused SASL {mech.name}{again}: {msg}{f' ({detail})' if detail else ''}"))
             return
         try:
-            nxt = self._mech.step(bytes(resp.auth_bytes or b""))
+            nxt = mech.step(bytes(resp.auth_bytes or b""))
         except SaslAuthenticationError as e:
             self._fail(e)
             return
-        if nxt is None:
-            self._become_ready()
-        else:
+        if nxt is not None:
             self._sasl_send(nxt)
+        else:
+            self._authenticated(getattr(resp, "session_lifetime_ms", 0) or 0)
+
+    def _authenticated(self, lifetime_ms: int) -> None:
+        """SASL is done: note when the broker's session ends (KIP-368) and
+        when to authenticate again, then go on."""
+        now = time.monotonic()
+        self._mech = None
+        again = self.state == "reauth"
+        if lifetime_ms > 0:
+            self.session_end = now + lifetime_ms / 1000.0
+            self.reauth_at = now + lifetime_ms / 1000.0 * random.uniform(*REAUTH_WINDOW)
+        else:
+            self.session_end = self.reauth_at = None
+        if not again:
+            self._become_ready()
+            return
+        self.reauthentications += 1
+        log.debug("node %s: re-authenticated (session of %d ms)", self.node_id, lifetime_ms)
+        self.state = "ready"
+        self._release(now)
+
+    def _maybe_reauthenticate(self, now: float) -> None:
+        """Authenticate again once the session is far enough along (see the
+        module doc); a session that already ended closes the connection."""
+        if self.reauth_at is None or now < self.reauth_at:
+            return
+        if self.session_end is not None and now >= self.session_end:
+            self.reauth_at = None
+            self._fail(ConnectionLostError(
+                f"node {self.node_id}: the SASL session ended before it was renewed (idle through its "
+                "re-authentication); reconnecting"))
+            return
+        self.reauth_at = None
+        self.state = "reauth"
+        self._sasl_begin()
 
     def _become_ready(self) -> None:
         self.state = "ready"
@@ -523,6 +605,10 @@ class Channel:
                 return RequestTimedOutError(
                     f"request {protocol.api_name(inf.api_key)} v{inf.version} to node {self.node_id} got no "
                     f"response within {inf.timeout:.1f} s")
+        if self._sasl_pending:
+            self._sasl_begin()        # the credentials may be there now
+        elif self.state == "ready" and self.reauth_at is not None:
+            self._maybe_reauthenticate(now)
         if self._waiting:
             self._release(now)        # a throttle (KIP-219) that is over
         if self._waiting and self.state == "ready":

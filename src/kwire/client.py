@@ -49,6 +49,7 @@ from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
 from kwire.protocol.api_keys import ApiKey
+from kwire.sasl import authenticator
 
 __all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Offload", "Steps", "StepsOf", "run_blocking"]
 
@@ -436,6 +437,7 @@ class Client:
         proto = cfg.get("security_protocol", "PLAINTEXT")
         # before anything that holds a resource: a store or certificate refused leaves nothing open
         self._ssl = ssl_context_from_config(cfg) if proto in ("SSL", "SASL_SSL") else None
+        self._auth = authenticator(cfg)           # SASL's credentials: refused at once when incomplete
         self.auto_create_topics = bool(cfg.get("allow_auto_create_topics", False) if auto_create_topics is None
                                        else auto_create_topics)
         self.cluster = ClusterMetadata()
@@ -466,6 +468,8 @@ class Client:
         self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
         self._logged: Dict[int, Set[str]] = {}        # the failures said per node since it last connected
         self._init_io()
+        if self._auth is not None:
+            self._auth.start(self.wakeup, getattr(self, "_loop", None))
 
     def _init_io(self) -> None:
         """The driver's own state: a selector and the socket pair that wakes it."""
@@ -506,7 +510,8 @@ class Client:
     def _new_connection(self, node_id: int, broker: Broker) -> Connection:
         """A connection to ``broker``, not started (the driver's kind)."""
         return Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
-                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)))
+                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)),
+                          auth=self._auth)
 
     def is_ready(self, node_id: int) -> bool:
         conn = self._conns.get(node_id)
@@ -1134,6 +1139,8 @@ class Client:
             worker = self._worker
         for conn in list(self._conns.values()):
             conn.close(ConnectionLostError("client closed"), quiet=True)
+        if self._auth is not None:
+            self._auth.close()
         jobs += [fut for fut, _, _ in self._finished]
         self._finished.clear()
         for fut in jobs:

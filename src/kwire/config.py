@@ -35,8 +35,13 @@ __all__ = [
     "ssl_option_name",
 ]
 
+#: Options whose values are never shown (errors, logs, :func:`redact`): passwords,
+#: secrets, keys, and the paths of keytabs and private keys.
 SECRET_OPTIONS = frozenset({"sasl_plain_password", "ssl_password", "ssl_truststore_password",
-                            "ssl_keystore_password"})
+                            "ssl_keystore_password", "sasl_oauthbearer_client_secret",
+                            "sasl_oauthbearer_assertion_private_key_passphrase",
+                            "sasl_oauthbearer_assertion_private_key_pem", "sasl_oauthbearer_assertion_private_key_file",
+                            "sasl_oauthbearer_assertion_file", "sasl_oauthbearer_config", "sasl_kerberos_keytab"})
 
 
 class ConfigError(KwireError, ValueError):
@@ -137,6 +142,42 @@ def _any(v: Any) -> Any:
     return v
 
 
+def _float(lo: float, hi: float) -> Callable[[Any], float]:
+    def conv(v: Any) -> float:
+        if isinstance(v, bool):
+            raise ValueError("expected a number")
+        x = float(v.strip()) if isinstance(v, str) else float(v)
+        if not lo <= x <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return x
+
+    return conv
+
+
+def _callable(v: Any) -> Any:
+    """A callable, or an object with a ``token()`` method (kafka-python's and
+    aiokafka's token providers); None for none."""
+    if v is None or callable(v) or callable(getattr(v, "token", None)):
+        return v
+    raise ValueError("expected a callable, or an object with a token() method")
+
+
+def _extensions(v: Any) -> Optional[Dict[str, str]]:
+    """SASL extensions (KIP-342): a mapping, or librdkafka's
+    ``key=value,key=value``."""
+    if v is None or v == "":
+        return None
+    if isinstance(v, Mapping):
+        return {str(k): str(x) for k, x in v.items()}
+    out = {}
+    for part in str(v).split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or not key:
+            raise ValueError("expected key=value[,key=value...]")
+        out[key.strip()] = value.strip()
+    return out
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its default (already converted) and its converter."""
@@ -183,9 +224,6 @@ COMMON: Dict[str, Option] = {
                                     "is ssl_password)"),
     "ssl_check_hostname": Option(True, _bool, "verify the broker's name against its certificate"),
     "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
-    "sasl_mechanism": Option("PLAIN", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", upper=True)),
-    "sasl_plain_username": Option(None, _opt_str, "SASL user name"),
-    "sasl_plain_password": Option(None, _opt_str, "SASL password (never logged)"),
     "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
     "socket_receive_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
     "connections_max_idle_ms": Option(540000, _int(-1),
@@ -193,6 +231,80 @@ COMMON: Dict[str, Option] = {
     "receive_message_max_bytes": Option(100_000_000, _int(1000, 2**31 - 1),
                                         "largest response accepted (a Fetch may be up to its max_bytes)"),
 }
+
+#: SASL (:mod:`kwire.sasl`): Kafka's names, and librdkafka's where Kafka's
+#: come from a JAAS file (``sasl.oauthbearer.*``, ``sasl.kerberos.*``).
+SASL: Dict[str, Option] = {
+    "sasl_mechanism": Option("PLAIN", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI",
+                                              upper=True)),
+    "sasl_plain_username": Option(None, _opt_str, "SASL user name (PLAIN, SCRAM; a delegation token's id)"),
+    "sasl_plain_password": Option(None, _opt_str, "SASL password (never logged; a delegation token's HMAC, base64)"),
+    "sasl_scram_tokenauth": Option(False, _bool, "SCRAM with a delegation token (Kafka's JAAS tokenauth=true): "
+                                   "the user name is the token's id, the password the base64 of its HMAC"),
+    # OAUTHBEARER (kwire.sasl.oauth)
+    "sasl_oauthbearer_method": Option("default", _choice("default", "oidc", "aws_msk_iam"),
+                                      "where OAUTHBEARER tokens come from: default (oauth_cb, or an unsecured JWT "
+                                      "with enable_sasl_oauthbearer_unsecure_jwt), oidc (a token endpoint), "
+                                      "aws_msk_iam (AWS's signer, kwire[aws])"),
+    "oauth_cb": Option(None, _callable, "OAUTHBEARER's token callback: returns (token, expiry in epoch seconds"
+                       "[, principal[, extensions]]), a JWT whose exp says its expiry, or kwire.sasl.oauth.OAuthToken; "
+                       "a coroutine function for kwire.aio; an object with token() as kafka-python's"),
+    "sasl_oauthbearer_config": Option(None, _opt_str, "passed to oauth_cb when it takes an argument; for unsecured "
+                                      "JWTs, librdkafka's 'principal=... scope=... lifeSeconds=... extension_K=V'"),
+    "enable_sasl_oauthbearer_unsecure_jwt": Option(False, _bool, "development only: make unsigned JWTs "
+                                                   "(Kafka's unsecuredLoginStringClaim_sub)"),
+    "sasl_oauthbearer_token_endpoint_url": Option(None, _opt_str, "OIDC: the token endpoint"),
+    "sasl_oauthbearer_client_id": Option(None, _opt_str, "OIDC: the client id"),
+    "sasl_oauthbearer_client_secret": Option(None, _opt_str, "OIDC: the client secret (never logged)"),
+    "sasl_oauthbearer_scope": Option(None, _opt_str, "OIDC: the scope asked for"),
+    "sasl_oauthbearer_extensions": Option(None, _extensions, "SASL extensions sent with the token (KIP-342): "
+                                          "key=value[,key=value] or a mapping"),
+    "sasl_oauthbearer_grant_type": Option("client_credentials",
+                                          _choice("client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                                          "OIDC grant: client_credentials (KIP-768) or the JWT bearer grant (KIP-1139)"),
+    "sasl_oauthbearer_assertion_file": Option(None, _opt_str, "OIDC: a ready JWT assertion, read at each fetch"),
+    "sasl_oauthbearer_assertion_private_key_file": Option(None, _opt_str, "OIDC: the PEM private key that signs "
+                                                          "the assertion kwire makes (never logged)"),
+    "sasl_oauthbearer_assertion_private_key_pem": Option(None, _opt_str, "OIDC: that key, inline"),
+    "sasl_oauthbearer_assertion_private_key_passphrase": Option(None, _opt_str, "OIDC: the key's passphrase"),
+    "sasl_oauthbearer_assertion_algorithm": Option("RS256", _choice("RS256", "ES256", upper=True)),
+    "sasl_oauthbearer_assertion_claim_iss": Option(None, _opt_str, "the assertion's issuer (default: client id)"),
+    "sasl_oauthbearer_assertion_claim_sub": Option(None, _opt_str, "the assertion's subject (default: client id)"),
+    "sasl_oauthbearer_assertion_claim_aud": Option(None, _opt_str, "the assertion's audience (default: the "
+                                                   "token endpoint)"),
+    "sasl_oauthbearer_assertion_claim_exp_seconds": Option(300, _int(1), "the assertion's lifetime"),
+    "sasl_oauthbearer_assertion_claim_nbf_seconds": Option(60, _int(0), "the assertion's not-before, back from now"),
+    "sasl_oauthbearer_assertion_claim_jti_include": Option(True, _bool, "a unique jti in each assertion"),
+    "sasl_oauthbearer_aws_region": Option(None, _opt_str, "aws_msk_iam: the cluster's AWS region"),
+    "sasl_oauthbearer_aws_profile": Option(None, _opt_str, "aws_msk_iam: a named AWS profile"),
+    "sasl_oauthbearer_aws_role_arn": Option(None, _opt_str, "aws_msk_iam: a role to assume"),
+    "sasl_oauthbearer_aws_role_session_name": Option("kwire", _str, "aws_msk_iam: the assumed role's session name"),
+    "https_ca_location": Option(None, _opt_str, "CA bundle that verifies the token endpoint (default: the system's)"),
+    "sasl_login_connect_timeout_ms": Option(10000, _int(1), "token endpoint: connect timeout"),
+    "sasl_login_read_timeout_ms": Option(10000, _int(1), "token endpoint: read timeout"),
+    "sasl_login_refresh_window_factor": Option(0.8, _float(0.5, 1.0), "refresh a token at this fraction of its "
+                                               "lifetime"),
+    "sasl_login_refresh_window_jitter": Option(0.05, _float(0.0, 0.25), "plus up to this fraction, at random"),
+    "sasl_login_refresh_min_period_seconds": Option(60, _int(0, 900), "refresh no sooner than this after the last "
+                                                    "(when the token's lifetime leaves room for it)"),
+    "sasl_login_refresh_buffer_seconds": Option(300, _int(0, 3600), "refresh at least this long before expiry "
+                                                "(when the token's lifetime leaves room for it)"),
+    "sasl_login_retry_backoff_ms": Option(100, _int(1), "first wait after a failed token fetch"),
+    "sasl_login_retry_backoff_max_ms": Option(10000, _int(1), "longest wait (it doubles up to this)"),
+    # GSSAPI (kwire.sasl.kerberos)
+    "sasl_kerberos_service_name": Option("kafka", _str, "the brokers' Kerberos service (their principal's first part)"),
+    "sasl_kerberos_principal": Option(None, _opt_str, "the client's principal (default: the keytab's or the "
+                                      "ticket cache's)"),
+    "sasl_kerberos_keytab": Option(None, _opt_str, "the client's keytab (never logged); without it, the ticket cache"),
+    "sasl_kerberos_ccache": Option(None, _opt_str, "the ticket cache to use (default: KRB5CCNAME's, the system's)"),
+    "sasl_kerberos_kinit_cmd": Option("kinit -R", _str, "renews a ticket cache's TGT (not used with a keytab, "
+                                      "whose tickets GSSAPI gets anew itself)"),
+    "sasl_kerberos_min_time_before_relogin": Option(60000, _int(0), "ms between two renewals at least; 0: never"),
+    "sasl_kerberos_domain_name": Option(None, _opt_str, "the host name in the brokers' principal (default: each "
+                                        "broker's host)"),
+}
+
+COMMON.update(SASL)
 
 PRODUCER: Dict[str, Option] = {
     **COMMON,
@@ -263,6 +375,7 @@ ALIASES = {
     "ssl_certificate_location": "ssl_certfile",
     "ssl_key_location": "ssl_keyfile",
     "ssl_key_password": "ssl_password",
+    "sasl_oauth_token_provider": "oauth_cb",          # kafka-python's and aiokafka's token provider
 }
 
 

@@ -40,6 +40,7 @@ from kwire.channel import (CLIENT_THROTTLES_FROM, FETCH_FRAMING, FETCH_FRAMING_P
                            RequestTimedOutError, response_limit)
 from kwire.errors import KwireError, without_traceback
 from kwire.future import Future
+from kwire.sasl import Authenticator
 
 __all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "canonical_bootstrap", "resolve", "response_limit",
            "ssl_context_from_config", "CLIENT_THROTTLES_FROM", "FETCH_FRAMING", "FETCH_FRAMING_PER_PARTITION",
@@ -153,6 +154,7 @@ class Connection:
         on_state: Optional[Callable[["Connection"], None]] = None,
         offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
         prefer: Optional[Tuple[Any, ...]] = None,
+        auth: Optional[Authenticator] = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -171,7 +173,7 @@ class Connection:
         self._on_state = on_state
         self._setup_deadline = 0.0
         self.channel = Channel(node_id, host, port, cfg, on_ready=self._channel_ready, on_output=self.flush,
-                               on_fail=self.close, offload=offload)
+                               on_fail=self.close, offload=offload, auth=auth)
         self.last_activity = time.monotonic()
 
     # ------------------------------------------------------------- public

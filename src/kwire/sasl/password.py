@@ -1,12 +1,8 @@
-"""Client side of the SASL mechanisms kwire speaks: PLAIN (RFC 4616) and
-SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677).
-
-A mechanism is a small state machine: :meth:`first` gives the first message
-to send; :meth:`step` takes each server message and gives the next client
-message, or ``None`` once the exchange is complete. It raises
-:class:`SaslAuthenticationError` when the server's answer cannot be right
-(a bad nonce, a server signature that does not verify). Passwords live only
-inside the mechanism object and never appear in its repr or in errors.
+"""The password mechanisms: PLAIN (RFC 4616) and SCRAM-SHA-256 /
+SCRAM-SHA-512 (RFC 5802, RFC 7677), with SCRAM's ``tokenauth`` extension for
+Kafka's delegation tokens (KIP-48: the token's id as the user name, the
+base64 of its HMAC as the password). Passwords live only inside the
+mechanism objects and never appear in a repr or an error.
 """
 
 from __future__ import annotations
@@ -19,13 +15,9 @@ import stringprep
 import unicodedata
 from typing import Optional
 
-from kwire.errors import KwireError
+from kwire.sasl.base import Authenticator, Mechanism, SaslAuthenticationError
 
-__all__ = ["SaslAuthenticationError", "Mechanism", "Plain", "Scram", "mechanism_for", "saslprep"]
-
-
-class SaslAuthenticationError(KwireError):
-    """The broker refused our credentials, or its SASL answers did not verify."""
+__all__ = ["Plain", "Scram", "PasswordAuthenticator", "mechanism_for", "saslprep"]
 
 
 def saslprep(text: str) -> str:
@@ -55,19 +47,6 @@ def saslprep(text: str) -> str:
     return s
 
 
-class Mechanism:
-    name = ""
-
-    def first(self) -> bytes:
-        raise NotImplementedError
-
-    def step(self, server: bytes) -> Optional[bytes]:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
-
-
 class Plain(Mechanism):
     """PLAIN: one message, authzid empty, then the broker's verdict."""
 
@@ -84,9 +63,12 @@ class Plain(Mechanism):
 
 
 class Scram(Mechanism):
-    """SCRAM-SHA-256 or SCRAM-SHA-512, without channel binding."""
+    """SCRAM-SHA-256 or SCRAM-SHA-512, without channel binding; with
+    ``tokenauth``, the client-first message carries Kafka's
+    ``tokenauth=true`` extension (a delegation token)."""
 
-    def __init__(self, name: str, username: str, password: str, nonce: Optional[str] = None) -> None:
+    def __init__(self, name: str, username: str, password: str, nonce: Optional[str] = None,
+                 tokenauth: bool = False) -> None:
         if name not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             raise ValueError(f"unknown SCRAM mechanism {name!r}")
         self.name = name
@@ -96,10 +78,11 @@ class Scram(Mechanism):
         self._password = saslprep(password).encode("utf-8")
         self._nonce = nonce or base64.b64encode(os.urandom(24)).decode("ascii")
         self._first_bare = f"n={user},r={self._nonce}"
+        self._extensions = ",tokenauth=true" if tokenauth else ""
         self._server_signature: Optional[bytes] = None
 
     def first(self) -> bytes:
-        return ("n,," + self._first_bare).encode("utf-8")
+        return ("n,," + self._first_bare + self._extensions).encode("utf-8")
 
     def _hmac(self, key: bytes, msg: bytes) -> bytes:
         return hmac.new(key, msg, self._hash).digest()
@@ -131,7 +114,7 @@ class Scram(Mechanism):
         client_key = self._hmac(salted, b"Client Key")
         stored_key = self._hash(client_key).digest()
         final_bare = f"c=biws,r={nonce}"
-        auth_message = f"{self._first_bare},{server_first.decode('utf-8')},{final_bare}".encode("utf-8")
+        auth_message = f"{self._first_bare}{self._extensions},{server_first.decode('utf-8')},{final_bare}".encode("utf-8")
         signature = self._hmac(stored_key, auth_message)
         proof = bytes(a ^ b for a, b in zip(client_key, signature))
         self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
@@ -151,10 +134,25 @@ def _attributes(msg: bytes, name: str) -> dict:
     return out
 
 
-def mechanism_for(name: str, username: Optional[str], password: Optional[str]) -> Mechanism:
-    """The client mechanism ``name`` for these credentials."""
+def mechanism_for(name: str, username: Optional[str], password: Optional[str],
+                  tokenauth: bool = False) -> Mechanism:
+    """The client mechanism ``name`` (PLAIN, SCRAM-SHA-256 or -512) for these credentials."""
     if username is None or password is None:
         raise SaslAuthenticationError(f"SASL {name} needs sasl_plain_username and sasl_plain_password")
     if name == "PLAIN":
+        if tokenauth:
+            raise SaslAuthenticationError("a delegation token (sasl_scram_tokenauth) needs SCRAM-SHA-256 or -512")
         return Plain(username, password)
-    return Scram(name, username, password)
+    return Scram(name, username, password, tokenauth=tokenauth)
+
+
+class PasswordAuthenticator(Authenticator):
+    """PLAIN or SCRAM with a user name and password (or a delegation token)."""
+
+    def __init__(self, name: str, username: Optional[str], password: Optional[str], tokenauth: bool = False) -> None:
+        self.name = name
+        self._args = (name, username, password, tokenauth)
+        mechanism_for(*self._args)      # refuse missing credentials before anything connects
+
+    def mechanism(self, host: str) -> Mechanism:
+        return mechanism_for(*self._args)
