@@ -69,7 +69,7 @@ _LAZY: Dict[str, str] = {
     **dict.fromkeys(("Consumer", "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError"),
                     "kwire.consumer"),
     **dict.fromkeys(("Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-                     "GroupDescription", "MemberDescription"), "kwire.admin"),
+                     "GroupDescription", "MemberDescription", "DelegationToken"), "kwire.admin"),
     **dict.fromkeys(("TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
                      "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST"), "kwire.types"),
     "AclBinding": "kwire.acl",
@@ -87,8 +87,8 @@ _LAZY: Dict[str, str] = {
 
 if TYPE_CHECKING:
     from kwire.acl import AclBinding
-    from kwire.admin import (Admin, ClusterDescription, ConfigEntry, GroupDescription, GroupListing,
-                             MemberDescription, NewTopic, TopicDescription)
+    from kwire.admin import (Admin, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription,
+                             GroupListing, MemberDescription, NewTopic, TopicDescription)
     from kwire.assignors import CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor
     from kwire.client import NoBrokersAvailableError
     from kwire.commit import CommitFailedError
@@ -154,8 +154,8 @@ __all__ = [
     "Producer", "RecordFuture", "BufferFullError", "RecordTooLargeError", "Consumer",
     "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError", "Admin", "NewTopic",
     "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing", "GroupDescription",
-    "MemberDescription", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
-    "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
+    "MemberDescription", "DelegationToken", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata",
+    "ConsumerGroupMetadata", "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
     "CommitFailedError", "RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor", "Future",
     "KafkaTimeoutError", "TransactionAbortedError", "TransactionStateError", "ProducerClosedError",
     "InvalidPartitionError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",

@@ -1,6 +1,7 @@
 """Cluster administration: topics and partitions, cluster and topic
 descriptions, offsets, configs, record deletion, ACLs
-(:class:`kwire.acl.AclBinding`) and client quotas.
+(:class:`kwire.acl.AclBinding`), client quotas and delegation tokens
+(:class:`DelegationToken`).
 
 Every call is blocking and raises the broker's error (a
 :class:`kwire.errors.KafkaError` subclass naming the topic) when one topic of
@@ -10,11 +11,12 @@ raise only after all were answered.
 
 from __future__ import annotations
 
+import base64
 import collections
 import functools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, ParamSpec, Sequence, Tuple, TypeVar
 
 from kwire import protocol
@@ -33,7 +35,7 @@ from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-           "GroupDescription", "MemberDescription", "AclBinding"]
+           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken"]
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -106,6 +108,46 @@ class GroupDescription:
     members: Tuple[MemberDescription, ...]
     group_type: str = "classic"                # "consumer": a KIP-848 group (ConsumerGroupDescribe)
     epoch: int = -1                            # a KIP-848 group's epoch
+
+
+@dataclass(frozen=True)
+class DelegationToken:
+    """A delegation token (KIP-48), as :meth:`Admin.create_delegation_token`
+    and :meth:`Admin.describe_delegation_tokens` return it. Principals are
+    ``"User:alice"`` strings; timestamps are ms since the epoch.
+
+    ``hmac`` is the token's secret: a client authenticates with SCRAM
+    (``sasl_scram_tokenauth``), ``token_id`` as the user name and
+    :attr:`password` (the base64 of ``hmac``) as the password. Neither
+    appears in the token's ``repr`` or ``str``."""
+
+    token_id: str
+    hmac: bytes = field(repr=False)
+    owner: str
+    requester: Optional[str]                    # who asked for it (Kafka 3.3+ brokers say; else None)
+    renewers: Tuple[str, ...]
+    issue_timestamp_ms: int
+    expiry_timestamp_ms: int
+    max_timestamp_ms: int
+
+    @property
+    def password(self) -> str:
+        """The SCRAM password of the token: its HMAC in base64 (Kafka's
+        ``hmacAsBase64String``). A secret."""
+        return base64.b64encode(self.hmac).decode("ascii")
+
+
+def principal_parts(principal: str) -> Tuple[str, str]:
+    """("User", "alice") of ``"User:alice"``; a principal without its type is refused."""
+    kind, sep, name = principal.partition(":")
+    if not sep or not kind or not name:
+        raise ValueError(f"a principal is 'Type:name' (e.g. 'User:alice'), not {principal!r}")
+    return kind, name
+
+
+def _principal(kind: str, name: str) -> Optional[str]:
+    """The ``"Type:name"`` string of a response's principal; None when the broker sent none."""
+    return f"{kind}:{name}" if kind else None
 
 
 def group_description(g: Any) -> GroupDescription:
@@ -730,3 +772,89 @@ class Admin:
             raise protocol.error_for(resp.error_code, api="DescribeClientQuotas", message=resp.error_message)
         return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
                 {v.key: v.value for v in entry.values} for entry in resp.entries or []}
+
+    # -------------------------------------------------- delegation tokens
+    # Sent to any broker (as Kafka's admin client does; KRaft brokers forward
+    # them to the controller). A broker refuses them over an unauthenticated
+    # (PLAINTEXT, one-way TLS) or token-authenticated connection
+    # (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED), and without
+    # delegation.token.secret.key (DELEGATION_TOKEN_AUTH_DISABLED).
+    def _token_request(self, make: Callable[[Dict[int, int]], Any], api: str,
+                       timeout: Optional[float]) -> StepsOf[Any]:
+        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
+        if resp.error_code:
+            raise protocol.error_for(resp.error_code, api=api)
+        return resp
+
+    @waits
+    def create_delegation_token(self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
+                                owner: Optional[str] = None,
+                                timeout: Optional[float] = None) -> StepsOf[DelegationToken]:
+        """A new delegation token for ``owner`` (default: the principal this
+        client authenticated as; naming another needs CreateTokens on it, and
+        a Kafka 3.3+ broker), renewable by ``renewers`` ("User:bob", ...) as
+        well as its owner; ``max_lifetime_ms`` -1 is the broker's
+        ``delegation.token.max.lifetime.ms``. Its expiry is the broker's
+        ``delegation.token.expiry.time.ms`` from now, until renewed. The
+        brokers learn of it from the metadata log a moment later (about 0.1
+        s): until then it neither authenticates nor is renewed or expired."""
+        cls = protocol.message("CreateDelegationTokenRequest")
+        renewing = [principal_parts(r) for r in renewers]
+        owner_type, owner_name = principal_parts(owner) if owner is not None else (None, None)
+
+        def make(versions: Dict[int, int]) -> Any:
+            if owner is not None and versions.get(ApiKey.CREATE_DELEGATION_TOKEN, 0) < 3:
+                raise UnsupportedVersionError("the broker's CreateDelegationToken cannot name the owner (v3+, Kafka 3.3)")
+            return cls(owner_principal_type=owner_type, owner_principal_name=owner_name,
+                       renewers=[cls.CreatableRenewers(principal_type=t, principal_name=n) for t, n in renewing],
+                       max_lifetime_ms=max_lifetime_ms)
+
+        resp = yield from self._token_request(make, "CreateDelegationToken", timeout)
+        return DelegationToken(resp.token_id, bytes(resp.hmac), f"{resp.principal_type}:{resp.principal_name}",
+                               _principal(resp.token_requester_principal_type, resp.token_requester_principal_name),
+                               tuple(f"{t}:{n}" for t, n in renewing), resp.issue_timestamp_ms,
+                               resp.expiry_timestamp_ms, resp.max_timestamp_ms)
+
+    @waits
+    def renew_delegation_token(self, hmac: bytes, renew_period_ms: int = -1,
+                               timeout: Optional[float] = None) -> StepsOf[int]:
+        """Extend the expiry of the token whose HMAC is ``hmac`` to
+        ``renew_period_ms`` from now (-1: the broker's
+        ``delegation.token.expiry.time.ms``), never past its maximum
+        lifetime; only its owner and renewers may. Returns the new expiry
+        timestamp (ms)."""
+        cls = protocol.message("RenewDelegationTokenRequest")
+        resp = yield from self._token_request(lambda v: cls(hmac=bytes(hmac), renew_period_ms=renew_period_ms),
+                                              "RenewDelegationToken", timeout)
+        return resp.expiry_timestamp_ms
+
+    @waits
+    def expire_delegation_token(self, hmac: bytes, expiry_period_ms: int = -1,
+                                timeout: Optional[float] = None) -> StepsOf[int]:
+        """Make the token whose HMAC is ``hmac`` expire ``expiry_period_ms``
+        from now (-1, the default: at once, and the broker forgets it);
+        only its owner and renewers may. Returns its expiry timestamp (ms)."""
+        cls = protocol.message("ExpireDelegationTokenRequest")
+        resp = yield from self._token_request(
+            lambda v: cls(hmac=bytes(hmac), expiry_time_period_ms=expiry_period_ms), "ExpireDelegationToken", timeout)
+        return resp.expiry_timestamp_ms
+
+    @waits
+    def describe_delegation_tokens(self, owners: Optional[Iterable[str]] = None,
+                                   timeout: Optional[float] = None) -> StepsOf[List[DelegationToken]]:
+        """The tokens owned by ``owners`` ("User:alice", ...; None: every
+        owner) that this client may see (its own, those it may renew, and
+        those it has Describe on), oldest first."""
+        cls = protocol.message("DescribeDelegationTokenRequest")
+        wanted = None if owners is None else [principal_parts(o) for o in owners]
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(owners=None if wanted is None else
+                       [cls.DescribeDelegationTokenOwner(principal_type=t, principal_name=n) for t, n in wanted])
+
+        resp = yield from self._token_request(make, "DescribeDelegationToken", timeout)
+        tokens = [DelegationToken(t.token_id, bytes(t.hmac), f"{t.principal_type}:{t.principal_name}",
+                                  _principal(t.token_requester_principal_type, t.token_requester_principal_name),
+                                  tuple(f"{r.principal_type}:{r.principal_name}" for r in t.renewers),
+                                  t.issue_timestamp, t.expiry_timestamp, t.max_timestamp) for t in resp.tokens]
+        return sorted(tokens, key=lambda t: (t.issue_timestamp_ms, t.token_id))

