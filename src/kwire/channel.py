@@ -51,7 +51,12 @@ refreshed token, a new Kerberos service ticket). A broker reads a request
 that comes after the session's end, a SaslHandshake too, as a reason to
 close the connection, so a channel whose session ran out while it was idle
 (no turn came) is closed quietly before anything is sent on it: its
-requests fail as for any lost connection and are retried.
+requests fail as for any lost connection and are retried. A credential
+that expires (a token: OAUTHBEARER, a SCRAM delegation token) always gives
+a session that ends with it; a broker that names no lifetime for one holds
+it expired (Kafka completes such an exchange, then closes the connection at
+the first request), so the handshake fails with a
+:class:`~kwire.sasl.SaslAuthenticationError` saying so.
 """
 
 from __future__ import annotations
@@ -453,8 +458,15 @@ class Channel:
             return
         if nxt is not None:
             self._sasl_send(nxt)
-        else:
-            self._authenticated(getattr(resp, "session_lifetime_ms", 0) or 0)
+            return
+        lifetime = getattr(resp, "session_lifetime_ms", 0) or 0
+        if mech.expiring and lifetime == 0 and self.versions.get(ApiKey.SASL_AUTHENTICATE, 0) >= 1:
+            # a credential with an expiry (a token) gives a session that ends with it; none left: expired
+            self._fail(SaslAuthenticationError(
+                f"node {self.node_id} accepted SASL {mech.name} but ended the session at once: the broker holds "
+                f"the {mech.credential} expired"))
+            return
+        self._authenticated(lifetime)
 
     def _authenticated(self, lifetime_ms: int) -> None:
         """SASL is done: note when the broker's session ends (KIP-368) and

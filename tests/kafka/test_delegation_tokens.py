@@ -140,10 +140,6 @@ def test_the_brokers_refusals(kw, kafka, caplog):
     assert made.password not in caplog.text and made.hmac.hex() not in caplog.text
 
 
-@pytest.mark.xfail(strict=True, reason="kwire.channel (being rewritten): Kafka completes SCRAM with an expired "
-                   "token, giving the session no lifetime (session_lifetime_ms 0, where a live token's session "
-                   "lasts until the token expires), then closes the connection at the first request: kwire "
-                   "retries and raises ConnectionLostError instead of refusing the expired token")
 def test_an_expired_token_is_refused_at_authentication(kw, kafka, caplog):
     caplog.set_level(logging.DEBUG)
     made = _token(kafka)

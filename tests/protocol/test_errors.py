@@ -164,3 +164,15 @@ def test_v07_no_error_unknown_codes_and_pickling():
     for e in (err, odd("detail")):
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is type(e) and str(back) == str(e)
+
+
+def test_error_for_names_the_acl_or_quota_entity():
+    """Admin's ACL and quota calls locate a refusal by what it was about
+    (``acl=``, ``entity=``), as other calls do by topic and partition."""
+    from kwire import protocol
+    from kwire.errors import ClusterAuthorizationFailedError
+
+    e = protocol.error_for(31, api="CreateAcls", message="denied", acl="topic orders for User:bob")
+    assert isinstance(e, ClusterAuthorizationFailedError) and e.context == {"acl": "topic orders for User:bob"}
+    assert "CreateAcls" in str(e) and "User:bob" in str(e)
+    assert "'user': 'bob'" in str(protocol.error_for(31, api="AlterClientQuotas", entity={"user": "bob"}))

@@ -142,9 +142,10 @@ def no_common_version(api_key: int, broker_range: Optional[Tuple[int, int]]) -> 
 
 
 def error_for(code: int, api: Optional[str] = None, *, topic: Optional[str] = None,
-              partition: Optional[int] = None, message: Optional[str] = None) -> BaseException:
-    """The exception for a Kafka error code, located (API, topic, partition)
-    and carrying the broker's own message when it sent one."""
+              partition: Optional[int] = None, message: Optional[str] = None, **context: Any) -> BaseException:
+    """The exception for a Kafka error code, located (API, topic, partition,
+    and ``context``: the ACL or quota entity a request was about) and
+    carrying the broker's own message when it sent one."""
     from kwire.errors import error_for_code
 
-    return error_for_code(code)(message, api=api, topic=topic, partition=partition)
+    return error_for_code(code)(message, api=api, topic=topic, partition=partition, **context)

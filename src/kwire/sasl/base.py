@@ -36,6 +36,10 @@ class Mechanism:
     """One SASL exchange (see the module doc)."""
 
     name = ""
+    #: Whether the credential expires (a token): the broker then names a
+    #: session lifetime (KIP-368), and a lifetime of 0 means it expired.
+    expiring = False
+    credential = "credential"     # what it is, in errors
 
     def first(self) -> bytes:
         raise NotImplementedError

@@ -79,6 +79,8 @@ class Scram(Mechanism):
         self._nonce = nonce or base64.b64encode(os.urandom(24)).decode("ascii")
         self._first_bare = f"n={user},r={self._nonce}"
         self._extensions = ",tokenauth=true" if tokenauth else ""
+        self.expiring = tokenauth
+        self.credential = "delegation token"
         self._server_signature: Optional[bytes] = None
 
     def first(self) -> bytes:

@@ -144,6 +144,11 @@ class TokenAuthenticator(Authenticator):
         return None if at is None else max(0.0, at - time.monotonic())
 
     def _succeeded(self, token: OAuthToken) -> None:
+        left = token.lifetime_left()
+        if left <= 0:          # refused here: it would be fetched again at once, and again
+            self._failed(SaslAuthenticationError(f"OAUTHBEARER: {self.what} gave a token that expired "
+                                                 f"{-left:.0f} s ago"))
+            return
         delay = refresh_delay(token, self._cfg)
         with self._lock:
             self._token, self._error = token, None

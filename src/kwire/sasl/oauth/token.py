@@ -104,6 +104,8 @@ class OAuthBearer(Mechanism):
     """The OAUTHBEARER exchange with one token (see the module doc)."""
 
     name = "OAUTHBEARER"
+    expiring = True
+    credential = "token"
 
     def __init__(self, token: OAuthToken) -> None:
         self._token = token
