@@ -213,6 +213,9 @@ class Producer(SendingProducer):
         batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
         if not encoded:
             batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
+        # the sender may be waiting out a turn that knew of no open batch (up to 0.1 s): it is to wait this
+        # batch's linger_ms instead (Java's producer wakes its sender on a new batch too)
+        self._client.wakeup()
         return batch
 
     def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
