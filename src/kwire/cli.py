@@ -3,8 +3,15 @@ offsets, groups, delegation-token and broker (a local Tansu broker for
 development).
 
 Output for pipes goes to stdout; progress and diagnostics to stderr.
-Options with Kafka's dotted names can be given with ``-X name=value``
-(repeatable), as kcat does.
+Client options with Kafka's dotted names (or kwire's) can be given with
+``-X name=value`` (repeatable), as kcat does, and in a Java properties file
+with ``--command-config FILE``, as Kafka's tools take one (``-X`` wins;
+``-b`` wins over the file's ``bootstrap.servers``). Kafka's Java login
+options (``sasl.jaas.config`` with its callback handler and retriever
+classes) are turned into kwire's by :mod:`kwire.login`; a token callback is
+named ``oauth.cb=module:function`` (imported from the ``PYTHONPATH``). Every
+client subcommand's ``--help`` sums up the security options
+(:data:`SECURITY_HELP`).
 """
 
 from __future__ import annotations
@@ -18,17 +25,51 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, TextIO
 
-__all__ = ["add_commands", "run"]
+__all__ = ["add_commands", "run", "SECURITY_HELP"]
+
+#: The end of each client subcommand's ``--help``.
+SECURITY_HELP = """\
+client options: -X NAME=VALUE (repeatable) or --command-config FILE (a Java
+properties file, as Kafka's tools take; it keeps secrets out of the process
+list), with kwire's or Kafka's names, e.g.
+  security.protocol=SASL_SSL  sasl.mechanism=SCRAM-SHA-512  ssl.truststore.location=FILE
+  PLAIN, SCRAM      sasl.plain.username, sasl.plain.password; sasl.scram.tokenauth=true
+                    (a delegation token)
+  OAUTHBEARER       sasl.oauthbearer.method=oidc, sasl.oauthbearer.token.endpoint.url,
+                    .client.id, .client.secret, .scope, .extensions; aws_msk_iam with
+                    sasl.oauthbearer.aws.region (pip install 'kwire[aws]');
+                    enable.sasl.oauthbearer.unsecure.jwt=true with
+                    sasl.oauthbearer.config='principal=alice' (development);
+                    oauth.cb=MODULE:FUNCTION, a token callback on the PYTHONPATH
+  GSSAPI            sasl.kerberos.keytab, .principal, .service.name, .ccache
+                    (pip install 'kwire[kerberos]')
+  sasl.jaas.config  Kafka's login modules as Java clients take them: PlainLoginModule,
+                    ScramLoginModule, OAuthBearerLoginModule (with
+                    sasl.login.callback.handler.class), AWS's IAMLoginModule,
+                    Krb5LoginModule
+"""
+
+
+def _dotted(name: str) -> str:
+    return name.strip().lower().replace("_", ".").replace("-", ".")
 
 
 def _config(args: argparse.Namespace) -> Dict[str, Any]:
-    cfg: Dict[str, Any] = {"bootstrap.servers": args.bootstrap_servers}
+    """The client options: ``--command-config``'s, ``-b``, ``-X``'s, with
+    Kafka's Java login options turned into kwire's."""
+    from kwire.jaas import read_properties
+    from kwire.login import translate_login
+
+    given = read_properties(args.command_config) if getattr(args, "command_config", None) else {}
+    cfg: Dict[str, Any] = {_dotted(k): v for k, v in given.items()}
+    if args.bootstrap_servers or "bootstrap.servers" not in cfg:
+        cfg["bootstrap.servers"] = args.bootstrap_servers or os.environ.get("KWIRE_BOOTSTRAP", "127.0.0.1:9092")
     for item in args.X or []:
         name, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"kwire: -X {item!r}: expected name=value")
-        cfg[name] = value
-    return cfg
+        cfg[_dotted(name)] = value
+    return translate_login(cfg)
 
 
 class Progress:
@@ -380,9 +421,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-b", "--bootstrap-servers", default=os.environ.get("KWIRE_BOOTSTRAP", "127.0.0.1:9092"),
-                       help="host:port[,host:port] (default $KWIRE_BOOTSTRAP or 127.0.0.1:9092)")
-        p.add_argument("-X", action="append", metavar="NAME=VALUE", help="any client option, Kafka's dotted names")
+        p.add_argument("-b", "--bootstrap-servers",
+                       help="host:port[,host:port] (default: --command-config's, $KWIRE_BOOTSTRAP or 127.0.0.1:9092)")
+        p.add_argument("-X", action="append", metavar="NAME=VALUE", help="any client option, Kafka's dotted names "
+                                                                         "(security: below)")
+        p.add_argument("--command-config", metavar="FILE", help="client options in a Java properties file")
+        p.epilog = SECURITY_HELP
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
 
     p = sub.add_parser("produce", help="send lines of stdin as records")
     common(p)

@@ -79,3 +79,70 @@ def test_a_dev_broker_dies_with_the_process_that_started_it(tmp_path):
         time.sleep(0.05)
     os.kill(pid, 9)
     pytest.fail(f"broker {pid} outlived its parent")
+
+
+def test_security_options_from_command_config_and_x(tmp_path, capsys, monkeypatch):
+    """No broker: the client options a subcommand makes (an Admin that
+    records them). A properties file as Kafka's tools take it, -X over it,
+    -b over its bootstrap.servers; Java login options turned into kwire's,
+    a token callback named as module:function; errors in one line, without
+    the secret; --help sums up the security options."""
+    made = []
+
+    class RecordingAdmin:
+        def __init__(self, config):
+            made.append(config)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def list_topics(self, include_internal=False):
+            return []
+
+    monkeypatch.setattr("kwire.admin.Admin", RecordingAdmin)
+    (tmp_path / "kwire_cli_tokens.py").write_text("def token():\n    return ('a.b.c', 4102444800.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    props = tmp_path / "client.properties"
+    props.write_text("bootstrap.servers=from-file:9092\nsecurity.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \\\n"
+                     '    clientId="cli" clientSecret="cl1-s3cret" extension_logicalCluster="lkc-1";\n'
+                     "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+                     "OAuthBearerLoginCallbackHandler\n"
+                     "sasl.oauthbearer.token.endpoint.url=https://idp.example/token\n")
+    cmd = ["topics", "list", "--command-config", str(props)]
+    assert _run(cmd + ["-X", "sasl.oauthbearer.scope=kafka"], capsys=capsys, monkeypatch=monkeypatch)[0] == 0
+    assert made[-1] == {"bootstrap.servers": "from-file:9092", "security.protocol": "SASL_SSL",
+                        "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                        "sasl.oauthbearer.grant.type": "client_credentials",
+                        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+                        "sasl.oauthbearer.client.id": "cli", "sasl.oauthbearer.client.secret": "cl1-s3cret",
+                        "sasl.oauthbearer.scope": "kafka", "sasl.oauthbearer.extensions": {"logicalCluster": "lkc-1"}}
+    assert _run(cmd + ["-b", "cli:9092"], capsys=capsys, monkeypatch=monkeypatch)[0] == 0
+    assert made[-1]["bootstrap.servers"] == "cli:9092"
+    # kwire's names with -X alone, and a token callback
+    rc, _, _ = _run(["topics", "list", "-b", "h:1", "-X", "security_protocol=SASL_PLAINTEXT", "-X",
+                     "sasl.mechanism=OAUTHBEARER", "-X", "oauth.cb=kwire_cli_tokens:token", "-X",
+                     "sasl.oauthbearer.extensions=a=b,c=d"], capsys=capsys, monkeypatch=monkeypatch)
+    import kwire_cli_tokens
+
+    assert rc == 0 and made[-1]["oauth.cb"] is kwire_cli_tokens.token
+    assert made[-1]["sasl.oauthbearer.extensions"] == "a=b,c=d"
+    krb5 = ('sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true '
+            'keyTab="/etc/secret/etl.keytab" principal="etl@EXAMPLE.COM";')
+    assert _run(["topics", "list", "-X", krb5], capsys=capsys, monkeypatch=monkeypatch)[0] == 0
+    assert (made[-1]["sasl.mechanism"], made[-1]["sasl.kerberos.keytab"]) == ("GSSAPI", "/etc/secret/etl.keytab")
+    # refusals: one line, exit status 1, the option named, no secret
+    rc, _, err = _run(cmd + ["-X", "sasl.login.callback.handler.class=com.example.Handler"], capsys=capsys,
+                      monkeypatch=monkeypatch)
+    assert rc == 1 and err.startswith("kwire: sasl.login.callback.handler.class=com.example.Handler is not "
+                                      "supported by kwire") and "cl1-s3cret" not in err and err.count("\n") == 1
+    rc, _, err = _run(["topics", "list", "-X", krb5.replace("useKeyTab=true ", "")], capsys=capsys,
+                      monkeypatch=monkeypatch)
+    assert rc == 1 and "keyTab is read only with useKeyTab=true" in err and "etl.keytab" not in err
+    with pytest.raises(SystemExit):
+        main(["produce", "--help"])
+    out = capsys.readouterr().out
+    assert "--command-config FILE" in out and "oauth.cb=MODULE:FUNCTION" in out and "Krb5LoginModule" in out
