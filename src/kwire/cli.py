@@ -8,7 +8,7 @@ Client options with Kafka's dotted names (or kwire's) can be given with
 with ``--command-config FILE``, as Kafka's tools take one (``-X`` wins;
 ``-b`` wins over the file's ``bootstrap.servers``). Kafka's Java login
 options (``sasl.jaas.config`` with its callback handler and retriever
-classes) are turned into kwire's by :mod:`kwire.login`; a token callback is
+classes) are turned into kwire's by :mod:`kwire.sasl.login`; a token callback is
 named ``oauth.cb=module:function`` (imported from the ``PYTHONPATH``). Every
 client subcommand's ``--help`` sums up the security options
 (:data:`SECURITY_HELP`).
@@ -57,8 +57,8 @@ def _dotted(name: str) -> str:
 def _config(args: argparse.Namespace) -> Dict[str, Any]:
     """The client options: ``--command-config``'s, ``-b``, ``-X``'s, with
     Kafka's Java login options turned into kwire's."""
-    from kwire.jaas import read_properties
-    from kwire.login import translate_login
+    from kwire.sasl.jaas import read_properties
+    from kwire.sasl.login import translate_login
 
     given = read_properties(args.command_config) if getattr(args, "command_config", None) else {}
     cfg: Dict[str, Any] = {_dotted(k): v for k, v in given.items()}

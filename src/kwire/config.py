@@ -12,6 +12,7 @@ name is an error that suggests the closest known one.
 from __future__ import annotations
 
 import difflib
+import importlib
 import ssl
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
@@ -154,12 +155,34 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
     return conv
 
 
+def named_callback(spec: str, option: str) -> Any:
+    """The object ``module:attribute[.attribute...]`` names: a token
+    callback (or provider) imported in this process; errors name ``option``."""
+    module, sep, attr = str(spec).strip().partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"{option}: expected module:function (e.g. mypackage.tokens:get_token), got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as e:
+        raise ConfigError(f"{option}: cannot import {module} ({type(e).__name__}: {e}); every process that makes a "
+                          "client needs it (Spark: ship it with --py-files)") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{option}: {module} has no {attr}")
+        obj = getattr(obj, part)
+    if not callable(obj) and not callable(getattr(obj, "token", None)):
+        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
+    return obj
+
+
 def _callable(v: Any) -> Any:
     """A callable, or an object with a ``token()`` method (kafka-python's and
-    aiokafka's token providers); None for none."""
+    aiokafka's token providers), or ``"module:function"`` naming one; None for none."""
+    if isinstance(v, str):
+        return named_callback(v, "oauth_cb")
     if v is None or callable(v) or callable(getattr(v, "token", None)):
         return v
-    raise ValueError("expected a callable, or an object with a token() method")
+    raise ValueError("expected a callable, an object with a token() method, or module:function")
 
 
 def _extensions(v: Any) -> Optional[Dict[str, str]]:

@@ -1,5 +1,5 @@
-"""Kafka's Java login options as kwire's (kwire.login) and their syntax
-(kwire.jaas: sasl.jaas.config, properties files): each login module's
+"""Kafka's Java login options as kwire's (kwire.sasl.login) and their syntax
+(kwire.sasl.jaas: sasl.jaas.config, properties files): each login module's
 mapping, the refusals, and that no secret or keytab path shows in an
 error. No server: the translated options are checked by kwire's option
 table and, where no extra is needed, by the authenticator they make."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from kwire.config import CONSUMER, ConfigError, resolve
-from kwire.jaas import parse_jaas, read_properties
-from kwire.login import (IAM_MODULE, IAM_OAUTH_HANDLER, KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS, PLAIN_MODULE,
+from kwire.sasl.jaas import parse_jaas, read_properties
+from kwire.sasl.login import (IAM_MODULE, IAM_OAUTH_HANDLER, KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS, PLAIN_MODULE,
                          SCRAM_MODULE, aws_region, translate_login)
 
 OIDC = OIDC_HANDLERS[0]
@@ -232,7 +232,7 @@ MSK = "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9098,b-2.orders.abc123
 def test_aws_msk_iam_both_ways_the_library_documents(monkeypatch):
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
-    monkeypatch.setattr("kwire.login._botocore_region", lambda params: None)    # no profile's region either
+    monkeypatch.setattr("kwire.sasl.login._botocore_region", lambda params: None)    # no profile's region either
     out = login(f'{IAM_MODULE} required awsProfileName="msk_client";', sasl_mechanism="AWS_MSK_IAM",
                 bootstrap_servers=MSK,
                 sasl_client_callback_handler_class="software.amazon.msk.auth.iam.IAMClientCallbackHandler")

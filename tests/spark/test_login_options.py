@@ -14,7 +14,7 @@ import pickle
 import pytest
 
 from kwire.config import CONSUMER, PRODUCER, resolve
-from kwire.login import IAM_MODULE, IAM_OAUTH_HANDLER, KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS
+from kwire.sasl.login import IAM_MODULE, IAM_OAUTH_HANDLER, KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS
 from kwire.spark.errors import SparkOptionError
 from kwire.spark.options import parse_sink_options, parse_source_options
 

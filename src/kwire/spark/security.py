@@ -6,7 +6,7 @@ options that go with it, and the TLS key and trust stores
 (the driver, each executor's Python worker), from the options as given:
 nothing but those strings is shipped.
 
-SASL: translated by :mod:`kwire.login` (its module doc has the table):
+SASL: translated by :mod:`kwire.sasl.login` (its module doc has the table):
 the Plain and SCRAM modules (with SCRAM's ``tokenauth="true"``, delegation
 tokens), ``OAuthBearerLoginModule`` (OIDC with Kafka's callback handler and
 KIP-1139's retrievers, unsecured JWTs, AWS MSK IAM's callback handler),
@@ -48,8 +48,8 @@ import os
 from typing import Any, Dict, Mapping, Optional
 
 from kwire.config import PEM_OPTION_NAMES, ConfigError, canonical_name
-from kwire.jaas import JaasEntry, parse_jaas
-from kwire.login import LOGIN_KEYS, translate_login
+from kwire.sasl.jaas import JaasEntry, parse_jaas
+from kwire.sasl.login import LOGIN_KEYS, translate_login
 from kwire.spark.errors import SparkOptionError
 from kwire.stores import STORE_OPTIONS, pem_files
 
@@ -64,7 +64,7 @@ SECURITY_KEYS = LOGIN_KEYS | frozenset({
 
 # ------------------------------------------------------------------ SASL
 def _sasl(params: Dict[str, Any]) -> Dict[str, Any]:
-    """The Java login options as kwire's (:func:`kwire.login.translate_login`),
+    """The Java login options as kwire's (:func:`kwire.sasl.login.translate_login`),
     a keytab found in this process."""
     given_keytab = "sasl.kerberos.keytab" in params
     try:

@@ -3,7 +3,10 @@ SigV4-presigned ``kafka-cluster:Connect`` request made by AWS's own signer
 package, ``aws-msk-iam-sasl-signer-python`` (``pip install 'kwire[aws]'``),
 with the credentials boto's default chain finds, a named profile
 (``sasl_oauthbearer_aws_profile``) or an assumed role
-(``sasl_oauthbearer_aws_role_arn``), for ``sasl_oauthbearer_aws_region``.
+(``sasl_oauthbearer_aws_role_arn``), for the cluster's region: as AWS's
+Java library finds it, ``sasl_oauthbearer_aws_region``, else the region in
+the brokers' host names, else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, else
+the profile's (:func:`kwire.sasl.login.aws_region`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ class MskIamToken:
             raise ConfigError("sasl_oauthbearer_method=aws_msk_iam needs AWS's signer: "
                               "pip install 'kwire[aws]'") from None
         self._provider = MSKAuthTokenProvider
-        self.region = cfg.get("sasl_oauthbearer_aws_region")
+        from kwire.sasl.login import aws_region
+
+        self.region = aws_region({"sasl.oauthbearer.aws.region": cfg.get("sasl_oauthbearer_aws_region"),
+                                  "sasl.oauthbearer.aws.profile": cfg.get("sasl_oauthbearer_aws_profile"),
+                                  "bootstrap.servers": [h for h, _ in cfg.get("bootstrap_servers") or ()]})
         if not self.region:
-            raise ConfigError("sasl_oauthbearer_method=aws_msk_iam needs sasl_oauthbearer_aws_region "
-                              "(the cluster's region, e.g. us-east-1)")
+            raise ConfigError("sasl_oauthbearer_method=aws_msk_iam needs the cluster's region: "
+                              "sasl_oauthbearer_aws_region (e.g. us-east-1), bootstrap servers named "
+                              "...kafka.<region>.amazonaws.com, or AWS_REGION")
         self._profile = cfg.get("sasl_oauthbearer_aws_profile")
         self._role = cfg.get("sasl_oauthbearer_aws_role_arn")
         self._session = cfg.get("sasl_oauthbearer_aws_role_session_name") or "kwire"

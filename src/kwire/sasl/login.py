@@ -4,7 +4,7 @@ Kafka's tools write them, turned into kwire's (:mod:`kwire.sasl`): used by
 and sink, and by the ``kwire`` command (``--command-config``, ``-X``).
 
 :func:`translate_login` takes the options with Kafka's dotted names (lower
-case) and replaces ``sasl.jaas.config`` (:func:`kwire.jaas.parse_jaas`) and
+case) and replaces ``sasl.jaas.config`` (:func:`kwire.sasl.jaas.parse_jaas`) and
 the Java classes that go with it:
 
 =====================================================  ==============================================
@@ -60,14 +60,13 @@ JAAS entry.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from kwire.config import ConfigError, canonical_name
-from kwire.jaas import JaasEntry, parse_jaas
+from kwire.config import ConfigError, canonical_name, named_callback
+from kwire.sasl.jaas import JaasEntry, parse_jaas
 
 __all__ = ["translate_login", "named_callback", "aws_region", "LOGIN_KEYS", "PLAIN_MODULE", "SCRAM_MODULE",
            "OAUTH_MODULE", "KRB5_MODULE", "IAM_MODULE"]
@@ -395,26 +394,6 @@ _MODULES: Dict[str, Callable[[_Login], None]] = {
 
 
 # ---------------------------------------------------------- the callback
-def named_callback(spec: str, option: str) -> Any:
-    """The object ``module:attribute[.attribute...]`` names: a token
-    callback (or provider) imported in this process; errors name ``option``."""
-    module, sep, attr = str(spec).strip().partition(":")
-    if not sep or not module or not attr:
-        raise ConfigError(f"{option}: expected module:function (e.g. mypackage.tokens:get_token), got {spec!r}")
-    try:
-        obj: Any = importlib.import_module(module)
-    except Exception as e:
-        raise ConfigError(f"{option}: cannot import {module} ({type(e).__name__}: {e}); every process that makes a "
-                          "client needs it (Spark: ship it with --py-files)") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"{option}: {module} has no {attr}")
-        obj = getattr(obj, part)
-    if not callable(obj) and not callable(getattr(obj, "token", None)):
-        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
-    return obj
-
-
 def _callbacks(params: Dict[str, Any], prefix: str) -> None:
     """A token callback named as ``module:function`` (``oauth.cb``), imported."""
     for key, value in list(params.items()):

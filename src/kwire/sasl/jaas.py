@@ -1,7 +1,7 @@
 """The syntax of Kafka's Java client configuration: a ``sasl.jaas.config``
 value (:func:`parse_jaas`) and a properties file such as the one Kafka's
 tools take with ``--command-config`` (:func:`read_properties`). What the
-options mean to kwire is :mod:`kwire.login`'s.
+options mean to kwire is :mod:`kwire.sasl.login`'s.
 
 ``sasl.jaas.config`` holds one JAAS login module entry,
 ``<module class> <flag> key=value ...;``, with the syntax of Kafka's
