@@ -7,8 +7,10 @@ into place; a marker naming the properties and the pom's hash is written
 last, so a half-finished copy is never taken for a finished one, and a
 changed pom is assembled anew. A lock file serialises concurrent runs.
 Without ``mvn`` it raises the caller's error class, naming what is missing.
-Used by :mod:`support.kafka` (the broker) and :mod:`support.spark_connector`
-(Spark's own Kafka connector).
+Used by :mod:`support.kafka` (the broker), :mod:`support.spark_connector`
+(Spark's own Kafka connector) and :mod:`support.keycloak` (which also takes
+:func:`cache_lock`, :func:`finished` and :func:`mark_finished` for its own
+preparation step).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Optional, Type
+from typing import Callable, Dict, Iterator, Optional, Type
 
 ASSEMBLE_TIMEOUT = 900.0  # seconds for Maven's first copy
 LOG_TAIL = 6000           # characters of Maven's output quoted in errors
@@ -50,26 +53,46 @@ def stamp(pom: Path, props: Dict[str, str]) -> str:
     return json.dumps({**props, "pom_sha256": hashlib.sha256(pom.read_bytes()).hexdigest()})
 
 
-def assemble(pom: Path, props: Dict[str, str], home: Path, expect: str, what: str,
-             error: Type[Exception], progress: Progress = None) -> Path:
-    """``home/libs``, the runtime dependencies of ``pom`` (with ``-Dk=v`` for
-    each of ``props``), copied there by Maven unless a finished copy is
-    there already; ``expect`` is a file name that must be among them."""
-    libs, marker = home / "libs", home / "COMPLETE"
-    done_stamp = stamp(pom, props)
-    if marker.is_file() and marker.read_text() == done_stamp and libs.is_dir():
-        return libs
-    tools = require(error, what, "mvn")
+def finished(home: Path, done_stamp: str) -> bool:
+    """Whether ``home`` holds a finished copy: its marker ``COMPLETE`` says ``done_stamp``."""
+    marker = home / "COMPLETE"
+    return marker.is_file() and marker.read_text() == done_stamp
+
+
+@contextmanager
+def cache_lock(home: Path, progress: Progress = None) -> Iterator[None]:
+    """Holds ``home/.lock`` (waiting, and saying so, while another run holds it)."""
     home.mkdir(parents=True, exist_ok=True)
     with open(home / ".lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            say(progress, f"waiting for another run's assembly (lock {home / '.lock'})")
+            say(progress, f"waiting for another run's copy (lock {home / '.lock'})")
             fcntl.flock(lock, fcntl.LOCK_EX)      # released when the file closes
-        if marker.is_file() and marker.read_text() == done_stamp and libs.is_dir():
+        yield
+
+
+def mark_finished(home: Path, done_stamp: str) -> None:
+    """Writes the marker, last: only now is the copy finished."""
+    tmp = home / "COMPLETE.tmp"
+    tmp.write_text(done_stamp)
+    tmp.rename(home / "COMPLETE")
+
+
+def assemble(pom: Path, props: Dict[str, str], home: Path, expect: str, what: str,
+             error: Type[Exception], progress: Progress = None) -> Path:
+    """``home/libs``, the runtime dependencies of ``pom`` (with ``-Dk=v`` for
+    each of ``props``), copied there by Maven unless a finished copy is
+    there already; ``expect`` is a file name that must be among them."""
+    libs = home / "libs"
+    done_stamp = stamp(pom, props)
+    if finished(home, done_stamp) and libs.is_dir():
+        return libs
+    tools = require(error, what, "mvn")
+    with cache_lock(home, progress):
+        if finished(home, done_stamp) and libs.is_dir():
             return libs                            # another run finished it meanwhile
-        marker.unlink(missing_ok=True)
+        (home / "COMPLETE").unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="libs.partial-", dir=home))
         cmd = [tools["mvn"], "-q", "-B", "-f", str(pom), *(f"-D{k}={v}" for k, v in props.items()),
                "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={scratch}"]
@@ -86,8 +109,6 @@ def assemble(pom: Path, props: Dict[str, str], home: Path, expect: str, what: st
             scratch.rename(libs)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        tmp = home / "COMPLETE.tmp"
-        tmp.write_text(done_stamp)
-        tmp.rename(marker)                         # last: only now is the copy finished
+        mark_finished(home, done_stamp)
         say(progress, f"assembled in {time.monotonic() - t0:.1f} s")
     return libs
