@@ -61,12 +61,53 @@ def kafka():
     top-level `kafka` and shadow kafka-python, which other tests import."""
     from support.kafka import start_kafka
 
-    broker = start_kafka(progress=lambda msg: sys.stderr.write(f"[kafka] {msg}\n"))
+    yield from _serve("kafka", start_kafka(progress=_say("kafka")))
+
+
+def _say(name: str):
+    """A progress callback writing ``[name] msg`` to stderr."""
+    return lambda msg: sys.stderr.write(f"[{name}] {msg}\n")
+
+
+def _serve(name: str, server):
+    """A session fixture's body: ``server``, its RSS said and itself stopped at the end."""
     try:
-        yield broker
+        yield server
     finally:
-        sys.stderr.write(f"[kafka] RSS at the end of the session: {broker.rss_bytes() / 2**20:.0f} MiB\n")
-        broker.stop()
+        sys.stderr.write(f"[{name}] RSS at the end of the session: {server.rss_bytes() / 2**20:.0f} MiB\n")
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def keycloak():
+    """Keycloak (realm kwire, its clients and keys; tests/support/keycloak.py), the
+    OIDC provider of the security tests, shared by the session. The first run
+    fetches and builds it (cached in ~/.cache/kwire or $KWIRE_KEYCLOAK_HOME)."""
+    from support.keycloak import start_keycloak
+
+    yield from _serve("keycloak", start_keycloak(progress=_say("keycloak")))
+
+
+@pytest.fixture(scope="session")
+def kdc():
+    """An MIT Kerberos KDC for realm KWIRE.TEST with the broker's and the clients'
+    principals and keytabs (tests/support/kdc.py), shared by the session."""
+    from support.kdc import start_kdc
+
+    server = start_kdc()
+    _say("kdc")(f"MIT krb5kdc (pid {server.pid}) for {server.realm} on {server.host}:{server.port} "
+                f"up in {server.startup_seconds:.2f} s, RSS {server.rss_bytes() / 2**20:.1f} MiB")
+    yield from _serve("kdc", server)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(keycloak, kdc):
+    """Apache Kafka with OAUTHBEARER (Keycloak's JWKS), unsecured-JWT, GSSAPI and SCRAM
+    listeners, each also with re-authentication every 10 s (tests/support/secure_kafka.py),
+    shared by the session."""
+    from support.secure_kafka import start_secure_kafka
+
+    yield from _serve("secure-kafka", start_secure_kafka(keycloak, kdc, progress=_say("secure-kafka")))
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +221,7 @@ XDIST_UNITS = (
     ("tests/cluster/", "cluster"),
     ("tests/installed/", "installed"),
     ("tests/client/test_faults.py", "faults"),
+    ("tests/security/", "security"),
 )
 
 

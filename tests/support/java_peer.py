@@ -12,7 +12,8 @@ its stdin names the mode (``produce``, ``consume``, ``group-member``) with
 Java client properties, keys, values and header values travel as base64.
 :func:`java_produce` and :func:`java_consume` run one batch each;
 :class:`JavaGroupMember` stays in a consumer group until :meth:`~JavaGroupMember.stop`.
-Records come back as :class:`PeerRecord`.
+Records come back as :class:`PeerRecord`. Each takes ``jvm_options`` for its
+JVM (system properties: a ``krb5.conf``, Kafka 4's allowed OAuth URLs).
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ def compile_peer() -> _Peer:
     return _Peer(out, libs, log4j, tools["java"])
 
 
-def _command() -> List[str]:
+def _command(jvm_options: Sequence[str] = ()) -> List[str]:
     peer = compile_peer()
-    return [peer.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    return [peer.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *jvm_options,
             f"-Dlog4j2.configurationFile={peer.log4j}", "-cp", f"{peer.classes}{os.pathsep}{peer.libs}/*",
             "KafkaPeer"]
 
@@ -120,10 +121,11 @@ def _events(stdout: str) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def _run(first: Dict[str, Any], lines: Iterable[Dict[str, Any]], timeout: float) -> List[Dict[str, Any]]:
+def _run(first: Dict[str, Any], lines: Iterable[Dict[str, Any]], timeout: float,
+         jvm_options: Sequence[str] = ()) -> List[Dict[str, Any]]:
     stdin = "".join(json.dumps(x) + "\n" for x in [first, *lines])
     try:
-        done = subprocess.run(_command(), input=stdin, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(_command(jvm_options), input=stdin, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise JavaPeerError(f"the Java peer ({first['mode']}) did not finish within {timeout:g} s; stderr tail:\n"
                             f"{(e.stderr or b'')[-4000:]!r}") from None
@@ -143,11 +145,12 @@ def send_op(topic: str, value: Optional[bytes], key: Optional[bytes] = None, hea
 
 
 def java_produce(config: Dict[str, str], ops: Sequence[Dict[str, Any]],
-                 timeout: float = RUN_TIMEOUT) -> List[Dict[str, Any]]:
+                 timeout: float = RUN_TIMEOUT, *, jvm_options: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Run the Java producer over ``ops`` (:func:`send_op` lines and
     ``{"op": "begin"|"commit"|"abort"|"flush"}``); returns one ``sent``
-    event per send, in order: ``partition``, ``offset``, ``timestamp``, or ``error``."""
-    events = _run({"mode": "produce", "config": config}, ops, timeout)
+    event per send, in order: ``partition``, ``offset``, ``timestamp``, or ``error``.
+    ``jvm_options`` go to its JVM (``-Dname=value`` system properties)."""
+    events = _run({"mode": "produce", "config": config}, ops, timeout, jvm_options)
     sent = [e for e in events if e["event"] == "sent"]
     if not events or events[-1]["event"] != "closed":
         raise JavaPeerError(f"the Java producer did not close: {events[-3:]}")
@@ -157,18 +160,19 @@ def java_produce(config: Dict[str, str], ops: Sequence[Dict[str, Any]],
 
 def java_consume(config: Dict[str, str], *, assign: Optional[Sequence[Tuple[str, int]]] = None,
                  subscribe: Optional[Sequence[str]] = None, max_records: Optional[int] = None,
-                 until_end: bool = False, idle_ms: int = 5000, timeout: float = RUN_TIMEOUT) -> List[PeerRecord]:
+                 until_end: bool = False, idle_ms: int = 5000, timeout: float = RUN_TIMEOUT,
+                 jvm_options: Sequence[str] = ()) -> List[PeerRecord]:
     """Run the Java consumer (from the beginning of ``assign``, or subscribed
     with a group) until ``max_records``, ``until_end`` (every assigned
     partition's end offset at the start) or ``idle_ms`` without records;
-    returns every record it read, in order."""
+    returns every record it read, in order. ``jvm_options`` go to its JVM."""
     first: Dict[str, Any] = {"mode": "consume", "config": config, "max_records": max_records, "idle_ms": idle_ms,
                              "timeout_ms": int(timeout * 1000) - 5000, "until_end": until_end}
     if assign is not None:
         first["assign"] = [list(tp) for tp in assign]
     else:
         first["subscribe"] = list(subscribe or ())
-    events = _run(first, (), timeout)
+    events = _run(first, (), timeout, jvm_options)
     done = [e for e in events if e["event"] == "done"]
     if not done or (until_end and done[0]["reason"] != "end"):
         raise JavaPeerError(f"the Java consumer stopped early: {done}")
@@ -180,7 +184,8 @@ class JavaGroupMember:
     a thread reads its events: ``records`` (every record it returned),
     ``assignment`` (what it owns now) and ``events`` (everything)."""
 
-    def __init__(self, config: Dict[str, str], topics: Sequence[str], name: str = "java") -> None:
+    def __init__(self, config: Dict[str, str], topics: Sequence[str], name: str = "java",
+                 jvm_options: Sequence[str] = ()) -> None:
         self.name = name
         self.events: List[Dict[str, Any]] = []
         self.records: List[PeerRecord] = []
@@ -188,7 +193,7 @@ class JavaGroupMember:
         self._lock = threading.Lock()
         self._queue: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(_command(jvm_options), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, text=True, bufsize=1)
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"mode": "group-member", "config": config, "subscribe": list(topics)}) + "\n")

@@ -53,7 +53,7 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from kwire.devbroker import _tie_to_parent, free_port
 from support.maven import Progress, assemble, require, say, stamp
@@ -131,18 +131,21 @@ def _jaas_plain(users: Dict[str, str]) -> str:
 
 
 def _server_properties(node_dir: Path, ports: Dict[str, int], controller_port: int, pki: Pki,
-                       keystore: str, users: Dict[str, str], overrides: Dict[str, str]) -> Dict[str, str]:
-    names = {name: name.upper() for name in LISTENERS}
-    listeners = [f"{names[n]}://{HOST}:{ports[n]}" for n in LISTENERS] + [f"CONTROLLER://{HOST}:{controller_port}"]
+                       keystore: str, users: Dict[str, str], overrides: Dict[str, str],
+                       kinds: Optional[Dict[str, Tuple[str, str]]] = None) -> Dict[str, str]:
+    """The server properties; ``kinds`` are the listeners (default :data:`LISTENERS`)."""
+    kinds = kinds or LISTENERS
+    names = {name: name.upper() for name in kinds}
+    listeners = [f"{names[n]}://{HOST}:{ports[n]}" for n in kinds] + [f"CONTROLLER://{HOST}:{controller_port}"]
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{HOST}:{controller_port}",
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
-        "advertised.listeners": ",".join(f"{names[n]}://{LISTENERS[n][1]}:{ports[n]}" for n in LISTENERS),
+        "advertised.listeners": ",".join(f"{names[n]}://{kinds[n][1]}:{ports[n]}" for n in kinds),
         "listener.security.protocol.map": ",".join(
-            [f"{names[n]}:{LISTENERS[n][0]}" for n in LISTENERS] + ["CONTROLLER:PLAINTEXT"]),
+            [f"{names[n]}:{kinds[n][0]}" for n in kinds] + ["CONTROLLER:PLAINTEXT"]),
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(node_dir / "data"),
         "num.partitions": "1",
@@ -169,7 +172,7 @@ def _server_properties(node_dir: Path, ports: Dict[str, int], controller_port: i
         "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
         "listener.name.plain_only.sasl.enabled.mechanisms": "PLAIN",
     }
-    for listener in ("sasl_plaintext", "sasl_ssl", "plain_only"):
+    for listener in (n for n in ("sasl_plaintext", "sasl_ssl", "plain_only") if n in kinds):
         props[f"listener.name.{listener}.plain.sasl.jaas.config"] = _jaas_plain(users)
         for mech in SASL_MECHANISMS[1:]:
             props[f"listener.name.{listener}.{mech.lower()}.sasl.jaas.config"] = \
@@ -274,6 +277,7 @@ class KafkaBroker:
     users: Dict[str, str] = field(default_factory=lambda: dict(USERS))
     startup_seconds: float = 0.0
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    listeners: Dict[str, Tuple[str, str]] = field(default_factory=lambda: dict(LISTENERS))
 
     def __post_init__(self) -> None:
         # Runs once: from stop(), when collected, or at interpreter exit (unless detach()ed).
@@ -305,7 +309,7 @@ class KafkaBroker:
                       mechanism: str = "PLAIN", client_cert: bool = True, **extra) -> dict:
         """kwire options (Kafka's names) for ``listener``: CA, client certificate for
         mTLS, SASL credentials (the super user unless ``user`` is given)."""
-        protocol = LISTENERS[listener][0]
+        protocol = self.listeners[listener][0]
         cfg = {"bootstrap.servers": self.addresses[listener], "security.protocol": protocol}
         if "SSL" in protocol:
             cfg["ssl.ca.location"] = self.pki.ca
@@ -360,9 +364,9 @@ class KafkaBroker:
         self.stop()
 
 
-def _java(libs: Path, main: str, args, *, heap: str, log4j: Optional[Path] = None):
+def _java(libs: Path, main: str, args, *, heap: str, log4j: Optional[Path] = None, jvm_options: Sequence[str] = ()):
     cmd = [_require("java")["java"], f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           "-Djava.awt.headless=true"]
+           "-Djava.awt.headless=true", *jvm_options]
     if log4j is not None:
         cmd.append(f"-Dlog4j2.configurationFile={log4j}")
     return cmd + ["-cp", f"{libs}/*", main, *args]
@@ -401,15 +405,17 @@ def _ready(broker: KafkaBroker, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool) -> subprocess.Popen:
+def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool,
+            jvm_options: Sequence[str] = ()) -> subprocess.Popen:
     """Run ``kafka.Kafka`` on the configuration and data of ``workdir`` (its output appended to
-    ``logs/kafka.out``); with ``tie_to_parent`` (Linux) it dies with this process."""
+    ``logs/kafka.out``); with ``tie_to_parent`` (Linux) it dies with this process; ``jvm_options``
+    go to its JVM (system properties)."""
     tie = (functools.partial(_tie_to_parent, os.getpid())
            if tie_to_parent and sys.platform.startswith("linux") else None)
     log4j = workdir / "log4j2.properties"
     with open(workdir / "logs" / "kafka.out", "ab") as out:
         return subprocess.Popen(_java(libs, "kafka.Kafka", [str(workdir / "server.properties")], heap=heap,
-                                      log4j=log4j),
+                                      log4j=log4j, jvm_options=jvm_options),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
                                 start_new_session=True, preexec_fn=tie)
 
@@ -417,13 +423,17 @@ def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool) -> subpro
 def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: float = READY_TIMEOUT,
                 overrides: Optional[Dict[str, str]] = None, tie_to_parent: bool = True,
                 progress: Progress = None, ports: Optional[Dict[str, int]] = None,
-                advertised: Optional[Dict[str, str]] = None) -> KafkaBroker:
+                advertised: Optional[Dict[str, str]] = None, listeners: Optional[Dict[str, Tuple[str, str]]] = None,
+                jvm_options: Sequence[str] = ()) -> KafkaBroker:
     """Assemble (once) and start one KRaft node; see the module doc. ``overrides``
     are extra server properties; with ``tie_to_parent`` (Linux) the broker dies
     with the process that started it. ``ports`` fixes the ports of some
     listeners (by name; the others get free ones); ``advertised`` makes some
     listeners advertise another "host:port" (a proxy in front of the broker):
-    the broker's ``addresses`` are then those."""
+    the broker's ``addresses`` are then those. ``listeners`` replaces :data:`LISTENERS`
+    (name -> (security protocol, advertised host); ``plaintext`` must be among them, the
+    inter-broker listener); ``jvm_options`` go to the broker's JVM."""
+    kinds = listeners or LISTENERS
     libs = ensure_kafka(version, progress)
     _require("java")
     t0 = time.monotonic()
@@ -433,14 +443,14 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
         pki = make_pki(str(workdir), server_names=("localhost",))
         keystore = workdir / "server-keystore.pem"
         keystore.write_bytes(Path(pki.server_key).read_bytes() + Path(pki.server_cert).read_bytes())
-        ports = {name: (ports or {}).get(name) or free_port(HOST) for name in LISTENERS}
+        ports = {name: (ports or {}).get(name) or free_port(HOST) for name in kinds}
         controller_port = free_port(HOST)
         users = {SUPER_USER[0]: SUPER_USER[1], **USERS}
-        addresses = {n: f"{LISTENERS[n][1]}:{p}" for n, p in ports.items()}
+        addresses = {n: f"{kinds[n][1]}:{p}" for n, p in ports.items()}
         addresses.update(advertised or {})
         props = _server_properties(workdir, ports, controller_port, pki, str(keystore), users, {
             "advertised.listeners": ",".join(f"{n.upper()}://{a}" for n, a in addresses.items()), **(overrides or {})}
-            if advertised else overrides or {})
+            if advertised else overrides or {}, kinds)
         config = workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log4j = workdir / "log4j2.properties"
@@ -458,13 +468,13 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
             raise KafkaStartError(f"kafka.tools.StorageTool format failed (exit {fmt.returncode}):\n"
                                   f"{(fmt.stdout + fmt.stderr)[-LOG_TAIL:]}")
         _say(progress, "starting the broker")
-        launch = functools.partial(_launch, libs, workdir, heap, tie_to_parent)
+        launch = functools.partial(_launch, libs, workdir, heap, tie_to_parent, jvm_options)
         proc = launch()
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     broker = KafkaBroker(pid=proc.pid, workdir=str(workdir), version=version, cluster_id=cluster_id,
-                         addresses=addresses, pki=pki, process=proc)
+                         addresses=addresses, pki=pki, process=proc, listeners=dict(kinds))
     broker._launch = launch
     try:
         _ready(broker, proc, timeout)
