@@ -140,13 +140,13 @@ def test_a_failing_source_is_an_error_logged_once_and_not_retried_forever(caplog
                 auth.mechanism("127.0.0.1")
             time.sleep(0.15)
         assert 2 <= len(calls) <= 6         # each handshake may ask again, after the backoff
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        # no valid token: the failing handshakes are what the client logs (kwire.client), not the refresh
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     finally:
         auth.close()
 
 
-def test_a_failed_refresh_keeps_the_valid_token_and_retries():
+def test_a_failed_refresh_keeps_the_valid_token_and_retries(caplog):
     calls = []
 
     def fetch():
@@ -157,12 +157,15 @@ def test_a_failed_refresh_keeps_the_valid_token_and_retries():
             raise RuntimeError("flaky")
         return OAuthToken(SECRET + "-new", time.time() + 60)
 
+    caplog.set_level(logging.DEBUG, "kwire.sasl.oauth")
     cfg = dict(_cfg(**{"sasl.login.retry.backoff.ms": 20, "sasl.login.retry.backoff.max.ms": 50}))
     auth, _ = _started(fetch, cfg)
     try:
         assert _until(lambda: len(calls) >= 4, 3.0)
         assert _until(lambda: auth.token() is not None and auth.token().value.endswith("-new"))
         assert auth.mechanism("h") is not None
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warned) == 1 and "flaky; the current token expires in" in warned[0]     # once, not per retry
     finally:
         auth.close()
 

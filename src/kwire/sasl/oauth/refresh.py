@@ -15,8 +15,9 @@ background before it expires, so no handshake or send waits for a fetch:
   is still valid. Once there is no valid token, handshakes fail at once with
   a :class:`~kwire.sasl.SaslAuthenticationError` naming what failed, and
   fetching stops until a handshake asks again (after the backoff): nothing
-  retries forever on its own. A failure is logged once, as a warning, until
-  a fetch succeeds again.
+  retries forever on its own. A failed refresh is logged once, as a
+  warning, until a fetch succeeds again; once no valid token is left, the
+  client's failing connections say it instead (once per broker).
 - **Where.** A thread of its own (``kwire-oauth``) for a plain callable,
   which may block (an HTTP request); the event loop, as a task, for a
   coroutine function (:mod:`kwire.aio` clients only).
@@ -176,8 +177,10 @@ class TokenAuthenticator(Authenticator):
             self._fetch_at = self._retry_at if backoff < valid_for else None
             self._error = error
             first = self._failures == 1
-        (log.warning if first else log.debug)("%s%s", error, "" if valid_for > 0 else
-                                              "; no valid token: handshakes fail until a fetch succeeds")
+        if valid_for > 0:      # only here: without a valid token, the failing handshakes say it (kwire.client)
+            (log.warning if first else log.debug)("%s; the current token expires in %.0f s", error, valid_for)
+        else:
+            log.debug("%s; no valid token: handshakes fail until a fetch succeeds", error)
         self._wake()
 
     def _wake(self) -> None:
