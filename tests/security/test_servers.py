@@ -92,10 +92,14 @@ def test_kdc_issues_tickets_short_ones_for_carol(kdc, tmp_path, monkeypatch):
 
 # ---- the broker, through Kafka's Java client and confluent-kafka ----
 
-@pytest.mark.parametrize("listener", ["oauth", "gssapi", "scram"])
-def test_java_client_produces_and_consumes(secure_kafka, listener):
+@pytest.mark.parametrize("listener, client", [
+    pytest.param("oauth", "client", id="oauth-secret"), pytest.param("oauth", "jwt_client", id="oauth-assertion"),
+    pytest.param("gssapi", None, id="gssapi"), pytest.param("scram", None, id="scram")])
+def test_java_client_produces_and_consumes(secure_kafka, listener, client):
+    """OIDC with a secret and with a client assertion (KIP-1139), alice's keytab, SCRAM-SHA-512."""
     topic = f"servers-java-{listener}-{uuid.uuid4().hex[:6]}"
-    config, jvm = secure_kafka.java_config(listener), secure_kafka.java_options()
+    oidc = {"client": getattr(secure_kafka.keycloak, client)} if client else {}
+    config, jvm = secure_kafka.java_config(listener, **oidc), secure_kafka.java_options()
     sent = java_produce(config, [send_op(topic, f"v{i}".encode()) for i in range(3)], timeout=60, jvm_options=jvm)
     assert [e.get("error") for e in sent] == [None] * 3
     got = java_consume(config, assign=[(topic, 0)], until_end=True, timeout=60, jvm_options=jvm)

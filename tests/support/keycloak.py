@@ -41,9 +41,11 @@ client                what it is for
 Keycloak requires client authentication with the JWT-bearer grant (it refuses
 public clients: "Public client not allowed to use authorization grant"), so a
 grant request without ``client_id`` and a secret, as Kafka's Java
-``JwtBearerJwtRetriever`` (KIP-1139) sends it, is refused: that Java path
-cannot be shown against Keycloak; kwire's own must send the client's
-credentials with the assertion.
+``JwtBearerJwtRetriever`` (KIP-1139) sends it, is refused (401
+``invalid_client``): that Java path cannot be shown against Keycloak; kwire's
+own must send the client's credentials with the assertion. Kafka's Java client
+assertion (``sasl.oauthbearer.assertion.*`` with client credentials) works
+with ``kwire-jwt``.
 
 :class:`Keycloak` names the endpoints, clients and key files, and makes what a
 test sends: :meth:`Keycloak.token` (client credentials, with a client

@@ -74,6 +74,7 @@ KRB5_LOGIN = "com.sun.security.auth.module.Krb5LoginModule"
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+ALLOWED_FILES = "org.apache.kafka.sasl.oauthbearer.allowed.files"
 SUB_CLAIM = "azp"
 
 
@@ -226,15 +227,13 @@ class SecureKafka:
                     user: Optional[Tuple[str, str]] = None, mechanism: str = "SCRAM-SHA-512",
                     unsecured_sub: str = SUPER_USER[0]) -> Dict[str, str]:
         """Kafka's Java client properties for ``listener``: OIDC client credentials of
-        ``client`` (``oauth``), an unsecured JWT naming ``unsecured_sub``, ``principal``'s
-        keytab (``gssapi``), or SCRAM/PLAIN ``user`` (the super user by default)."""
+        ``client`` (``oauth``; with its secret, or for ``kwire-jwt`` a client assertion
+        signed with its key, KIP-1139), an unsecured JWT naming ``unsecured_sub``,
+        ``principal``'s keytab (``gssapi``), or SCRAM/PLAIN ``user`` (the super user by default)."""
         cfg = {"bootstrap.servers": self.addresses[listener], "security.protocol": SECURE_LISTENERS[listener][0]}
         k = kind(listener)
         if k == "oauth":
-            cfg.update({"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.endpoint.url": self.token_endpoint,
-                        "sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
-                        "sasl.jaas.config": f'{OAUTH_LOGIN} required clientId="{client.client_id}" '
-                                            f'clientSecret="{client.secret}";'})
+            cfg.update(self._java_oidc(client))
         elif k == "unsecured":
             cfg.update({"sasl.mechanism": "OAUTHBEARER",
                         "sasl.jaas.config": f'{OAUTH_LOGIN} required unsecuredLoginStringClaim_sub="{unsecured_sub}";'})
@@ -253,14 +252,29 @@ class SecureKafka:
         """A hosts file with no names, for ``-Djdk.net.hosts.file`` (see :meth:`java_options`)."""
         return os.path.join(self.broker.workdir, "java-hosts")
 
+    def _java_oidc(self, client: OidcClient) -> Dict[str, str]:
+        cfg = {"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.endpoint.url": self.token_endpoint,
+               "sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER}
+        if client.secret is not None:
+            return {**cfg, "sasl.jaas.config": f'{OAUTH_LOGIN} required clientId="{client.client_id}" '
+                                               f'clientSecret="{client.secret}";'}
+        return {**cfg, "sasl.jaas.config": f'{OAUTH_LOGIN} required clientId="{client.client_id}";',
+                "sasl.oauthbearer.assertion.private.key.file": self.keycloak.jwt_private_key,
+                "sasl.oauthbearer.assertion.claim.iss": client.client_id,
+                "sasl.oauthbearer.assertion.claim.sub": client.client_id,
+                "sasl.oauthbearer.assertion.claim.aud": self.issuer,
+                "sasl.oauthbearer.assertion.claim.jti.include": "true"}
+
     def java_options(self) -> List[str]:
         """The Java client's JVM options: the token endpoint allowed (Kafka 4), the KDC's
         krb5.conf, and a hosts file without names. Kafka's Java client names the
         Kerberos service's host by a reverse lookup of the address it connected to
         (``getHostName()``): 127.0.0.1 would become ``localhost``, a principal the
-        KDC does not have; with no names, the lookup keeps ``127.0.0.1``."""
-        return [f"-D{ALLOWED_URLS}={self.token_endpoint}", f"-Djava.security.krb5.conf={self.krb5_conf}",
-                f"-Djdk.net.hosts.file={self.java_hosts_file}"]
+        KDC does not have; with no names, the lookup keeps ``127.0.0.1``. The key files
+        of client assertions are allowed too (``...allowed.files``)."""
+        keys = ",".join((self.keycloak.jwt_private_key, self.keycloak.assertion_private_key))
+        return [f"-D{ALLOWED_URLS}={self.token_endpoint}", f"-D{ALLOWED_FILES}={keys}",
+                f"-Djava.security.krb5.conf={self.krb5_conf}", f"-Djdk.net.hosts.file={self.java_hosts_file}"]
 
     def stop(self) -> None:
         """Stop the broker (not the Keycloak or KDC it trusts). Idempotent."""
