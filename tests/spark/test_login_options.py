@@ -115,7 +115,7 @@ def test_keytab_shipped_with_the_job(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr("kwire.spark.security._spark_files_root", lambda: str(files))
+    monkeypatch.setattr("kwire.spark.security._job_file_dirs", lambda: [str(files)])
     opts = {"kafka.sasl.kerberos.service.name": "kafka", "kafka.sasl.jaas.config":
             f'{KRB5_MODULE} required useKeyTab=true storeKey=true keyTab="./kafka.keytab" principal="etl@EXAMPLE.COM";'}
     for cfg in (executor_config(**opts), writer_config(**opts)):
@@ -132,7 +132,7 @@ def test_keytab_shipped_with_the_job(tmp_path, monkeypatch):
 
 def test_a_missing_keytab_is_refused_without_its_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("kwire.spark.security._spark_files_root", lambda: None)    # no SparkContext here
+    monkeypatch.setattr("kwire.spark.security._job_file_dirs", lambda: [])    # no SparkContext here
     secret_path = "./secret-dir/alice-prod.keytab"
     refused("^the keytab named in kafka.sasl.jaas.config is not in this process's working directory nor among the "
             "job's files \\(ship it with --files", secret_path, "alice-prod",
@@ -161,9 +161,21 @@ def test_the_driver_checks_before_any_task(tmp_path, monkeypatch):
     """What the driver refuses is what the executors would: the options are
     translated (and their files found) on the driver as the query starts."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("kwire.spark.security._spark_files_root", lambda: None)
+    monkeypatch.setattr("kwire.spark.security._job_file_dirs", lambda: [])
     jaas = f'{KRB5_MODULE} required useKeyTab=true keyTab="k.keytab";'
     refused("the keytab named in kafka.sasl.jaas.config", **{"kafka.sasl.jaas.config": jaas})
     (tmp_path / "k.keytab").write_bytes(b"\x05\x02")
     opts = parse_source_options({**BOOT, "subscribe": "t", "kafka.sasl.jaas.config": jaas}, streaming=False)
     assert os.path.isabs(opts.consumer_config("driver")["sasl.kerberos.keytab"])
+
+
+def test_a_streaming_planner_finds_the_jobs_files_in_the_root(monkeypatch, tmp_path):
+    """PySpark 4's streaming planner is told ``<root>/streaming_job``, which
+    Spark never makes: the job's files are looked for in the root itself."""
+    import pyspark
+
+    from kwire.spark import security
+
+    (tmp_path / "alice.keytab").write_bytes(b"\x05\x02")
+    monkeypatch.setattr(pyspark.SparkFiles, "getRootDirectory", lambda: str(tmp_path / "streaming_job"))
+    assert security.find_job_file("alice.keytab") == str(tmp_path / "alice.keytab")

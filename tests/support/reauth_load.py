@@ -16,6 +16,7 @@ machine load and their latencies compare.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
+from kwire.errors import KwireError
 from kwire.producer import Producer
 
 INTERVAL = 0.004          # seconds between two sends: 250 records a second
@@ -68,7 +70,7 @@ def _reauths(*clients: Any) -> int:
 
 def run(cfg: Mapping[str, Any], seconds: float, label: str = "run") -> RunStats:
     """One run (see the module doc); ``cfg`` a kwire client config."""
-    topic = f"reauth-{label}-{uuid.uuid4().hex[:8]}"
+    topic = f"reauth-{re.sub(r'[^A-Za-z0-9_.-]+', '-', label)}-{uuid.uuid4().hex[:8]}"
     stats = RunStats()
     drops = _Drops()
     client_log = logging.getLogger("kwire.client")
@@ -124,22 +126,35 @@ def _produce(producer: Producer, topic: str, seconds: float, stats: RunStats) ->
 
 def _read(consumer: Consumer, topic: str, seen: Dict[int, int], done: threading.Event) -> None:
     while not done.is_set():
-        for recs in consumer.poll(100).values():
+        try:
+            batch = consumer.poll(100)
+        except KwireError:          # closed under it: the run failed, and says why
+            return
+        for recs in batch.values():
             for r in recs:
                 n = int(r.value)
                 seen[n] = seen.get(n, 0) + 1
 
 
-def run_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], seconds: float) -> Tuple[RunStats, RunStats]:
-    """:func:`run` of ``a`` and ``b`` at the same time."""
+def run_together(cfgs: Mapping[str, Mapping[str, Any]], seconds: float) -> Dict[str, RunStats]:
+    """:func:`run` of each of ``cfgs`` (name -> config) at the same time."""
     out: Dict[str, RunStats] = {}
 
     def go(name: str, cfg: Mapping[str, Any]) -> None:
-        out[name] = run(cfg, seconds, name)
+        try:
+            out[name] = run(cfg, seconds, name)
+        except Exception as e:       # reported by the caller, with the others' results
+            out[name] = RunStats(errors=[f"the run failed: {e!r}"])
 
-    threads = [threading.Thread(target=go, args=(n, c)) for n, c in (("a", a), ("b", b))]
+    threads = [threading.Thread(target=go, args=item) for item in cfgs.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return out
+
+
+def run_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], seconds: float) -> Tuple[RunStats, RunStats]:
+    """:func:`run` of ``a`` and ``b`` at the same time."""
+    out = run_together({"a": a, "b": b}, seconds)
     return out["a"], out["b"]

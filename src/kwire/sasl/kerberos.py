@@ -6,8 +6,9 @@ Credentials, as Kafka's ``Krb5LoginModule`` and librdkafka take them:
 
 - **A keytab** (``sasl_kerberos_keytab``, with ``sasl_kerberos_principal``
   or the keytab's first): tickets are got from it into a private in-memory
-  cache, and got anew by the Kerberos library itself before they expire,
-  so a long-lived client needs nothing else.
+  cache; each handshake acquires the credentials again, and the Kerberos
+  library then gets a new TGT from the keytab once the cached one is near
+  its end, so a long-lived client needs nothing else.
 - **A ticket cache** (``sasl_kerberos_ccache``, else ``KRB5CCNAME``'s or the
   system's default), filled by ``kinit``: while the client lives, a thread
   runs ``sasl_kerberos_kinit_cmd`` (``kinit -R``, renewing the TGT) once
@@ -72,7 +73,6 @@ class KerberosAuthenticator(Authenticator):
             raise ConfigError("sasl_kerberos_keytab: the keytab file does not exist or is not a file")
         self._store = ({"client_keytab": self._keytab, "ccache": f"MEMORY:kwire-{uuid.uuid4().hex}"}
                        if self._keytab else ({"ccache": self._ccache} if self._ccache else None))
-        self._creds: Any = None
         self._renewer: Optional[_Renewer] = None
         if self._keytab is None and cfg.get("sasl_kerberos_min_time_before_relogin", 60000) > 0:
             self._renewer = _Renewer(self, cfg.get("sasl_kerberos_kinit_cmd") or "kinit -R",
@@ -90,10 +90,11 @@ class KerberosAuthenticator(Authenticator):
             self._renewer.stop()
 
     def credentials(self) -> Any:
-        """The client's initiator credentials: kept for a keytab (the
-        library renews them), read anew from a ticket cache each time."""
-        if self._creds is not None:
-            return self._creds
+        """The client's initiator credentials, acquired anew for each
+        handshake: from a keytab, the library reuses the private cache's
+        TGT while it is valid and gets a new one once it is not (a
+        credentials object kept across that would go on presenting the
+        expired one); from a ticket cache, what ``kinit`` last put there."""
         g = self._gssapi
         name = g.Name(self.principal, g.NameType.kerberos_principal) if self.principal else None
         try:
@@ -102,8 +103,6 @@ class KerberosAuthenticator(Authenticator):
         except g.exceptions.GSSError as e:
             raise self.error(f"no Kerberos credentials for {self.principal or 'the default principal'}", e) \
                 from None
-        if self._keytab:
-            self._creds = creds
         return creds
 
     def mechanism(self, host: str) -> "Gssapi":

@@ -45,13 +45,16 @@ executors do.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional
+import sys
+from typing import Any, Dict, List, Mapping, Optional
 
 from kwire.config import PEM_OPTION_NAMES, ConfigError, canonical_name
 from kwire.sasl.jaas import JaasEntry, parse_jaas
 from kwire.sasl.login import LOGIN_KEYS, translate_login
 from kwire.spark.errors import SparkOptionError
 from kwire.stores import STORE_OPTIONS, pem_files
+
+STREAMING_PLANNER_DIR = "streaming_job"
 
 __all__ = ["JaasEntry", "parse_jaas", "translate_security", "find_job_file", "SECURITY_KEYS"]
 
@@ -67,6 +70,7 @@ def _sasl(params: Dict[str, Any]) -> Dict[str, Any]:
     """The Java login options as kwire's (:func:`kwire.sasl.login.translate_login`),
     a keytab found in this process."""
     given_keytab = "sasl.kerberos.keytab" in params
+    _job_files_importable()          # a token callback named module:function may be a job's Python file
     try:
         out = translate_login(params, prefix="kafka.")
     except ConfigError as e:
@@ -90,8 +94,7 @@ def find_job_file(path: str) -> Optional[str]:
     executor) under the same relative path or its file name; None if none is
     a file."""
     candidates = [path]
-    root = _spark_files_root()
-    if root is not None:
+    for root in _job_file_dirs():
         candidates += [os.path.join(root, p) for p in ((path, os.path.basename(path))
                                                        if not os.path.isabs(path) else (os.path.basename(path),))]
     for candidate in candidates:
@@ -100,14 +103,32 @@ def find_job_file(path: str) -> Optional[str]:
     return None
 
 
-def _spark_files_root() -> Optional[str]:
-    """SparkFiles' root directory in this process (driver or Python worker), or None."""
+def _job_file_dirs() -> List[str]:
+    """Where the job's files are in this process: SparkFiles' root (driver or
+    Python worker), or none. A streaming query's planner (PySpark 4's
+    ``python_streaming_source_runner``, which makes the source's offset
+    reader on the driver) is told a ``streaming_job`` directory below that
+    root, which Spark never fills: the files are in the root itself."""
     try:
         from pyspark import SparkFiles
 
-        return SparkFiles.getRootDirectory() or None
+        root = SparkFiles.getRootDirectory()
     except Exception:        # no SparkContext here (a Spark Connect client, a plain Python process)
-        return None
+        return []
+    if not root:
+        return []
+    dirs = [root]
+    if os.path.basename(os.path.normpath(root)) == STREAMING_PLANNER_DIR and not os.path.isdir(root):
+        dirs.append(os.path.dirname(os.path.normpath(root)))
+    return dirs
+
+
+def _job_files_importable() -> None:
+    """The job's Python files (``--py-files``) importable in this process,
+    as Spark makes them in its workers (and not in a streaming planner)."""
+    for d in _job_file_dirs():
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.insert(1, d)
 
 
 # ------------------------------------------------------------ key stores
