@@ -24,7 +24,8 @@ import kwire
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: The extra that brings each optional top-level package kwire uses.
-EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark"}
+EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark", "jwt": "oauth", "requests": "oauth",
+            "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos"}
 
 
 def _have(module: str) -> bool:
@@ -40,7 +41,8 @@ def test_kwire_is_the_installed_wheel_not_the_source_tree():
 
 def test_extras_bring_what_they_declare(extra):
     for module, name in EXTRA_OF.items():
-        if extra == name or (extra == "spark" and module in ("pyarrow", "cryptography")):
+        if extra == name or (extra == "spark" and module in ("pyarrow", "cryptography")) or \
+                (extra == "oauth" and module == "cryptography"):
             assert _have(module), f"kwire[{extra}] did not install {module}"
 
 
@@ -202,3 +204,60 @@ def test_spark_format_kwire(bootstrap, topic):
         assert sorted(bytes(r.value) for r in back.select("value").collect()) == sorted(b"v%d" % i for i in range(100))
     finally:
         spark.stop()
+
+
+# ------------------------------------------------------------- SASL extras
+def _sasl_options(**kw):
+    from kwire.config import PRODUCER, resolve
+
+    return resolve(PRODUCER, {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_SSL", **kw})
+
+
+def test_oauth_extra(monkeypatch):
+    """kwire[oauth]: unsecured JWTs are made and OIDC clients set up; without
+    it, the error names the extra."""
+    from kwire.config import ConfigError
+    from kwire.sasl import authenticator
+
+    oidc = dict(sasl_mechanism="OAUTHBEARER", sasl_oauthbearer_method="oidc", sasl_oauthbearer_client_id="c",
+                sasl_oauthbearer_client_secret="s", sasl_oauthbearer_token_endpoint_url="https://idp.invalid/token")
+    if not (_have("jwt") and _have("requests")):
+        with pytest.raises(ConfigError, match=re.escape("kwire[oauth]")):
+            authenticator(_sasl_options(**oidc))
+        return
+    assert authenticator(_sasl_options(**oidc)).what.startswith("the OIDC token endpoint")
+    from kwire.sasl.oauth.unsecured import UnsecuredJwt
+
+    tok = UnsecuredJwt({"principal": "smoke"})()
+    assert tok.principal == "smoke" and tok.value.count(".") == 2
+
+
+def test_aws_extra(monkeypatch):
+    from kwire.config import ConfigError
+    from kwire.sasl import authenticator
+
+    opts = dict(sasl_mechanism="OAUTHBEARER", sasl_oauthbearer_method="aws_msk_iam",
+                sasl_oauthbearer_aws_region="eu-west-1")
+    if not _have("aws_msk_iam_sasl_signer"):
+        with pytest.raises(ConfigError, match=re.escape("kwire[aws]")):
+            authenticator(_sasl_options(**opts))
+        return
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSMOKETEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "smoke-secret")
+    token = authenticator(_sasl_options(**opts))._fetch()
+    assert 800 < token.lifetime_left() <= 900 and token.value
+
+
+def test_kerberos_extra(tmp_path, monkeypatch):
+    from kwire.config import ConfigError
+    from kwire.sasl import SaslAuthenticationError, authenticator
+
+    opts = dict(sasl_mechanism="GSSAPI", sasl_kerberos_ccache=f"FILE:{tmp_path / 'none.cc'}")
+    if not _have("gssapi"):
+        with pytest.raises(ConfigError, match=re.escape("kwire[kerberos]")):
+            authenticator(_sasl_options(**opts))
+        return
+    monkeypatch.setenv("KRB5_CONFIG", str(tmp_path / "krb5.conf"))
+    (tmp_path / "krb5.conf").write_text("[libdefaults]\n default_realm = SMOKE.TEST\n")
+    with pytest.raises(SaslAuthenticationError, match="GSSAPI: no Kerberos credentials"):
+        authenticator(_sasl_options(**opts)).mechanism("127.0.0.1").first()
