@@ -227,3 +227,20 @@ def test_provider_objects_as_kafka_python_has_them():
         assert auth.token().principal == "dave" and auth.token().extensions == {"traceId": "9"}
     finally:
         auth.close()
+
+
+def test_msk_iam_ready_callback(monkeypatch):
+    """kwire.sasl.oauth.aws.msk_iam_callback: a ready oauth_cb signing MSK IAM
+    tokens with AWS's signer (credentials from boto's chain: here the environment)."""
+    pytest.importorskip("aws_msk_iam_sasl_signer")
+    from kwire.sasl.oauth.aws import msk_iam_callback
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDKWIREUNIT")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kwire-unit-secret")
+    auth = authenticator(_cfg(oauth_cb=msk_iam_callback("ap-south-1")))
+    auth.start(lambda: None)
+    try:
+        assert _until(lambda: auth.token() is not None)
+        assert 800 < auth.token().lifetime_left() <= 900
+    finally:
+        auth.close()

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from kwire.config import ConfigError
 from kwire.sasl.oauth.token import OAuthToken
 
-__all__ = ["MskIamToken"]
+__all__ = ["MskIamToken", "msk_iam_callback"]
 
 
 class MskIamToken:
@@ -51,3 +51,13 @@ class MskIamToken:
         else:
             token, expiry_ms = self._provider.generate_auth_token(self.region)
         return OAuthToken(token, expiry_ms / 1000.0)
+
+
+def msk_iam_callback(region: str, profile: "str | None" = None, role_arn: "str | None" = None,
+                     role_session_name: str = "kwire") -> MskIamToken:
+    """A ready ``oauth_cb`` for Amazon MSK's IAM, for code that sets its
+    callback itself: ``{"sasl.mechanism": "OAUTHBEARER", "oauth_cb":
+    msk_iam_callback("us-east-1")}`` is ``sasl_oauthbearer_method=aws_msk_iam``."""
+    return MskIamToken({"sasl_oauthbearer_aws_region": region, "sasl_oauthbearer_aws_profile": profile,
+                        "sasl_oauthbearer_aws_role_arn": role_arn, "sasl_oauthbearer_aws_role_session_name":
+                        role_session_name})
