@@ -219,9 +219,9 @@ XDIST_UNITS = (
     ("tests/spark/test_releases.py", "spark-releases"),
     ("tests/spark/", "spark"),
     ("tests/cluster/", "cluster"),
+    ("tests/security/", "security"),
     ("tests/installed/", "installed"),
     ("tests/client/test_faults.py", "faults"),
-    ("tests/security/", "security"),
 )
 
 
