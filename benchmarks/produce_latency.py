@@ -27,17 +27,22 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 
+def _timed(n: int, send_and_wait: Callable[[bytes], object]) -> List[float]:
+    """Milliseconds of each of ``n`` sends waited for, after one to warm up."""
+    send_and_wait(b"warm")
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        send_and_wait(b"x" * 100)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
 def _kwire(bootstrap: str, topic: str, n: int) -> List[float]:
     from kwire import Producer
 
     with Producer(bootstrap_servers=bootstrap, linger_ms=0, acks="all") as p:
-        p.send(topic, b"warm", partition=0).get(30)
-        out = []
-        for _ in range(n):
-            t = time.perf_counter()
-            p.send(topic, b"x" * 100, partition=0).get(30)
-            out.append((time.perf_counter() - t) * 1000)
-        return out
+        return _timed(n, lambda value: p.send(topic, value, partition=0).get(30))
 
 
 def _confluent(bootstrap: str, topic: str, n: int) -> List[float]:
@@ -61,14 +66,10 @@ def _kafka_python(bootstrap: str, topic: str, n: int) -> List[float]:
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks="all")
-    p.send(topic, b"warm", partition=0).get(30)
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        p.send(topic, b"x" * 100, partition=0).get(30)
-        out.append((time.perf_counter() - t) * 1000)
-    p.close()
-    return out
+    try:
+        return _timed(n, lambda value: p.send(topic, value, partition=0).get(30))
+    finally:
+        p.close()
 
 
 CLIENTS: Dict[str, Callable[[str, str, int], List[float]]] = {
