@@ -15,6 +15,12 @@ _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
+# Kerberos' configuration for this process and every process it starts (a Spark
+# session's Python workers inherit the environment once, when the session starts):
+# a path of this process's own, which the security tests fill with their KDC's
+# krb5.conf (tests/security/conftest.py, ``krb5_env``), as a cluster has /etc/krb5.conf.
+KRB5_CONFIG = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kwire-tests-krb5-{os.getpid()}.conf")
+os.environ["KRB5_CONFIG"] = KRB5_CONFIG
 
 
 def _importable(*names: str) -> bool:

@@ -1,5 +1,6 @@
 """The security tests' shared pieces: Kerberos' configuration for this
-process (kwire's GSSAPI clients read ``KRB5_CONFIG``) and a delegation token."""
+process and its children (kwire's GSSAPI clients read ``KRB5_CONFIG``) and a
+delegation token."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def krb5_env(kdc):
-    """``KRB5_CONFIG`` naming the test KDC's krb5.conf, for this process's Kerberos library."""
-    before = os.environ.get("KRB5_CONFIG")
-    os.environ["KRB5_CONFIG"] = kdc.krb5_conf
+    """The test KDC's krb5.conf at the path ``KRB5_CONFIG`` names for this
+    process and the processes it starts (tests/conftest.py): kwire's GSSAPI
+    clients here, and the Python workers of a Spark session started before."""
+    path = os.environ["KRB5_CONFIG"]
+    with open(kdc.krb5_conf, "rb") as src, open(path + ".partial", "wb") as dst:
+        dst.write(src.read())
+    os.replace(path + ".partial", path)
     yield kdc
-    if before is None:
-        os.environ.pop("KRB5_CONFIG", None)
-    else:
-        os.environ["KRB5_CONFIG"] = before
+    os.unlink(path)
 
 
 @pytest.fixture(scope="session")

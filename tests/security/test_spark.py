@@ -6,14 +6,13 @@ a keytab shipped with the job (``SparkContext.addFile``: the executors find
 it by name) and a delegation token. For each, a batch write, a batch read
 and a streaming read (``availableNow``) of the same records.
 
-One local[2] session for the module, started after ``KRB5_CONFIG`` is set
-(its Python workers inherit it, as executors get a cluster's krb5.conf).
+This process's local[2] session (one per process: another module's, if it
+made one first), its Python workers finding the test KDC through
+``KRB5_CONFIG`` as executors find a cluster's krb5.conf (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import textwrap
 import uuid
 
@@ -34,13 +33,15 @@ ROWS = 30
 
 @pytest.fixture(scope="module")
 def spark(krb5_env, secure_kafka, tmp_path_factory):
-    """The session, with a user's token module and alice's keytab shipped as
-    ``spark-submit --py-files`` and ``--files`` ship them."""
+    """The session (this process's, if another module made one: Spark has one
+    per process), with a user's token module and alice's keytab added as
+    ``spark-submit --py-files`` and ``--files`` would add them."""
     from pyspark.sql import SparkSession
 
-    import kwire.spark
+    from kwire.demo import spark_session
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    before = SparkSession.getActiveSession()
+    session = spark_session("kwire-security")
     ship = tmp_path_factory.mktemp("job-files")
     callback = ship / "kwire_test_tokens.py"
     kc = secure_kafka.keycloak
@@ -54,16 +55,13 @@ def spark(krb5_env, secure_kafka, tmp_path_factory):
             r.raise_for_status()
             return r.json()["access_token"], time.time() + r.json()["expires_in"]
         '''))
-    session = (SparkSession.builder.master("local[2]").appName("kwire-security")
-               .config("spark.submit.pyFiles", str(callback))
-               .config("spark.files", secure_kafka.keytabs["alice"])
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    kwire.spark.register(session)
+    session.sparkContext.addPyFile(str(callback))
+    session.sparkContext.addFile(secure_kafka.keytabs["alice"])
     try:
         yield session
     finally:
-        session.stop()
+        if before is None:
+            session.stop()
 
 
 def _options(sk, way, token):
