@@ -184,12 +184,16 @@ def test_publish_ratios(repos, tmp_path):
     assert "plots/ratios-compare-codecs.png" in git(origin, "ls-tree", "-r", "--name-only", "bench-results")
 
 
-def test_a_push_that_loses_the_race_is_refused_then_retried(repos, tmp_path):
+def test_a_push_that_loses_the_race_is_refused_then_retried(repos, tmp_path, monkeypatch):
     """Another run moves the branch between this run's read and its push:
     the lease refuses the push (nothing of the other run's is overwritten),
     and the next try reads the branch again and keeps both lines."""
     import importlib.machinery
     import importlib.util
+    for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):       # what the script's main() sets when the
+        monkeypatch.setenv(var, "t")                              # machine has no git identity (a fresh CI one)
+    for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(var, "t@t")
     project, origin, shas = repos
     assert publish(project, "--gate", gate_file(tmp_path, shas[0], 1000.0)).returncode == 0
     loader = importlib.machinery.SourceFileLoader("bench_publish", os.path.join(ROOT, "scripts", "bench-publish"))
