@@ -21,13 +21,11 @@ import pytest
 pytest.importorskip("pyspark")
 
 from kwire.admin import Admin, NewTopic  # noqa: E402
+from kwire.sasl.login import KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS, SCRAM_MODULE  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 
-OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
-KRB5 = "com.sun.security.auth.module.Krb5LoginModule"
-SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH, OIDC_HANDLER, KRB5, SCRAM = OAUTH_MODULE, OIDC_HANDLERS[0], KRB5_MODULE, SCRAM_MODULE
 ROWS = 30
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from kwire.sasl.login import KRB5_MODULE, OAUTH_MODULE, OIDC_HANDLERS, PLAIN_MODULE, SCRAM_MODULE
 from support.kafka import HOST, SUPER_USER, USERS, KafkaBroker, start_kafka
 from support.kdc import Kdc
 from support.keycloak import CLIENT, Keycloak, OidcClient
@@ -67,12 +68,10 @@ SECURE_LISTENERS: Dict[str, Tuple[str, str]] = {
 }
 SUPER_USERS = (SUPER_USER[0], "alice", CLIENT.client_id)
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
-OAUTH_LOGIN = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# the client's login classes are the ones kwire translates (kwire.sasl.login); the broker's validator is its own
+OAUTH_LOGIN, KRB5_LOGIN, SCRAM_LOGIN, PLAIN_LOGIN = OAUTH_MODULE, KRB5_MODULE, SCRAM_MODULE, PLAIN_MODULE
+OAUTH_LOGIN_HANDLER = OIDC_HANDLERS[0]
 OAUTH_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
-OAUTH_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
-KRB5_LOGIN = "com.sun.security.auth.module.Krb5LoginModule"
-SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
-PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 ALLOWED_FILES = "org.apache.kafka.sasl.oauthbearer.allowed.files"
 SUB_CLAIM = "azp"
