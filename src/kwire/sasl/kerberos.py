@@ -170,6 +170,7 @@ class _Renewer:
         self._min_period = min_period
         self._stop = threading.Event()
         self._life: Optional[float] = None      # the ticket's life left when first seen
+        self._failing = False                    # the last renewal failed (said once)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="kwire-kinit", daemon=True).start()
@@ -199,17 +200,20 @@ class _Renewer:
             self._stop.wait(self._min_period)
 
     def _renew(self) -> None:
+        """Run the renewal command; a failure is a warning once, until a renewal succeeds again."""
         env = dict(os.environ)
         if self._auth._ccache:
             env["KRB5CCNAME"] = self._auth._ccache
         try:
             done = subprocess.run(self._cmd, env=env, capture_output=True, text=True, timeout=KINIT_TIMEOUT,
                                   stdin=subprocess.DEVNULL)
+            failure = f"exit {done.returncode}" if done.returncode != 0 else None
         except (OSError, subprocess.TimeoutExpired) as e:
-            log.warning("GSSAPI: renewing the ticket with %s failed: %s", self._cmd[0], type(e).__name__)
-            return
-        if done.returncode != 0:
-            log.warning("GSSAPI: %s failed (exit %d); the ticket expires unless renewed", self._cmd[0],
-                        done.returncode)
-        else:
+            failure = type(e).__name__
+        if failure is None:
+            self._failing = False
             log.info("GSSAPI: renewed the ticket cache's TGT (%s)", self._cmd[0])
+            return
+        (log.debug if self._failing else log.warning)(
+            "GSSAPI: renewing the ticket with %s failed (%s); the ticket expires unless renewed", self._cmd[0], failure)
+        self._failing = True
