@@ -15,6 +15,9 @@ import kwire._core
 from kwire import _codec
 
 CORE = "kwire._core."
+# The typed formats' compiled decoders: their public face is kwire.formats
+# (kwire.formats.avro, kwire.formats.protobuf), not the record codec's.
+FORMAT_MODULES = {"typedcols", "avro", "protobuf"}
 
 
 def _stub():
@@ -39,7 +42,8 @@ def _public(obj):
 
 
 def _core_modules():
-    mods = [importlib.import_module(CORE + m.name) for m in pkgutil.iter_modules(kwire._core.__path__)]
+    mods = [importlib.import_module(CORE + m.name) for m in pkgutil.iter_modules(kwire._core.__path__)
+            if m.name not in FORMAT_MODULES]
     assert {m.__name__[len(CORE):] for m in mods} >= {"native", "records", "columnar", "legacy", "build", "send"}
     return mods
 

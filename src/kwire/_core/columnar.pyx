@@ -12,47 +12,12 @@ from libc.string cimport memcmp, memcpy, memset
 from kwire._core.buffers cimport GBuf, Reader, gbuf_reserve, put_bit, rd_init
 from kwire._core.consts cimport *
 from kwire._core.native cimport crc32c
+from kwire._core.utf8 cimport utf8_invalid_at
 from kwire._core.records cimport (KIND_COLUMNS, ROW_COST, ST_BEFORE, ST_INSIDE, ST_NEXT, Aborter, Batch, PartialBatch,
                                   Rec, _Driver, end_record, header_key_str, parse_record_fields, rd_header, read_batch)
 
 from kwire import compression as _compression
 from kwire.errors import KwireError
-
-
-# -------------------------------------------------------------------- UTF-8
-cdef Py_ssize_t utf8_invalid_at(const uint8_t* s, Py_ssize_t n) noexcept nogil:
-    """Index of the first byte that makes ``s`` invalid UTF-8, or -1."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
-    cdef int need
-    while i < n:
-        c = s[i]
-        if c < 0x80:
-            i += 1
-            continue
-        if 0xC2 <= c <= 0xDF:
-            need = 1
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-        else:
-            return i
-        if n - i <= need:
-            return i
-        c1 = s[i + 1]
-        if (c1 & 0xC0) != 0x80:
-            return i
-        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
-            return i                 # overlong / surrogate
-        if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
-            return i                 # overlong / past U+10FFFF
-        if need >= 2 and (s[i + 2] & 0xC0) != 0x80:
-            return i
-        if need == 3 and (s[i + 3] & 0xC0) != 0x80:
-            return i
-        i += need + 1
-    return -1
 
 
 # -------------------------------------------------------- columns
