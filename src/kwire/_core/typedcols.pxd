@@ -191,4 +191,5 @@ cdef class Columns:
 
     cdef int reset(self) except -1
     cpdef object finish(self)
+    cdef Col* column(self, Py_ssize_t index) except NULL
     cdef object _finish(self, Col* c, list at)

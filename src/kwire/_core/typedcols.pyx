@@ -163,6 +163,19 @@ cdef int col_clear(Col* c) except -1:
     return 0
 
 
+cdef Col* col_find(Col* c, Py_ssize_t index, Py_ssize_t* seen) noexcept:
+    cdef int i
+    cdef Col* found
+    if seen[0] == index:
+        return c
+    seen[0] += 1
+    for i in range(c.nchild):
+        found = col_find(&c.child[i], index, seen)
+        if found != NULL:
+            return found
+    return NULL
+
+
 cdef class Columns:
     def __cinit__(self, arrow_type, dictionaries=()):
         """Columns of ``arrow_type``; ``dictionaries``: the dictionary (a
@@ -195,6 +208,13 @@ cdef class Columns:
         self.err = TC_OK
         col_clear(self.root)
         return 0
+
+    cdef Col* column(self, Py_ssize_t index) except NULL:
+        """The column ``index`` (pre-order, as the types are numbered)."""
+        if not 0 <= index < self.ncols:
+            raise IndexError(f"no column {index} in {self.arrow_type}")
+        cdef Py_ssize_t seen = 0
+        return col_find(self.root, index, &seen)
 
     cpdef object finish(self):
         """The rows appended since the last finish, as one pyarrow array of

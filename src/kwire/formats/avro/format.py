@@ -1,0 +1,232 @@
+"""The Avro format: a column of Avro values (registry-framed or bare) as
+the reader schema's Arrow column, decoded by the compiled core.
+
+Per topic, the reader schema is the one the caller gave, or else the
+registry subject's (TopicNameStrategy: ``<topic>-value``/``-key``, or the
+subject named) latest version, or the version named. Each writer schema
+id met in the data is fetched once, resolved against the reader schema
+(Avro's rules: fields matched by name and alias, defaults filled, numbers
+promoted) and compiled once into a program.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import pyarrow as pa
+
+from kwire._core import avro as _avro
+from kwire._core.typedcols import Columns
+from kwire.formats.avro.arrow import Slot, layout
+from kwire.formats.avro.program import compile_program
+from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
+from kwire.formats.base import Format, UndecodableValueError
+
+__all__ = ["AvroFormat"]
+
+SchemaText = Union[str, Mapping, list]
+#: decoders (column trees) kept per topic for reuse, at most
+_SPARE_DECODERS = 4
+
+
+class _Decoder:
+    """One column tree and the programs bound to it (not thread-safe: one
+    decode at a time; the format keeps a few per reader)."""
+
+    def __init__(self, reader: "_Reader") -> None:
+        self.cols = Columns(reader.slot.type, reader.dictionaries)
+        self.table: List[Tuple[int, Any]] = []
+
+    def add(self, schema_id: int, ops: list) -> None:
+        self.table.append((schema_id, _avro.Program(ops, self.cols)))
+
+
+class _Reader:
+    """A reader schema, its layout, and the programs of the writer schemas met."""
+
+    def __init__(self, schema: Node) -> None:
+        self.schema = schema
+        self.slot, self.dictionaries = layout(schema)
+        self._ops: Dict[int, Any] = {}            # writer id -> op list, or the AvroSchemaError
+        self._spare: List[_Decoder] = []
+        self._lock = threading.Lock()
+
+    def ops(self, schema_id: int, writer: Node) -> list:
+        with self._lock:
+            if schema_id not in self._ops:
+                try:
+                    self._ops[schema_id] = compile_program(writer, self.slot)
+                except AvroSchemaError as e:
+                    self._ops[schema_id] = e
+        found = self._ops[schema_id]
+        if isinstance(found, AvroSchemaError):
+            raise found
+        return found
+
+    def known(self, schema_id: int) -> bool:
+        return schema_id in self._ops
+
+    def take(self) -> _Decoder:
+        with self._lock:
+            return self._spare.pop() if self._spare else _Decoder(self)
+
+    def give(self, dec: _Decoder) -> None:
+        with self._lock:
+            if len(self._spare) < _SPARE_DECODERS:
+                self._spare.append(dec)
+
+
+class AvroFormat(Format):
+    """Avro keys or values.
+
+    * ``schema``: the reader schema (Avro JSON text or its parsed form). With
+      no registry, values are bare Avro of ``writer_schema`` (default: the
+      reader schema).
+    * ``registry``: a :class:`kwire.registry.SchemaRegistryClient` (or its
+      configuration: ``{"url": ...}``); values are framed (``framing``:
+      "confluent", magic byte 0 and a 4-byte id; "id8", magic 0 and an
+      8-byte id, as Apicurio's default serde writes them) and each writer
+      schema is fetched by its id. The reader schema is ``schema`` if given,
+      else ``subject``'s (default: the topic's, TopicNameStrategy)
+      ``version`` ("latest" or a number), or ``schema_id``'s.
+    """
+
+    kind = "avro"
+
+    def __init__(self, schema: Optional[SchemaText] = None, *, registry: Any = None, framing: Optional[str] = None,
+                 writer_schema: Optional[SchemaText] = None, subject: Optional[str] = None,
+                 version: Union[str, int] = "latest", schema_id: Optional[int] = None, is_key: bool = False,
+                 references: Optional[Mapping[str, str]] = None) -> None:
+        if schema is None and registry is None:
+            raise ValueError("the avro format needs a schema, or a schema registry (schema.registry.url)")
+        self._registry = _registry(registry)
+        self._framing = framing or ("confluent" if self._registry is not None else "none")
+        if self._framing not in _avro.FRAMES or self._framing == "ids":
+            raise ValueError(f"framing must be 'none', 'confluent' or 'id8', not {self._framing!r}")
+        if self._framing != "none" and self._registry is None:
+            raise ValueError(f"framing {self._framing!r} needs a schema registry")
+        self._given = parse_schema(schema, references) if schema is not None else None
+        self._writer = parse_schema(writer_schema, references) if writer_schema is not None else self._given
+        self._subject, self._version, self._schema_id, self._is_key = subject, version, schema_id, is_key
+        self._readers: Dict[str, _Reader] = {}
+        self._writers: Dict[int, Node] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ schemas
+    def reader_schema(self, topic: Optional[str] = None) -> Node:
+        return self._reader(topic).schema
+
+    def arrow_type(self, topic: Optional[str] = None) -> "pa.DataType":
+        return self._reader(topic).slot.type
+
+    def _reader(self, topic: Optional[str]) -> _Reader:
+        key = topic or ""
+        with self._lock:
+            found = self._readers.get(key)
+        if found is None:
+            found = _Reader(self._given if self._given is not None else self._registry_reader(topic))
+            with self._lock:
+                found = self._readers.setdefault(key, found)
+        return found
+
+    def _registry_reader(self, topic: Optional[str]) -> Node:
+        if self._schema_id is not None:
+            return self._writer_schema(self._schema_id)
+        subject = self._subject or (f"{topic}-{'key' if self._is_key else 'value'}" if topic else None)
+        if subject is None:
+            raise ValueError("the reader schema: give a schema, a subject, a schema_id, or a topic")
+        registered = (self._registry.get_latest_version(subject) if self._version == "latest"
+                      else self._registry.get_version(subject, int(self._version)))
+        return self._parse_registered(registered.schema)
+
+    def _writer_schema(self, schema_id: int) -> Node:
+        with self._lock:
+            found = self._writers.get(schema_id)
+        if found is None:
+            found = self._parse_registered(self._registry.get_schema(schema_id))
+            with self._lock:
+                self._writers[schema_id] = found
+        return found
+
+    def _parse_registered(self, schema: Any) -> Node:
+        if getattr(schema, "schema_type", "AVRO") not in ("AVRO", None):
+            raise AvroSchemaError(f"the registry's schema is {schema.schema_type}, not AVRO")
+        return parse_schema(schema.schema_str, _references(self._registry, schema))
+
+    # ------------------------------------------------------------ decoding
+    def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":
+        column = _binary(column)
+        reader = self._reader(topic)
+        dec = reader.take()
+        try:
+            return self._decode(reader, dec, column, topic, partition, offsets)
+        finally:
+            reader.give(dec)
+
+    def _decode(self, reader: _Reader, dec: _Decoder, column: "pa.Array", topic: str, partition: int,
+                offsets: "pa.Array") -> "pa.Array":
+        frame = _avro.FRAMES[self._framing]
+        start = 0
+        while True:
+            status, row, detail = _avro.decode(dec.cols, dec.table, column, frame, start)
+            if status == 0:
+                return dec.cols.finish()
+            if status == 1:
+                self._add_program(reader, dec, detail, topic, partition, offsets, row)
+                start = row
+                continue
+            dec.cols.finish()              # drop the rows taken (and the partial one)
+            code, path, message = detail
+            reason = _avro.ERRORS.get(code, f"error {code}") + (f" (field {path!r})" if path else "")
+            raise UndecodableValueError(f"Avro: {reason}{': ' + message if message else ''}", topic, partition,
+                                        _offset(offsets, row), row=row)
+
+    def _add_program(self, reader: _Reader, dec: _Decoder, schema_id: int, topic: str, partition: int,
+                     offsets: "pa.Array", row: int) -> None:
+        try:
+            writer = self._writer if self._framing == "none" else self._writer_schema(schema_id)
+            dec.add(schema_id, reader.ops(schema_id, writer))
+        except AvroSchemaError as e:
+            dec.cols.finish()
+            raise UndecodableValueError(f"Avro: schema id {schema_id} cannot be read as the reader's schema: {e}",
+                                        topic, partition, _offset(offsets, row), row=row) from None
+
+
+def _binary(column: Any) -> "pa.Array":
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_binary(column.type):
+        column = column.cast(pa.binary())
+    return column
+
+
+def _offset(offsets: Any, row: int) -> Optional[int]:
+    if offsets is None or row >= len(offsets):
+        return None
+    return offsets[row].as_py()
+
+
+def _registry(registry: Any) -> Any:
+    if registry is None or not isinstance(registry, Mapping):
+        return registry
+    from kwire.registry import SchemaRegistryClient
+    return SchemaRegistryClient(dict(registry))
+
+
+def _references(registry: Any, schema: Any) -> Dict[str, str]:
+    """The texts of a registered schema's references, by reference name, each
+    after those it references itself (the order they must be parsed in)."""
+    out: Dict[str, str] = {}
+
+    def visit(s: Any, depth: int) -> None:
+        if depth > 32:
+            raise AvroSchemaError("schema references nest deeper than 32 (a cycle?)")
+        for ref in getattr(s, "references", None) or []:
+            if ref.name not in out:
+                registered = registry.get_version(ref.subject, ref.version)
+                visit(registered.schema, depth + 1)
+                out[ref.name] = registered.schema.schema_str
+
+    visit(schema, 0)
+    return out
