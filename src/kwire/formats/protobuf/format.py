@@ -1,0 +1,322 @@
+"""The Protobuf format: a column of Protobuf values (registry-framed or bare)
+as the reader message's Arrow column, decoded by the compiled core; and
+Arrow struct columns encoded back, framed as confluent-kafka's
+``ProtobufSerializer`` frames them.
+
+The reader message (its Arrow type: :mod:`kwire.formats.protobuf.plan`) is
+the one the caller gave (a ``.proto`` text, a serialized
+``FileDescriptorProto``, a descriptor or a generated message class), or else
+the registry subject's (TopicNameStrategy: ``<topic>-value``/``-key``, or
+the subject named) latest version, or the version or schema id named.
+Values written with other versions decode into the reader's columns by field
+number, the Protobuf way: fields the reader lacks are skipped, fields the
+writer lacked get their defaults. Each frame's (schema id, message indexes)
+is checked once: its message must have the reader message's full name
+(a topic mixing message types needs one format per type).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from kwire.formats.protobuf.plan import Plan  # first: without the extra, its ImportError says so
+from kwire.formats.protobuf.schema import ProtobufSchemaError, Schema, message_at, message_indexes, parse_schema
+
+import pyarrow as pa  # noqa: E402
+from google.protobuf.descriptor import Descriptor, FileDescriptor  # noqa: E402
+
+from kwire._core import protobuf as _pb  # noqa: E402
+from kwire._core.typedcols import Columns  # noqa: E402
+from kwire.formats.base import Format, UndecodableValueError  # noqa: E402
+from kwire.formats.common import binary_column, flag, reference_texts, registry_client, row_offset  # noqa: E402
+
+__all__ = ["ProtobufFormat", "make"]
+
+SchemaSource = Union[str, Descriptor, FileDescriptor, type, Schema]
+#: decoders (column trees) kept per reader for reuse, at most
+_SPARE_DECODERS = 4
+#: frames (schema id, message indexes) remembered per reader, at most
+_KEYS = 256
+
+
+class _Reader:
+    """A reader message: its plan, the frames found to be of it, and a few
+    decoders (a column tree and the program bound to it; one decode at a
+    time each)."""
+
+    def __init__(self, message: Descriptor) -> None:
+        self.message = message
+        self.plan = Plan(message)
+        self.tuples = self.plan.as_tuples()
+        self._keys: "OrderedDict[Tuple[int, bytes], bool]" = OrderedDict()
+        self._spare: List[_pb.Program] = []
+        self._lock = threading.Lock()
+
+    def keys(self) -> list:
+        with self._lock:
+            return [k for k, ok in self._keys.items() if ok]
+
+    def known(self, key: Tuple[int, bytes]) -> Optional[bool]:
+        with self._lock:
+            return self._keys.get(key)
+
+    def learn(self, key: Tuple[int, bytes], ok: bool) -> None:
+        with self._lock:
+            self._keys[key] = ok
+            while len(self._keys) > _KEYS:
+                self._keys.popitem(last=False)
+
+    def take(self) -> "_pb.Program":
+        with self._lock:
+            if self._spare:
+                return self._spare.pop()
+        return _pb.Program(self.tuples, Columns(self.plan.arrow_type, self.plan.dictionaries))
+
+    def give(self, program: "_pb.Program") -> None:
+        with self._lock:
+            if len(self._spare) < _SPARE_DECODERS:
+                self._spare.append(program)
+
+
+class ProtobufFormat(Format):
+    """Protobuf keys or values.
+
+    * ``schema``: the reader's schema: ``.proto`` text or a base64 serialized
+      ``FileDescriptorProto`` (with ``references``: import name -> text), a
+      message descriptor or generated message class, or a parsed
+      :class:`~kwire.formats.protobuf.schema.Schema`; ``message``: the full
+      name of the message among the file's (default: its first).
+    * ``registry``: a :class:`kwire.registry.SchemaRegistryClient` (or its
+      configuration: ``{"url": ...}``); values are framed as Confluent's
+      serializers frame them (magic byte 0, a 4-byte schema id, the
+      message-index array) and each frame's writer schema is fetched by its
+      id. The reader is ``schema`` if given, else ``subject``'s (default:
+      the topic's, TopicNameStrategy) ``version`` ("latest" or a number),
+      or ``schema_id``'s. Without a registry values are bare, unless
+      ``framed`` (then every frame is read as the given message).
+    * encoding (:meth:`encode`): ``auto_register`` registers the schema
+      under the subject (``subject_name_strategy``: "topic", "record" or
+      "topic_record"); ``use_latest`` frames with the subject's latest
+      version's id; else the schema must already be registered there
+      (``schema_id``: that id, without asking).
+    """
+
+    kind = "protobuf"
+
+    def __init__(self, schema: Optional[SchemaSource] = None, *, message: Optional[str] = None,
+                 references: Optional[Mapping[str, str]] = None, registry: Any = None,
+                 framed: Optional[bool] = None, subject: Optional[str] = None, version: Union[str, int] = "latest",
+                 schema_id: Optional[int] = None, is_key: bool = False, auto_register: bool = False,
+                 use_latest: bool = False, subject_name_strategy: str = "topic") -> None:
+        if schema is None and registry is None:
+            raise ValueError("the protobuf format needs a schema, or a schema registry (schema.registry.url)")
+        if auto_register and use_latest:
+            raise ValueError("auto.register.schemas and use.latest.version exclude each other")
+        if subject_name_strategy not in _STRATEGIES:
+            raise ValueError(f"subject.name.strategy must be one of {', '.join(_STRATEGIES)}, "
+                             f"not {subject_name_strategy!r}")
+        self._registry = registry_client(registry)
+        self._framed = bool(self._registry is not None if framed is None else framed)
+        self._given = _given_message(schema, message, references) if schema is not None else None
+        self._message_name = message
+        self._subject, self._version, self._schema_id, self._is_key = subject, version, schema_id, is_key
+        self._auto_register, self._use_latest, self._strategy = auto_register, use_latest, subject_name_strategy
+        self._readers: Dict[str, _Reader] = {}
+        self._writers: Dict[int, Schema] = {}
+        self._ids: Dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ schemas
+    def reader_message(self, topic: Optional[str] = None) -> Descriptor:
+        """The message descriptor values decode as."""
+        return self._reader(topic).message
+
+    def arrow_type(self, topic: Optional[str] = None) -> "pa.DataType":
+        return self._reader(topic).plan.arrow_type
+
+    def _reader(self, topic: Optional[str]) -> _Reader:
+        key = topic or ""
+        with self._lock:
+            found = self._readers.get(key)
+        if found is None:
+            found = _Reader(self._given if self._given is not None else self._registry_reader(topic))
+            with self._lock:
+                found = self._readers.setdefault(key, found)
+        return found
+
+    def _subject_of(self, topic: Optional[str], message: Optional[Descriptor] = None) -> str:
+        if self._subject:
+            return self._subject
+        if self._strategy != "topic" and message is not None:
+            return message.full_name if self._strategy == "record" else f"{topic}-{message.full_name}"
+        if not topic:
+            raise ValueError("the registry subject: give a schema, a subject, a schema_id, or a topic")
+        return f"{topic}-{'key' if self._is_key else 'value'}"
+
+    def _registry_reader(self, topic: Optional[str]) -> Descriptor:
+        if self._schema_id is not None:
+            schema = self._writer_schema(self._schema_id)
+        else:
+            subject = self._subject_of(topic)
+            registered = (self._registry.get_latest_version(subject) if self._version == "latest"
+                          else self._registry.get_version(subject, int(self._version)))
+            schema = self._parse_registered(registered.schema)
+        return schema.find_message(self._message_name) if self._message_name else schema.message([0])
+
+    def _writer_schema(self, schema_id: int) -> Schema:
+        with self._lock:
+            found = self._writers.get(schema_id)
+        if found is None:
+            found = self._parse_registered(self._registry.get_schema(schema_id))
+            with self._lock:
+                self._writers[schema_id] = found
+        return found
+
+    def _parse_registered(self, schema: Any) -> Schema:
+        if getattr(schema, "schema_type", "PROTOBUF") != "PROTOBUF":
+            raise ProtobufSchemaError(f"the registry's schema is {schema.schema_type}, not PROTOBUF")
+        return parse_schema(schema.schema_str, reference_texts(self._registry, schema, ProtobufSchemaError))
+
+    # ------------------------------------------------------------ decoding
+    def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":
+        column = binary_column(column)
+        reader = self._reader(topic)
+        program = reader.take()
+        try:
+            return self._decode(reader, program, column, topic, partition, offsets)
+        finally:
+            reader.give(program)
+
+    def _decode(self, reader: _Reader, program: "_pb.Program", column: "pa.Array", topic: str, partition: int,
+                offsets: "pa.Array") -> "pa.Array":
+        frame = _pb.FRAMES["confluent" if self._framed else "none"]
+        keys = reader.keys()
+        start = 0
+        while True:
+            status, row, detail = _pb.decode(program, column, frame, keys, start)
+            if status == 0:
+                return program.cols.finish()
+            if status == 1:
+                try:
+                    self._check_frame(reader, detail)
+                except (ProtobufSchemaError, ValueError) as e:
+                    program.cols.finish()
+                    raise UndecodableValueError(f"Protobuf: {e}", topic, partition, row_offset(offsets, row),
+                                                row=row) from None
+                keys.append(detail)
+                start = row
+                continue
+            program.cols.finish()              # drop the rows taken (and the partial one)
+            code, node, field = detail
+            reason = _pb.ERRORS.get(code, f"error {code}")
+            if field >= 0:
+                reason += f" (field {reader.plan.field_path(node, field)})"
+            elif node > 0:
+                reason += f" (in {reader.plan.nodes[node].name})"
+            raise UndecodableValueError(f"Protobuf: {reason}", topic, partition, row_offset(offsets, row), row=row)
+
+    def _check_frame(self, reader: _Reader, key: Tuple[int, bytes]) -> None:
+        """A frame's message must be the reader's (raises ValueError)."""
+        known = reader.known(key)
+        if known is None:
+            schema_id, raw = key
+            indexes = parse_indexes(raw)
+            if self._registry is None:
+                known = True          # framed without a registry: the given message for every frame
+            else:
+                writer = message_at(self._writer_schema(schema_id).file, indexes)
+                known = writer.full_name == reader.message.full_name
+                if not known:
+                    reader.learn(key, False)
+                    raise ValueError(f"schema id {schema_id} message {indexes} is {writer.full_name}, "
+                                     f"not the reader's {reader.message.full_name}")
+            reader.learn(key, True)
+        elif not known:
+            raise ValueError(f"schema id {key[0]} message {parse_indexes(key[1])} is not the reader's "
+                             f"{reader.message.full_name}")
+
+
+_STRATEGIES = ("topic", "record", "topic_record")
+
+
+def parse_indexes(raw: bytes) -> List[int]:
+    """Confluent's message-index array (zigzag varints: a count, then the
+    indexes; a count of 0 means ``[0]``)."""
+    values: List[int] = []
+    shift = value = 0
+    for b in raw:
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            values.append((value >> 1) ^ -(value & 1))
+            shift = value = 0
+    if shift or not values or values[0] != len(values) - 1 or values[0] < 0:
+        raise ValueError(f"a malformed message-index array {raw.hex()}")
+    return values[1:] or [0]
+
+
+def encode_indexes(indexes: Sequence[int]) -> bytes:
+    """The message-index array as confluent-kafka writes it (``[0]`` as one 0 byte)."""
+    if list(indexes) == [0]:
+        return b"\x00"
+    out = bytearray()
+    for v in [len(indexes), *indexes]:
+        z = (v << 1) ^ (v >> 63)
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+    return bytes(out)
+
+
+def _given_message(schema: SchemaSource, message: Optional[str], references: Optional[Mapping[str, str]]
+                   ) -> Descriptor:
+    if isinstance(schema, str):
+        schema = parse_schema(schema, references)
+    if isinstance(schema, Schema):
+        return schema.find_message(message) if message else schema.message([0])
+    desc = getattr(schema, "DESCRIPTOR", schema)
+    if isinstance(desc, FileDescriptor):
+        return desc.pool.FindMessageTypeByName(message) if message else message_at(desc, [0])
+    if isinstance(desc, Descriptor):
+        return desc
+    raise TypeError(f"a protobuf schema is .proto text, a serialized FileDescriptorProto, a descriptor or a "
+                    f"message class, not {type(schema).__name__}")
+
+
+def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> ProtobufFormat:
+    """A :class:`ProtobufFormat` from Confluent-named options (see
+    :func:`kwire.formats.make_format`): ``schema`` (and ``references``,
+    ``message.name``: the message's full name); ``schema.registry.url`` and
+    the registry client's options, or ``registry``: a client already made;
+    ``subject`` (``key.subject``/``value.subject``), ``use.schema.id``,
+    ``auto.register.schemas``, ``use.latest.version``,
+    ``subject.name.strategy`` (``key.``/``value.``: Confluent's class names
+    or topic, record, topic_record)."""
+    registry = options.get("registry")
+    client_options = {k: v for k, v in options.items() if k.startswith(("schema.registry.", "basic.auth.",
+                                                                         "bearer.auth."))}
+    if registry is None and client_options:
+        registry = client_options
+    side = "key." if is_key else "value."
+    schema_id = options.get("use.schema.id")
+    strategy = options.get(side + "subject.name.strategy") or options.get("subject.name.strategy") or "topic"
+    return ProtobufFormat(options.get("schema"), message=options.get("message.name"),
+                          references=options.get("references"), registry=registry,
+                          subject=options.get(side + "subject") or options.get("subject"),
+                          schema_id=None if schema_id in (None, "") else int(schema_id), is_key=is_key,
+                          auto_register=flag(options.get("auto.register.schemas")),
+                          use_latest=flag(options.get("use.latest.version")),
+                          subject_name_strategy=_strategy(strategy))
+
+
+def _strategy(name: str) -> str:
+    """A subject name strategy's short name, from it or Confluent's class name."""
+    short = name.rsplit(".", 1)[-1].lower().replace("strategy", "").replace("name", "").replace("_", "")
+    found = {"topic": "topic", "record": "record", "topicrecord": "topic_record"}.get(short)
+    if found is None:
+        raise ValueError(f"unknown subject name strategy {name!r}: TopicNameStrategy, RecordNameStrategy or "
+                         f"TopicRecordNameStrategy")
+    return found
