@@ -40,6 +40,9 @@ _STORES = {name: i for i, name in enumerate(
     ("none", "null_row", "bool", "i32", "i64", "f32", "f64", "bin", "str", "fixed", "dec", "uuid", "duration",
      "enum", "struct", "list", "map"))}
 
+_FAST = {("long", "i64"): FAST_LONG, ("int", "i32"): FAST_INT, ("double", "f64"): FAST_DOUBLE,
+         ("string", "str"): FAST_STR, ("bytes", "bin"): FAST_BIN, ("boolean", "bool"): FAST_BOOL}
+
 # the decoder's errors (beyond buffers.Reader's E_TRUNC, E_VARINT, E_NEG_LENGTH)
 cdef enum:
     A_BOOL = 100, A_UNION, A_ENUM, A_SYMBOL, A_UNRESOLVED, A_UTF8, A_DECIMAL, A_UUID, A_COUNT, A_RANGE
@@ -76,7 +79,13 @@ MAX_EMPTY_ITEMS = 1 << 20
 cdef int64_t _MAX_EMPTY = MAX_EMPTY_ITEMS
 
 
+# the commonest ops, read in place by a record's loop (FAST_NONE: run())
+cdef enum:
+    FAST_NONE, FAST_LONG, FAST_INT, FAST_DOUBLE, FAST_STR, FAST_BIN, FAST_BOOL
+
+
 cdef struct Op:
+    int fast
     int code
     int store
     Col* col
@@ -128,6 +137,7 @@ cdef class Program:
     cdef int _bind(self, Op* o, object op) except -1:
         o.code = _CODES[op.code]
         o.store = _STORES[op.store]
+        o.fast = _FAST.get((op.code, op.store), FAST_NONE)
         o.col = self.cols.column(op.col) if op.col >= 0 else NULL
         o.aux = self.cols.column(op.members[0]) if op.code == "map" and op.members else NULL
         o.member = op.members[0] if op.code == "as_union" else -1
@@ -206,6 +216,49 @@ cdef int run(Ctx* x, Op* op, Reader* r) noexcept nogil:
     if code == O_AS_UNION:
         return run_as_union(x, op, r)
     return fail(x, op, A_UNRESOLVED)
+
+
+cdef inline int run_fast(Ctx* x, Op* op, Reader* r) noexcept nogil:
+    """The commonest ops, in the caller's loop: 0 when read, -1 to take
+    :c:func:`run` (which finds the same error again, and reports it)."""
+    cdef int kind = op.fast
+    cdef int64_t v
+    cdef double d
+    cdef const uint8_t* p
+    cdef Py_ssize_t pos = r.pos
+    if kind == FAST_LONG:
+        v = rd_varlong(r)
+        if r.err:
+            return -1
+        col_i64(op.col, v)
+    elif kind == FAST_STR or kind == FAST_BIN:
+        v = rd_varlong(r)
+        if r.err or v < 0 or v > r.end - r.pos:
+            r.pos = pos
+            return -1
+        p = r.p + r.pos
+        if kind == FAST_STR and utf8_invalid_at(p, v) >= 0:
+            r.pos = pos
+            return -1
+        r.pos += v
+        col_bytes(op.col, p, v)
+    elif kind == FAST_INT:
+        v = rd_varint(r)
+        if r.err:
+            return -1
+        col_i32(op.col, <int32_t>v)
+    elif kind == FAST_DOUBLE:
+        if r.end - r.pos < 8:
+            return -1
+        memcpy(&d, r.p + r.pos, 8)
+        r.pos += 8
+        col_f64(op.col, d)
+    else:
+        if r.pos >= r.end or r.p[r.pos] > 1:
+            return -1
+        col_bool(op.col, r.p[r.pos])
+        r.pos += 1
+    return 0
 
 
 cdef int run_number(Ctx* x, Op* op, Reader* r) noexcept nogil:
@@ -386,9 +439,12 @@ cdef int run_enum(Ctx* x, Op* op, Reader* r) noexcept nogil:
 cdef int run_record(Ctx* x, Op* op, Reader* r) noexcept nogil:
     cdef int i
     cdef Reader d
+    cdef Op* k
     for i in range(op.nkids):
-        if run(x, &x.ops[op.kids[i]], r) < 0:
-            return -1
+        k = &x.ops[op.kids[i]]
+        if k.fast == FAST_NONE or run_fast(x, k, r) < 0:
+            if run(x, k, r) < 0:
+                return -1
     for i in range(op.ndefaults):
         rd_init(&d, op.default_data[i], 0, op.default_len[i])
         if run(x, &x.ops[op.default_ops[i]], &d) < 0:
@@ -429,8 +485,9 @@ cdef int run_blocks(Ctx* x, Op* op, Reader* r) noexcept nogil:
                 return fail(x, op, A_COUNT)
         for i in range(count):
             if op.code == O_ARRAY:
-                if run(x, item, r) < 0:
-                    return -1
+                if item.fast == FAST_NONE or run_fast(x, item, r) < 0:
+                    if run(x, item, r) < 0:
+                        return -1
             elif run_entry(x, op, item, value, r) < 0:
                 return -1
     if op.store == S_LIST or op.store == S_MAP:
@@ -452,7 +509,10 @@ cdef int run_union(Ctx* x, Op* op, Reader* r) noexcept nogil:
         return fail(x, op, r.err)
     if b < 0 or b >= op.nkids:
         return fail(x, op, A_UNION)
-    return run(x, &x.ops[op.kids[b]], r)
+    cdef Op* k = &x.ops[op.kids[b]]
+    if k.fast != FAST_NONE and run_fast(x, k, r) == 0:
+        return 0
+    return run(x, k, r)
 
 
 cdef int run_as_union(Ctx* x, Op* op, Reader* r) noexcept nogil:
