@@ -288,11 +288,40 @@ def protocol_seeds() -> Dict[str, bytes]:
     return out
 
 
+def avro_seeds() -> Dict[str, bytes]:
+    """Valid values of each of the target's schemas, bare and framed, one to
+    three a seed (written with kwire's encoder of defaults), and a few cut."""
+    from kwire.formats.avro.program import encode_value
+    from kwire.formats.avro.schema import parse_schema
+
+    samples = {
+        0: {"n": None, "b": True, "i": -5, "l": 2**40, "f": 1.5, "db": -0.25, "by": b"\x00\xff", "s": "h\u00e9",
+            "e": "C", "fx": b"abc", "arr": ["x", None], "nulls": [None, None],
+            "m": {"k": {"x": 1, "y": "z"}, "j": {"x": -1, "y": None}},
+            "logical": {"dec": b"\x01\x00", "fdec": b"\xff" * 5, "u": "0123abcd-0000-4000-8000-00000000ffff",
+                        "dur": b"\x01\x00\x00\x00" * 3, "d": 19000, "ts": 1700000000000000}},
+        1: {"i": 7, "s": b"old", "e": "D", "gone": {"a": [1.0, 2.5]}},
+        2: [1, -2, 2**62],
+        3: {"t": True, "f": False},
+    }
+    seeds: Dict[str, bytes] = {}
+    for i, value in samples.items():
+        reader, writer = targets.AVRO_SCHEMAS[i]
+        data = encode_value(parse_schema(writer or reader), value)
+        for n in (1, 3):
+            for framed in (0, 0x80):
+                body = (b"\x00\x00\x00\x00\x01" + data if framed else data) * n
+                seeds[f"schema{i}-{n}{'-framed' if framed else ''}"] = bytes([i | framed, n - 1]) + body
+        seeds[f"schema{i}-cut"] = bytes([i, 0]) + data[:-1]
+    return seeds
+
+
 SEEDS: Dict[str, Callable[[], Dict[str, bytes]]] = {
     "records": records_seeds,
     "v07": v07_seeds,
     "compression": compression_seeds,
     "protocol": protocol_seeds,
+    "avro": avro_seeds,
 }
 
 

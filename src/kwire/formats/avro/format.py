@@ -188,9 +188,20 @@ class AvroFormat(Format):
             writer = self._writer if self._framing == "none" else self._writer_schema(schema_id)
             dec.add(schema_id, reader.ops(schema_id, writer))
         except AvroSchemaError as e:
-            dec.cols.finish()
-            raise UndecodableValueError(f"Avro: schema id {schema_id} cannot be read as the reader's schema: {e}",
-                                        topic, partition, _offset(offsets, row), row=row) from None
+            reason = f"schema id {schema_id} cannot be read as the reader's schema: {e}"
+        except Exception as e:
+            if not _not_found(e):
+                raise
+            reason = f"schema id {schema_id} is not in the schema registry"
+        else:
+            return
+        dec.cols.finish()
+        raise UndecodableValueError(f"Avro: {reason}", topic, partition, _offset(offsets, row), row=row) from None
+
+
+def _not_found(e: Exception) -> bool:
+    """A registry's answer that a schema id does not exist (HTTP 404)."""
+    return isinstance(e, LookupError) or getattr(e, "status", None) == 404 or getattr(e, "http_status_code", None) == 404
 
 
 def _binary(column: Any) -> "pa.Array":
