@@ -94,6 +94,7 @@ class Consumer(Fetcher):
         self._raised_last = False     # the last poll raised a held error: this one returns records first
         self._error_turn = 0          # partitions with held errors take turns
         self._closed = False
+        self._formats: Any = None     # the kwire.formats.FormatCache of poll_columnar's key and value formats
         self._group: Optional[GroupCoordinator] = None     # when there is a group_id
         if self.cfg["group_id"]:
             self._group = GroupCoordinator(self)
@@ -265,18 +266,32 @@ class Consumer(Fetcher):
         limit = self.cfg["max_poll_records"] if max_records is None else _positive("max_records", max_records)
         return lambda: self._take_records(limit)
 
-    def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms",
-                      max_records: Optional[int] = None) -> Dict[TopicPartition, Any]:
+    def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms", max_records: Optional[int] = None,
+                      key_format: Any = None, value_format: Any = None) -> Dict[TopicPartition, Any]:
         """One ``pyarrow.RecordBatch`` per partition with data (columns as
         :class:`kwire.ColumnarDecoder` makes them, timestamps in
         ``timestamp_unit``: "ms" or "us"), no Python object per record: about
         ``max_poll_bytes`` in all (each row counted with its overhead) and,
         when given, at most ``max_records`` rows in all (``max_poll_records``
         does not apply: columnar readers want large batches). Errors as in
-        :meth:`poll`."""
-        return self._poll(self._poll_steps(timeout_ms, self._columnar_taker(timestamp_unit, max_records)))
+        :meth:`poll`.
 
-    def _columnar_taker(self, timestamp_unit: str, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, Any]]:
+        ``key_format`` / ``value_format`` type the ``key`` / ``value``
+        column: a :class:`kwire.formats.base.Format`, a kind ("avro",
+        "protobuf", "json") or ``(kind, options)`` (:mod:`kwire.formats`;
+        each spec's format made once per topic and kept by the consumer).
+        A value its format cannot decode raises
+        :class:`kwire.formats.base.UndecodableValueError` (a
+        :class:`kwire.CorruptRecordError` naming its topic, partition and
+        offset) once the records before it are returned; the partition's
+        position stays at it, so later polls raise it again until
+        :meth:`seek` moves past it (as Java's consumer does with a record
+        its deserializer refuses)."""
+        return self._poll(self._poll_steps(timeout_ms, self._columnar_taker(timestamp_unit, max_records,
+                                                                            key_format, value_format)))
+
+    def _columnar_taker(self, timestamp_unit: str, max_records: Optional[int], key_format: Any = None,
+                        value_format: Any = None) -> Callable[[], Dict[TopicPartition, Any]]:
         # without pyarrow: the ImportError naming kwire[arrow] now, not when the first records come
         import kwire._arrow  # noqa: F401
 
@@ -284,7 +299,40 @@ class Consumer(Fetcher):
             raise ValueError("timestamp_unit must be 'ms' or 'us'")
         if max_records is not None:
             _positive("max_records", max_records)
-        return lambda: self._take_columnar(timestamp_unit, max_records)
+        if key_format is None and value_format is None:
+            return lambda: self._take_columnar(timestamp_unit, max_records)
+        from kwire.formats import check_spec
+
+        check_spec(key_format)
+        check_spec(value_format)
+        return lambda: self._typed(self._take_columnar(timestamp_unit, max_records), key_format, value_format)
+
+    def _typed(self, batches: Dict[TopicPartition, Any], key_spec: Any, value_spec: Any) -> Dict[TopicPartition, Any]:
+        """Each partition's batch with its key and value typed by their
+        formats. A batch with a value its format cannot decode keeps the
+        rows before it; the partition goes back to that record's offset and
+        holds the error (raised once these rows are out)."""
+        from kwire.formats import FormatCache
+        from kwire.formats.base import UndecodableValueError, decode_batch
+
+        if self._formats is None:
+            self._formats = FormatCache()
+        out = {}
+        for tp, batch in batches.items():
+            key_format = self._formats.get(key_spec, topic=tp.topic, is_key=True)
+            value_format = self._formats.get(value_spec, topic=tp.topic, is_key=False)
+            while batch.num_rows:
+                try:
+                    out[tp] = decode_batch(batch, topic=tp.topic, partition=tp.partition, key_format=key_format,
+                                           value_format=value_format)
+                    break
+                except UndecodableValueError as e:
+                    if e.offset is None:
+                        raise
+                    self._move(tp, e.offset, None)
+                    self._states[tp].error = e
+                    batch = batch.slice(0, e.row)
+        return out
 
     def _poll(self, steps: Steps) -> Dict[TopicPartition, Any]:
         out = self._client.run(steps)

@@ -249,8 +249,10 @@ class AsyncConsumer:
         return self._held.popleft()
 
     async def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms",
-                            max_records: Optional[int] = None) -> Dict[TopicPartition, Any]:
-        """One ``pyarrow.RecordBatch`` per partition with data:
+                            max_records: Optional[int] = None, key_format: Any = None,
+                            value_format: Any = None) -> Dict[TopicPartition, Any]:
+        """One ``pyarrow.RecordBatch`` per partition with data, its key and
+        value typed by ``key_format`` / ``value_format`` when given:
         :meth:`kwire.Consumer.poll_columnar`, but at most about
         :data:`COLUMNAR_TURN_BYTES` (1 MiB) of records a call, so that a call
         holds the loop about a millisecond (the decoding runs on the loop's
@@ -259,7 +261,8 @@ class AsyncConsumer:
         if self._held:
             raise KwireError("poll_columnar() while records taken by getone() or async for are not handed out yet")
         await asyncio.sleep(0)      # as getmany
-        return await self._client.arun(c._poll_steps(timeout_ms, c._columnar_taker(timestamp_unit, max_records)))
+        take = c._columnar_taker(timestamp_unit, max_records, key_format, value_format)
+        return await self._client.arun(c._poll_steps(timeout_ms, take))
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self._records()
