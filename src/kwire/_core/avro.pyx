@@ -46,7 +46,7 @@ _FAST = {("long", "i64"): FAST_LONG, ("int", "i32"): FAST_INT, ("double", "f64")
 # the decoder's errors (beyond buffers.Reader's E_TRUNC, E_VARINT, E_NEG_LENGTH)
 cdef enum:
     A_BOOL = 100, A_UNION, A_ENUM, A_SYMBOL, A_UNRESOLVED, A_UTF8, A_DECIMAL, A_UUID, A_COUNT, A_RANGE
-    A_TRAILING, A_FRAME, A_MEMORY, A_TOO_BIG
+    A_TRAILING, A_FRAME, A_MEMORY, A_TOO_BIG, A_PRECISION
 
 ERRORS = {
     E_TRUNC: "the value ends inside a field",
@@ -66,6 +66,7 @@ ERRORS = {
     A_FRAME: "a value too short for its frame, or without the registry's magic byte 0",
     A_MEMORY: "out of memory",
     A_TOO_BIG: "a column past 2 GiB in one batch",
+    A_PRECISION: "a decimal with more digits than the reader's precision",
 }
 
 #: framings of a value: none (bare Avro); Confluent's (magic 0, 4-byte schema
@@ -101,6 +102,7 @@ cdef struct Op:
     const uint8_t** default_data
     Py_ssize_t* default_len
     Py_ssize_t min_size
+    const uint8_t* dec_limit    # decimals: 10**precision, little-endian, the column's width
 
 
 cdef struct Ctx:
@@ -147,6 +149,10 @@ cdef class Program:
         o.kids = _ints(op.kids)
         o.nenum = len(op.enum_map)
         o.enum_map = _ints(op.enum_map)
+        if op.store == "dec":
+            limit = (10 ** op.precision).to_bytes(o.col.width + 1, "little")[:o.col.width]
+            self.keep.append(limit)
+            o.dec_limit = <const uint8_t*><bytes>limit
         o.ndefaults = len(op.defaults)
         if o.ndefaults:
             o.default_ops = _ints([d[0] for d in op.defaults])
@@ -360,13 +366,34 @@ cdef int store_decimal(Ctx* x, Op* op, const uint8_t* p, Py_ssize_t n) noexcept 
             return fail(x, op, A_DECIMAL)
         p += 1
         n -= 1
-    slot = col_slot(op.col)
-    if slot == NULL:
-        return 0
-    memset(slot, fill, w)
+    cdef uint8_t mag[32]
+    memset(mag, fill, w)
     for i in range(n):
-        slot[i] = <char>p[n - 1 - i]
+        mag[i] = p[n - 1 - i]
+    if not below_limit(mag, w, op.dec_limit):
+        return fail(x, op, A_PRECISION)
+    slot = col_slot(op.col)
+    if slot != NULL:
+        memcpy(slot, mag, w)
     return 0
+
+
+cdef bint below_limit(const uint8_t* value, int w, const uint8_t* limit) noexcept nogil:
+    """Whether the magnitude of ``value`` (``w`` bytes, little-endian two's
+    complement) is below ``limit`` (``w`` bytes, little-endian)."""
+    cdef uint8_t mag[32]
+    cdef int i, carry = 1
+    if value[w - 1] & 0x80:                 # negative: its magnitude is ~value + 1
+        for i in range(w):
+            carry += <uint8_t>~value[i]
+            mag[i] = <uint8_t>carry
+            carry >>= 8
+    else:
+        memcpy(mag, value, w)
+    for i in range(w - 1, -1, -1):
+        if mag[i] != limit[i]:
+            return mag[i] < limit[i]
+    return False
 
 
 cdef inline int hexval(uint8_t c) noexcept nogil:

@@ -44,7 +44,8 @@ KINDS: Dict[str, str] = {
 
 #: Option names (and prefixes) of the formats and the registry, apart from a client's.
 FORMAT_OPTIONS = frozenset({
-    "schema", "subject", "key.subject", "value.subject", "registry", "auto.register.schemas", "use.latest.version", "use.schema.id", "use.latest.with.metadata",
+    "schema", "subject", "key.subject", "value.subject", "registry", "auto.register.schemas", "use.latest.version",
+    "use.schema.id", "use.latest.with.metadata", "framing",
     "normalize.schemas", "subject.name.strategy", "key.subject.name.strategy", "value.subject.name.strategy",
     "latest.compatibility.strict",
 })

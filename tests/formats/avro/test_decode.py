@@ -227,5 +227,9 @@ def test_decimal_too_wide_for_the_reader_is_refused():
     schema = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 0}
     fmt = AvroFormat(schema)
     assert decode(fmt, [b"\x04\x00\x7f", b"\x02\xff"]).to_pylist() == [127, -1]
-    with pytest.raises(UndecodableValueError, match="decimal"):
+    with pytest.raises(UndecodableValueError, match="decimal too wide"):
         decode(fmt, [b"\x22" + b"\x01" + b"\x00" * 16])
+    assert decode(fmt, [b"\x04\x27\x0f", b"\x04\xd8\xf1"]).to_pylist() == [9999, -9999]
+    for past in (b"\x04\x27\x10", b"\x04\xd8\xf0"):             # 10000, -10000: five digits
+        with pytest.raises(UndecodableValueError, match="more digits than the reader's precision"):
+            decode(fmt, [past])

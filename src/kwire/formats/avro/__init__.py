@@ -9,7 +9,7 @@ core (``kwire._core.avro``): :class:`AvroFormat`.
   Avro, with or without a schema registry.
 """
 
-from kwire.formats.avro.format import AvroFormat
+from kwire.formats.avro.format import AvroFormat, make
 from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
 
-__all__ = ["AvroFormat", "AvroSchemaError", "Node", "parse_schema"]
+__all__ = ["AvroFormat", "AvroSchemaError", "Node", "make", "parse_schema"]

@@ -22,8 +22,9 @@ from kwire.formats.avro.arrow import Slot, layout
 from kwire.formats.avro.program import compile_program
 from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
 from kwire.formats.base import Format, UndecodableValueError
+from kwire.formats.common import binary_column, reference_texts, registry_client, row_offset
 
-__all__ = ["AvroFormat"]
+__all__ = ["AvroFormat", "make"]
 
 SchemaText = Union[str, Mapping, list]
 #: decoders (column trees) kept per topic for reuse, at most
@@ -100,7 +101,7 @@ class AvroFormat(Format):
                  references: Optional[Mapping[str, str]] = None) -> None:
         if schema is None and registry is None:
             raise ValueError("the avro format needs a schema, or a schema registry (schema.registry.url)")
-        self._registry = _registry(registry)
+        self._registry = registry_client(registry)
         self._framing = framing or ("confluent" if self._registry is not None else "none")
         if self._framing not in _avro.FRAMES or self._framing == "ids":
             raise ValueError(f"framing must be 'none', 'confluent' or 'id8', not {self._framing!r}")
@@ -152,11 +153,11 @@ class AvroFormat(Format):
     def _parse_registered(self, schema: Any) -> Node:
         if getattr(schema, "schema_type", "AVRO") not in ("AVRO", None):
             raise AvroSchemaError(f"the registry's schema is {schema.schema_type}, not AVRO")
-        return parse_schema(schema.schema_str, _references(self._registry, schema))
+        return parse_schema(schema.schema_str, reference_texts(self._registry, schema, AvroSchemaError))
 
     # ------------------------------------------------------------ decoding
     def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":
-        column = _binary(column)
+        column = binary_column(column)
         reader = self._reader(topic)
         dec = reader.take()
         try:
@@ -180,7 +181,7 @@ class AvroFormat(Format):
             code, path, message = detail
             reason = _avro.ERRORS.get(code, f"error {code}") + (f" (field {path!r})" if path else "")
             raise UndecodableValueError(f"Avro: {reason}{': ' + message if message else ''}", topic, partition,
-                                        _offset(offsets, row), row=row)
+                                        row_offset(offsets, row), row=row)
 
     def _add_program(self, reader: _Reader, dec: _Decoder, schema_id: int, topic: str, partition: int,
                      offsets: "pa.Array", row: int) -> None:
@@ -196,7 +197,7 @@ class AvroFormat(Format):
         else:
             return
         dec.cols.finish()
-        raise UndecodableValueError(f"Avro: {reason}", topic, partition, _offset(offsets, row), row=row) from None
+        raise UndecodableValueError(f"Avro: {reason}", topic, partition, row_offset(offsets, row), row=row) from None
 
 
 def _not_found(e: Exception) -> bool:
@@ -204,40 +205,19 @@ def _not_found(e: Exception) -> bool:
     return isinstance(e, LookupError) or getattr(e, "status", None) == 404 or getattr(e, "http_status_code", None) == 404
 
 
-def _binary(column: Any) -> "pa.Array":
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if not pa.types.is_binary(column.type):
-        column = column.cast(pa.binary())
-    return column
-
-
-def _offset(offsets: Any, row: int) -> Optional[int]:
-    if offsets is None or row >= len(offsets):
-        return None
-    return offsets[row].as_py()
-
-
-def _registry(registry: Any) -> Any:
-    if registry is None or not isinstance(registry, Mapping):
-        return registry
-    from kwire.registry import SchemaRegistryClient
-    return SchemaRegistryClient(dict(registry))
-
-
-def _references(registry: Any, schema: Any) -> Dict[str, str]:
-    """The texts of a registered schema's references, by reference name, each
-    after those it references itself (the order they must be parsed in)."""
-    out: Dict[str, str] = {}
-
-    def visit(s: Any, depth: int) -> None:
-        if depth > 32:
-            raise AvroSchemaError("schema references nest deeper than 32 (a cycle?)")
-        for ref in getattr(s, "references", None) or []:
-            if ref.name not in out:
-                registered = registry.get_version(ref.subject, ref.version)
-                visit(registered.schema, depth + 1)
-                out[ref.name] = registered.schema.schema_str
-
-    visit(schema, 0)
-    return out
+def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> AvroFormat:
+    """An :class:`AvroFormat` from Confluent-named options (see
+    :func:`kwire.formats.make_format`): ``schema`` (the reader schema);
+    ``schema.registry.url`` and the registry client's options, or
+    ``registry`` (a client already made); ``subject``
+    (``key.subject``/``value.subject``), ``use.schema.id`` (the reader schema
+    by id), ``use.latest.version`` (the reader schema: the subject's latest,
+    the default with a registry and no schema); ``framing`` ("confluent",
+    "id8", "none")."""
+    client_options = {k: v for k, v in options.items() if k.startswith(("schema.registry.", "basic.auth.",
+                                                                         "bearer.auth."))}
+    registry = registry_client(options.get("registry") or client_options or None)
+    schema_id = options.get("use.schema.id")
+    return AvroFormat(options.get("schema"), registry=registry, framing=options.get("framing") or None,
+                      subject=options.get("key.subject" if is_key else "value.subject") or options.get("subject"),
+                      schema_id=None if schema_id in (None, "") else int(schema_id), is_key=is_key)

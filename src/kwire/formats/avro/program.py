@@ -46,6 +46,7 @@ class Op:
     members: List[int] = field(default_factory=list)     # union into a struct of members: member per branch, -1 null
     defaults: List[Tuple[int, bytes]] = field(default_factory=list)
     min_size: int = 0             # the fewest bytes a value takes (array and map block counts are checked with it)
+    precision: int = 0            # dec: the reader's precision (a value with more digits is refused)
     path: str = ""
     message: str = ""             # error ops: why
 
@@ -117,6 +118,7 @@ class _Compiler:
             self._enum(op, w, r)
         elif r is not None:
             op.store = _store(w, r)
+            op.precision = r.node.precision
         return at
 
     def _record(self, op: Op, w: Node, r: Optional[Slot], path: str) -> None:
