@@ -32,18 +32,18 @@ bytes, as ``SerializeToString`` of Protobuf's own runtime writes them.
 
 from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 from kwire._core.buffers cimport (Bytes, GBuf, Reader, borrow, gbuf_reserve, load_be32, rd_init, rd_need,
                                   rd_uvarint, unborrow)
 from kwire._core.consts cimport E_OK, E_TRUNC, E_VARINT
 from kwire._core.typedcols cimport (Col, Columns, TC_OK, col_bool, col_bytes, col_end_items, col_f32, col_f64,
-                                    col_i32, col_i64, col_mark, col_null)
+                                    col_i32, col_i64, col_mark, col_null, col_offset)
 from kwire._core.utf8 cimport utf8_invalid_at
 
 import pyarrow as pa
 
-__all__ = ["Program", "decode", "ERRORS", "FRAMES", "MAX_DEPTH"]
+__all__ = ["Program", "decode", "encode", "ERRORS", "FRAMES", "MAX_DEPTH", "ENUM_UNKNOWN"]
 
 #: nesting of messages and groups a value may have, at most (Protobuf's default)
 MAX_DEPTH = 100
@@ -102,6 +102,8 @@ cdef struct PField:
     int child                   # a message field's node (-1)
     Col* col                    # its column (a repeated field's: the list or map), or NULL
     Col* item                   # a repeated field's items' column
+    int col_no                  # their numbers (pre-order), or -1
+    int item_no
     uint64_t def_bits           # an absent scalar's value (floats as their bits; enums: the dictionary index)
     const uint8_t* def_p        # an absent string's or bytes' value
     Py_ssize_t def_n
@@ -127,8 +129,10 @@ cdef struct Span:
 cdef struct PNode:
     int kind
     Col* col
+    int col_no
     PField* fields
     int nfields
+    int* order                  # its fields by number (the order they are written in)
     int32_t* bynum              # field number -> field index + 1 (0: none), numbers below nbynum
     int32_t nbynum
     Slot* slots
@@ -181,6 +185,7 @@ cdef class Program:
         kind, col, noneofs, fields = node
         nd.kind = kind
         nd.col = self.cols.column(col)
+        nd.col_no = col
         nd.nfields = len(fields)
         nd.noneofs = noneofs
         nd.fields = <PField*>calloc(max(1, nd.nfields), sizeof(PField))
@@ -189,12 +194,15 @@ cdef class Program:
         top = max([f[0] for f in fields] + [0])
         nd.nbynum = min(top, 4096) + 1
         nd.bynum = <int32_t*>calloc(nd.nbynum, sizeof(int32_t))
-        if nd.fields == NULL or nd.slots == NULL or nd.oneof_cur == NULL or nd.bynum == NULL:
+        nd.order = <int*>calloc(max(1, nd.nfields), sizeof(int))
+        if nd.fields == NULL or nd.slots == NULL or nd.oneof_cur == NULL or nd.bynum == NULL or nd.order == NULL:
             raise MemoryError()
         for j, f in enumerate(fields):
             self._bind_field(&nd.fields[j], f)
             if f[0] < nd.nbynum:
                 nd.bynum[f[0]] = j + 1
+        for j, (_, k) in enumerate(sorted((f[0], k) for k, f in enumerate(fields))):
+            nd.order[j] = k
         return 0
 
     cdef int _bind_field(self, PField* pf, tuple f) except -1:
@@ -207,6 +215,8 @@ cdef class Program:
         pf.child = child
         pf.col = self.cols.column(col) if col >= 0 else NULL
         pf.item = self.cols.column(item) if item >= 0 else NULL
+        pf.col_no = col
+        pf.item_no = item
         if isinstance(default, bytes):
             self.keep.append(default)
             pf.def_p = <const uint8_t*><bytes>default
@@ -236,6 +246,7 @@ cdef class Program:
             free(self.nodes[i].slots)
             free(self.nodes[i].oneof_cur)
             free(self.nodes[i].bynum)
+            free(self.nodes[i].order)
             free(self.nodes[i].spans.data)
         free(self.nodes)
 
@@ -778,5 +789,346 @@ cdef int decode_rows(Ctx* x, Keys* k, Col* root, Bytes* valid, const int32_t* of
         if cols_err[0] != TC_OK:
             fail(x, x.nodes, -1, P_MEMORY if cols_err[0] == 1 else P_TOO_BIG)
             return 2
+    at[0] = n
+    return 0
+
+
+# ------------------------------------------------------------------ encoding
+cdef enum:
+    P_NULL_ITEM = 200, P_ENUM_NAME
+
+ERRORS[P_NULL_ITEM] = "a null item in a repeated field (Protobuf has no null items)"
+ERRORS[P_ENUM_NAME] = "an enum name the enum does not declare"
+
+
+cdef struct AView:
+    # one Arrow array of the rows to encode (a column of the plan's type)
+    const uint8_t* valid        # its validity bitmap, or NULL
+    Py_ssize_t offset           # its offset into its buffers
+    const uint8_t* data         # values (bits for bool; dictionary indices)
+    const int32_t* offs         # a binary's, list's or map's offsets
+    const int64_t* enum_numbers # a dictionary's: each name's enum number (ENUM_UNKNOWN: none)
+    Py_ssize_t nenum
+
+
+cdef struct Enc:
+    PNode* nodes
+    AView* views
+    int err
+    int err_node
+    int err_field
+
+
+#: the enum number of a dictionary name the enum does not declare
+ENUM_UNKNOWN = -(1 << 63)
+cdef int64_t _ENUM_UNKNOWN = INT64_MIN
+
+
+cdef inline bint av_valid(AView* v, Py_ssize_t i) noexcept nogil:
+    i += v.offset
+    return v.valid == NULL or (v.valid[i >> 3] >> (i & 7)) & 1
+
+
+cdef inline int efail(Enc* e, PNode* nd, int field, int code) noexcept nogil:
+    if e.err == E_OK:
+        e.err = code
+        e.err_node = <int>(nd - e.nodes)
+        e.err_field = field
+    return -1
+
+
+cdef inline int put_uv(Enc* e, GBuf* g, uint64_t v) noexcept nogil:
+    """An unsigned varint."""
+    cdef uint8_t* q
+    if gbuf_reserve(g, 10) < 0:
+        return efail(e, e.nodes, -1, P_MEMORY)
+    q = <uint8_t*>g.data + g.len
+    while v >= 0x80:
+        q[0] = <uint8_t>(v | 0x80)
+        q += 1
+        v >>= 7
+    q[0] = <uint8_t>v
+    g.len = <char*>q + 1 - g.data
+    return 0
+
+
+cdef inline Py_ssize_t uv_size(uint64_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline int put_le(Enc* e, GBuf* g, uint64_t v, int width) noexcept nogil:
+    cdef int i
+    if gbuf_reserve(g, width) < 0:
+        return efail(e, e.nodes, -1, P_MEMORY)
+    for i in range(width):
+        g.data[g.len + i] = <char>(v >> (8 * i))
+    g.len += width
+    return 0
+
+
+cdef inline int put_bytes(Enc* e, GBuf* g, const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    if put_uv(e, g, <uint64_t>n) < 0 or gbuf_reserve(g, n) < 0:
+        return efail(e, e.nodes, -1, P_MEMORY)
+    if n:
+        memcpy(g.data + g.len, p, n)
+        g.len += n
+    return 0
+
+
+cdef inline uint64_t wire_value(int type_, uint64_t bits) noexcept nogil:
+    """A scalar's bits (as a slot holds them) as its varint or fixed value."""
+    cdef int32_t i32
+    cdef int64_t i64
+    if type_ == T_INT32 or type_ == T_ENUM:
+        return <uint64_t><int64_t><int32_t><uint32_t>bits       # sign-extended to 64 bits
+    if type_ == T_SINT32:
+        i32 = <int32_t><uint32_t>bits
+        return <uint32_t>((<uint32_t>i32 << 1) ^ <uint32_t>(i32 >> 31))
+    if type_ == T_SINT64:
+        i64 = <int64_t>bits
+        return (<uint64_t>i64 << 1) ^ <uint64_t>(i64 >> 63)
+    return bits
+
+
+cdef inline int put_scalar_value(Enc* e, GBuf* g, int type_, uint64_t bits) noexcept nogil:
+    cdef int w = wire_of(type_)
+    if w == W_VARINT:
+        return put_uv(e, g, wire_value(type_, bits))
+    return put_le(e, g, bits, 8 if w == W_I64 else 4)
+
+
+cdef inline Py_ssize_t scalar_size(int type_, uint64_t bits) noexcept nogil:
+    cdef int w = wire_of(type_)
+    if w == W_VARINT:
+        return uv_size(wire_value(type_, bits))
+    return 8 if w == W_I64 else 4
+
+
+cdef inline int read_bits(Enc* e, PNode* nd, int fi, int type_, AView* v, Py_ssize_t i, uint64_t* out) noexcept nogil:
+    """The value of row ``i`` of ``v`` as a slot holds it (enums: their number)."""
+    cdef Py_ssize_t at = v.offset + i
+    cdef int32_t idx
+    cdef uint32_t u32
+    cdef uint64_t u64
+    if type_ == T_BOOL:
+        out[0] = (v.data[at >> 3] >> (at & 7)) & 1
+    elif type_ == T_ENUM:
+        memcpy(&idx, v.data + 4 * at, 4)
+        if idx < 0 or idx >= v.nenum or v.enum_numbers[idx] == _ENUM_UNKNOWN:
+            return efail(e, nd, fi, P_ENUM_NAME)
+        out[0] = <uint32_t><int32_t>v.enum_numbers[idx]
+    elif wire_of(type_) == W_I64 or type_ == T_INT64 or type_ == T_UINT64 or type_ == T_SINT64:
+        memcpy(&u64, v.data + 8 * at, 8)
+        out[0] = u64
+    else:
+        memcpy(&u32, v.data + 4 * at, 4)
+        out[0] = u32
+    return 0
+
+
+cdef inline int put_tag(Enc* e, GBuf* g, int32_t number, int wire) noexcept nogil:
+    return put_uv(e, g, (<uint64_t><uint32_t>number << 3) | <uint64_t>wire)
+
+
+cdef int enc_nested(Enc* e, PNode* nd, int fi, PNode* child, Py_ssize_t row, GBuf* g, bint entry) noexcept nogil:
+    """A message field's value: tag, length and body (a group: start tag, body, end tag)."""
+    cdef PField* f = &nd.fields[fi]
+    cdef Py_ssize_t start, n, k
+    if f.type == T_GROUP:
+        if put_tag(e, g, f.number, W_SGROUP) < 0 or enc_body(e, child, row, g, entry) < 0:
+            return -1
+        return put_tag(e, g, f.number, W_EGROUP)
+    if put_tag(e, g, f.number, W_LEN) < 0 or gbuf_reserve(g, 1) < 0:
+        return efail(e, nd, fi, P_MEMORY)
+    start = g.len
+    g.len += 1                               # the length, if it takes one byte
+    if row >= 0 and enc_body(e, child, row, g, entry) < 0:
+        return -1
+    n = g.len - start - 1
+    k = uv_size(<uint64_t>n)
+    if k > 1:
+        if gbuf_reserve(g, k - 1) < 0:
+            return efail(e, nd, fi, P_MEMORY)
+        memmove(g.data + start + k, g.data + start + 1, n)
+    g.len = start
+    put_uv(e, g, <uint64_t>n)
+    g.len = start + k + n
+    return 0
+
+
+cdef int enc_body(Enc* e, PNode* nd, Py_ssize_t row, GBuf* g, bint entry) noexcept nogil:
+    """The fields of row ``row`` of a node, by field number. ``entry``: a
+    map entry's, whose key and value are always written."""
+    cdef int j
+    cdef AView* v = &e.views[nd.col_no]
+    cdef int64_t micros, secs, nanos
+    if nd.kind == NK_TIMESTAMP or nd.kind == NK_DURATION:
+        memcpy(&micros, v.data + 8 * (v.offset + row), 8)
+        secs = micros // 1000000
+        nanos = micros % 1000000
+        if nd.kind == NK_TIMESTAMP and nanos < 0:           # a Timestamp's nanos are never negative
+            secs -= 1
+            nanos += 1000000
+        nanos *= 1000
+        if secs != 0 and (put_tag(e, g, 1, W_VARINT) < 0 or put_uv(e, g, <uint64_t>secs) < 0):
+            return -1
+        if nanos != 0 and (put_tag(e, g, 2, W_VARINT) < 0 or put_uv(e, g, <uint64_t>nanos) < 0):
+            return -1
+        return 0
+    for j in range(nd.nfields):
+        if enc_field(e, nd, nd.order[j], row, g, entry) < 0:
+            return -1
+    return 0
+
+
+cdef int enc_field(Enc* e, PNode* nd, int fi, Py_ssize_t row, GBuf* g, bint always) noexcept nogil:
+    """One field of row ``row``: nothing if null (or an implicit field's zero), else its tag and value."""
+    cdef PField* f = &nd.fields[fi]
+    cdef AView* v = &e.views[f.col_no]
+    cdef Py_ssize_t s, end, j, n, size
+    cdef uint64_t bits = 0
+    cdef bint implicit = not (f.flags & FL_PRESENCE) and not always
+    if f.flags & FL_REPEATED:
+        return enc_repeated(e, nd, fi, row, g)
+    if not av_valid(v, row):
+        if not always:
+            return 0
+        if f.child >= 0:                      # a map entry's null message value: an empty one
+            return enc_nested(e, nd, fi, &e.nodes[f.child], -1, g, False)
+        if put_tag(e, g, f.number, f.wire) < 0:
+            return -1
+        return put_uv(e, g, 0) if f.wire == W_LEN else put_scalar_value(e, g, f.type, 0)
+    if f.child >= 0:
+        return enc_nested(e, nd, fi, &e.nodes[f.child], row, g, False)
+    if f.type == T_STRING or f.type == T_BYTES:
+        s = v.offs[v.offset + row]
+        n = v.offs[v.offset + row + 1] - s
+        if n == 0 and implicit:
+            return 0
+        if put_tag(e, g, f.number, W_LEN) < 0:
+            return -1
+        return put_bytes(e, g, v.data + s, n)
+    if read_bits(e, nd, fi, f.type, v, row, &bits) < 0:
+        return -1
+    if bits == 0 and implicit:
+        return 0
+    if put_tag(e, g, f.number, f.wire) < 0:
+        return -1
+    return put_scalar_value(e, g, f.type, bits)
+
+
+cdef int enc_repeated(Enc* e, PNode* nd, int fi, Py_ssize_t row, GBuf* g) noexcept nogil:
+    """A repeated field's items (packed or one tag each) or a map's entries."""
+    cdef PField* f = &nd.fields[fi]
+    cdef AView* v = &e.views[f.col_no]
+    cdef AView* iv = &e.views[f.item_no]
+    cdef Py_ssize_t s, end, j, size = 0, a
+    cdef uint64_t bits = 0
+    if not av_valid(v, row):
+        return 0
+    s = v.offs[v.offset + row]
+    end = v.offs[v.offset + row + 1]
+    for j in range(s, end):
+        if not av_valid(iv, j):
+            return efail(e, nd, fi, P_NULL_ITEM)
+    if s == end:
+        return 0
+    if f.child >= 0:
+        for j in range(s, end):
+            if enc_nested(e, nd, fi, &e.nodes[f.child], j, g, (f.flags & FL_MAP) != 0) < 0:
+                return -1
+        return 0
+    if f.type == T_STRING or f.type == T_BYTES:
+        for j in range(s, end):
+            a = iv.offs[iv.offset + j]
+            if put_tag(e, g, f.number, W_LEN) < 0 or put_bytes(e, g, iv.data + a, iv.offs[iv.offset + j + 1] - a) < 0:
+                return -1
+        return 0
+    if f.flags & FL_PACKED:
+        for j in range(s, end):
+            if read_bits(e, nd, fi, f.type, iv, j, &bits) < 0:
+                return -1
+            size += scalar_size(f.type, bits)
+        if put_tag(e, g, f.number, W_LEN) < 0 or put_uv(e, g, <uint64_t>size) < 0:
+            return -1
+        for j in range(s, end):
+            read_bits(e, nd, fi, f.type, iv, j, &bits)
+            if put_scalar_value(e, g, f.type, bits) < 0:
+                return -1
+        return 0
+    for j in range(s, end):
+        if read_bits(e, nd, fi, f.type, iv, j, &bits) < 0 or put_tag(e, g, f.number, f.wire) < 0 \
+                or put_scalar_value(e, g, f.type, bits) < 0:
+            return -1
+    return 0
+
+
+def encode(Program rd not None, list views not None, bytes prefix not None, Py_ssize_t n, Columns out not None):
+    """Rows 0..n of the plan's columns, given as ``views`` (one tuple per
+    column, in the plan's pre-order numbering: ``(validity, offset, data,
+    offsets, enum numbers, their count)``, buffer addresses or 0: a
+    dictionary's names' enum numbers as int64, ``ENUM_UNKNOWN`` for a name
+    the enum lacks; the caller keeps the arrays alive), each encoded after ``prefix`` (a frame) into
+    ``out`` (columns of ``pyarrow.binary()``); a null root row stays null.
+
+    Returns ``(0, n, None)``, or ``(2, row, (error, node, field))`` for a row
+    that cannot be encoded (``out`` then holds the rows before it, and part
+    of it: reset it)."""
+    cdef Enc e
+    cdef Py_ssize_t row = 0, i
+    cdef Col* c = out.root
+    cdef const uint8_t* pre = <const uint8_t*>prefix
+    cdef Py_ssize_t npre = len(prefix)
+    cdef int status = 0
+    if len(views) != rd.cols.ncols:
+        raise ValueError(f"{len(views)} column views for a plan of {rd.cols.ncols} columns")
+    e.views = <AView*>calloc(max(1, len(views)), sizeof(AView))
+    if e.views == NULL:
+        raise MemoryError()
+    e.nodes = rd.nodes
+    e.err = E_OK
+    e.err_node = 0
+    e.err_field = -1
+    try:
+        for i, (valid, offset, data, offs, numbers, nenum) in enumerate(views):
+            e.views[i].valid = <const uint8_t*><size_t>valid
+            e.views[i].offset = offset
+            e.views[i].data = <const uint8_t*><size_t>data
+            e.views[i].offs = <const int32_t*><size_t>offs
+            e.views[i].enum_numbers = <const int64_t*><size_t>numbers
+            e.views[i].nenum = nenum
+        with nogil:
+            status = encode_rows(&e, c, pre, npre, n, &row)
+    finally:
+        free(e.views)
+    if status == 0:
+        return (0, n, None)
+    return (2, row, (e.err, e.err_node, e.err_field))
+
+
+cdef int encode_rows(Enc* e, Col* c, const uint8_t* pre, Py_ssize_t npre, Py_ssize_t n,
+                     Py_ssize_t* at) noexcept nogil:
+    cdef Py_ssize_t row
+    cdef AView* root = &e.views[0]
+    for row in range(n):
+        at[0] = row
+        if not av_valid(root, row):
+            col_null(c)
+            continue
+        if gbuf_reserve(&c.data, npre) < 0:
+            efail(e, e.nodes, -1, P_MEMORY)
+            return 2
+        memcpy(c.data.data + c.data.len, pre, npre)
+        c.data.len += npre
+        if enc_body(e, e.nodes, row, &c.data, False) < 0:
+            return 2
+        if col_offset(c, c.data.len) < 0:
+            efail(e, e.nodes, -1, P_TOO_BIG if c.err[0] == 2 else P_MEMORY)
+            return 2
+        col_mark(c, True)
     at[0] = n
     return 0

@@ -195,7 +195,7 @@ def _text(rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
 
 
-def scalar(rng: random.Random, fd: Any) -> Any:
+def scalar(rng: random.Random, fd: Any, exact: bool = False) -> Any:
     t = fd.type
     if t in INT_RANGES:
         return _int(rng, t)
@@ -209,63 +209,72 @@ def scalar(rng: random.Random, fd: Any) -> Any:
         return bytes(rng.randrange(256) for _ in range(rng.randint(0, 10)))
     if t == F.TYPE_ENUM:
         values = [v.number for v in fd.enum_type.values]
-        if not fd.enum_type.is_closed and rng.random() < 0.1:
+        if not fd.enum_type.is_closed and not exact and rng.random() < 0.1:
             return rng.choice([77, -5])              # a number the open enum does not declare
         return rng.choice(values)
     raise AssertionError(t)
 
 
-def fill(rng: random.Random, msg: Message, depth: int = 0) -> Message:
-    """Sets a random subset of ``msg``'s fields to random values."""
+def fill(rng: random.Random, msg: Message, depth: int = 0, exact: bool = False) -> Message:
+    """Sets a random subset of ``msg``'s fields to random values. ``exact``:
+    only values Arrow holds exactly and whose bytes are one (no unknown enum
+    numbers, whole microseconds, maps of one entry at most: the protobuf
+    package writes maps in its hash table's order)."""
     desc = msg.DESCRIPTOR
     if desc.full_name == "google.protobuf.Timestamp":
         msg.seconds = rng.randint(-62135596800, 253402300799)
-        msg.nanos = rng.randint(0, 999_999_999)
+        msg.nanos = rng.randint(0, 999_999) * 1000 if exact else rng.randint(0, 999_999_999)
         return msg
     if desc.full_name == "google.protobuf.Duration":
         secs = rng.randint(-315576000000, 315576000000)
         msg.seconds = secs
-        msg.nanos = (1 if secs >= 0 else -1) * rng.randint(0, 999_999_999) if secs else rng.randint(-999_999_999, 999_999_999)
+        nanos = rng.randint(0, 999_999) * 1000 if exact else rng.randint(0, 999_999_999)
+        msg.nanos = nanos * (-1 if secs < 0 or (secs == 0 and rng.random() < 0.5) else 1)
         return msg
     for fd in desc.fields:
         if rng.random() < 0.3:
             continue
         if fd.is_repeated:
             entry = fd.message_type
-            for _ in range(rng.randint(0, 4)):
-                if entry is not None and entry.GetOptions().map_entry:
-                    key = scalar(rng, entry.fields_by_number[1])
+            is_map = entry is not None and entry.GetOptions().map_entry
+            for _ in range(rng.randint(0, 1 if is_map and exact else 4)):
+                if is_map:
+                    key = scalar(rng, entry.fields_by_number[1], exact)
                     vd = entry.fields_by_number[2]
                     target = getattr(msg, fd.name)
                     if vd.message_type is not None:
-                        fill(rng, target[key], depth + 1)
+                        fill(rng, target[key], depth + 1, exact)
                     else:
-                        target[key] = scalar(rng, vd)
+                        target[key] = scalar(rng, vd, exact)
                 elif fd.message_type is not None:
-                    fill(rng, getattr(msg, fd.name).add(), depth + 1)
+                    fill(rng, getattr(msg, fd.name).add(), depth + 1, exact)
                 else:
-                    getattr(msg, fd.name).append(scalar(rng, fd))
+                    getattr(msg, fd.name).append(scalar(rng, fd, exact))
         elif fd.message_type is not None:
             if depth < 4:
                 sub = getattr(msg, fd.name)
                 sub.SetInParent()
-                fill(rng, sub, depth + 1)
+                fill(rng, sub, depth + 1, exact)
         else:
-            setattr(msg, fd.name, scalar(rng, fd))
+            setattr(msg, fd.name, scalar(rng, fd, exact))
     return msg
 
 
-def random_values(cls: type, n: int, seed: int) -> List[bytes]:
+def random_messages(cls: type, n: int, seed: int, exact: bool = False) -> List[Message]:
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         m = cls()
-        fill(rng, m)
+        fill(rng, m, exact=exact)
         if hasattr(m, "key") and m.DESCRIPTOR.fields_by_name.get("key") is not None and \
                 m.DESCRIPTOR.fields_by_name["key"].is_required:
             m.key = rng.randint(-5, 5)
-        out.append(m.SerializeToString())
+        out.append(m)
     return out
+
+
+def random_values(cls: type, n: int, seed: int, exact: bool = False) -> List[bytes]:
+    return [m.SerializeToString() for m in random_messages(cls, n, seed, exact)]
 
 
 # ------------------------------------------------------------------ the oracle

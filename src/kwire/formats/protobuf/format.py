@@ -17,12 +17,14 @@ is checked once: its message must have the reader message's full name
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from kwire.formats.protobuf.plan import Plan  # first: without the extra, its ImportError says so
-from kwire.formats.protobuf.schema import ProtobufSchemaError, Schema, message_at, message_indexes, parse_schema
+from kwire.formats.protobuf.schema import (WELL_KNOWN, ProtobufSchemaError, Schema, message_at, message_indexes,
+                                          parse_schema)
 
 import pyarrow as pa  # noqa: E402
 from google.protobuf.descriptor import Descriptor, FileDescriptor  # noqa: E402
@@ -238,6 +240,78 @@ class ProtobufFormat(Format):
                              f"{reader.message.full_name}")
 
 
+    # ------------------------------------------------------------ encoding
+    def encode(self, column: "pa.Array", *, topic: str, is_key: bool = False) -> "pa.Array":
+        """Rows of the reader message's Arrow type (a struct column: its
+        fields by name, a missing one null; an enum as names, in any
+        dictionary or as strings) as Protobuf values, written as the
+        protobuf package's ``SerializeToString`` writes them (map entries in
+        the column's order), framed with the schema id and message indexes
+        when the format has a registry or is ``framed``. A null row stays
+        null."""
+        reader = self._reader(topic)
+        prefix = self._frame(reader, topic) if self._framed else b""
+        column = conform(column, reader.plan.arrow_type)
+        views, keep = _views(column, reader.plan)
+        program = reader.take()
+        out = Columns(pa.binary())
+        try:
+            status, row, detail = _pb.encode(program, views, prefix, len(column), out)
+        finally:
+            reader.give(program)
+            del keep
+        if status == 0:
+            return out.finish()
+        out.finish()
+        code, node, field = detail
+        reason = _pb.ERRORS.get(code, f"error {code}")
+        if field >= 0:
+            reason += f" (field {reader.plan.field_path(node, field)})"
+        raise ValueError(f"Protobuf: row {row} cannot be encoded: {reason}")
+
+    def _frame(self, reader: _Reader, topic: str) -> bytes:
+        """Magic byte 0, the schema id, the message indexes."""
+        message = reader.message
+        if self._registry is None and self._schema_id is None:
+            raise ValueError("framed Protobuf values without a registry need the schema id (use.schema.id)")
+        key = topic or ""
+        with self._lock:
+            schema_id = self._ids.get(key)
+        if schema_id is None:
+            schema_id = self._schema_id if self._schema_id is not None else self._registered_id(reader, topic)
+            with self._lock:
+                self._ids[key] = schema_id
+        return b"\x00" + schema_id.to_bytes(4, "big") + encode_indexes(message_indexes(message))
+
+    def _registered_id(self, reader: _Reader, topic: str) -> int:
+        """The id of the reader's schema under its subject: registered there
+        (``auto_register``), the subject's latest (``use_latest``), or looked up."""
+        subject = self._subject_of(topic, reader.message)
+        if self._use_latest:
+            return self._registry.get_latest_version(subject).schema_id
+        schema = self._registrable(reader.message.file)
+        if self._auto_register:
+            return self._registry.register_schema(subject, schema)
+        return self._registry.lookup_schema(subject, schema).schema_id
+
+    def _registrable(self, file: FileDescriptor) -> Any:
+        """``file`` as confluent-kafka's ProtobufSerializer registers it: its
+        serialized descriptor in base64, each import but the well-known types
+        registered (when auto-registering) under its own name as subject."""
+        from kwire.registry.schema import Schema as RegistrySchema, SchemaReference
+
+        refs = []
+        for dep in file.dependencies:
+            if dep.name.startswith(WELL_KNOWN):
+                continue
+            dep_schema = self._registrable(dep)
+            if self._auto_register:
+                self._registry.register_schema(dep.name, dep_schema)
+            found = self._registry.lookup_schema(dep.name, dep_schema)
+            refs.append(SchemaReference(dep.name, dep.name, found.version))
+        return RegistrySchema(base64.standard_b64encode(file.serialized_pb).decode("ascii"), "PROTOBUF", refs)
+
+
 _STRATEGIES = ("topic", "record", "topic_record")
 
 
@@ -269,6 +343,67 @@ def encode_indexes(indexes: Sequence[int]) -> bytes:
             z >>= 7
         out.append(z)
     return bytes(out)
+
+
+def conform(column: Any, target: "pa.DataType") -> "pa.Array":
+    """``column`` (a struct array or chunked array) as an array of ``target``:
+    its fields taken by name (a missing one all null), each cast to its type."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if isinstance(column, pa.RecordBatch):
+        column = pa.StructArray.from_arrays(column.columns, fields=list(column.schema))
+    if column.type == target:
+        return column
+    if not pa.types.is_struct(column.type):
+        raise TypeError(f"Protobuf encodes a struct column, not {column.type}")
+    names = {column.type.field(i).name for i in range(column.type.num_fields)}
+    unknown = names - {f.name for f in target}
+    if unknown:
+        raise ValueError(f"fields the message lacks: {', '.join(sorted(unknown))}")
+    children = []
+    for f in target:
+        child = column.field(f.name) if f.name in names else pa.nulls(len(column), f.type)
+        children.append(conform(child, f.type) if pa.types.is_struct(f.type) else child.cast(f.type))
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null() if column.null_count else None)
+
+
+def _views(column: "pa.Array", plan: Plan) -> Tuple[list, list]:
+    """The compiled encoder's view of each column of ``column`` (of the
+    plan's type), in the plan's pre-order numbering; and what keeps them alive."""
+    views: list = []
+    keep: list = []
+
+    def address(buf: Any) -> int:
+        return 0 if buf is None else buf.address
+
+    def walk(arr: Any) -> None:
+        t = arr.type
+        col = len(views)
+        if pa.types.is_dictionary(t):
+            names = plan.enum_numbers[col]
+            numbers = pa.array([names.get(n, _pb.ENUM_UNKNOWN) for n in arr.dictionary.to_pylist()], pa.int64())
+            indices = arr.indices.cast(pa.int32())
+            keep.extend((numbers, indices))
+            b = indices.buffers()
+            views.append((address(b[0]), indices.offset, address(b[1]), 0, address(numbers.buffers()[1]),
+                          len(numbers)))
+            return
+        b = arr.buffers()
+        if pa.types.is_struct(t):
+            views.append((address(b[0]), arr.offset, 0, 0, 0, 0))
+            for i in range(t.num_fields):
+                walk(arr.field(i))
+        elif pa.types.is_list(t) or pa.types.is_map(t):
+            views.append((address(b[0]), arr.offset, 0, address(b[1]), 0, 0))
+            walk(arr.values)
+        elif pa.types.is_binary(t) or pa.types.is_string(t):
+            views.append((address(b[0]), arr.offset, address(b[2]), address(b[1]), 0, 0))
+        else:
+            views.append((address(b[0]), arr.offset, address(b[1]), 0, 0, 0))
+        keep.append(arr)
+
+    walk(column)
+    return views, keep
 
 
 def _given_message(schema: SchemaSource, message: Optional[str], references: Optional[Mapping[str, str]]

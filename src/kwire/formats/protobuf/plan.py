@@ -133,13 +133,15 @@ class Node:
 
 class Plan:
     """A message's Arrow type (``arrow_type``), its enums' dictionaries in
-    column order (``dictionaries``) and its nodes (``nodes[0]`` is the root).
+    column order (``dictionaries``; ``enum_numbers``: each enum column's
+    names' numbers) and its nodes (``nodes[0]`` is the root).
     Raises :class:`ProtobufSchemaError` for a recursive message."""
 
     def __init__(self, message: Descriptor) -> None:
         self.message = message
         self.nodes: List[Node] = []
         self.dictionaries: List[pa.Array] = []
+        self.enum_numbers: Dict[int, Dict[str, int]] = {}   # an enum column's names' numbers
         self._ncols = 0
         self.arrow_type: pa.DataType = self._struct_node(message, message.full_name, ())
 
@@ -228,9 +230,10 @@ class Plan:
             if kind is not None:
                 return self._leaf_node(msg, kind, path)
             return self._struct_node(msg, path, seen)
-        self._col()
+        col = self._col()
         if fd.type == F.TYPE_ENUM:
             values = list(fd.enum_type.values)
+            self.enum_numbers[col] = {v.name: v.number for v in values}
             index: Dict[int, int] = {}
             for i, v in enumerate(values):
                 index.setdefault(v.number, i)
