@@ -95,6 +95,18 @@ def keycloak():
 
 
 @pytest.fixture(scope="session")
+def apicurio():
+    """Apicurio Registry (in-memory storage; tests/support/apicurio.py), the schema
+    registry of tests/registry, shared by the session; ``.url`` is its
+    Confluent-compatible API. The first run fetches it with Maven (cached in
+    ~/.cache/kwire or $KWIRE_APICURIO_HOME). Never skips, as ``keycloak``: without
+    Java 21+ or Maven the tests fail, naming what is missing."""
+    from support.apicurio import start_apicurio
+
+    yield from _serve("apicurio", start_apicurio(progress=_say("apicurio")))
+
+
+@pytest.fixture(scope="session")
 def kdc():
     """An MIT Kerberos KDC for realm KWIRE.TEST with the broker's and the clients'
     principals and keytabs (tests/support/kdc.py), shared by the session."""
@@ -228,6 +240,7 @@ XDIST_UNITS = (
     ("tests/security/", "security"),
     ("tests/installed/", "installed"),
     ("tests/client/test_faults.py", "faults"),
+    ("tests/registry/", "registry"),          # one worker: one Apicurio (and one secured, with Keycloak)
 )
 
 

@@ -83,11 +83,14 @@ from typing import Dict, NamedTuple, Optional
 from kwire.devbroker import _tie_to_parent, free_port
 from support.kafka import _rss, _stop_pid
 from support.kafka import _stop as _stop_and_remove
+from support.jdk import PREFERRED as JAVA_HOME
+from support.jdk import find_jdk
+from support.jdk import java_version as _java_version
+from support.jdk import major as _major
 from support.maven import Progress, assemble, cache_lock, finished, mark_finished, say, stamp
 
 KEYCLOAK_VERSION = "26.7.0"
 POM = Path(__file__).with_name("keycloak") / "pom.xml"
-JAVA_HOME = "/usr/lib/jvm/temurin-25-jdk-amd64"
 HOST = "127.0.0.1"
 HEAP = "-Xms64m -Xmx512m"
 BUILD_OPTIONS = ("--db=dev-file", "--features=jwt-authorization-grant")
@@ -137,34 +140,10 @@ def keycloak_home(version: str = KEYCLOAK_VERSION) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "kwire" / f"keycloak-{version}"
 
 
-def _java_version(jdk: Path) -> str:
-    """The JDK's ``JAVA_VERSION`` from its ``release`` file ("" without one)."""
-    try:
-        for line in (jdk / "release").read_text().splitlines():
-            if line.startswith("JAVA_VERSION="):
-                return line.split("=", 1)[1].strip('"')
-    except OSError:
-        pass
-    return ""
-
-
-def _major(jdk: Path) -> int:
-    """``25`` of ``25.0.1`` (0 when unknown)."""
-    head = _java_version(jdk).split(".")[0]
-    return int(head) if head.isdigit() else 0
-
-
 def java_home() -> Path:
     """The JDK that runs Keycloak: ``$KWIRE_KEYCLOAK_JAVA_HOME``, else :data:`JAVA_HOME`,
     else the newest JDK 21+ in ``/usr/lib/jvm`` (Keycloak needs Java 21+)."""
-    given = os.environ.get("KWIRE_KEYCLOAK_JAVA_HOME")
-    found = [Path(given)] if given else [Path(JAVA_HOME), *sorted(Path("/usr/lib/jvm").glob("*"), key=_major,
-                                                                    reverse=True)]
-    for jdk in found:
-        if (jdk / "bin" / "java").is_file() and _major(jdk) >= 21:
-            return jdk
-    raise KeycloakUnavailable(f"Keycloak needs a Java 21+ JDK: none at {given or JAVA_HOME} or in /usr/lib/jvm "
-                              f"(set KWIRE_KEYCLOAK_JAVA_HOME)")
+    return find_jdk("KWIRE_KEYCLOAK_JAVA_HOME", 21, KeycloakUnavailable, "Keycloak")
 
 
 def _aot_flag(jdk: Path, option: str, path: Path) -> str:

@@ -102,22 +102,28 @@ class OidcTokens:
 
     # ------------------------------------------------------------ a fetch
     def __call__(self) -> OAuthToken:
-        form, auth = self._request()
+        form, auth = self.token_request()
         try:
             resp = self._requests.post(self.url, data=form, auth=auth, timeout=self._timeout, verify=self._verify,
                                        headers={"Accept": "application/json"})
         except self._requests.RequestException as e:
             raise SaslAuthenticationError(f"OIDC token endpoint {self.url} could not be reached "
                                           f"({type(e).__name__})") from None
-        body = _json(resp)
-        if resp.status_code != 200 or "access_token" not in body:
+        return self.token_from(resp.status_code, _json(resp))
+
+    def token_from(self, status: int, body: Dict[str, Any]) -> OAuthToken:
+        """The token in the endpoint's answer (HTTP ``status``, its JSON
+        ``body``), or :class:`SaslAuthenticationError` naming its error.
+        With :meth:`token_request`, for a caller that does its own HTTP
+        (the schema registry client, on httpx)."""
+        if status != 200 or "access_token" not in body:
             detail = ": ".join(str(body[k]) for k in ("error", "error_description") if body.get(k))
             raise SaslAuthenticationError(f"OIDC token endpoint {self.url} refused client {self.client_id} "
-                                          f"(HTTP {resp.status_code}{': ' + detail if detail else ''})")
+                                          f"(HTTP {status}{': ' + detail if detail else ''})")
         return self._token(str(body["access_token"]), body.get("expires_in"))
 
-    def _request(self) -> Tuple[Dict[str, str], Optional[Tuple[str, str]]]:
-        """The token request's form and its HTTP Basic credentials."""
+    def token_request(self) -> Tuple[Dict[str, str], Optional[Tuple[str, str]]]:
+        """The token request's form (POSTed to :attr:`url`) and its HTTP Basic credentials."""
         form: Dict[str, str] = {"grant_type": self._grant}
         if self._scope:
             form["scope"] = self._scope
