@@ -43,7 +43,7 @@ if sanitize:
 # The compiled core: one extension per module of the kwire._core package
 # (cimports between them go through their .pxd files). Every one gets the
 # same switches.
-CORE_MODULES = ["buffers", "native", "records", "columnar", "legacy", "build", "send", "typedcols", "avro", "protobuf"]
+CORE_MODULES = ["buffers", "native", "records", "columnar", "legacy", "build", "send", "typedcols", "avro", "avroenc", "protobuf"]
 ZLIB_USERS = {"records", "legacy"}      # CRC32 of legacy messages
 
 extensions = [

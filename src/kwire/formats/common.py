@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from kwire.formats.base import pa
 
-__all__ = ["binary_column", "row_offset", "registry_client", "reference_texts", "flag", "MAX_REFERENCE_DEPTH"]
+__all__ = ["binary_column", "row_offset", "registry_client", "reference_texts", "flag", "writer_id", "frame_header",
+           "MAX_REFERENCE_DEPTH"]
 
 #: schema references nested deeper than this are refused (a cycle)
 MAX_REFERENCE_DEPTH = 32
@@ -68,3 +69,24 @@ def flag(value: Any) -> bool:
             raise ValueError(f"expected true or false, not {value!r}")
         return value.strip().lower() == "true"
     return bool(value)
+
+
+def writer_id(registry: Any, subject: str, schema: Any, *, schema_id: Optional[int] = None, use_latest: bool = False,
+              auto_register: bool = False, normalize: bool = False) -> int:
+    """The schema id a serializer frames its values with, as confluent-kafka's
+    decide it: ``schema_id`` (``use.schema.id``) if given; the subject's
+    latest version's (``use.latest.version``); the id ``schema`` (a
+    :class:`kwire.registry.Schema`) gets registered under ``subject``
+    (``auto.register.schemas``); or else the id it already has there."""
+    if schema_id is not None:
+        return schema_id
+    if use_latest:
+        return registry.get_latest_version(subject).schema_id
+    if auto_register:
+        return registry.register_schema(subject, schema, normalize_schemas=normalize)
+    return registry.lookup_schema(subject, schema).schema_id
+
+
+def frame_header(schema_id: int) -> bytes:
+    """Confluent's frame before a value: magic byte 0, the 4-byte big-endian id."""
+    return b"\x00" + schema_id.to_bytes(4, "big")

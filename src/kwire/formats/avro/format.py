@@ -11,6 +11,7 @@ promoted) and compiled once into a program.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -22,7 +23,9 @@ from kwire.formats.avro.arrow import Slot, layout
 from kwire.formats.avro.program import compile_program
 from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
 from kwire.formats.base import Format, UndecodableValueError
-from kwire.formats.common import binary_column, reference_texts, registry_client, row_offset
+from kwire._core import avroenc as _avroenc
+from kwire.formats.avro.encode import plan
+from kwire.formats.common import binary_column, flag, frame_header, reference_texts, registry_client, row_offset, writer_id
 
 __all__ = ["AvroFormat", "make"]
 
@@ -98,7 +101,8 @@ class AvroFormat(Format):
     def __init__(self, schema: Optional[SchemaText] = None, *, registry: Any = None, framing: Optional[str] = None,
                  writer_schema: Optional[SchemaText] = None, subject: Optional[str] = None,
                  version: Union[str, int] = "latest", schema_id: Optional[int] = None, is_key: bool = False,
-                 references: Optional[Mapping[str, str]] = None) -> None:
+                 references: Optional[Mapping[str, str]] = None, auto_register: bool = False,
+                 use_latest: bool = False, subject_name_strategy: str = "TopicNameStrategy") -> None:
         if schema is None and registry is None:
             raise ValueError("the avro format needs a schema, or a schema registry (schema.registry.url)")
         self._registry = registry_client(registry)
@@ -110,6 +114,12 @@ class AvroFormat(Format):
         self._given = parse_schema(schema, references) if schema is not None else None
         self._writer = parse_schema(writer_schema, references) if writer_schema is not None else self._given
         self._subject, self._version, self._schema_id, self._is_key = subject, version, schema_id, is_key
+        if auto_register and use_latest:
+            raise ValueError("auto.register.schemas and use.latest.version exclude each other")
+        self._auto_register, self._use_latest = auto_register, use_latest
+        self._strategy = subject_name_strategy
+        self._given_text = schema if isinstance(schema, str) else (None if schema is None else json.dumps(schema))
+        self._writing: Dict[str, Tuple[Node, bytes]] = {}      # topic -> (writer schema, frame)
         self._readers: Dict[str, _Reader] = {}
         self._writers: Dict[int, Node] = {}
         self._lock = threading.Lock()
@@ -183,6 +193,60 @@ class AvroFormat(Format):
             raise UndecodableValueError(f"Avro: {reason}{': ' + message if message else ''}", topic, partition,
                                         row_offset(offsets, row), row=row)
 
+    # ------------------------------------------------------------ encoding
+    def encode(self, column: "pa.Array", *, topic: str, is_key: bool = False) -> "pa.Array":
+        """The rows of ``column`` (a struct, or whatever Arrow type the writer
+        schema takes: :mod:`kwire.formats.avro.encode`) as Avro values of the
+        writer schema (the one given, else the registry's, see
+        :meth:`writer`), after the schema id's frame with a registry: the
+        bytes confluent-kafka's AvroSerializer writes for the same data.
+        Null rows stay null. ``ValueError`` names the row and field that
+        cannot be written."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        schema, header = self.writer(topic)
+        spec = plan(schema, column)
+        out = Columns(pa.binary())
+        failed = _avroenc.encode(spec, len(column), header, out)
+        if failed is not None:
+            row, code, path = failed
+            out.finish()
+            where = f" (field {path!r})" if path else ""
+            raise ValueError(f"Avro: row {row} cannot be written: {_avroenc.ERRORS.get(code, code)}{where}")
+        return out.finish()
+
+    def writer(self, topic: str) -> Tuple[Node, bytes]:
+        """The writer schema of ``topic``'s values and the frame before each
+        (empty without a registry). With a registry: the schema given
+        (registered under the subject with ``auto_register``, else looked up
+        there), or the subject's latest (``use_latest``) or ``schema_id``'s."""
+        with self._lock:
+            found = self._writing.get(topic)
+        if found is None:
+            found = self._find_writer(topic)
+            with self._lock:
+                self._writing[topic] = found
+        return found
+
+    def _find_writer(self, topic: str) -> Tuple[Node, bytes]:
+        if self._registry is None:
+            if self._given is None:
+                raise ValueError("encoding Avro needs a schema, or a schema registry")
+            return self._given, b""
+        from kwire.registry import Schema
+        from kwire.registry.naming import SerializationContext, strategy
+
+        ctx = SerializationContext(topic, "key" if self._is_key else "value")
+        record_name = self._given.name if self._given is not None else None
+        subject = self._subject or strategy(self._strategy)(ctx, record_name)
+        if self._given is None and self._schema_id is None and not self._use_latest:
+            raise ValueError(f"encoding Avro for {subject!r}: give a schema, use.schema.id or use.latest.version")
+        given = Schema(self._given_text, "AVRO") if self._given_text is not None else None
+        schema_id = writer_id(self._registry, subject, given, schema_id=self._schema_id, use_latest=self._use_latest,
+                              auto_register=self._auto_register)
+        schema = self._given if self._given is not None and not self._use_latest else self._writer_schema(schema_id)
+        return schema, frame_header(schema_id)
+
     def _add_program(self, reader: _Reader, dec: _Decoder, schema_id: int, topic: str, partition: int,
                      offsets: "pa.Array", row: int) -> None:
         try:
@@ -218,6 +282,10 @@ def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> A
                                                                          "bearer.auth."))}
     registry = registry_client(options.get("registry") or client_options or None)
     schema_id = options.get("use.schema.id")
+    strategy = options.get("key.subject.name.strategy" if is_key else "value.subject.name.strategy") \
+        or options.get("subject.name.strategy") or "TopicNameStrategy"
     return AvroFormat(options.get("schema"), registry=registry, framing=options.get("framing") or None,
                       subject=options.get("key.subject" if is_key else "value.subject") or options.get("subject"),
-                      schema_id=None if schema_id in (None, "") else int(schema_id), is_key=is_key)
+                      schema_id=None if schema_id in (None, "") else int(schema_id), is_key=is_key,
+                      auto_register=flag(options.get("auto.register.schemas")),
+                      use_latest=flag(options.get("use.latest.version")), subject_name_strategy=strategy)
