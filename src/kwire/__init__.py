@@ -6,7 +6,8 @@ fallback, so importing kwire fails loudly if any of them cannot load.
 
 The clients and their vocabulary are here too (``kwire.Producer``,
 ``kwire.Consumer``, ``kwire.Admin``, ``kwire.NewTopic``,
-``kwire.TopicPartition``...), imported on first use (PEP 562), so that
+``kwire.TopicPartition``..., and ``kwire.scan``: a bounded read of a topic
+as Arrow), imported on first use (PEP 562), so that
 ``import kwire`` loads the codec alone; type checkers see them through the
 ``TYPE_CHECKING`` imports below.
 """
@@ -83,6 +84,7 @@ _LAZY: Dict[str, str] = {
     "TlsError": "kwire.net",
     "ConfigError": "kwire.config",
     "NoBrokersAvailableError": "kwire.client",
+    "scan": "kwire.scanning",
 }
 
 if TYPE_CHECKING:
@@ -100,6 +102,7 @@ if TYPE_CHECKING:
     from kwire.net import TlsError
     from kwire.producer import BufferFullError, Producer, RecordFuture, RecordTooLargeError
     from kwire.sasl import SaslAuthenticationError
+    from kwire.scanning import scan
     from kwire.transactions import TransactionAbortedError, TransactionStateError
     from kwire.types import (EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata,
                              OffsetAndTimestamp, RecordMetadata, TopicPartition)
@@ -159,4 +162,5 @@ __all__ = [
     "CommitFailedError", "RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor", "Future",
     "KafkaTimeoutError", "TransactionAbortedError", "TransactionStateError", "ProducerClosedError",
     "InvalidPartitionError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",
+    "scan",
 ]
