@@ -259,8 +259,7 @@ cdef inline uint64_t zigzag(int64_t v) noexcept nogil:
     return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
 
 
-cdef inline Py_ssize_t varint_size(int64_t v) noexcept nogil:
-    cdef uint64_t u = zigzag(v)
+cdef inline Py_ssize_t uvarint_size(uint64_t u) noexcept nogil:
     cdef Py_ssize_t n = 1
     while u >= 0x80:
         u >>= 7
@@ -268,8 +267,12 @@ cdef inline Py_ssize_t varint_size(int64_t v) noexcept nogil:
     return n
 
 
-cdef inline void put_varint(GBuf* g, int64_t v) noexcept nogil:
-    cdef uint64_t u = zigzag(v)
+cdef inline Py_ssize_t varint_size(int64_t v) noexcept nogil:
+    return uvarint_size(zigzag(v))
+
+
+cdef inline void put_uvarint(GBuf* g, uint64_t u) noexcept nogil:
+    """An unsigned varint (Protobuf's); room for ten bytes is the caller's to reserve."""
     cdef uint8_t* q = <uint8_t*>g.data + g.len
     while u >= 0x80:
         q[0] = <uint8_t>(u | 0x80)
@@ -277,6 +280,10 @@ cdef inline void put_varint(GBuf* g, int64_t v) noexcept nogil:
         u >>= 7
     q[0] = <uint8_t>u
     g.len = <char*>q + 1 - g.data
+
+
+cdef inline void put_varint(GBuf* g, int64_t v) noexcept nogil:
+    put_uvarint(g, zigzag(v))
 
 
 cdef inline void put_raw(GBuf* g, const char* p, Py_ssize_t n) noexcept nogil:

@@ -34,8 +34,8 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memmove, memset
 
-from kwire._core.buffers cimport (Bytes, GBuf, Reader, borrow, gbuf_reserve, load_be32, rd_init, rd_need,
-                                  rd_uvarint, unborrow)
+from kwire._core.buffers cimport (Bytes, GBuf, Reader, borrow, gbuf_reserve, load_be32, put_uvarint, rd_init,
+                                  rd_need, rd_uvarint, unborrow, uvarint_size)
 from kwire._core.consts cimport E_OK, E_TRUNC, E_VARINT
 from kwire._core.typedcols cimport (Col, Columns, TC_OK, col_bool, col_bytes, col_end_items, col_f32, col_f64,
                                     col_i32, col_i64, col_mark, col_null, col_offset)
@@ -812,11 +812,8 @@ cdef struct AView:
 
 
 cdef struct Enc:
-    PNode* nodes
+    Ctx x                       # the nodes, the error
     AView* views
-    int err
-    int err_node
-    int err_field
 
 
 #: the enum number of a dictionary name the enum does not declare
@@ -829,41 +826,18 @@ cdef inline bint av_valid(AView* v, Py_ssize_t i) noexcept nogil:
     return v.valid == NULL or (v.valid[i >> 3] >> (i & 7)) & 1
 
 
-cdef inline int efail(Enc* e, PNode* nd, int field, int code) noexcept nogil:
-    if e.err == E_OK:
-        e.err = code
-        e.err_node = <int>(nd - e.nodes)
-        e.err_field = field
-    return -1
-
-
 cdef inline int put_uv(Enc* e, GBuf* g, uint64_t v) noexcept nogil:
     """An unsigned varint."""
-    cdef uint8_t* q
     if gbuf_reserve(g, 10) < 0:
-        return efail(e, e.nodes, -1, P_MEMORY)
-    q = <uint8_t*>g.data + g.len
-    while v >= 0x80:
-        q[0] = <uint8_t>(v | 0x80)
-        q += 1
-        v >>= 7
-    q[0] = <uint8_t>v
-    g.len = <char*>q + 1 - g.data
+        return fail(&e.x, e.x.nodes, -1, P_MEMORY)
+    put_uvarint(g, v)
     return 0
-
-
-cdef inline Py_ssize_t uv_size(uint64_t v) noexcept nogil:
-    cdef Py_ssize_t n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
 
 
 cdef inline int put_le(Enc* e, GBuf* g, uint64_t v, int width) noexcept nogil:
     cdef int i
     if gbuf_reserve(g, width) < 0:
-        return efail(e, e.nodes, -1, P_MEMORY)
+        return fail(&e.x, e.x.nodes, -1, P_MEMORY)
     for i in range(width):
         g.data[g.len + i] = <char>(v >> (8 * i))
     g.len += width
@@ -872,7 +846,7 @@ cdef inline int put_le(Enc* e, GBuf* g, uint64_t v, int width) noexcept nogil:
 
 cdef inline int put_bytes(Enc* e, GBuf* g, const uint8_t* p, Py_ssize_t n) noexcept nogil:
     if put_uv(e, g, <uint64_t>n) < 0 or gbuf_reserve(g, n) < 0:
-        return efail(e, e.nodes, -1, P_MEMORY)
+        return fail(&e.x, e.x.nodes, -1, P_MEMORY)
     if n:
         memcpy(g.data + g.len, p, n)
         g.len += n
@@ -904,7 +878,7 @@ cdef inline int put_scalar_value(Enc* e, GBuf* g, int type_, uint64_t bits) noex
 cdef inline Py_ssize_t scalar_size(int type_, uint64_t bits) noexcept nogil:
     cdef int w = wire_of(type_)
     if w == W_VARINT:
-        return uv_size(wire_value(type_, bits))
+        return uvarint_size(wire_value(type_, bits))
     return 8 if w == W_I64 else 4
 
 
@@ -919,7 +893,7 @@ cdef inline int read_bits(Enc* e, PNode* nd, int fi, int type_, AView* v, Py_ssi
     elif type_ == T_ENUM:
         memcpy(&idx, v.data + 4 * at, 4)
         if idx < 0 or idx >= v.nenum or v.enum_numbers[idx] == _ENUM_UNKNOWN:
-            return efail(e, nd, fi, P_ENUM_NAME)
+            return fail(&e.x, nd, fi, P_ENUM_NAME)
         out[0] = <uint32_t><int32_t>v.enum_numbers[idx]
     elif wire_of(type_) == W_I64 or type_ == T_INT64 or type_ == T_UINT64 or type_ == T_SINT64:
         memcpy(&u64, v.data + 8 * at, 8)
@@ -943,16 +917,16 @@ cdef int enc_nested(Enc* e, PNode* nd, int fi, PNode* child, Py_ssize_t row, GBu
             return -1
         return put_tag(e, g, f.number, W_EGROUP)
     if put_tag(e, g, f.number, W_LEN) < 0 or gbuf_reserve(g, 1) < 0:
-        return efail(e, nd, fi, P_MEMORY)
+        return fail(&e.x, nd, fi, P_MEMORY)
     start = g.len
     g.len += 1                               # the length, if it takes one byte
     if row >= 0 and enc_body(e, child, row, g, entry) < 0:
         return -1
     n = g.len - start - 1
-    k = uv_size(<uint64_t>n)
+    k = uvarint_size(<uint64_t>n)
     if k > 1:
         if gbuf_reserve(g, k - 1) < 0:
-            return efail(e, nd, fi, P_MEMORY)
+            return fail(&e.x, nd, fi, P_MEMORY)
         memmove(g.data + start + k, g.data + start + 1, n)
     g.len = start
     put_uv(e, g, <uint64_t>n)
@@ -998,12 +972,12 @@ cdef int enc_field(Enc* e, PNode* nd, int fi, Py_ssize_t row, GBuf* g, bint alwa
         if not always:
             return 0
         if f.child >= 0:                      # a map entry's null message value: an empty one
-            return enc_nested(e, nd, fi, &e.nodes[f.child], -1, g, False)
+            return enc_nested(e, nd, fi, &e.x.nodes[f.child], -1, g, False)
         if put_tag(e, g, f.number, f.wire) < 0:
             return -1
         return put_uv(e, g, 0) if f.wire == W_LEN else put_scalar_value(e, g, f.type, 0)
     if f.child >= 0:
-        return enc_nested(e, nd, fi, &e.nodes[f.child], row, g, False)
+        return enc_nested(e, nd, fi, &e.x.nodes[f.child], row, g, False)
     if f.type == T_STRING or f.type == T_BYTES:
         s = v.offs[v.offset + row]
         n = v.offs[v.offset + row + 1] - s
@@ -1034,12 +1008,12 @@ cdef int enc_repeated(Enc* e, PNode* nd, int fi, Py_ssize_t row, GBuf* g) noexce
     end = v.offs[v.offset + row + 1]
     for j in range(s, end):
         if not av_valid(iv, j):
-            return efail(e, nd, fi, P_NULL_ITEM)
+            return fail(&e.x, nd, fi, P_NULL_ITEM)
     if s == end:
         return 0
     if f.child >= 0:
         for j in range(s, end):
-            if enc_nested(e, nd, fi, &e.nodes[f.child], j, g, (f.flags & FL_MAP) != 0) < 0:
+            if enc_nested(e, nd, fi, &e.x.nodes[f.child], j, g, (f.flags & FL_MAP) != 0) < 0:
                 return -1
         return 0
     if f.type == T_STRING or f.type == T_BYTES:
@@ -1089,10 +1063,10 @@ def encode(Program rd not None, list views not None, bytes prefix not None, Py_s
     e.views = <AView*>calloc(max(1, len(views)), sizeof(AView))
     if e.views == NULL:
         raise MemoryError()
-    e.nodes = rd.nodes
-    e.err = E_OK
-    e.err_node = 0
-    e.err_field = -1
+    e.x.nodes = rd.nodes
+    e.x.err = E_OK
+    e.x.err_node = 0
+    e.x.err_field = -1
     try:
         for i, (valid, offset, data, offs, numbers, nenum) in enumerate(views):
             e.views[i].valid = <const uint8_t*><size_t>valid
@@ -1107,7 +1081,7 @@ def encode(Program rd not None, list views not None, bytes prefix not None, Py_s
         free(e.views)
     if status == 0:
         return (0, n, None)
-    return (2, row, (e.err, e.err_node, e.err_field))
+    return (2, row, (e.x.err, e.x.err_node, e.x.err_field))
 
 
 cdef int encode_rows(Enc* e, Col* c, const uint8_t* pre, Py_ssize_t npre, Py_ssize_t n,
@@ -1120,14 +1094,14 @@ cdef int encode_rows(Enc* e, Col* c, const uint8_t* pre, Py_ssize_t npre, Py_ssi
             col_null(c)
             continue
         if gbuf_reserve(&c.data, npre) < 0:
-            efail(e, e.nodes, -1, P_MEMORY)
+            fail(&e.x, e.x.nodes, -1, P_MEMORY)
             return 2
         memcpy(c.data.data + c.data.len, pre, npre)
         c.data.len += npre
-        if enc_body(e, e.nodes, row, &c.data, False) < 0:
+        if enc_body(e, e.x.nodes, row, &c.data, False) < 0:
             return 2
         if col_offset(c, c.data.len) < 0:
-            efail(e, e.nodes, -1, P_TOO_BIG if c.err[0] == 2 else P_MEMORY)
+            fail(&e.x, e.x.nodes, -1, P_TOO_BIG if c.err[0] == 2 else P_MEMORY)
             return 2
         col_mark(c, True)
     at[0] = n
