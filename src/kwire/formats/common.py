@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from kwire.formats.base import pa
 
 __all__ = ["binary_column", "row_offset", "registry_client", "reference_texts", "flag", "writer_id", "frame_header",
-           "MAX_REFERENCE_DEPTH"]
+           "MAX_REFERENCE_DEPTH", "registry_lacks"]
 
 #: schema references nested deeper than this are refused (a cycle)
 MAX_REFERENCE_DEPTH = 32
@@ -85,6 +85,11 @@ def writer_id(registry: Any, subject: str, schema: Any, *, schema_id: Optional[i
     if auto_register:
         return registry.register_schema(subject, schema, normalize_schemas=normalize)
     return registry.lookup_schema(subject, schema).schema_id
+
+
+def registry_lacks(e: Exception) -> bool:
+    """Whether ``e`` is a registry's answer that a schema does not exist (HTTP 404)."""
+    return isinstance(e, LookupError) or getattr(e, "status", None) == 404 or getattr(e, "http_status_code", None) == 404
 
 
 def frame_header(schema_id: int) -> bytes:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from kwire.formats.protobuf.plan import Plan  # first: without the extra, its ImportError says so
+from kwire.registry.framing import encode_message_indexes, parse_message_indexes  # noqa: E402
+from kwire.registry.naming import SerializationContext, strategy  # noqa: E402
 from kwire.formats.protobuf.schema import (WELL_KNOWN, ProtobufSchemaError, Schema, message_at, message_indexes,
                                           parse_schema)
 
@@ -31,8 +33,10 @@ from google.protobuf.descriptor import Descriptor, FileDescriptor  # noqa: E402
 
 from kwire._core import protobuf as _pb  # noqa: E402
 from kwire._core.typedcols import Columns  # noqa: E402
+from kwire.errors import CorruptRecordError  # noqa: E402
 from kwire.formats.base import Format, UndecodableValueError  # noqa: E402
-from kwire.formats.common import binary_column, flag, reference_texts, registry_client, row_offset  # noqa: E402
+from kwire.formats.common import (binary_column, flag, frame_header, reference_texts, registry_client,  # noqa: E402
+                                  registry_lacks, row_offset, writer_id)
 
 __all__ = ["ProtobufFormat", "make"]
 
@@ -99,8 +103,9 @@ class ProtobufFormat(Format):
       or ``schema_id``'s. Without a registry values are bare, unless
       ``framed`` (then every frame is read as the given message).
     * encoding (:meth:`encode`): ``auto_register`` registers the schema
-      under the subject (``subject_name_strategy``: "topic", "record" or
-      "topic_record"); ``use_latest`` frames with the subject's latest
+      under the subject (``subject_name_strategy``: TopicNameStrategy,
+      RecordNameStrategy, TopicRecordNameStrategy, by any name
+      :mod:`kwire.registry.naming` knows, or a function); ``use_latest`` frames with the subject's latest
       version's id; else the schema must already be registered there
       (``schema_id``: that id, without asking).
     """
@@ -111,20 +116,19 @@ class ProtobufFormat(Format):
                  references: Optional[Mapping[str, str]] = None, registry: Any = None,
                  framed: Optional[bool] = None, subject: Optional[str] = None, version: Union[str, int] = "latest",
                  schema_id: Optional[int] = None, is_key: bool = False, auto_register: bool = False,
-                 use_latest: bool = False, subject_name_strategy: str = "topic") -> None:
+                 use_latest: bool = False, subject_name_strategy: Union[str, Callable] = "TopicNameStrategy") -> None:
         if schema is None and registry is None:
             raise ValueError("the protobuf format needs a schema, or a schema registry (schema.registry.url)")
         if auto_register and use_latest:
             raise ValueError("auto.register.schemas and use.latest.version exclude each other")
-        if subject_name_strategy not in _STRATEGIES:
-            raise ValueError(f"subject.name.strategy must be one of {', '.join(_STRATEGIES)}, "
-                             f"not {subject_name_strategy!r}")
         self._registry = registry_client(registry)
         self._framed = bool(self._registry is not None if framed is None else framed)
         self._given = _given_message(schema, message, references) if schema is not None else None
         self._message_name = message
         self._subject, self._version, self._schema_id, self._is_key = subject, version, schema_id, is_key
-        self._auto_register, self._use_latest, self._strategy = auto_register, use_latest, subject_name_strategy
+        self._auto_register, self._use_latest = auto_register, use_latest
+        self._strategy = strategy(subject_name_strategy) if isinstance(subject_name_strategy, str) \
+            else subject_name_strategy
         self._readers: Dict[str, _Reader] = {}
         self._writers: Dict[int, Schema] = {}
         self._ids: Dict[str, int] = {}
@@ -149,13 +153,17 @@ class ProtobufFormat(Format):
         return found
 
     def _subject_of(self, topic: Optional[str], message: Optional[Descriptor] = None) -> str:
+        """The registry subject: the one named, else the strategy's (a
+        reader found by subject takes TopicNameStrategy's: the message is
+        what it is looked up for)."""
         if self._subject:
             return self._subject
-        if self._strategy != "topic" and message is not None:
-            return message.full_name if self._strategy == "record" else f"{topic}-{message.full_name}"
-        if not topic:
+        if not topic and (message is None or self._strategy is not strategy("RecordNameStrategy")):
             raise ValueError("the registry subject: give a schema, a subject, a schema_id, or a topic")
-        return f"{topic}-{'key' if self._is_key else 'value'}"
+        ctx = SerializationContext(topic or "", "key" if self._is_key else "value")
+        if message is None:
+            return strategy("TopicNameStrategy")(ctx, None)
+        return self._strategy(ctx, message.full_name)
 
     def _registry_reader(self, topic: Optional[str]) -> Descriptor:
         if self._schema_id is not None:
@@ -203,9 +211,13 @@ class ProtobufFormat(Format):
             if status == 1:
                 try:
                     self._check_frame(reader, detail)
-                except (ProtobufSchemaError, ValueError) as e:
+                except Exception as e:
+                    if not isinstance(e, (ProtobufSchemaError, ValueError, CorruptRecordError)) \
+                            and not registry_lacks(e):
+                        raise
                     program.cols.finish()
-                    raise UndecodableValueError(f"Protobuf: {e}", topic, partition, row_offset(offsets, row),
+                    reason = f"schema id {detail[0]} is not in the schema registry" if registry_lacks(e) else e
+                    raise UndecodableValueError(f"Protobuf: {reason}", topic, partition, row_offset(offsets, row),
                                                 row=row) from None
                 keys.append(detail)
                 start = row
@@ -224,7 +236,7 @@ class ProtobufFormat(Format):
         known = reader.known(key)
         if known is None:
             schema_id, raw = key
-            indexes = parse_indexes(raw)
+            indexes, _ = parse_message_indexes(raw)
             if self._registry is None:
                 known = True          # framed without a registry: the given message for every frame
             else:
@@ -236,7 +248,7 @@ class ProtobufFormat(Format):
                                      f"not the reader's {reader.message.full_name}")
             reader.learn(key, True)
         elif not known:
-            raise ValueError(f"schema id {key[0]} message {parse_indexes(key[1])} is not the reader's "
+            raise ValueError(f"schema id {key[0]} message {parse_message_indexes(key[1])[0]} is not the reader's "
                              f"{reader.message.full_name}")
 
 
@@ -270,29 +282,22 @@ class ProtobufFormat(Format):
         raise ValueError(f"Protobuf: row {row} cannot be encoded: {reason}")
 
     def _frame(self, reader: _Reader, topic: str) -> bytes:
-        """Magic byte 0, the schema id, the message indexes."""
-        message = reader.message
+        """Magic byte 0, the schema id (as confluent-kafka's serializer
+        decides it: :func:`kwire.formats.common.writer_id`), the message indexes."""
         if self._registry is None and self._schema_id is None:
             raise ValueError("framed Protobuf values without a registry need the schema id (use.schema.id)")
         key = topic or ""
         with self._lock:
             schema_id = self._ids.get(key)
         if schema_id is None:
-            schema_id = self._schema_id if self._schema_id is not None else self._registered_id(reader, topic)
+            needed = self._schema_id is None and not self._use_latest
+            schema_id = writer_id(self._registry, self._subject_of(topic, reader.message),
+                                  self._registrable(reader.message.file) if needed else None,
+                                  schema_id=self._schema_id, use_latest=self._use_latest,
+                                  auto_register=self._auto_register)
             with self._lock:
                 self._ids[key] = schema_id
-        return b"\x00" + schema_id.to_bytes(4, "big") + encode_indexes(message_indexes(message))
-
-    def _registered_id(self, reader: _Reader, topic: str) -> int:
-        """The id of the reader's schema under its subject: registered there
-        (``auto_register``), the subject's latest (``use_latest``), or looked up."""
-        subject = self._subject_of(topic, reader.message)
-        if self._use_latest:
-            return self._registry.get_latest_version(subject).schema_id
-        schema = self._registrable(reader.message.file)
-        if self._auto_register:
-            return self._registry.register_schema(subject, schema)
-        return self._registry.lookup_schema(subject, schema).schema_id
+        return frame_header(schema_id) + encode_message_indexes(message_indexes(reader.message))
 
     def _registrable(self, file: FileDescriptor) -> Any:
         """``file`` as confluent-kafka's ProtobufSerializer registers it: its
@@ -311,38 +316,6 @@ class ProtobufFormat(Format):
             refs.append(SchemaReference(dep.name, dep.name, found.version))
         return RegistrySchema(base64.standard_b64encode(file.serialized_pb).decode("ascii"), "PROTOBUF", refs)
 
-
-_STRATEGIES = ("topic", "record", "topic_record")
-
-
-def parse_indexes(raw: bytes) -> List[int]:
-    """Confluent's message-index array (zigzag varints: a count, then the
-    indexes; a count of 0 means ``[0]``)."""
-    values: List[int] = []
-    shift = value = 0
-    for b in raw:
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            values.append((value >> 1) ^ -(value & 1))
-            shift = value = 0
-    if shift or not values or values[0] != len(values) - 1 or values[0] < 0:
-        raise ValueError(f"a malformed message-index array {raw.hex()}")
-    return values[1:] or [0]
-
-
-def encode_indexes(indexes: Sequence[int]) -> bytes:
-    """The message-index array as confluent-kafka writes it (``[0]`` as one 0 byte)."""
-    if list(indexes) == [0]:
-        return b"\x00"
-    out = bytearray()
-    for v in [len(indexes), *indexes]:
-        z = (v << 1) ^ (v >> 63)
-        while z >= 0x80:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
-    return bytes(out)
 
 
 def conform(column: Any, target: "pa.DataType") -> "pa.Array":
@@ -428,8 +401,8 @@ def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> P
     the registry client's options, or ``registry``: a client already made;
     ``subject`` (``key.subject``/``value.subject``), ``use.schema.id``,
     ``auto.register.schemas``, ``use.latest.version``,
-    ``subject.name.strategy`` (``key.``/``value.``: Confluent's class names
-    or topic, record, topic_record)."""
+    ``subject.name.strategy`` (or ``key.``/``value.`` prefixed: Confluent's
+    class names)."""
     registry = options.get("registry")
     client_options = {k: v for k, v in options.items() if k.startswith(("schema.registry.", "basic.auth.",
                                                                          "bearer.auth."))}
@@ -437,21 +410,12 @@ def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> P
         registry = client_options
     side = "key." if is_key else "value."
     schema_id = options.get("use.schema.id")
-    strategy = options.get(side + "subject.name.strategy") or options.get("subject.name.strategy") or "topic"
+    name_strategy = options.get(side + "subject.name.strategy") or options.get("subject.name.strategy") \
+        or "TopicNameStrategy"
     return ProtobufFormat(options.get("schema"), message=options.get("message.name"),
                           references=options.get("references"), registry=registry,
                           subject=options.get(side + "subject") or options.get("subject"),
                           schema_id=None if schema_id in (None, "") else int(schema_id), is_key=is_key,
                           auto_register=flag(options.get("auto.register.schemas")),
                           use_latest=flag(options.get("use.latest.version")),
-                          subject_name_strategy=_strategy(strategy))
-
-
-def _strategy(name: str) -> str:
-    """A subject name strategy's short name, from it or Confluent's class name."""
-    short = name.rsplit(".", 1)[-1].lower().replace("strategy", "").replace("name", "").replace("_", "")
-    found = {"topic": "topic", "record": "record", "topicrecord": "topic_record"}.get(short)
-    if found is None:
-        raise ValueError(f"unknown subject name strategy {name!r}: TopicNameStrategy, RecordNameStrategy or "
-                         f"TopicRecordNameStrategy")
-    return found
+                          subject_name_strategy=name_strategy)
