@@ -221,6 +221,33 @@ def _setup_fetch(n: int) -> Callable[[], None]:
     return work
 
 
+def _setup_avro(direction: str, n: int) -> Callable[[], None]:
+    # The event12 shape (benchmarks/avro_workload.py), in columns of 10,000
+    # values as poll_columnar hands them over: decoded into Arrow, or Arrow
+    # encoded back. The values are written with kwire's own encoder.
+    import pyarrow as pa
+
+    from benchmarks import avro_workload
+    from kwire.formats.avro import AvroFormat
+
+    schema = avro_workload.SHAPES["event12"][0]
+    fmt = AvroFormat(schema)
+    table = pa.Table.from_pylist(avro_workload.rows("event12", n), schema=pa.schema(list(fmt.arrow_type())))
+    structs = [pa.StructArray.from_arrays(b.columns, fields=list(b.schema)) for b in table.to_batches(10_000)]
+    values = [fmt.encode(s, topic="t") for s in structs]
+    offsets = [pa.array(range(len(v)), pa.int64()) for v in values]
+    fmt.decode(values[0], topic="t", partition=0, offsets=offsets[0])        # compiled once, outside the count
+
+    def decode():
+        for v, o in zip(values, offsets):
+            fmt.decode(v, topic="t", partition=0, offsets=o)
+
+    def encode():
+        for s in structs:
+            fmt.encode(s, topic="t")
+    return decode if direction == "decode" else encode
+
+
 @dataclass(frozen=True)
 class Path:
     name: str
@@ -240,6 +267,8 @@ def _paths() -> Dict[str, Path]:
     out["encode/lz4/mixed"] = Path("encode/lz4/mixed", 20_000, lambda n: _setup_encode("lz4", n))
     out["send"] = Path("send", 50_000, send_workload)
     out["fetch-response"] = Path("fetch-response", 16_000, _setup_fetch)
+    out["decode-avro/event12"] = Path("decode-avro/event12", 20_000, lambda n: _setup_avro("decode", n))
+    out["encode-avro/event12"] = Path("encode-avro/event12", 20_000, lambda n: _setup_avro("encode", n))
     return out
 
 
@@ -265,7 +294,7 @@ def harness_id(root: Optional[str] = None) -> str:
     the heap before the work), so the history marks where it changed."""
     import hashlib
     h = hashlib.sha256()
-    for name in ("icount.py", "workload.py"):
+    for name in ("icount.py", "workload.py", "avro_workload.py"):
         with open(os.path.join(root or HERE_ROOT, "benchmarks", name), "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:12]

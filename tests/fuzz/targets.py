@@ -488,9 +488,15 @@ def avro(data: bytes) -> None:
         return
     out.validate(full=True)
     _check(len(out) == n, f"avro: {len(out)} rows for {n} values")
-    one_by_one = [fmt.decode(pa.array([v], pa.binary()), topic=TOPIC, partition=PARTITION,
-                             offsets=offsets.slice(i, 1)).to_pylist()[0] for i, v in enumerate(values)]
-    _check(_equal(one_by_one, out.to_pylist()), "avro: rows decoded together differ from one by one")
+    one_by_one = pa.concat_arrays([fmt.decode(pa.array([v], pa.binary()), topic=TOPIC, partition=PARTITION,
+                                              offsets=offsets.slice(i, 1)) for i, v in enumerate(values)])
+    # equal as Arrow data (not as Python values: a date32 may lie past Python's dates); NaN as NaN
+    _check(one_by_one.equals(out) or _shown(one_by_one) == _shown(out),
+           "avro: rows decoded together differ from one by one")
+
+
+def _shown(arr: Any) -> str:
+    return arr.to_string(window=1 << 20, container_window=1 << 20)
 
 
 # ------------------------------------------------------------------ protocol

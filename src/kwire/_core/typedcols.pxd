@@ -44,6 +44,7 @@ cdef struct Col:
     GBuf valid             # empty until the first null
     GBuf offs              # TC_BINARY, TC_LIST, TC_MAP: int32 offsets, starting with 0
     GBuf data              # values (bits for TC_BOOL)
+    Py_ssize_t hint[3]     # the sizes valid, offs and data last reached: the next rows' first allocation
     Col* child             # nchild children
     int nchild
     int* err               # the tree's error (one int, shared)
@@ -56,24 +57,13 @@ cdef inline void col_fail(Col* c, int code) noexcept nogil:
 
 cdef inline int col_mark(Col* c, bint valid) noexcept nogil:
     """Row ``c.length`` is (not) null; the row count moves on. -1 on no memory."""
-    cdef Py_ssize_t nbytes
     if valid and c.nulls == 0:
         c.length += 1
         return 0
-    if c.nulls == 0:               # the first null: a bitmap of the rows before it, all valid
-        nbytes = (c.length >> 3) + 1
-        if gbuf_reserve(&c.valid, nbytes) < 0:
-            col_fail(c, TC_NOMEM)
-            return -1
-        memset(c.valid.data, 0xFF, nbytes)
-        c.valid.len = nbytes
-    if put_bit(&c.valid, c.length, valid) < 0:
-        col_fail(c, TC_NOMEM)
-        return -1
-    if not valid:
-        c.nulls += 1
-    c.length += 1
-    return 0
+    return col_mark_bitmap(c, valid)
+
+
+cdef int col_mark_bitmap(Col* c, bint valid) noexcept nogil     # typedcols.pyx: a column with nulls
 
 
 cdef inline char* col_slot(Col* c) noexcept nogil:

@@ -7,7 +7,7 @@ from cpython.buffer cimport PyBUF_WRITABLE
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 
-from kwire._core.buffers cimport GBuf, gbuf_reserve, put_i32
+from kwire._core.buffers cimport GBuf, gbuf_reserve, put_bit, put_i32
 
 import pyarrow as pa
 
@@ -43,6 +43,25 @@ cdef class Block:
 
     def __releasebuffer__(self, Py_buffer* view):
         pass
+
+
+cdef int col_mark_bitmap(Col* c, bint valid) noexcept nogil:
+    """:c:func:`col_mark` of a null, or of any row once a column has one."""
+    cdef Py_ssize_t nbytes
+    if c.nulls == 0:               # the first null: a bitmap of the rows before it, all valid
+        nbytes = (c.length >> 3) + 1
+        if gbuf_reserve(&c.valid, nbytes) < 0:
+            col_fail(c, TC_NOMEM)
+            return -1
+        memset(c.valid.data, 0xFF, nbytes)
+        c.valid.len = nbytes
+    if put_bit(&c.valid, c.length, valid) < 0:
+        col_fail(c, TC_NOMEM)
+        return -1
+    if not valid:
+        c.nulls += 1
+    c.length += 1
+    return 0
 
 
 cdef object take(GBuf* g):
@@ -156,6 +175,9 @@ cdef int col_clear(Col* c) except -1:
     c.valid.len = 0
     c.data.len = 0
     c.offs.len = 0
+    # memory of the size the last rows reached, at once (growing to it copies it, page by page)
+    if gbuf_reserve(&c.data, c.hint[2]) < 0 or gbuf_reserve(&c.offs, c.hint[1]) < 0:
+        raise MemoryError()
     if c.kind in (TC_BINARY, TC_LIST, TC_MAP):
         col_start_offsets(c)
     for i in range(c.nchild):
@@ -234,6 +256,7 @@ cdef class Columns:
         cdef int i
         t = self.types[at[0]]
         at[0] += 1
+        c.hint[0], c.hint[1], c.hint[2] = c.valid.len, c.offs.len, c.data.len
         validity = take(&c.valid) if c.nulls else None
         children = [self._finish(&c.child[i], at) for i in range(c.nchild)]
         storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
