@@ -12,6 +12,13 @@ classes) are turned into kwire's by :mod:`kwire.sasl.login`; a token callback is
 named ``oauth.cb=module:function`` (imported from the ``PYTHONPATH``). Every
 client subcommand's ``--help`` sums up the security options
 (:data:`SECURITY_HELP`).
+
+``kwire consume --key-format / --value-format avro|protobuf|json`` decodes
+keys and values with :mod:`kwire.formats` (a schema registry with
+``--schema-registry URL``; its options, Confluent's names, with ``-X`` or in
+``--command-config``: :data:`REGISTRY_HELP`) and prints one JSON object per
+record with typed values (:mod:`kwire.formats.jsonvalues` says how each type
+is written), or writes Parquet with ``--output FILE.parquet``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,24 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, TextIO
 
-__all__ = ["add_commands", "run", "SECURITY_HELP"]
+__all__ = ["add_commands", "run", "SECURITY_HELP", "REGISTRY_HELP"]
+
+#: The end of ``kwire consume --help``: where typed values' schemas come from.
+REGISTRY_HELP = """\
+typed keys and values: --key-format / --value-format avro|protobuf|json (raw: the
+bytes). With --schema-registry URL each record's writer schema comes from the
+registry (Confluent's API; Apicurio's /apis/ccompat/v7) and the reader schema is
+the subject's latest (<topic>-key / <topic>-value); without one, give the schema
+(--key-schema / --value-schema FILE: .avsc, .proto, a JSON Schema; plain JSON
+needs none). Registry options, Confluent's names, with -X or in --command-config:
+  basic.auth.user.info=USER:PASSWORD (basic.auth.credentials.source=USER_INFO,
+  URL or SASL_INHERIT), bearer.auth.token, bearer.auth.credentials.source=
+  OAUTHBEARER with bearer.auth.issuer.endpoint.url, .client.id, .client.secret,
+  .scope; schema.registry.ssl.ca.location, .ssl.certificate.location,
+  .ssl.key.location; subject.name.strategy, use.schema.id
+Output: JSON lines (timestamps RFC 3339 text in UTC, decimals as exact text, bytes
+as base64 text, enums as their symbol), or Parquet with --output FILE.parquet.
+"""
 
 #: The end of each client subcommand's ``--help``.
 SECURITY_HELP = """\
@@ -54,11 +78,9 @@ def _dotted(name: str) -> str:
     return name.strip().lower().replace("_", ".").replace("-", ".")
 
 
-def _config(args: argparse.Namespace) -> Dict[str, Any]:
-    """The client options: ``--command-config``'s, ``-b``, ``-X``'s, with
-    Kafka's Java login options turned into kwire's."""
+def _options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The options given: ``--command-config``'s, ``-b``, ``-X``'s (dotted names)."""
     from kwire.sasl.jaas import read_properties
-    from kwire.sasl.login import translate_login
 
     given = read_properties(args.command_config) if getattr(args, "command_config", None) else {}
     cfg: Dict[str, Any] = {_dotted(k): v for k, v in given.items()}
@@ -69,7 +91,15 @@ def _config(args: argparse.Namespace) -> Dict[str, Any]:
         if not sep:
             raise SystemExit(f"kwire: -X {item!r}: expected name=value")
         cfg[_dotted(name)] = value
-    return translate_login(cfg)
+    return cfg
+
+
+def _config(args: argparse.Namespace, given: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The client options (``given``, default :func:`_options`), with
+    Kafka's Java login options turned into kwire's."""
+    from kwire.sasl.login import translate_login
+
+    return translate_login(_options(args) if given is None else given)
 
 
 class Progress:
@@ -162,34 +192,44 @@ def _json_record(line: bytes):
     return conv(rec.get("key")), conv(rec.get("value")), headers, rec.get("partition")
 
 
+def _text(b: Optional[bytes]) -> Any:
+    """Raw bytes in JSON output: UTF-8 text, else ``{"base64": ...}``."""
+    if b is None:
+        return None
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(b).decode("ascii")}
+
+
 def _format(fmt: str, topic: str, partition: int, r: Any) -> bytes:
     if fmt == "value":
         return (r.value or b"") + b"\n"
     if fmt == "kv":
         return (r.key or b"") + b"\t" + (r.value or b"") + b"\n"
-
-    def text(b: Optional[bytes]) -> Any:
-        if b is None:
-            return None
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(b).decode("ascii")}
-
     return (json.dumps({"topic": topic, "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
-                        "key": text(r.key), "value": text(r.value),
-                        "headers": [[k, text(v)] for k, v in r.headers]}, ensure_ascii=False) + "\n").encode("utf-8")
+                        "key": _text(r.key), "value": _text(r.value),
+                        "headers": [[k, _text(v)] for k, v in r.headers]}, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
     """Records of a topic (all partitions, or ``--partition``) from
-    ``--from`` (earliest, latest or an offset) to stdout; stops after
-    ``--count`` records, or at the end with ``--exit-at-end``."""
+    ``--from`` (earliest, latest or an offset) to stdout (or ``--output``
+    Parquet); stops after ``--count`` records, at the end with
+    ``--exit-at-end``, or after ``--timeout`` seconds without one. Keys and
+    values typed by ``--key-format`` / ``--value-format``."""
     from kwire.consumer import Consumer
+    from kwire.formats import split_options
 
-    out = sys.stdout.buffer
+    format_options, client_options = split_options(_options(args))
+    typed = args.output or args.key_format != "raw" or args.value_format != "raw"
+    try:
+        writer = _TypedWriter(args, format_options) if typed else _RecordWriter(args)
+    except (ValueError, ImportError, OSError) as e:     # a schema, the registry's options, an extra, the file
+        sys.stderr.write(f"kwire: {e}\n")
+        return 1
     progress = Progress(f"consumed from {args.topic}", force=args.progress)
-    with Consumer(_config(args), auto_offset_reset="earliest") as c:
+    with writer, Consumer(_config(args, client_options), auto_offset_reset="earliest") as c:
         parts = [args.partition] if args.partition is not None else c._client.refresh_metadata([args.topic]).partitions_for(args.topic)
         if not parts:
             sys.stderr.write(f"kwire: topic {args.topic!r} has no partitions (does it exist?)\n")
@@ -202,26 +242,134 @@ def cmd_consume(args: argparse.Namespace) -> int:
             for tp in tps:
                 c.seek(tp, int(args.start))
         ends = c.end_offsets(tps) if args.exit_at_end else {}
-        done = 0
-        stop = [False]
-        signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
-        while not stop[0]:
-            batch = c.poll(500)
-            for tp, records in batch.items():
-                for r in records:
-                    out.write(_format(args.format, tp.topic, tp.partition, r))
-                    done += 1
-                    progress.add()
-                    if args.count and done >= args.count:
-                        stop[0] = True
-                        break
-                if stop[0]:
-                    break
-            out.flush()
-            if args.exit_at_end and not batch and all(c.position(tp) >= ends[tp] for tp in ends):
-                break
+        _consume_loop(args, c, writer, ends, progress)
     progress.done()
     return 0
+
+
+def _consume_loop(args: argparse.Namespace, c: Any, writer: Any, ends: Dict[Any, int], progress: Progress) -> None:
+    """Poll and write until the count, the end (``-e``), ``--timeout``
+    without a record, or Ctrl-C."""
+    done = 0
+    stop = [False]
+    signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
+    last = time.monotonic()
+    while not stop[0]:
+        left = args.count - done if args.count else None
+        n, got = writer.write(c, left)
+        done += n
+        progress.add(n)
+        now = time.monotonic()
+        if n:
+            last = now
+        if (args.count and done >= args.count) or (args.timeout is not None and now - last >= args.timeout):
+            break
+        if args.exit_at_end and not got and all(c.position(tp) >= ends[tp] for tp in ends):
+            break
+
+
+class _Writer:
+    """What a consume run writes its polls with (closed after the run)."""
+
+    def __enter__(self) -> "_Writer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+
+class _RecordWriter(_Writer):
+    """The records of each poll, one line each (``--format``)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.fmt = args.format
+        self.out = sys.stdout.buffer
+
+    def write(self, c: Any, left: Optional[int]) -> "tuple[int, bool]":
+        batch = c.poll(500)
+        n = 0
+        for tp, records in batch.items():
+            for r in records[:left - n if left is not None else None]:
+                self.out.write(_format(self.fmt, tp.topic, tp.partition, r))
+                n += 1
+        self.out.flush()
+        return n, bool(batch)
+
+
+class _TypedWriter(_Writer):
+    """Each poll's Arrow batches, keys and values typed by their formats:
+    JSON lines (``--format``), or Parquet (``--output``)."""
+
+    def __init__(self, args: argparse.Namespace, format_options: Dict[str, Any]) -> None:
+        from kwire.formats import FormatCache
+        from kwire.scanning.reader import scan_schema
+
+        if args.schema_registry:
+            format_options["schema.registry.url"] = args.schema_registry
+        if str(format_options.get("basic.auth.credentials.source", "")).upper() == "SASL_INHERIT":
+            format_options.update({k: v for k, v in _options(args).items() if k.startswith("sasl.")})
+        formats = FormatCache(format_options)
+        self.key_format = formats.get(_spec(args.key_format, args.key_schema), topic=args.topic, is_key=True)
+        self.value_format = formats.get(_spec(args.value_format, args.value_schema), topic=args.topic, is_key=False)
+        self.schema = scan_schema("ms", args.topic, self.key_format, self.value_format)
+        self.fmt, self.out = args.format, sys.stdout.buffer
+        self.parquet: Any = None
+        if args.output:
+            import pyarrow.parquet as pq
+
+            self.parquet = pq.ParquetWriter(args.output, self.schema)
+
+    def write(self, c: Any, left: Optional[int]) -> "tuple[int, bool]":
+        from kwire.scanning.reader import with_location
+
+        got = c.poll_columnar(500, max_records=left, key_format=self.key_format, value_format=self.value_format)
+        n = 0
+        for tp, batch in got.items():
+            batch = with_location(batch, tp, self.schema)
+            if self.parquet is not None:
+                self.parquet.write_batch(batch)
+            else:
+                self.out.write(b"".join(_typed_lines(self.fmt, batch, self.key_format, self.value_format)))
+            n += batch.num_rows
+        self.out.flush()
+        return n, bool(got)
+
+    def close(self) -> None:
+        if self.parquet is not None:
+            self.parquet.close()
+
+
+def _spec(kind: str, schema_file: Optional[str]) -> Any:
+    """A format spec from ``--*-format`` and ``--*-schema``."""
+    if kind == "raw" or not schema_file:
+        return kind
+    with open(schema_file, encoding="utf-8") as f:
+        return (kind, {"schema": f.read()})
+
+
+def _typed_lines(fmt: str, batch: Any, key_format: Any, value_format: Any) -> Iterable[bytes]:
+    """The JSON lines of a typed batch (``--format``): a typed key or value
+    as its JSON value, a raw one as text (UTF-8, else ``{"base64": ...}``)."""
+    from kwire.formats.jsonvalues import dumps, json_values
+
+    def column(name: str, typed: bool) -> List[Any]:
+        col = batch.column(name)
+        return json_values(col, display=True) if typed else [_text(v) for v in col.to_pylist()]
+
+    keys, values = column("key", key_format is not None), column("value", value_format is not None)
+    if fmt == "value":
+        return (dumps(v).encode("utf-8") + b"\n" for v in values)
+    if fmt == "kv":
+        return (dumps(k).encode("utf-8") + b"\t" + dumps(v).encode("utf-8") + b"\n" for k, v in zip(keys, values))
+    stamps = batch.column("timestamp").cast("int64").to_pylist()
+    rows = zip(batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+               batch.column("offset").to_pylist(), stamps, keys, values, batch.column("headers").to_pylist())
+    return ((dumps({"topic": t, "partition": p, "offset": o, "timestamp": ts, "key": k, "value": v,
+                    "headers": [[h["key"], _text(h["value"])] for h in hs or ()]}) + "\n").encode("utf-8")
+            for t, p, o, ts, k, v, hs in rows)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -446,12 +594,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("topic")
     p.add_argument("-p", "--partition", type=int)
     p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or an offset")
-    p.add_argument("-c", "--count", type=int, help="stop after this many records")
+    p.add_argument("-c", "--count", "--max-messages", dest="count", type=int, help="stop after this many records")
     p.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end of every partition")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long without a record")
     p.add_argument("--format", default="json", choices=["json", "value", "kv"],
-                   help="json lines (offset, timestamp, key, value, headers), raw values, or key<TAB>value")
+                   help="json lines (offset, timestamp, key, value, headers), values, or key<TAB>value "
+                        "(typed ones as JSON)")
+    for side in ("key", "value"):
+        p.add_argument(f"--{side}-format", default="raw", choices=["raw", "avro", "protobuf", "json"],
+                       help=f"decode {side}s (default raw: the bytes)")
+        p.add_argument(f"--{side}-schema", metavar="FILE", help=f"the {side}s' schema, without a registry")
+    p.add_argument("--schema-registry", metavar="URL", help="the schema registry (schema.registry.url)")
+    p.add_argument("-o", "--output", metavar="FILE.parquet", help="write Parquet (typed columns) instead of printing")
     p.add_argument("--progress", action="store_true")
     p.set_defaults(func=cmd_consume)
+    p.epilog = REGISTRY_HELP + "\n" + SECURITY_HELP
 
     p = sub.add_parser("topics", help="list, create, delete or describe topics")
     common(p)

@@ -68,7 +68,7 @@ def scan(topic: str, *, bootstrap_servers: str, start: Any = "earliest", end: An
     formats = FormatCache(format_options)
     keys = formats.get(key_format, topic=topic, is_key=True)
     values = formats.get(value_format, topic=topic, is_key=False)
-    schema = scan_schema(timestamp_unit, keys, values)
+    schema = scan_schema(timestamp_unit, topic, keys, values)
     # a bounded read never waits for records to come: a fetch at a log's end (read-ahead, a probe) need not
     # hold the leader's fetches back for long
     consumer = Consumer({"fetch_max_wait_ms": FETCH_MAX_WAIT_MS, **client_options}, bootstrap_servers=bootstrap_servers,

@@ -28,7 +28,7 @@ from kwire.future import KafkaTimeoutError
 from kwire.scanning.plan import Range
 from kwire.types import TopicPartition
 
-__all__ = ["scan_schema", "Batches"]
+__all__ = ["scan_schema", "with_location", "Batches"]
 
 log = logging.getLogger("kwire.scan")
 
@@ -36,14 +36,24 @@ log = logging.getLogger("kwire.scan")
 POLL_MS = 200
 
 
-def scan_schema(timestamp_unit: str, key_format: Optional[Format], value_format: Optional[Format]) -> "pa.Schema":
+def scan_schema(timestamp_unit: str, topic: str, key_format: Optional[Format],
+                value_format: Optional[Format]) -> "pa.Schema":
     """``topic``, ``partition``, then kwire's columnar schema with the key
-    and value of their formats' types."""
+    and value of their formats' types (for ``topic``)."""
     fields = [pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False)]
     for field in record_schema(timestamp_unit):
         fmt = key_format if field.name == "key" else value_format if field.name == "value" else None
-        fields.append(field if fmt is None else pa.field(field.name, fmt.arrow_type(), nullable=True))
+        fields.append(field if fmt is None else pa.field(field.name, fmt.arrow_type(topic), nullable=True))
     return pa.schema(fields)
+
+
+def with_location(batch: "pa.RecordBatch", tp: TopicPartition, schema: "pa.Schema") -> "pa.RecordBatch":
+    """``batch`` (of ``tp``, keys and values typed) with its ``topic`` and
+    ``partition`` columns first, as ``schema`` (:func:`scan_schema`) has it."""
+    n = batch.num_rows
+    columns: List[Any] = [pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+                          pa.repeat(pa.scalar(tp.partition, pa.int32()), n), *batch.columns]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _close(consumer: Consumer) -> None:
@@ -139,10 +149,7 @@ class Batches:
                 return
             batch = decode_batch(batch.slice(0, e.row), topic=tp.topic, partition=tp.partition,
                                  key_format=self._key_format, value_format=self._value_format)
-        n = batch.num_rows
-        columns: List[Any] = [pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-                              pa.repeat(pa.scalar(tp.partition, pa.int32()), n), *batch.columns]
-        self._ready.append(pa.RecordBatch.from_arrays(columns, schema=self._schema))
+        self._ready.append(with_location(batch, tp, self._schema))
 
     def _check_progress(self) -> None:
         """Partitions at their end are done (unassigned); no progress on any

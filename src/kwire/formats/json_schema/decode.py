@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from kwire.formats.arrays import children, nested, rebuild
+from kwire.formats.arrays import children, nested, rebuild, spread
 from kwire.formats.json_schema.schema import ENUM, JSON_TEXT, UUID
 
 __all__ = ["BadValue", "decode_column", "check_type"]
@@ -123,10 +123,7 @@ def decode_column(column: "pa.Array", typ: "pa.DataType") -> "pa.Array":
         if column.null_count:
             row = pc.indices_nonzero(valid)[row].as_py()
         raise BadValue(row, e.reason if isinstance(e, BadValue) else _reason(e)) from None
-    if column.null_count == 0:
-        return out
-    index = pc.subtract(pc.cumulative_sum(pc.cast(valid, pa.int64())), 1)
-    return out.take(pc.if_else(valid, index, pa.scalar(None, pa.int64())))
+    return out if column.null_count == 0 else spread(out, valid)
 
 
 def _decode(values: "pa.Array", typ: "pa.DataType") -> "pa.Array":
