@@ -32,6 +32,7 @@ ALLOWED_LAZY: Dict[tuple, str] = {}
 #: Modules that import an optional dependency at their top: imported only
 #: where that dependency is installed.
 OPTIONAL = {"kwire.spark": "pyspark", "kwire._arrow": "pyarrow", "kwire.registry.framing": "pyarrow",
+            "kwire.formats": "pyarrow", "kwire.scanning": "pyarrow",
             **{f"kwire.registry.{m}": "httpx" for m in ("steps", "auth", "client", "aio")}}
 
 
