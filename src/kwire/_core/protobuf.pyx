@@ -97,6 +97,8 @@ cdef struct PField:
     int32_t number
     int type
     int wire                    # the wire type of one value
+    int store                   # how a value goes into its column (ST_*)
+    int fast                    # a singular scalar outside oneofs: how parse reads it at once (FP_*), or 0
     int flags
     int oneof                   # its oneof in the node (-1)
     int child                   # a message field's node (-1)
@@ -146,6 +148,42 @@ cdef struct Ctx:
     int err
     int err_node
     int err_field
+
+
+# how a scalar goes into its column; how parse reads a plain singular scalar at once
+cdef enum:
+    ST_I32 = 0, ST_I64, ST_F32, ST_F64, ST_BOOL, ST_ENUM, ST_BYTES
+cdef enum:
+    FP_NONE = 0, FP_VARINT, FP_I64, FP_I32, FP_BYTES, FP_STRING
+
+
+cdef int store_of(int t) noexcept nogil:
+    if t == T_DOUBLE:
+        return ST_F64
+    if t == T_FLOAT:
+        return ST_F32
+    if t == T_BOOL:
+        return ST_BOOL
+    if t == T_ENUM:
+        return ST_ENUM
+    if t == T_STRING or t == T_BYTES:
+        return ST_BYTES
+    if t == T_INT64 or t == T_UINT64 or t == T_SINT64 or t == T_FIXED64 or t == T_SFIXED64:
+        return ST_I64
+    return ST_I32
+
+
+cdef int fast_of(int t, int flags, int oneof, int child) noexcept nogil:
+    cdef int w = wire_of(t)
+    if flags & FL_REPEATED or oneof >= 0 or child >= 0 or t == T_ENUM or t == T_GROUP or t == T_MESSAGE:
+        return FP_NONE
+    if w == W_VARINT:
+        return FP_VARINT
+    if w == W_I64:
+        return FP_I64
+    if w == W_I32:
+        return FP_I32
+    return FP_STRING if t == T_STRING else FP_BYTES
 
 
 cdef inline int wire_of(int t) noexcept nogil:
@@ -213,6 +251,8 @@ cdef class Program:
         pf.flags = flags
         pf.oneof = oneof
         pf.child = child
+        pf.store = store_of(type_)
+        pf.fast = fast_of(type_, flags, oneof, child)
         pf.col = self.cols.column(col) if col >= 0 else NULL
         pf.item = self.cols.column(item) if item >= 0 else NULL
         pf.col_no = col
@@ -332,29 +372,28 @@ cdef inline uint64_t scalar_bits(int type_, uint64_t v) noexcept nogil:
     return v
 
 
-cdef inline void put_scalar(int type_, Col* c, uint64_t v) noexcept nogil:
-    """One scalar (as :func:`scalar_bits` has it) into its column."""
+cdef inline void put_scalar(int store, Col* c, uint64_t v) noexcept nogil:
+    """One scalar (as :func:`scalar_bits` has it) into its column, as ``store`` (ST_*) says."""
     cdef double d
     cdef float f
     cdef uint32_t u
-    if type_ == T_DOUBLE:
+    if store == ST_I64:
+        col_i64(c, <int64_t>v)
+    elif store == ST_I32:
+        col_i32(c, <int32_t><uint32_t>v)
+    elif store == ST_F64:
         memcpy(&d, &v, 8)
         col_f64(c, d)
-    elif type_ == T_FLOAT:
+    elif store == ST_F32:
         u = <uint32_t>v
         memcpy(&f, &u, 4)
         col_f32(c, f)
-    elif type_ == T_BOOL:
+    elif store == ST_BOOL:
         col_bool(c, v != 0)
-    elif type_ == T_ENUM:
-        if <int64_t>v < 0:
-            col_null(c)
-        else:
-            col_i32(c, <int32_t>v)
-    elif type_ == T_INT64 or type_ == T_UINT64 or type_ == T_SINT64 or type_ == T_FIXED64 or type_ == T_SFIXED64:
-        col_i64(c, <int64_t>v)
+    elif <int64_t>v < 0:                      # ST_ENUM: an unknown number
+        col_null(c)
     else:
-        col_i32(c, <int32_t><uint32_t>v)
+        col_i32(c, <int32_t>v)
 
 
 cdef inline int read_scalar(Ctx* x, PNode* nd, int fi, PField* f, Reader* r, int wire, uint64_t* out) noexcept nogil:
@@ -499,7 +538,7 @@ cdef int read_field(Ctx* x, PNode* nd, int fi, Reader* r, int depth) noexcept no
     if got != 0:
         return -1 if got < 0 else 0
     if f.flags & FL_REPEATED:
-        put_scalar(f.type, f.item, v)
+        put_scalar(f.store, f.item, v)
         return 0
     set_member(nd, fi)
     s.seen = 1
@@ -535,7 +574,7 @@ cdef int read_packed(Ctx* x, PNode* nd, int fi, Reader* r) noexcept nogil:
         if got < 0:
             return -1
         if got == 0:
-            put_scalar(f.type, f.item, v)
+            put_scalar(f.store, f.item, v)
     return 0
 
 
@@ -545,6 +584,7 @@ cdef int parse(Ctx* x, PNode* nd, const uint8_t* p, Py_ssize_t n, int depth) noe
     cdef uint64_t tag
     cdef int fi, wire
     cdef PField* f
+    cdef Slot* s
     rd_init(&r, p, 0, n)
     while r.pos < r.end:
         tag = rd_uvarint(&r, 5, 0x0F)
@@ -555,8 +595,29 @@ cdef int parse(Ctx* x, PNode* nd, const uint8_t* p, Py_ssize_t n, int depth) noe
         if fi >= 0:
             f = &nd.fields[fi]
             if wire == f.wire:
-                if read_field(x, nd, fi, &r, depth) < 0:
-                    return -1
+                if f.fast == FP_NONE:
+                    if read_field(x, nd, fi, &r, depth) < 0:
+                        return -1
+                    continue
+                s = &nd.slots[fi]          # a plain singular scalar: read here, the last one wins
+                if f.fast == FP_VARINT:
+                    s.bits = scalar_bits(f.type, rd_uvarint(&r, 10, 0x7F))
+                elif f.fast == FP_I64:
+                    if rd_need(&r, 8):
+                        s.bits = load_le64(r.p + r.pos)
+                        r.pos += 8
+                elif f.fast == FP_I32:
+                    if rd_need(&r, 4):
+                        s.bits = load_le32(r.p + r.pos)
+                        r.pos += 4
+                else:
+                    if read_len(x, nd, fi, &r, &s.p, &s.n) < 0:
+                        return -1
+                    if f.fast == FP_STRING and utf8_invalid_at(s.p, s.n) >= 0:
+                        return fail(x, nd, fi, P_UTF8)
+                if r.err:
+                    return reader_fail(x, nd, fi, &r)
+                s.seen = 1
                 continue
             if wire == W_LEN and f.flags & FL_REPEATED and f.wire != W_LEN and f.wire != W_SGROUP:
                 if read_packed(x, nd, fi, &r) < 0:
@@ -621,16 +682,16 @@ cdef int emit(Ctx* x, PNode* nd, int depth) noexcept nogil:
             else:
                 col_null(f.col)
         elif s.seen:
-            if f.type == T_STRING or f.type == T_BYTES:
+            if f.store == ST_BYTES:
                 col_bytes(f.col, s.p, s.n)
             else:
-                put_scalar(f.type, f.col, s.bits)
+                put_scalar(f.store, f.col, s.bits)
         elif f.flags & FL_PRESENCE and not f.flags & FL_DEFAULT:
             col_null(f.col)
-        elif f.type == T_STRING or f.type == T_BYTES:
+        elif f.store == ST_BYTES:
             col_bytes(f.col, f.def_p, f.def_n)
         else:
-            put_scalar(f.type, f.col, f.def_bits)
+            put_scalar(f.store, f.col, f.def_bits)
     if nd.kind == NK_MESSAGE:
         col_mark(nd.col, True)
     return 0
