@@ -13,8 +13,9 @@ from __future__ import annotations
 import decimal
 from typing import Callable, List
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
+
+import pyarrow.compute as pc  # noqa: E402
 
 __all__ = ["nested", "children", "rebuild", "spread", "placeholders"]
 

@@ -30,8 +30,9 @@ import uuid
 from functools import partial
 from typing import Any, List
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
+
+import pyarrow.compute as pc  # noqa: E402
 
 from kwire.formats.arrays import children, nested, rebuild
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-import pyarrow as pa
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
 
 from kwire.consumer import Consumer
 from kwire.formats import FormatCache, check_spec, split_options

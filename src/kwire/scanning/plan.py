@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import pyarrow as pa
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
 
 from kwire import protocol
 from kwire.consumer import Consumer

@@ -18,8 +18,9 @@ import time
 import weakref
 from typing import Any, Deque, Dict, List, Optional
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
+
+import pyarrow.compute as pc  # noqa: E402
 
 from kwire._arrow import record_schema
 from kwire.consumer import Consumer

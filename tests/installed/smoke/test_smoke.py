@@ -1,9 +1,9 @@
 """The installed package, with the source tree off the path: every public
 module imports (or, without its extra, says which extra to install); the
 ``kwire`` command; produce and consume with the blocking clients and with
-kwire.aio on the bundled broker; what each extra adds (Arrow, key stores,
-``format("kwire")`` on Spark), and the error naming the extra when it is
-absent."""
+kwire.aio on the bundled broker; what each extra adds (Arrow and with it
+kwire.scan and the JSON format, key stores, ``format("kwire")`` on Spark),
+and the error naming the extra when it is absent."""
 
 from __future__ import annotations
 
@@ -140,6 +140,24 @@ def test_arrow(bootstrap, topic):
             if len(rows) >= 2:
                 break
     assert rows == [b"a", b"b"]
+
+
+def test_scan_and_the_json_format(bootstrap, topic):
+    """kwire.scan over JSON values typed by the JSON format (kwire[arrow]),
+    or, without pyarrow, the error naming the extra."""
+    if not _have("pyarrow"):
+        with pytest.raises(ImportError, match=r"kwire\[arrow\]"):
+            kwire.scan(topic, bootstrap_servers=bootstrap)
+        return
+    with kwire.Producer(bootstrap_servers=bootstrap) as p:
+        for i in range(3):
+            p.send(topic, b'{"n": %d, "at": "2024-05-01T00:00:00Z"}' % i, partition=0)
+        p.flush()
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "at": {"type": "string",
+                                                                                "format": "date-time"}}}
+    table = kwire.scan(topic, bootstrap_servers=bootstrap, value_format=("json", {"schema": schema})).read_all()
+    assert [v["n"] for v in table.column("value").to_pylist()] == [0, 1, 2]
+    assert table.schema.field("value").type.field("at").type.tz == "UTC"
 
 
 def _consumer(bootstrap, topic):

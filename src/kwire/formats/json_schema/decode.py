@@ -28,9 +28,10 @@ import json
 import re
 from typing import Any, Callable, List, Optional
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pj
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
+
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.json as pj  # noqa: E402
 
 from kwire.formats.arrays import children, nested, rebuild, spread
 from kwire.formats.json_schema.schema import ENUM, JSON_TEXT, UUID

@@ -29,8 +29,9 @@ import json
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
+
+import pyarrow.compute as pc  # noqa: E402
 
 from kwire.formats.base import Format, UndecodableValueError
 from kwire.formats.common import binary_column, flag, frame_header, registry_client, row_offset, writer_id

@@ -36,7 +36,7 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import unquote
 
-import pyarrow as pa
+from kwire.formats.base import pa  # first: without pyarrow, its ImportError names kwire[arrow]
 
 __all__ = ["JsonSchemaError", "JSON_TEXT", "UUID", "ENUM", "arrow_type", "json_schema", "parse_schema"]
 
