@@ -316,12 +316,34 @@ def avro_seeds() -> Dict[str, bytes]:
     return seeds
 
 
+def protobuf_seeds() -> Dict[str, bytes]:
+    """A value of each of the target's schemas (random, from the tests'
+    seeded generator), bare and framed, once or three times a seed; and cut,
+    and after an unknown group."""
+    import random
+
+    seeds: Dict[str, bytes] = {}
+    for i, (_, _, cls, proto2, schemas) in enumerate(targets._protobuf_schemas()):
+        msg = schemas.fill(random.Random(i), cls())
+        if proto2:
+            msg.key = 1                                   # its required field
+        data = msg.SerializeToString()[:200]
+        for n in (1, 3):
+            for framed in (0, 0x80):
+                value = (b"\x00\x00\x00\x00\x01\x00" if framed else b"") + data
+                seeds[f"schema{i}-{n}{'-framed' if framed else ''}"] = bytes([i | framed, n - 1]) + value * n
+        seeds[f"schema{i}-cut"] = bytes([i, 0]) + data[:-1]
+        seeds[f"schema{i}-unknown-group"] = bytes([i, 0]) + bytes([0x9B, 0x06, 0x08, 0x01, 0x9C, 0x06]) + data
+    return seeds
+
+
 SEEDS: Dict[str, Callable[[], Dict[str, bytes]]] = {
     "records": records_seeds,
     "v07": v07_seeds,
     "compression": compression_seeds,
     "protocol": protocol_seeds,
     "avro": avro_seeds,
+    "protobuf": protobuf_seeds,
 }
 
 

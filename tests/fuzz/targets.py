@@ -49,7 +49,7 @@ import kwire
 from kwire import compression
 from kwire.errors import CorruptRecordError, ProtocolError
 
-__all__ = ["Finding", "TARGETS", "records", "v07", "protocol", "compression_target", "avro"]
+__all__ = ["Finding", "TARGETS", "records", "v07", "protocol", "compression_target", "avro", "protobuf"]
 
 TOPIC = "fuzz"
 PARTITION = 7
@@ -499,6 +499,100 @@ def _shown(arr: Any) -> str:
     return arr.to_string(window=1 << 20, container_window=1 << 20)
 
 
+# ------------------------------------------------------------------ protobuf
+PROTOBUF_SCHEMAS = ("NESTED", "SCALARS", "PROTO2")
+"""The schemas of tests/formats/protobuf/schemas.py the ``protobuf`` target
+reads values as (their first message)."""
+PROTOBUF_HEADER = 2
+"""``protobuf`` input: ``schema, lengths`` then the values' bytes, as for
+``avro``: ``schema`` indexes ``PROTOBUF_SCHEMAS`` (its low bits) and says
+whether values are framed (bit 7: each value starts with Confluent's frame,
+magic byte 0, a schema id and the message-index array, read without a
+registry: every frame is the schema's message); ``lengths``' low 3 bits
+are the number of values less one, cut as for ``avro``."""
+_PROTOBUF: List[Any] = []
+
+
+def _protobuf_schemas() -> List[Any]:
+    """``(bare format, framed format, message class, is proto2)`` per schema, made once."""
+    if not _PROTOBUF:
+        import importlib.util
+        import os
+
+        from kwire.formats.protobuf import ProtobufFormat
+
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "formats", "protobuf",
+                            "schemas.py")
+        spec = importlib.util.spec_from_file_location("kwire_fuzz_protobuf_schemas", path)
+        schemas = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(schemas)
+        for name in PROTOBUF_SCHEMAS:
+            text = getattr(schemas, name)
+            desc = schemas.schema(text).message([0])
+            _PROTOBUF.append((ProtobufFormat(desc), ProtobufFormat(desc, framed=True), schemas.message_class(desc),
+                              'syntax = "proto2"' in text, schemas))
+    return _PROTOBUF
+
+
+def protobuf(data: bytes) -> None:
+    """Target ``protobuf``: :class:`kwire.formats.protobuf.ProtobufFormat`'s
+    compiled decoder on hostile values, bare and framed, against the
+    protobuf package (upb): kwire refuses a bare value exactly when protobuf
+    does (but for a proto2 string that is not UTF-8, which Arrow cannot
+    hold), and reads the same values when both read it. Decoded rows must
+    be valid Arrow, one a value, and the same together and one by one."""
+    import pyarrow as pa
+    from google.protobuf.message import DecodeError
+
+    from kwire.formats.base import UndecodableValueError
+
+    if len(data) < PROTOBUF_HEADER:
+        return
+    bare, framed, cls, proto2, schemas = _pick(_protobuf_schemas(), data[0] & 0x7F)
+    fmt = framed if data[0] & 0x80 else bare
+    n = (data[1] & 7) + 1
+    body = data[PROTOBUF_HEADER:]
+    size = len(body) // n
+    values = [body[i * size:(i + 1) * size] for i in range(n - 1)] + [body[(n - 1) * size:]]
+    offsets = pa.array(range(500, 500 + n), pa.int64())
+    one_by_one = []
+    for i, v in enumerate(values):
+        try:
+            one_by_one.append(fmt.decode(pa.array([v], pa.binary()), topic=TOPIC, partition=PARTITION,
+                                         offsets=offsets.slice(i, 1)))
+            refused = None
+        except UndecodableValueError as e:
+            _located_record_error(e, "protobuf")
+            _check(e.row == 0 and e.offset == 500 + i, f"protobuf: error at row {e.row}, offset {e.offset}")
+            refused = e
+        if fmt is bare:
+            try:
+                theirs = cls.FromString(v)
+            except DecodeError:
+                theirs = None
+            if refused is not None:
+                _check(theirs is None or (proto2 and "UTF-8" in str(refused)),
+                       f"protobuf: kwire refused {v.hex()} ({refused}); protobuf reads it")
+            else:
+                _check(theirs is not None, f"protobuf: protobuf refuses {v.hex()}; kwire read it")
+                t = fmt.arrow_type()
+                got = one_by_one[-1].to_pylist()[0]
+                _check(schemas.normalize(got, t) == schemas.normalize(schemas.expected(theirs), t),
+                       f"protobuf: {v.hex()} read as {got}, protobuf reads {theirs}")
+    try:
+        out = fmt.decode(pa.array(values, pa.binary()), topic=TOPIC, partition=PARTITION, offsets=offsets)
+    except UndecodableValueError as e:
+        _located_record_error(e, "protobuf")
+        _check(0 <= e.row < n and e.offset == 500 + e.row and len(one_by_one) < n,
+               f"protobuf: error at row {e.row}, offset {e.offset}; one by one {len(one_by_one)} of {n} read")
+        return
+    out.validate(full=True)
+    _check(len(out) == n and len(one_by_one) == n, f"protobuf: {len(out)} rows for {n} values")
+    together = pa.concat_arrays(one_by_one)
+    _check(together.equals(out) or _shown(together) == _shown(out),
+           "protobuf: rows decoded together differ from one by one")
+
+
 # ------------------------------------------------------------------ protocol
 def _protocol_cases() -> Dict[int, Any]:
     from kwire.protocol import APIS
@@ -602,6 +696,7 @@ TARGETS: Dict[str, Callable[[bytes], None]] = {
     "compression": compression_target,
     "protocol": protocol,
     "avro": avro,
+    "protobuf": protobuf,
 }
 """Every target, by the name ``scripts/fuzz`` and the corpus directories use."""
 
