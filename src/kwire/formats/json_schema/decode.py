@@ -5,8 +5,9 @@ each value is wrapped as ``{"v":VALUE}`` and the lot read as
 newline-delimited JSON with an explicit schema, so any JSON value (not only
 objects) reads as one row, and a record holding two values, or none, shows
 as a wrong row count. Values with line breaks between their tokens
-(pretty-printed JSON; a raw line break cannot be inside a JSON string) are
-read with ``newlines_in_values``. What the reader cannot make (dates,
+(pretty-printed JSON; a raw line break cannot be inside a JSON string) break
+their line, so they fail the first read: the values are read again with
+``newlines_in_values`` (slower). What the reader cannot make (dates,
 times, uuids, enums' dictionaries: it reads those as strings) is converted
 after it, column by column (:func:`finish`).
 
@@ -132,7 +133,11 @@ def _decode(values: "pa.Array", typ: "pa.DataType") -> "pa.Array":
         return pa.array([], type=typ)
     if _needs_json_module(typ):
         return finish(_read_json_module(values, typ), typ)
-    return finish(_read_arrow(values, reader_type(typ)), typ)
+    try:
+        read = _read_arrow(values, reader_type(typ), multiline=False)
+    except _DATA_ERRORS:       # a value with line breaks splits its line: read again (slower) allowing them
+        read = _read_arrow(values, reader_type(typ), multiline=True)
+    return finish(read, typ)
 
 
 def _first_bad(values: "pa.Array", typ: "pa.DataType") -> int:
@@ -155,17 +160,17 @@ def _reason(e: BaseException) -> str:
     return f"not a JSON value of the column's type: {text[:300]}"
 
 
-def _read_arrow(values: "pa.Array", typ: "pa.DataType") -> "pa.Array":
-    """``values`` (no nulls) read by pyarrow's JSON reader as ``typ``."""
+def _read_arrow(values: "pa.Array", typ: "pa.DataType", multiline: bool) -> "pa.Array":
+    """``values`` (no nulls) read by pyarrow's JSON reader as ``typ``;
+    ``multiline``: values may hold line breaks (between their tokens)."""
     lines = pc.binary_join_element_wise(_OPEN, values, _CLOSE, _EMPTY)
-    size = pc.sum(pc.binary_length(lines)).as_py()
-    longest = pc.max(pc.binary_length(lines)).as_py()
-    multiline = pc.any(pc.match_substring_regex(values, "[\r\n]")).as_py()
+    lengths = pc.binary_length(lines)
+    size, longest = pc.sum(lengths).as_py(), pc.max(lengths).as_py()
     table = pj.read_json(
         pa.BufferReader(lines.buffers()[2].slice(0, size)),
         read_options=pj.ReadOptions(block_size=max(_BLOCK, longest + 2), use_threads=True),
         parse_options=pj.ParseOptions(explicit_schema=pa.schema([pa.field("v", typ)]),
-                                      unexpected_field_behavior="ignore", newlines_in_values=bool(multiline)))
+                                      unexpected_field_behavior="ignore", newlines_in_values=multiline))
     if table.num_rows != len(values):
         raise ValueError(f"{table.num_rows} JSON values in {len(values)} records: a record holds one")
     return table.column(0).combine_chunks()
@@ -269,7 +274,11 @@ _CONVERSIONS = {UUID: _uuids, JSON_TEXT: _json_text}
 
 def _timestamps(arr: "pa.Array", typ: "pa.DataType") -> "pa.Array":
     """RFC 3339 date-times (any case; fractions past the unit's digits cut;
-    without an offset, UTC) as ``typ``."""
+    without an offset, UTC) as ``typ``: most cast as they are."""
+    try:
+        return arr.cast(typ)
+    except pa.ArrowInvalid:
+        pass
     digits = _FRACTION_DIGITS[typ.unit]
     text = pc.replace_substring_regex(pc.utf8_upper(arr), pattern=r"(\.\d{%d})\d+" % digits if digits else r"\.\d+",
                                       replacement=r"\1" if digits else "")
