@@ -53,6 +53,7 @@ GLOBAL_ID, CONTENT_ID = "globalId", "contentId"
 ID_KINDS = (GLOBAL_ID, CONTENT_ID)
 
 Offsets = Union[None, Sequence[int], "pa.Array"]
+_Where = Tuple[Optional[str], Optional[int], Offsets]          # topic, partition, the records' offsets
 
 
 class Frame(NamedTuple):
@@ -141,18 +142,20 @@ def encode_frame(schema_id: int, payload: bytes, message_indexes: Optional[Seque
     return head + (encode_message_indexes(message_indexes) if message_indexes is not None else b"") + payload
 
 
-def _check_head(value: bytes, id_size: int) -> None:
+def _check_head(value: bytes, id_size: int, message_indexes: bool = False) -> None:
     if len(value) < 1 + id_size:
         raise CorruptRecordError(f"registry frame: a value of {len(value)} bytes (a frame has at least "
                                  f"{1 + id_size})")
     if value[0] != MAGIC:
         raise CorruptRecordError(f"registry frame: unknown magic byte {value[0]} (expected {MAGIC})")
+    if message_indexes and len(value) == 1 + id_size:
+        raise CorruptRecordError(f"registry frame: a value of {len(value)} bytes ends before its message indexes")
 
 
 def parse_frame(value: bytes, message_indexes: bool = False, id_size: int = ID_SIZE) -> Frame:
     """The frame of one value (``message_indexes``: it is Protobuf's;
     ``id_size`` 8 for Apicurio's framing)."""
-    _check_head(value, id_size)
+    _check_head(value, id_size, message_indexes)
     schema_id = int.from_bytes(value[1:1 + id_size], "big", signed=True)
     if schema_id < 0:
         raise CorruptRecordError(f"registry frame: a negative schema id ({schema_id})")
@@ -206,16 +209,12 @@ def _where(offsets: Offsets, row: int) -> Optional[int]:
     return value.as_py() if isinstance(value, pa.Scalar) else int(value)
 
 
-def _refuse_first(bad: "pa.Array", column: "pa.Array", check: Callable[[bytes], object], topic: Optional[str],
-                  partition: Optional[int], offsets: Offsets) -> None:
-    """If any row of ``bad`` is true: ``check`` (which raises) on the first such value, located."""
-    row = pc.index(bad, True).as_py()
-    if row < 0:
-        return
+def _refuse_row(column: "pa.Array", row: int, check: Callable[[bytes], object], where: "_Where") -> None:
+    """``check`` (which raises for it) on ``column[row]``, the error located at that record."""
     try:
         check(column[row].as_py())
     except CorruptRecordError as e:
-        raise e.at(topic, partition, _where(offsets, row)) from None
+        raise e.at(where[0], where[1], _where(where[2], row)) from None
     raise AssertionError("a bad row passed its check")          # pragma: no cover
 
 
@@ -266,17 +265,20 @@ def _row_lists(counts: "pa.Array", nulls: "pa.Array", slow: Optional["pa.Array"]
     return pa.ListArray.from_arrays(offsets, values, mask=nulls)
 
 
-def _message_indexes(col: "pa.Array", filled: "pa.Array", head: int, starts: "pa.Array", valid: "pa.Array",
-                     where: Tuple[Optional[str], Optional[int], Offsets]) -> Tuple["pa.Array", "pa.Array"]:
+def _message_indexes(col: "pa.Array", filled: "pa.Array", head: int, starts: "pa.Array", good: "pa.Array",
+                     until: int, where: _Where) -> Tuple["pa.Array", "pa.Array"]:
     """The Protobuf rows' message indexes and payload starts: vectorised for the
-    single byte 0 (``[0]``), one row at a time in Python for the others."""
-    one = pc.cast(valid, pa.int32())
+    single byte 0 (``[0]``), one row at a time in Python for the others (those
+    before row ``until``, the first bad one, if any: its error comes first)."""
+    one = pc.cast(good, pa.int32())
     first = pc.binary_slice(filled, head, head + 1)
-    slow = pc.and_(valid, pc.not_equal(first, pa.scalar(b"\x00", col.type)))
+    slow = pc.and_(good, pc.not_equal(first, pa.scalar(b"\x00", col.type)))
     if not pc.any(slow).as_py():
-        return _row_lists(one, pc.invert(valid), None, []), pc.add(starts, pc.cast(one, starts.type))
+        return _row_lists(one, pc.invert(good), None, []), pc.add(starts, pc.cast(one, starts.type))
     counts, ends, flat = [], [], []
     for row in pc.indices_nonzero(slow).to_pylist():
+        if 0 <= until < row:
+            break
         try:
             indexes, end = parse_message_indexes(col[row].as_py(), head)
         except CorruptRecordError as e:
@@ -284,11 +286,13 @@ def _message_indexes(col: "pa.Array", filled: "pa.Array", head: int, starts: "pa
         counts.append(len(indexes))
         ends.append(end)
         flat.extend(indexes)
+    if until >= 0:
+        return None, None         # type: ignore[return-value] - the caller raises for row ``until``
     counts_all = pc.replace_with_mask(one, slow, pa.array(counts, pa.int32()))
     offsets = _value_offsets(col).slice(0, len(col))
     skips = pc.replace_with_mask(pc.cast(one, starts.type), slow, pc.subtract(
         pa.array(ends, starts.type), pa.array([head] * len(ends), starts.type)))
-    return _row_lists(counts_all, pc.invert(valid), slow, flat), pc.add(pc.add(offsets, _like(offsets, head)), skips)
+    return _row_lists(counts_all, pc.invert(good), slow, flat), pc.add(pc.add(offsets, _like(offsets, head)), skips)
 
 
 def parse_column(column: Union["pa.Array", "pa.ChunkedArray"], *, message_indexes: bool = False,
@@ -306,25 +310,26 @@ def parse_column(column: Union["pa.Array", "pa.ChunkedArray"], *, message_indexe
     head = 1 + id_size
     least = head + (1 if message_indexes else 0)
     valid = col.is_valid()
-    magic = pc.binary_slice(col, 0, 1)
     lengths = pc.binary_length(col)
-    bad = pc.or_(pc.less(lengths, _like(lengths, least)), pc.not_equal(magic, pa.scalar(bytes([MAGIC]), col.type)))
-
-    def check(value: bytes) -> None:
-        _check_head(value, id_size)
-        raise CorruptRecordError(f"registry frame: a value of {len(value)} bytes ends before its message indexes")
-
-    _refuse_first(bad, col, check, topic, partition, offsets)
-    filled = pc.fill_null(col, pa.scalar(bytes(least), col.type)) if col.null_count else col
+    magic = pc.binary_slice(col, 0, 1)
+    bad = pc.fill_null(pc.or_(pc.less(lengths, _like(lengths, least)),
+                              pc.not_equal(magic, pa.scalar(bytes([MAGIC]), col.type))), False)
+    filled = col
+    if col.null_count or pc.any(bad).as_py():                  # every row long enough for the kernels below
+        filled = pc.if_else(pc.or_(bad, pc.invert(valid)), pa.scalar(bytes(least), col.type), col)
     ids = _ids(filled, id_size)
-    _refuse_first(pc.less(ids, _like(ids, 0)), col, lambda v: parse_frame(v, id_size=id_size), topic, partition, offsets)
-    ids = pc.if_else(valid, ids, pa.scalar(None, ids.type))
+    bad = pc.or_(bad, pc.less(ids, _like(ids, 0)))
+    first_bad = pc.index(bad, True).as_py()
+    where = (topic, partition, offsets)
     firsts = _value_offsets(col).slice(0, len(col))
     starts = pc.add(firsts, _like(firsts, head))
-    if not message_indexes:
-        return FramedColumn(col, ids, starts)
-    indexes, starts = _message_indexes(col, filled, head, starts, valid, (topic, partition, offsets))
-    return FramedColumn(col, ids, starts, indexes)
+    indexes = None
+    if message_indexes:
+        indexes, starts = _message_indexes(col, filled, head, starts, pc.and_(valid, pc.invert(bad)), first_bad,
+                                           where)
+    if first_bad >= 0:
+        _refuse_row(col, first_bad, lambda v: parse_frame(v, message_indexes, id_size), where)
+    return FramedColumn(col, pc.if_else(valid, ids, pa.scalar(None, ids.type)), starts, indexes)
 
 
 def payloads(framed: FramedColumn) -> "pa.Array":
