@@ -2,7 +2,7 @@
 tree (tests/support/dist.py), their contents derived from src/kwire, and the
 wheel installed into a fresh virtualenv with each extra (none, ``arrow``,
 ``tls``, ``spark``, ``oauth``, ``aws``, ``kerberos``: gssapi builds against the
-system's Kerberos), where the smoke suite (``smoke/``) runs with the source
+system's Kerberos; ``protobuf``), where the smoke suite (``smoke/``) runs with the source
 tree off the path against the session's Tansu broker."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _venv(where: Path, wheel: Path, extra: str) -> Path:
     return python
 
 
-@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos"])
+@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos", "protobuf"])
 def test_smoke_suite_in_a_fresh_virtualenv(dists, extra, tansu, tmp_path):
     python = _venv(tmp_path / "venv", dists.wheel, extra)
     suite = shutil.copytree(SMOKE, tmp_path / "smoke")      # outside the source tree: no conftest of ours above it

@@ -41,8 +41,6 @@ from kwire._core.typedcols cimport (Col, Columns, TC_OK, col_bool, col_bytes, co
                                     col_i32, col_i64, col_mark, col_null, col_offset)
 from kwire._core.utf8 cimport utf8_invalid_at
 
-import pyarrow as pa
-
 __all__ = ["Program", "decode", "encode", "ERRORS", "FRAMES", "MAX_DEPTH", "ENUM_UNKNOWN"]
 
 #: nesting of messages and groups a value may have, at most (Protobuf's default)
@@ -769,6 +767,8 @@ def decode(Program rd not None, object values not None, int frame, list keys not
     cdef Py_ssize_t need_s = 0, need_e = 0
     if rd.busy:
         raise RuntimeError("a protobuf Program decodes one column at a time")
+    import pyarrow as pa             # present: typedcols, cimported above, needs it
+
     bufs = values.buffers()
     if len(bufs) != 3 or not pa.types.is_binary(values.type):
         raise TypeError(f"decode needs a binary array, not {values.type}")

@@ -9,7 +9,10 @@ from libc.string cimport memset
 
 from kwire._core.buffers cimport GBuf, gbuf_reserve, put_bit, put_i32
 
-import pyarrow as pa
+try:
+    import pyarrow as pa
+except ImportError as e:  # pragma: no cover - exercised only without pyarrow
+    raise ImportError("kwire's typed formats need pyarrow: pip install 'kwire[arrow]'") from e
 
 from kwire.errors import KwireError
 
@@ -64,6 +67,34 @@ cdef int col_mark_bitmap(Col* c, bint valid) noexcept nogil:
     return 0
 
 
+cdef void col_blank(Col* c) noexcept nogil:
+    cdef int i
+    if c.kind == TC_FIXED or c.kind == TC_DICT:
+        if gbuf_reserve(&c.data, c.width) < 0:
+            col_fail(c, TC_NOMEM)
+            return
+        memset(c.data.data + c.data.len, 0, c.width)
+        c.data.len += c.width
+    elif c.kind == TC_BOOL:
+        if put_bit(&c.data, c.length, False) < 0:
+            col_fail(c, TC_NOMEM)
+    elif c.kind == TC_BINARY:
+        col_offset(c, c.data.len)
+    elif c.kind == TC_LIST or c.kind == TC_MAP:
+        col_offset(c, c.child[0].length)
+    elif c.kind == TC_STRUCT:
+        for i in range(c.nchild):
+            if c.child[i].nullable:
+                col_null(&c.child[i])
+            else:
+                col_placeholder(&c.child[i])
+
+
+cdef void col_placeholder(Col* c) noexcept nogil:
+    col_blank(c)
+    col_mark(c, c.kind != TC_NULL)
+
+
 cdef object take(GBuf* g):
     """``g``'s memory as a pyarrow buffer (no copy); ``g`` is left empty."""
     cdef Block b = Block.__new__(Block)
@@ -115,6 +146,19 @@ def _children(t) -> list:
     return []
 
 
+def _children_nullable(t) -> list:
+    """Whether each child of ``t`` (as :func:`_children` lists them) may hold nulls."""
+    if isinstance(t, pa.BaseExtensionType):
+        t = t.storage_type
+    if pa.types.is_map(t):
+        return [False]
+    if pa.types.is_list(t):
+        return [t.value_field.nullable]
+    if pa.types.is_struct(t):
+        return [t.field(i).nullable for i in range(t.num_fields)]
+    return []
+
+
 def _width(t) -> int:
     if isinstance(t, pa.BaseExtensionType):
         t = t.storage_type
@@ -125,10 +169,12 @@ def _width(t) -> int:
     return t.bit_width // 8
 
 
-cdef int col_init(Col* c, object t, int* err, list types) except -1:
+cdef int col_init(Col* c, object t, int* err, list types, bint nullable=True) except -1:
     """``c`` (zeroed) as the column of ``t``; its children too (pre-order in ``types``)."""
     cdef list kids = _children(t)
+    cdef list kids_nullable = _children_nullable(t)
     cdef int i
+    c.nullable = nullable
     c.kind = column_kind(t)
     c.width = _width(t) if c.kind in (TC_FIXED, TC_DICT) else 0
     c.err = err
@@ -141,7 +187,7 @@ cdef int col_init(Col* c, object t, int* err, list types) except -1:
             raise MemoryError()
         c.nchild = len(kids)
         for i in range(c.nchild):
-            col_init(&c.child[i], kids[i], err, types)
+            col_init(&c.child[i], kids[i], err, types, kids_nullable[i])
     return 0
 
 

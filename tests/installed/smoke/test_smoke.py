@@ -25,6 +25,7 @@ import kwire
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: The extra that brings each optional top-level package kwire uses.
 EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark", "jwt": "oauth", "requests": "oauth",
+            "google.protobuf": "protobuf", "grpc_tools": "protobuf",
             "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos"}
 
 
@@ -42,7 +43,7 @@ def test_kwire_is_the_installed_wheel_not_the_source_tree():
 def test_extras_bring_what_they_declare(extra):
     for module, name in EXTRA_OF.items():
         if extra == name or (extra == "spark" and module in ("pyarrow", "cryptography")) or \
-                (extra == "oauth" and module == "cryptography"):
+                (extra == "oauth" and module == "cryptography") or (extra == "protobuf" and module == "pyarrow"):
             assert _have(module), f"kwire[{extra}] did not install {module}"
 
 
@@ -279,3 +280,30 @@ def test_kerberos_extra(tmp_path, monkeypatch):
     (tmp_path / "krb5.conf").write_text("[libdefaults]\n default_realm = SMOKE.TEST\n")
     with pytest.raises(SaslAuthenticationError, match="GSSAPI: no Kerberos credentials"):
         authenticator(_sasl_options(**opts)).mechanism("127.0.0.1").first()
+
+
+# ---------------------------------------------------------- typed formats
+def test_protobuf_extra():
+    """kwire[protobuf]: .proto text compiled by grpcio-tools' protoc, values
+    decoded to Arrow by the compiled core and encoded back; without it, the
+    error names the extra."""
+    if not (_have("google.protobuf") and _have("grpc_tools") and _have("pyarrow")):
+        with pytest.raises(ImportError, match=re.escape("kwire[")):
+            from kwire.formats.protobuf import parse_schema
+
+            parse_schema('syntax = "proto3"; message M { int64 id = 1; }')
+        return
+    import pyarrow as pa
+    from google.protobuf.message_factory import GetMessageClass
+
+    from kwire.formats.protobuf import ProtobufFormat, parse_schema
+
+    schema = parse_schema('syntax = "proto3"; import "google/protobuf/timestamp.proto"; '
+                          'message M { int64 id = 1; repeated string tags = 2; google.protobuf.Timestamp at = 3; }')
+    cls = GetMessageClass(schema.message([0]))
+    m = cls(id=7, tags=["a", "b"])
+    m.at.seconds = 1_700_000_000
+    fmt = ProtobufFormat(schema)
+    col = fmt.decode(pa.array([m.SerializeToString(), None]), topic="t", partition=0, offsets=pa.array([0, 1]))
+    assert col.to_pylist()[0]["tags"] == ["a", "b"] and col.to_pylist()[1] is None
+    assert fmt.encode(col, topic="t").to_pylist() == [m.SerializeToString(), None]
