@@ -25,13 +25,13 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession whose Python workers run this interpreter,
-    with Spark's own Kafka connector (``format("kafka")``) loaded beside
-    ``format("kwire")``."""
+    with Spark's own Kafka connector (``format("kafka")``) and Avro functions
+    (``from_avro``, the typed columns' peer) loaded beside ``format("kwire")``."""
     from kwire.demo import spark_session
-    from support.spark_connector import connector_jars
+    from support.spark_connector import avro_jars, connector_jars
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = spark_session("kwire-tests", connector_jars())
+    session = spark_session("kwire-tests", connector_jars() + avro_jars())
     try:
         yield session
     finally:

@@ -81,6 +81,31 @@ def connector_jars(progress: Progress = None, version: Optional[str] = None, sca
     return sorted(str(p) for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)
 
 
+AVRO_POM = Path(__file__).with_name("spark_avro") / "pom.xml"
+
+
+def avro_jars(progress: Progress = None, version: Optional[str] = None, scala: str = "2.13",
+              pyspark_dir: Optional[Path] = None) -> List[str]:
+    """Spark's own Avro functions (``from_avro``, ``to_avro``: Maven's
+    ``org.apache.spark:spark-avro_<scala>``) for a session of ``version``
+    (default: the installed PySpark's), the peer of kwire's typed columns,
+    assembled once into ``~/.cache/kwire/spark-avro-<version>[_<scala>]``;
+    the jars PySpark (``pyspark_dir``) ships already are left out, as in
+    :func:`connector_jars`."""
+    if version is None:
+        version = spark_version()
+    if pyspark_dir is None:
+        import pyspark
+
+        pyspark_dir = Path(pyspark.__file__).parent
+    home = Path.home() / ".cache" / "kwire" / (f"spark-avro-{version}" + ("" if scala == "2.13" else f"_{scala}"))
+    libs = assemble(AVRO_POM, {"spark.version": version, "scala.binary.version": scala}, home,
+                    f"spark-avro_{scala}-{version}.jar", f"Spark's Avro functions {version} (Scala {scala})",
+                    ConnectorUnavailable, progress)
+    shipped = {_artifact(j) for j in os.listdir(pyspark_dir / "jars")}
+    return sorted(str(p) for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
 CONNECT_POM = Path(__file__).with_name("spark_connect") / "pom.xml"
 
 

@@ -50,9 +50,10 @@ class Format(abc.ABC):
     kind: str = ""
 
     @abc.abstractmethod
-    def arrow_type(self) -> "pa.DataType":
-        """The Arrow type :meth:`decode` returns: the reader schema's (the
-        one the caller named, or the subject's latest)."""
+    def arrow_type(self, topic: Optional[str] = None) -> "pa.DataType":
+        """The Arrow type :meth:`decode` returns for ``topic``: the reader
+        schema's (the one the caller named, or the subject's latest, whose
+        name may depend on the topic)."""
 
     @abc.abstractmethod
     def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":

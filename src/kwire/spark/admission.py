@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from kwire.spark.formats import TypedColumns
 from kwire.spark.options import SourceOptions
 from kwire.spark.stream import KwireStreamReader, Offsets, offsets_from_json, offsets_to_json, rate_limit
 
@@ -50,8 +51,8 @@ class KwireAdmissionStreamReader(KwireStreamReader, SupportsTriggerAvailableNow)
     """:class:`~kwire.spark.stream.KwireStreamReader` with read limits
     and ``Trigger.AvailableNow`` (see the module doc)."""
 
-    def __init__(self, opts: SourceOptions) -> None:
-        super().__init__(opts)
+    def __init__(self, opts: SourceOptions, typed: Optional[TypedColumns] = None) -> None:
+        super().__init__(opts, typed)
         self._target: Optional[Offsets] = None        # Trigger.AvailableNow: read up to here
         self._latest: Optional[Offsets] = None        # the broker's latest, for reportLatestOffset
         self._last_trigger_ms = 0.0                   # wall clock of the last batch (minOffsetsPerTrigger)

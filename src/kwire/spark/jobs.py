@@ -24,7 +24,9 @@ Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
   :func:`kwire.spark.ranges.read_range`, as the data source's tasks do. The
   schema is :func:`kwire.spark.schema.spark_schema`'s (``headers`` with
   ``includeHeaders``), the rows those of ``format("kwire")``; ``minPartitions``
-  and ``maxRecordsPerPartition`` split the ranges as it does. No Spark job
+  and ``maxRecordsPerPartition`` split the ranges as it does; ``valueFormat``
+  / ``keyFormat`` type the columns as it does (:mod:`kwire.spark.formats`:
+  the reader schemas fixed by this call). No Spark job
   runs until an action. The ranges are fixed by the call: every action on
   the DataFrame reads exactly those offsets (a recomputed or retried task
   reads the same records), where a ``format("kwire")`` DataFrame resolves
@@ -79,10 +81,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import pyarrow as pa
 
+from kwire.spark.formats import TypedColumns, pin_source
 from kwire.spark.offsets import OffsetRange, plan_batch
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
 from kwire.spark.ranges import read_range
@@ -108,13 +111,14 @@ class RangeReader:
 
     opts: SourceOptions
     ranges: Tuple[OffsetRange, ...]
+    typed: Optional[TypedColumns] = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         config = self.opts.consumer_config("executor")
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 yield from read_range(self.ranges[i], config, self.opts.include_headers,
-                                      self.opts.fail_on_data_loss, self.opts.poll_timeout_ms)
+                                      self.opts.fail_on_data_loss, self.opts.poll_timeout_ms, self.typed)
 
 
 @dataclass(frozen=True)
@@ -134,10 +138,12 @@ def read(spark: "SparkSession", **options: Any) -> "DataFrame":
     as a lazy DataFrame of ``format("kwire")``'s schema and rows; its
     offset ranges are resolved by this call (see the module's docstring)."""
     opts = parse_source_options(options, streaming=False)
+    typed = pin_source(opts)
     ranges = tuple(plan_batch(opts))
     log.info("kwire.spark.read: %d offset ranges, %d records", len(ranges), sum(r.size for r in ranges))
     plan = spark.range(0, len(ranges), 1, max(len(ranges), 1))     # row i alone in Spark partition i
-    return plan.mapInArrow(RangeReader(opts, ranges), spark_schema(opts.include_headers))
+    schema = typed.spark_schema(opts.include_headers) if typed is not None else spark_schema(opts.include_headers)
+    return plan.mapInArrow(RangeReader(opts, ranges, typed), schema)
 
 
 def write(df: "DataFrame", **options: Any) -> int:

@@ -15,6 +15,17 @@ to the sink, or a streaming option to a batch read, is warned about as
 Spark does; a name neither knows is warned about with the closest known name
 (Spark passes it on unread; a misspelt option must not go unnoticed).
 
+Typed keys and values (kwire's own options, :data:`TYPED_OPTIONS`; Spark's
+connector has none): ``valueFormat`` / ``keyFormat`` (``avro``, ``protobuf``,
+``json``; default ``binary``, the bytes as they are), each side's schema
+(``valueSchema``: the schema's text), registry subject (``valueSubject``),
+schema id (``valueSchemaId``) and Protobuf message (``valueMessageName``),
+the registry's options as ABRiS, Databricks and Confluent's serializers
+name them, and from_avro's ``mode`` (``FAILFAST``, ``PERMISSIVE``) become a
+:class:`FormatSpec` per side: Confluent's option names for
+:func:`kwire.formats.make_format` and the registry client's options apart
+(:func:`registry_options`, the one place they are mapped).
+
 Consumer groups: as in Spark's connector, the executors' consumers carry the
 group id ``<groupIdPrefix>-<uuid>-executor`` (``groupIdPrefix`` defaults to
 ``spark-kafka-source`` for streams, ``spark-kafka-relation`` for batch
@@ -55,6 +66,11 @@ __all__ = [
     "SOURCE_OPTIONS",
     "SINK_OPTIONS",
     "parse_duration_ms",
+    "FormatSpec",
+    "FORMAT_KINDS",
+    "TYPED_OPTIONS",
+    "registry_options",
+    "parse_format_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,6 +139,25 @@ SINK_OPTIONS = frozenset({"topic"})
 #: Options Spark itself sets on every data source (not the connector's).
 _SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
+
+#: The typed formats of ``valueFormat`` / ``keyFormat`` (``binary``, the default, is the bytes as they are).
+FORMAT_KINDS = ("avro", "protobuf", "json")
+#: Each side's options (``value<Name>``, ``key<Name>``, lower case) and the format option each becomes.
+_SIDE_OPTIONS = {"format": None, "schema": "schema", "subject": "subject", "schemaid": "use.schema.id",
+                 "messagename": "message.name"}
+#: Confluent serializers' options passed to both sides' formats as they are.
+_SERDE_OPTIONS = frozenset({"auto.register.schemas", "use.latest.version", "normalize.schemas",
+                            "subject.name.strategy", "key.subject.name.strategy", "value.subject.name.strategy"})
+#: The registry's options as Spark users write them: Confluent's and ABRiS's ``schema.registry.*`` and
+#: ``basic.auth.*`` / ``bearer.auth.*``, Databricks' ``confluent.schema.registry.*``.
+_REGISTRY_PREFIXES = ("schema.registry.", "confluent.schema.registry.", "basic.auth.", "bearer.auth.")
+#: Databricks' from_avro argument, as an option: the registry's URL.
+_REGISTRY_ADDRESS = "schemaregistryaddress"
+#: from_avro's ``mode``: what an undecodable key or value does.
+MODES = ("FAILFAST", "PERMISSIVE")
+#: kwire's typed-records options, lower case, every one acted on (see the module's docstring).
+TYPED_OPTIONS = frozenset({f"{side}{name}" for side in ("value", "key") for name in _SIDE_OPTIONS}
+                          | _SERDE_OPTIONS | {_REGISTRY_ADDRESS, "mode"})
 #: Consumer options (kwire's names) only a consumer group acts on: warned about in a read, whose
 #: consumers assign partitions (in the connector as in kwire).
 _GROUP_ONLY = frozenset({"session_timeout_ms", "heartbeat_interval_ms", "auto_commit_interval_ms",
@@ -167,6 +202,29 @@ class Subscription:
 
 
 @dataclass(frozen=True)
+class FormatSpec:
+    """A typed key or value column: its format's ``kind`` ("avro",
+    "protobuf", "json"), its options (Confluent's names, as
+    :func:`kwire.formats.make_format` takes them: ``schema``, ``subject``,
+    ``use.schema.id``, ``message.name``, ``auto.register.schemas``...) and the
+    schema registry client's (``schema.registry.url``..., empty without a
+    registry). Its repr names options, never their values."""
+
+    kind: str
+    options: Dict[str, str] = field(default_factory=dict)
+    registry: Dict[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.options) + sorted(self.registry))
+        return f"FormatSpec({self.kind}: {names})"
+
+    def with_options(self, **more: str) -> "FormatSpec":
+        """The same spec with ``more`` options (dotted names as ``a_b`` -> ``a.b``)."""
+        return FormatSpec(self.kind, {**self.options, **{k.replace("_", "."): v for k, v in more.items()}},
+                          self.registry)
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     subscription: Subscription
     starting: OffsetSpec
@@ -188,6 +246,11 @@ class SourceOptions:
     #: The query's group id: ``<groupIdPrefix>-<uuid>``, or ``kafka.group.id`` exactly.
     group_id: str = ""
     kafka: Dict[str, Any] = field(default_factory=dict)
+    #: ``keyFormat`` / ``valueFormat``: None is the bytes as they are.
+    key_format: Optional[FormatSpec] = None
+    value_format: Optional[FormatSpec] = None
+    #: ``mode``: an undecodable key or value fails the task (FAILFAST) or is null (PERMISSIVE).
+    mode: str = "FAILFAST"
 
     def consumer_config(self, role: str) -> Dict[str, Any]:
         """kwire consumer options for the ``driver`` or an ``executor``:
@@ -216,6 +279,9 @@ class SourceOptions:
 class SinkOptions:
     topic: Optional[str]
     kafka: Dict[str, Any] = field(default_factory=dict)
+    #: ``keyFormat`` / ``valueFormat``: the column is encoded by it (None: written as it is).
+    key_format: Optional[FormatSpec] = None
+    value_format: Optional[FormatSpec] = None
 
     def producer_config(self) -> Dict[str, Any]:
         """kwire producer options: the ``kafka.*`` options, the security
@@ -391,9 +457,10 @@ def _warn_unknown(opts: Dict[str, str], known: frozenset, what: str) -> None:
     go unnoticed."""
     import difflib
 
+    known = known | TYPED_OPTIONS
     names = sorted(known | _SPARK_OPTIONS)
     for name in sorted(opts):
-        if name.startswith("kafka.") or name in known or name in _SPARK_OPTIONS:
+        if name.startswith(("kafka.",) + _REGISTRY_PREFIXES) or name in known or name in _SPARK_OPTIONS:
             continue
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -414,6 +481,85 @@ def _group_id(opts: Dict[str, str], kafka: Dict[str, Any], streaming: bool) -> s
         return str(kafka["group.id"])
     prefix = opts.get("groupidprefix", "spark-kafka-source" if streaming else "spark-kafka-relation")
     return f"{prefix}-{uuid.uuid4()}"
+
+
+def registry_options(opts: Mapping[str, str], kafka: Mapping[str, Any]) -> Dict[str, str]:
+    """The schema registry client's options (Confluent's names, each with
+    the ``schema.registry.`` prefix or none, as the client takes them) from
+    a query's lower-cased options: ``schema.registry.*``, ``basic.auth.*``
+    and ``bearer.auth.*`` as they are (ABRiS, Confluent), Databricks'
+    ``confluent.schema.registry.*`` without ``confluent.``, and its
+    ``schemaRegistryAddress`` as ``schema.registry.url``. With
+    ``basic.auth.credentials.source=SASL_INHERIT`` the Kafka client's SASL
+    options (``kafka.sasl.*``) go along."""
+    out: Dict[str, str] = {}
+    for name, value in opts.items():
+        if name == _REGISTRY_ADDRESS:
+            key = "schema.registry.url"
+        elif name.startswith("confluent.schema.registry."):
+            key = name[len("confluent."):]
+        elif name.startswith(_REGISTRY_PREFIXES):
+            key = name
+        else:
+            continue
+        if key in out:
+            raise SparkOptionError(f"the schema registry option {key!r} is given twice")
+        out[key] = value
+    source = out.get("schema.registry.basic.auth.credentials.source") or out.get("basic.auth.credentials.source")
+    if str(source or "").strip().upper() == "SASL_INHERIT":
+        out.update({k: str(v) for k, v in kafka.items()
+                    if k in ("sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password")})
+    return out
+
+
+def _format_spec(opts: Dict[str, str], side: str, kafka: Mapping[str, Any]) -> Optional[FormatSpec]:
+    """``side``'s (``value``, ``key``) typed format, or None for the bytes as they are."""
+    shown = f"{side}Format"
+    kind = opts.get(f"{side}format", "binary").strip().lower()
+    if kind in ("binary", ""):
+        for name in _SIDE_OPTIONS:
+            if name != "format" and f"{side}{name}" in opts:
+                log.warning("option '%s%s' has no effect without '%s' (avro, protobuf or json)", side,
+                            name[0].upper() + name[1:], shown)
+        return None
+    if kind not in FORMAT_KINDS:
+        raise SparkOptionError(f"option '{shown}' must be one of {', '.join(FORMAT_KINDS)} or binary, got {kind!r}")
+    options = {target: opts[f"{side}{name}"].strip() if name != "schema" else opts[f"{side}{name}"]
+               for name, target in _SIDE_OPTIONS.items() if target and f"{side}{name}" in opts}
+    if "use.schema.id" in options:
+        _schema_id(options["use.schema.id"], f"{side}SchemaId")
+    options.update({name: opts[name] for name in _SERDE_OPTIONS if name in opts})
+    registry = registry_options(opts, kafka)
+    if "schema" not in options and not (registry.get("schema.registry.url") or "").strip():
+        raise SparkOptionError(f"option '{shown}'={kind} needs the schema: '{side}Schema' (its text) or a schema "
+                               f"registry ('schema.registry.url')")
+    return FormatSpec(kind, options, registry)
+
+
+def _schema_id(raw: str, shown: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise SparkOptionError(f"option '{shown}' must be a schema id (an integer), got {raw!r}") from None
+    if n < 0:
+        raise SparkOptionError(f"option '{shown}' must not be negative, got {n}")
+    return n
+
+
+def _mode(opts: Dict[str, str]) -> str:
+    mode = opts.get("mode", "FAILFAST").strip().upper()
+    if mode not in MODES:
+        raise SparkOptionError(f"option 'mode' must be FAILFAST or PERMISSIVE (as from_avro's), got {mode!r}")
+    return mode
+
+
+def parse_format_options(options: Mapping[str, Any]) -> Tuple[Subscription, Optional[FormatSpec],
+                                                              Optional[FormatSpec], str]:
+    """A read's subscription, key and value formats and ``mode`` alone (what
+    a data source's schema needs, before batch or streaming is known)."""
+    opts = _lower(options)
+    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    return (_subscription(opts), _format_spec(opts, "key", kafka), _format_spec(opts, "value", kafka), _mode(opts))
 
 
 def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceOptions:
@@ -465,6 +611,9 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
                                                      "fetchOffset.retryIntervalMs", 1000),
         group_id=_group_id(opts, kafka, streaming),
         kafka=kafka,
+        key_format=_format_spec(opts, "key", kafka),
+        value_format=_format_spec(opts, "value", kafka),
+        mode=_mode(opts),
     )
 
 
@@ -503,4 +652,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
             log.warning("option %r is a Kafka source option: the sink ignores it", name)
     _warn_unknown({k: v for k, v in opts.items() if k not in SOURCE_OPTIONS}, SINK_OPTIONS, "sink")
     topic = opts.get("topic")
-    return SinkOptions(topic=topic.strip() if topic is not None else None, kafka=kafka)
+    if "mode" in opts:
+        log.warning("option 'mode' is a source option (how undecodable values are read): the sink ignores it")
+    return SinkOptions(topic=topic.strip() if topic is not None else None, kafka=kafka,
+                       key_format=_format_spec(opts, "key", kafka), value_format=_format_spec(opts, "value", kafka))

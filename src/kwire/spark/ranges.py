@@ -6,6 +6,10 @@ the tasks it runs (Spark reuses Python workers), assigning it the task's
 partition alone, with no consumer group. The range's end is exclusive: a
 fetch that brings records past it is sliced, never returned whole.
 
+Typed keys and values (``valueFormat`` / ``keyFormat``): each batch's are
+decoded by the query's :class:`kwire.spark.formats.TypedColumns` before it
+goes to Spark.
+
 Data loss: when the range's first offsets were deleted (the partition now
 begins later), the topic or partition vanished, or the log ends before the
 range does, ``failOnDataLoss=true`` raises :class:`DataLossError`; false logs
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +32,7 @@ from kwire.future import KafkaTimeoutError
 from kwire.protocol.api_keys import ErrorCode
 from kwire.spark._cache import ClientCache
 from kwire.spark.errors import DataLossError
+from kwire.spark.formats import TypedColumns
 from kwire.spark.offsets import OffsetRange, admin_config
 from kwire.spark.schema import to_spark_batch
 from kwire.types import TopicPartition
@@ -60,9 +65,10 @@ _LOSS_HINT = ("Some data may have been lost because they are not available in Ka
 
 
 def read_range(r: OffsetRange, config: Dict[str, Any], include_headers: bool, fail_on_data_loss: bool,
-               poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+               poll_timeout_ms: int, typed: Optional[TypedColumns] = None) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` (offsets ``r.start`` to ``r.end`` exclusive) as
-    Spark-schema Arrow batches, read with a cached consumer for ``config``."""
+    Spark-schema Arrow batches, read with a cached consumer for ``config``
+    (``typed``: the query's typed key and value)."""
     if r.size <= 0:
         return
     consumer = consumers.get(config)
@@ -70,7 +76,7 @@ def read_range(r: OffsetRange, config: Dict[str, Any], include_headers: bool, fa
     consumer.assign([tp])
     consumer.seek(tp, r.start)
     try:
-        yield from _read(consumer, tp, r, config, include_headers, fail_on_data_loss, poll_timeout_ms)
+        yield from _read(consumer, tp, r, config, include_headers, fail_on_data_loss, poll_timeout_ms, typed)
     except BaseException:
         # a half-read task leaves the consumer in an unknown state: do not reuse it
         consumers.drop(config)
@@ -79,7 +85,7 @@ def read_range(r: OffsetRange, config: Dict[str, Any], include_headers: bool, fa
 
 
 def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[str, Any], include_headers: bool,
-          fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+          fail_on_data_loss: bool, poll_timeout_ms: int, typed: Optional[TypedColumns]) -> Iterator[pa.RecordBatch]:
     position = r.start
     progress = time.monotonic()
     checked = progress
@@ -101,7 +107,8 @@ def _read(consumer: Consumer, tp: TopicPartition, r: OffsetRange, config: Dict[s
             if offsets[rb.num_rows - 1].as_py() >= r.end:
                 rb = rb.slice(0, pc.sum(pc.less(offsets, r.end)).as_py() or 0)
             if rb.num_rows:
-                yield to_spark_batch(rb, tp.topic, tp.partition, include_headers)
+                key, value = (None, None) if typed is None else typed.columns(rb, tp.topic, tp.partition)
+                yield to_spark_batch(rb, tp.topic, tp.partition, include_headers, key, value)
         new_position = consumer.position(tp)
         if new_position > position:
             position, progress, checked = new_position, now, now

@@ -36,9 +36,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kwire.spark.compat import FEATURES, require
-from kwire.spark.errors import SparkOptionError
+from kwire.spark.formats import TypedColumns, check_typed_schema, pin, pin_source
 from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch
-from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from kwire.spark.options import (SinkOptions, SourceOptions, parse_format_options, parse_sink_options,
+                                 parse_source_options)
 from kwire.spark.pushdown import Bounds, bounds_from_filters, narrow
 from kwire.spark.schema import spark_schema
 from kwire.spark.stream import (KwireStreamReader, RangePartition, offsets_from_json, offsets_to_json, rate_limit,
@@ -63,11 +64,12 @@ log = logging.getLogger(__name__)
 LIMIT_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
-def _check_schema(schema: StructType, opts: SourceOptions) -> None:
-    expected = spark_schema(opts.include_headers)
-    if schema != expected:
-        raise SparkOptionError("Kafka source has a fixed schema and cannot be set with a custom one "
-                               f"(expected {expected.simpleString()}, got {schema.simpleString()})")
+def _typed(schema: StructType, opts: SourceOptions) -> Optional[TypedColumns]:
+    """The query's typed key and value (:func:`kwire.spark.formats.pin`),
+    checked against the schema Spark was told."""
+    typed = pin_source(opts)
+    check_typed_schema(schema, typed, opts.include_headers)
+    return typed
 
 
 def _refuse_limits(options: Mapping[str, Any]) -> None:
@@ -87,24 +89,30 @@ class KwireDataSource(DataSource):
         return "kwire"
 
     def schema(self) -> StructType:
+        """Spark's Kafka schema; with ``valueFormat`` / ``keyFormat`` the
+        typed columns' types (their reader schemas fixed now, on the
+        driver: :func:`kwire.spark.formats.pin`)."""
         include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return spark_schema(include)
+        if not {"keyformat", "valueformat"} & {str(k).lower() for k in self.options}:
+            return spark_schema(include)           # the other options are checked when Spark asks for a reader
+        typed = pin(*parse_format_options(self.options))
+        return typed.spark_schema(include) if typed is not None else spark_schema(include)
 
     #: whether batch reads take pushed filters (see :func:`kwire.spark.register`); never before Spark 4.1
     pushdown = FEATURES.filter_pushdown
 
     def reader(self, schema: StructType) -> "KwireBatchReader":
         opts = parse_source_options(self.options, streaming=False)
-        _check_schema(schema, opts)
-        return KwirePushdownReader(opts) if self.pushdown else KwireBatchReader(opts)
+        typed = _typed(schema, opts)
+        return KwirePushdownReader(opts, typed) if self.pushdown else KwireBatchReader(opts, typed)
 
     def streamReader(self, schema: StructType) -> KwireStreamReader:
         opts = parse_source_options(self.options, streaming=True)
-        _check_schema(schema, opts)
+        typed = _typed(schema, opts)
         if FEATURES.admission_control:
-            return KwireAdmissionStreamReader(opts)
+            return KwireAdmissionStreamReader(opts, typed)
         _refuse_limits(self.options)
-        return KwireStreamReader(opts)
+        return KwireStreamReader(opts, typed)
 
     def writer(self, schema: StructType, overwrite: bool) -> "KwireWriter":
         sink = parse_sink_options(self.options)
@@ -127,8 +135,9 @@ class KwireDataSourceWithoutPushdown(KwireDataSource):
 
 
 class KwireBatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: Optional[TypedColumns] = None) -> None:
         self.opts = opts
+        self.typed = typed
         self.bounds = Bounds()
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -152,7 +161,7 @@ class KwireBatchReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.opts, partition)
+        return read_partition(self.opts, partition, self.typed)
 
 
 class KwirePushdownReader(KwireBatchReader):

@@ -26,6 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from kwire.spark.errors import DataLossError
+from kwire.spark.formats import TypedColumns
 from kwire.spark.offsets import OffsetRange, OffsetReader, split_ranges
 from kwire.spark.options import SourceOptions
 from kwire.spark.ranges import read_range
@@ -47,12 +48,14 @@ class RangePartition(InputPartition):
         self.range = range
 
 
-def read_partition(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The records of one :class:`RangePartition` as Arrow batches in Spark's Kafka schema."""
+def read_partition(opts: SourceOptions, partition: InputPartition,
+                   typed: Optional[TypedColumns] = None) -> Iterator[pa.RecordBatch]:
+    """The records of one :class:`RangePartition` as Arrow batches in Spark's
+    Kafka schema (``typed``: the query's typed key and value)."""
     if not isinstance(partition, RangePartition):     # Spark reads one placeholder partition when there are none
         return iter(())
     return read_range(partition.range, opts.consumer_config("executor"), opts.include_headers,
-                      opts.fail_on_data_loss, opts.poll_timeout_ms)
+                      opts.fail_on_data_loss, opts.poll_timeout_ms, typed)
 
 
 def offsets_to_json(offsets: Offsets) -> Dict[str, Dict[str, int]]:
@@ -92,12 +95,13 @@ class KwireStreamReader(DataSourceStreamReader):
     restarted query goes on where it stopped and a replayed batch reads
     exactly the same ranges."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, typed: Optional[TypedColumns] = None) -> None:
         self.opts = opts
+        self.typed = typed
         self._offsets: Optional[OffsetReader] = None
 
     def __getstate__(self) -> Dict[str, Any]:         # executors get the options only
-        return {"opts": self.opts, "_offsets": None}
+        return {"opts": self.opts, "typed": self.typed, "_offsets": None}
 
     @property
     def offset_reader(self) -> OffsetReader:
@@ -155,7 +159,7 @@ class KwireStreamReader(DataSourceStreamReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.opts, partition)
+        return read_partition(self.opts, partition, self.typed)
 
     def commit(self, end: Dict[str, Dict[str, int]]) -> None:
         log.debug("batch done up to %s (offsets live in Spark's checkpoint; nothing is committed to Kafka)", end)
