@@ -32,7 +32,7 @@ TESTED_AGAINST = _section((ROOT / "README.md").read_text(), "Tested against")
 def _pin(name: str) -> str:
     """The ``==`` version of ``name`` in the test extra."""
     for req in PYPROJECT["project"]["optional-dependencies"]["test"]:
-        m = re.match(rf"{re.escape(name)}==([\w.]+)", req)
+        m = re.match(rf"{re.escape(name)}(?:\[[\w,]+\])?==([\w.]+)", req)      # extras allowed: name[a,b]==v
         if m:
             return m.group(1)
     raise AssertionError(f"the test extra pins no {name}")

@@ -47,6 +47,7 @@ cdef struct Col:
     Py_ssize_t hint[3]     # the sizes valid, offs and data last reached: the next rows' first allocation
     Col* child             # nchild children
     int nchild
+    bint nullable          # its field may hold nulls (a non-nullable one gets a placeholder under a null parent)
     int* err               # the tree's error (one int, shared)
 
 
@@ -143,29 +144,16 @@ cdef inline void col_end_items(Col* c) noexcept nogil:
 
 
 cdef inline void col_null(Col* c) noexcept nogil:
-    """A null row: no value (zeros, an empty range); a struct's children get
-    a null row each, so they stay as long as it."""
-    cdef int i
-    if c.kind == TC_FIXED or c.kind == TC_DICT:
-        if gbuf_reserve(&c.data, c.width) < 0:
-            col_fail(c, TC_NOMEM)
-            return
-        memset(c.data.data + c.data.len, 0, c.width)
-        c.data.len += c.width
-    elif c.kind == TC_BOOL:
-        if put_bit(&c.data, c.length, False) < 0:
-            col_fail(c, TC_NOMEM)
-            return
-    elif c.kind == TC_BINARY:
-        if col_offset(c, c.data.len) < 0:
-            return
-    elif c.kind == TC_LIST or c.kind == TC_MAP:
-        if col_offset(c, c.child[0].length) < 0:
-            return
-    elif c.kind == TC_STRUCT:
-        for i in range(c.nchild):
-            col_null(&c.child[i])
+    """A null row: no value (zeros, an empty range). A struct's children
+    get a row each, so they stay as long as it: a null, or for a field that
+    may not hold one (Parquet refuses them even under a null struct) a
+    placeholder (:c:func:`col_placeholder`)."""
+    col_blank(c)
     col_mark(c, False)
+
+
+cdef void col_blank(Col* c) noexcept nogil           # typedcols.pyx: a row's zero value, not yet marked
+cdef void col_placeholder(Col* c) noexcept nogil     # typedcols.pyx: a valid row of zero values
 
 
 cdef class Columns:

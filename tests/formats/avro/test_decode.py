@@ -233,3 +233,20 @@ def test_decimal_too_wide_for_the_reader_is_refused():
     for past in (b"\x04\x27\x10", b"\x04\xd8\xf0"):             # 10000, -10000: five digits
         with pytest.raises(UndecodableValueError, match="more digits than the reader's precision"):
             decode(fmt, [past])
+
+
+def test_a_null_value_leaves_placeholders_in_fields_that_hold_no_nulls(tmp_path):
+    """Parquet (and Spark) refuse nulls in a non-nullable field even under a
+    null struct: a tombstone's fields get zero values, nullable ones nulls."""
+    import pyarrow.parquet as pq
+
+    schema = {"type": "record", "name": "T", "fields": [
+        {"name": "id", "type": "long"}, {"name": "s", "type": {"type": "record", "name": "S", "fields": [
+            {"name": "x", "type": "int"}, {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A"]}},
+            {"name": "o", "type": ["null", "string"]}]}},
+        {"name": "l", "type": {"type": "array", "items": "string"}}]}
+    out = decode(AvroFormat(schema), [b"\x02\x04\x00\x02\x02z\x00", None])
+    assert out.to_pylist() == [{"id": 1, "s": {"x": 2, "e": "A", "o": "z"}, "l": []}, None]
+    assert out.field("id").null_count == 0 and out.field("s").field("o").null_count == 1
+    pq.write_table(pa.table({"value": out}), tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").column("value").to_pylist() == out.to_pylist()

@@ -164,6 +164,8 @@ class _Parser:
                 raise AvroSchemaError(f"record {full!r} has a field name twice")
         elif t == "enum":
             node.symbols = list(_need(s, "symbols"))
+            if not node.symbols:
+                raise AvroSchemaError(f"enum {full!r} has no symbols")
             if len(set(node.symbols)) != len(node.symbols):
                 raise AvroSchemaError(f"enum {full!r} has a symbol twice")
             node.enum_default = s.get("default")
