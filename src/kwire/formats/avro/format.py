@@ -25,7 +25,8 @@ from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
 from kwire.formats.base import Format, UndecodableValueError
 from kwire._core import avroenc as _avroenc
 from kwire.formats.avro.encode import plan
-from kwire.formats.common import binary_column, flag, frame_header, reference_texts, registry_client, row_offset, writer_id
+from kwire.formats.common import (binary_column, flag, frame_header, reference_texts, registry_client, registry_lacks,
+                                  row_offset, writer_id)
 
 __all__ = ["AvroFormat", "make"]
 
@@ -255,18 +256,13 @@ class AvroFormat(Format):
         except AvroSchemaError as e:
             reason = f"schema id {schema_id} cannot be read as the reader's schema: {e}"
         except Exception as e:
-            if not _not_found(e):
+            if not registry_lacks(e):
                 raise
             reason = f"schema id {schema_id} is not in the schema registry"
         else:
             return
         dec.cols.finish()
         raise UndecodableValueError(f"Avro: {reason}", topic, partition, row_offset(offsets, row), row=row) from None
-
-
-def _not_found(e: Exception) -> bool:
-    """A registry's answer that a schema id does not exist (HTTP 404)."""
-    return isinstance(e, LookupError) or getattr(e, "status", None) == 404 or getattr(e, "http_status_code", None) == 404
 
 
 def make(options: Mapping[str, Any], *, topic: Optional[str], is_key: bool) -> AvroFormat:
