@@ -2,8 +2,9 @@
 tree (tests/support/dist.py), their contents derived from src/kwire, and the
 wheel installed into a fresh virtualenv with each extra (none, ``arrow``,
 ``tls``, ``spark``, ``oauth``, ``aws``, ``kerberos``: gssapi builds against the
-system's Kerberos; ``protobuf``), where the smoke suite (``smoke/``) runs with the source
-tree off the path against the session's Tansu broker."""
+system's Kerberos; ``protobuf``; ``registry``), where the smoke suite (``smoke/``) runs with
+the source tree off the path against the session's Tansu broker (and, for ``registry``, the
+session's Apicurio Registry)."""
 
 from __future__ import annotations
 
@@ -73,13 +74,15 @@ def _venv(where: Path, wheel: Path, extra: str) -> Path:
     return python
 
 
-@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos", "protobuf"])
-def test_smoke_suite_in_a_fresh_virtualenv(dists, extra, tansu, tmp_path):
+@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos", "protobuf", "registry"])
+def test_smoke_suite_in_a_fresh_virtualenv(dists, extra, tansu, tmp_path, request):
     python = _venv(tmp_path / "venv", dists.wheel, extra)
     suite = shutil.copytree(SMOKE, tmp_path / "smoke")      # outside the source tree: no conftest of ours above it
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(KWIRE_SMOKE_BOOTSTRAP=tansu.bootstrap, KWIRE_SMOKE_EXTRA=extra, PYSPARK_PYTHON=str(python),
                PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}")
+    if extra == "registry":                  # the session's Apicurio Registry, for the registry client
+        env["KWIRE_SMOKE_REGISTRY"] = request.getfixturevalue("apicurio").url
     done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                            "--rootdir", str(suite), str(suite)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=SMOKE_TIMEOUT)

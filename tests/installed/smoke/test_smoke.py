@@ -26,7 +26,7 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: The extra that brings each optional top-level package kwire uses.
 EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark", "jwt": "oauth", "requests": "oauth",
             "google.protobuf": "protobuf", "grpc_tools": "protobuf",
-            "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos"}
+            "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos", "httpx": "registry"}
 
 
 def _have(module: str) -> bool:
@@ -43,7 +43,8 @@ def test_kwire_is_the_installed_wheel_not_the_source_tree():
 def test_extras_bring_what_they_declare(extra):
     for module, name in EXTRA_OF.items():
         if extra == name or (extra == "spark" and module in ("pyarrow", "cryptography")) or \
-                (extra == "oauth" and module == "cryptography") or (extra == "protobuf" and module == "pyarrow"):
+                (extra == "oauth" and module == "cryptography") or (extra == "protobuf" and module in ("pyarrow",
+                                                                                                     "httpx")):
             assert _have(module), f"kwire[{extra}] did not install {module}"
 
 
@@ -307,3 +308,36 @@ def test_protobuf_extra():
     col = fmt.decode(pa.array([m.SerializeToString(), None]), topic="t", partition=0, offsets=pa.array([0, 1]))
     assert col.to_pylist()[0]["tags"] == ["a", "b"] and col.to_pylist()[1] is None
     assert fmt.encode(col, topic="t").to_pylist() == [m.SerializeToString(), None]
+
+
+# ------------------------------------------------------------- the schema registry
+def test_registry_extra():
+    """kwire[registry]: both clients register and read a schema on the session's
+    Apicurio Registry; without httpx, the error names the extra."""
+    import kwire.aio
+
+    if not _have("httpx"):
+        with pytest.raises(ImportError, match=re.escape("kwire[registry]")):
+            importlib.import_module("kwire.registry.client")
+        with pytest.raises(ImportError, match=re.escape("kwire[registry]")):
+            kwire.aio.AsyncSchemaRegistryClient  # noqa: B018
+        return
+    url = os.environ.get("KWIRE_SMOKE_REGISTRY")
+    if url is None:
+        pytest.skip("the registry is passed to the registry extra's run only")
+    import uuid
+
+    from kwire.registry import AsyncSchemaRegistryClient, Schema, SchemaRegistryClient
+
+    subject = f"smoke-{uuid.uuid4().hex[:10]}-value"
+    schema = Schema('{"type": "record", "name": "Smoke", "fields": [{"name": "n", "type": "long"}]}')
+    with SchemaRegistryClient({"url": url, "timeout": 10}) as c:
+        schema_id = c.register_schema(subject, schema)
+        assert c.get_latest_version(subject).schema_id == schema_id
+
+    async def main() -> int:
+        async with kwire.aio.AsyncSchemaRegistryClient({"url": url}) as ac:
+            return (await ac.lookup_schema(subject, schema)).schema_id
+
+    assert kwire.aio.AsyncSchemaRegistryClient is AsyncSchemaRegistryClient
+    assert asyncio.run(main()) == schema_id
