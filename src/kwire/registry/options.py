@@ -102,8 +102,7 @@ class Options:
 def _normalized(conf: Mapping[str, Any]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for key, value in conf.items():
-        name = key[len(PREFIX):] if key.startswith(PREFIX) and key != PREFIX + "url" else key
-        name = "url" if key == PREFIX + "url" else name
+        name = key[len(PREFIX):] if key.startswith(PREFIX) else key
         if name not in KNOWN:
             raise ConfigError(f"unknown schema registry option {key!r}")
         if name in out:

@@ -67,13 +67,14 @@ class Schema:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Schema":
-        refs: Iterable[Any] = _field(d, "schema", str) and d.get("references") or ()
-        if not isinstance(refs, list) and refs != ():
+        text = _field(d, "schema", str)
+        refs: Iterable[Any] = d.get("references") or ()
+        if not isinstance(refs, (list, tuple)):
             raise MalformedAnswer("the registry's answer has references that are not a list")
         schema_type = d.get("schemaType") or "AVRO"
         if not isinstance(schema_type, str):
             raise MalformedAnswer("the registry's answer has a schemaType that is not a string")
-        return cls(_field(d, "schema", str), schema_type, tuple(SchemaReference.from_dict(r) for r in refs))
+        return cls(text, schema_type, tuple(SchemaReference.from_dict(r) for r in refs))
 
 
 @dataclass(frozen=True)
