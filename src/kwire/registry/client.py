@@ -15,7 +15,12 @@ same steps (``SchemaRegistryClient.<name>.steps``) on an
 ``httpx.AsyncClient``. What they share is everything but the I/O:
 
 - **Deadline**: a call returns or raises within ``timeout`` seconds, its
-  retries, backoffs and token fetch included.
+  retries, backoffs and token fetch included: each request's connect and
+  read timeouts are the time left, its answer is read chunk by chunk
+  against the deadline, and no backoff is waited past it. (A server that
+  trickles its answer a byte at a time can hold a blocking call for one
+  more socket read, at most the time that was left when the request was
+  sent; the asyncio client's bound is exact.)
 - **Retries**: a request that got no answer, or 429 or a 5xx, goes to the
   next URL of ``url`` at once; once every URL failed, it waits (full jitter:
   up to ``retries.wait.ms`` doubled per retry, at most
