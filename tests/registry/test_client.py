@@ -153,6 +153,9 @@ def test_caches_spare_the_server(apicurio, subject):
         schema_id = c.register_schema(subject, USER_V1)
         c.register_schema(subject, USER_V1)
         assert len(proxy.requests("POST")) == 1
+        sent = proxy.requests("POST")[0].headers
+        assert sent["User-Agent"].startswith("kwire/") and "application/vnd.schemaregistry.v1+json" in sent["Accept"]
+        assert sent["Content-Type"] == "application/vnd.schemaregistry.v1+json"
         proxy.reset()
         c.get_schema(schema_id)                      # registering told it the id's schema
         assert proxy.requests() == []

@@ -187,8 +187,8 @@ class SchemaRegistryClient:
         reaches the registry, or (``token_endpoint``) the OAuth token endpoint, with
         httpx's own TLS defaults."""
         o = self.options
-        return {"verify": True if token_endpoint else self._verify, "proxy": o.proxy, "headers": _HEADERS,
-                "follow_redirects": False, "timeout": o.timeout}
+        return {"verify": True if token_endpoint else self._verify, "proxy": o.proxy, "follow_redirects": False,
+                "timeout": o.timeout}
 
     def _client(self, token_endpoint: bool) -> httpx.Client:
         with self._lock:
@@ -215,7 +215,7 @@ class SchemaRegistryClient:
         """The JSON of the registry's successful answer to ``method path`` (see the module doc)."""
         o = self.options
         deadline = time.monotonic() + o.timeout
-        headers = yield from self._credentials.headers(deadline)
+        headers = {**_HEADERS, **(yield from self._credentials.headers(deadline))}
         content = None
         if body is not None:
             content = json.dumps(body).encode()
