@@ -25,8 +25,8 @@ module                       what it holds
 :mod:`.cache`                authentication headers, the caches
 ===========================  ============================================================
 
-Any registry with Confluent's API works: Confluent Schema Registry,
-Apicurio Registry's ``/apis/ccompat/v7``, Redpanda's, Karapace.
+It speaks Confluent Schema Registry's API, which other registries serve
+too (the tests run it against Apicurio Registry's ``/apis/ccompat/v7``).
 The names below are imported on first use, so ``kwire.registry.framing``
 and ``.naming`` need neither httpx nor the client.
 """
