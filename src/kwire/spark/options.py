@@ -530,7 +530,7 @@ def _format_spec(opts: Dict[str, str], side: str, kafka: Mapping[str, Any]) -> O
         _schema_id(options["use.schema.id"], f"{side}SchemaId")
     options.update({name: opts[name] for name in _SERDE_OPTIONS if name in opts})
     registry = registry_options(opts, kafka)
-    if "schema" not in options and not (registry.get("schema.registry.url") or "").strip():
+    if kind != "json" and "schema" not in options and not (registry.get("schema.registry.url") or "").strip():
         raise SparkOptionError(f"option '{shown}'={kind} needs the schema: '{side}Schema' (its text) or a schema "
                                f"registry ('schema.registry.url')")
     return FormatSpec(kind, options, registry)

@@ -35,6 +35,9 @@ fixed_size_binary                           binary
 Protobuf uint32 / uint64                    int / bigint (the same bits, as from_protobuf)
 Protobuf wrapper (``Int32Value``...)        struct<value: ...> (kwire unwraps it)
 Protobuf message without fields             left out of its parent (as from_protobuf)
+Protobuf enum number the enum lacks         null; ``UNKNOWN_ENUM_VALUE_<Enum>`` in a repeated field or a
+                                            map's value, never null in Spark (from_protobuf's name
+                                            ends with the number, which kwire does not keep)
 a Protobuf ``Timestamp``/``Duration``        timestamp / interval day to second, any message of
 (seconds, nanos) of another package         that name with those fields (as from_protobuf)
 JSON text (``arrow.json``)                  string
@@ -185,8 +188,9 @@ class Conv:
             values = self.kids[0][1].to_format(arr.values)
             return pa.ListArray.from_arrays(arr.offsets, values, mask=_mask(arr))
         if self.shape == "map" and pa.types.is_map(arr.type):
+            keys = self.kids[0][1].to_format(arr.values.field(0))
             items = self.kids[1][1].to_format(arr.values.field(1))
-            return pa.MapArray.from_arrays(arr.offsets, arr.values.field(0), items, mask=_mask(arr))
+            return pa.MapArray.from_arrays(arr.offsets, keys, items, mask=_mask(arr))
         return arr
 
 
@@ -445,35 +449,35 @@ def _protobuf_message(message: Any) -> Conv:
 
 
 def _protobuf_field(fd: Any) -> Optional[Conv]:
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    repeated = fd.label == F.LABEL_REPEATED
+    repeated = fd.is_repeated
     if repeated and fd.message_type is not None and fd.message_type.GetOptions().map_entry:
         key = _protobuf_type(fd.message_type.fields_by_name["key"])
-        value = _protobuf_type(fd.message_type.fields_by_name["value"])
+        value = _protobuf_type(fd.message_type.fields_by_name["value"], never_null=True)
         if key is None or value is None:
             return None
         return Conv(MapType(key.spark, value.spark, False), nullable=True, shape="map",
                     kids=[("key", key), ("value", value)])
-    inner = _protobuf_type(fd)
+    inner = _protobuf_type(fd, never_null=repeated)
     if inner is None:
         return None
     if repeated:
         inner.nullable = False
         return Conv(ArrayType(inner.spark, False), nullable=True, shape="list", kids=[("element", inner)])
-    inner.nullable = fd.label != F.LABEL_REQUIRED
+    inner.nullable = not fd.is_required
     return inner
 
 
-def _protobuf_type(fd: Any) -> Optional[Conv]:
-    """One value of ``fd``'s type (None: a message without fields, left out)."""
+def _protobuf_type(fd: Any, never_null: bool = False) -> Optional[Conv]:
+    """One value of ``fd``'s type (None: a message without fields, left out);
+    ``never_null``: an element or map value, which Spark's type says is
+    never null."""
     from google.protobuf.descriptor import FieldDescriptor as F
 
     t = fd.type
     if t in (F.TYPE_MESSAGE, F.TYPE_GROUP):
         return _protobuf_message_type(fd.message_type)
     if t == F.TYPE_ENUM:
-        return Conv(StringType(), read=_decode_dictionary)
+        return Conv(StringType(), read=_unknown_enum(fd.enum_type.name) if never_null else _decode_dictionary)
     if t in (F.TYPE_UINT32, F.TYPE_FIXED32):
         return Conv(IntegerType(), read=_view(pa.int32()), write=_view(pa.uint32()))
     if t in (F.TYPE_UINT64, F.TYPE_FIXED64):
@@ -481,13 +485,25 @@ def _protobuf_type(fd: Any) -> Optional[Conv]:
     return Conv(_pb_scalars()[t])
 
 
+def _unknown_enum(enum: str) -> Fn:
+    """Enum names where none may be null: a number the enum does not declare
+    (null in kwire's column: its decoder keeps no name for it) becomes
+    ``UNKNOWN_ENUM_VALUE_<enum>``, the prefix of the name Protobuf's Java
+    runtime (and so from_protobuf) gives it; the number is not known here."""
+    def read(arr: "pa.Array") -> "pa.Array":
+        names = _decode_dictionary(arr)
+        return pc.fill_null(names, f"UNKNOWN_ENUM_VALUE_{enum}") if names.null_count else names
+    return read
+
+
 def _protobuf_message_type(message: Any) -> Optional[Conv]:
     names = [f.name for f in message.fields]
     if message.name in ("Timestamp", "Duration") and names == ["seconds", "nanos"]:
         timestamp = message.name == "Timestamp"
         target = _UTC_US if timestamp else pa.duration("us")
+        well_known = message.full_name.startswith("google.protobuf.")        # kwire decodes it as Spark does
         return Conv(TimestampType() if timestamp else DayTimeIntervalType(), read=_seconds_nanos(target),
-                    write=_to_seconds_nanos)
+                    write=None if well_known else _to_seconds_nanos)
     if message.full_name in _PB_WRAPPERS:
         value = _protobuf_type(message.fields_by_name["value"])
         assert value is not None
@@ -560,7 +576,7 @@ def _arrow_conv(t: "pa.DataType", nullable: bool) -> Conv:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         item = _arrow_conv(t.value_type, t.value_field.nullable)
         return Conv(ArrayType(item.spark, item.nullable), nullable, "list", [("element", item)])
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         if t.extension_name == "arrow.uuid":
             return Conv(StringType(), nullable, read=_uuid_text)
         return Conv(StringType(), nullable, read=lambda arr: arr.storage.cast(pa.string()))   # arrow.json
