@@ -145,6 +145,7 @@ class Producer(SendingProducer):
         self._closing = False
         self._close_deadline: Optional[float] = None     # close(timeout): when what is left fails
         self._closed = False
+        self._formats: Any = None     # the kwire.formats.FormatCache of send_arrow's key and value formats
         self._fatal: Optional[BaseException] = None
         self._linger = cfg["linger_ms"] / 1000.0
         self._codec = None if cfg["compression_type"] == "none" else cfg["compression_type"]
@@ -220,7 +221,8 @@ class Producer(SendingProducer):
 
     def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
                    headers: Optional[str] = "headers", partition: Optional[str] = "partition",
-                   timestamp: Optional[str] = "timestamp") -> Future:
+                   timestamp: Optional[str] = "timestamp", key_format: Any = None,
+                   value_format: Any = None) -> Future:
         """Queue every row of ``data`` (a ``pyarrow.RecordBatch`` or
         ``Table``) as a record of ``topic``: the compiled core encodes the
         rows straight from the Arrow buffers into the partitions' batches,
@@ -244,13 +246,35 @@ class Producer(SendingProducer):
         out midway, or the producer is closed meanwhile, the error's
         ``rows_queued`` is the number of rows queued before it (they are
         sent). Records sent this way have no per-record metadata; mixed
-        with :meth:`send` they keep each call's order within a partition."""
+        with :meth:`send` they keep each call's order within a partition.
+
+        ``key_format`` / ``value_format`` encode a typed ``key`` / ``value``
+        column (a struct, for Avro and Protobuf) first: a
+        :class:`kwire.formats.base.Format`, a kind ("avro", "protobuf",
+        "json") or ``(kind, options)`` (:mod:`kwire.formats`; each spec's
+        format made once per topic and kept by the producer), framed with
+        the registry's schema id as confluent-kafka's serializers frame it."""
         from kwire._arrow import send_columns
 
         batches: List[_Batch] = []
+        data = self._encoded(topic, data, key, value, key_format, value_format)
         rows, k, v, h, p, ts = send_columns(data, key, value, headers, partition, timestamp)
         count = self._acc.send_arrow(topic, rows, k, v, h, p, ts, batches)
         return Future.all_of([b.future for b in batches], count)
+
+    def _encoded(self, topic: str, data: Any, key: Optional[str], value: str, key_format: Any,
+                 value_format: Any) -> Any:
+        """``data`` with its key and value columns encoded by their formats (if any)."""
+        if key_format is None and value_format is None:
+            return data
+        from kwire.formats import FormatCache
+        from kwire.formats.base import encode_columns
+
+        if self._formats is None:
+            self._formats = FormatCache()
+        return encode_columns(data, topic=topic, key=key, value=value,
+                              key_format=self._formats.get(key_format, topic=topic, is_key=True),
+                              value_format=self._formats.get(value_format, topic=topic, is_key=False))
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged (or

@@ -219,13 +219,16 @@ class AsyncProducer:
 
     async def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
                          headers: Optional[str] = "headers", partition: Optional[str] = "partition",
-                         timestamp: Optional[str] = "timestamp") -> int:
+                         timestamp: Optional[str] = "timestamp", key_format: Any = None,
+                         value_format: Any = None) -> int:
         """Queue every row of ``data`` as :meth:`kwire.Producer.send_arrow`
-        does, waiting for metadata or room as needed, and wait until every
-        row is acknowledged; returns the number of rows."""
+        does (its key and value formats too), waiting for metadata or room as
+        needed, and wait until every row is acknowledged; returns the number
+        of rows."""
         from kwire._arrow import send_columns
 
         p = self._p
+        data = p._encoded(topic, data, key, value, key_format, value_format)
         deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
         batches: List[_Batch] = []
         done = 0

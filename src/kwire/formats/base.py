@@ -17,7 +17,7 @@ its id; without one, the caller gives the schema and values are bare.
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import Any, Optional
 
 try:
     import pyarrow as pa
@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - exercised only without pyarrow
 
 from kwire.errors import CorruptRecordError
 
-__all__ = ["Format", "UndecodableValueError", "decode_batch"]
+__all__ = ["Format", "UndecodableValueError", "decode_batch", "encode_columns"]
 
 
 class UndecodableValueError(CorruptRecordError):
@@ -85,3 +85,21 @@ def decode_batch(batch: "pa.RecordBatch", *, topic: str, partition: int,
         arrays[i] = fmt.decode(batch.column(i), topic=topic, partition=partition, offsets=offsets)
         fields[i] = pa.field(name, arrays[i].type, nullable=True)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def encode_columns(data: Any, *, topic: str, key: Optional[str] = "key", value: str = "value",
+                   key_format: Optional[Format] = None, value_format: Optional[Format] = None) -> Any:
+    """``data`` (a ``pyarrow.RecordBatch`` or ``Table``) with its ``key`` and/or
+    ``value`` column (by those names) replaced by its format's encoding of
+    it: binary, framed as the format's serializer frames it."""
+    for name, fmt, is_key in ((key, key_format, True), (value, value_format, False)):
+        if fmt is None or name is None:
+            continue
+        i = data.schema.get_field_index(name)
+        if i < 0:
+            raise KeyError(f"no column {name!r} to encode as {fmt.kind}")
+        column = data.column(i)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        data = data.set_column(i, pa.field(name, pa.binary()), fmt.encode(column, topic=topic, is_key=is_key))
+    return data
