@@ -141,8 +141,8 @@ cdef class Program:
         o.store = _STORES[op.store]
         o.fast = _FAST.get((op.code, op.store), FAST_NONE)
         o.col = self.cols.column(op.col) if op.col >= 0 else NULL
-        o.aux = self.cols.column(op.members[0]) if op.code == "map" and op.members else NULL
-        o.member = op.members[0] if op.code == "as_union" else -1
+        o.aux = self.cols.column(op.aux) if op.aux >= 0 else NULL
+        o.member = op.member
         o.size = op.size
         o.min_size = op.min_size
         o.nkids = len(op.kids)

@@ -43,7 +43,8 @@ class Op:
     size: int = 0                 # fixed: the writer's size
     kids: List[int] = field(default_factory=list)
     enum_map: List[int] = field(default_factory=list)
-    members: List[int] = field(default_factory=list)     # union into a struct of members: member per branch, -1 null
+    member: int = -1              # as_union: the member of the reader's union struct the value goes to
+    aux: int = -1                 # map: the column of its entries struct (a valid row an entry)
     defaults: List[Tuple[int, bytes]] = field(default_factory=list)
     min_size: int = 0             # the fewest bytes a value takes (array and map block counts are checked with it)
     precision: int = 0            # dec: the reader's precision (a value with more digits is refused)
@@ -154,7 +155,7 @@ class _Compiler:
         op.kids = [key, self.resolve(w.values, entries.kids[1] if r else None, path + "{}")]
         if r is not None:
             op.store = "map"
-            op.members = [entries.col]          # the entries struct: one valid row per entry
+            op.aux = entries.col
 
     def _enum(self, op: Op, w: Node, r: Optional[Slot]) -> None:
         if r is None:
@@ -199,7 +200,7 @@ class _Compiler:
         if not r.members:
             return kid
         member = r.kids.index(target)
-        return self._new(Op("as_union", store="struct", col=r.col, kids=[kid], members=[member],
+        return self._new(Op("as_union", store="struct", col=r.col, kids=[kid], member=member,
                             min_size=self.ops[kid].min_size, path=path))
 
 
