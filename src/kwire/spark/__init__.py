@@ -11,6 +11,12 @@ package, only ``pip install 'kwire[spark]'`` (PySpark 3.5 to 4.3).
           .option("subscribe", "events")
           .load())
 
+Typed keys and values (every release): ``valueFormat`` / ``keyFormat``
+(``avro``, ``protobuf``, ``json``) with ``schema.registry.url`` or
+``valueSchema`` make ``value`` / ``key`` the record itself, with the Spark
+type ``from_avro`` / ``from_protobuf`` give (:mod:`kwire.spark.formats`,
+:mod:`kwire.spark.typed`); the sink encodes it.
+
 What each Spark release allows (:data:`FEATURES`, logged at import on the
 ``kwire.spark`` logger; :mod:`kwire.spark.compat`):
 

@@ -208,6 +208,8 @@ def conversion(fmt: Any, topic: Optional[str], *, writing: bool = False) -> Conv
         return _Avro().conv(node)
     if fmt.kind == "protobuf":
         return _protobuf_message(fmt.reader_message(topic))
+    if writing:             # JSON writes any Arrow column as it is: nothing to turn back
+        return Conv(StringType(), nullable=True)
     return _arrow_conv(fmt.arrow_type(topic), True)
 
 
