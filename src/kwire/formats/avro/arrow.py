@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-import pyarrow as pa
+from kwire.formats.base import pa
 
 from kwire.formats.avro.schema import AvroSchemaError, Node
 

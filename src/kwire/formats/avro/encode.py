@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-import pyarrow as pa
+from kwire.formats.base import pa
 import pyarrow.compute as pc
 
 from kwire.formats.avro.program import encode_default

@@ -15,7 +15,7 @@ import json
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-import pyarrow as pa
+from kwire.formats.base import pa
 
 from kwire._core import avro as _avro
 from kwire._core.typedcols import Columns

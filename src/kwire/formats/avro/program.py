@@ -18,7 +18,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
-import pyarrow as pa
 
 from kwire.formats.avro.arrow import Slot
 from kwire.formats.avro.schema import NO_DEFAULT, AvroSchemaError, Node
