@@ -534,3 +534,71 @@ def test_typed_options_refused_as_they_are_parsed():
 def test_a_pattern_needs_the_schema_named(spark, bootstrap, registry):
     with pytest.raises(Exception, match="subscribePattern needs the schema named"):
         kwire_read(spark, bootstrap, subscribePattern="typed-.*", valueFormat="avro", **registry)
+
+
+# ----------------------------------------------------------------- conversions alone (no Spark job)
+def _round_trip(fmt, values: List[bytes]):
+    """Decoded, in Spark's layout, and encoded back."""
+    from kwire.spark.typed import conversion
+
+    conv = conversion(fmt, "t")
+    spark_column = conv.to_spark(fmt.decode(pa.array(values, pa.binary()), topic="t", partition=0,
+                                            offsets=pa.array(range(len(values)), pa.int64())))
+    assert spark_column.type == conv.arrow
+    return conv, spark_column, fmt.encode(conv.to_format(spark_column), topic="t").to_pylist()
+
+
+def test_avro_parts_spark_has_no_type_for_go_back_as_they_came():
+    """A fixed uuid (its bytes), a decimal wider than Spark's (its text), a duration (its 12 bytes)."""
+    from kwire.formats import make_format
+
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "u", "type": {"type": "fixed", "name": "U", "size": 16, "logicalType": "uuid"}},
+        {"name": "big", "type": {"type": "fixed", "name": "B", "size": 24, "logicalType": "decimal",
+                                 "precision": 50, "scale": 3}},
+        {"name": "dur", "type": {"type": "fixed", "name": "D", "size": 12, "logicalType": "duration"}}]}
+    fmt = make_format("avro", {"schema": json.dumps(schema)})
+    parsed = fastavro.parse_schema(copy.deepcopy(schema))
+    rows = [{"u": uuid.UUID(int=i * 99991).bytes, "big": decimal.Decimal(f"-{i}1234567890123456789012345678901234.5{i}6"),
+             "dur": bytes(range(i, i + 12))} for i in range(3)]
+    values = []
+    for r in rows:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, r)
+        values.append(out.getvalue())
+    conv, column, back = _round_trip(fmt, values)
+    assert conv.spark.simpleString() == "struct<u:binary,big:string,dur:binary>"
+    assert column.to_pylist() == [{"u": r["u"], "big": str(r["big"]), "dur": r["dur"]} for r in rows]
+    assert back == values
+
+
+def test_a_protobuf_timestamp_of_another_package_is_a_timestamp_as_from_protobuf_has_it():
+    """from_protobuf types any message named Timestamp or Duration with seconds and nanos as
+    Spark's timestamp / interval, not only Google's; and Protobuf's unsigned ints keep their bits."""
+    from kwire.formats import make_format
+
+    proto = """
+syntax = "proto3";
+package acme;
+message Timestamp { int64 seconds = 1; int32 nanos = 2; }
+message Duration { int64 seconds = 1; int32 nanos = 2; }
+message Tick { Timestamp at = 1; Duration took = 2; uint32 n = 3; fixed64 big = 4; }
+"""
+    fmt = make_format("protobuf", {"schema": proto, "message.name": "acme.Tick"})
+    cls = PB.message_class(fmt.reader_message("t"))
+    messages = []
+    for i, (secs, nanos) in enumerate([(1_700_000_000, 123_456_000), (-5, 999_000), (0, 0)]):
+        m = cls(n=2**32 - 1 - i, big=2**64 - 1 - i)
+        m.at.seconds, m.at.nanos = secs, nanos
+        m.took.seconds, m.took.nanos = secs, nanos
+        messages.append(m)
+    values = [m.SerializeToString() for m in messages]
+    conv, column, back = _round_trip(fmt, values)
+    assert conv.spark == _struct(("at", TimestampType(), True), ("took", DayTimeIntervalType(), True),
+                                 ("n", IntegerType(), True), ("big", LongType(), True))
+    got = column.to_pylist()
+    micros = [secs * 1_000_000 + nanos // 1000 for secs, nanos in [(1_700_000_000, 123_456_000), (-5, 999_000), (0, 0)]]
+    assert [g["took"] for g in got] == [datetime.timedelta(microseconds=us) for us in micros]
+    assert [g["at"].timestamp() for g in got] == [us / 1e6 for us in micros]
+    assert [g["n"] for g in got] == [-1, -2, -3] and [g["big"] for g in got] == [-1, -2, -3]
+    assert back == values
