@@ -499,6 +499,11 @@ def test_json_values_with_a_json_schema(spark, bootstrap):
         [(d["id"], d["name"], d["tags"], d["uid"]) for d in docs]
     assert [g["at"] for g in got] == [TimestampType().fromInternal(
         int(datetime.datetime.fromisoformat(d["at"].replace("Z", "+00:00")).timestamp()) * 1_000_000) for d in docs]
+    out = new_topic(bootstrap, 1, "typed-json-out")
+    kwire_write(ours.orderBy("offset").select("value"), bootstrap, topic=out, valueFormat="json").save()
+    written = [json.loads(v) for v in read_values(bootstrap, out, 3)]
+    assert [{k: w[k] for k in ("id", "name", "tags", "uid")} for w in written] == \
+        [{k: d[k] for k in ("id", "name", "tags", "uid")} for d in docs]
 
 
 def test_typed_options_refused_as_they_are_parsed():
