@@ -8,15 +8,13 @@ client is made from options.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from kwire.formats.base import pa
 
 __all__ = ["binary_column", "row_offset", "registry_client", "reference_texts", "flag", "writer_id", "frame_header",
-           "MAX_REFERENCE_DEPTH", "registry_lacks"]
+           "registry_lacks"]
 
-#: schema references nested deeper than this are refused (a cycle)
-MAX_REFERENCE_DEPTH = 32
 
 
 def binary_column(column: Any) -> "pa.Array":
@@ -43,23 +41,13 @@ def registry_client(registry: Any) -> Any:
     return SchemaRegistryClient(dict(registry))
 
 
-def reference_texts(registry: Any, schema: Any, error: Callable[[str], Exception]) -> Dict[str, str]:
+def reference_texts(registry: Any, schema: Any) -> Dict[str, str]:
     """The texts of a registered schema's references, by reference name, each
-    after those it references itself (the order they must be parsed in);
-    ``error`` makes the exception for references nested too deep."""
-    out: Dict[str, str] = {}
-
-    def visit(s: Any, depth: int) -> None:
-        if depth > MAX_REFERENCE_DEPTH:
-            raise error(f"schema references nest deeper than {MAX_REFERENCE_DEPTH} (a cycle?)")
-        for ref in getattr(s, "references", None) or []:
-            if ref.name not in out:
-                registered = registry.get_version(ref.subject, ref.version)
-                visit(registered.schema, depth + 1)
-                out[ref.name] = registered.schema.schema_str
-
-    visit(schema, 0)
-    return out
+    after those it references itself (the order they must be parsed in):
+    the registry client's :meth:`~kwire.registry.SchemaRegistryClient.resolve_references`."""
+    if not getattr(schema, "references", None):
+        return {}
+    return registry.resolve_references(schema)
 
 
 def flag(value: Any) -> bool:

@@ -164,7 +164,7 @@ class AvroFormat(Format):
     def _parse_registered(self, schema: Any) -> Node:
         if getattr(schema, "schema_type", "AVRO") not in ("AVRO", None):
             raise AvroSchemaError(f"the registry's schema is {schema.schema_type}, not AVRO")
-        return parse_schema(schema.schema_str, reference_texts(self._registry, schema, AvroSchemaError))
+        return parse_schema(schema.schema_str, reference_texts(self._registry, schema))
 
     # ------------------------------------------------------------ decoding
     def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":

@@ -187,7 +187,7 @@ class ProtobufFormat(Format):
     def _parse_registered(self, schema: Any) -> Schema:
         if getattr(schema, "schema_type", "PROTOBUF") != "PROTOBUF":
             raise ProtobufSchemaError(f"the registry's schema is {schema.schema_type}, not PROTOBUF")
-        return parse_schema(schema.schema_str, reference_texts(self._registry, schema, ProtobufSchemaError))
+        return parse_schema(schema.schema_str, reference_texts(self._registry, schema))
 
     # ------------------------------------------------------------ decoding
     def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":
