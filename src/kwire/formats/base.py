@@ -48,6 +48,9 @@ class Format(abc.ABC):
 
     #: "avro", "protobuf" or "json"
     kind: str = ""
+    #: whether :meth:`decode` takes the records' ``headers`` column too (a
+    #: registry's id in a header, as Apicurio's serdes can write it)
+    uses_headers: bool = False
 
     @abc.abstractmethod
     def arrow_type(self, topic: Optional[str] = None) -> "pa.DataType":
@@ -82,7 +85,8 @@ def decode_batch(batch: "pa.RecordBatch", *, topic: str, partition: int,
         if fmt is None:
             continue
         i = batch.schema.get_field_index(name)
-        arrays[i] = fmt.decode(batch.column(i), topic=topic, partition=partition, offsets=offsets)
+        extra = {"headers": batch.column("headers")} if getattr(fmt, "uses_headers", False) else {}
+        arrays[i] = fmt.decode(batch.column(i), topic=topic, partition=partition, offsets=offsets, **extra)
         fields[i] = pa.field(name, arrays[i].type, nullable=True)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 

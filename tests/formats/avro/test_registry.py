@@ -114,3 +114,24 @@ def test_a_schema_id_the_registry_lacks_is_an_undecodable_value_at_its_row(clien
     with pytest.raises(UndecodableValueError, match="not in the schema registry") as e:
         _decode(AvroFormat(registry=client), [b"\x00\x7f\xff\xff\xf0\x02"], topic)
     assert (e.value.row, e.value.offset) == (0, 0)
+
+
+def test_apicurio_framings_an_8_byte_id_or_the_id_in_a_header(client, topic):
+    """Apicurio's serdes frame with an 8-byte id, or put the (content) id in
+    the record's ``apicurio.value.contentId`` header and leave the value bare."""
+    from kwire.formats.base import decode_batch
+
+    sid = client.register_schema(f"{topic}-value", Schema(json.dumps(V1)))
+    body = b"\x02\x06tea\x04\x00"
+    rows = [{"id": 1, "item": "tea", "qty": 2, "note": None}]
+    id8 = AvroFormat(V1, registry=client, framing="id8")         # the schema to write with, found registered
+    assert _decode(id8, [b"\x00" + sid.to_bytes(8, "big") + body], topic).to_pylist() == rows
+    assert id8.encode(pa.array(rows, id8.arrow_type(topic)), topic=topic).to_pylist() == [
+        b"\x00" + sid.to_bytes(8, "big") + body]
+    headers_type = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+    batch = pa.RecordBatch.from_pydict({
+        "offset": pa.array([7, 8], pa.int64()), "value": pa.array([body, None], pa.binary()),
+        "headers": pa.array([[{"key": "apicurio.value.contentId", "value": sid.to_bytes(8, "big")}], None],
+                            headers_type)})
+    typed = decode_batch(batch, topic=topic, partition=0, value_format=AvroFormat(registry=client, framing="headers"))
+    assert typed.column("value").to_pylist() == rows + [None]

@@ -31,6 +31,10 @@ from kwire.formats.common import (binary_column, flag, frame_header, reference_t
 __all__ = ["AvroFormat", "make"]
 
 SchemaText = Union[str, Mapping, list]
+#: framings of a value: Confluent's; magic 0 and an 8-byte id (Apicurio's default
+#: serde of 2.x); the id in the record's ``apicurio.value.contentId`` (or
+#: ``.key.``) header, the value bare (Apicurio's headers mode); none (bare values)
+_FRAMINGS = {"confluent": "confluent", "id8": "id8", "headers": "ids", "none": "none"}
 #: decoders (column trees) kept per topic for reuse, at most
 _SPARE_DECODERS = 4
 
@@ -108,8 +112,9 @@ class AvroFormat(Format):
             raise ValueError("the avro format needs a schema, or a schema registry (schema.registry.url)")
         self._registry = registry_client(registry)
         self._framing = framing or ("confluent" if self._registry is not None else "none")
-        if self._framing not in _avro.FRAMES or self._framing == "ids":
-            raise ValueError(f"framing must be 'none', 'confluent' or 'id8', not {self._framing!r}")
+        if self._framing not in _FRAMINGS:
+            raise ValueError(f"framing must be one of {', '.join(_FRAMINGS)}, not {self._framing!r}")
+        self.uses_headers = self._framing == "headers"
         if self._framing != "none" and self._registry is None:
             raise ValueError(f"framing {self._framing!r} needs a schema registry")
         self._given = parse_schema(schema, references) if schema is not None else None
@@ -167,21 +172,35 @@ class AvroFormat(Format):
         return parse_schema(schema.schema_str, reference_texts(self._registry, schema))
 
     # ------------------------------------------------------------ decoding
-    def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array") -> "pa.Array":
+    def decode(self, column: "pa.Array", *, topic: str, partition: int, offsets: "pa.Array",
+               headers: Optional["pa.Array"] = None) -> "pa.Array":
+        """See :meth:`Format.decode`; with framing "headers", ``headers`` (the
+        records' headers column) holds each value's schema id."""
         column = binary_column(column)
+        ids = self._header_ids(column, headers, topic, partition, offsets) if self.uses_headers else None
         reader = self._reader(topic)
         dec = reader.take()
         try:
-            return self._decode(reader, dec, column, topic, partition, offsets)
+            return self._decode(reader, dec, column, ids, topic, partition, offsets)
         finally:
             reader.give(dec)
 
-    def _decode(self, reader: _Reader, dec: _Decoder, column: "pa.Array", topic: str, partition: int,
-                offsets: "pa.Array") -> "pa.Array":
-        frame = _avro.FRAMES[self._framing]
+    def _header_ids(self, column: "pa.Array", headers: Optional["pa.Array"], topic: str, partition: int,
+                    offsets: "pa.Array") -> "pa.Array":
+        from kwire.registry.framing import CONTENT_ID, apicurio_header_ids
+
+        if headers is None:
+            raise ValueError("framing 'headers' decodes a column with the records' headers column")
+        ids = apicurio_header_ids(headers, is_key=self._is_key, id_kind=CONTENT_ID, values=column, topic=topic,
+                                  partition=partition, offsets=offsets)
+        return ids.fill_null(0)             # rows with a null value (they have no id) are not read
+
+    def _decode(self, reader: _Reader, dec: _Decoder, column: "pa.Array", ids: Optional["pa.Array"], topic: str,
+                partition: int, offsets: "pa.Array") -> "pa.Array":
+        frame = _avro.FRAMES[_FRAMINGS[self._framing]]
         start = 0
         while True:
-            status, row, detail = _avro.decode(dec.cols, dec.table, column, frame, start)
+            status, row, detail = _avro.decode(dec.cols, dec.table, column, frame, start, ids)
             if status == 0:
                 return dec.cols.finish()
             if status == 1:
@@ -246,7 +265,15 @@ class AvroFormat(Format):
         schema_id = writer_id(self._registry, subject, given, schema_id=self._schema_id, use_latest=self._use_latest,
                               auto_register=self._auto_register)
         schema = self._given if self._given is not None and not self._use_latest else self._writer_schema(schema_id)
-        return schema, frame_header(schema_id)
+        return schema, self._frame(schema_id)
+
+    def _frame(self, schema_id: int) -> bytes:
+        if self._framing == "id8":
+            return b"\x00" + schema_id.to_bytes(8, "big")
+        if self._framing == "headers":
+            raise ValueError("framing 'headers': encoding writes the id into the value's frame (confluent or id8), "
+                             "not into headers")
+        return frame_header(schema_id)
 
     def _add_program(self, reader: _Reader, dec: _Decoder, schema_id: int, topic: str, partition: int,
                      offsets: "pa.Array", row: int) -> None:
