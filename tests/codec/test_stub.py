@@ -17,7 +17,7 @@ from kwire import _codec
 CORE = "kwire._core."
 # The typed formats' compiled decoders: their public face is kwire.formats
 # (kwire.formats.avro, kwire.formats.protobuf), not the record codec's.
-FORMAT_MODULES = {"typedcols", "avro", "protobuf"}
+FORMAT_MODULES = {"typedcols", "avro", "avroenc", "protobuf"}
 
 
 def _stub():
