@@ -12,15 +12,15 @@ type's smallest size); items that take no bytes (null, an empty record) are
 limited to ``MAX_EMPTY_ITEMS`` a value. Strings must be valid UTF-8.
 """
 
-from libc.stdint cimport INT32_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT32_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
 
-from kwire._core.buffers cimport (Bytes, Reader, borrow, load_be32, load_be64, rd_init, rd_need, rd_varint,
+from kwire._core.buffers cimport (Bytes, GBuf, Reader, borrow, gbuf_reserve, load_be32, load_be64, rd_init, rd_need, rd_varint,
                                   rd_varlong, unborrow)
 from kwire._core.consts cimport E_NEG_LENGTH, E_OK, E_TRUNC, E_VARINT
 from kwire._core.typedcols cimport (Col, Columns, TC_OK, col_bool, col_bytes, col_end_items, col_f32, col_f64, col_i32,
-                                    col_i64, col_mark, col_null, col_slot)
+                                    col_i64, col_mark, col_null, col_offset, col_slot)
 from kwire._core.utf8 cimport utf8_invalid_at
 
 __all__ = ["Program", "decode", "ERRORS", "FRAMES", "MAX_EMPTY_ITEMS"]
@@ -107,6 +107,7 @@ cdef struct Op:
 
 cdef struct Ctx:
     Op* ops
+    const uint8_t* data_end     # the end of the column's data: bytes before it may be read past a value's end
     int* cols_err
     int err
     int err_op
@@ -224,6 +225,36 @@ cdef int run(Ctx* x, Op* op, Reader* r) noexcept nogil:
     return fail(x, op, A_UNRESOLVED)
 
 
+cdef inline bint short_ascii(const uint8_t* p, int64_t n, const uint8_t* end) noexcept nogil:
+    """Whether ``n`` (at most 16) bytes at ``p`` are ASCII, read as two words
+    (the bytes past ``n`` masked off) when 16 bytes before ``end`` can be read;
+    False otherwise (the caller checks the long way)."""
+    cdef uint64_t w1, w2, m1, m2
+    if n > 16 or end == NULL or end - p < 16:
+        return False
+    memcpy(&w1, p, 8)
+    memcpy(&w2, p + 8, 8)
+    m1 = <uint64_t>-1 if n >= 8 else (((<uint64_t>1) << (8 * n)) - 1)
+    m2 = <uint64_t>-1 if n >= 16 else (0 if n <= 8 else (((<uint64_t>1) << (8 * (n - 8))) - 1))
+    return ((w1 & m1) | (w2 & m2)) & 0x8080808080808080ULL == 0
+
+
+cdef inline void col_short_bytes(Col* c, const uint8_t* p, int64_t n, const uint8_t* end) noexcept nogil:
+    """:c:func:`col_bytes`, copying a value of at most 16 bytes as 16 (two
+    moves, no call) when 16 bytes before ``end`` can be read: the column
+    keeps room for 16 more bytes than it holds."""
+    if n > INT32_MAX - c.data.len or gbuf_reserve(&c.data, n + 16) < 0:
+        col_bytes(c, p, n)             # its errors
+        return
+    if n <= 16 and end != NULL and end - p >= 16:
+        memcpy(c.data.data + c.data.len, p, 16)
+    else:
+        memcpy(c.data.data + c.data.len, p, n)
+    c.data.len += n
+    if col_offset(c, c.data.len) == 0:
+        col_mark(c, True)
+
+
 cdef inline int run_fast(Ctx* x, Op* op, Reader* r) noexcept nogil:
     """The commonest ops, in the caller's loop: 0 when read, -1 to take
     :c:func:`run` (which finds the same error again, and reports it)."""
@@ -243,11 +274,11 @@ cdef inline int run_fast(Ctx* x, Op* op, Reader* r) noexcept nogil:
             r.pos = pos
             return -1
         p = r.p + r.pos
-        if kind == FAST_STR and utf8_invalid_at(p, v) >= 0:
+        if kind == FAST_STR and not short_ascii(p, v, x.data_end) and utf8_invalid_at(p, v) >= 0:
             r.pos = pos
             return -1
         r.pos += v
-        col_bytes(op.col, p, v)
+        col_short_bytes(op.col, p, v, x.data_end)
     elif kind == FAST_INT:
         v = rd_varint(r)
         if r.err:
@@ -472,10 +503,14 @@ cdef int run_record(Ctx* x, Op* op, Reader* r) noexcept nogil:
         if k.fast == FAST_NONE or run_fast(x, k, r) < 0:
             if run(x, k, r) < 0:
                 return -1
+    cdef const uint8_t* data_end = x.data_end
+    x.data_end = NULL                  # a default's bytes are not the column's: none read past them
     for i in range(op.ndefaults):
         rd_init(&d, op.default_data[i], 0, op.default_len[i])
         if run(x, &x.ops[op.default_ops[i]], &d) < 0:
+            x.data_end = data_end
             return -1
+    x.data_end = data_end
     if op.store == S_STRUCT:
         col_mark(op.col, True)
     return 0
@@ -617,6 +652,7 @@ def decode(Columns cols not None, list table not None, object values not None, i
         t.ids[i] = sid
         t.roots[i] = (<Program>prog).ops
     x.cols_err = &cols.err
+    x.data_end = NULL
     x.err = E_OK
     vb.release = ob.release = db.release = ib.release = False
     ib.p = NULL
@@ -664,6 +700,7 @@ cdef int decode_rows(Ctx* x, Table* t, Col* root, Bytes* valid, const int32_t* o
     cdef Reader r
     cdef const uint8_t* vbits = <const uint8_t*>valid.p
     hdr = 5 if frame == F_CONFLUENT else (9 if frame == F_ID8 else 0)
+    x.data_end = data + data_len if data != NULL else NULL
     for row in range(at[0], n):
         at[0] = row
         if vbits != NULL and not (vbits[(base + row) >> 3] >> ((base + row) & 7)) & 1:
