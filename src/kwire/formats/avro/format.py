@@ -224,6 +224,7 @@ class AvroFormat(Format):
         cannot be written."""
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        column.validate(full=True)          # the compiled encoder reads its offsets and buffers as they say
         schema, header = self.writer(topic)
         spec = plan(schema, column)
         out = Columns(pa.binary())

@@ -264,6 +264,7 @@ class ProtobufFormat(Format):
         reader = self._reader(topic)
         prefix = self._frame(reader, topic) if self._framed else b""
         column = conform(column, reader.plan.arrow_type)
+        column.validate(full=True)          # the compiled encoder reads its offsets and buffers as they say
         views, keep = _views(column, reader.plan)
         program = reader.take()
         out = Columns(pa.binary())
