@@ -15,16 +15,15 @@ import json
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from kwire.formats.base import pa
+from kwire.formats.base import Format, UndecodableValueError, pa
 
 from kwire._core import avro as _avro
+from kwire._core import avroenc as _avroenc
 from kwire._core.typedcols import Columns
-from kwire.formats.avro.arrow import Slot, layout
+from kwire.formats.avro.arrow import layout
+from kwire.formats.avro.encode import plan
 from kwire.formats.avro.program import compile_program
 from kwire.formats.avro.schema import AvroSchemaError, Node, parse_schema
-from kwire.formats.base import Format, UndecodableValueError
-from kwire._core import avroenc as _avroenc
-from kwire.formats.avro.encode import plan
 from kwire.formats.common import (binary_column, flag, frame_header, reference_texts, registry_client, registry_lacks,
                                   row_offset, writer_id)
 
