@@ -117,8 +117,9 @@ def confluent(apicurio) -> ConfluentClient:
 
 @pytest.fixture(scope="module")
 def registry(apicurio) -> Dict[str, str]:
-    """The sources' and sinks' registry options."""
-    return {"schema.registry.url": apicurio.url}
+    """The sources' and sinks' registry options (a long timeout: under the
+    full suite's load on two cores, Apicurio once took past the default 30 s)."""
+    return {"schema.registry.url": apicurio.url, "schema.registry.timeout": "120"}
 
 
 def send(bootstrap: str, topic: str, values: List[bytes], keys: List[Any] = None, partition: int = 0) -> None:
