@@ -18,6 +18,10 @@ Environment switches (the normal build sets none of them):
   record: the deliberately slowed build the benchmark gate's self-test
   (``scripts/bench --self-test``) must fail. Never for a real build; the
   generated C is the same either way, only the compiler sees the macro.
+* ``KWIRE_BENCH_NO_RECYCLE=1``: defines ``KWIRE_BENCH_NO_RECYCLE``, which
+  makes the columnar decoder free its column blocks instead of keeping them
+  for its next call (so every call maps fresh memory): the memory regression
+  the same self-test must see fail on page faults. Never for a real build.
 """
 
 import os
@@ -30,7 +34,7 @@ from setuptools.command.build_ext import build_ext
 
 extra_compile_args = ["-O3"] if sys.platform != "win32" else ["/O2"]
 extra_link_args = []
-define_macros = [("KWIRE_BENCH_SLOWDOWN", "1")] if os.environ.get("KWIRE_BENCH_SLOWDOWN") else []
+define_macros = [(m, "1") for m in ("KWIRE_BENCH_SLOWDOWN", "KWIRE_BENCH_NO_RECYCLE") if os.environ.get(m)]
 if os.environ.get("KWIRE_DEBUG"):
     extra_compile_args = ["-O0", "-g"]
 sanitize = os.environ.get("KWIRE_SANITIZE", "").strip()

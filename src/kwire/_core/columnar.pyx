@@ -62,11 +62,25 @@ cdef struct Spare:
     Py_ssize_t total
 
 
+# The benchmark gate's self-test builds with KWIRE_BENCH_NO_RECYCLE=1 (setup.py):
+# then no block is kept, so every call maps fresh column memory (the memory
+# regression its page-fault companion must catch). Normally the constant is 1.
+cdef extern from *:
+    """
+    #ifdef KWIRE_BENCH_NO_RECYCLE
+    #define KWIRE_RECYCLE 0
+    #else
+    #define KWIRE_RECYCLE 1
+    #endif
+    """
+    const bint KWIRE_RECYCLE
+
+
 cdef void spare_put(Spare* sp, int col, char* data, Py_ssize_t cap) noexcept:
     cdef int at
     if data == NULL:
         return
-    if sp.n[col] < SPARE_PER_COL and sp.total + cap <= SPARE_BYTES:
+    if KWIRE_RECYCLE and sp.n[col] < SPARE_PER_COL and sp.total + cap <= SPARE_BYTES:
         at = col * SPARE_PER_COL + sp.n[col]
         sp.data[at] = data
         sp.cap[at] = cap
