@@ -22,7 +22,8 @@ Usage:
     python -m benchmarks.icount run P            # one workload, no valgrind (a smoke run)
 
 ``scripts/bench`` builds two revisions and compares them with
-:func:`compare` / :func:`format_table`; the comparison needs no valgrind.
+:func:`compare` (and ``benchmarks/memstat.py``'s companions, beside which
+``memstat.format_table`` shows the counts); the comparison needs no valgrind.
 """
 
 from __future__ import annotations
@@ -408,26 +409,6 @@ def compare(base: Dict[str, float], head: Dict[str, float],
     return rows, failed
 
 
-def format_table(rows: Sequence[Row], threshold: float, base_label: str = "base",
-                 head_label: str = "head") -> str:
-    def num(v):
-        return "-" if v is None else f"{v:,.1f}"
-
-    def pct(v):
-        return "-" if v is None else f"{v:+.2f}%"
-
-    header = ("path", f"{base_label} instr/record", f"{head_label} instr/record", "change", "verdict")
-    body = [(r.path, num(r.base), num(r.head), pct(r.change), r.verdict) for r in rows]
-    widths = [max(len(str(line[i])) for line in [header] + body) for i in range(5)]
-    fmt = "  ".join("{:<%d}" % widths[0:1][0] if i == 0 else "{:>%d}" % widths[i] for i in range(5))
-    lines = [f"Instruction-count gate: a path fails above +{threshold:g}% instructions per record",
-             fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*line) for line in body]
-    n_fail = sum(r.verdict == "FAIL" for r in rows)
-    lines.append(f"verdict: {'FAIL' if n_fail else 'pass'} ({n_fail} of {len(rows)} paths over +{threshold:g}%)")
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------- CLI
 def compiled_core_files():
     """(module, file) of kwire._codec and of each extension of the compiled
@@ -447,6 +428,14 @@ def compiled_core_files():
     return out
 
 
+def check_origin(expect: str) -> None:
+    """Exit unless every module of the compiled core comes from under
+    ``expect`` (a child measures the build it was given, never another)."""
+    for name, where in compiled_core_files():
+        if not os.path.realpath(where).startswith(os.path.realpath(expect) + os.sep):
+            raise SystemExit(f"{name} is {where}, not under {expect}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -463,9 +452,7 @@ def main(argv=None) -> int:
             print(f"{p.name}\t{p.records}")
     elif args.cmd == "run":
         if args.expect:
-            for name, where in compiled_core_files():
-                if not os.path.realpath(where).startswith(os.path.realpath(args.expect) + os.sep):
-                    raise SystemExit(f"{name} is {where}, not under {args.expect}")
+            check_origin(args.expect)
         run_workload(args.path)
     else:
         import kwire._codec

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import icount  # noqa: E402
+from benchmarks import icount, memstat  # noqa: E402
 
 BASE = {"decode-records/none/mixed": 3000.0, "encode/none/mixed": 1000.0, "send": 1200.0}
 
@@ -63,14 +63,14 @@ def test_new_and_gone_paths_do_not_fail():
 def test_table_shows_threshold_figures_change_and_verdict():
     head = dict(BASE, send=1260.0)                                      # +5%
     rows, failed = icount.compare(BASE, head, 3.0)
-    table = icount.format_table(rows, 3.0, "base abc", "head def")
+    table = memstat.format_table(rows, {}, 3.0, "base abc", "head def")
     lines = table.splitlines()
     assert "+3%" in lines[0]
     assert lines[1].split()[:2] == ["path", "base"] and "head def instr/record" in lines[1]
     send = next(line for line in lines if line.startswith("send"))
-    assert send.split() == ["send", "1,200.0", "1,260.0", "+5.00%", "FAIL"]
-    assert lines[-1].startswith("verdict: FAIL (1 of 3 paths over +3%)")
-    ok = icount.format_table(icount.compare(BASE, BASE)[0], 3.0)
+    assert send.split() == ["send", "1,200.0", "1,260.0", "+5.00%", "FAIL:", "instr"]
+    assert lines[-1].startswith("verdict: FAIL (1 of 3 paths failed)")
+    ok = memstat.format_table(icount.compare(BASE, BASE)[0], {}, 3.0)
     assert ok.splitlines()[-1].startswith("verdict: pass")
 
 
