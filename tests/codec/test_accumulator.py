@@ -260,6 +260,49 @@ def test_a_full_buffer_waits_for_room_unless_the_record_could_never_fit():
     assert h.calls == ["wait_room"] and not h.lock.locked()
 
 
+
+class _Full(Exception):
+    """A ``room_full`` class, as kwire.aio's producer sets one: raised as ``_Full(buffer_memory)``."""
+
+
+class _Index(int):
+    """A partition that is an int, not exactly: the send path's slow half takes it."""
+
+
+def test_room_full_refuses_at_once_what_it_can_tell_fits():
+    """With ``room_full`` set, a full buffer refuses a record that bytes or
+    None key and value and headers of bytes or ASCII keys show valid and
+    fitting by raising it, from the fast half (no open batch) and the slow
+    half of the send path alike, without calling into Python; what only
+    encoding can tell about goes the way it goes without it; with room, the
+    record is taken."""
+    h = _Harness(batch_size=100, max_request_size=10000, buffer_memory=300)
+    h.acc.room_full = _Full
+    h.open("t", [0, 1, 2])
+    for p in (0, 1, 2):
+        h.acc.send("t", b"x" * 200, None, None, p)                     # each seals its batch: 3 x 267 bytes
+    h.calls.clear()
+    for headers in (None, [("a", b"1"), (b"b", None)], (("c", b""),)):
+        with pytest.raises(_Full) as e:
+            h.acc.send("t", b"x", b"k", headers, 0)
+        assert e.value.args == (300,)
+    with pytest.raises(_Full):
+        h.acc.send("t", b"x", None, None, _Index(1))                   # through send_slow, then make_room
+    assert h.calls == [] and not h.lock.locked()
+    for value, headers in ((bytearray(b"x"), None), (b"x", [("\u00e9", b"1")]), (b"x", [["a", b"1"]])):
+        with pytest.raises(BufferFullError):                           # encoded to tell: then wait_room
+            h.acc.send("t", value, None, headers, 0)
+    assert h.calls == ["wait_room"] * 3
+    with pytest.raises(RecordTooLargeError):                           # never fits: refused for that
+        h.acc.send("t", b"x" * 400, None, None, 0)
+    with pytest.raises(TypeError):
+        h.acc.send("t", "text", None, None, 0)
+    with h.lock:
+        for _, batch in h.sealed:
+            h.acc.release(batch)
+    assert isinstance(h.acc.send("t", b"x", b"k", None, 0), RecordFuture)
+    assert h.calls == ["wait_room"] * 3 + ["new_batch"] and not h.lock.locked()
+
 def test_send_lock_behaves_like_threading_lock():
     lock = SendLock()
     assert lock.acquire() and lock.locked()

@@ -288,6 +288,56 @@ cdef extern from "Python.h":
     PyObject* PyErr_Occurred() noexcept
     void PyErr_Clear() noexcept
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object o) noexcept
+    bint PyUnicode_CheckExact(object o) noexcept
+    Py_ssize_t PyUnicode_GET_LENGTH(object o) noexcept
+    bint PyTuple_CheckExact(object o) noexcept
+    bint PyList_CheckExact(object o) noexcept
+
+
+cdef inline Py_ssize_t field_bound(x) noexcept:
+    """Bytes a key, value or header value takes in a record at most (its
+    length's varint and itself); -1: neither bytes nor None."""
+    cdef Py_ssize_t n
+    if x is None:
+        return 1
+    if not PyBytes_CheckExact(x):
+        return -1
+    n = PyBytes_GET_SIZE(x)
+    return varint_size(n) + n
+
+
+cdef Py_ssize_t alone_bound(value, key, headers):
+    """An upper bound of the size of a v2 batch holding this record alone,
+    without encoding it; -1 when only encoding can tell what it is (a key or
+    value not bytes or None; headers not a list or tuple of 2-tuples of a
+    bytes or ASCII str key and a bytes or None value)."""
+    cdef Py_ssize_t n, body = 1 + 10 + 5 + 5    # attributes, timestamp and offset deltas, header count
+    cdef Py_ssize_t kb = field_bound(key), vb = field_bound(value)
+    if kb < 0 or vb < 0:
+        return -1
+    body += kb + vb
+    if headers:
+        if not (PyList_CheckExact(headers) or PyTuple_CheckExact(headers)):
+            return -1
+        for pair in headers:
+            if not PyTuple_CheckExact(pair) or len(<tuple>pair) != 2:
+                return -1
+            hk = (<tuple>pair)[0]
+            if PyBytes_CheckExact(hk):
+                n = PyBytes_GET_SIZE(hk)
+            elif PyUnicode_CheckExact(hk) and PyUnicode_IS_ASCII(hk):
+                n = PyUnicode_GET_LENGTH(hk)
+            else:
+                return -1
+            vb = field_bound((<tuple>pair)[1])
+            if vb < 0:
+                return -1
+            body += varint_size(n) + n + vb
+    return V2_HEADER + varint_size(body) + body
+
+
 # The Accumulator's cache of the previous send's topic starts with this,
 # which no caller can pass (send() takes a str), so a first call cannot
 # match it.
@@ -423,6 +473,12 @@ cdef class Accumulator:
     - ``wait_room(deadline)``: ``buffer_memory`` is full: wait (the lock
       held, and let go while waiting, through a Condition on it) until
       :attr:`buffered` is below it, or raise;
+    - ``room_full`` (an attribute; None: ``wait_room`` is called): an
+      exception class, raised as ``room_full(buffer_memory)`` instead of
+      calling ``wait_room`` for a record that is valid and fits (bytes or
+      None key and value, headers of bytes or ASCII str keys and bytes or
+      None values): a producer that never waits in ``send`` (kwire.aio's)
+      gets its refusal cheaply;
     - ``new_batch(topic, partition)``: a new, empty batch (a
       :class:`ProducerBatch`) for the partition;
     - ``sealed(tp, batch)``: ``batch`` was sealed (lock held): it takes no
@@ -453,6 +509,7 @@ cdef class Accumulator:
     cdef Generation generation
     cdef SendLock lock
     cdef object check, wait_partitions, wait_room, new_batch, sealed
+    cdef public object room_full
 
     def __init__(self, *, SendLock lock not None, Generation generation not None, check, wait_partitions,
                  wait_room, new_batch, sealed, Py_ssize_t batch_size, Py_ssize_t max_request_size=INT32_MAX,
@@ -471,6 +528,7 @@ cdef class Accumulator:
         self.wait_room = wait_room
         self.new_batch = new_batch
         self.sealed = sealed
+        self.room_full = None
         self.batch_size = batch_size
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
@@ -664,6 +722,8 @@ cdef class Accumulator:
                     fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
                     if fut is not None:
                         return fut
+                elif self.refuses(value, key, headers):     # a new batch needed, no room: refused before any work
+                    raise self.room_full(self.buffer_memory)
         finally:
             self.lock.unlock()
         return self.send_slow(topic, value, key, headers, partition, ts, sticky)
@@ -736,13 +796,24 @@ cdef class Accumulator:
 
     cdef make_room(self, str topic, partition, value, key, headers, int64_t ts, double deadline):
         """``buffer_memory`` is full (lock held): refuse at once a record
-        that could never fit, else wait for room."""
+        that could never fit, else wait for room (or raise :attr:`room_full`,
+        see :meth:`refuses`)."""
+        if self.refuses(value, key, headers):
+            raise self.room_full(self.buffer_memory)
         cdef ProducerBatch probe = ProducerBatch(topic, partition, RecordBatchBuilder(None))
         probe.add(value, key, headers, ts, INT32_MAX)
         cdef Py_ssize_t size = V2_HEADER + probe.held.bytes
         if size > self.max_batch:
             raise self.record_too_large(size, topic, partition)
         self.wait_room(deadline)
+
+    cdef inline bint refuses(self, value, key, headers) except -1:
+        """Whether to raise :attr:`room_full` for this record now: it is
+        set, ``buffer_memory`` is full, and the record's bounds show it
+        valid and fitting (so no probe encoding, no Python frame: raised
+        where this is asked, a refusal costs about what a send does)."""
+        return (self.room_full is not None and self.buffered >= self.buffer_memory
+                and 0 <= alone_bound(value, key, headers) <= self.max_batch)
 
     cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
                              int64_t ts):

@@ -52,6 +52,13 @@ __all__ = ["AsyncProducer", "WouldBlockError"]
 OFFLOAD_BUILD_BYTES = 128 << 10
 
 
+def resume_at(buffer_memory: int, batch_size: int) -> int:
+    """Down to how many buffered bytes a wait for room in a full
+    ``buffer_memory`` lasts: an eighth of it free (at least a batch, at
+    most half of it)."""
+    return buffer_memory - min(buffer_memory // 2, max(batch_size, buffer_memory // 8))
+
+
 class WouldBlockError(KwireError):
     """``send_nowait`` cannot queue the record without waiting: ``reason``
     is ``"metadata"`` (the topic's partitions are not known yet; they are
@@ -67,18 +74,30 @@ class WouldBlockError(KwireError):
 
 class _Blocked(WouldBlockError):
     """Raised from the compiled send's calls into Python where the blocking
-    producer would wait: ``send_nowait`` (the compiled send itself) raises
-    it to its caller; a coroutine that queues waits instead."""
+    producer would wait for metadata: ``send_nowait`` (the compiled send
+    itself) raises it to its caller; a coroutine that queues waits instead."""
 
-    def __init__(self, topic: Optional[str], need: int = 1, buffer_memory: int = 0) -> None:
-        if topic is None:
-            super().__init__(f"buffer_memory ({buffer_memory} bytes) is full: await send(), enqueue() or flush()",
-                             "room")
-        else:
-            super().__init__(f"the partitions of topic {topic!r} are not known yet (being fetched): await send(), "
-                             "enqueue() or partitions_for() first", "metadata")
+    def __init__(self, topic: str, need: int = 1) -> None:
+        super().__init__(f"the partitions of topic {topic!r} are not known yet (being fetched): await send(), "
+                         "enqueue() or partitions_for() first", "metadata")
         self.topic = topic
         self.need = need
+
+
+class _NoRoom(_Blocked):
+    """``buffer_memory`` is full: ``_NoRoom(buffer_memory)``, raised where
+    the blocking producer would wait for room, mostly by the compiled send
+    itself (its Accumulator's ``room_full``). Made cheaply, as a full
+    buffer makes many: no Python ``__init__``, the message made only when
+    shown."""
+
+    __init__ = Exception.__init__       # C: no Python frame per refusal
+    reason = "room"
+    topic = None
+    need = 1
+
+    def __str__(self) -> str:
+        return f"buffer_memory ({self.args[0]} bytes) is full: await send(), enqueue() or flush()"
 
 
 class _LoopProducer(Producer):
@@ -92,6 +111,8 @@ class _LoopProducer(Producer):
         self._thread = None
         self._loop = self._client._loop
         self._room_event = asyncio.Event()
+        self._resume_at = resume_at(self.cfg["buffer_memory"], self.cfg["batch_size"])
+        self._acc.room_full = _NoRoom          # refused in the compiled send: no wait_room call
         self._settled: Dict[Tuple[str, int], int] = {}     # (topic, need): metadata as final as it gets
         self._sender = self._loop.create_task(self._client.arun(self._sender_steps()), name="kwire-producer")
 
@@ -109,12 +130,12 @@ class _LoopProducer(Producer):
 
     def _wait_room(self, deadline: float) -> None:
         if self._acc.buffered >= self.cfg["buffer_memory"]:
-            self._client.wakeup()
-            raise _Blocked(None, buffer_memory=self.cfg["buffer_memory"])
+            raise _NoRoom(self.cfg["buffer_memory"])
 
     def _release(self, batch: _Batch) -> None:
         super()._release(batch)
-        self._room_event.set()
+        if self._acc.buffered <= self._resume_at:
+            self._room_event.set()
 
     def _fail_all(self, error: BaseException) -> None:
         super()._fail_all(error)
@@ -126,11 +147,20 @@ class _LoopProducer(Producer):
         return parts
 
     async def wait_room(self, deadline: float) -> None:
+        """Wait for room in a full ``buffer_memory``: until it is down to
+        :func:`resume_at`, so that the sends that follow queue in a run
+        (rather than each new batch waiting for the next acknowledgement),
+        or until ``deadline``, then returning if there is any room at all."""
         limit = self.cfg["buffer_memory"]
-        while self._acc.buffered >= limit:
+        if self._acc.buffered < limit:
+            return
+        self._client.wakeup()           # what is queued goes out now
+        while self._acc.buffered > self._resume_at:
             self._check_waiting_room()
             left = deadline - time.monotonic()
             if left <= 0:
+                if self._acc.buffered < limit:
+                    return
                 raise self._no_room()
             self._room_event.clear()
             try:
