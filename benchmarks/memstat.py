@@ -263,7 +263,7 @@ def format_table(rows: Sequence[icount.Row], cells: Dict[str, Dict[str, Cell]], 
 
     companions = [m for m in METRICS if any(c[m.key].verdict for c in cells.values())]
     header = ["path", f"{base_label} instr/record", f"{head_label} instr/record", "change"]
-    header += [f"{m.label} ({base_label.split()[0]} -> {head_label.split()[0]})" for m in companions] + ["verdict"]
+    header += [m.label for m in companions] + ["verdict"]
     body = []
     by_path = {r.path: r for r in rows}
     for name in list(by_path) + [n for n in cells if n not in by_path]:
@@ -281,9 +281,9 @@ def format_table(rows: Sequence[icount.Row], cells: Dict[str, Dict[str, Cell]], 
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     fmt = "  ".join(("{:<%d}" if i in (0, len(header) - 1) else "{:>%d}") % w for i, w in enumerate(widths))
     lines = [f"Benchmark gate: a path fails above +{threshold:g}% instructions per record"
-             + (f", or past a companion's allowance ({allowances()})" if companions else ""),
-             fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*line).rstrip() for line in body]
+             + (f", or past a companion's allowance ({allowances()}); companions shown as "
+                f"{base_label.split()[0]} -> {head_label.split()[0]}" if companions else "")]
+    lines += [fmt.format(*line).rstrip() for line in [header, ["-" * w for w in widths]] + body]
     n_fail = sum(line[-1].startswith("FAIL") for line in body)
     lines.append(f"verdict: {'FAIL' if n_fail else 'pass'} ({n_fail} of {len(body)} paths failed)")
     return "\n".join(lines)
