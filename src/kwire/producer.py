@@ -135,7 +135,8 @@ class Producer(SendingProducer):
                                 check=self._check_send, wait_partitions=self._wait_partitions,
                                 wait_room=self._wait_room, new_batch=self._new_batch, sealed=self._sealed,
                                 batch_size=cfg["batch_size"], max_request_size=cfg["max_request_size"],
-                                buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"])
+                                buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],
+                                compressed=cfg["compression_type"] != "none")
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
         self._sealed_batches: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
@@ -812,8 +813,11 @@ class Producer(SendingProducer):
                     self._on_produce(*args)
         else:
             payloads = build_batches(fresh, stamps)
+        observe = self._acc.observe if self._codec is not None else None
         for b, payload in zip(fresh, payloads):
             b.payload = payload
+            if observe is not None:
+                observe(b.topic, b.bytes, len(payload))      # batch_size counts estimated compressed bytes
         if idempotent:
             for b in batches:
                 stamp = self._tp_stamp[(b.topic, b.partition)]

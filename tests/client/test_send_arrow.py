@@ -497,3 +497,23 @@ def test_the_future_fails_with_the_batches_error(holed):
     finally:
         proxy.heal()
         p.close(5)
+
+
+def test_lz4_batches_fill_batch_size_once_compressed(broker):
+    """With compression, batch_size counts estimated compressed bytes, as in
+    Java's producer: values that compress about 10x fill batches holding
+    far more than batch_size of records once the estimate has come down
+    (0.005 a batch), and no batch on the wire is much past batch_size."""
+    topic = _topic(broker.bootstrap, 1)
+    n, size, batch_size = 6000, 1000, 16384
+    text = b"".join(b'{"user": %d, "event": "click", "page": "/a/b/c"} ' % (i % 97) for i in range(40))[:size]
+    values = pa.array([text] * n, pa.binary())
+    with Producer(bootstrap_servers=broker.bootstrap, batch_size=batch_size, compression_type="lz4") as p:
+        for i in range(0, n, 500):
+            p.send_arrow(topic, pa.record_batch([values.slice(i, 500)], names=["value"]))
+            p.flush(30)                      # built, so the next rows' batches have the estimate of these
+    got = _consume(broker.bootstrap, topic, 1, n)[0]
+    assert len(got) == n and all(r.value == text for r in got)
+    counts = [b.record_count for b in {r.batch.base_offset: r.batch for r in got}.values()]
+    assert counts[0] <= batch_size // size                      # the estimate starts at 1.0
+    assert max(counts) > 2 * (batch_size // size)               # ... and comes down as batches compress

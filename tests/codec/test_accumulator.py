@@ -615,3 +615,44 @@ def _lone_batch_size(value, key):
     b = RecordBatchBuilder(None)
     b.append(value, key=key, timestamp=0)
     return len(b.build())
+
+
+def test_compressed_batches_fill_to_batch_size_as_estimated_once_compressed():
+    """With compression, batch_size counts a batch's estimated compressed
+    size, as Java's producer does: the records' encoded size times the
+    topic's estimate times 1.05. The estimate starts at 1.0, goes down by
+    0.005 for each batch that compressed better and up at once (by at least
+    0.05) for one that compressed worse; uncompressed, batch_size is the
+    encoded size."""
+    plain = _Harness(batch_size=16384)
+    plain.open("t", [0])
+    assert plain.acc.open[("t", 0)].limit == 16384
+    assert plain.acc.observe("t", 10_000, 2_000) == pytest.approx(0.995)   # kept, but unused uncompressed
+    h = _Harness(batch_size=16384, compressed=True)
+    h.open("t", [0])
+    assert h.acc.open[("t", 0)].limit == 61 + int((16384 - 61) / 1.05)
+    assert h.acc.observe("unknown", 100, 50) is None
+    for i in range(100):
+        ratio = h.acc.observe("t", 10_000, 3_000)
+    assert ratio == pytest.approx(0.5, abs=1e-9)                   # 1.0 - 100 * 0.005
+    assert h.acc.open[("t", 0)].limit == 61 + int((16384 - 61) / 1.05)   # an open batch keeps its limit
+    h.acc.seal(("t", 0))
+    with h.lock:
+        h.acc.put(("t", 0), ProducerBatch("t", 0, RecordBatchBuilder(None)))
+    fresh = h.acc.open[("t", 0)]
+    assert fresh.limit == 61 + int((16384 - 61) / (0.5 * 1.05))
+    while fresh.record_count < 40:                                   # 31,139 bytes: twice what batch_size is
+        h.acc.send("t", b"x" * 700, None, None, 0)
+    assert ("t", 0) in h.acc.open and h.acc.open[("t", 0)] is fresh
+    assert h.acc.observe("t", 10_000, 5_200) == pytest.approx(0.55)  # worse than 0.5: up by 0.05 at least
+    assert h.acc.observe("t", 10_000, 9_000) == pytest.approx(0.9)   # ... or to what it saw
+    big = _Harness(batch_size=1 << 20, compressed=True, max_request_size=100_000)
+    big.open("t", [0])
+    for _ in range(200):
+        big.acc.observe("t", 10_000, 1)
+    big.acc.seal(("t", 0))
+    with big.lock:
+        big.acc.put(("t", 0), ProducerBatch("t", 0, RecordBatchBuilder(None)))
+    while not big.sealed:
+        big.acc.send("t", b"x" * 1000, None, None, 0)
+    assert big.sealed[0][1].bytes <= 100_000                          # never past max_request_size

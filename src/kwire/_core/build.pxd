@@ -112,6 +112,8 @@ cdef class ProducerBatch:
     cdef bytes hbytes               # the last headers encoded, reused while the same pairs come again
     cdef int32_t hcount
     cdef public bint encoded        # its records are encoded as they come (send_arrow), not held
+    cdef readonly Py_ssize_t limit  # encoded (uncompressed) bytes at which it is full: the Accumulator's
+                                    # batch_size through its topic's compression estimate, set by put()
 
     cdef int add(self, value, key, headers, int64_t ts, Py_ssize_t limit) except -1
     cdef int add_raw(self, const char* k, Py_ssize_t kn, const char* v, Py_ssize_t vn, int32_t hcount,

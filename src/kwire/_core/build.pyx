@@ -640,7 +640,9 @@ cdef class ProducerBatch:
     records, which then start a batch of their own.
     ``bytes`` is what the batch counts against ``buffer_memory``;
     ``refused_size`` the size a batch of the last record it refused (for
-    want of room, see :meth:`Accumulator.append`) alone would have.
+    want of room, see :meth:`Accumulator.append`) alone would have;
+    ``limit`` the encoded size at which it is full (the Accumulator sets
+    it from ``batch_size`` when it opens the batch).
     Subclassed by the producer for its send state."""
 
     def __cinit__(self, str topic not None, int partition, RecordBatchBuilder builder not None, *args, **kwargs):
@@ -649,6 +651,7 @@ cdef class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.builder = builder
+        self.limit = INT32_MAX
 
     def __dealloc__(self):
         held_release(&self.held)

@@ -270,16 +270,20 @@ cdef class _Topic:
     can empty under the send path's feet), ``count`` (how many it has: put()
     takes 0 to count - 1), ``sticky`` (the partition keyless records go to,
     or None) and, by partition, the open batch or None (at most ``count``
-    slots when put() made them)."""
+    slots when put() made them), and ``ratio``: the compressed size its
+    batches are estimated to take, per byte of records (Java's
+    ``CompressionRatioEstimator``)."""
     cdef int64_t version
     cdef tuple parts
     cdef Py_ssize_t count
     cdef object sticky
     cdef list slots
+    cdef double ratio
 
     def __cinit__(self):
         self.version = -1
         self.slots = []
+        self.ratio = 1.0
 
 
 cdef extern from "Python.h":
@@ -337,6 +341,16 @@ cdef Py_ssize_t alone_bound(value, key, headers):
             body += varint_size(n) + n + vb
     return V2_HEADER + varint_size(body) + body
 
+
+# Java's compression estimate (CompressionRatioEstimator, MemoryRecordsBuilder):
+# the estimate times this is a batch's expected share once compressed; it
+# moves up by at least the first step, down by the second. The floor only
+# keeps a freak batch (all zeros) from making the next ones huge: max_batch
+# bounds them anyway.
+cdef double COMPRESSION_MARGIN = 1.05
+cdef double RATIO_WORSE_STEP = 0.05
+cdef double RATIO_BETTER_STEP = 0.005
+cdef double RATIO_FLOOR = 0.01
 
 # The Accumulator's cache of the previous send's topic starts with this,
 # which no caller can pass (send() takes a str), so a first call cannot
@@ -486,8 +500,12 @@ cdef class Accumulator:
 
     ``generation`` is the cluster metadata's :class:`Generation`. As in
     Java's producer, a batch takes a record only while it stays within
-    ``batch_size`` (encoded, uncompressed), and is sealed once it reaches
-    it or the next record does not fit; a record larger than that alone
+    ``batch_size``, and is sealed once it reaches it or the next record
+    does not fit. Uncompressed (``compressed`` false) that is its encoded
+    size; compressed, as in Java, its estimated size once compressed: the
+    encoded records times the topic's compression estimate times 1.05
+    (:meth:`observe` keeps the estimate, from each batch built), so that
+    a batch of records that compress well holds more of them; a record larger than that alone
     gets a batch of its own, which never grows past ``max_request_size``
     or ``buffer_memory`` (at most 2**31 - 1, what the format allows): a
     record that alone would is refused with :class:`RecordTooLargeError`.
@@ -506,6 +524,7 @@ cdef class Accumulator:
     cdef Py_ssize_t buffer_memory
     cdef Py_ssize_t max_batch
     cdef double max_block
+    cdef bint compressed
     cdef Generation generation
     cdef SendLock lock
     cdef object check, wait_partitions, wait_room, new_batch, sealed
@@ -513,7 +532,7 @@ cdef class Accumulator:
 
     def __init__(self, *, SendLock lock not None, Generation generation not None, check, wait_partitions,
                  wait_room, new_batch, sealed, Py_ssize_t batch_size, Py_ssize_t max_request_size=INT32_MAX,
-                 Py_ssize_t buffer_memory=INT32_MAX, double max_block_ms=60000):
+                 Py_ssize_t buffer_memory=INT32_MAX, double max_block_ms=60000, bint compressed=False):
         self.open = {}
         self.topics = {}
         self.last_name = _NO_TOPIC
@@ -534,6 +553,7 @@ cdef class Accumulator:
         self.buffer_memory = buffer_memory
         self.max_batch = min(max_request_size, buffer_memory, INT32_MAX)
         self.max_block = max_block_ms / 1000.0
+        self.compressed = compressed
 
     # ------------------------------------------------------------ partitions
     cdef _Topic topic(self, str name):
@@ -557,6 +577,34 @@ cdef class Accumulator:
         t.version = version
         t.parts = kept
         t.count = n
+
+    cdef Py_ssize_t limit_of(self, _Topic t):
+        """The encoded size at which a new batch of ``t`` is full:
+        ``batch_size``, or compressed the encoded size whose estimate
+        reaches it (Java's ``estimatedBytesWritten``). A batch takes records
+        up to this, and never past ``max_batch``."""
+        cdef double est
+        if not self.compressed:
+            return self.batch_size
+        est = V2_HEADER + (self.batch_size - V2_HEADER) / (t.ratio * COMPRESSION_MARGIN)
+        return <Py_ssize_t>min(est, <double>INT32_MAX)
+
+    def observe(self, str topic not None, Py_ssize_t encoded, Py_ssize_t written):
+        """A batch of ``topic`` of ``encoded`` bytes (uncompressed) was
+        built as ``written`` bytes: the topic's compression estimate moves
+        as Java's does (``CompressionRatioEstimator``): up at once to a
+        worse ratio (by at least 0.05), down by 0.005 per better batch.
+        Returns the estimate (None: the topic is unknown)."""
+        cdef _Topic t = self.topics.get(topic)
+        cdef double seen
+        if t is None or encoded <= 0:
+            return None
+        seen = <double>written / encoded
+        if seen > t.ratio:
+            t.ratio = max(t.ratio + RATIO_WORSE_STEP, seen)
+        elif seen < t.ratio:
+            t.ratio = max(t.ratio - RATIO_BETTER_STEP, RATIO_FLOOR)
+        return t.ratio
 
     def known_partitions(self, str topic not None, int64_t version):
         """The partitions set for ``topic`` (a tuple) if they are of
@@ -613,6 +661,7 @@ cdef class Accumulator:
             slots.extend([None] * (p + 1 - len(slots)))
         slots[p] = batch
         self.open[tp] = batch
+        batch.limit = self.limit_of(t)
 
     cdef ProducerBatch take(self, tuple tp):
         """Remove and return the open batch of ``tp`` (lock held; None if it has none)."""
@@ -825,7 +874,7 @@ cdef class Accumulator:
         (``batch_size``, or ``max_batch`` for the first record)."""
         cdef Py_ssize_t size, growth
         cdef int index = batch.add(value, key, headers, ts,
-                                   self.max_batch if not batch.held.n else min(self.batch_size, self.max_batch))
+                                   self.max_batch if not batch.held.n else min(batch.limit, self.max_batch))
         cdef RecordFuture fut
         if index < 0:
             return None
@@ -836,7 +885,7 @@ cdef class Accumulator:
         growth = size - batch.bytes
         self.buffered += growth
         batch.bytes = size
-        if size + growth > self.batch_size:
+        if size + growth > batch.limit:
             self.seal_batch((topic, partition))
         return fut
 
@@ -952,11 +1001,10 @@ cdef class Accumulator:
                                 continue                               # look again: the slot may have changed
                             batch = self.new_batch(topic, p, True)
                             batch.encoded = True
-                            batch.builder.reserve(min(self.batch_size, self.max_batch))   # grown once, not per record
                             self.put((topic, p), batch)
+                            batch.builder.reserve(min(batch.limit, 2 * self.batch_size, self.max_batch))   # grown once, not per record
                         index = batch.add_raw(k, kn, v, vn, hcount, hbuf.data, hbuf.len, ts,
-                                              self.max_batch if not batch.held.n
-                                              else min(self.batch_size, self.max_batch))
+                                              self.max_batch if not batch.held.n else min(batch.limit, self.max_batch))
                         if index >= 0:
                             break
                         if not batch.held.n:                   # cannot happen: sizes were checked
@@ -972,7 +1020,7 @@ cdef class Accumulator:
                     self.buffered += growth
                     batch.bytes = size
                     count += 1
-                    if size + growth > self.batch_size:
+                    if size + growth > batch.limit:
                         self.seal_batch((topic, p))
             finally:
                 self.lock.release()
