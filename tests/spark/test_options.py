@@ -260,3 +260,15 @@ def test_offsets_behind_latest_is_the_connectors_arithmetic():
     assert offsets_behind_latest({"sources": [{"endOffset": None, "latestOffset": None}]}) == {}
     assert [java_double(x) for x in (0.0, 1.0, 12.5, 0.001, 0.0001, 1e7, 12345678.9, 9999999.0)] == [
         "0.0", "1.0", "12.5", "0.001", "1.0E-4", "1.0E7", "1.23456789E7", "9999999.0"]
+
+
+def test_the_sinks_producer_batches_256_kib_unless_told():
+    """A task hands its producer whole Arrow batches: the sink's producers
+    default batch.size to 256 KiB, not Java's 16 KiB; kafka.batch.size wins."""
+    from kwire.config import PRODUCER, resolve
+    from kwire.spark.options import SINK_BATCH_SIZE
+
+    assert SINK_BATCH_SIZE == 262_144
+    assert resolve(PRODUCER, parse_sink_options({**BOOT, "topic": "t"}).producer_config())["batch_size"] == 262_144
+    told = parse_sink_options({**BOOT, "topic": "t", "kafka.batch.size": "16384"}).producer_config()
+    assert resolve(PRODUCER, told)["batch_size"] == 16384

@@ -275,6 +275,10 @@ class SourceOptions:
         return cfg
 
 
+#: The sink's producers' ``batch.size`` unless ``kafka.batch.size`` is given (256 KiB).
+SINK_BATCH_SIZE = 262_144
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     topic: Optional[str]
@@ -285,9 +289,16 @@ class SinkOptions:
 
     def producer_config(self) -> Dict[str, Any]:
         """kwire producer options: the ``kafka.*`` options, the security
-        ones translated by :mod:`kwire.spark.security` in this process."""
+        ones translated by :mod:`kwire.spark.security` in this process.
+        ``batch.size`` defaults to :data:`SINK_BATCH_SIZE`: a task hands its
+        producer whole Arrow batches at once, so a batch fills at once and
+        Java's 16 KiB (sized for producers sending a record at a time) only
+        multiplies batches and requests, the producer's and the broker's
+        work per record."""
         cfg: Dict[str, Any] = translate_security(self.kafka)
         cfg.setdefault("client.id", "kwire-spark-writer")
+        if "batch.size" not in cfg and "batch_size" not in cfg:
+            cfg["batch.size"] = SINK_BATCH_SIZE
         return cfg
 
 
