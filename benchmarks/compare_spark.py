@@ -737,7 +737,8 @@ def print_tables(runs: Sequence[Run], produced: Sequence[Produced], args) -> Lis
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (broker, codec, op, source), r in top.items():
         times = [x.seconds for x in runs if (x.broker, x.codec, x.op, x.source) == (broker, codec, op, source)]
-        rows = f"{r.rows:,}" + ("" if r.rows == n else " short" if r.rows < n else " over")
+        want = args.shaped_records if op in SHAPED_WRITES else n
+        rows = f"{r.rows:,}" + ("" if r.rows == want else " short" if r.rows < want else " over")
         print(f"| {broker} | {codec} | {op} | {source} | {r.seconds:.2f} | {r.rate:,.0f} | {rows} | "
               f"{r.broker_cpu_s:.2f} | {r.spark_jvm_cpu_s:.2f} | {r.python_workers_cpu_s:.2f} | "
               f"{r.machine_cpu_s:.2f} | {statistics.median(times):.2f} |")
@@ -855,10 +856,11 @@ def release_best(doc: dict) -> Dict[Tuple[str, str, str, str], Run]:
                  for row in doc["results"] if row.get("kind") != "produced"])
 
 
-def summary_row(line: str, k: Run, peer: Optional[Run], records: int) -> str:
+def summary_row(line: str, k: Run, peer: Optional[Run], records: int, shaped_records: int) -> str:
     """kwire's best run against the connector's on one release, as a table row."""
     target = target_of(k.op)
-    short = "; ".join(f"{r.source} {r.rows:,} rows of {records:,}" for r in (k, peer) if r and r.rows != records)
+    want = shaped_records if k.op in SHAPED_WRITES else records
+    short = "; ".join(f"{r.source} {r.rows:,} rows of {want:,}" for r in (k, peer) if r and r.rows != want)
     how = k.source if k.source != KWIRE or k.op == "stream" else KWIRE + ("" if line != "3.5" else " (read/write)")
     head = f"| {line} | {k.broker} | {k.codec} | {k.op} | {how} | {k.rate:,.0f}"
     if peer is None:
@@ -868,7 +870,7 @@ def summary_row(line: str, k: Run, peer: Optional[Run], records: int) -> str:
             f">= {target:.1f}x | {'met' if ratio >= target else 'NOT met'} | {short} |")
 
 
-def print_summary(runs: Sequence[ReleaseRun], records: int) -> None:
+def print_summary(runs: Sequence[ReleaseRun], records: int, shaped_records: int) -> None:
     """One table: every release's kwire against the connector, then how each release was adapted."""
     print(f"\nkwire against Spark's Kafka connector on each release ({records:,} records; best runs' rows/s; "
           f"targets: reads >= {READ_TARGET}x the connector's rows/s, writes >= {WRITE_TARGET}x)\n")
@@ -881,7 +883,7 @@ def print_summary(runs: Sequence[ReleaseRun], records: int) -> None:
         top = release_best(run.doc)
         for (broker, codec, op, source), k in top.items():
             if source in KWIRES:
-                print(summary_row(run.line, k, top.get((broker, codec, op, CONNECTOR)), records))
+                print(summary_row(run.line, k, top.get((broker, codec, op, CONNECTOR)), records, shaped_records))
         for op in run.doc["environment"].get("not_run", []):
             print(f"| {run.line} | | | {op} | | | | | | n/a | not on this release (below) |")
     print()
@@ -914,7 +916,7 @@ def matrix(args) -> int:
     tansu = tansu_binary(args)
     with tempfile.TemporaryDirectory(prefix="kwire-bench-releases-") as out_dir:
         runs = [run_release(line, args, tansu, out_dir) for line in lines]
-    print_summary(runs, args.records)
+    print_summary(runs, args.records, args.shaped_records)
     if args.json:
         write_matrix_json(args.json, runs, args)
     return 0 if all(r.doc is not None for r in runs) else 1
