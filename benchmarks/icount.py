@@ -90,14 +90,27 @@ def _decode_records(buf: bytes) -> Callable[[], None]:
     return work
 
 
-def _decode_arrow(buf: bytes) -> Callable[[], None]:
+def _decode_arrow(*bufs: bytes) -> Callable[[], None]:
+    """One decoder's calls on each of ``bufs`` in turn."""
     import kwire
     import kwire._arrow  # noqa: F401  (and pyarrow: imported before the marker, once per process, not per record)
     dec = kwire.ColumnarDecoder(check_crcs=True)
 
     def work():
-        assert dec.decode(buf).record_batch.num_rows > 0
+        for buf in bufs:
+            assert dec.decode(buf).record_batch.num_rows > 0
     return work
+
+
+def _setup_alternating(n: int) -> Callable[[], None]:
+    """The mixed records, uncompressed, decoded to Arrow as a consumer whose
+    calls alternate in size: the whole buffer in one call, then again in
+    calls of at most 1 MB (``n`` records decoded in all, each twice). What
+    the columns' memory costs when a decoder's results change size is what
+    the gate's companions see here."""
+    from benchmarks import workload
+    buf = b"".join(encode(workload.mixed_records(n // 2), None))
+    return _decode_arrow(buf, *workload.fetches(buf, 1 << 20))
 
 
 def _setup_decode(kind: str, shape: str, codec: Optional[str], n: int) -> Callable[[], None]:
@@ -264,6 +277,7 @@ def _paths() -> Dict[str, Path]:
                 name = f"decode-{kind}/{codec}/{shape}"
                 c = None if codec == "none" else codec
                 out[name] = Path(name, 20_000, lambda n, k=kind, s=shape, c=c: _setup_decode(k, s, c, n))
+    out["decode-arrow/none/alternating"] = Path("decode-arrow/none/alternating", 40_000, _setup_alternating)
     out["encode/none/mixed"] = Path("encode/none/mixed", 20_000, lambda n: _setup_encode(None, n))
     out["encode/lz4/mixed"] = Path("encode/lz4/mixed", 20_000, lambda n: _setup_encode("lz4", n))
     out["send"] = Path("send", 50_000, send_workload)

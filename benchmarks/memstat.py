@@ -179,6 +179,8 @@ def measure_one(name: str, pythonpath: Optional[str] = None, harness: Optional[s
 def missing_tools() -> List[str]:
     """What the measurement needs and this machine lacks."""
     out = [t for t in ("strace", "setarch") if shutil.which(t) is None]
+    if "setarch" not in out and subprocess.run(["setarch", "-R", "true"], stderr=subprocess.DEVNULL).returncode:
+        out.append("setarch -R (address-space randomisation cannot be turned off here)")
     return out + ([] if os.path.exists("/proc/self/clear_refs") else ["/proc/self/clear_refs (Linux)"])
 
 

@@ -80,7 +80,7 @@ def test_every_path_is_defined_and_listed():
         for codec in ("none", "lz4"):
             for shape in ("standard", "mixed"):
                 assert f"decode-{kind}/{codec}/{shape}" in icount.PATHS
-    assert {"encode/none/mixed", "send", "fetch-response"} <= set(icount.PATHS)
+    assert {"encode/none/mixed", "send", "fetch-response", "decode-arrow/none/alternating"} <= set(icount.PATHS)
 
 
 def test_mixed_workload_is_mixed_and_deterministic():
