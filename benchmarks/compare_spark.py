@@ -129,6 +129,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -338,6 +339,7 @@ class Run:
     detail: Dict[str, float] = field(default_factory=dict)    # where the time went, if known (streams)
     spark_jvm_cpu_s: float = 0.0       # CPU seconds of Spark's JVM (driver and executor: local mode)
     python_workers_cpu_s: float = 0.0  # ... and of its Python workers
+    jvm_threads: Dict[str, float] = field(default_factory=dict)   # the JVM's CPU seconds by thread group
 
     @property
     def rate(self) -> float:
@@ -372,17 +374,52 @@ def spark_cpu() -> Dict[str, float]:
     for jvm in (c for c in children.get(os.getpid(), []) if names.get(c) == "java"):
         out["spark_jvm_cpu_s"] += process_cpu(jvm)
         out["python_workers_cpu_s"] += sum(process_cpu(q) for c in children.get(jvm, []) for q in under(c))
+        for group, cpu in jvm_threads(jvm).items():
+            out[f"jvm:{group}"] = out.get(f"jvm:{group}", 0.0) + cpu
     return out
 
 
-def timed(fn: Callable[[], Check], broker_pid: int) -> Tuple[float, Check, float, float, Dict[str, float]]:
+#: JVM threads by name (/proc's first 15 characters, digits as N), grouped as a profile reads them
+JVM_THREAD_GROUPS = (("Executor task", "tasks"), ("stdout writer f", "python feed"), ("Thread-N", "tasks"),
+                     ("GC Thread#N", "gc"), ("GN Conc#N", "gc"), ("GN Main Marker", "gc"), ("GN Refine#N", "gc"),
+                     ("GN Service", "gc"), ("VM Thread", "gc"), ("CN CompilerThre", "jit"),
+                     ("kafka-producer-", "kafka producer"))
+
+
+def jvm_threads(pid: int) -> Dict[str, float]:
+    """CPU seconds of JVM ``pid``'s live threads by group (JVM_THREAD_GROUPS; others by their name)."""
+    out: Dict[str, float] = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        name = re.sub(r"\d+", "N", head.split("(", 1)[1])
+        group = next((g for prefix, g in JVM_THREAD_GROUPS if name.startswith(prefix)), name)
+        fields_ = rest.split()
+        out[group] = out.get(group, 0.0) + (int(fields_[11]) + int(fields_[12])) / tck
+    return out
+
+
+def timed(fn: Callable[[], Check], broker_pid: int) -> Tuple[float, Check, float, float, Dict[str, object]]:
     """Wall time of one run of ``fn``, its check, the broker's and the
     whole machine's busy CPU seconds in it, and Spark's (:func:`spark_cpu`)."""
     c, m, sp = process_cpu(broker_pid), machine_busy(), spark_cpu()
     t = time.perf_counter()
     check = fn()
     took = time.perf_counter() - t
-    spark = {k: v - sp[k] for k, v in spark_cpu().items()}
+    now = spark_cpu()
+    spark = {k: now[k] - sp[k] for k in ("spark_jvm_cpu_s", "python_workers_cpu_s")}
+    threads = {k[4:]: now[k] - sp.get(k, 0.0) for k in now if k.startswith("jvm:")}
+    # threads that ended meanwhile (each task's feeding thread) are in the process's seconds, not a thread's
+    threads["ended threads"] = spark["spark_jvm_cpu_s"] - sum(threads.values())
+    spark["jvm_threads"] = {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1])}
     return took, check, process_cpu(broker_pid) - c, machine_busy() - m, spark
 
 
@@ -606,12 +643,24 @@ def warm_up(s: Setup, ops: Sequence[str]) -> None:
             write(s, source, topic, WARM_ROWS)()
 
 
+def collect_jvm_garbage(spark) -> None:
+    """A full garbage collection in Spark's JVM before a run, so that no
+    run pays (in its wall time and its JVM's CPU seconds) for collecting
+    the garbage of the run before it: the connector's producer leaves far
+    more than kwire's sink, and the next run was charged for it."""
+    try:
+        spark.sparkContext._jvm.java.lang.System.gc()
+    except Exception as e:  # noqa: BLE001 - hygiene only: a session without a JVM gateway still runs
+        say(f"no garbage collection before the run: {e!r}")
+
+
 def measure(s: Setup, op: str, source: str, round_: int) -> Run:
     """One timed run of ``op`` through ``source``, its rows checked after
     the clock stopped."""
     if op.startswith("write") and source != CEILING:
         create_topic(s.broker.bootstrap, write_topic(s, source, round_, op), s.partitions)
     say(f"{s.broker.name} {s.codec} round {round_ + 1}: {op} {source}...")
+    collect_jvm_garbage(s.spark)
     seconds, check, broker_cpu, machine_cpu, spark = timed(lambda: MEASURE[op](s, source, round_), s.broker.pid)
     rows, detail = check()
     return Run(s.broker.name, s.codec, op, source, round_, seconds, rows, broker_cpu, machine_cpu, detail, **spark)
@@ -742,6 +791,14 @@ def print_tables(runs: Sequence[Run], produced: Sequence[Produced], args) -> Lis
         print(f"| {broker} | {codec} | {op} | {source} | {r.seconds:.2f} | {r.rate:,.0f} | {rows} | "
               f"{r.broker_cpu_s:.2f} | {r.spark_jvm_cpu_s:.2f} | {r.python_workers_cpu_s:.2f} | "
               f"{r.machine_cpu_s:.2f} | {statistics.median(times):.2f} |")
+    writes = [r for r in top.values() if r.op.startswith("write") and r.jvm_threads]
+    if writes:
+        print("\nWhere the best writes' Spark JVM CPU seconds went, by thread (tasks: reading and converting "
+              "rows to Arrow, or the connector's sending; python feed: writing Arrow to the workers; "
+              "kafka producer: the connector's sender thread; gc, jit; ended threads: those gone by the end):\n")
+        for r in writes:
+            print(f"* {r.broker} {r.codec} {r.op} {r.source}: " +
+                  ", ".join(f"{k} {v:.2f} s" for k, v in r.jvm_threads.items() if abs(v) >= 0.01))
     streams = [r for r in top.values() if r.op == "stream" and r.detail]
     if streams:
         print("\nWhere the best streaming runs' time went (Spark's durationMs, summed over micro-batches; "
