@@ -70,10 +70,14 @@ extensions.append(Extension("kwire._codec", ["src/kwire/_codec.pyx"], extra_comp
 # The typed decoders run a program op by op: the `cdef inline` helpers they
 # call for each field (read a varint, append to a column) are worth inlining
 # into the op loops past gcc's default size limit (kept as calls, they cost a
-# ninth of the Avro decoder's instructions). gcc only: other compilers keep
-# their defaults.
-INLINE_MORE_MODULES = {"kwire._core.avro"}
-INLINE_MORE_GCC = ["--param=max-inline-insns-single=1200"]
+# ninth of the Avro decoder's instructions). The columnar decoder's row and
+# header appends likewise go into its record loop (past the unit's growth
+# limit too: 600 -> 553 instructions a record on the held-back mix of
+# benchmarks/compare_floor.py). gcc only: other compilers keep their defaults.
+INLINE_MORE_GCC = {
+    "kwire._core.avro": ["--param=max-inline-insns-single=1200"],
+    "kwire._core.columnar": ["--param=max-inline-insns-single=1200", "--param=inline-unit-growth=200"],
+}
 
 
 class BuildExt(build_ext):
@@ -81,8 +85,8 @@ class BuildExt(build_ext):
         cc = os.path.basename(str((getattr(self.compiler, "compiler_so", None) or [""])[0]))
         if "gcc" in cc and not sanitize and not os.environ.get("KWIRE_DEBUG"):
             for ext in self.extensions:
-                if ext.name in INLINE_MORE_MODULES:
-                    ext.extra_compile_args = list(ext.extra_compile_args) + INLINE_MORE_GCC
+                if ext.name in INLINE_MORE_GCC:
+                    ext.extra_compile_args = list(ext.extra_compile_args) + INLINE_MORE_GCC[ext.name]
         super().build_extensions()
 
 

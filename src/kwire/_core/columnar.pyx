@@ -9,7 +9,7 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
-from kwire._core.buffers cimport GBuf, Reader, gbuf_reserve, put_bit, rd_init
+from kwire._core.buffers cimport GBuf, Reader, gbuf_grow, gbuf_reserve, rd_init
 from kwire._core.consts cimport *
 from kwire._core.native cimport crc32c
 from kwire._core.utf8 cimport utf8_invalid_at
@@ -235,6 +235,7 @@ cdef class ColumnarDecoder(_Driver):
     cdef Py_ssize_t nbatches
     cdef object ts_unit
     cdef Py_ssize_t max_column
+    cdef const uint8_t* limit     # the end of the records being appended: their bytes may be read up to it
 
     def __cinit__(self, *args, **kwargs):
         self.kind = KIND_COLUMNS
@@ -468,6 +469,8 @@ cdef class ColumnarDecoder(_Driver):
                         const uint8_t* key, int32_t key_len,
                         const uint8_t* value, int32_t value_len) except -1:
         cdef int st = self.reserve_rows(1)
+        # a legacy message: its bytes end with its value (after its key), or its key
+        self.limit = value + value_len if value != NULL else (key + key_len if key != NULL else NULL)
         if st == 0:
             st = self.add_row(offset, ts, ts_type, key, key_len, value, value_len, 0)
         return self.check(st, b)
@@ -499,6 +502,7 @@ cdef class ColumnarDecoder(_Driver):
         if st:
             return st
         rd_init(&r, p, start, n)
+        self.limit = p + n
         # (self.last is read and written in place: a local copy measured 4
         # more instructions per header, the register it takes spilling)
         for i in range(first, b.count):
@@ -553,7 +557,9 @@ cdef class ColumnarDecoder(_Driver):
         self.sync_lens()
         if (gbuf_reserve(&c.b[C_OFFSET], 8 * k) < 0 or gbuf_reserve(&c.b[C_TS], 8 * k) < 0
                 or gbuf_reserve(&c.b[C_TS_TYPE], 4 * k) < 0 or gbuf_reserve(&c.b[C_KEY_OFF], 4 * k) < 0
-                or gbuf_reserve(&c.b[C_VAL_OFF], 4 * k) < 0 or gbuf_reserve(&c.b[C_HDR_OFF], 4 * k) < 0):
+                or gbuf_reserve(&c.b[C_VAL_OFF], 4 * k) < 0 or gbuf_reserve(&c.b[C_HDR_OFF], 4 * k) < 0
+                or reserve_bits(&c.b[C_KEY_VALID], c.rows + k) < 0 or reserve_bits(&c.b[C_VAL_VALID], c.rows + k) < 0
+                or reserve_bits(&c.b[C_HDR_VALID], c.rows + k) < 0):
             return -E_NOMEM
         return 0
 
@@ -574,19 +580,17 @@ cdef class ColumnarDecoder(_Driver):
         (<int64_t*>c.b[C_OFFSET].data)[row] = offset
         (<int64_t*>c.b[C_TS].data)[row] = ts
         (<int32_t*>c.b[C_TS_TYPE].data)[row] = ts_type
-        st = append_binary(&c.b[C_KEY_OFF], &c.b[C_KEY_DATA], row, key, key_len, self.max_column)
+        note_valid(&c.b[C_KEY_VALID], &c.nulls[NULLS_KEY], row, key_len >= 0)
+        note_valid(&c.b[C_VAL_VALID], &c.nulls[NULLS_VAL], row, value_len >= 0)
+        note_valid(&c.b[C_HDR_VALID], &c.nulls[NULLS_HDR], row, header_count > 0)
+        st = append_binary(&c.b[C_KEY_OFF], &c.b[C_KEY_DATA], row, key, key_len, self.max_column, self.limit)
         if st == 0:
-            st = note_valid(&c.b[C_KEY_VALID], &c.nulls[NULLS_KEY], row, key_len >= 0)
-        if st == 0:
-            st = append_binary(&c.b[C_VAL_OFF], &c.b[C_VAL_DATA], row, value, value_len, self.max_column)
-        if st == 0:
-            st = note_valid(&c.b[C_VAL_VALID], &c.nulls[NULLS_VAL], row, value_len >= 0)
-        if st == 0:
-            st = note_valid(&c.b[C_HDR_VALID], &c.nulls[NULLS_HDR], row, header_count > 0)
+            st = append_binary(&c.b[C_VAL_OFF], &c.b[C_VAL_DATA], row, value, value_len, self.max_column, self.limit)
         if st == 0 and header_count:
             c.b[C_HK_OFF].len = c.b[C_HV_OFF].len = (c.header_rows + 1) * 4
             if (gbuf_reserve(&c.b[C_HK_OFF], 4 * header_count) < 0
-                    or gbuf_reserve(&c.b[C_HV_OFF], 4 * header_count) < 0):
+                    or gbuf_reserve(&c.b[C_HV_OFF], 4 * header_count) < 0
+                    or reserve_bits(&c.b[C_HV_VALID], c.header_rows + header_count) < 0):
                 st = -E_NOMEM
         (<int32_t*>c.b[C_HDR_OFF].data)[row + 1] = <int32_t>(c.header_rows + header_count)
         c.rows = row + 1
@@ -597,19 +601,19 @@ cdef class ColumnarDecoder(_Driver):
         cdef Cols* c = &self.c
         cdef int64_t i = c.header_rows
         cdef int st
-        if kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0:
-            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+        if (kn <= 16 and self.limit - k >= 16 and short_ascii(k, kn)) or (
+                kn == self.valid_key_len and memcmp(k, self.valid_key, kn) == 0):
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column, self.limit)
         elif utf8_invalid_at(k, kn) >= 0:
             st = self.add_replaced_key(k, kn)
         else:
             if kn <= 64:
                 memcpy(self.valid_key, k, kn)
                 self.valid_key_len = kn
-            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column)
+            st = append_binary(&c.b[C_HK_OFF], &c.b[C_HK_DATA], i, k, kn, self.max_column, self.limit)
         if st == 0:
-            st = append_binary(&c.b[C_HV_OFF], &c.b[C_HV_DATA], i, v, vn, self.max_column)
-        if st == 0:
-            st = note_valid(&c.b[C_HV_VALID], &c.nulls[NULLS_HV], i, vn >= 0)
+            st = append_binary(&c.b[C_HV_OFF], &c.b[C_HV_DATA], i, v, vn, self.max_column, self.limit)
+        note_valid(&c.b[C_HV_VALID], &c.nulls[NULLS_HV], i, vn >= 0)
         c.header_rows = i + 1
         return st
 
@@ -618,44 +622,79 @@ cdef class ColumnarDecoder(_Driver):
         cdef bytes enc = header_key_str(k, kn).encode("utf-8")
         return append_binary(&self.c.b[C_HK_OFF], &self.c.b[C_HK_DATA], self.c.header_rows,
                              <const uint8_t*>PyBytes_AS_STRING(enc), <int32_t>PyBytes_GET_SIZE(enc),
-                             self.max_column)
+                             self.max_column, <const uint8_t*>PyBytes_AS_STRING(enc) + PyBytes_GET_SIZE(enc))
+
+
+cdef extern from *:
+    """
+    /* n > 0 bytes from src to dst. Up to 32 bytes (keys, header keys and
+       values mostly) as two fixed 16-byte moves, no call, where src may be
+       read 32 bytes on (limit: the end of its batch's records); dst has 32
+       bytes of room past n (append_binary reserves them). */
+    static inline void kwire_copy(char* dst, const unsigned char* src, Py_ssize_t n, const unsigned char* limit) {
+        if (n <= 32 && limit - src >= 32) {
+            memcpy(dst, src, 16);
+            memcpy(dst + 16, src + 16, 16);
+        } else {
+            memcpy(dst, src, (size_t)n);
+        }
+    }
+
+    /* Whether s[0:n] (n <= 16; s may be read 16 bytes on) is ASCII: a header
+       key's check for valid UTF-8 in two masked words. */
+    static inline int kwire_short_ascii(const unsigned char* s, Py_ssize_t n) {
+        uint64_t a, b;
+        uint64_t ma = n >= 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * n)) - 1;
+        uint64_t mb = n >= 16 ? ~(uint64_t)0 : n <= 8 ? 0 : ((uint64_t)1 << (8 * (n - 8))) - 1;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + 8, 8);
+        return (((a & ma) | (b & mb)) & 0x8080808080808080ULL) == 0;
+    }
+    """
+    void copy_bytes "kwire_copy"(char* dst, const uint8_t* src, Py_ssize_t n, const uint8_t* limit) noexcept nogil
+    bint short_ascii "kwire_short_ascii"(const uint8_t* s, Py_ssize_t n) noexcept nogil
 
 
 cdef inline int append_binary(GBuf* offs, GBuf* data, int64_t i, const uint8_t* p, int32_t n,
-                              Py_ssize_t max_column) noexcept nogil:
+                              Py_ssize_t max_column, const uint8_t* limit) noexcept nogil:
     """Element ``i`` of a binary column: its bytes (none when null, n < 0) and
     its end offset (room for it reserved). 1 when the data would pass
-    ``max_column`` bytes."""
+    ``max_column`` bytes. ``p`` may be read up to ``limit`` (at least its
+    ``n`` bytes: ``p + n`` where nothing follows them)."""
     if n > 0:
         if data.len + n > max_column:
             return 1
-        if gbuf_reserve(data, n) < 0:
+        if gbuf_reserve(data, n + 32) < 0:
             return -E_NOMEM
-        memcpy(data.data + data.len, p, n)
+        copy_bytes(data.data + data.len, p, n, limit)
         data.len += n
     (<int32_t*>offs.data)[i + 1] = <int32_t>data.len
     return 0
 
 
-cdef inline int note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) noexcept nogil:
-    """Element ``i``'s validity bit. The bitmap is only written once the
-    column has a null (until then every element is valid and Arrow gets no
-    bitmap): the first null fills the bits of the elements before it."""
-    cdef Py_ssize_t nbytes
+cdef inline int reserve_bits(GBuf* bits, int64_t n) noexcept nogil:
+    """Room in a validity bitmap for ``n`` bits (its length is that of the
+    bits written: see note_valid); -1 if out of memory."""
+    cdef Py_ssize_t need = (n + 7) >> 3
+    if need <= bits.cap:
+        return 0
+    return gbuf_grow(bits, need - bits.len)
+
+
+cdef inline void note_valid(GBuf* bits, int64_t* nulls, int64_t i, bint valid) noexcept nogil:
+    """Element ``i``'s validity bit (room reserved by reserve_bits). The
+    bitmap is only written once the column has a null (until then every
+    element is valid and Arrow gets no bitmap): the first null fills the bits
+    of the elements before it."""
+    cdef uint8_t* byte
     if nulls[0] == 0:
         if valid:
-            return 0
-        nbytes = (i >> 3) + 1
-        bits.len = 0
-        if gbuf_reserve(bits, nbytes) < 0:
-            return -E_NOMEM
-        memset(bits.data, 0xFF, nbytes)
-        bits.len = nbytes
-    if put_bit(bits, i, valid) < 0:
-        return -E_NOMEM
-    if not valid:
-        nulls[0] += 1
-    return 0
+            return
+        memset(bits.data, 0xFF, (i >> 3) + 1)
+    byte = <uint8_t*>bits.data + (i >> 3)
+    byte[0] = (byte[0] & ~(1 << (i & 7))) | (valid << (i & 7))
+    bits.len = (i >> 3) + 1
+    nulls[0] += not valid
 
 
 def decode_columnar(data, *, topic=None, partition=None, int64_t min_offset=-1,
