@@ -4,21 +4,29 @@ the same records, in one run: messages/s, client CPU seconds, ratios to
 confluent-kafka, and kwire.aio's ratios to aiokafka and to blocking kwire.
 
 Workload: N records (default 1,000,000) of a 16-byte key and a 100-byte
-value into a 4-partition topic, per codec (none, lz4, zstd). Each client
+value into a 4-partition topic, per codec (none, lz4, zstd); with ``--shape
+mixed``, values of 50 to 1,000 bytes (at random, 525 on average), and
+kwire.aio's producers with their defaults (``buffer_memory`` 32 MiB,
+``batch_size`` 16 KiB, against 256 MiB and 256 KiB for the standard
+shape), so that they run into a full buffer for most of the run, a batch
+at a time: the backpressure case. Each client
 produces its own topic, then each client consumes the topic kwire wrote
 (every client reads the same bytes). kwire consumes twice: into Python
 records (``poll``) and into Arrow (``poll_columnar``).
 
 ``kwire-aio`` is :mod:`kwire.aio` on one event loop: its producer queues
 every record with ``send_nowait`` (``await enqueue`` when that raises
-``WouldBlockError``), then ``await flush()``; its consumers ``await
+``WouldBlockError``: the README's fast pattern), then ``await flush()``;
+``kwire-aio-enqueue`` awaits ``enqueue`` for every record instead (the
+coroutine path, which the fast one must not trail); its consumers ``await
 getmany`` (Python records) and ``await poll_columnar`` (``kwire-aio-columnar``).
 aiokafka runs on one event loop as well: its producer awaits ``send`` per
 record and gathers the futures (its documented fast way), its consumer
 ``await getmany``. ``--loop uvloop`` runs both on uvloop instead of
 asyncio's default loop. After the table come kwire-aio's ratios to
-aiokafka (target: 3x or more) and to blocking kwire (target: no more than
-1.3x slower), each marked met or missed.
+aiokafka (target: 3x or more), to blocking kwire (target: no more than
+1.3x slower) and to kwire-aio-enqueue (target: no slower), each marked met
+or missed.
 
 The ``broker-ceiling`` producer is no client: it encodes the records into
 the same 256 KiB batches and Produce requests before its clock starts,
@@ -27,7 +35,8 @@ idempotent limit), and reads the answers. Its rate is what the broker
 takes in at most on this machine, the bound on every client's produce.
 
     python -m benchmarks.compare_clients [--records 1000000] [--codecs none,lz4,zstd] [--skip kafka-python]
-                                         [--repeat 3] [--loop asyncio|uvloop] [--json out.json]
+                                         [--repeat 3] [--loop asyncio|uvloop] [--shape standard|mixed]
+                                         [--produce-only] [--json out.json]
 
 With ``--repeat N`` every client runs N rounds, taking turns (so noise on
 this shared machine hits all of them alike), and each one's best round
@@ -41,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import resource
 import socket
 import struct
@@ -55,12 +65,17 @@ from benchmarks import history
 PARTITIONS = 4
 LOOPS = ("asyncio", "uvloop")
 _loop = "asyncio"            # the event loop the asyncio clients run on (--loop)
+SHAPES = {"standard": "16-byte key, 100-byte value", "mixed": "16-byte key, 50-1,000-byte value"}
+# kwire.aio's producer options by shape: mixed, its defaults, so that the buffer is full for most of the run
+AIO_PRODUCER = {"standard": {"batch_size": 262144, "buffer_memory": 256 << 20}, "mixed": {}}
+_aio_producer = AIO_PRODUCER["standard"]      # (--shape)
 
 # kwire.aio's ratios printed after the table: (client, peer, least ratio the target asks for), the ratio
 # being how many times faster the client is than its peer on the same codec and operation
 AIO_TARGETS: List[Tuple[str, str, float]] = [("kwire-aio", "aiokafka", 3.0), ("kwire-aio-columnar", "aiokafka", 3.0),
                                              ("kwire-aio", "kwire", 1 / 1.3),
-                                             ("kwire-aio-columnar", "kwire-columnar", 1 / 1.3)]
+                                             ("kwire-aio-columnar", "kwire-columnar", 1 / 1.3),
+                                             ("kwire-aio", "kwire-aio-enqueue", 1.0)]
 
 
 def _cpu() -> float:
@@ -90,7 +105,10 @@ def run_loop(main: Callable[[], Any], loop: str = "") -> Any:
         return runner.run(main())
 
 
-def _records(n: int) -> List[Tuple[bytes, bytes]]:
+def _records(n: int, shape: str = "standard") -> List[Tuple[bytes, bytes]]:
+    if shape == "mixed":
+        rng = random.Random(32)
+        return [(b"%016d" % i, (b"%d-" % i).ljust(rng.randrange(50, 1001), b"v")) for i in range(n)]
     return [(b"%016d" % i, (b"%d-" % i).ljust(100, b"v")) for i in range(n)]
 
 
@@ -169,16 +187,27 @@ async def aio_produce(p, topic, recs, every: int = 0) -> None:
             await asyncio.sleep(0)
 
 
-def produce_kwire_aio(bootstrap, topic, recs, codec):
+async def aio_enqueue(p, topic, recs) -> None:
+    """Queue ``recs`` on the AsyncProducer ``p``: ``await enqueue`` per record."""
+    enqueue = p.enqueue
+    for k, v in recs:
+        await enqueue(topic, v, key=k)
+
+
+def produce_kwire_aio(bootstrap, topic, recs, codec, queue=aio_produce):
     from kwire.aio import AsyncProducer
 
     async def run():
         async with AsyncProducer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=5,
-                                 batch_size=262144, buffer_memory=256 << 20) as p:
-            await aio_produce(p, topic, recs)
+                                 **_aio_producer) as p:
+            await queue(p, topic, recs)
             await p.flush()
 
     run_loop(run)
+
+
+def produce_kwire_aio_enqueue(bootstrap, topic, recs, codec):
+    produce_kwire_aio(bootstrap, topic, recs, codec, aio_enqueue)
 
 
 def prepare_ceiling(bootstrap, topic, recs, codec):
@@ -364,6 +393,7 @@ def consume_kwire_aio_columnar(bootstrap, topic, n):
 
 
 PRODUCERS: Dict[str, Callable] = {"kwire": produce_kwire, "kwire-aio": produce_kwire_aio,
+                                  "kwire-aio-enqueue": produce_kwire_aio_enqueue,
                                   "confluent-kafka": produce_confluent,
                                   "aiokafka": produce_aiokafka, "kafka-python": produce_kafka_python,
                                   "broker-ceiling": produce_ceiling}
@@ -391,16 +421,21 @@ def main(argv=None) -> int:
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--codecs", default="none,lz4,zstd")
     p.add_argument("--skip", default="", help="comma-separated clients to leave out")
+    p.add_argument("--produce-only", action="store_true", help="measure the producers only")
     p.add_argument("--repeat", type=int, default=1, help="rounds per client; the best counts")
     p.add_argument("--pin-broker", action="store_true",
                    help="run the broker on the last CPU and the clients on the others (Linux), as if the "
                         "broker were another machine; every client then has one CPU fewer")
     p.add_argument("--loop", choices=LOOPS, default="asyncio",
                    help="the event loop of the asyncio clients (kwire-aio, aiokafka)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="standard",
+                   help="mixed: values of 50-1,000 bytes, kwire.aio's producers with their default "
+                        "buffer_memory and batch_size (backpressure)")
     p.add_argument("--json", metavar="PATH", help="also write the results and ratios as JSON (benchmarks/history.py)")
     args = p.parse_args(argv)
-    global _loop
+    global _loop, _aio_producer
     _loop = args.loop
+    _aio_producer = AIO_PRODUCER[args.shape]
     warnings.simplefilter("ignore", DeprecationWarning)
     from kwire.admin import Admin, NewTopic
     from kwire.devbroker import start_tansu
@@ -419,7 +454,7 @@ def main(argv=None) -> int:
             _pin(broker.pid)
         # made after the broker's fork: made before it, their pages would be copy-on-write
         # and the first client to touch them (kwire, in round 1) would pay a fault per page
-        recs = _records(args.records)
+        recs = _records(args.records, args.shape)
         for codec in [c.strip() for c in args.codecs.split(",") if c.strip()]:
             for _ in range(args.repeat):
                 topics = {}
@@ -435,7 +470,7 @@ def main(argv=None) -> int:
                     record(codec, "produce", name, time.perf_counter() - t0, _cpu() - c0)
                     topics[name] = topic
                 source = topics.get("kwire") or next(t for n, t in topics.items() if n != "broker-ceiling")
-                for name, fn in CONSUMERS.items():
+                for name, fn in () if args.produce_only else CONSUMERS.items():
                     if name in skip or (name.endswith("-columnar") and name[:-len("-columnar")] in skip):
                         continue
                     c0, t0 = _cpu(), time.perf_counter()
@@ -447,8 +482,9 @@ def main(argv=None) -> int:
                     a.delete_topics(list(topics.values()))      # keep the in-memory broker small
     rows = [(codec, op, name, wall, cpu) for (codec, op, name), (wall, cpu) in best.items()]
     base = {(c, op): wall for c, op, name, wall, _ in rows if name == "confluent-kafka"}
-    print(f"\n{args.records:,} records (16-byte key, 100-byte value), {PARTITIONS} partitions, local Tansu, "
-          f"best of {args.repeat}, asyncio clients on {args.loop}\n")
+    print(f"\n{args.records:,} records ({SHAPES[args.shape]}), {PARTITIONS} partitions, local Tansu, "
+          f"best of {args.repeat}, asyncio clients on {args.loop}, kwire.aio's producers with "
+          f"{_aio_producer or 'their defaults'}\n")
     print("| codec | op | client | msg/s | client CPU s | vs confluent-kafka |")
     print("|---|---|---|---:|---:|---:|")
     for codec, op, name, wall, cpu in rows:
@@ -463,7 +499,8 @@ def main(argv=None) -> int:
             print(f"| {codec} | {op} | {name} | {peer} | {ratio:.2f}x | >= {least:.2f}x | "
                   f"{'met' if ratio >= least else 'MISSED'} |")
     if args.json:
-        env = dict(records=args.records, repeat=args.repeat, pin_broker=args.pin_broker, loop=args.loop)
+        env = dict(records=args.records, repeat=args.repeat, pin_broker=args.pin_broker, loop=args.loop,
+                   shape=args.shape)
         results = [{"codec": c, "op": op, "client": name, "seconds": wall, "cpu_s": cpu}
                    for c, op, name, wall, cpu in rows]
         ratios = {f"{c}/{op}/{name} vs confluent-kafka": base[(c, op)] / wall

@@ -13,9 +13,12 @@ Two ways to send:
   fast way for many records, followed by ``await producer.flush()``. It
   never waits: when the record cannot be queued now (the topic's metadata
   not known yet, or ``buffer_memory`` full) it raises
-  :class:`WouldBlockError`; ``await producer.send(...)`` (or
-  :meth:`AsyncProducer.partitions_for` once per topic, or ``flush``) then
-  waits for what is missing.
+  :class:`WouldBlockError`; ``await producer.enqueue(...)`` or ``send``
+  (or :meth:`AsyncProducer.partitions_for` once per topic, or ``flush``)
+  then waits for what is missing. A refusal for room is cheap (raised
+  before any encoding, with no Python frame), and a wait for room lasts
+  until a share of the buffer is free (:func:`resume_at`), so the
+  ``send_nowait`` calls after an ``await enqueue(...)`` succeed in a run.
 
 Cancellation: a ``send`` cancelled while it waits for metadata or room has
 queued nothing; once its record is queued (the call never waits between
