@@ -169,3 +169,34 @@ def test_real_child_under_strace_gives_identical_figures_twice():
     runs = [memstat.measure_one("send", lib, ROOT) for _ in range(2)]
     assert runs[0] == runs[1]
     assert set(memstat.METRIC_KEYS) <= set(runs[0]) and runs[0]["first_faults"] > 0
+
+
+def _bench_script():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("kwire_bench_script", os.path.join(ROOT, "scripts", "bench"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_self_test_verdict_wants_faults_failed_and_instructions_kept():
+    bench = _bench_script()
+    paths = ["decode-records/none/mixed", ARROW, "send", "decode-arrow/lz4/mixed"]
+    normal = {p: 1000.0 for p in paths}
+    slowed = dict(normal, **{"decode-records/none/mixed": 1200.0, ARROW: 1600.0})
+    comp = {p: dict(COMP["send"]) for p in paths}
+    unrec = dict(comp, **{ARROW: UNRECYCLED[ARROW]})
+
+    def problems(slowed_fig, unrec_instr, unrec_comp):
+        return bench.self_test_problems(icount.compare(normal, slowed_fig)[0], icount.compare(normal, unrec_instr)[0],
+                                        memstat.compare(comp, unrec_comp)[0], 3.0)
+
+    assert problems(slowed, normal, unrec) == []
+    assert problems(normal, normal, unrec) == [f"slowed {p}: ok, expected FAIL" for p in bench.SELF_TEST_SLOWED]
+    assert problems(slowed, normal, comp) == [f"unrecycled {ARROW}: steady page faults ok, expected FAIL"]
+    assert problems(slowed, dict(normal, **{ARROW: 1100.0}), unrec) == \
+        [f"unrecycled {ARROW}: instructions +10.00%, expected within +3%"]
+    assert problems(slowed, normal, dict(unrec, send=dict(COMP["send"], faults=5.0, syscalls=3.0))) == \
+        ["unrecycled send: faults, syscalls FAIL, expected ok (nothing to recycle)"]
