@@ -228,6 +228,7 @@ cdef class ColumnarDecoder(_Driver):
     cdef Cols c
     cdef ColsMark mark
     cdef Py_ssize_t hint[NCOLS]   # each column's size in the last result
+    cdef Py_ssize_t cap0[NCOLS]   # each column's room at the start of the call (0: the decoder's first)
     cdef Spare spare              # column memory Arrow gave back
     cdef uint8_t valid_key[64]    # a copy of the last header key found valid UTF-8 ...
     cdef int32_t valid_key_len    # ... and its length (-1: none): equal keys skip validation
@@ -286,6 +287,7 @@ cdef class ColumnarDecoder(_Driver):
                 if grown == NULL:
                     raise MemoryError()
                 self.c.b[i].data, self.c.b[i].cap = grown, want
+            self.cap0[i] = self.c.b[i].cap if self.hint[i] else 0    # a first call's room is trimmed to fit
         for i in (C_KEY_OFF, C_VAL_OFF, C_HDR_OFF, C_HK_OFF, C_HV_OFF):
             (<int32_t*>self.c.b[i].data)[0] = 0
         self.sync_lens()
@@ -339,7 +341,13 @@ cdef class ColumnarDecoder(_Driver):
             # results of alternating sizes (a fetch's first poll, then its rest) each fit the same blocks
             self.hint[i] = max(g.len, self.hint[i] - self.hint[i] // 8)
             keep = self.hint[i] + self.hint[i] // 4 + 64     # what start() wants next
-            if g.cap > 2 * keep + 65536:      # trim doubling slack (in place), so recycled blocks fit the spare cap
+            # trim the slack of a column that grew by doubling in this call, or
+            # of a first call's room (in place), so recycled blocks fit the
+            # spare cap; a block as large as
+            # an earlier, larger call's is kept for the next such call (calls
+            # alternating between a whole fetch and 1 MB pieces would
+            # otherwise shrink it and regrow it, faulting its pages in again)
+            if g.cap > self.cap0[i] and g.cap > 2 * keep + 65536:
                 fit = <char*>realloc(g.data, keep)
                 if fit != NULL:
                     g.data, g.cap = fit, keep
