@@ -351,11 +351,12 @@ class Run:
 Check = Callable[[], Tuple[int, Dict[str, float]]]
 
 
-def spark_cpu() -> Dict[str, float]:
+def spark_cpu(broker_pid: int) -> Dict[str, float]:
     """CPU seconds used so far by this process's Spark JVM (a ``java``
-    child) and by the Python processes under it (the daemon and its
-    workers), from /proc (zeros elsewhere). Workers are reused from run to
-    run, so differences between two calls are what a run cost them."""
+    child other than the broker's, ``broker_pid``) and by the Python
+    processes under it (the daemon and its workers), from /proc (zeros
+    elsewhere). Workers are reused from run to run, so differences between
+    two calls are what a run cost them."""
     children: Dict[int, List[int]] = {}
     names: Dict[int, str] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
@@ -371,7 +372,7 @@ def spark_cpu() -> Dict[str, float]:
 
     def under(pid: int) -> List[int]:
         return [pid] + [q for c in children.get(pid, []) for q in under(c)]
-    for jvm in (c for c in children.get(os.getpid(), []) if names.get(c) == "java"):
+    for jvm in (c for c in children.get(os.getpid(), []) if names.get(c) == "java" and c != broker_pid):
         out["spark_jvm_cpu_s"] += process_cpu(jvm)
         out["python_workers_cpu_s"] += sum(process_cpu(q) for c in children.get(jvm, []) for q in under(c))
         for group, cpu in jvm_threads(jvm).items():
@@ -410,11 +411,11 @@ def jvm_threads(pid: int) -> Dict[str, float]:
 def timed(fn: Callable[[], Check], broker_pid: int) -> Tuple[float, Check, float, float, Dict[str, object]]:
     """Wall time of one run of ``fn``, its check, the broker's and the
     whole machine's busy CPU seconds in it, and Spark's (:func:`spark_cpu`)."""
-    c, m, sp = process_cpu(broker_pid), machine_busy(), spark_cpu()
+    c, m, sp = process_cpu(broker_pid), machine_busy(), spark_cpu(broker_pid)
     t = time.perf_counter()
     check = fn()
     took = time.perf_counter() - t
-    now = spark_cpu()
+    now = spark_cpu(broker_pid)
     spark = {k: now[k] - sp[k] for k in ("spark_jvm_cpu_s", "python_workers_cpu_s")}
     threads = {k[4:]: now[k] - sp.get(k, 0.0) for k in now if k.startswith("jvm:")}
     # threads that ended meanwhile (each task's feeding thread) are in the process's seconds, not a thread's
