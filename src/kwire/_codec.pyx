@@ -21,7 +21,8 @@ public names (the stub ``_codec.pyi`` types them), and importing it fails if
 any extension of the core cannot be loaded. It defines nothing of its own.
 """
 
-from kwire._core.native import _native_compress, _native_compression_check, _native_usable, compiled_codecs
+from kwire._core.native import (CRC32C_IMPLEMENTATION, _native_compress, _native_compression_check, _native_usable,
+                                compiled_codecs, crc32c_extend)
 from kwire._core.records import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Aborter, BatchInfo, Decoder,
                                  DecodeResult, PartialBatch, Record, SplitResult, decode, parse_control_key,
                                  resize_frame, split_batches)
@@ -39,5 +40,5 @@ __all__ = [
     "LegacyMessageSetBuilder", "decode_v07", "encode_v07",
     "RecordBatchBuilder", "ProducerBatch", "build_batches", "build_threads", "restamp_batch",
     "Accumulator", "Generation", "RecordFuture", "SendingProducer", "SendLock", "murmur2", "partition_for_key",
-    "compiled_codecs",
+    "compiled_codecs", "crc32c_extend", "CRC32C_IMPLEMENTATION",
 ]

@@ -133,7 +133,8 @@ SHIPPED_AS_IS = (".py", ".pyi")
 SHIPPED_NAMES = ("py.typed",)
 #: Cython sources: the sdist ships them, the wheel ships their extension instead.
 CYTHON = (".pyx",)
-CYTHON_DECLS = (".pxd",)
+#: Their declarations and the C headers they include: in the sdist, compiled into the extensions.
+CYTHON_DECLS = (".pxd", ".h")
 #: Never in either: generated or compiled.
 GENERATED = (".c", ".so", ".pyd", ".html")
 #: The files at the sdist's top that a build needs.
