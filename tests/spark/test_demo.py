@@ -27,4 +27,5 @@ def test_demo_reads_back_every_record():
                      done.stdout)
     assert "write      6,667 rows of partition 0 to kwire-demo-out" in done.stdout
     assert "read back: 6,667" in done.stdout
+    assert "write 2    the same rows to kwire-demo-out-2" in done.stdout                 # the steady write
     assert "[demo] produced 20,000 / 20,000 records" in done.stderr
