@@ -57,6 +57,8 @@ from benchmarks import history, workload  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "benchmarks", "floor", "floor.c")
+#: kwire's CRC32C helpers, which the floor includes (the shift of a CRC past a block)
+HEADER = os.path.join(ROOT, "src", "kwire", "_core", "crc32c.h")
 CACHE = os.path.join(ROOT, "build", "floor")
 CFLAGS = ("-O2", "-march=native")
 SHAPES = ("held-back", "standard", "mixed")
@@ -142,8 +144,11 @@ def build_floor(cache: Optional[str] = None) -> str:
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
         raise RuntimeError(f"no C compiler ({cc}) to build the floor")
-    with open(SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read() + " ".join((cc,) + CFLAGS).encode()).hexdigest()[:12]
+    h = hashlib.sha256(" ".join((cc,) + CFLAGS).encode())
+    for path in (SOURCE, HEADER):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    digest = h.hexdigest()[:12]
     exe = os.path.join(cache, f"floor-{digest}")
     if not os.path.exists(exe):
         os.makedirs(cache, exist_ok=True)

@@ -54,50 +54,13 @@
 /* ------------------------------------------------------------ CRC32C */
 static uint32_t table[256];
 
-/* a * b modulo the polynomial, both as reflected polynomials (x^0 at bit 31) */
-static uint32_t multmodp(uint32_t a, uint32_t b) {
-    uint32_t m = 1u << 31, p = 0;
-    if (a == 0)
-        return 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0)
-                break;
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
-    }
-    return p;
-}
-
-/* x^(8n) modulo the polynomial: the factor that moves a CRC past n zero bytes */
-static uint32_t x8n(size_t n) {
-    uint32_t p = 1u << 31, sq = 1u << 30;   /* 1, and x^1 */
-    size_t bits = 8 * n;
-    while (bits) {
-        if (bits & 1)
-            p = multmodp(sq, p);
-        sq = multmodp(sq, sq);
-        bits >>= 1;
-    }
-    return p;
-}
-
-/* Moving a CRC past n zero bytes is multiplying it by x8n(n): a linear map,
- * made a lookup per byte of the CRC (as google-crc32c does). */
-typedef struct { uint32_t t[4][256]; } Shift;
-
-static void shift_init(Shift* s, size_t n) {
-    uint32_t f = x8n(n);
-    for (int k = 0; k < 4; k++)
-        for (uint32_t b = 0; b < 256; b++)
-            s->t[k][b] = multmodp(b << (8 * k), f);
-}
-
-static inline uint32_t shift(const Shift* s, uint32_t c) {
-    return s->t[0][c & 0xff] ^ s->t[1][(c >> 8) & 0xff] ^ s->t[2][(c >> 16) & 0xff] ^ s->t[3][c >> 24];
-}
+/* Moving a CRC past n zero bytes: kwire's own helpers (crc32c.h: the
+ * multiplication modulo the polynomial and the four byte tables), the same
+ * on every CPU; the streams below use this CPU's crc32 instructions. */
+#include "../../src/kwire/_core/crc32c.h"
+typedef KwCrcShift Shift;
+#define shift_init kw_crc_shift_init
+#define shift kw_crc_shift
 
 static uint32_t crc_bytes(uint32_t c, const uint8_t* p, size_t n) {
     while (n--)
