@@ -11,8 +11,11 @@
  * Nothing is allocated while timed: the output buffers are made once, as
  * large as the input, and reused by every call.
  *
- * Four modes: parse (walk and parse only), parse+crc, parse+gather, all
- * (parse, CRC and gather: what ColumnarDecoder does at least). Three cases,
+ * Five modes: parse (walk and parse only), parse+crc, parse+gather, all
+ * (parse, CRC and gather of keys and values: what ColumnarDecoder does at
+ * least), and columns (all, plus every other column ColumnarDecoder
+ * returns: offsets, timestamps and their types, value validity, and the
+ * headers as a list of UTF-8-checked keys and nullable values). Three cases,
  * as benchmarks/compare_floor.py runs kwire: single (the whole file in one
  * call, again and again), chunks (the file as calls of at most CHUNK bytes,
  * cut at batch boundaries as a fetch is), alternate (a call on the whole
@@ -188,6 +191,16 @@ typedef struct {            /* a binary column: end offsets and data (and key va
 typedef struct {
     Col key, val;
     uint8_t* key_valid;
+    /* mode "columns": the rest of what ColumnarDecoder returns */
+    int64_t* offset;
+    int64_t* ts;
+    int32_t* ts_type;
+    uint8_t* val_valid;
+    int32_t* hdr_offs;      /* each row's end in the header rows */
+    uint8_t* hdr_valid;     /* null: a record without headers */
+    Col hkey, hval;         /* header keys (UTF-8, checked) and values */
+    uint8_t* hval_valid;
+    int64_t header_rows;
     int64_t rows;
     uint64_t sink;          /* parse-only modes: what the parse found, so it is not optimised away */
     uint64_t offset_sum;
@@ -201,64 +214,170 @@ static inline void gather(Col* c, int64_t row, const uint8_t* p, int32_t n) {
     c->offs[row + 1] = c->len;
 }
 
+static inline void set_bit(uint8_t* bits, int64_t i, int valid) {
+    if (valid) bits[i >> 3] |= (uint8_t)(1 << (i & 7));
+    else bits[i >> 3] &= (uint8_t)~(1 << (i & 7));
+}
+
+typedef struct {            /* one record, parsed up to its headers */
+    size_t outer, end;      /* the batch's end, and the record's */
+    int64_t ts_delta;
+    int32_t off_delta, kn, vn, hc;
+    const uint8_t *k, *v;
+} Rec;
+
+/* Parse a record up to its header count, leaving r bounded by the
+ * record's end at its first header; 0, or -1 if malformed. */
+static inline __attribute__((always_inline)) int rec_head(Rd* r, Rec* h) {
+    int32_t length = rd_varint(r);
+    if (r->err || length < 0 || (size_t)length > r->end - r->pos)
+        return -1;
+    h->outer = r->end;
+    h->end = r->end = r->pos + (size_t)length;
+    if (r->pos >= r->end) return -1;
+    r->pos++;                                       /* attributes */
+    h->ts_delta = rd_varlong(r);
+    h->off_delta = rd_varint(r);
+    h->kn = rd_varint(r);
+    h->k = rd_bytes(r, h->kn);
+    h->vn = rd_varint(r);
+    h->v = rd_bytes(r, h->vn);
+    h->hc = rd_varint(r);
+    return r->err || h->hc < 0 || (size_t)h->hc > (r->end - r->pos) / 2 ? -1 : 0;
+}
+
+/* One header: a key (never null) and a value (may be null); -1 if the key's length is negative. */
+static inline int rd_header(Rd* r, const uint8_t** k, int32_t* kn, const uint8_t** v, int32_t* vn) {
+    if ((*kn = rd_varint(r)) < 0) return -1;
+    *k = rd_bytes(r, *kn);
+    *v = rd_bytes(r, *vn = rd_varint(r));
+    return 0;
+}
+
+/* Close a record whose headers were read: 0, or -1 if it did not end where its length said. */
+static inline int rec_end(Rd* r, const Rec* h) {
+    if (r->err || r->pos != h->end)
+        return -1;
+    r->end = h->outer;
+    return 0;
+}
+
 /* The records of one batch; 0, or -1 if they are malformed. */
 static inline __attribute__((always_inline)) int records(const uint8_t* p, size_t n, int32_t count,
                                                          int64_t base_offset, Out* o, int do_gather) {
     Rd r = {p, 0, n, 0};
     for (int32_t i = 0; i < count; i++) {
-        int32_t length = rd_varint(&r);
-        if (r.err || length < 0 || (size_t)length > r.end - r.pos)
+        Rec h;
+        if (rec_head(&r, &h) < 0)
             return -1;
-        size_t outer = r.end, end = r.pos + (size_t)length;
-        r.end = end;
-        if (r.pos >= r.end) return -1;
-        r.pos++;                                    /* attributes */
-        int64_t ts_delta = rd_varlong(&r);
-        int32_t off_delta = rd_varint(&r);
-        int32_t kn = rd_varint(&r);
-        const uint8_t* k = rd_bytes(&r, kn);
-        int32_t vn = rd_varint(&r);
-        const uint8_t* v = rd_bytes(&r, vn);
-        int32_t hc = rd_varint(&r);
-        if (r.err || hc < 0 || (size_t)hc > (r.end - r.pos) / 2)
-            return -1;
-        for (int32_t j = 0; j < hc; j++) {
-            int32_t hkn = rd_varint(&r);
-            if (hkn < 0) return -1;
-            const uint8_t* hk = rd_bytes(&r, hkn);
-            int32_t hvn = rd_varint(&r);
-            const uint8_t* hv = rd_bytes(&r, hvn);
+        for (int32_t j = 0; j < h.hc; j++) {
+            const uint8_t *hk, *hv;
+            int32_t hkn, hvn;
+            if (rd_header(&r, &hk, &hkn, &hv, &hvn) < 0) return -1;
             if (!do_gather)
                 o->sink += (uintptr_t)hk ^ (uintptr_t)hv;
         }
-        if (r.err || r.pos != end)
+        if (rec_end(&r, &h) < 0)
             return -1;
-        r.end = outer;
-        o->offset_sum += (uint64_t)(base_offset + off_delta);
+        o->offset_sum += (uint64_t)(base_offset + h.off_delta);
         if (do_gather) {
             int64_t row = o->rows;
-            if (kn >= 0) o->key_valid[row >> 3] |= (uint8_t)(1 << (row & 7));
-            else o->key_valid[row >> 3] &= (uint8_t)~(1 << (row & 7));
-            gather(&o->key, row, k, kn);
-            gather(&o->val, row, v, vn);
+            set_bit(o->key_valid, row, h.kn >= 0);
+            gather(&o->key, row, h.k, h.kn);
+            gather(&o->val, row, h.v, h.vn);
         } else {
-            o->sink += (uint64_t)ts_delta + (uint64_t)kn + (uint64_t)vn + (uintptr_t)k + (uintptr_t)v;
+            o->sink += (uint64_t)h.ts_delta + (uint64_t)h.kn + (uint64_t)h.vn + (uintptr_t)h.k + (uintptr_t)h.v;
         }
         o->rows++;
     }
     return r.pos == n ? 0 : -1;
 }
 
-enum { M_PARSE, M_CRC, M_GATHER, M_ALL, NMODES };
-static const char* MODE_NAMES[NMODES] = {"parse", "parse+crc", "parse+gather", "all"};
+/* Whether s[0:n] is valid UTF-8, byte by byte (past ASCII: see utf8_valid). */
+static int utf8_slow(const uint8_t* s, int32_t n) {
+    int32_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)))
+                || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Whether s[0:n] is valid UTF-8 (a header key is a string): eight bytes
+ * at a time while they are ASCII, the last few as one masked word where s
+ * may be read 8 bytes on (up to limit), the rest byte by byte. */
+static inline int utf8_valid(const uint8_t* s, int32_t n, const uint8_t* limit) {
+    int32_t i = 0;
+    while (i + 8 <= n && !(load64(s + i) & 0x8080808080808080ULL)) i += 8;
+    if (i == n || (n - i < 8 && limit - (s + i) >= 8
+                   && !(load64(s + i) & (((uint64_t)1 << (8 * (n - i))) - 1) & 0x8080808080808080ULL)))
+        return 1;
+    return utf8_slow(s + i, n - i);
+}
+
+/* Mode "columns": every column ColumnarDecoder returns, for the records of
+ * one batch: offset, timestamp and its type, key and value (each with a
+ * validity bitmap), and the headers as a list (row offsets and validity) of
+ * UTF-8 keys and nullable values. 0, or -1 if malformed (a header key that
+ * is not UTF-8 too: ColumnarDecoder replaces it, the floor need not). */
+static inline __attribute__((always_inline)) int records_columns(const uint8_t* p, size_t n, int32_t count,
+                                                                 int64_t base_offset, int64_t first_ts,
+                                                                 int64_t max_ts, int log_append, Out* o) {
+    Rd r = {p, 0, n, 0};
+    for (int32_t i = 0; i < count; i++) {
+        Rec h;
+        if (rec_head(&r, &h) < 0)
+            return -1;
+        int64_t row = o->rows;
+        for (int32_t j = 0; j < h.hc; j++) {
+            const uint8_t *hk, *hv;
+            int32_t hkn, hvn;
+            if (rd_header(&r, &hk, &hkn, &hv, &hvn) < 0) return -1;
+            if (r.err || !utf8_valid(hk, hkn, p + n)) return -1;
+            int64_t hr = o->header_rows++;
+            gather(&o->hkey, hr, hk, hkn);
+            gather(&o->hval, hr, hv, hvn);
+            set_bit(o->hval_valid, hr, hvn >= 0);
+        }
+        if (rec_end(&r, &h) < 0)
+            return -1;
+        o->offset_sum += (uint64_t)(base_offset + h.off_delta);
+        o->offset[row] = base_offset + h.off_delta;
+        o->ts[row] = log_append ? max_ts : (int64_t)((uint64_t)first_ts + (uint64_t)h.ts_delta);
+        o->ts_type[row] = log_append;
+        set_bit(o->key_valid, row, h.kn >= 0);
+        set_bit(o->val_valid, row, h.vn >= 0);
+        set_bit(o->hdr_valid, row, h.hc > 0);
+        gather(&o->key, row, h.k, h.kn);
+        gather(&o->val, row, h.v, h.vn);
+        o->hdr_offs[row + 1] = (int32_t)o->header_rows;
+        o->rows++;
+    }
+    return r.pos == n ? 0 : -1;
+}
+
+enum { M_PARSE, M_CRC, M_GATHER, M_ALL, M_COLUMNS, NMODES };
+static const char* MODE_NAMES[NMODES] = {"parse", "parse+crc", "parse+gather", "all", "columns"};
 
 /* One decode call on buf[0:n] (whole batches): the records it found, or -1. */
 static inline __attribute__((always_inline)) int64_t call(const uint8_t* buf, size_t n, Out* o, int crc,
-                                                          int do_gather) {
+                                                          int do_gather, int columns) {
     size_t pos = 0;
-    o->rows = 0;
-    o->key.len = o->val.len = 0;
+    o->rows = o->header_rows = 0;
+    o->key.len = o->val.len = o->hkey.len = o->hval.len = 0;
     o->key.offs[0] = o->val.offs[0] = 0;
+    if (columns)
+        o->hkey.offs[0] = o->hval.offs[0] = o->hdr_offs[0] = 0;
     while (pos < n) {
         if (n - pos < V2_HEADER) return -1;
         const uint8_t* b = buf + pos;
@@ -272,8 +391,13 @@ static inline __attribute__((always_inline)) int64_t call(const uint8_t* buf, si
             return -1;
         if (crc && crc32c(b + V2_CRC_START, total - V2_CRC_START) != be32(b + 17))
             return -1;
-        if (records(b + V2_HEADER, total - V2_HEADER, count, (int64_t)be64(b), o, do_gather) < 0)
+        if (columns) {
+            if (records_columns(b + V2_HEADER, total - V2_HEADER, count, (int64_t)be64(b), (int64_t)be64(b + 27),
+                                (int64_t)be64(b + 35), (attributes >> 3) & 1, o) < 0)
+                return -1;
+        } else if (records(b + V2_HEADER, total - V2_HEADER, count, (int64_t)be64(b), o, do_gather) < 0) {
             return -1;
+        }
         pos += total;
     }
     return o->rows;
@@ -281,10 +405,11 @@ static inline __attribute__((always_inline)) int64_t call(const uint8_t* buf, si
 
 static int64_t run_call(int mode, const uint8_t* buf, size_t n, Out* o) {
     switch (mode) {
-    case M_PARSE: return call(buf, n, o, 0, 0);
-    case M_CRC: return call(buf, n, o, 1, 0);
-    case M_GATHER: return call(buf, n, o, 0, 1);
-    default: return call(buf, n, o, 1, 1);
+    case M_PARSE: return call(buf, n, o, 0, 0, 0);
+    case M_CRC: return call(buf, n, o, 1, 0, 0);
+    case M_GATHER: return call(buf, n, o, 0, 1, 0);
+    case M_ALL: return call(buf, n, o, 1, 1, 0);
+    default: return call(buf, n, o, 1, 1, 1);
     }
 }
 
@@ -368,10 +493,28 @@ int main(int argc, char** argv) {
     o.key_valid = calloc(max_rows / 8 + 1, 1);
     o.key.data = malloc(n + 1);
     o.val.data = malloc(n + 1);
-    if (!o.key.offs || !o.val.offs || !o.key_valid || !o.key.data || !o.val.data) die("out of memory");
+    o.offset = malloc(8 * max_rows);
+    o.ts = malloc(8 * max_rows);
+    o.ts_type = malloc(4 * max_rows);
+    o.val_valid = calloc(max_rows / 8 + 1, 1);
+    o.hdr_offs = malloc(4 * max_rows);
+    o.hdr_valid = calloc(max_rows / 8 + 1, 1);
+    size_t max_headers = n / 2 + 2;         /* a header takes at least 2 bytes */
+    o.hkey.offs = malloc(4 * max_headers);
+    o.hval.offs = malloc(4 * max_headers);
+    o.hkey.data = malloc(n + 1);
+    o.hval.data = malloc(n + 1);
+    o.hval_valid = calloc(max_headers / 8 + 1, 1);
+    if (!o.key.offs || !o.val.offs || !o.key_valid || !o.key.data || !o.val.data || !o.offset || !o.ts
+            || !o.ts_type || !o.val_valid || !o.hdr_offs || !o.hdr_valid || !o.hkey.offs || !o.hval.offs
+            || !o.hkey.data || !o.hval.data || !o.hval_valid)
+        die("out of memory");
 
     /* the whole input once, checked: its records, and a checksum of the keys, values, nulls and offsets */
     int64_t records = run_call(M_ALL, buf, n, &o);
+    uint64_t offset_sum = o.offset_sum;     /* (mode columns adds to it again) */
+    if (records >= 0 && run_call(M_COLUMNS, buf, n, &o) != records) records = -1;
+    o.offset_sum = offset_sum;
     if (records < 0) die("the input is not well-formed uncompressed v2 batches (or a CRC is wrong)");
     uint32_t h = 0;                 /* CRC32C, extended over each in turn */
     h = ~crc_raw(~h, o.key.data, (size_t)o.key.len);
@@ -381,13 +524,34 @@ int main(int argc, char** argv) {
     int64_t nulls = 0;
     for (int64_t i = 0; i < records; i++)
         nulls += !(o.key_valid[i >> 3] >> (i & 7) & 1);
+    /* what mode "columns" adds, checked the same way: the offsets, timestamps and their types, and the
+       headers (row offsets, key and value data and offsets); nulls of values, header lists and header values */
+    uint32_t hc = 0;
+    hc = ~crc_raw(~hc, (const uint8_t*)o.offset, 8 * (size_t)records);
+    hc = ~crc_raw(~hc, (const uint8_t*)o.ts, 8 * (size_t)records);
+    hc = ~crc_raw(~hc, (const uint8_t*)o.ts_type, 4 * (size_t)records);
+    hc = ~crc_raw(~hc, (const uint8_t*)o.hdr_offs, 4 * ((size_t)records + 1));
+    hc = ~crc_raw(~hc, o.hkey.data, (size_t)o.hkey.len);
+    hc = ~crc_raw(~hc, (const uint8_t*)o.hkey.offs, 4 * ((size_t)o.header_rows + 1));
+    hc = ~crc_raw(~hc, o.hval.data, (size_t)o.hval.len);
+    hc = ~crc_raw(~hc, (const uint8_t*)o.hval.offs, 4 * ((size_t)o.header_rows + 1));
+    int64_t null_values = 0, null_header_lists = 0, null_header_values = 0;
+    for (int64_t i = 0; i < records; i++) {
+        null_values += !(o.val_valid[i >> 3] >> (i & 7) & 1);
+        null_header_lists += !(o.hdr_valid[i >> 3] >> (i & 7) & 1);
+    }
+    for (int64_t i = 0; i < o.header_rows; i++)
+        null_header_values += !(o.hval_valid[i >> 3] >> (i & 7) & 1);
     make_chunks(buf, n, chunk);
 
     printf("{\"crc32c\": \"%s\", \"bytes\": %zu, \"records\": %lld, \"null_keys\": %lld, "
            "\"key_bytes\": %d, \"value_bytes\": %d, \"offset_sum\": %llu, \"checksum\": \"%016llx\", "
-           "\"chunks\": %zu, \"results\": {",
+           "\"header_rows\": %lld, \"null_values\": %lld, \"null_header_lists\": %lld, "
+           "\"null_header_values\": %lld, \"columns_checksum\": \"%016llx\", \"chunks\": %zu, \"results\": {",
            CRC_KIND, n, (long long)records, (long long)nulls, o.key.len, o.val.len,
-           (unsigned long long)o.offset_sum, (unsigned long long)h, nchunks);
+           (unsigned long long)o.offset_sum, (unsigned long long)h, (long long)o.header_rows,
+           (long long)null_values, (long long)null_header_lists, (long long)null_header_values,
+           (unsigned long long)hc, nchunks);
     for (int m = 0; m < NMODES; m++) {
         printf("%s\"%s\": {", m ? ", " : "", MODE_NAMES[m]);
         for (int k = 0; k < 3; k++) {

@@ -1,7 +1,9 @@
 """benchmarks/compare_floor.py and its C floor (benchmarks/floor/floor.c):
 the program builds, reads the same bytes as kwire's ColumnarDecoder and
 agrees with it (records, null keys, key and value bytes, offsets, and a
-CRC32C of the key and value columns' data and offsets), refuses a corrupt
+CRC32C of the key and value columns' data and offsets; for the "columns"
+mode, a CRC32C of the offset, timestamp, timestamp type and header columns
+and the nulls of values, header lists and header values), refuses a corrupt
 batch, and the script's --json is a results file the history reads. Small
 inputs and short timings: a few seconds."""
 
@@ -73,6 +75,7 @@ def test_compare_floor_writes_its_ratios(tmp_path, monkeypatch):
                                "--seconds", "0.01", "--json", str(out)]) == 0
     script, ratios, env = history.read_results(str(out))
     assert script == "compare_floor"
-    assert set(ratios) == {f"held-back/{c}/kwire vs floor" for c in compare_floor.CASES}
+    assert set(ratios) == {f"held-back/{c}/kwire vs {f}" for c in compare_floor.CASES
+                           for f in ("floor", "columns floor")}
     assert all(r > 0 for r in ratios.values())
     assert set(env) == set(history.ENV_KEYS)
