@@ -1,6 +1,8 @@
 """The benchmark history (benchmarks/history.py) and its publishing to a
-results branch (scripts/bench-publish): lines appended and replaced, the
-compare scripts' --json files read back, the trend plots drawn, and a
+results branch (scripts/bench-publish): lines appended and replaced, a gate
+file's companions kept beside its counts (and an older file without them
+still read), the compare scripts' --json files read back, the trend plots
+drawn, and a
 publish round trip against a local bare repository standing in for
 GitHub's (the branch made, appended to, kept to one commit, and a lost race
 retried). No valgrind and no network."""
@@ -59,6 +61,51 @@ def test_steps_mark_commits_over_the_threshold():
     assert history.steps(pts, 3.0, down=True) == [(3, pytest.approx(-15.49, abs=0.01))]
 
 
+def test_a_step_from_zero_counts_once_past_the_slack():
+    pts = [("a", 0.0), ("b", 0.5), ("c", 0.0), ("d", 33.3), ("e", 33.9), ("f", 0.0)]
+    assert history.steps(pts, 5.0, slack=1.0) == [(3, float("inf"))]      # 0.5 is within the slack
+    assert history.steps(pts, 5.0, down=True, slack=1.0) == [(5, pytest.approx(-100.0))]
+    assert [i for i, _ in history.steps(pts, 3.0)] == [1, 3]             # no slack: any step from 0
+
+
+def companions(faults: float, syscalls: float = 0.0):
+    """Two paths' companions as scripts/bench --json writes them."""
+    return {p: {"faults": faults, "first_faults": 120.0, "peak": 0.0, "syscalls": syscalls, "first_syscalls": 9,
+                "syscalls_by_name": {"mmap": syscalls}, "first_syscalls_by_name": {"mmap": 9}}
+            for p in ("send", "decode-arrow/none/mixed")}
+
+
+def gate_doc(sha: str, send: float, comp=None, dirty=False):
+    doc = {"base": "0" * 40, "head": sha, "dirty": dirty, "threshold": 3.0, "base_figures": {},
+           "head_figures": {"send": send}, "failed": False, "environment": ENV, "harness": "h-%d" % send}
+    if comp is not None:                                    # an older gate file has no companions at all
+        doc.update(base_companions={}, head_companions=comp)
+    return doc
+
+
+@pytest.mark.parametrize("comp, kinds", [(companions(33.3, 0.2), ["icount", "memstat"]),
+                                         (None, ["icount"]),          # a gate file from before the companions
+                                         ({}, ["icount"])])           # scripts/bench --no-companions
+def test_append_gate_keeps_the_companions_beside_the_counts(tmp_path, capsys, comp, kinds):
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE, text=True,
+                         check=True).stdout.strip()
+    gate, f = tmp_path / "figures.json", str(tmp_path / "h.jsonl")
+    gate.write_text(json.dumps(gate_doc(sha, 1000.0, comp)))
+    assert history.main(["append-gate", "--repo", ROOT, "--file", f, "--gate", str(gate)]) == 0
+    got = history.load(f)
+    assert [g["kind"] for g in got] == kinds and {g["commit"] for g in got} == {sha}
+    assert got[0]["figures"] == {"send": 1000.0}
+    if comp:
+        assert got[1]["figures"] == {f"{p} {k}": v for p in ("send", "decode-arrow/none/mixed")
+                                     for k, v in (("faults", 33.3), ("first_faults", 120.0), ("peak", 0.0),
+                                                  ("syscalls", 0.2))}
+        assert got[1]["harness"] == "h-1000" and got[1]["env"] == ENV
+        text = history.show(got, kind="memstat")
+        assert "send faults/1k rec" in text and "decode-arrow/none/mixed syscalls/call" in text and "33.3" in text
+    else:
+        assert history.show(got, kind="memstat") == "no memstat lines"
+
+
 def test_show_is_a_table_of_recent_commits():
     lines = [line(c, {"send": 100.0 + i, "encode/none/mixed": 2000.0}) for i, c in enumerate("abc")]
     text = history.show(lines, last=2)
@@ -107,6 +154,17 @@ def test_plot_draws_a_png_per_path_an_overview_and_per_script(tmp_path):
     assert all(_is_png(p) and os.path.getsize(p) > 5000 for p in written)
 
 
+def test_plot_draws_a_png_per_companion(tmp_path):
+    """Every path of a companion in one PNG; a step from 0 faults (the
+    unrecycled columns' regression) is drawn like any other."""
+    lines = [history.measurement_lines(dict(COMMIT, commit=c * 40), {"send": 100.0}, companions(f, s), ENV)[1]
+             for c, f, s in zip("abcd", (0.0, 0.0, 33.3, 0.0), (0.0, 0.0, 0.2, 11.0))]
+    written = history.plot(lines, str(tmp_path / "plots"))
+    names = sorted(os.path.basename(p) for p in written)
+    assert names == ["memstat-faults.png", "memstat-first-faults.png", "memstat-peak.png", "memstat-syscalls.png"]
+    assert all(_is_png(p) and os.path.getsize(p) > 5000 for p in written)
+
+
 # ------------------------------------------------------ scripts/bench-publish
 def git(cwd, *args) -> str:
     return subprocess.run(["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, stdout=subprocess.PIPE,
@@ -134,11 +192,9 @@ def publish(project, *args):
                            *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
 
 
-def gate_file(tmp_path, sha, send, dirty=False):
+def gate_file(tmp_path, sha, send, dirty=False, comp=None):
     f = tmp_path / f"gate-{sha[:6]}-{send}.json"
-    f.write_text(json.dumps({"base": "0" * 40, "head": sha, "dirty": dirty, "threshold": 3.0,
-                             "base_figures": {}, "head_figures": {"send": send}, "failed": False,
-                             "environment": ENV, "harness": "h-%d" % send}))
+    f.write_text(json.dumps(gate_doc(sha, send, comp, dirty)))
     return str(f)
 
 
@@ -150,15 +206,19 @@ def test_publish_makes_the_branch_then_appends_keeping_one_commit(repos, tmp_pat
     project, origin, shas = repos
     proc = publish(project, "--gate", gate_file(tmp_path, shas[0], 1000.0))
     assert proc.returncode == 0, proc.stderr
-    proc = publish(project, "--gate", gate_file(tmp_path, shas[1], 1100.0))        # +10%: marked red
+    proc = publish(project, "--gate", gate_file(tmp_path, shas[1], 1100.0, comp=companions(0.0)))  # +10%: red
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(t) for t in branch_file(origin, "history.jsonl").splitlines()]
-    assert [(x["commit"], x["figures"]["send"], x["subject"], x["harness"]) for x in lines] == [
-        (shas[0], 1000.0, "commit 0", "h-1000"), (shas[1], 1100.0, "commit 1", "h-1100")]
+    assert [(x["kind"], x["commit"], x["subject"], x["harness"]) for x in lines] == [
+        ("icount", shas[0], "commit 0", "h-1000"), ("icount", shas[1], "commit 1", "h-1100"),
+        ("memstat", shas[1], "commit 1", "h-1100")]
+    assert [x["figures"]["send"] for x in lines[:2]] == [1000.0, 1100.0]
     assert git(origin, "rev-list", "--count", "bench-results") == "1"             # one parentless commit
     files = git(origin, "ls-tree", "-r", "--name-only", "bench-results").split()
-    assert {"README.md", "history.jsonl", "plots/icount-overview.png", "plots/icount-send.png"} <= set(files)
-    assert "icount-overview.png" in branch_file(origin, "README.md")
+    assert {"README.md", "history.jsonl", "plots/icount-overview.png", "plots/icount-send.png",
+            "plots/memstat-faults.png", "plots/memstat-syscalls.png"} <= set(files)
+    readme = branch_file(origin, "README.md")
+    assert "icount-overview.png" in readme and "(plots/memstat-faults.png)" in readme
     # the project repository is left as it was: no worktree, no branch, no fetched ref
     assert git(project, "worktree", "list").count("\n") == 0
     assert git(project, "branch", "--list", "bench-publish-*") == ""
