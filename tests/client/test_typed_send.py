@@ -11,7 +11,6 @@ import time
 import uuid
 
 import pyarrow as pa
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -47,7 +46,7 @@ def test_send_arrow_writes_registry_framed_avro_that_confluent_kafka_and_kwire_r
         while len(typed) < 50 and time.monotonic() < deadline:
             for batch in c.poll_columnar(200, value_format=("avro", {"schema.registry.url": apicurio.url})).values():
                 typed += batch.column("value").to_pylist()
-    de = AvroDeserializer(ConfluentClient({"url": apicurio.url}))
+    de = AvroDeserializer(apicurio.confluent_client())
     ctx = SerializationContext(topic, MessageField.VALUE)
     assert [de(v, ctx) for v in raw] == [_as_confluent(r) for r in rows]
     assert [{**t, "at": int(t["at"].timestamp() * 1000)} for t in typed] == rows

@@ -56,7 +56,7 @@ def topic() -> str:
 
 @pytest.fixture(scope="module")
 def confluent(apicurio):
-    return ck.SchemaRegistryClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
@@ -88,7 +87,7 @@ def test_apicurio_deviation_protobuf_registered_as_a_descriptor_stays_one(apicur
     from .test_framing import _protobuf_classes
 
     first = _protobuf_classes()["First"]
-    serialize = ProtobufSerializer(first, ConfluentClient({"url": apicurio.url}), {"use.deprecated.format": False})
+    serialize = ProtobufSerializer(first, apicurio.confluent_client(), {"use.deprecated.format": False})
     value = serialize(first(id=1), SerializationContext(subject[:-len("-value")], MessageField.VALUE))
     schema = client.get_schema(int.from_bytes(value[1:5], "big"))
     descriptor = descriptor_pb2.FileDescriptorProto()

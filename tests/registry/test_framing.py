@@ -14,7 +14,6 @@ import struct
 import fastavro
 import pyarrow as pa
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
@@ -50,7 +49,7 @@ def _protobuf_classes():
 
 @pytest.fixture(scope="module")
 def confluent(apicurio):
-    return ConfluentClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 def _ctx(topic: str) -> SerializationContext:

@@ -11,7 +11,6 @@ import json
 import pytest
 from confluent_kafka.schema_registry import Schema as ConfluentSchema
 from confluent_kafka.schema_registry import SchemaReference as ConfluentReference
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry import record_subject_name_strategy as c_record
 from confluent_kafka.schema_registry import topic_record_subject_name_strategy as c_topic_record
 from confluent_kafka.schema_registry import topic_subject_name_strategy as c_topic
@@ -26,7 +25,7 @@ from .conftest import USER_V1, USER_V2_COMPATIBLE, USER_V2_INCOMPATIBLE, avro_re
 
 @pytest.fixture(scope="module")
 def confluent(apicurio):
-    return ConfluentClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 def _theirs(schema: Schema) -> ConfluentSchema:

@@ -112,7 +112,7 @@ def bootstrap(kafka) -> str:
 
 @pytest.fixture(scope="module")
 def confluent(apicurio) -> ConfluentClient:
-    return ConfluentClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema as ConfluentSchema
 from confluent_kafka.schema_registry import SchemaReference as ConfluentReference
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -36,7 +35,7 @@ V2 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
 
 @pytest.fixture(scope="module")
 def confluent(apicurio):
-    return ConfluentClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
 from confluent_kafka.schema_registry import topic_subject_name_strategy
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -27,7 +26,7 @@ PARTITION = 0
 
 @pytest.fixture(scope="module")
 def confluent(apicurio):
-    return ConfluentClient({"url": apicurio.url})
+    return apicurio.confluent_client()
 
 
 @pytest.fixture
