@@ -131,6 +131,9 @@ static void crc_init(void) {
 }
 
 /* ------------------------------------------------------------ parsing */
+/* every helper of the record walk inlined, whatever the compiler's size limits */
+#define HOT static inline __attribute__((always_inline))
+
 typedef struct {            /* a bounds-checked cursor; the first error sticks */
     const uint8_t* p;
     size_t pos, end;
@@ -138,7 +141,7 @@ typedef struct {            /* a bounds-checked cursor; the first error sticks *
 } Rd;
 
 /* a varint of at most max_bytes bytes whose last byte is at most last_max (it fits its type) */
-static inline uint64_t rd_uvarint(Rd* r, int max_bytes, uint8_t last_max) {
+HOT uint64_t rd_uvarint(Rd* r, int max_bytes, uint8_t last_max) {
     if (!r->err && r->end - r->pos >= 2) {
         const uint8_t* q = r->p + r->pos;
         if (q[0] < 0x80) { r->pos += 1; return q[0]; }
@@ -156,17 +159,17 @@ static inline uint64_t rd_uvarint(Rd* r, int max_bytes, uint8_t last_max) {
     return 0;
 }
 
-static inline int32_t rd_varint(Rd* r) {
+HOT int32_t rd_varint(Rd* r) {
     uint32_t v = (uint32_t)rd_uvarint(r, 5, 0x0f);
     return (int32_t)(v >> 1) ^ -(int32_t)(v & 1);
 }
 
-static inline int64_t rd_varlong(Rd* r) {
+HOT int64_t rd_varlong(Rd* r) {
     uint64_t v = rd_uvarint(r, 10, 0x01);
     return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
-static inline const uint8_t* rd_bytes(Rd* r, int32_t n) {
+HOT const uint8_t* rd_bytes(Rd* r, int32_t n) {
     if (n < 0) {
         if (n < -1) r->err = 1;
         return NULL;
@@ -206,7 +209,7 @@ typedef struct {
     uint64_t offset_sum;
 } Out;
 
-static inline void gather(Col* c, int64_t row, const uint8_t* p, int32_t n) {
+HOT void gather(Col* c, int64_t row, const uint8_t* p, int32_t n) {
     if (n > 0) {
         memcpy(c->data + c->len, p, (size_t)n);
         c->len += n;
@@ -214,7 +217,7 @@ static inline void gather(Col* c, int64_t row, const uint8_t* p, int32_t n) {
     c->offs[row + 1] = c->len;
 }
 
-static inline void set_bit(uint8_t* bits, int64_t i, int valid) {
+HOT void set_bit(uint8_t* bits, int64_t i, int valid) {
     if (valid) bits[i >> 3] |= (uint8_t)(1 << (i & 7));
     else bits[i >> 3] &= (uint8_t)~(1 << (i & 7));
 }
@@ -228,7 +231,7 @@ typedef struct {            /* one record, parsed up to its headers */
 
 /* Parse a record up to its header count, leaving r bounded by the
  * record's end at its first header; 0, or -1 if malformed. */
-static inline __attribute__((always_inline)) int rec_head(Rd* r, Rec* h) {
+HOT int rec_head(Rd* r, Rec* h) {
     int32_t length = rd_varint(r);
     if (r->err || length < 0 || (size_t)length > r->end - r->pos)
         return -1;
@@ -247,7 +250,7 @@ static inline __attribute__((always_inline)) int rec_head(Rd* r, Rec* h) {
 }
 
 /* One header: a key (never null) and a value (may be null); -1 if the key's length is negative. */
-static inline int rd_header(Rd* r, const uint8_t** k, int32_t* kn, const uint8_t** v, int32_t* vn) {
+HOT int rd_header(Rd* r, const uint8_t** k, int32_t* kn, const uint8_t** v, int32_t* vn) {
     if ((*kn = rd_varint(r)) < 0) return -1;
     *k = rd_bytes(r, *kn);
     *v = rd_bytes(r, *vn = rd_varint(r));
@@ -255,7 +258,7 @@ static inline int rd_header(Rd* r, const uint8_t** k, int32_t* kn, const uint8_t
 }
 
 /* Close a record whose headers were read: 0, or -1 if it did not end where its length said. */
-static inline int rec_end(Rd* r, const Rec* h) {
+HOT int rec_end(Rd* r, const Rec* h) {
     if (r->err || r->pos != h->end)
         return -1;
     r->end = h->outer;
@@ -263,7 +266,7 @@ static inline int rec_end(Rd* r, const Rec* h) {
 }
 
 /* The records of one batch; 0, or -1 if they are malformed. */
-static inline __attribute__((always_inline)) int records(const uint8_t* p, size_t n, int32_t count,
+HOT int records(const uint8_t* p, size_t n, int32_t count,
                                                          int64_t base_offset, Out* o, int do_gather) {
     Rd r = {p, 0, n, 0};
     for (int32_t i = 0; i < count; i++) {
@@ -330,7 +333,7 @@ static inline int utf8_valid(const uint8_t* s, int32_t n, const uint8_t* limit) 
  * validity bitmap), and the headers as a list (row offsets and validity) of
  * UTF-8 keys and nullable values. 0, or -1 if malformed (a header key that
  * is not UTF-8 too: ColumnarDecoder replaces it, the floor need not). */
-static inline __attribute__((always_inline)) int records_columns(const uint8_t* p, size_t n, int32_t count,
+HOT int records_columns(const uint8_t* p, size_t n, int32_t count,
                                                                  int64_t base_offset, int64_t first_ts,
                                                                  int64_t max_ts, int log_append, Out* o) {
     Rd r = {p, 0, n, 0};
@@ -370,7 +373,7 @@ enum { M_PARSE, M_CRC, M_GATHER, M_ALL, M_COLUMNS, NMODES };
 static const char* MODE_NAMES[NMODES] = {"parse", "parse+crc", "parse+gather", "all", "columns"};
 
 /* One decode call on buf[0:n] (whole batches): the records it found, or -1. */
-static inline __attribute__((always_inline)) int64_t call(const uint8_t* buf, size_t n, Out* o, int crc,
+HOT int64_t call(const uint8_t* buf, size_t n, Out* o, int crc,
                                                           int do_gather, int columns) {
     size_t pos = 0;
     o->rows = o->header_rows = 0;
