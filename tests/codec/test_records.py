@@ -285,6 +285,58 @@ def test_columnar_memory_recycled_per_column_leaves_live_results_intact():
         assert columnar_tuples(rb) == want[i]
 
 
+def test_columnar_results_are_arrow_c_data_imports_that_outlive_their_decoder():
+    """A result is handed to pyarrow through the Arrow C Data Interface: its
+    columns (and slices of them) stay valid after the batch, and the decoder
+    that made them, are gone; the memory goes back when the last reference
+    does, from whatever thread drops it, also while pyarrow's own threads use
+    it; and live results at interpreter exit release cleanly."""
+    import gc
+    import subprocess
+    import sys
+    import threading
+
+    import pyarrow.compute as pc
+
+    recs = [(b"k%d" % j if j % 3 else None, b"value-%d" % j, [("h", b"x")] if j % 2 else [],
+             1_700_000_000_000 + j) for j in range(500)]
+    buf = build_v2(recs, None)
+    want = columnar_tuples(kwire.decode_columnar(buf).record_batch)
+    dec = kwire.ColumnarDecoder()
+    rb = dec.decode(buf).record_batch
+    headers, values = rb.column("headers").slice(10, 50), rb.column("value")
+    del dec, rb
+    gc.collect()
+    assert headers.to_pylist()[1] == [{"key": "h", "value": b"x"}]
+    assert values.to_pylist() == [r[1] for r in recs]
+
+    dec = kwire.ColumnarDecoder()
+    held = [dec.decode(buf).record_batch for _ in range(8)]
+    sums = []
+
+    def drop_elsewhere():
+        while held:
+            rb = held.pop()
+            sums.append(pc.sum(pc.binary_length(rb.column("value"))).as_py())   # pyarrow's threads read it
+            del rb
+
+    t = threading.Thread(target=drop_elsewhere)
+    t.start()
+    t.join(30)
+    assert not t.is_alive() and len(set(sums)) == 1
+    assert columnar_tuples(dec.decode(buf).record_batch) == want      # memory that came back, reused
+
+    code = ("import kwire\n"
+            "b = kwire.RecordBatchBuilder(None)\n"
+            "for i in range(100):\n"
+            "    b.append(b'v%d' % i, b'k', [('h', b'x')], 1)\n"
+            "buf = b.build()\n"
+            "KEEP = [kwire.ColumnarDecoder().decode(buf).record_batch for _ in range(3)]\n"
+            "KEEP.append(KEEP[0].column('headers'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_kafka_07_messages():
     plain = kwire.encode_v07([b"one", b"two"], magic=1)
     packed = kwire.encode_v07([b"three", b"four"], "gzip")
