@@ -271,6 +271,10 @@ class ClassicMembership(HostedMembership):
         self._need_rejoin = True
         self._rejoin_reason = reason
 
+    def enforce_rebalance(self, reason: str) -> None:
+        """(lock held) Rejoin, the JoinGroup carrying ``reason``."""
+        self.rejoin(reason)
+
     def reset(self, reason: str, member_unknown: bool = False, lost: bool = True, rejoin: bool = True) -> None:
         """The member's generation is void (lock held): its partitions are
         lost (reported at the next poll), and it rejoins."""

@@ -40,6 +40,14 @@ client, because fetching again would bring the same bytes.
 ``isolation_level="read_committed"`` asks the broker for the stable data only
 and drops control records and the records of aborted transactions, using the
 aborted-transaction list of the Fetch response.
+
+:meth:`Consumer.pause` stops a partition as Java's consumer does: no Fetch
+asks for it and no poll returns its records (not even those fetched before
+the pause: they stay buffered for after :meth:`Consumer.resume`); its
+position stays. The pause belongs to the partition's assignment: it lasts
+while the partition stays assigned (``assign()`` again, a cooperative or
+KIP-848 rebalance that keeps it) and ends when the partition is revoked or
+lost (an eager rebalance revokes every partition).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 from kwire._codec import Record
 from kwire.client import Client, Steps
 from kwire.config import CONSUMER, check_group_protocol, resolve
-from kwire.errors import KwireError, without_traceback
+from kwire.errors import IllegalStateError, KwireError, without_traceback
 from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError, _PartitionState
 from kwire.future import Future
 from kwire.group import GroupCoordinator
@@ -164,21 +172,59 @@ class Consumer(Fetcher):
         """For ``Producer.send_offsets_to_transaction``."""
         return self._require_group().group_metadata()
 
-    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
-        """Records between the position and the end of ``tp`` (the last
-        stable offset for read_committed) as of the last fetch; None before
-        the first fetch answered."""
+    def enforce_rebalance(self, reason: Optional[str] = None) -> None:
+        """Have the group rebalance at the next poll (Java's
+        ``enforceRebalance``): with the classic protocol the member rejoins,
+        its JoinGroup carrying ``reason`` (default "rebalance enforced by
+        user"); the consumer protocol (KIP-848) has no rebalance a member
+        can ask for, so there it is logged and ignored, as in Java's
+        consumer. Nothing happens while not subscribed. Without a
+        ``group_id``: :class:`kwire.errors.IllegalStateError`."""
+        if self._group is None:
+            raise IllegalStateError("enforce_rebalance() needs a consumer group: set group_id")
+        self._group.enforce_rebalance(reason or "rebalance enforced by user")
+
+    def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """Records between the position of ``tp`` and its end as the last
+        fetch answered it (the high watermark; the last stable offset for
+        read_committed), without asking a broker (Java's ``currentLag``);
+        None while the position or the end is not known."""
         st = self._state(tp)
         end = self._readable_end(st)
         if end < 0 or st.position is None:
             return None
-        return max(0, end - st.position)
+        return end - st.position
+
+    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """:meth:`current_lag`, never below 0."""
+        lag = self.current_lag(tp)
+        return None if lag is None else max(0, lag)
+
+    # ------------------------------------------------------ flow control
+    def pause(self, *tps: Tuple[str, int]) -> None:
+        """Stop fetching and returning records of these assigned partitions
+        until :meth:`resume` (see the module docstring); their positions
+        stay. A partition not assigned raises
+        :class:`kwire.errors.IllegalStateError` (and none is paused)."""
+        for st in [self._state(tp) for tp in tps]:
+            st.paused = True
+
+    def resume(self, *tps: Tuple[str, int]) -> None:
+        """Fetch and return these paused partitions again, from their
+        positions (records buffered before the pause first). A partition not
+        assigned raises :class:`kwire.errors.IllegalStateError`."""
+        for st in [self._state(tp) for tp in tps]:
+            st.paused = False
+
+    def paused(self) -> set:
+        """The assigned partitions that are paused."""
+        return {tp for tp, st in self._states.items() if st.paused}
 
     def _state(self, tp: Tuple[str, int]) -> _PartitionState:
         try:
             return self._states[TopicPartition(*tp)]
         except KeyError:
-            raise KwireError(f"partition {tp[0]}[{tp[1]}] is not assigned") from None
+            raise IllegalStateError(f"no current assignment for partition {tp[0]}[{tp[1]}]") from None
 
     def seek(self, tp: Tuple[str, int], offset: int) -> None:
         """Make ``offset`` the next offset returned for ``tp``: an integer
@@ -374,11 +420,11 @@ class Consumer(Fetcher):
     def _raise_pending_errors(self) -> Steps:
         """Raise an error held for a partition whose buffered records are
         all out: a one-shot error (forgotten as it is raised), or the corrupt
-        batch at the partition's position, raised as a new copy each time so
-        the held one never carries a caller's traceback. Partitions with
-        errors take turns."""
+        batch at the partition's position (not while the partition is
+        paused), raised as a new copy each time so the held one never carries
+        a caller's traceback. Partitions with errors take turns."""
         held = [tp for tp, st in self._states.items()
-                if (st.error is not None or st.corrupt is not None) and tp not in self._buffer]
+                if (st.error is not None or (st.corrupt is not None and not st.paused)) and tp not in self._buffer]
         if not held:
             return
         # one network turn first: a caller that polls again at once after each raise must not keep

@@ -203,6 +203,12 @@ class ConsumerMembership(HostedMembership):
         self._sent = None
         self._next_heartbeat = 0.0
 
+    def enforce_rebalance(self, reason: str) -> None:
+        """(lock held) The consumer protocol has no rebalance a member can
+        ask for: said and ignored, as Java's consumer does."""
+        log.warning("group %s: enforce_rebalance(%r) has no effect with group_protocol='consumer' (KIP-848: the "
+                    "coordinator decides the assignment)", self.group_id, reason)
+
     def reset(self, reason: str, member_unknown: bool = False) -> None:
         """(lock held) Fenced: the partitions are lost; rejoin with epoch 0
         and the same member id."""

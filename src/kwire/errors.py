@@ -28,6 +28,7 @@ __all__: List[str] = [
     "DecompressionBombError",
     "UnsupportedCodecError",
     "ProtocolError",
+    "IllegalStateError",
     "without_traceback",
 ]
 
@@ -39,6 +40,11 @@ class KwireError(Exception):
     """
 
     retriable: bool = False
+
+
+class IllegalStateError(KwireError):
+    """A call the client's state does not allow, such as pausing or seeking
+    a partition that is not assigned (Java's ``IllegalStateException``)."""
 
 
 class CorruptRecordError(KwireError):

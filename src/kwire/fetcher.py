@@ -25,7 +25,11 @@ from and how they become what ``poll`` returns.
   when the partition's leader changes (KIP-320: a log truncated below the
   position resets it, or raises :class:`LogTruncationError`), both asked
   of the leader, whatever replica the records come from;
-- the partitions' errors, held until ``poll`` raises them.
+- the partitions' errors, held until ``poll`` raises them;
+- paused partitions (``Consumer.pause``): not fetched, and what was fetched
+  for them before stays buffered, not returned, until they are resumed (as
+  Java's consumer keeps a paused partition's completed fetches); their
+  positions are still looked up.
 
 :class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
 ``poll`` are the consumer's, and the partitions' states (``_states``) are
@@ -92,6 +96,7 @@ class _PartitionState:
     retry_at: float = 0.0                   # after a failure: no request for it before this (monotonic)
     failure: Optional[str] = None           # the failure last logged for it (a failure is said once)
     skipped: int = 0                        # records dropped: their offset was not above the last one returned
+    paused: bool = False                    # Consumer.pause: neither fetched nor returned until resumed
 
 
 @dataclass
@@ -345,9 +350,9 @@ class Fetcher:
             forgotten_topics_data=[], rack_id=self.cfg["client_rack"] or "")
 
     def _send_fetches(self) -> None:
-        """Fetches for the assigned partitions that have a position, nothing
-        buffered, no fetch in flight, no error held and no failure to back
-        off from: up to ``max_in_flight_fetches`` per leader, each for a
+        """Fetches for the assigned partitions that are not paused and have a
+        position, nothing buffered, no fetch in flight, no error held and no
+        failure to back off from: up to ``max_in_flight_fetches`` per leader, each for a
         disjoint share of its partitions and an equal share of
         ``fetch_max_bytes``, so the broker serves one while the client reads
         another.
@@ -370,8 +375,8 @@ class Fetcher:
         from_replica: Set[TopicPartition] = set()     # fetched from a read replica, not the leader (KIP-392)
         unlisted: List[TopicPartition] = []           # their read replica is not in the metadata any more
         for tp, st in self._states.items():
-            if (tp in self._in_flight or tp in self._validating or st.error is not None or st.corrupt is not None
-                    or now < st.retry_at or self._fetch_offset(tp) is None):
+            if (st.paused or tp in self._in_flight or tp in self._validating or st.error is not None
+                    or st.corrupt is not None or now < st.retry_at or self._fetch_offset(tp) is None):
                 continue
             leader = self._leader_or_refusal(tp, st, now)
             if leader is None:
@@ -739,9 +744,11 @@ class Fetcher:
         st.error = err
 
     def _decodable(self) -> bool:
-        """Whether some buffered fetch has data not decoded yet (read_committed
-        may decode chunks that keep nothing: go on with the next at once)."""
-        return any(not c.exhausted or c.untaken for c in self._buffer.values())
+        """Whether some buffered fetch of a partition not paused has data not
+        decoded yet (read_committed may decode chunks that keep nothing: go
+        on with the next at once)."""
+        return any((not c.exhausted or c.untaken) and not self._states[tp].paused
+                   for tp, c in self._buffer.items() if tp in self._states)
 
     # ------------------------------------------------------------ decode
     def _step(self, c: _Completed, decoder: Any, max_records: Optional[int], max_bytes: int) -> Any:
@@ -840,8 +847,10 @@ class Fetcher:
                 self._buffer[tp] = nxt
 
     def _serving_order(self) -> List[TopicPartition]:
-        """The buffered partitions, those served least recently first."""
-        return list(self._buffer)
+        """The buffered partitions, those served least recently first
+        (paused ones left out: their fetches stay buffered)."""
+        states = self._states
+        return [tp for tp in self._buffer if tp not in states or not states[tp].paused]
 
     def _served(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:              # to the back of the line: the others come first next time

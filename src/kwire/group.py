@@ -230,6 +230,15 @@ class GroupCoordinator:
         with self._lock:
             return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
 
+    def enforce_rebalance(self, reason: str) -> None:
+        """Rebalance at the next poll, for ``reason`` (the membership
+        protocol says how, or that it cannot); nothing while not
+        subscribed."""
+        if not self.subscribed:
+            return
+        with self._lock:
+            self._membership.enforce_rebalance(reason)
+
     def on_poll(self) -> Steps:
         """The consumer's ``poll()`` turn (application thread): callbacks of
         finished async commits, a fatal error, lost or new partitions, the

@@ -104,6 +104,10 @@ class Membership(Protocol):
         to revoke first, if anything, :meth:`next_change` says); ``reason``
         is logged once."""
 
+    def enforce_rebalance(self, reason: str) -> None:
+        """(application thread, lock held) The application asks for a
+        rebalance (``Consumer.enforce_rebalance``), for ``reason``."""
+
     def reset(self, reason: str, member_unknown: bool = False) -> None:
         """(lock held) The coordinator no longer knows the member's
         generation (``member_unknown``: nor its member id): forget it, report

@@ -4,8 +4,9 @@ core) on an event loop.
 
 The methods that wait are coroutines that await the same steps the blocking
 consumer runs (:meth:`kwire.client.Client.run`); the others (``assign``,
-``seek``, ``assignment``, ``highwater``, ``lag``) are plain methods, as
-they never wait. Options and names are :class:`kwire.Consumer`'s.
+``seek``, ``assignment``, ``highwater``, ``lag``, ``current_lag``, ``pause``,
+``resume``, ``paused``, ``enforce_rebalance``) are plain methods, as they
+never wait. Options and names are :class:`kwire.Consumer`'s.
 
 Cancellation: a cancelled :meth:`AsyncConsumer.getmany` (or ``poll``,
 ``getone``, ``poll_columnar``) returns nothing and loses nothing. The wait
@@ -16,7 +17,8 @@ buffer only after the last wait, so the next call returns them.
 records a poll at a time and hand them out one by one; those not handed out
 yet (the loop left with ``break``) are held, and come first from the next
 call. :meth:`AsyncConsumer.position` counts them as not returned, and
-``seek`` drops them for its partition.
+``seek`` drops them for its partition; ``pause`` gives them back (the
+partition's position goes back to the first), to come after ``resume``.
 """
 
 from __future__ import annotations
@@ -76,13 +78,18 @@ class AsyncConsumer:
         if self._held:
             self._held = collections.deque(r for r in self._held if keep(TopicPartition(r.topic, r.partition)))
 
-    def _rewind_held(self) -> None:
-        """Give the held records back: each partition's position goes back
-        to its first one (what is committed then counts them unread)."""
+    def _rewind_held(self, only: Optional[Any] = None) -> None:
+        """Give the held records back (of the partitions in ``only``, when
+        given): each partition's position goes back to its first one (what
+        is committed then counts them unread)."""
         first: Dict[TopicPartition, int] = {}
         for r in self._held:
             first.setdefault(TopicPartition(r.topic, r.partition), r.offset)
-        self._held.clear()
+        if only is None:
+            self._held.clear()
+        else:
+            first = {tp: o for tp, o in first.items() if tp in only}
+            self._drop_held(lambda tp: tp not in only)
         for tp, offset in first.items():
             self._c.seek(tp, offset)
 
@@ -133,6 +140,24 @@ class AsyncConsumer:
     def lag(self, tp: Tuple[str, int]) -> Optional[int]:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
+
+    def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """As :meth:`kwire.Consumer.current_lag` (no request)."""
+        return self._c.current_lag(tp)
+
+    def pause(self, *tps: Tuple[str, int]) -> None:
+        """As :meth:`kwire.Consumer.pause`; records of these partitions
+        taken but not handed out yet (``getone``, ``async for``) are given
+        back, to come after :meth:`resume`."""
+        self._c.pause(*tps)
+        self._rewind_held({TopicPartition(*tp) for tp in tps})
+
+    def resume(self, *tps: Tuple[str, int]) -> None:
+        """As :meth:`kwire.Consumer.resume`."""
+        self._c.resume(*tps)
+
+    def paused(self) -> set:
+        return self._c.paused()
 
     # ----------------------------------------------------------- group
     def subscribe(self, topics: Iterable[str] = (), pattern: Any = None, listener: Any = None) -> None:
@@ -186,6 +211,11 @@ class AsyncConsumer:
 
     def group_metadata(self) -> Any:
         return self._c.group_metadata()
+
+    def enforce_rebalance(self, reason: Optional[str] = None) -> None:
+        """As :meth:`kwire.Consumer.enforce_rebalance`: the rebalance runs
+        in the next :meth:`getmany`."""
+        self._c.enforce_rebalance(reason)
 
     # ---------------------------------------------------------- offsets
     async def position(self, tp: Tuple[str, int], timeout: Optional[float] = None) -> int:
