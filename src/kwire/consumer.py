@@ -187,18 +187,28 @@ class Consumer(Fetcher):
     def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
         """Records between the position of ``tp`` and its end as the last
         fetch answered it (the high watermark; the last stable offset for
-        read_committed), without asking a broker (Java's ``currentLag``);
-        None while the position or the end is not known."""
+        read_committed), without waiting for a broker (Java's
+        ``currentLag``): None while the position or the end is not known;
+        an unknown end is then asked for (ListOffsets, answered in a later
+        poll)."""
         st = self._state(tp)
+        if self._readable_end(st) < 0:
+            self._ask_end_offset(TopicPartition(*tp))
+        return self._lag(st)
+
+    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
+        """Records between the position and the end of ``tp`` (the last
+        stable offset for read_committed) as of the last fetch, never below
+        0; None before the first fetch answered. Unlike
+        :meth:`current_lag`, sends nothing."""
+        lag = self._lag(self._state(tp))
+        return None if lag is None else max(0, lag)
+
+    def _lag(self, st: _PartitionState) -> Optional[int]:
         end = self._readable_end(st)
         if end < 0 or st.position is None:
             return None
         return end - st.position
-
-    def lag(self, tp: Tuple[str, int]) -> Optional[int]:
-        """:meth:`current_lag`, never below 0."""
-        lag = self.current_lag(tp)
-        return None if lag is None else max(0, lag)
 
     # ------------------------------------------------------ flow control
     def pause(self, *tps: Tuple[str, int]) -> None:

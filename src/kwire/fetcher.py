@@ -97,6 +97,7 @@ class _PartitionState:
     failure: Optional[str] = None           # the failure last logged for it (a failure is said once)
     skipped: int = 0                        # records dropped: their offset was not above the last one returned
     paused: bool = False                    # Consumer.pause: neither fetched nor returned until resumed
+    end_asked: bool = False                 # a ListOffsets for its end is in flight (Consumer.current_lag)
 
 
 @dataclass
@@ -260,6 +261,36 @@ class Fetcher:
             for tp in parts:
                 self._looking_up[tp] = fut
             fut.add_done_callback(lambda f, parts=parts: self._on_list_offsets(parts, f))
+
+    def _ask_end_offset(self, tp: TopicPartition) -> None:
+        """Send a ListOffsets for the end of ``tp`` (the last stable offset
+        for read_committed) when no fetch has given it yet, without waiting:
+        a later poll takes the answer in (Java's ``currentLag`` does so)."""
+        st = self._states[tp]
+        if st.end_asked or self._readable_end(st) >= 0:
+            return
+        leader = self._client.cluster.leader_for(*tp)
+        conn = None if leader is None else self._client.connection(leader)
+        if conn is None or not conn.ready:
+            return          # no leader or no connection yet: the next call asks
+        assert leader is not None
+        request = list_offsets_request(conn.versions, {tp: LATEST}, self._read_committed, self.cfg["request_timeout_ms"])
+        st.end_asked = True
+        self._client.send(leader, request).add_done_callback(lambda f: self._on_end_offset(tp, st, f))
+
+    def _on_end_offset(self, tp: TopicPartition, st: _PartitionState, fut: Future) -> None:
+        """The ListOffsets of :meth:`_ask_end_offset` answered (I/O callback):
+        the end it gives, unless a fetch gave one meanwhile."""
+        st.end_asked = False
+        if fut.failed() or self._states.get(tp) is not st or self._readable_end(st) >= 0:
+            return
+        for t in fut.value.topics:
+            for p in t.partitions:
+                if (t.name, p.partition_index) == tp and not p.error_code and p.offset >= 0:
+                    if self._read_committed:
+                        st.last_stable_offset = p.offset
+                    else:
+                        st.high_watermark = p.offset
 
     def _on_list_offsets(self, asked: Dict[TopicPartition, int], fut: Future) -> None:
         """A ListOffsets of :meth:`_lookup_positions` answered (I/O callback)."""

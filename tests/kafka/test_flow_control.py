@@ -192,3 +192,60 @@ def test_enforce_rebalance_is_ignored_by_the_consumer_protocol(kw, kafka, caplog
             c.poll(50)
         assert c.group_metadata().generation_id == epoch
         assert c.paused() == {TopicPartition(topic, 1)}
+
+
+def test_current_lag_asks_for_an_unknown_end_without_waiting(kw, kafka):
+    """A paused partition is never fetched, so only current_lag's own
+    ListOffsets (answered during later polls) gives it an end."""
+    bootstrap = kafka.bootstrap("plaintext")
+    topic = _topic(bootstrap, 1)
+    _produce(bootstrap, topic, {0: 12})
+    tp = TopicPartition(topic, 0)
+    with kw.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        c.pause(tp)
+        c.seek(tp, 5)
+        deadline = time.monotonic() + 30
+        lag = c.current_lag(tp)
+        assert lag is None
+        while lag is None:
+            assert time.monotonic() < deadline
+            assert c.poll(50) == {}
+            lag = c.current_lag(tp)
+        assert lag == c.highwater(tp) - 5 == 7
+
+
+def test_pause_gives_back_what_getone_holds(kafka):
+    """AsyncConsumer: records a poll took for ``getone`` but not handed out
+    are given back by ``pause`` and come, once each, after ``resume``."""
+    import asyncio
+
+    from kwire.aio import AsyncConsumer
+
+    bootstrap = kafka.bootstrap("plaintext")
+    topic = _topic(bootstrap, 2)
+    _produce(bootstrap, topic, {0: 20, 1: 20})
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    async def main() -> Dict[TopicPartition, List[int]]:
+        got: Dict[TopicPartition, List[int]] = {tp: [] for tp in tps}
+        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
+            c.assign(tps)
+            first = await c.getone(30000)
+            tp = TopicPartition(first.topic, first.partition)
+            got[tp].append(first.offset)
+            c.pause(tp)
+            assert await c.position(tp) == first.offset + 1
+            deadline = time.monotonic() + 30
+            while len(got[tps[0]]) + len(got[tps[1]]) < 21:
+                assert time.monotonic() < deadline
+                for t, recs in (await c.getmany(100)).items():
+                    assert t != tp
+                    got[t].extend(r.offset for r in recs)
+            c.resume(tp)
+            while len(got[tp]) < 20:
+                assert time.monotonic() < deadline
+                got[tp].append((await c.getone(30000)).offset)
+        return got
+
+    assert asyncio.run(main()) == {tps[0]: list(range(20)), tps[1]: list(range(20))}
