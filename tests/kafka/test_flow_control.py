@@ -126,17 +126,20 @@ def _drive(consumers, until, timeout=60.0):
     return got
 
 
-@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range", "consumer"])
 def test_a_rebalance_keeps_the_pause_of_the_partitions_that_stay_assigned(kw, kafka, strategy):
-    """Cooperative: the partitions a member keeps stay paused, those handed
-    to the new member are not paused there. Eager (range): every partition
-    is revoked before the JoinGroup, so every pause ends, as in Java's
-    consumer (``onJoinPrepare`` assigns nothing before rejoining)."""
+    """Cooperative and KIP-848's protocol ("consumer"): the partitions a
+    member keeps stay paused, those handed to the new member are not paused
+    there. Eager (range): every partition is revoked before the JoinGroup,
+    so every pause ends, as in Java's consumer (``onJoinPrepare`` assigns
+    nothing before rejoining)."""
     bootstrap = kafka.bootstrap("plaintext")
     topic, group = _topic(bootstrap, 4), f"grp-{uuid.uuid4().hex[:8]}"
     _produce(bootstrap, topic, {p: 5 for p in range(4)})
+    membership = (dict(group_protocol="consumer") if strategy == "consumer"
+                  else dict(partition_assignment_strategy=strategy, **SESSION))
     make = lambda: kw.Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                               partition_assignment_strategy=strategy, **SESSION)
+                               **membership)
     a = make()
     b = make()
     try:
@@ -148,7 +151,7 @@ def test_a_rebalance_keeps_the_pause_of_the_partitions_that_stay_assigned(kw, ka
         returned = _drive([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
         kept = set(a.assignment())
         assert b.paused() == set()
-        if strategy == "cooperative-sticky":
+        if strategy != "range":
             assert a.paused() == kept
             assert not kept & set(returned)          # a's partitions stayed quiet through the rebalance
         else:
@@ -173,6 +176,8 @@ def test_enforce_rebalance_makes_a_new_generation(kw, kafka):
         c.pause(TopicPartition(topic, 0))
         c.enforce_rebalance("the test asks")
         _drive([c], lambda: c.group_metadata().generation_id > generation and len(c.assignment()) == 2)
+        with open(kafka.log_path) as log:         # the JoinGroup's reason, as the coordinator logs it
+            assert "the test asks" in log.read()
         assert c.paused() == set()      # eager (range first, Java's default): revoked, so no longer paused
 
 
