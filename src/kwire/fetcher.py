@@ -286,11 +286,12 @@ class Fetcher:
             return
         for t in fut.value.topics:
             for p in t.partitions:
-                if (t.name, p.partition_index) == tp and not p.error_code and p.offset >= 0:
+                end = _answered_offset(p)
+                if (t.name, p.partition_index) == tp and not p.error_code and end >= 0:
                     if self._read_committed:
-                        st.last_stable_offset = p.offset
+                        st.last_stable_offset = end
                     else:
-                        st.high_watermark = p.offset
+                        st.high_watermark = end
 
     def _on_list_offsets(self, asked: Dict[TopicPartition, int], fut: Future) -> None:
         """A ListOffsets of :meth:`_lookup_positions` answered (I/O callback)."""
@@ -319,7 +320,7 @@ class Fetcher:
                                                       partition=tp.partition)
                         st.retry_at = time.monotonic() + self._backoff
                     continue
-                offset = p.old_style_offsets[0] if getattr(p, "old_style_offsets", None) else p.offset
+                offset = _answered_offset(p)
                 if offset < 0:
                     failed.setdefault("offset", (KwireError(f"the answer has no offset ({offset})"), []))[1].append(tp)
                     continue
@@ -383,10 +384,10 @@ class Fetcher:
     def _send_fetches(self) -> None:
         """Fetches for the assigned partitions that are not paused and have a
         position, nothing buffered, no fetch in flight, no error held and no
-        failure to back off from: up to ``max_in_flight_fetches`` per leader, each for a
-        disjoint share of its partitions and an equal share of
-        ``fetch_max_bytes``, so the broker serves one while the client reads
-        another.
+        failure to back off from: up to ``max_in_flight_fetches`` per
+        leader, each for a disjoint share of its partitions and an equal
+        share of ``fetch_max_bytes``, so the broker serves one while the
+        client reads another.
 
         Only partitions with records left to read (before the end the last
         answer gave) get shares of their own. A broker answers one request
@@ -1044,6 +1045,11 @@ def list_offsets_steps(client: Client, query: Dict[TopicPartition, int], timeout
             yield Sleep(max(0.0, min(backoff, deadline - time.monotonic())))
             yield from client.refresh_metadata_steps(timeout=max(0.1, deadline - time.monotonic()))
     return out
+
+
+def _answered_offset(p: Any) -> int:
+    """The offset of a ListOffsets answer's partition (v0: its first old-style offset; -1: none)."""
+    return p.old_style_offsets[0] if getattr(p, "old_style_offsets", None) else p.offset
 
 
 def list_offsets_request(versions: Dict[int, int], parts: Dict[TopicPartition, int], read_committed: bool,

@@ -142,7 +142,7 @@ class AsyncConsumer:
         return self._c.lag(tp)
 
     def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
-        """As :meth:`kwire.Consumer.current_lag` (no request)."""
+        """As :meth:`kwire.Consumer.current_lag` (never waits)."""
         return self._c.current_lag(tp)
 
     def pause(self, *tps: Tuple[str, int]) -> None:
