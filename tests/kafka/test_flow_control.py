@@ -254,3 +254,42 @@ def test_pause_gives_back_what_getone_holds(kafka):
         return got
 
     assert asyncio.run(main()) == {tps[0]: list(range(20)), tps[1]: list(range(20))}
+
+
+JAVA_ASSIGNORS = {"cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+                  "range": "org.apache.kafka.clients.consumer.RangeAssignor"}
+
+
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
+def test_javas_consumer_keeps_a_pause_through_a_rebalance_as_kwire_does(kafka, strategy):
+    """The reference for the test above: a Java member pauses its four
+    partitions, a kwire member joins; afterwards Java's paused partitions are
+    those it kept (cooperative) or none (eager)."""
+    from kwire.consumer import Consumer
+    from support.java_peer import JavaGroupMember
+
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 4), f"grp-{uuid.uuid4().hex[:8]}"
+    java = JavaGroupMember({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                            "partition.assignment.strategy": JAVA_ASSIGNORS[strategy],
+                            "session.timeout.ms": "6000", "heartbeat.interval.ms": "300"}, [topic], name="java-pause")
+    kwire = Consumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                     partition_assignment_strategy=strategy, **SESSION)
+    try:
+        while len(java.snapshot()[1]) < 4:
+            java.wait_for("assigned")
+        assert len(java.pause()) == 4
+        kwire.subscribe([topic])
+
+        def settled():
+            rebalances = [e for e in list(java.events) if e["event"] in ("assigned", "revoked")]
+            return (len(kwire.assignment()) == 2 and len(java.snapshot()[1]) == 2 and len(rebalances) > 1
+                    and rebalances[-1]["event"] == "assigned")
+
+        _drive([kwire], settled)
+        last = [e for e in list(java.events) if e["event"] == "assigned"][-1]
+        kept = java.snapshot()[1]
+        assert {tuple(tp) for tp in last["paused"]} == (kept if strategy == "cooperative-sticky" else set())
+    finally:
+        kwire.close()
+        java.stop()

@@ -243,6 +243,13 @@ class JavaGroupMember:
         with self._lock:
             return list(self.records), set(self.assignment)
 
+    def pause(self) -> set:
+        """Have it pause its whole assignment; the partitions it says are paused."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("pause\n")
+        self.proc.stdin.flush()
+        return {tuple(tp) for tp in self.wait_for("paused")["partitions"]}
+
     def stop(self, timeout: float = 60.0) -> None:
         """Ask it to commit and leave the group; waits until it has closed."""
         if self.proc.poll() is None:

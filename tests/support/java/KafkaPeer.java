@@ -26,6 +26,8 @@
 //     enable.auto.commit false it commits synchronously what it has printed in
 //     onPartitionsRevoked and before it leaves. A "stop" line on stdin (or its
 //     end) makes it commit, close (leaving the group) and print {"event": "closed"}.
+//     A "pause" line pauses its whole assignment ({"event": "paused", "partitions": ...});
+//     each "assigned" event also says what is paused then ("paused": [[t, p], ...]).
 //
 // Errors: {"event": "error", "error": "..."} and exit status 1.
 
@@ -324,13 +326,16 @@ public final class KafkaPeer {
     // ------------------------------------------------------- group member
     private static void groupMember(JsonNode cmd, BufferedReader in) {
         AtomicBoolean stop = new AtomicBoolean(false);
+        AtomicBoolean pause = new AtomicBoolean(false);
         KafkaConsumer<byte[], byte[]> c = consumer(cmd);
         boolean autoCommit = Boolean.parseBoolean(props(cmd).getProperty("enable.auto.commit", "true"));
         Thread reader = new Thread(() -> {
             try {
                 String line;
                 while ((line = in.readLine()) != null && !line.trim().equals("stop")) {
-                    // nothing else is understood
+                    if (line.trim().equals("pause")) {
+                        pause.set(true);    // done by the polling thread (the consumer is not thread-safe)
+                    }
                 }
             } catch (Exception e) {
                 // end of input: stop as well
@@ -357,6 +362,7 @@ public final class KafkaPeer {
             public void onPartitionsAssigned(Collection<TopicPartition> assigned) {
                 ObjectNode o = event("assigned");
                 o.set("partitions", partitions(assigned));
+                o.set("paused", partitions(c.paused()));
                 emit(o);
             }
 
@@ -371,6 +377,12 @@ public final class KafkaPeer {
         emit(event("started"));
         try {
             while (!stop.get()) {
+                if (pause.getAndSet(false)) {
+                    c.pause(c.assignment());
+                    ObjectNode o = event("paused");
+                    o.set("partitions", partitions(c.paused()));
+                    emit(o);
+                }
                 ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(100));
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     emit(record(r));
