@@ -3,9 +3,11 @@ fixture): ``pause`` / ``resume`` / ``paused`` (a paused partition is left out
 of every Fetch and returns nothing, not even what was buffered, while the
 others flow; resumed, it goes on from its position, nothing lost or
 repeated; in a group the pause lasts while the partition stays assigned, as
-in Java's consumer), ``current_lag``, and ``enforce_rebalance`` (a new
-generation with the classic protocol; logged and ignored with KIP-848's,
-as Java does)."""
+in Java's consumer, which the last test runs through the same rebalances
+as the reference), ``current_lag`` (an unknown end asked for without
+waiting), and ``enforce_rebalance`` (a new generation, the reason in the
+coordinator's log, with the classic protocol; logged and ignored with
+KIP-848's, as Java does)."""
 
 from __future__ import annotations
 
