@@ -79,7 +79,7 @@ _LAZY: Dict[str, str] = {
     **dict.fromkeys(("RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor"), "kwire.assignors"),
     **dict.fromkeys(("Future", "KafkaTimeoutError"), "kwire.future"),
     **dict.fromkeys(("TransactionAbortedError", "TransactionStateError"), "kwire.transactions"),
-    **dict.fromkeys(("ProducerClosedError", "InvalidPartitionError"), "kwire.errors"),
+    **dict.fromkeys(("ProducerClosedError", "InvalidPartitionError", "IllegalStateError"), "kwire.errors"),
     "SaslAuthenticationError": "kwire.sasl",
     "TlsError": "kwire.net",
     "ConfigError": "kwire.config",
@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from kwire.commit import CommitFailedError
     from kwire.config import ConfigError
     from kwire.consumer import Consumer, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError
-    from kwire.errors import InvalidPartitionError, ProducerClosedError
+    from kwire.errors import IllegalStateError, InvalidPartitionError, ProducerClosedError
     from kwire.future import Future, KafkaTimeoutError
     from kwire.group import RebalanceListener
     from kwire.net import TlsError
@@ -161,6 +161,6 @@ __all__ = [
     "ConsumerGroupMetadata", "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
     "CommitFailedError", "RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor", "Future",
     "KafkaTimeoutError", "TransactionAbortedError", "TransactionStateError", "ProducerClosedError",
-    "InvalidPartitionError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",
+    "InvalidPartitionError", "IllegalStateError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",
     "scan",
 ]
