@@ -21,6 +21,9 @@ from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Opti
 
 from kwire import protocol
 from kwire.acl import AclBinding
+from kwire.admin_ops.configs import (RESOURCE_TYPES, AlterConfigOp, ConfigResource, alter_request, by_node,
+                                     incremental_alter_request, resource_errors, type_name)
+from kwire.admin_ops.configs import resource as config_resource
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
@@ -35,10 +38,7 @@ from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken"]
-
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
+           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp"]
 
 
 @dataclass(frozen=True)
@@ -245,8 +245,25 @@ class Admin:
         node = client.cluster.controller_id
         if node is None or node < 0 or node not in client.cluster.brokers:
             return (yield from client.request_any_steps(make, self._timeout(timeout)))
+        return (yield from self._to_node(node, make, deadline))
+
+    def _to_node(self, node: Optional[int], make: Any, deadline: float) -> StepsOf[Any]:
+        """Send ``make(versions)`` to broker ``node`` (None: any broker) by ``deadline``."""
+        client = self._client
+        if node is None:
+            return (yield from client.request_any_steps(make, max(0.0, deadline - time.monotonic())))
         conn = yield from client.wait_ready_steps(node, deadline)
         return (yield from client.wait_steps(client.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic())))
+
+    def _to_nodes(self, parts: Mapping[Optional[int], Any], make: Callable[[Any, Dict[int, int]], Any],
+                  timeout: Optional[float]) -> StepsOf[List[Any]]:
+        """One request per node (``make(part, versions)`` for each part of
+        ``parts``, None: any broker), their responses in that order."""
+        deadline = time.monotonic() + self._timeout(timeout)
+        out = []
+        for node, part in parts.items():
+            out.append((yield from self._to_node(node, functools.partial(make, part), deadline)))
+        return out
 
     @staticmethod
     def _raise_first(errors: List[BaseException]) -> None:
@@ -496,31 +513,65 @@ class Admin:
     # ------------------------------------------------------------ configs
     @waits
     def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
-                         timeout: Optional[float] = None) -> StepsOf[Dict[Tuple[str, str], Dict[str, ConfigEntry]]]:
-        """Configs of topics and brokers: {("topic", name) or ("broker", id):
-        {config name: ConfigEntry}}."""
+                         timeout: Optional[float] = None, resources: Iterable[Tuple[str, Any]] = (),
+                         ) -> StepsOf[Dict[Tuple[str, str], Dict[str, ConfigEntry]]]:
+        """Configs of topics, brokers and any other ``resources``
+        (:class:`ConfigResource`: ``("group", "g")``, ``("client_metrics",
+        name)``, ``("broker_logger", "1")``...): {(type, name): {config
+        name: ConfigEntry}}, e.g. ``("topic", name)`` or ``("broker", "1")``.
+        A broker's configs are asked of that broker."""
         cls = protocol.message("DescribeConfigsRequest")
-        resources = [(TOPIC_RESOURCE, t) for t in topics] + [(BROKER_RESOURCE, str(b)) for b in brokers]
+        wanted = ([ConfigResource("topic", t) for t in topics] + [ConfigResource("broker", str(b)) for b in brokers]
+                  + [config_resource(r) for r in resources])
 
-        def make(versions: Dict[int, int]) -> Any:
-            return cls(resources=[cls.DescribeConfigsResource(resource_type=rt, resource_name=n, configuration_keys=None)
-                                  for rt, n in resources], include_synonyms=False, include_documentation=False)
+        def make(part: List[ConfigResource], versions: Dict[int, int]) -> Any:
+            return cls(resources=[cls.DescribeConfigsResource(resource_type=RESOURCE_TYPES[r.type], resource_name=r.name,
+                                                              configuration_keys=None) for r in part],
+                       include_synonyms=False, include_documentation=False)
 
-        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         out, errors = {}, []
-        for r in resp.results:
-            kind = "topic" if r.resource_type == TOPIC_RESOURCE else "broker"
-            if r.error_code:
-                errors.append(protocol.error_for(r.error_code, api="DescribeConfigs", topic=r.resource_name,
-                                                 message=r.error_message))
-                continue
-            out[(kind, r.resource_name)] = {
-                c.name: ConfigEntry(c.name, c.value, c.read_only,
-                                    getattr(c, "is_default", False) or getattr(c, "config_source", -1) == 5,
-                                    c.is_sensitive, getattr(c, "config_source", -1))
-                for c in r.configs}
+        for resp in (yield from self._to_nodes(by_node(wanted), make, timeout)):
+            for r in resp.results:
+                key = ConfigResource(type_name(r.resource_type), r.resource_name)
+                if r.error_code:
+                    errors.append(protocol.error_for(r.error_code, api="DescribeConfigs", message=r.error_message,
+                                                     **({"topic": r.resource_name} if key.type == "topic"
+                                                        else {"resource": key})))
+                    continue
+                out[key] = {c.name: ConfigEntry(c.name, c.value, c.read_only,
+                                                getattr(c, "is_default", False) or getattr(c, "config_source", -1) == 5,
+                                                c.is_sensitive, getattr(c, "config_source", -1))
+                            for c in r.configs}
         self._raise_first(errors)
         return out
+
+    @waits
+    def incremental_alter_configs(self, configs: Mapping[Tuple[str, Any], Sequence[AlterConfigOp]],
+                                  validate_only: bool = False, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Change configs one by one (IncrementalAlterConfigs, as Java's
+        ``incrementalAlterConfigs``): {ConfigResource: [AlterConfigOp, ...]}
+        for topics, brokers (``""``: the cluster-wide default), broker
+        loggers, groups and client metrics; configs not named keep their
+        values. ``validate_only``: the brokers check without changing.
+        Raises the first resource's error after all were answered."""
+        todo = {config_resource(r): list(ops) for r, ops in configs.items()}
+        parts = {node: {r: todo[r] for r in rs} for node, rs in by_node(todo).items()}
+        responses = yield from self._to_nodes(parts, lambda part, v: incremental_alter_request(part, validate_only),
+                                              timeout)
+        self._raise_first([e for resp in responses for e in resource_errors(resp, "IncrementalAlterConfigs")])
+
+    @waits
+    def alter_configs(self, configs: Mapping[Tuple[str, Any], Mapping[str, Optional[str]]],
+                      validate_only: bool = False, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Replace each resource's dynamic configs with those given
+        (AlterConfigs, Java's deprecated ``alterConfigs``): {ConfigResource:
+        {name: value}}; every dynamic config left out goes back to its
+        default. Prefer :meth:`incremental_alter_configs`. Raises the first
+        resource's error after all were answered."""
+        todo = {config_resource(r): dict(entries) for r, entries in configs.items()}
+        parts = {node: {r: todo[r] for r in rs} for node, rs in by_node(todo).items()}
+        responses = yield from self._to_nodes(parts, lambda part, v: alter_request(part, validate_only), timeout)
+        self._raise_first([e for resp in responses for e in resource_errors(resp, "AlterConfigs")])
 
     # ------------------------------------------------------------- groups
     def _group_request(self, group_id: str, make: Any, api: str, timeout: Optional[float],

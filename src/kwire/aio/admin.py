@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
-from kwire.admin import (Admin, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription, GroupListing,
+from kwire.admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription, GroupListing,
                          NewTopic, TopicDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
@@ -100,9 +100,20 @@ class AsyncAdmin:
         return await self._run(Admin.unregister_broker.steps(self._a, node_id, timeout))
 
     async def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
-                               timeout: Optional[float] = None) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:
+                               timeout: Optional[float] = None, resources: Iterable[Tuple[str, Any]] = (),
+                               ) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:
         """:meth:`kwire.admin.Admin.describe_configs`."""
-        return await self._run(Admin.describe_configs.steps(self._a, topics, brokers, timeout))
+        return await self._run(Admin.describe_configs.steps(self._a, topics, brokers, timeout, resources))
+
+    async def incremental_alter_configs(self, configs: Mapping[Tuple[str, Any], Sequence[AlterConfigOp]],
+                                        validate_only: bool = False, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.incremental_alter_configs`."""
+        return await self._run(Admin.incremental_alter_configs.steps(self._a, configs, validate_only, timeout))
+
+    async def alter_configs(self, configs: Mapping[Tuple[str, Any], Mapping[str, Optional[str]]],
+                            validate_only: bool = False, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_configs`."""
+        return await self._run(Admin.alter_configs.steps(self._a, configs, validate_only, timeout))
 
     async def list_groups(self, states: Optional[Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                           timeout: Optional[float] = None) -> List[GroupListing]:

@@ -1,0 +1,9 @@
+"""The admin calls' request and response shaping beside :mod:`kwire.admin`
+(issue 33): each module builds one family's requests from Kafka's argument
+shapes and reads their responses into typed results and kwire errors,
+without I/O. :class:`kwire.admin.Admin` sends them (as steps, so both
+drivers run the same code); nothing here imports the admin client.
+
+- :mod:`.configs`: config resources (topics, brokers, broker loggers, groups,
+  client metrics), IncrementalAlterConfigs' operations, AlterConfigs.
+"""
