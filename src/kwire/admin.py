@@ -714,9 +714,34 @@ class Admin:
         OffsetAndMetadata}); brokers accept this only while the group has no
         active members."""
         todo = as_offsets(offsets)
+        # a coordinator still loading (or no longer the group's) says so per partition: retried as a whole
         resp = yield from self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
-                                   timeout, lambda r: 0)
+                                   timeout, lambda r: next((e.code for e in commit_errors(r).values()
+                                                            if getattr(e, "retriable", False)), 0))
         self._raise_first(list(commit_errors(resp).values()))
+
+    @waits
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[Tuple[str, int]],
+                                      timeout: Optional[float] = None) -> StepsOf[None]:
+        """Delete the group's committed offsets of ``partitions`` (OffsetDelete,
+        Java's ``deleteConsumerGroupOffsets``): the group may have members,
+        but none subscribed to those topics (GroupSubscribedToTopicError).
+        Raises the group's error, or the first partition's after all were
+        answered."""
+        cls = protocol.message("OffsetDeleteRequest")
+        by_topic: Dict[str, List[int]] = collections.defaultdict(list)
+        for topic, partition in partitions:
+            by_topic[topic].append(partition)
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(group_id=group_id, topics=[cls.OffsetDeleteRequestTopic(
+                name=t, partitions=[cls.OffsetDeleteRequestPartition(partition_index=p) for p in ps])
+                for t, ps in by_topic.items()])
+
+        resp = yield from self._group_request(group_id, make, "OffsetDelete", timeout)
+        self._raise_first([protocol.error_for(p.error_code, api="OffsetDelete", topic=t.name,
+                                              partition=p.partition_index, group_id=group_id)
+                           for t in resp.topics for p in t.partitions if p.error_code])
 
     @waits
     def group_lag(self, group_id: str, timeout: Optional[float] = None,

@@ -138,6 +138,11 @@ class AsyncAdmin:
         """:meth:`kwire.admin.Admin.alter_group_offsets`."""
         return await self._run(Admin.alter_group_offsets.steps(self._a, group_id, offsets, timeout))
 
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[Tuple[str, int]],
+                                            timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.delete_consumer_group_offsets`."""
+        return await self._run(Admin.delete_consumer_group_offsets.steps(self._a, group_id, partitions, timeout))
+
     async def group_lag(self, group_id: str, timeout: Optional[float] = None,
                         committed: Optional[Mapping[TopicPartition, OffsetAndMetadata]] = None,
                   ) -> Dict[TopicPartition, Tuple[int, int, int]]:
