@@ -510,6 +510,65 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``kwire configs``' resource options, as Kafka's kafka-configs.sh names them, and their resource types.
+CONFIG_RESOURCES = {"topic": "topic", "broker": "broker", "broker_logger": "broker_logger", "group": "group",
+                    "client_metrics": "client_metrics"}
+
+
+def _config_resource(args: argparse.Namespace) -> Any:
+    """The one resource ``kwire configs`` was given (``--broker ''``: the cluster-wide default)."""
+    from kwire.admin import ConfigResource
+
+    given = [(kind, getattr(args, kind)) for kind in CONFIG_RESOURCES if getattr(args, kind) is not None]
+    if len(given) != 1:
+        raise SystemExit("kwire configs: name one of --topic, --broker, --broker-logger, --group, --client-metrics")
+    return ConfigResource(*given[0])
+
+
+def _config_ops(args: argparse.Namespace) -> List[Any]:
+    """``--set``, ``--append``, ``--subtract`` (NAME=VALUE) and ``--delete`` (NAME) as AlterConfigOps."""
+    from kwire.admin import AlterConfigOp
+
+    ops = []
+    for op_type in ("set", "append", "subtract"):
+        for item in getattr(args, op_type) or ():
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise SystemExit(f"kwire configs alter: --{op_type} {item!r}: expected NAME=VALUE")
+            ops.append(AlterConfigOp(name, value, op_type))
+    ops.extend(AlterConfigOp(name, None, "delete") for name in args.delete or ())
+    if not ops:
+        raise SystemExit("kwire configs alter: give --set, --delete, --append or --subtract")
+    return ops
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    """``kwire configs describe | alter`` of one topic, broker, broker
+    logger, group or client metrics subscription (IncrementalAlterConfigs)."""
+    from kwire.admin import Admin
+
+    resource = _config_resource(args)
+    ops = _config_ops(args) if args.action == "alter" else []
+    with Admin(_config(args)) as a:
+        if ops:
+            a.incremental_alter_configs({resource: ops}, validate_only=args.validate_only)
+            print(f"{'validated' if args.validate_only else 'altered'} {resource.type} {resource.name!r}: "
+                  f"{len(ops)} change(s)", file=sys.stderr)
+            return 0
+        entries = a.describe_configs(resources=[resource])[resource]
+        if not args.json:
+            print("name\tvalue\tsource\tdefault\tread_only\tsensitive")
+        for e in sorted(entries.values(), key=lambda e: e.name):
+            if args.json:
+                print(json.dumps({"resource_type": resource.type, "resource_name": resource.name, "name": e.name,
+                                  "value": e.value, "source": e.source, "is_default": e.is_default,
+                                  "read_only": e.read_only, "is_sensitive": e.is_sensitive}))
+            else:
+                print("\t".join([e.name, "-" if e.value is None else e.value, str(e.source),
+                                 *("yes" if flag else "no" for flag in (e.is_default, e.read_only, e.is_sensitive))]))
+    return 0
+
+
 def _token_hmac(given: Optional[str], action: str) -> bytes:
     """A delegation token's HMAC from ``--hmac``: base64, or ``-`` to read
     it from stdin (keeping it out of the process list)."""
@@ -640,6 +699,22 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
     p.add_argument("--type", help="list: only groups of this type (classic, consumer; ListGroups v5+)")
     p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("configs", help="describe or alter the configs of a topic, broker, broker logger, group or "
+                                       "client metrics subscription")
+    common(p)
+    p.add_argument("action", choices=["describe", "alter"])
+    for kind in CONFIG_RESOURCES:
+        p.add_argument(f"--{kind.replace('_', '-')}", dest=kind, metavar="NAME",
+                       help=f"the {kind.replace('_', ' ')}" + (" (its id; '' is the cluster-wide default)"
+                                                               if kind.startswith("broker") else ""))
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="alter: set a config (repeatable)")
+    p.add_argument("--delete", action="append", metavar="NAME", help="alter: back to the default (repeatable)")
+    p.add_argument("--append", action="append", metavar="NAME=VALUE", help="alter: add to a list config")
+    p.add_argument("--subtract", action="append", metavar="NAME=VALUE", help="alter: remove from a list config")
+    p.add_argument("--validate-only", action="store_true", help="alter: let the brokers check, change nothing")
+    p.add_argument("--json", action="store_true", help="describe: JSON lines, one per config")
+    p.set_defaults(func=cmd_configs)
 
     p = sub.add_parser("delegation-token", help="create, renew, expire or describe delegation tokens (over SASL or "
                                                 "mutual TLS; -X sets the credentials)")

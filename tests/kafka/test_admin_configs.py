@@ -8,12 +8,13 @@ per-resource errors naming their resource."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import pytest
 
-from kwire.admin import AlterConfigOp, ConfigResource, NewTopic
+from kwire.admin import Admin, AlterConfigOp, ConfigResource, NewTopic
 from kwire.errors import InvalidConfigError, UnknownTopicOrPartitionError
 
 pytestmark = pytest.mark.kafka
@@ -129,3 +130,39 @@ def test_errors_name_their_resource(kw, kafka):
         with pytest.raises(ValueError, match="op_type"):
             a.incremental_alter_configs({("topic", topic): [AlterConfigOp("retention.ms", "1", "add")]})
         a.delete_topics([topic])
+
+
+def test_cli_configs(kafka, capsys, monkeypatch):
+    """``kwire configs alter`` (--set, --append, --subtract, --delete) and
+    ``describe`` (text and --json) of a topic; a missing resource option
+    is refused."""
+    from kwire.__main__ import main
+
+    topic = _name("cfg-cli")
+    b = ["-b", kafka.bootstrap()]
+
+    def run(*argv):
+        rc = main([*argv, *b])
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    assert run("topics", "create", topic)[0] == 0
+    rc, _, err = run("configs", "alter", "--topic", topic, "--set", "retention.ms=7200000",
+                     "--append", "cleanup.policy=compact")
+    assert rc == 0 and "altered topic" in err
+    with Admin(bootstrap_servers=kafka.bootstrap()) as a:
+        _configs(a, "topic", topic, _value("cleanup.policy", "delete,compact"))
+    rc, out, _ = run("configs", "describe", "--topic", topic, "--json")
+    got = {c["name"]: c for c in map(json.loads, out.splitlines())}
+    assert rc == 0 and got["retention.ms"]["value"] == "7200000" and got["retention.ms"]["source"] == DYNAMIC_TOPIC
+    assert got["cleanup.policy"]["value"] == "delete,compact" and got["cleanup.policy"]["resource_name"] == topic
+    assert run("configs", "alter", "--topic", topic, "--subtract", "cleanup.policy=delete",
+               "--delete", "retention.ms")[0] == 0
+    with Admin(bootstrap_servers=kafka.bootstrap()) as a:
+        _configs(a, "topic", topic, _value("retention.ms", "604800000"))
+    rc, out, _ = run("configs", "describe", "--topic", topic)
+    rows = {line.split("\t")[0]: line.split("\t") for line in out.splitlines()[1:]}
+    assert rows["cleanup.policy"][1] == "compact" and rows["retention.ms"][1:4] == ["604800000", "5", "yes"]
+    with pytest.raises(SystemExit, match="name one of"):
+        main(["configs", "describe", *b])
+    assert run("topics", "delete", topic)[0] == 0
