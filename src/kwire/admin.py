@@ -24,6 +24,9 @@ from kwire.acl import AclBinding
 from kwire.admin_ops.configs import (RESOURCE_TYPES, AlterConfigOp, ConfigResource, alter_request, by_node,
                                      incremental_alter_request, resource_errors, type_name)
 from kwire.admin_ops.configs import resource as config_resource
+from kwire.admin_ops.log_dirs import (LogDirDescription, ReplicaInfo, TopicPartitionReplica, alter_replica_log_dirs_errors,
+                                      alter_replica_log_dirs_request, by_broker, describe_log_dirs_request,
+                                      log_dirs_from_response)
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
@@ -38,7 +41,8 @@ from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp"]
+           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp",
+           "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica"]
 
 
 @dataclass(frozen=True)
@@ -572,6 +576,31 @@ class Admin:
         parts = {node: {r: todo[r] for r in rs} for node, rs in by_node(todo).items()}
         responses = yield from self._to_nodes(parts, lambda part, v: alter_request(part, validate_only), timeout)
         self._raise_first([e for resp in responses for e in resource_errors(resp, "AlterConfigs")])
+
+    # ----------------------------------------------------------- log dirs
+    @waits
+    def describe_log_dirs(self, brokers: Iterable[int],
+                          timeout: Optional[float] = None) -> StepsOf[Dict[int, Dict[str, LogDirDescription]]]:
+        """Each broker's log dirs and the replicas in them (DescribeLogDirs,
+        Java's ``describeLogDirs``): {broker: {path: LogDirDescription}}.
+        A broker's request-level error raises."""
+        nodes = {int(b): None for b in brokers}
+        responses = yield from self._to_nodes(nodes, lambda part, v: describe_log_dirs_request(), timeout)
+        return {node: log_dirs_from_response(resp, node) for node, resp in zip(nodes, responses)}
+
+    @waits
+    def alter_replica_log_dirs(self, moves: Mapping[Tuple[str, int, int], str],
+                               timeout: Optional[float] = None) -> StepsOf[None]:
+        """Move replicas between the log dirs of their brokers
+        (AlterReplicaLogDirs, Java's ``alterReplicaLogDirs``):
+        {TopicPartitionReplica(topic, partition, broker): absolute dir}. The
+        broker copies the replica into a future one there and swaps them
+        when it has caught up (``describe_log_dirs`` shows it). Raises the
+        first replica's error (KafkaStorageError: no such dir;
+        ReplicaNotAvailableError: no such replica) after all were answered."""
+        parts = by_broker(moves)
+        responses = yield from self._to_nodes(parts, lambda part, v: alter_replica_log_dirs_request(part), timeout)
+        self._raise_first([e for node, resp in zip(parts, responses) for e in alter_replica_log_dirs_errors(resp, node)])
 
     # ------------------------------------------------------------- groups
     def _group_request(self, group_id: str, make: Any, api: str, timeout: Optional[float],

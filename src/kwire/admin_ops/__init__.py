@@ -6,4 +6,6 @@ drivers run the same code); nothing here imports the admin client.
 
 - :mod:`.configs`: config resources (topics, brokers, broker loggers, groups,
   client metrics), IncrementalAlterConfigs' operations, AlterConfigs.
+- :mod:`.log_dirs`: brokers' log dirs and the replicas in them; moving a
+  replica between the dirs of its broker.
 """

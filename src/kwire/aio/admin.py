@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
-from kwire.admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription, GroupListing,
-                         NewTopic, TopicDescription)
+from kwire.admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription,
+                         GroupListing, LogDirDescription, NewTopic, TopicDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -114,6 +114,16 @@ class AsyncAdmin:
                             validate_only: bool = False, timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.alter_configs`."""
         return await self._run(Admin.alter_configs.steps(self._a, configs, validate_only, timeout))
+
+    async def describe_log_dirs(self, brokers: Iterable[int],
+                                timeout: Optional[float] = None) -> Dict[int, Dict[str, LogDirDescription]]:
+        """:meth:`kwire.admin.Admin.describe_log_dirs`."""
+        return await self._run(Admin.describe_log_dirs.steps(self._a, brokers, timeout))
+
+    async def alter_replica_log_dirs(self, moves: Mapping[Tuple[str, int, int], str],
+                                     timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_replica_log_dirs`."""
+        return await self._run(Admin.alter_replica_log_dirs.steps(self._a, moves, timeout))
 
     async def list_groups(self, states: Optional[Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                           timeout: Optional[float] = None) -> List[GroupListing]:
