@@ -27,6 +27,12 @@ from kwire.admin_ops.configs import resource as config_resource
 from kwire.admin_ops.log_dirs import (LogDirDescription, ReplicaInfo, TopicPartitionReplica, alter_replica_log_dirs_errors,
                                       alter_replica_log_dirs_request, by_broker, describe_log_dirs_request,
                                       log_dirs_from_response)
+from kwire.admin_ops.scram import (ScramCredentialInfo, UserScramCredentialDeletion, UserScramCredentialsDescription,
+                                   UserScramCredentialUpsertion)
+from kwire.admin_ops.scram import alter_errors as alter_scram_errors
+from kwire.admin_ops.scram import alter_request as alter_scram_request
+from kwire.admin_ops.scram import describe_request as describe_scram_request
+from kwire.admin_ops.scram import descriptions as scram_descriptions
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
@@ -42,7 +48,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
            "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp",
-           "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica"]
+           "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica", "ScramCredentialInfo",
+           "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription"]
 
 
 @dataclass(frozen=True)
@@ -877,6 +884,34 @@ class Admin:
             raise protocol.error_for(resp.error_code, api="DescribeClientQuotas", message=resp.error_message)
         return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
                 {v.key: v.value for v in entry.values} for entry in resp.entries or []}
+
+    # --------------------------------------------------- SCRAM credentials
+    @waits
+    def describe_user_scram_credentials(self, users: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
+                                        ) -> StepsOf[Dict[str, UserScramCredentialsDescription]]:
+        """The SCRAM credentials (mechanism and iterations) of ``users``
+        (None: every user that has one; DescribeUserScramCredentials, Java's
+        ``describeUserScramCredentials``). A named user without any raises
+        ResourceNotFoundError, after all were answered."""
+        wanted = None if users is None else list(users)
+        resp = yield from self._client.request_any_steps(lambda v: describe_scram_request(wanted), self._timeout(timeout))
+        out, errors = scram_descriptions(resp)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def alter_user_scram_credentials(self, alterations: Sequence[Any], timeout: Optional[float] = None) -> StepsOf[None]:
+        """Add or replace (:class:`UserScramCredentialUpsertion`: the
+        password salted with PBKDF2 here, as Java does) and remove
+        (:class:`UserScramCredentialDeletion`) users' SCRAM credentials
+        (AlterUserScramCredentials, Java's ``alterUserScramCredentials``).
+        The brokers take a change from the metadata log a moment after the
+        call returns. Raises the first user's error after all were
+        answered (UnacceptableCredentialError: e.g. iterations out of
+        4096..16384; ResourceNotFoundError: no such credential to delete)."""
+        request = alter_scram_request(alterations)
+        resp = yield from self._client.request_any_steps(lambda v: request, self._timeout(timeout))
+        self._raise_first(alter_scram_errors(resp))
 
     # -------------------------------------------------- delegation tokens
     # Sent to any broker (as Kafka's admin client does; KRaft brokers forward

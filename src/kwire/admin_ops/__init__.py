@@ -8,4 +8,5 @@ drivers run the same code); nothing here imports the admin client.
   client metrics), IncrementalAlterConfigs' operations, AlterConfigs.
 - :mod:`.log_dirs`: brokers' log dirs and the replicas in them; moving a
   replica between the dirs of its broker.
+- :mod:`.scram`: users' SCRAM credentials, described and changed (KIP-554).
 """

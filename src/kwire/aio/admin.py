@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
 from kwire.admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription,
-                         GroupListing, LogDirDescription, NewTopic, TopicDescription)
+                         GroupListing, LogDirDescription, NewTopic, TopicDescription, UserScramCredentialsDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -182,6 +182,16 @@ class AsyncAdmin:
                                ) -> Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]]:
         """:meth:`kwire.admin.Admin.describe_client_quotas`."""
         return await self._run(Admin.describe_client_quotas.steps(self._a, entity, strict, timeout))
+
+    async def describe_user_scram_credentials(self, users: Optional[Iterable[str]] = None,
+                                              timeout: Optional[float] = None,
+                                              ) -> Dict[str, UserScramCredentialsDescription]:
+        """:meth:`kwire.admin.Admin.describe_user_scram_credentials`."""
+        return await self._run(Admin.describe_user_scram_credentials.steps(self._a, users, timeout))
+
+    async def alter_user_scram_credentials(self, alterations: Sequence[Any], timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_user_scram_credentials`."""
+        return await self._run(Admin.alter_user_scram_credentials.steps(self._a, alterations, timeout))
 
     async def create_delegation_token(self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
                                       owner: Optional[str] = None, timeout: Optional[float] = None) -> DelegationToken:
