@@ -27,6 +27,10 @@ from kwire.admin_ops.configs import resource as config_resource
 from kwire.admin_ops.log_dirs import (LogDirDescription, ReplicaInfo, TopicPartitionReplica, alter_replica_log_dirs_errors,
                                       alter_replica_log_dirs_request, by_broker, describe_log_dirs_request,
                                       log_dirs_from_response)
+from kwire.admin_ops.transactions import (AbortTransactionSpec, ProducerState, TransactionDescription,
+                                          TransactionListing, abort_errors, abort_request, describe_producers_request,
+                                          fence_request, list_transactions_request, producer_states,
+                                          transaction_description, transaction_listings)
 from kwire.admin_ops.scram import (ScramCredentialInfo, UserScramCredentialDeletion, UserScramCredentialsDescription,
                                    UserScramCredentialUpsertion)
 from kwire.admin_ops.scram import alter_errors as alter_scram_errors
@@ -37,7 +41,7 @@ from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
-from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
+from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -49,7 +53,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
            "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp",
            "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica", "ScramCredentialInfo",
-           "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription"]
+           "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription",
+           "ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec"]
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,10 @@ def consumer_group_description(g: Any) -> GroupDescription:
     return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, tuple(members),
                             group_type="consumer", epoch=g.group_epoch)
 
+
+#: The per-transaction errors of DescribeTransactions that mean "ask the coordinator again".
+RETRIED_BY_COORDINATOR = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                          ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 #: ListOffsets' marker of the record with the largest timestamp (KIP-734, v7+).
 MAX_TIMESTAMP = -3
@@ -402,20 +411,29 @@ class Admin:
         return (yield from list_offsets_steps(self._client, spec, self._timeout(timeout),
                                               read_committed=isolation_level == "read_committed"))
 
+    def _leaders(self, partitions: Iterable[Tuple[str, int]],
+                 timeout: Optional[float]) -> StepsOf[Dict[int, List[TopicPartition]]]:
+        """{leader: its partitions} of ``partitions``, from fresh metadata."""
+        client = self._client
+        tps = [TopicPartition(*tp) for tp in partitions]
+        client.add_topics({tp.topic for tp in tps})
+        yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
+        by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        for tp in tps:
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                raise KwireError(f"no leader known for {tp.topic}[{tp.partition}]")
+            by_node[leader].append(tp)
+        return by_node
+
     @waits
     def delete_records(self, before: Mapping[Tuple[str, int], int], timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, int]]:
         """Delete the records of each partition before the given offset;
         returns the new low watermarks."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
-        client.add_topics({tp[0] for tp in before})
-        yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
-        by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
-        for tp, off in before.items():
-            leader = client.cluster.leader_for(*tp)
-            if leader is None:
-                raise KwireError(f"no leader known for {tp[0]}[{tp[1]}]")
-            by_node[leader][TopicPartition(*tp)] = off
+        by_node: Dict[int, Dict[TopicPartition, int]] = {
+            node: {tp: before[tp] for tp in tps} for node, tps in (yield from self._leaders(before, timeout)).items()}
         cls = protocol.message("DeleteRecordsRequest")
         futures = []
         for node, parts in by_node.items():
@@ -615,13 +633,21 @@ class Admin:
         """Send ``make(versions)`` to ``group_id``'s coordinator (found
         first, and again when it moved); retriable errors retried until the
         timeout."""
+        _, resp = yield from self._coordinator_request(group_id, GROUP_KEY, make, api, timeout, code_of)
+        return resp
+
+    def _coordinator_request(self, key: str, key_type: int, make: Any, api: str, timeout: Optional[float],
+                             code_of: Any = lambda r: getattr(r, "error_code", 0)) -> StepsOf[Tuple[int, Any]]:
+        """:meth:`_group_request` for the coordinator of a group
+        (``GROUP_KEY``) or a transactional id (``TRANSACTION_KEY``):
+        (coordinator id, response)."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         while True:
             try:
-                found = yield from client.request_any_steps(lambda v: find_coordinator_request(v, group_id, GROUP_KEY),
+                found = yield from client.request_any_steps(lambda v: find_coordinator_request(v, key, key_type),
                                            max(0.1, deadline - time.monotonic()))
-                broker = coordinator_from_response(found, group_id)
+                broker = coordinator_from_response(found, key, key_type)
                 remember_broker(client, broker)
                 conn = yield from client.wait_ready_steps(broker.node_id, deadline)
                 request = make(conn.versions)
@@ -630,7 +656,7 @@ class Admin:
                 code = code_of(resp)
                 if code:
                     raise protocol.error_for(code, api=api, message=getattr(resp, "error_message", None))
-                return resp
+                return broker.node_id, resp
             except KwireError as e:
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
@@ -793,6 +819,93 @@ class Admin:
         ends = yield from Admin.list_offsets.steps(self, {tp: "latest" for tp in committed}, timeout)
         return {tp: (om.offset, ends[tp][0], max(0, ends[tp][0] - om.offset)) for tp, om in committed.items()}
 
+
+    # ------------------------------------------- producers, transactions
+    @waits
+    def describe_producers(self, partitions: Iterable[Tuple[str, int]], broker_id: Optional[int] = None,
+                           timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, List[ProducerState]]]:
+        """The active producers of each partition, as its leader (or
+        ``broker_id``, a follower) keeps them (DescribeProducers, Java's
+        ``describeProducers``). Raises the first partition's error after
+        all were answered."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        parts = {broker_id: tps} if broker_id is not None else (yield from self._leaders(tps, timeout))
+        responses = yield from self._to_nodes(parts, lambda part, v: describe_producers_request(part), timeout)
+        out: Dict[TopicPartition, List[ProducerState]] = {}
+        errors: List[BaseException] = []
+        for resp in responses:
+            got, failed = producer_states(resp)
+            out.update(got)
+            errors.extend(failed)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def list_transactions(self, filter_states: Sequence[str] = (), filter_producer_ids: Sequence[int] = (),
+                          filter_on_duration_ms: int = -1, filter_on_transactional_id_pattern: Optional[str] = None,
+                          timeout: Optional[float] = None) -> StepsOf[List[TransactionListing]]:
+        """The transactional ids every broker coordinates (ListTransactions,
+        Java's ``listTransactions``), filtered by state ("Ongoing",
+        "PrepareCommit", ...), producer id, running longer than a duration
+        (ms, Kafka 3.8+) or a regular expression of the id (Kafka 4.1+)."""
+        client = self._client
+        md = yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
+        nodes = {node: None for node in sorted(md.brokers)}
+        responses = yield from self._to_nodes(nodes, lambda part, v: list_transactions_request(
+            v, filter_states, filter_producer_ids, filter_on_duration_ms, filter_on_transactional_id_pattern), timeout)
+        return sorted((t for resp in responses for t in transaction_listings(resp)), key=lambda t: t.transactional_id)
+
+    @waits
+    def describe_transactions(self, transactional_ids: Iterable[str],
+                              timeout: Optional[float] = None) -> StepsOf[Dict[str, TransactionDescription]]:
+        """Each transactional id's transaction as its coordinator has it
+        (DescribeTransactions, Java's ``describeTransactions``). Raises the
+        first id's error (TransactionalIdNotFoundError) after all were asked."""
+        cls = protocol.message("DescribeTransactionsRequest")
+        out, errors = {}, []
+        for tid in transactional_ids:
+            try:
+                node, resp = yield from self._coordinator_request(
+                    tid, TRANSACTION_KEY, lambda v, tid=tid: cls(transactional_ids=[tid]), "DescribeTransactions",
+                    timeout, lambda r: next((t.error_code for t in r.transaction_states
+                                             if t.error_code in RETRIED_BY_COORDINATOR), 0))
+                out[tid] = transaction_description(resp, node)
+            except KwireError as e:
+                errors.append(e)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def abort_transaction(self, spec: AbortTransactionSpec, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Abort a hanging transaction on one partition (KIP-664; Java's
+        ``abortTransaction``): an abort marker written by the partition's
+        leader for the spec's producer (WriteTxnMarkers), so the last stable
+        offset can move on. Only for a transaction its coordinator has lost:
+        :meth:`describe_producers` gives the producer id, epoch and
+        coordinator epoch."""
+        (node, _), = (yield from self._leaders([spec.topic_partition], timeout)).items()
+        resp, = yield from self._to_nodes({node: spec}, lambda part, v: abort_request(part), timeout)
+        self._raise_first(abort_errors(resp))
+
+    @waits
+    def fence_producers(self, transactional_ids: Iterable[str],
+                        timeout: Optional[float] = None) -> StepsOf[Dict[str, Tuple[int, int]]]:
+        """Fence the producers of each transactional id (Java's
+        ``fenceProducers``): its coordinator bumps the epoch (InitProducerId)
+        and aborts an open transaction, so a producer still using the old
+        epoch fails (ProducerFencedError). Returns {id: (producer id, new
+        epoch)}; raises the first id's error after all were asked."""
+        ms = int(self._timeout(timeout) * 1000)
+        out, errors = {}, []
+        for tid in transactional_ids:
+            try:
+                _, resp = yield from self._coordinator_request(tid, TRANSACTION_KEY, lambda v, tid=tid: fence_request(tid, ms),
+                                                               "InitProducerId", timeout)
+                out[tid] = (resp.producer_id, resp.producer_epoch)
+            except KwireError as e:
+                errors.append(e)
+        self._raise_first(errors)
+        return out
 
     # --------------------------------------------------------------- ACLs
     @waits

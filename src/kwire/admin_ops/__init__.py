@@ -9,4 +9,6 @@ drivers run the same code); nothing here imports the admin client.
 - :mod:`.log_dirs`: brokers' log dirs and the replicas in them; moving a
   replica between the dirs of its broker.
 - :mod:`.scram`: users' SCRAM credentials, described and changed (KIP-554).
+- :mod:`.transactions`: partitions' producers, transactions listed,
+  described, aborted on a partition and fenced (KIP-664).
 """

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
-from kwire.admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription,
-                         GroupListing, LogDirDescription, NewTopic, TopicDescription, UserScramCredentialsDescription)
+from kwire.admin import (AbortTransactionSpec, Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken,
+                         GroupDescription, GroupListing, LogDirDescription, NewTopic, ProducerState, TopicDescription,
+                         TransactionDescription, TransactionListing, UserScramCredentialsDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -158,6 +159,33 @@ class AsyncAdmin:
                   ) -> Dict[TopicPartition, Tuple[int, int, int]]:
         """:meth:`kwire.admin.Admin.group_lag`."""
         return await self._run(Admin.group_lag.steps(self._a, group_id, timeout, committed))
+
+    async def describe_producers(self, partitions: Iterable[Tuple[str, int]], broker_id: Optional[int] = None,
+                                 timeout: Optional[float] = None) -> Dict[TopicPartition, List[ProducerState]]:
+        """:meth:`kwire.admin.Admin.describe_producers`."""
+        return await self._run(Admin.describe_producers.steps(self._a, partitions, broker_id, timeout))
+
+    async def list_transactions(self, filter_states: Sequence[str] = (), filter_producer_ids: Sequence[int] = (),
+                                filter_on_duration_ms: int = -1, filter_on_transactional_id_pattern: Optional[str] = None,
+                                timeout: Optional[float] = None) -> List[TransactionListing]:
+        """:meth:`kwire.admin.Admin.list_transactions`."""
+        return await self._run(Admin.list_transactions.steps(self._a, filter_states, filter_producer_ids,
+                                                             filter_on_duration_ms, filter_on_transactional_id_pattern,
+                                                             timeout))
+
+    async def describe_transactions(self, transactional_ids: Iterable[str],
+                                    timeout: Optional[float] = None) -> Dict[str, TransactionDescription]:
+        """:meth:`kwire.admin.Admin.describe_transactions`."""
+        return await self._run(Admin.describe_transactions.steps(self._a, transactional_ids, timeout))
+
+    async def abort_transaction(self, spec: AbortTransactionSpec, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.abort_transaction`."""
+        return await self._run(Admin.abort_transaction.steps(self._a, spec, timeout))
+
+    async def fence_producers(self, transactional_ids: Iterable[str],
+                              timeout: Optional[float] = None) -> Dict[str, Tuple[int, int]]:
+        """:meth:`kwire.admin.Admin.fence_producers`."""
+        return await self._run(Admin.fence_producers.steps(self._a, transactional_ids, timeout))
 
     async def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.create_acls`."""
