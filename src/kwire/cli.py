@@ -569,6 +569,84 @@ def cmd_configs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_rows(args: argparse.Namespace, header: List[str], rows: Iterable[Dict[str, Any]]) -> None:
+    """Rows as JSON lines (``--json``) or tab-separated under ``header`` (their keys, in order)."""
+    if not args.json:
+        print("\t".join(header))
+    for row in rows:
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print("\t".join("-" if row[k] is None else str(row[k]) for k in header))
+
+
+def _abort_spec(a: Any, args: argparse.Namespace) -> Any:
+    """The transaction ``kwire transactions abort`` aborts: given by
+    producer, or found among the partition's producers by ``--start-offset``
+    (as kafka-transactions.sh does)."""
+    from kwire.admin import AbortTransactionSpec
+    from kwire.types import TopicPartition
+
+    if args.topic is None or args.partition is None:
+        raise SystemExit("kwire transactions abort: give --topic and --partition")
+    tp = TopicPartition(args.topic, args.partition)
+    if args.start_offset is None:
+        if args.producer_id is None or args.producer_epoch is None:
+            raise SystemExit("kwire transactions abort: give --start-offset, or --producer-id and --producer-epoch")
+        return AbortTransactionSpec(tp, args.producer_id, args.producer_epoch, args.coordinator_epoch)
+    found = [s for s in a.describe_producers([tp])[tp] if s.current_transaction_start_offset == args.start_offset]
+    if not found:
+        raise SystemExit(f"kwire transactions abort: no open transaction of {tp.topic}[{tp.partition}] starts at "
+                         f"offset {args.start_offset}")
+    s = found[0]
+    return AbortTransactionSpec(tp, s.producer_id, s.producer_epoch, s.coordinator_epoch or 0)
+
+
+def cmd_transactions(args: argparse.Namespace) -> int:
+    """``kwire transactions list | describe | describe-producers | abort | fence`` (KIP-664)."""
+    from kwire.admin import Admin
+    from kwire.types import TopicPartition
+
+    with Admin(_config(args)) as a:
+        if args.action == "list":
+            _print_rows(args, ["transactional_id", "producer_id", "state"], (
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
+                for t in a.list_transactions(args.state or (), args.producer_id_filter or (), args.duration_filter)))
+        elif args.action == "describe":
+            if not args.transactional_id:
+                raise SystemExit("kwire transactions describe: give --transactional-id")
+            got = a.describe_transactions(args.transactional_id)
+            _print_rows(args, ["transactional_id", "coordinator_id", "state", "producer_id", "producer_epoch",
+                               "timeout_ms", "start_time_ms", "partitions"], (
+                {"transactional_id": tid, "coordinator_id": d.coordinator_id, "state": d.state,
+                 "producer_id": d.producer_id, "producer_epoch": d.producer_epoch,
+                 "timeout_ms": d.transaction_timeout_ms, "start_time_ms": d.transaction_start_time_ms,
+                 "partitions": ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.topic_partitions))}
+                for tid, d in got.items()))
+        elif args.action == "describe-producers":
+            if args.topic is None or args.partition is None:
+                raise SystemExit("kwire transactions describe-producers: give --topic and --partition")
+            tp = TopicPartition(args.topic, args.partition)
+            _print_rows(args, ["producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch",
+                               "current_transaction_start_offset"], (
+                {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch, "last_sequence": s.last_sequence,
+                 "last_timestamp": s.last_timestamp, "coordinator_epoch": s.coordinator_epoch,
+                 "current_transaction_start_offset": s.current_transaction_start_offset}
+                for s in a.describe_producers([tp])[tp]))
+        elif args.action == "abort":
+            spec = _abort_spec(a, args)
+            a.abort_transaction(spec)
+            print(f"aborted the transaction of producer {spec.producer_id} (epoch {spec.producer_epoch}) on "
+                  f"{spec.topic_partition.topic}[{spec.topic_partition.partition}]", file=sys.stderr)
+        else:
+            if not args.transactional_id:
+                raise SystemExit("kwire transactions fence: give --transactional-id")
+            _print_rows(args, ["transactional_id", "producer_id", "producer_epoch"], (
+                {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+                for tid, (pid, epoch) in a.fence_producers(args.transactional_id).items()))
+    return 0
+
+
 def _token_hmac(given: Optional[str], action: str) -> bytes:
     """A delegation token's HMAC from ``--hmac``: base64, or ``-`` to read
     it from stdin (keeping it out of the process list)."""
@@ -715,6 +793,23 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--validate-only", action="store_true", help="alter: let the brokers check, change nothing")
     p.add_argument("--json", action="store_true", help="describe: JSON lines, one per config")
     p.set_defaults(func=cmd_configs)
+
+    p = sub.add_parser("transactions", help="list, describe, abort (KIP-664) or fence transactions; describe a "
+                                            "partition's producers")
+    common(p)
+    p.add_argument("action", choices=["list", "describe", "describe-producers", "abort", "fence"])
+    p.add_argument("--transactional-id", action="append", metavar="ID", help="describe, fence (repeatable)")
+    p.add_argument("--state", action="append", help="list: only transactions in this state (Ongoing, ...; repeatable)")
+    p.add_argument("--producer-id-filter", action="append", type=int, metavar="ID", help="list: only these producers")
+    p.add_argument("--duration-filter", type=int, default=-1, metavar="MS", help="list: only those open this long")
+    p.add_argument("--topic", help="describe-producers, abort: the partition's topic")
+    p.add_argument("--partition", type=int, help="describe-producers, abort: the partition")
+    p.add_argument("--start-offset", type=int, help="abort: the transaction that starts at this offset")
+    p.add_argument("--producer-id", type=int, help="abort: the transaction's producer (with --producer-epoch)")
+    p.add_argument("--producer-epoch", type=int)
+    p.add_argument("--coordinator-epoch", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_transactions)
 
     p = sub.add_parser("delegation-token", help="create, renew, expire or describe delegation tokens (over SASL or "
                                                 "mutual TLS; -X sets the credentials)")
