@@ -21,6 +21,9 @@ from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Opti
 
 from kwire import protocol
 from kwire.acl import AclBinding
+from kwire.admin_ops.cluster import (FeatureMetadata, FeatureUpdate, QuorumInfo, ReplicaState, api_versions_request,
+                                     describe_quorum_request, feature_metadata, quorum_info, update_features_errors,
+                                     update_features_request)
 from kwire.admin_ops.configs import (RESOURCE_TYPES, AlterConfigOp, ConfigResource, alter_request, by_node,
                                      incremental_alter_request, resource_errors, type_name)
 from kwire.admin_ops.configs import resource as config_resource
@@ -54,7 +57,8 @@ __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "Confi
            "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp",
            "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica", "ScramCredentialInfo",
            "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription",
-           "ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec"]
+           "ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec", "QuorumInfo",
+           "ReplicaState", "FeatureMetadata", "FeatureUpdate"]
 
 
 @dataclass(frozen=True)
@@ -538,6 +542,37 @@ class Admin:
         if resp.error_code:
             raise protocol.error_for(resp.error_code, api="UnregisterBroker", message=resp.error_message)
         self._client.request_metadata_update()
+
+    # ----------------------------------------------- quorum and features
+    @waits
+    def describe_metadata_quorum(self, timeout: Optional[float] = None) -> StepsOf[QuorumInfo]:
+        """The KRaft metadata quorum: its leader, epoch, high watermark,
+        voters and observers (DescribeQuorum, Java's
+        ``describeMetadataQuorum``; a broker forwards it to the controllers)."""
+        resp = yield from self._client.request_any_steps(lambda v: describe_quorum_request(), self._timeout(timeout))
+        return quorum_info(resp)
+
+    describe_quorum = describe_metadata_quorum
+
+    @waits
+    def describe_features(self, timeout: Optional[float] = None) -> StepsOf[FeatureMetadata]:
+        """The cluster's finalized features and a broker's supported ones
+        (ApiVersions, as Java's ``describeFeatures``)."""
+        resp = yield from self._client.request_any_steps(lambda v: api_versions_request(), self._timeout(timeout))
+        return feature_metadata(resp)
+
+    @waits
+    def update_features(self, updates: Mapping[str, FeatureUpdate], validate_only: bool = False,
+                        timeout: Optional[float] = None) -> StepsOf[None]:
+        """Change finalized feature levels (UpdateFeatures, Java's
+        ``updateFeatures``): {"transaction.version": FeatureUpdate(2)}, a
+        downgrade as ``"safe_downgrade"`` or ``"unsafe_downgrade"``.
+        ``validate_only``: the controller checks, changes nothing. Raises
+        the request's error or the first feature's."""
+        ms = int(self._timeout(timeout) * 1000)
+        resp = yield from self._to_controller(
+            lambda v: update_features_request(v, updates, validate_only, ms), timeout)
+        self._raise_first(update_features_errors(resp))
 
     # ------------------------------------------------------------ configs
     @waits

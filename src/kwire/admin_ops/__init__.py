@@ -11,4 +11,6 @@ drivers run the same code); nothing here imports the admin client.
 - :mod:`.scram`: users' SCRAM credentials, described and changed (KIP-554).
 - :mod:`.transactions`: partitions' producers, transactions listed,
   described, aborted on a partition and fenced (KIP-664).
+- :mod:`.cluster`: the KRaft metadata quorum; the cluster's features,
+  described and updated.
 """

@@ -12,8 +12,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
 from kwire.admin import (AbortTransactionSpec, Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken,
-                         GroupDescription, GroupListing, LogDirDescription, NewTopic, ProducerState, TopicDescription,
-                         TransactionDescription, TransactionListing, UserScramCredentialsDescription)
+                         FeatureMetadata, FeatureUpdate, GroupDescription, GroupListing, LogDirDescription, NewTopic,
+                         ProducerState, QuorumInfo, TopicDescription, TransactionDescription, TransactionListing,
+                         UserScramCredentialsDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -99,6 +100,21 @@ class AsyncAdmin:
     async def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.unregister_broker`."""
         return await self._run(Admin.unregister_broker.steps(self._a, node_id, timeout))
+
+    async def describe_metadata_quorum(self, timeout: Optional[float] = None) -> QuorumInfo:
+        """:meth:`kwire.admin.Admin.describe_metadata_quorum`."""
+        return await self._run(Admin.describe_metadata_quorum.steps(self._a, timeout))
+
+    describe_quorum = describe_metadata_quorum
+
+    async def describe_features(self, timeout: Optional[float] = None) -> FeatureMetadata:
+        """:meth:`kwire.admin.Admin.describe_features`."""
+        return await self._run(Admin.describe_features.steps(self._a, timeout))
+
+    async def update_features(self, updates: Mapping[str, FeatureUpdate], validate_only: bool = False,
+                              timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.update_features`."""
+        return await self._run(Admin.update_features.steps(self._a, updates, validate_only, timeout))
 
     async def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
                                timeout: Optional[float] = None, resources: Iterable[Tuple[str, Any]] = (),
