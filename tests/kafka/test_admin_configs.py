@@ -4,7 +4,8 @@ SET, DELETE, APPEND and SUBTRACT on a topic, a broker (and the
 cluster-wide default), a group (KIP-848's group configs) and a client
 metrics subscription (KIP-714), read back with DescribeConfigs; the legacy
 AlterConfigs, which replaces a resource's whole set; ``validate_only``;
-per-resource errors naming their resource."""
+per-resource errors naming their resource; Kafka's Java AdminClient
+reading back what kwire set; the ``kwire configs`` command."""
 
 from __future__ import annotations
 
@@ -166,3 +167,26 @@ def test_cli_configs(kafka, capsys, monkeypatch):
     with pytest.raises(SystemExit, match="name one of"):
         main(["configs", "describe", *b])
     assert run("topics", "delete", topic)[0] == 0
+
+
+def test_java_reads_back_what_kwire_set(kafka):
+    """Kafka's Java AdminClient reads the values kwire's
+    IncrementalAlterConfigs set on a topic and a group, as kwire's
+    DescribeConfigs does (the blocking admin only: the requests are the
+    same on both drivers, and a JVM costs seconds)."""
+    from support.java_peer import java_describe_configs
+
+    topic, group = _name("cfg-java"), _name("cfg-java-group")
+    with Admin(bootstrap_servers=kafka.bootstrap()) as a:
+        a.create_topics([NewTopic(topic, 1)])
+        a.incremental_alter_configs({("topic", topic): [AlterConfigOp("retention.ms", "7654321"),
+                                                        AlterConfigOp("cleanup.policy", "compact", "append")],
+                                     ("group", group): [AlterConfigOp("consumer.heartbeat.interval.ms", "6000")]})
+        mine = {"topic": _configs(a, "topic", topic, _value("cleanup.policy", "delete,compact")),
+                "group": _configs(a, "group", group, _value("consumer.heartbeat.interval.ms", "6000"))}
+    java = java_describe_configs({"bootstrap.servers": kafka.bootstrap()}, [("topic", topic), ("group", group)])
+    assert java[("topic", topic)]["retention.ms"] == "7654321"
+    assert java[("topic", topic)]["cleanup.policy"] == "delete,compact"
+    assert java[("group", group)]["consumer.heartbeat.interval.ms"] == "6000"
+    for kind, name in java:
+        assert java[(kind, name)] == {n: e.value for n, e in mine[kind].items()}
