@@ -122,7 +122,8 @@ def update_features_request(versions: Mapping[int, int], updates: Mapping[str, F
         raise UnsupportedVersionError("the broker's UpdateFeatures has no validate_only or unsafe downgrade (v1+)")
     return cls(timeout_ms=timeout_ms, validate_only=validate_only, feature_updates=[
         cls.FeatureUpdateKey(feature=name, max_version_level=u.max_version_level,
-                             allow_downgrade=v0 and u.upgrade_type != "upgrade", upgrade_type=UPGRADE_TYPES[u.upgrade_type])
+                             allow_downgrade=v0 and u.upgrade_type != "upgrade",
+                             upgrade_type=UPGRADE_TYPES["upgrade" if v0 else u.upgrade_type])
         for name, u in updates.items()])
 
 
