@@ -276,6 +276,8 @@ class Admin:
         client = self._client
         if node is None:
             return (yield from client.request_any_steps(make, max(0.0, deadline - time.monotonic())))
+        if node not in client.cluster.brokers:         # not known yet (or new): where it listens is in the metadata
+            yield from client.refresh_metadata_steps(timeout=max(0.0, deadline - time.monotonic()))
         conn = yield from client.wait_ready_steps(node, deadline)
         return (yield from client.wait_steps(client.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic())))
 
