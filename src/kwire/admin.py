@@ -899,12 +899,13 @@ class Admin:
         (DescribeTransactions, Java's ``describeTransactions``). Raises the
         first id's error (TransactionalIdNotFoundError) after all were asked."""
         cls = protocol.message("DescribeTransactionsRequest")
+        deadline = time.monotonic() + self._timeout(timeout)
         out, errors = {}, []
         for tid in transactional_ids:
             try:
                 node, resp = yield from self._coordinator_request(
                     tid, TRANSACTION_KEY, lambda v, tid=tid: cls(transactional_ids=[tid]), "DescribeTransactions",
-                    timeout, lambda r: next((t.error_code for t in r.transaction_states
+                    max(0.0, deadline - time.monotonic()), lambda r: next((t.error_code for t in r.transaction_states
                                              if t.error_code in RETRIED_BY_COORDINATOR), 0))
                 out[tid] = transaction_description(resp, node)
             except KwireError as e:
@@ -933,11 +934,12 @@ class Admin:
         epoch fails (ProducerFencedError). Returns {id: (producer id, new
         epoch)}; raises the first id's error after all were asked."""
         ms = int(self._timeout(timeout) * 1000)
+        deadline = time.monotonic() + self._timeout(timeout)
         out, errors = {}, []
         for tid in transactional_ids:
             try:
                 _, resp = yield from self._coordinator_request(tid, TRANSACTION_KEY, lambda v, tid=tid: fence_request(tid, ms),
-                                                               "InitProducerId", timeout)
+                                                               "InitProducerId", max(0.0, deadline - time.monotonic()))
                 out[tid] = (resp.producer_id, resp.producer_epoch)
             except KwireError as e:
                 errors.append(e)
