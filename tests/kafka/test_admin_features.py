@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kwire.admin import FeatureUpdate
-from kwire.errors import InvalidUpdateVersionError, KwireError
+from kwire.errors import InvalidUpdateVersionError
 
 pytestmark = pytest.mark.kafka
 
@@ -56,7 +56,7 @@ def test_describe_and_update_features(kw, kafka):
         finally:
             a.update_features({FEATURE: FeatureUpdate(level, "upgrade" if level > other else "safe_downgrade")})
         assert _finalized(a, level).finalized_features.get(FEATURE, (0, 0))[1] == level
-        with pytest.raises(KwireError, match=FEATURE):
+        with pytest.raises(InvalidUpdateVersionError, match=FEATURE):
             a.update_features({FEATURE: FeatureUpdate(high + 1)})
         with pytest.raises(ValueError, match="upgrade_type"):
             a.update_features({FEATURE: FeatureUpdate(1, "sideways")})

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kwire.admin import AbortTransactionSpec, NewTopic
+from kwire.admin import AbortTransactionSpec
 from kwire.errors import KwireError, TransactionalIdNotFoundError
 from kwire.producer import Producer
 from kwire.types import TopicPartition
