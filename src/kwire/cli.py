@@ -647,6 +647,64 @@ def cmd_transactions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_features(args: argparse.Namespace) -> int:
+    """``kwire features describe | upgrade | downgrade`` (kafka-features.sh's)."""
+    from kwire.admin import Admin, FeatureUpdate
+
+    with Admin(_config(args)) as a:
+        if args.action == "describe":
+            f = a.describe_features()
+            _print_rows(args, ["feature", "supported_min", "supported_max", "finalized"], (
+                {"feature": name, "supported_min": lo, "supported_max": hi,
+                 "finalized": f.finalized_features.get(name, (None, None))[1]}
+                for name, (lo, hi) in sorted(f.supported_features.items())))
+            return 0
+        updates = {}
+        for item in args.feature or ():
+            name, sep, level = item.partition("=")
+            if not sep or not level.isdigit():
+                raise SystemExit(f"kwire features {args.action}: --feature {item!r}: expected NAME=LEVEL")
+            updates[name] = FeatureUpdate(int(level), "upgrade" if args.action == "upgrade" else
+                                          "unsafe_downgrade" if args.unsafe else "safe_downgrade")
+        if not updates:
+            raise SystemExit(f"kwire features {args.action}: give --feature NAME=LEVEL")
+        a.update_features(updates, validate_only=args.dry_run)
+        print(f"{'validated' if args.dry_run else 'finalized'} " + ", ".join(f"{n}={u.max_version_level}"
+                                                                           for n, u in updates.items()),
+              file=sys.stderr)
+    return 0
+
+
+def cmd_metadata_quorum(args: argparse.Namespace) -> int:
+    """``kwire metadata-quorum describe``: the leader and each voter's and observer's replication."""
+    from kwire.admin import Admin
+
+    with Admin(_config(args)) as a:
+        q = a.describe_metadata_quorum()
+    print(f"leader {q.leader_id}  epoch {q.leader_epoch}  high watermark {q.high_watermark}", file=sys.stderr)
+    _print_rows(args, ["node_id", "role", "log_end_offset", "lag", "last_fetch_ms", "last_caught_up_ms"], (
+        {"node_id": r.replica_id, "role": "leader" if r.replica_id == q.leader_id else role,
+         "log_end_offset": r.log_end_offset, "lag": max(0, q.high_watermark - r.log_end_offset),
+         "last_fetch_ms": r.last_fetch_timestamp, "last_caught_up_ms": r.last_caught_up_timestamp}
+        for role, replicas in (("voter", q.voters), ("observer", q.observers)) for r in replicas))
+    return 0
+
+
+def cmd_log_dirs(args: argparse.Namespace) -> int:
+    """``kwire log-dirs describe [--broker ID...]``: each replica in each log dir (kafka-log-dirs.sh's)."""
+    from kwire.admin import Admin
+
+    with Admin(_config(args)) as a:
+        brokers = args.broker or [b.node_id for b in a.describe_cluster().brokers]
+        got = a.describe_log_dirs(brokers)
+    _print_rows(args, ["broker", "log_dir", "topic", "partition", "size", "offset_lag", "is_future", "error"], (
+        {"broker": node, "log_dir": path, "topic": tp.topic, "partition": tp.partition, "size": r.size,
+         "offset_lag": r.offset_lag, "is_future": r.is_future, "error": None if d.error is None else str(d.error)}
+        for node, dirs in sorted(got.items()) for path, d in sorted(dirs.items())
+        for tp, r in sorted(d.replica_infos.items())))
+    return 0
+
+
 def _token_hmac(given: Optional[str], action: str) -> bytes:
     """A delegation token's HMAC from ``--hmac``: base64, or ``-`` to read
     it from stdin (keeping it out of the process list)."""
@@ -810,6 +868,28 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--coordinator-epoch", type=int, default=0)
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.set_defaults(func=cmd_transactions)
+
+    p = sub.add_parser("features", help="describe the cluster's features, or upgrade or downgrade them")
+    common(p)
+    p.add_argument("action", choices=["describe", "upgrade", "downgrade"])
+    p.add_argument("--feature", action="append", metavar="NAME=LEVEL", help="upgrade, downgrade: (repeatable)")
+    p.add_argument("--unsafe", action="store_true", help="downgrade: even where metadata may be lost")
+    p.add_argument("--dry-run", action="store_true", help="upgrade, downgrade: let the controller check only")
+    p.add_argument("--json", action="store_true", help="describe: JSON lines")
+    p.set_defaults(func=cmd_features)
+
+    p = sub.add_parser("metadata-quorum", help="describe the KRaft metadata quorum's replication")
+    common(p)
+    p.add_argument("action", choices=["describe"])
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_metadata_quorum)
+
+    p = sub.add_parser("log-dirs", help="describe brokers' log dirs and the replicas in them")
+    common(p)
+    p.add_argument("action", choices=["describe"])
+    p.add_argument("--broker", action="append", type=int, metavar="ID", help="(repeatable; default: every broker)")
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_log_dirs)
 
     p = sub.add_parser("delegation-token", help="create, renew, expire or describe delegation tokens (over SASL or "
                                                 "mutual TLS; -X sets the credentials)")

@@ -138,14 +138,11 @@ def test_cli_configs(kafka, capsys, monkeypatch):
     ``describe`` (text and --json) of a topic; a missing resource option
     is refused."""
     from kwire.__main__ import main
+    from support.cli_run import cli_runner
 
     topic = _name("cfg-cli")
     b = ["-b", kafka.bootstrap()]
-
-    def run(*argv):
-        rc = main([*argv, *b])
-        out = capsys.readouterr()
-        return rc, out.out, out.err
+    run = cli_runner(capsys, kafka.bootstrap(), check=False)
 
     assert run("topics", "create", topic)[0] == 0
     rc, _, err = run("configs", "alter", "--topic", topic, "--set", "retention.ms=7200000",

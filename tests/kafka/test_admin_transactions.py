@@ -76,30 +76,24 @@ def test_inspect_abort_and_fence(kw, kafka, open_transaction):
 def test_cli_transactions(kafka, open_transaction, capsys):
     """``kwire transactions`` list, describe, describe-producers (--json),
     abort by --start-offset (as kafka-transactions.sh) and fence."""
-    from kwire.__main__ import main
+    from support.cli_run import cli_runner
 
     tp, tid, producer = open_transaction
-    b = ["-b", kafka.bootstrap()]
+    run = cli_runner(capsys, kafka.bootstrap())
 
-    def run(*argv):
-        rc = main([*argv, *b])
-        out = capsys.readouterr()
-        assert rc == 0, out.err
-        return out.out, out.err
-
-    out, _ = run("transactions", "list", "--state", "Ongoing", "--json")
+    _, out, _ = run("transactions", "list", "--state", "Ongoing", "--json")
     listed = {r["transactional_id"]: r for r in map(json.loads, out.splitlines())}
     assert listed[tid]["state"] == "Ongoing"
-    out, _ = run("transactions", "describe", "--transactional-id", tid)
+    _, out, _ = run("transactions", "describe", "--transactional-id", tid)
     header, row = out.splitlines()
     assert header.startswith("transactional_id\tcoordinator_id\tstate") and f"\tOngoing\t" in row
     assert row.endswith(f"{tp.topic}-0")
-    out, _ = run("transactions", "describe-producers", "--topic", tp.topic, "--partition", "0", "--json")
+    _, out, _ = run("transactions", "describe-producers", "--topic", tp.topic, "--partition", "0", "--json")
     (state,) = map(json.loads, out.splitlines())
     assert state["current_transaction_start_offset"] == 0 and state["producer_id"] == listed[tid]["producer_id"]
-    _, err = run("transactions", "abort", "--topic", tp.topic, "--partition", "0", "--start-offset", "0")
+    _, _, err = run("transactions", "abort", "--topic", tp.topic, "--partition", "0", "--start-offset", "0")
     assert "aborted the transaction" in err
-    out, _ = run("transactions", "describe-producers", "--topic", tp.topic, "--partition", "0", "--json")
+    _, out, _ = run("transactions", "describe-producers", "--topic", tp.topic, "--partition", "0", "--json")
     assert json.loads(out)["current_transaction_start_offset"] is None
-    out, _ = run("transactions", "fence", "--transactional-id", tid, "--json")
+    _, out, _ = run("transactions", "fence", "--transactional-id", tid, "--json")
     assert json.loads(out)["producer_epoch"] > state["producer_epoch"]
