@@ -58,6 +58,11 @@ APIS = [
     "AlterPartitionReassignments", "UnregisterBroker",
     # delegation tokens (issue 30; their definitions from the kafka-clients jar)
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
+    # the rest of Kafka's admin calls (issue 33): configs, group offsets, log dirs, SCRAM credentials,
+    # producers and transactions (KIP-664), the KRaft quorum and features
+    "IncrementalAlterConfigs", "AlterConfigs", "OffsetDelete", "DescribeLogDirs", "AlterReplicaLogDirs",
+    "DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeProducers", "ListTransactions",
+    "DescribeTransactions", "WriteTxnMarkers", "DescribeQuorum", "UpdateFeatures",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -21,11 +21,30 @@ from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Opti
 
 from kwire import protocol
 from kwire.acl import AclBinding
+from kwire.admin_ops.cluster import (FeatureMetadata, FeatureUpdate, QuorumInfo, ReplicaState, api_versions_request,
+                                     describe_quorum_request, feature_metadata, quorum_info, update_features_errors,
+                                     update_features_request)
+from kwire.admin_ops.configs import (RESOURCE_TYPES, AlterConfigOp, ConfigResource, alter_request, by_node,
+                                     incremental_alter_request, resource_errors, type_name)
+from kwire.admin_ops.configs import resource as config_resource
+from kwire.admin_ops.log_dirs import (LogDirDescription, ReplicaInfo, TopicPartitionReplica, alter_replica_log_dirs_errors,
+                                      alter_replica_log_dirs_request, by_broker, describe_log_dirs_request,
+                                      log_dirs_from_response)
+from kwire.admin_ops.transactions import (AbortTransactionSpec, ProducerState, TransactionDescription,
+                                          TransactionListing, abort_errors, abort_request, describe_producers_request,
+                                          fence_request, list_transactions_request, producer_states,
+                                          transaction_description, transaction_listings)
+from kwire.admin_ops.scram import (ScramCredentialInfo, UserScramCredentialDeletion, UserScramCredentialsDescription,
+                                   UserScramCredentialUpsertion)
+from kwire.admin_ops.scram import alter_errors as alter_scram_errors
+from kwire.admin_ops.scram import alter_request as alter_scram_request
+from kwire.admin_ops.scram import describe_request as describe_scram_request
+from kwire.admin_ops.scram import descriptions as scram_descriptions
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
 from kwire.commit import as_offsets, commit_errors, offset_commit_request, offset_fetch_request, offsets_from_response
 from kwire.config import ADMIN, resolve
-from kwire.coordinator import GROUP_KEY, coordinator_from_response, find_coordinator_request, remember_broker
+from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -35,10 +54,11 @@ from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
-           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken"]
-
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
+           "GroupDescription", "MemberDescription", "AclBinding", "DelegationToken", "ConfigResource", "AlterConfigOp",
+           "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica", "ScramCredentialInfo",
+           "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription",
+           "ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec", "QuorumInfo",
+           "ReplicaState", "FeatureMetadata", "FeatureUpdate"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +205,10 @@ def consumer_group_description(g: Any) -> GroupDescription:
                             group_type="consumer", epoch=g.group_epoch)
 
 
+#: The per-transaction errors of DescribeTransactions that mean "ask the coordinator again".
+RETRIED_BY_COORDINATOR = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                          ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
 #: ListOffsets' marker of the record with the largest timestamp (KIP-734, v7+).
 MAX_TIMESTAMP = -3
 
@@ -245,8 +269,27 @@ class Admin:
         node = client.cluster.controller_id
         if node is None or node < 0 or node not in client.cluster.brokers:
             return (yield from client.request_any_steps(make, self._timeout(timeout)))
+        return (yield from self._to_node(node, make, deadline))
+
+    def _to_node(self, node: Optional[int], make: Any, deadline: float) -> StepsOf[Any]:
+        """Send ``make(versions)`` to broker ``node`` (None: any broker) by ``deadline``."""
+        client = self._client
+        if node is None:
+            return (yield from client.request_any_steps(make, max(0.0, deadline - time.monotonic())))
+        if node not in client.cluster.brokers:         # not known yet (or new): where it listens is in the metadata
+            yield from client.refresh_metadata_steps(timeout=max(0.0, deadline - time.monotonic()))
         conn = yield from client.wait_ready_steps(node, deadline)
         return (yield from client.wait_steps(client.send(node, make(conn.versions)), max(0.0, deadline - time.monotonic())))
+
+    def _to_nodes(self, parts: Mapping[Optional[int], Any], make: Callable[[Any, Dict[int, int]], Any],
+                  timeout: Optional[float]) -> StepsOf[List[Any]]:
+        """One request per node (``make(part, versions)`` for each part of
+        ``parts``, None: any broker), their responses in that order."""
+        deadline = time.monotonic() + self._timeout(timeout)
+        out = []
+        for node, part in parts.items():
+            out.append((yield from self._to_node(node, functools.partial(make, part), deadline)))
+        return out
 
     @staticmethod
     def _raise_first(errors: List[BaseException]) -> None:
@@ -374,20 +417,29 @@ class Admin:
         return (yield from list_offsets_steps(self._client, spec, self._timeout(timeout),
                                               read_committed=isolation_level == "read_committed"))
 
+    def _leaders(self, partitions: Iterable[Tuple[str, int]],
+                 timeout: Optional[float]) -> StepsOf[Dict[int, List[TopicPartition]]]:
+        """{leader: its partitions} of ``partitions``, from fresh metadata."""
+        client = self._client
+        tps = [TopicPartition(*tp) for tp in partitions]
+        client.add_topics({tp.topic for tp in tps})
+        yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
+        by_node: Dict[int, List[TopicPartition]] = collections.defaultdict(list)
+        for tp in tps:
+            leader = client.cluster.leader_for(*tp)
+            if leader is None:
+                raise KwireError(f"no leader known for {tp.topic}[{tp.partition}]")
+            by_node[leader].append(tp)
+        return by_node
+
     @waits
     def delete_records(self, before: Mapping[Tuple[str, int], int], timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, int]]:
         """Delete the records of each partition before the given offset;
         returns the new low watermarks."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
-        client.add_topics({tp[0] for tp in before})
-        yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
-        by_node: Dict[int, Dict[TopicPartition, int]] = collections.defaultdict(dict)
-        for tp, off in before.items():
-            leader = client.cluster.leader_for(*tp)
-            if leader is None:
-                raise KwireError(f"no leader known for {tp[0]}[{tp[1]}]")
-            by_node[leader][TopicPartition(*tp)] = off
+        by_node: Dict[int, Dict[TopicPartition, int]] = {
+            node: {tp: before[tp] for tp in tps} for node, tps in (yield from self._leaders(before, timeout)).items()}
         cls = protocol.message("DeleteRecordsRequest")
         futures = []
         for node, parts in by_node.items():
@@ -493,34 +545,124 @@ class Admin:
             raise protocol.error_for(resp.error_code, api="UnregisterBroker", message=resp.error_message)
         self._client.request_metadata_update()
 
+    # ----------------------------------------------- quorum and features
+    @waits
+    def describe_metadata_quorum(self, timeout: Optional[float] = None) -> StepsOf[QuorumInfo]:
+        """The KRaft metadata quorum: its leader, epoch, high watermark,
+        voters and observers (DescribeQuorum, Java's
+        ``describeMetadataQuorum``; a broker forwards it to the controllers)."""
+        resp = yield from self._client.request_any_steps(lambda v: describe_quorum_request(), self._timeout(timeout))
+        return quorum_info(resp)
+
+    describe_quorum = describe_metadata_quorum
+
+    @waits
+    def describe_features(self, timeout: Optional[float] = None) -> StepsOf[FeatureMetadata]:
+        """The cluster's finalized features and a broker's supported ones
+        (ApiVersions, as Java's ``describeFeatures``)."""
+        resp = yield from self._client.request_any_steps(lambda v: api_versions_request(), self._timeout(timeout))
+        return feature_metadata(resp)
+
+    @waits
+    def update_features(self, updates: Mapping[str, FeatureUpdate], validate_only: bool = False,
+                        timeout: Optional[float] = None) -> StepsOf[None]:
+        """Change finalized feature levels (UpdateFeatures, Java's
+        ``updateFeatures``): {"transaction.version": FeatureUpdate(2)}, a
+        downgrade as ``"safe_downgrade"`` or ``"unsafe_downgrade"``.
+        ``validate_only``: the controller checks, changes nothing. Raises
+        the request's error or the first feature's."""
+        ms = int(self._timeout(timeout) * 1000)
+        resp = yield from self._to_controller(
+            lambda v: update_features_request(v, updates, validate_only, ms), timeout)
+        self._raise_first(update_features_errors(resp))
+
     # ------------------------------------------------------------ configs
     @waits
     def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
-                         timeout: Optional[float] = None) -> StepsOf[Dict[Tuple[str, str], Dict[str, ConfigEntry]]]:
-        """Configs of topics and brokers: {("topic", name) or ("broker", id):
-        {config name: ConfigEntry}}."""
+                         timeout: Optional[float] = None, resources: Iterable[Tuple[str, Any]] = (),
+                         ) -> StepsOf[Dict[Tuple[str, str], Dict[str, ConfigEntry]]]:
+        """Configs of topics, brokers and any other ``resources``
+        (:class:`ConfigResource`: ``("group", "g")``, ``("client_metrics",
+        name)``, ``("broker_logger", "1")``...): {(type, name): {config
+        name: ConfigEntry}}, e.g. ``("topic", name)`` or ``("broker", "1")``.
+        A broker's configs are asked of that broker."""
         cls = protocol.message("DescribeConfigsRequest")
-        resources = [(TOPIC_RESOURCE, t) for t in topics] + [(BROKER_RESOURCE, str(b)) for b in brokers]
+        wanted = ([ConfigResource("topic", t) for t in topics] + [ConfigResource("broker", str(b)) for b in brokers]
+                  + [config_resource(r) for r in resources])
 
-        def make(versions: Dict[int, int]) -> Any:
-            return cls(resources=[cls.DescribeConfigsResource(resource_type=rt, resource_name=n, configuration_keys=None)
-                                  for rt, n in resources], include_synonyms=False, include_documentation=False)
+        def make(part: List[ConfigResource], versions: Dict[int, int]) -> Any:
+            return cls(resources=[cls.DescribeConfigsResource(resource_type=RESOURCE_TYPES[r.type], resource_name=r.name,
+                                                              configuration_keys=None) for r in part],
+                       include_synonyms=False, include_documentation=False)
 
-        resp = yield from self._client.request_any_steps(make, self._timeout(timeout))
         out, errors = {}, []
-        for r in resp.results:
-            kind = "topic" if r.resource_type == TOPIC_RESOURCE else "broker"
-            if r.error_code:
-                errors.append(protocol.error_for(r.error_code, api="DescribeConfigs", topic=r.resource_name,
-                                                 message=r.error_message))
-                continue
-            out[(kind, r.resource_name)] = {
-                c.name: ConfigEntry(c.name, c.value, c.read_only,
-                                    getattr(c, "is_default", False) or getattr(c, "config_source", -1) == 5,
-                                    c.is_sensitive, getattr(c, "config_source", -1))
-                for c in r.configs}
+        for resp in (yield from self._to_nodes(by_node(wanted), make, timeout)):
+            for r in resp.results:
+                key = ConfigResource(type_name(r.resource_type), r.resource_name)
+                if r.error_code:
+                    errors.append(protocol.error_for(r.error_code, api="DescribeConfigs", message=r.error_message,
+                                                     **({"topic": r.resource_name} if key.type == "topic"
+                                                        else {"resource": key})))
+                    continue
+                out[key] = {c.name: ConfigEntry(c.name, c.value, c.read_only,
+                                                getattr(c, "is_default", False) or getattr(c, "config_source", -1) == 5,
+                                                c.is_sensitive, getattr(c, "config_source", -1))
+                            for c in r.configs}
         self._raise_first(errors)
         return out
+
+    @waits
+    def incremental_alter_configs(self, configs: Mapping[Tuple[str, Any], Sequence[AlterConfigOp]],
+                                  validate_only: bool = False, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Change configs one by one (IncrementalAlterConfigs, as Java's
+        ``incrementalAlterConfigs``): {ConfigResource: [AlterConfigOp, ...]}
+        for topics, brokers (``""``: the cluster-wide default), broker
+        loggers, groups and client metrics; configs not named keep their
+        values. ``validate_only``: the brokers check without changing.
+        Raises the first resource's error after all were answered."""
+        todo = {config_resource(r): list(ops) for r, ops in configs.items()}
+        parts = {node: {r: todo[r] for r in rs} for node, rs in by_node(todo).items()}
+        responses = yield from self._to_nodes(parts, lambda part, v: incremental_alter_request(part, validate_only),
+                                              timeout)
+        self._raise_first([e for resp in responses for e in resource_errors(resp, "IncrementalAlterConfigs")])
+
+    @waits
+    def alter_configs(self, configs: Mapping[Tuple[str, Any], Mapping[str, Optional[str]]],
+                      validate_only: bool = False, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Replace each resource's dynamic configs with those given
+        (AlterConfigs, Java's deprecated ``alterConfigs``): {ConfigResource:
+        {name: value}}; every dynamic config left out goes back to its
+        default. Prefer :meth:`incremental_alter_configs`. Raises the first
+        resource's error after all were answered."""
+        todo = {config_resource(r): dict(entries) for r, entries in configs.items()}
+        parts = {node: {r: todo[r] for r in rs} for node, rs in by_node(todo).items()}
+        responses = yield from self._to_nodes(parts, lambda part, v: alter_request(part, validate_only), timeout)
+        self._raise_first([e for resp in responses for e in resource_errors(resp, "AlterConfigs")])
+
+    # ----------------------------------------------------------- log dirs
+    @waits
+    def describe_log_dirs(self, brokers: Iterable[int],
+                          timeout: Optional[float] = None) -> StepsOf[Dict[int, Dict[str, LogDirDescription]]]:
+        """Each broker's log dirs and the replicas in them (DescribeLogDirs,
+        Java's ``describeLogDirs``): {broker: {path: LogDirDescription}}.
+        A broker's request-level error raises."""
+        nodes = {int(b): None for b in brokers}
+        responses = yield from self._to_nodes(nodes, lambda part, v: describe_log_dirs_request(), timeout)
+        return {node: log_dirs_from_response(resp, node) for node, resp in zip(nodes, responses)}
+
+    @waits
+    def alter_replica_log_dirs(self, moves: Mapping[Tuple[str, int, int], str],
+                               timeout: Optional[float] = None) -> StepsOf[None]:
+        """Move replicas between the log dirs of their brokers
+        (AlterReplicaLogDirs, Java's ``alterReplicaLogDirs``):
+        {TopicPartitionReplica(topic, partition, broker): absolute dir}. The
+        broker copies the replica into a future one there and swaps them
+        when it has caught up (``describe_log_dirs`` shows it). Raises the
+        first replica's error (KafkaStorageError: no such dir;
+        ReplicaNotAvailableError: no such replica) after all were answered."""
+        parts = by_broker(moves)
+        responses = yield from self._to_nodes(parts, lambda part, v: alter_replica_log_dirs_request(part), timeout)
+        self._raise_first([e for node, resp in zip(parts, responses) for e in alter_replica_log_dirs_errors(resp, node)])
 
     # ------------------------------------------------------------- groups
     def _group_request(self, group_id: str, make: Any, api: str, timeout: Optional[float],
@@ -528,13 +670,21 @@ class Admin:
         """Send ``make(versions)`` to ``group_id``'s coordinator (found
         first, and again when it moved); retriable errors retried until the
         timeout."""
+        _, resp = yield from self._coordinator_request(group_id, GROUP_KEY, make, api, timeout, code_of)
+        return resp
+
+    def _coordinator_request(self, key: str, key_type: int, make: Any, api: str, timeout: Optional[float],
+                             code_of: Any = lambda r: getattr(r, "error_code", 0)) -> StepsOf[Tuple[int, Any]]:
+        """:meth:`_group_request` for the coordinator of a group
+        (``GROUP_KEY``) or a transactional id (``TRANSACTION_KEY``):
+        (coordinator id, response)."""
         client = self._client
         deadline = time.monotonic() + self._timeout(timeout)
         while True:
             try:
-                found = yield from client.request_any_steps(lambda v: find_coordinator_request(v, group_id, GROUP_KEY),
+                found = yield from client.request_any_steps(lambda v: find_coordinator_request(v, key, key_type),
                                            max(0.1, deadline - time.monotonic()))
-                broker = coordinator_from_response(found, group_id)
+                broker = coordinator_from_response(found, key, key_type)
                 remember_broker(client, broker)
                 conn = yield from client.wait_ready_steps(broker.node_id, deadline)
                 request = make(conn.versions)
@@ -543,7 +693,7 @@ class Admin:
                 code = code_of(resp)
                 if code:
                     raise protocol.error_for(code, api=api, message=getattr(resp, "error_message", None))
-                return resp
+                return broker.node_id, resp
             except KwireError as e:
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
@@ -663,9 +813,34 @@ class Admin:
         OffsetAndMetadata}); brokers accept this only while the group has no
         active members."""
         todo = as_offsets(offsets)
+        # a coordinator still loading (or no longer the group's) says so per partition: retried as a whole
         resp = yield from self._group_request(group_id, lambda v: offset_commit_request(group_id, todo), "OffsetCommit",
-                                   timeout, lambda r: 0)
+                                   timeout, lambda r: next((e.code for e in commit_errors(r).values()
+                                                            if getattr(e, "retriable", False)), 0))
         self._raise_first(list(commit_errors(resp).values()))
+
+    @waits
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[Tuple[str, int]],
+                                      timeout: Optional[float] = None) -> StepsOf[None]:
+        """Delete the group's committed offsets of ``partitions`` (OffsetDelete,
+        Java's ``deleteConsumerGroupOffsets``): the group may have members,
+        but none subscribed to those topics (GroupSubscribedToTopicError).
+        Raises the group's error, or the first partition's after all were
+        answered."""
+        cls = protocol.message("OffsetDeleteRequest")
+        by_topic: Dict[str, List[int]] = collections.defaultdict(list)
+        for topic, partition in partitions:
+            by_topic[topic].append(partition)
+
+        def make(versions: Dict[int, int]) -> Any:
+            return cls(group_id=group_id, topics=[cls.OffsetDeleteRequestTopic(
+                name=t, partitions=[cls.OffsetDeleteRequestPartition(partition_index=p) for p in ps])
+                for t, ps in by_topic.items()])
+
+        resp = yield from self._group_request(group_id, make, "OffsetDelete", timeout)
+        self._raise_first([protocol.error_for(p.error_code, api="OffsetDelete", topic=t.name,
+                                              partition=p.partition_index, group_id=group_id)
+                           for t in resp.topics for p in t.partitions if p.error_code])
 
     @waits
     def group_lag(self, group_id: str, timeout: Optional[float] = None,
@@ -681,6 +856,95 @@ class Admin:
         ends = yield from Admin.list_offsets.steps(self, {tp: "latest" for tp in committed}, timeout)
         return {tp: (om.offset, ends[tp][0], max(0, ends[tp][0] - om.offset)) for tp, om in committed.items()}
 
+
+    # ------------------------------------------- producers, transactions
+    @waits
+    def describe_producers(self, partitions: Iterable[Tuple[str, int]], broker_id: Optional[int] = None,
+                           timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, List[ProducerState]]]:
+        """The active producers of each partition, as its leader (or
+        ``broker_id``, a follower) keeps them (DescribeProducers, Java's
+        ``describeProducers``). Raises the first partition's error after
+        all were answered."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        parts = {broker_id: tps} if broker_id is not None else (yield from self._leaders(tps, timeout))
+        responses = yield from self._to_nodes(parts, lambda part, v: describe_producers_request(part), timeout)
+        out: Dict[TopicPartition, List[ProducerState]] = {}
+        errors: List[BaseException] = []
+        for resp in responses:
+            got, failed = producer_states(resp)
+            out.update(got)
+            errors.extend(failed)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def list_transactions(self, filter_states: Sequence[str] = (), filter_producer_ids: Sequence[int] = (),
+                          filter_on_duration_ms: int = -1, filter_on_transactional_id_pattern: Optional[str] = None,
+                          timeout: Optional[float] = None) -> StepsOf[List[TransactionListing]]:
+        """The transactional ids every broker coordinates (ListTransactions,
+        Java's ``listTransactions``), filtered by state ("Ongoing",
+        "PrepareCommit", ...), producer id, running longer than a duration
+        (ms, Kafka 3.8+) or a regular expression of the id (Kafka 4.1+)."""
+        client = self._client
+        md = yield from client.refresh_metadata_steps(timeout=self._timeout(timeout))
+        nodes = {node: None for node in sorted(md.brokers)}
+        responses = yield from self._to_nodes(nodes, lambda part, v: list_transactions_request(
+            v, filter_states, filter_producer_ids, filter_on_duration_ms, filter_on_transactional_id_pattern), timeout)
+        return sorted((t for resp in responses for t in transaction_listings(resp)), key=lambda t: t.transactional_id)
+
+    @waits
+    def describe_transactions(self, transactional_ids: Iterable[str],
+                              timeout: Optional[float] = None) -> StepsOf[Dict[str, TransactionDescription]]:
+        """Each transactional id's transaction as its coordinator has it
+        (DescribeTransactions, Java's ``describeTransactions``). Raises the
+        first id's error (TransactionalIdNotFoundError) after all were asked."""
+        cls = protocol.message("DescribeTransactionsRequest")
+        deadline = time.monotonic() + self._timeout(timeout)
+        out, errors = {}, []
+        for tid in transactional_ids:
+            try:
+                node, resp = yield from self._coordinator_request(
+                    tid, TRANSACTION_KEY, lambda v, tid=tid: cls(transactional_ids=[tid]), "DescribeTransactions",
+                    max(0.0, deadline - time.monotonic()), lambda r: next((t.error_code for t in r.transaction_states
+                                             if t.error_code in RETRIED_BY_COORDINATOR), 0))
+                out[tid] = transaction_description(resp, node)
+            except KwireError as e:
+                errors.append(e)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def abort_transaction(self, spec: AbortTransactionSpec, timeout: Optional[float] = None) -> StepsOf[None]:
+        """Abort a hanging transaction on one partition (KIP-664; Java's
+        ``abortTransaction``): an abort marker written by the partition's
+        leader for the spec's producer (WriteTxnMarkers), so the last stable
+        offset can move on. Only for a transaction its coordinator has lost:
+        :meth:`describe_producers` gives the producer id, epoch and
+        coordinator epoch."""
+        (node, _), = (yield from self._leaders([spec.topic_partition], timeout)).items()
+        resp, = yield from self._to_nodes({node: spec}, lambda part, v: abort_request(part), timeout)
+        self._raise_first(abort_errors(resp))
+
+    @waits
+    def fence_producers(self, transactional_ids: Iterable[str],
+                        timeout: Optional[float] = None) -> StepsOf[Dict[str, Tuple[int, int]]]:
+        """Fence the producers of each transactional id (Java's
+        ``fenceProducers``): its coordinator bumps the epoch (InitProducerId)
+        and aborts an open transaction, so a producer still using the old
+        epoch fails (ProducerFencedError). Returns {id: (producer id, new
+        epoch)}; raises the first id's error after all were asked."""
+        ms = int(self._timeout(timeout) * 1000)
+        deadline = time.monotonic() + self._timeout(timeout)
+        out, errors = {}, []
+        for tid in transactional_ids:
+            try:
+                _, resp = yield from self._coordinator_request(tid, TRANSACTION_KEY, lambda v, tid=tid: fence_request(tid, ms),
+                                                               "InitProducerId", max(0.0, deadline - time.monotonic()))
+                out[tid] = (resp.producer_id, resp.producer_epoch)
+            except KwireError as e:
+                errors.append(e)
+        self._raise_first(errors)
+        return out
 
     # --------------------------------------------------------------- ACLs
     @waits
@@ -772,6 +1036,34 @@ class Admin:
             raise protocol.error_for(resp.error_code, api="DescribeClientQuotas", message=resp.error_message)
         return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
                 {v.key: v.value for v in entry.values} for entry in resp.entries or []}
+
+    # --------------------------------------------------- SCRAM credentials
+    @waits
+    def describe_user_scram_credentials(self, users: Optional[Iterable[str]] = None, timeout: Optional[float] = None,
+                                        ) -> StepsOf[Dict[str, UserScramCredentialsDescription]]:
+        """The SCRAM credentials (mechanism and iterations) of ``users``
+        (None: every user that has one; DescribeUserScramCredentials, Java's
+        ``describeUserScramCredentials``). A named user without any raises
+        ResourceNotFoundError, after all were answered."""
+        wanted = None if users is None else list(users)
+        resp = yield from self._client.request_any_steps(lambda v: describe_scram_request(wanted), self._timeout(timeout))
+        out, errors = scram_descriptions(resp)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def alter_user_scram_credentials(self, alterations: Sequence[Any], timeout: Optional[float] = None) -> StepsOf[None]:
+        """Add or replace (:class:`UserScramCredentialUpsertion`: the
+        password salted with PBKDF2 here, as Java does) and remove
+        (:class:`UserScramCredentialDeletion`) users' SCRAM credentials
+        (AlterUserScramCredentials, Java's ``alterUserScramCredentials``).
+        The brokers take a change from the metadata log a moment after the
+        call returns. Raises the first user's error after all were
+        answered (UnacceptableCredentialError: e.g. iterations out of
+        4096..16384; ResourceNotFoundError: no such credential to delete)."""
+        request = alter_scram_request(alterations)
+        resp = yield from self._client.request_any_steps(lambda v: request, self._timeout(timeout))
+        self._raise_first(alter_scram_errors(resp))
 
     # -------------------------------------------------- delegation tokens
     # Sent to any broker (as Kafka's admin client does; KRaft brokers forward

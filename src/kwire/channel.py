@@ -370,7 +370,7 @@ class Channel:
 
     def _api_versions(self, version: int) -> None:
         req = protocol.message("ApiVersionsRequest")(
-            client_software_name="kwire", client_software_version=_kwire_version())
+            client_software_name="kwire", client_software_version=kwire_version())
         fut: Future = Future()
         self._send_now(req, version, fut, True)
         fut.add_done_callback(lambda f: self._on_api_versions(f, version))
@@ -681,7 +681,8 @@ def _ignore(error: BaseException) -> None:
     pass
 
 
-def _kwire_version() -> str:
+def kwire_version() -> str:
+    """kwire's version, as ApiVersions' client_software_version."""
     from kwire import __version__
 
     return __version__

@@ -510,6 +510,201 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``kwire configs``' resource options, as Kafka's kafka-configs.sh names them, and their resource types.
+CONFIG_RESOURCES = {"topic": "topic", "broker": "broker", "broker_logger": "broker_logger", "group": "group",
+                    "client_metrics": "client_metrics"}
+
+
+def _config_resource(args: argparse.Namespace) -> Any:
+    """The one resource ``kwire configs`` was given (``--broker ''``: the cluster-wide default)."""
+    from kwire.admin import ConfigResource
+
+    given = [(kind, getattr(args, kind)) for kind in CONFIG_RESOURCES if getattr(args, kind) is not None]
+    if len(given) != 1:
+        raise SystemExit("kwire configs: name one of --topic, --broker, --broker-logger, --group, --client-metrics")
+    return ConfigResource(*given[0])
+
+
+def _config_ops(args: argparse.Namespace) -> List[Any]:
+    """``--set``, ``--append``, ``--subtract`` (NAME=VALUE) and ``--delete`` (NAME) as AlterConfigOps."""
+    from kwire.admin import AlterConfigOp
+
+    ops = []
+    for op_type in ("set", "append", "subtract"):
+        for item in getattr(args, op_type) or ():
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise SystemExit(f"kwire configs alter: --{op_type} {item!r}: expected NAME=VALUE")
+            ops.append(AlterConfigOp(name, value, op_type))
+    ops.extend(AlterConfigOp(name, None, "delete") for name in args.delete or ())
+    if not ops:
+        raise SystemExit("kwire configs alter: give --set, --delete, --append or --subtract")
+    return ops
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    """``kwire configs describe | alter`` of one topic, broker, broker
+    logger, group or client metrics subscription (IncrementalAlterConfigs)."""
+    from kwire.admin import Admin
+
+    resource = _config_resource(args)
+    ops = _config_ops(args) if args.action == "alter" else []
+    with Admin(_config(args)) as a:
+        if ops:
+            a.incremental_alter_configs({resource: ops}, validate_only=args.validate_only)
+            print(f"{'validated' if args.validate_only else 'altered'} {resource.type} {resource.name!r}: "
+                  f"{len(ops)} change(s)", file=sys.stderr)
+            return 0
+        entries = a.describe_configs(resources=[resource])[resource]
+        if not args.json:
+            print("name\tvalue\tsource\tdefault\tread_only\tsensitive")
+        for e in sorted(entries.values(), key=lambda e: e.name):
+            if args.json:
+                print(json.dumps({"resource_type": resource.type, "resource_name": resource.name, "name": e.name,
+                                  "value": e.value, "source": e.source, "is_default": e.is_default,
+                                  "read_only": e.read_only, "is_sensitive": e.is_sensitive}))
+            else:
+                print("\t".join([e.name, "-" if e.value is None else e.value, str(e.source),
+                                 *("yes" if flag else "no" for flag in (e.is_default, e.read_only, e.is_sensitive))]))
+    return 0
+
+
+def _print_rows(args: argparse.Namespace, header: List[str], rows: Iterable[Dict[str, Any]]) -> None:
+    """Rows as JSON lines (``--json``) or tab-separated under ``header`` (their keys, in order)."""
+    if not args.json:
+        print("\t".join(header))
+    for row in rows:
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print("\t".join("-" if row[k] is None else str(row[k]) for k in header))
+
+
+def _abort_spec(a: Any, args: argparse.Namespace) -> Any:
+    """The transaction ``kwire transactions abort`` aborts: given by
+    producer, or found among the partition's producers by ``--start-offset``
+    (as kafka-transactions.sh does)."""
+    from kwire.admin import AbortTransactionSpec
+    from kwire.types import TopicPartition
+
+    if args.topic is None or args.partition is None:
+        raise SystemExit("kwire transactions abort: give --topic and --partition")
+    tp = TopicPartition(args.topic, args.partition)
+    if args.start_offset is None:
+        if args.producer_id is None or args.producer_epoch is None:
+            raise SystemExit("kwire transactions abort: give --start-offset, or --producer-id and --producer-epoch")
+        return AbortTransactionSpec(tp, args.producer_id, args.producer_epoch, args.coordinator_epoch)
+    found = [s for s in a.describe_producers([tp])[tp] if s.current_transaction_start_offset == args.start_offset]
+    if not found:
+        raise SystemExit(f"kwire transactions abort: no open transaction of {tp.topic}[{tp.partition}] starts at "
+                         f"offset {args.start_offset}")
+    s = found[0]
+    return AbortTransactionSpec(tp, s.producer_id, s.producer_epoch, s.coordinator_epoch or 0)
+
+
+def cmd_transactions(args: argparse.Namespace) -> int:
+    """``kwire transactions list | describe | describe-producers | abort | fence`` (KIP-664)."""
+    from kwire.admin import Admin
+    from kwire.types import TopicPartition
+
+    with Admin(_config(args)) as a:
+        if args.action == "list":
+            _print_rows(args, ["transactional_id", "producer_id", "state"], (
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
+                for t in a.list_transactions(args.state or (), args.producer_id_filter or (), args.duration_filter)))
+        elif args.action == "describe":
+            if not args.transactional_id:
+                raise SystemExit("kwire transactions describe: give --transactional-id")
+            got = a.describe_transactions(args.transactional_id)
+            _print_rows(args, ["transactional_id", "coordinator_id", "state", "producer_id", "producer_epoch",
+                               "timeout_ms", "start_time_ms", "partitions"], (
+                {"transactional_id": tid, "coordinator_id": d.coordinator_id, "state": d.state,
+                 "producer_id": d.producer_id, "producer_epoch": d.producer_epoch,
+                 "timeout_ms": d.transaction_timeout_ms, "start_time_ms": d.transaction_start_time_ms,
+                 "partitions": ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.topic_partitions))}
+                for tid, d in got.items()))
+        elif args.action == "describe-producers":
+            if args.topic is None or args.partition is None:
+                raise SystemExit("kwire transactions describe-producers: give --topic and --partition")
+            tp = TopicPartition(args.topic, args.partition)
+            _print_rows(args, ["producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch",
+                               "current_transaction_start_offset"], (
+                {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch, "last_sequence": s.last_sequence,
+                 "last_timestamp": s.last_timestamp, "coordinator_epoch": s.coordinator_epoch,
+                 "current_transaction_start_offset": s.current_transaction_start_offset}
+                for s in a.describe_producers([tp])[tp]))
+        elif args.action == "abort":
+            spec = _abort_spec(a, args)
+            a.abort_transaction(spec)
+            print(f"aborted the transaction of producer {spec.producer_id} (epoch {spec.producer_epoch}) on "
+                  f"{spec.topic_partition.topic}[{spec.topic_partition.partition}]", file=sys.stderr)
+        else:
+            if not args.transactional_id:
+                raise SystemExit("kwire transactions fence: give --transactional-id")
+            _print_rows(args, ["transactional_id", "producer_id", "producer_epoch"], (
+                {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+                for tid, (pid, epoch) in a.fence_producers(args.transactional_id).items()))
+    return 0
+
+
+def cmd_features(args: argparse.Namespace) -> int:
+    """``kwire features describe | upgrade | downgrade`` (kafka-features.sh's)."""
+    from kwire.admin import Admin, FeatureUpdate
+
+    with Admin(_config(args)) as a:
+        if args.action == "describe":
+            f = a.describe_features()
+            _print_rows(args, ["feature", "supported_min", "supported_max", "finalized"], (
+                {"feature": name, "supported_min": lo, "supported_max": hi,
+                 "finalized": f.finalized_features.get(name, (None, None))[1]}
+                for name, (lo, hi) in sorted(f.supported_features.items())))
+            return 0
+        updates = {}
+        for item in args.feature or ():
+            name, sep, level = item.partition("=")
+            if not sep or not level.isdigit():
+                raise SystemExit(f"kwire features {args.action}: --feature {item!r}: expected NAME=LEVEL")
+            updates[name] = FeatureUpdate(int(level), "upgrade" if args.action == "upgrade" else
+                                          "unsafe_downgrade" if args.unsafe else "safe_downgrade")
+        if not updates:
+            raise SystemExit(f"kwire features {args.action}: give --feature NAME=LEVEL")
+        a.update_features(updates, validate_only=args.dry_run)
+        print(f"{'validated' if args.dry_run else 'finalized'} " + ", ".join(f"{n}={u.max_version_level}"
+                                                                           for n, u in updates.items()),
+              file=sys.stderr)
+    return 0
+
+
+def cmd_metadata_quorum(args: argparse.Namespace) -> int:
+    """``kwire metadata-quorum describe``: the leader and each voter's and observer's replication."""
+    from kwire.admin import Admin
+
+    with Admin(_config(args)) as a:
+        q = a.describe_metadata_quorum()
+    print(f"leader {q.leader_id}  epoch {q.leader_epoch}  high watermark {q.high_watermark}", file=sys.stderr)
+    _print_rows(args, ["node_id", "role", "log_end_offset", "lag", "last_fetch_ms", "last_caught_up_ms"], (
+        {"node_id": r.replica_id, "role": "leader" if r.replica_id == q.leader_id else role,
+         "log_end_offset": r.log_end_offset, "lag": max(0, q.high_watermark - r.log_end_offset),
+         "last_fetch_ms": r.last_fetch_timestamp, "last_caught_up_ms": r.last_caught_up_timestamp}
+        for role, replicas in (("voter", q.voters), ("observer", q.observers)) for r in replicas))
+    return 0
+
+
+def cmd_log_dirs(args: argparse.Namespace) -> int:
+    """``kwire log-dirs describe [--broker ID...]``: each replica in each log dir (kafka-log-dirs.sh's)."""
+    from kwire.admin import Admin
+
+    with Admin(_config(args)) as a:
+        brokers = args.broker or [b.node_id for b in a.describe_cluster().brokers]
+        got = a.describe_log_dirs(brokers)
+    _print_rows(args, ["broker", "log_dir", "topic", "partition", "size", "offset_lag", "is_future", "error"], (
+        {"broker": node, "log_dir": path, "topic": tp.topic, "partition": tp.partition, "size": r.size,
+         "offset_lag": r.offset_lag, "is_future": r.is_future, "error": None if d.error is None else str(d.error)}
+        for node, dirs in sorted(got.items()) for path, d in sorted(dirs.items())
+        for tp, r in sorted(d.replica_infos.items())))
+    return 0
+
+
 def _token_hmac(given: Optional[str], action: str) -> bytes:
     """A delegation token's HMAC from ``--hmac``: base64, or ``-`` to read
     it from stdin (keeping it out of the process list)."""
@@ -640,6 +835,61 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
     p.add_argument("--type", help="list: only groups of this type (classic, consumer; ListGroups v5+)")
     p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("configs", help="describe or alter the configs of a topic, broker, broker logger, group or "
+                                       "client metrics subscription")
+    common(p)
+    p.add_argument("action", choices=["describe", "alter"])
+    for kind in CONFIG_RESOURCES:
+        p.add_argument(f"--{kind.replace('_', '-')}", dest=kind, metavar="NAME",
+                       help=f"the {kind.replace('_', ' ')}" + (" (its id; '' is the cluster-wide default)"
+                                                               if kind.startswith("broker") else ""))
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="alter: set a config (repeatable)")
+    p.add_argument("--delete", action="append", metavar="NAME", help="alter: back to the default (repeatable)")
+    p.add_argument("--append", action="append", metavar="NAME=VALUE", help="alter: add to a list config")
+    p.add_argument("--subtract", action="append", metavar="NAME=VALUE", help="alter: remove from a list config")
+    p.add_argument("--validate-only", action="store_true", help="alter: let the brokers check, change nothing")
+    p.add_argument("--json", action="store_true", help="describe: JSON lines, one per config")
+    p.set_defaults(func=cmd_configs)
+
+    p = sub.add_parser("transactions", help="list, describe, abort (KIP-664) or fence transactions; describe a "
+                                            "partition's producers")
+    common(p)
+    p.add_argument("action", choices=["list", "describe", "describe-producers", "abort", "fence"])
+    p.add_argument("--transactional-id", action="append", metavar="ID", help="describe, fence (repeatable)")
+    p.add_argument("--state", action="append", help="list: only transactions in this state (Ongoing, ...; repeatable)")
+    p.add_argument("--producer-id-filter", action="append", type=int, metavar="ID", help="list: only these producers")
+    p.add_argument("--duration-filter", type=int, default=-1, metavar="MS", help="list: only those open this long")
+    p.add_argument("--topic", help="describe-producers, abort: the partition's topic")
+    p.add_argument("--partition", type=int, help="describe-producers, abort: the partition")
+    p.add_argument("--start-offset", type=int, help="abort: the transaction that starts at this offset")
+    p.add_argument("--producer-id", type=int, help="abort: the transaction's producer (with --producer-epoch)")
+    p.add_argument("--producer-epoch", type=int)
+    p.add_argument("--coordinator-epoch", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_transactions)
+
+    p = sub.add_parser("features", help="describe the cluster's features, or upgrade or downgrade them")
+    common(p)
+    p.add_argument("action", choices=["describe", "upgrade", "downgrade"])
+    p.add_argument("--feature", action="append", metavar="NAME=LEVEL", help="upgrade, downgrade: (repeatable)")
+    p.add_argument("--unsafe", action="store_true", help="downgrade: even where metadata may be lost")
+    p.add_argument("--dry-run", action="store_true", help="upgrade, downgrade: let the controller check only")
+    p.add_argument("--json", action="store_true", help="describe: JSON lines")
+    p.set_defaults(func=cmd_features)
+
+    p = sub.add_parser("metadata-quorum", help="describe the KRaft metadata quorum's replication")
+    common(p)
+    p.add_argument("action", choices=["describe"])
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_metadata_quorum)
+
+    p = sub.add_parser("log-dirs", help="describe brokers' log dirs and the replicas in them")
+    common(p)
+    p.add_argument("action", choices=["describe"])
+    p.add_argument("--broker", action="append", type=int, metavar="ID", help="(repeatable; default: every broker)")
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.set_defaults(func=cmd_log_dirs)
 
     p = sub.add_parser("delegation-token", help="create, renew, expire or describe delegation tokens (over SASL or "
                                                 "mutual TLS; -X sets the credentials)")

@@ -179,6 +179,15 @@ def java_consume(config: Dict[str, str], *, assign: Optional[Sequence[Tuple[str,
     return [record_of(e) for e in events if e["event"] == "record"]
 
 
+def java_describe_configs(config: Dict[str, str], resources: Sequence[Tuple[str, str]],
+                          timeout: float = RUN_TIMEOUT) -> Dict[Tuple[str, str], Dict[str, Optional[str]]]:
+    """Java's ``Admin.describeConfigs`` of ``resources`` ((type, name): "topic",
+    "broker", "group", "client_metrics", ...): {(type, name): {config: value}}."""
+    events = _run({"mode": "describe-configs", "config": config, "resources": [list(r) for r in resources]}, (),
+                  timeout)
+    return {(e["type"], e["name"]): e["configs"] for e in events if e["event"] == "configs"}
+
+
 class JavaGroupMember:
     """A Java consumer in a group (``group-member`` mode) in a subprocess;
     a thread reads its events: ``records`` (every record it returned),

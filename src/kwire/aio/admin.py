@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from kwire.acl import AclBinding
-from kwire.admin import (Admin, ClusterDescription, ConfigEntry, DelegationToken, GroupDescription, GroupListing,
-                         NewTopic, TopicDescription)
+from kwire.admin import (AbortTransactionSpec, Admin, AlterConfigOp, ClusterDescription, ConfigEntry, DelegationToken,
+                         FeatureMetadata, FeatureUpdate, GroupDescription, GroupListing, LogDirDescription, NewTopic,
+                         ProducerState, QuorumInfo, TopicDescription, TransactionDescription, TransactionListing,
+                         UserScramCredentialsDescription)
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -99,10 +101,46 @@ class AsyncAdmin:
         """:meth:`kwire.admin.Admin.unregister_broker`."""
         return await self._run(Admin.unregister_broker.steps(self._a, node_id, timeout))
 
+    async def describe_metadata_quorum(self, timeout: Optional[float] = None) -> QuorumInfo:
+        """:meth:`kwire.admin.Admin.describe_metadata_quorum`."""
+        return await self._run(Admin.describe_metadata_quorum.steps(self._a, timeout))
+
+    describe_quorum = describe_metadata_quorum
+
+    async def describe_features(self, timeout: Optional[float] = None) -> FeatureMetadata:
+        """:meth:`kwire.admin.Admin.describe_features`."""
+        return await self._run(Admin.describe_features.steps(self._a, timeout))
+
+    async def update_features(self, updates: Mapping[str, FeatureUpdate], validate_only: bool = False,
+                              timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.update_features`."""
+        return await self._run(Admin.update_features.steps(self._a, updates, validate_only, timeout))
+
     async def describe_configs(self, topics: Iterable[str] = (), brokers: Iterable[int] = (),
-                               timeout: Optional[float] = None) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:
+                               timeout: Optional[float] = None, resources: Iterable[Tuple[str, Any]] = (),
+                               ) -> Dict[Tuple[str, str], Dict[str, ConfigEntry]]:
         """:meth:`kwire.admin.Admin.describe_configs`."""
-        return await self._run(Admin.describe_configs.steps(self._a, topics, brokers, timeout))
+        return await self._run(Admin.describe_configs.steps(self._a, topics, brokers, timeout, resources))
+
+    async def incremental_alter_configs(self, configs: Mapping[Tuple[str, Any], Sequence[AlterConfigOp]],
+                                        validate_only: bool = False, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.incremental_alter_configs`."""
+        return await self._run(Admin.incremental_alter_configs.steps(self._a, configs, validate_only, timeout))
+
+    async def alter_configs(self, configs: Mapping[Tuple[str, Any], Mapping[str, Optional[str]]],
+                            validate_only: bool = False, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_configs`."""
+        return await self._run(Admin.alter_configs.steps(self._a, configs, validate_only, timeout))
+
+    async def describe_log_dirs(self, brokers: Iterable[int],
+                                timeout: Optional[float] = None) -> Dict[int, Dict[str, LogDirDescription]]:
+        """:meth:`kwire.admin.Admin.describe_log_dirs`."""
+        return await self._run(Admin.describe_log_dirs.steps(self._a, brokers, timeout))
+
+    async def alter_replica_log_dirs(self, moves: Mapping[Tuple[str, int, int], str],
+                                     timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_replica_log_dirs`."""
+        return await self._run(Admin.alter_replica_log_dirs.steps(self._a, moves, timeout))
 
     async def list_groups(self, states: Optional[Sequence[str]] = None, types: Optional[Sequence[str]] = None,
                           timeout: Optional[float] = None) -> List[GroupListing]:
@@ -127,11 +165,43 @@ class AsyncAdmin:
         """:meth:`kwire.admin.Admin.alter_group_offsets`."""
         return await self._run(Admin.alter_group_offsets.steps(self._a, group_id, offsets, timeout))
 
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[Tuple[str, int]],
+                                            timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.delete_consumer_group_offsets`."""
+        return await self._run(Admin.delete_consumer_group_offsets.steps(self._a, group_id, partitions, timeout))
+
     async def group_lag(self, group_id: str, timeout: Optional[float] = None,
                         committed: Optional[Mapping[TopicPartition, OffsetAndMetadata]] = None,
                   ) -> Dict[TopicPartition, Tuple[int, int, int]]:
         """:meth:`kwire.admin.Admin.group_lag`."""
         return await self._run(Admin.group_lag.steps(self._a, group_id, timeout, committed))
+
+    async def describe_producers(self, partitions: Iterable[Tuple[str, int]], broker_id: Optional[int] = None,
+                                 timeout: Optional[float] = None) -> Dict[TopicPartition, List[ProducerState]]:
+        """:meth:`kwire.admin.Admin.describe_producers`."""
+        return await self._run(Admin.describe_producers.steps(self._a, partitions, broker_id, timeout))
+
+    async def list_transactions(self, filter_states: Sequence[str] = (), filter_producer_ids: Sequence[int] = (),
+                                filter_on_duration_ms: int = -1, filter_on_transactional_id_pattern: Optional[str] = None,
+                                timeout: Optional[float] = None) -> List[TransactionListing]:
+        """:meth:`kwire.admin.Admin.list_transactions`."""
+        return await self._run(Admin.list_transactions.steps(self._a, filter_states, filter_producer_ids,
+                                                             filter_on_duration_ms, filter_on_transactional_id_pattern,
+                                                             timeout))
+
+    async def describe_transactions(self, transactional_ids: Iterable[str],
+                                    timeout: Optional[float] = None) -> Dict[str, TransactionDescription]:
+        """:meth:`kwire.admin.Admin.describe_transactions`."""
+        return await self._run(Admin.describe_transactions.steps(self._a, transactional_ids, timeout))
+
+    async def abort_transaction(self, spec: AbortTransactionSpec, timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.abort_transaction`."""
+        return await self._run(Admin.abort_transaction.steps(self._a, spec, timeout))
+
+    async def fence_producers(self, transactional_ids: Iterable[str],
+                              timeout: Optional[float] = None) -> Dict[str, Tuple[int, int]]:
+        """:meth:`kwire.admin.Admin.fence_producers`."""
+        return await self._run(Admin.fence_producers.steps(self._a, transactional_ids, timeout))
 
     async def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.create_acls`."""
@@ -156,6 +226,16 @@ class AsyncAdmin:
                                ) -> Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]]:
         """:meth:`kwire.admin.Admin.describe_client_quotas`."""
         return await self._run(Admin.describe_client_quotas.steps(self._a, entity, strict, timeout))
+
+    async def describe_user_scram_credentials(self, users: Optional[Iterable[str]] = None,
+                                              timeout: Optional[float] = None,
+                                              ) -> Dict[str, UserScramCredentialsDescription]:
+        """:meth:`kwire.admin.Admin.describe_user_scram_credentials`."""
+        return await self._run(Admin.describe_user_scram_credentials.steps(self._a, users, timeout))
+
+    async def alter_user_scram_credentials(self, alterations: Sequence[Any], timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_user_scram_credentials`."""
+        return await self._run(Admin.alter_user_scram_credentials.steps(self._a, alterations, timeout))
 
     async def create_delegation_token(self, renewers: Iterable[str] = (), max_lifetime_ms: int = -1,
                                       owner: Optional[str] = None, timeout: Optional[float] = None) -> DelegationToken:

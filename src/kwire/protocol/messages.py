@@ -104,6 +104,16 @@ _S44 = _Struct('>d')
 _S45 = _Struct('>i?h')
 _S46 = _Struct('>qqq')
 _S47 = _Struct('>hqi')
+_S48 = _Struct('>iqq?')
+_S49 = _Struct('>qq?')
+_S50 = _Struct('>bi')
+_S51 = _Struct('>qiiqiq')
+_S52 = _Struct('>iqqh')
+_S53 = _Struct('>ihiiq')
+_S54 = _Struct('>iqqq')
+_S55 = _Struct('>H')
+_S56 = _Struct('>h?')
+_S57 = _Struct('>hb')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
@@ -3201,6 +3211,948 @@ DescribeDelegationTokenResponse.MIN_VERSION = 1
 DescribeDelegationTokenResponse.MAX_VERSION = 3
 DescribeDelegationTokenResponse.FLEXIBLE_MIN = 2
 
+class IncrementalAlterConfigsRequest(_Message):
+    __slots__ = ('resources', 'validate_only', 'unknown_tags')
+    _FIELDS = ('resources', 'validate_only')
+    resources: List[IncrementalAlterConfigsRequest.AlterConfigsResource]
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterConfigsResource(_Message):
+        __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tags')
+        _FIELDS = ('resource_type', 'resource_name', 'configs')
+        resource_type: int
+        resource_name: str
+        configs: List[IncrementalAlterConfigsRequest.AlterableConfig]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type: int = 0, resource_name: str = '', configs: List[IncrementalAlterConfigsRequest.AlterableConfig] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configs = [] if configs is _UNSET else configs
+            self.unknown_tags = unknown_tags
+    class AlterableConfig(_Message):
+        __slots__ = ('name', 'config_operation', 'value', 'unknown_tags')
+        _FIELDS = ('name', 'config_operation', 'value')
+        name: str
+        config_operation: int
+        value: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', config_operation: int = 0, value: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.config_operation = config_operation
+            self.value = value
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, resources: List[IncrementalAlterConfigsRequest.AlterConfigsResource] = _UNSET, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.resources = [] if resources is _UNSET else resources
+        self.validate_only = validate_only
+        self.unknown_tags = unknown_tags
+IncrementalAlterConfigsRequest.API_KEY = 44
+IncrementalAlterConfigsRequest.MIN_VERSION = 0
+IncrementalAlterConfigsRequest.MAX_VERSION = 1
+IncrementalAlterConfigsRequest.FLEXIBLE_MIN = 1
+
+class IncrementalAlterConfigsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'responses', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'responses')
+    throttle_time_ms: int
+    responses: List[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterConfigsResourceResponse(_Message):
+        __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'resource_type', 'resource_name')
+        error_code: int
+        error_message: Optional[str]
+        resource_type: int
+        resource_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', resource_type: int = 0, resource_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, responses: List[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is _UNSET else responses
+        self.unknown_tags = unknown_tags
+IncrementalAlterConfigsResponse.API_KEY = 44
+IncrementalAlterConfigsResponse.MIN_VERSION = 0
+IncrementalAlterConfigsResponse.MAX_VERSION = 1
+IncrementalAlterConfigsResponse.FLEXIBLE_MIN = 1
+
+class AlterConfigsRequest(_Message):
+    __slots__ = ('resources', 'validate_only', 'unknown_tags')
+    _FIELDS = ('resources', 'validate_only')
+    resources: List[AlterConfigsRequest.AlterConfigsResource]
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterConfigsResource(_Message):
+        __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tags')
+        _FIELDS = ('resource_type', 'resource_name', 'configs')
+        resource_type: int
+        resource_name: str
+        configs: List[AlterConfigsRequest.AlterableConfig]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, resource_type: int = 0, resource_name: str = '', configs: List[AlterConfigsRequest.AlterableConfig] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configs = [] if configs is _UNSET else configs
+            self.unknown_tags = unknown_tags
+    class AlterableConfig(_Message):
+        __slots__ = ('name', 'value', 'unknown_tags')
+        _FIELDS = ('name', 'value')
+        name: str
+        value: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', value: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.value = value
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, resources: List[AlterConfigsRequest.AlterConfigsResource] = _UNSET, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.resources = [] if resources is _UNSET else resources
+        self.validate_only = validate_only
+        self.unknown_tags = unknown_tags
+AlterConfigsRequest.API_KEY = 33
+AlterConfigsRequest.MIN_VERSION = 0
+AlterConfigsRequest.MAX_VERSION = 2
+AlterConfigsRequest.FLEXIBLE_MIN = 2
+
+class AlterConfigsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'responses', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'responses')
+    throttle_time_ms: int
+    responses: List[AlterConfigsResponse.AlterConfigsResourceResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterConfigsResourceResponse(_Message):
+        __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'resource_type', 'resource_name')
+        error_code: int
+        error_message: Optional[str]
+        resource_type: int
+        resource_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', resource_type: int = 0, resource_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, responses: List[AlterConfigsResponse.AlterConfigsResourceResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is _UNSET else responses
+        self.unknown_tags = unknown_tags
+AlterConfigsResponse.API_KEY = 33
+AlterConfigsResponse.MIN_VERSION = 0
+AlterConfigsResponse.MAX_VERSION = 2
+AlterConfigsResponse.FLEXIBLE_MIN = 2
+
+class OffsetDeleteRequest(_Message):
+    __slots__ = ('group_id', 'topics', 'unknown_tags')
+    _FIELDS = ('group_id', 'topics')
+    group_id: str
+    topics: List[OffsetDeleteRequest.OffsetDeleteRequestTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class OffsetDeleteRequestTopic(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[OffsetDeleteRequest.OffsetDeleteRequestPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[OffsetDeleteRequest.OffsetDeleteRequestPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class OffsetDeleteRequestPartition(_Message):
+        __slots__ = ('partition_index', 'unknown_tags')
+        _FIELDS = ('partition_index',)
+        partition_index: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: str = '', topics: List[OffsetDeleteRequest.OffsetDeleteRequestTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+OffsetDeleteRequest.API_KEY = 47
+OffsetDeleteRequest.MIN_VERSION = 0
+OffsetDeleteRequest.MAX_VERSION = 0
+OffsetDeleteRequest.FLEXIBLE_MIN = None
+
+class OffsetDeleteResponse(_Message):
+    __slots__ = ('error_code', 'throttle_time_ms', 'topics', 'unknown_tags')
+    _FIELDS = ('error_code', 'throttle_time_ms', 'topics')
+    error_code: int
+    throttle_time_ms: int
+    topics: List[OffsetDeleteResponse.OffsetDeleteResponseTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class OffsetDeleteResponseTopic(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[OffsetDeleteResponse.OffsetDeleteResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[OffsetDeleteResponse.OffsetDeleteResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class OffsetDeleteResponsePartition(_Message):
+        __slots__ = ('partition_index', 'error_code', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code')
+        partition_index: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, error_code: int = 0, throttle_time_ms: int = 0, topics: List[OffsetDeleteResponse.OffsetDeleteResponseTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+OffsetDeleteResponse.API_KEY = 47
+OffsetDeleteResponse.MIN_VERSION = 0
+OffsetDeleteResponse.MAX_VERSION = 0
+OffsetDeleteResponse.FLEXIBLE_MIN = None
+
+class DescribeLogDirsRequest(_Message):
+    __slots__ = ('topics', 'unknown_tags')
+    _FIELDS = ('topics',)
+    topics: Optional[List[DescribeLogDirsRequest.DescribableLogDirTopic]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribableLogDirTopic(_Message):
+        __slots__ = ('topic', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic', 'partitions')
+        topic: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, topics: Optional[List[DescribeLogDirsRequest.DescribableLogDirTopic]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+DescribeLogDirsRequest.API_KEY = 35
+DescribeLogDirsRequest.MIN_VERSION = 1
+DescribeLogDirsRequest.MAX_VERSION = 5
+DescribeLogDirsRequest.FLEXIBLE_MIN = 2
+
+class DescribeLogDirsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'results')
+    throttle_time_ms: int
+    error_code: int
+    results: List[DescribeLogDirsResponse.DescribeLogDirsResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeLogDirsResult(_Message):
+        __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned', 'unknown_tags')
+        _FIELDS = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned')
+        error_code: int
+        log_dir: str
+        topics: List[DescribeLogDirsResponse.DescribeLogDirsTopic]
+        total_bytes: int
+        usable_bytes: int
+        is_cordoned: bool
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, log_dir: str = '', topics: List[DescribeLogDirsResponse.DescribeLogDirsTopic] = _UNSET, total_bytes: int = -1, usable_bytes: int = -1, is_cordoned: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.log_dir = log_dir
+            self.topics = [] if topics is _UNSET else topics
+            self.total_bytes = total_bytes
+            self.usable_bytes = usable_bytes
+            self.is_cordoned = is_cordoned
+            self.unknown_tags = unknown_tags
+    class DescribeLogDirsTopic(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[DescribeLogDirsResponse.DescribeLogDirsPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[DescribeLogDirsResponse.DescribeLogDirsPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class DescribeLogDirsPartition(_Message):
+        __slots__ = ('partition_index', 'partition_size', 'offset_lag', 'is_future_key', 'unknown_tags')
+        _FIELDS = ('partition_index', 'partition_size', 'offset_lag', 'is_future_key')
+        partition_index: int
+        partition_size: int
+        offset_lag: int
+        is_future_key: bool
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, partition_size: int = 0, offset_lag: int = 0, is_future_key: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.partition_size = partition_size
+            self.offset_lag = offset_lag
+            self.is_future_key = is_future_key
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results: List[DescribeLogDirsResponse.DescribeLogDirsResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+DescribeLogDirsResponse.API_KEY = 35
+DescribeLogDirsResponse.MIN_VERSION = 1
+DescribeLogDirsResponse.MAX_VERSION = 5
+DescribeLogDirsResponse.FLEXIBLE_MIN = 2
+
+class AlterReplicaLogDirsRequest(_Message):
+    __slots__ = ('dirs', 'unknown_tags')
+    _FIELDS = ('dirs',)
+    dirs: List[AlterReplicaLogDirsRequest.AlterReplicaLogDir]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterReplicaLogDir(_Message):
+        __slots__ = ('path', 'topics', 'unknown_tags')
+        _FIELDS = ('path', 'topics')
+        path: str
+        topics: List[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, path: str = '', topics: List[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.path = path
+            self.topics = [] if topics is _UNSET else topics
+            self.unknown_tags = unknown_tags
+    class AlterReplicaLogDirTopic(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, dirs: List[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.dirs = [] if dirs is _UNSET else dirs
+        self.unknown_tags = unknown_tags
+AlterReplicaLogDirsRequest.API_KEY = 34
+AlterReplicaLogDirsRequest.MIN_VERSION = 1
+AlterReplicaLogDirsRequest.MAX_VERSION = 2
+AlterReplicaLogDirsRequest.FLEXIBLE_MIN = 2
+
+class AlterReplicaLogDirsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterReplicaLogDirTopicResult(_Message):
+        __slots__ = ('topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'partitions')
+        topic_name: str
+        partitions: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', partitions: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class AlterReplicaLogDirPartitionResult(_Message):
+        __slots__ = ('partition_index', 'error_code', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code')
+        partition_index: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+AlterReplicaLogDirsResponse.API_KEY = 34
+AlterReplicaLogDirsResponse.MIN_VERSION = 1
+AlterReplicaLogDirsResponse.MAX_VERSION = 2
+AlterReplicaLogDirsResponse.FLEXIBLE_MIN = 2
+
+class DescribeUserScramCredentialsRequest(_Message):
+    __slots__ = ('users', 'unknown_tags')
+    _FIELDS = ('users',)
+    users: Optional[List[DescribeUserScramCredentialsRequest.UserName]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class UserName(_Message):
+        __slots__ = ('name', 'unknown_tags')
+        _FIELDS = ('name',)
+        name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, users: Optional[List[DescribeUserScramCredentialsRequest.UserName]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.users = [] if users is _UNSET else users
+        self.unknown_tags = unknown_tags
+DescribeUserScramCredentialsRequest.API_KEY = 50
+DescribeUserScramCredentialsRequest.MIN_VERSION = 0
+DescribeUserScramCredentialsRequest.MAX_VERSION = 0
+DescribeUserScramCredentialsRequest.FLEXIBLE_MIN = 0
+
+class DescribeUserScramCredentialsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'results')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    results: List[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeUserScramCredentialsResult(_Message):
+        __slots__ = ('user', 'error_code', 'error_message', 'credential_infos', 'unknown_tags')
+        _FIELDS = ('user', 'error_code', 'error_message', 'credential_infos')
+        user: str
+        error_code: int
+        error_message: Optional[str]
+        credential_infos: List[DescribeUserScramCredentialsResponse.CredentialInfo]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, user: str = '', error_code: int = 0, error_message: Optional[str] = '', credential_infos: List[DescribeUserScramCredentialsResponse.CredentialInfo] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.user = user
+            self.error_code = error_code
+            self.error_message = error_message
+            self.credential_infos = [] if credential_infos is _UNSET else credential_infos
+            self.unknown_tags = unknown_tags
+    class CredentialInfo(_Message):
+        __slots__ = ('mechanism', 'iterations', 'unknown_tags')
+        _FIELDS = ('mechanism', 'iterations')
+        mechanism: int
+        iterations: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, mechanism: int = 0, iterations: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.mechanism = mechanism
+            self.iterations = iterations
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', results: List[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+DescribeUserScramCredentialsResponse.API_KEY = 50
+DescribeUserScramCredentialsResponse.MIN_VERSION = 0
+DescribeUserScramCredentialsResponse.MAX_VERSION = 0
+DescribeUserScramCredentialsResponse.FLEXIBLE_MIN = 0
+
+class AlterUserScramCredentialsRequest(_Message):
+    __slots__ = ('deletions', 'upsertions', 'unknown_tags')
+    _FIELDS = ('deletions', 'upsertions')
+    deletions: List[AlterUserScramCredentialsRequest.ScramCredentialDeletion]
+    upsertions: List[AlterUserScramCredentialsRequest.ScramCredentialUpsertion]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ScramCredentialDeletion(_Message):
+        __slots__ = ('name', 'mechanism', 'unknown_tags')
+        _FIELDS = ('name', 'mechanism')
+        name: str
+        mechanism: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', mechanism: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.mechanism = mechanism
+            self.unknown_tags = unknown_tags
+    class ScramCredentialUpsertion(_Message):
+        __slots__ = ('name', 'mechanism', 'iterations', 'salt', 'salted_password', 'unknown_tags')
+        _FIELDS = ('name', 'mechanism', 'iterations', 'salt', 'salted_password')
+        name: str
+        mechanism: int
+        iterations: int
+        salt: Buffer
+        salted_password: Buffer
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', mechanism: int = 0, iterations: int = 0, salt: Buffer = b'', salted_password: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.mechanism = mechanism
+            self.iterations = iterations
+            self.salt = salt
+            self.salted_password = salted_password
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, deletions: List[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = _UNSET, upsertions: List[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.deletions = [] if deletions is _UNSET else deletions
+        self.upsertions = [] if upsertions is _UNSET else upsertions
+        self.unknown_tags = unknown_tags
+AlterUserScramCredentialsRequest.API_KEY = 51
+AlterUserScramCredentialsRequest.MIN_VERSION = 0
+AlterUserScramCredentialsRequest.MAX_VERSION = 0
+AlterUserScramCredentialsRequest.FLEXIBLE_MIN = 0
+
+class AlterUserScramCredentialsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'results')
+    throttle_time_ms: int
+    results: List[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterUserScramCredentialsResult(_Message):
+        __slots__ = ('user', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('user', 'error_code', 'error_message')
+        user: str
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, user: str = '', error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.user = user
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, results: List[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+AlterUserScramCredentialsResponse.API_KEY = 51
+AlterUserScramCredentialsResponse.MIN_VERSION = 0
+AlterUserScramCredentialsResponse.MAX_VERSION = 0
+AlterUserScramCredentialsResponse.FLEXIBLE_MIN = 0
+
+class DescribeProducersRequest(_Message):
+    __slots__ = ('topics', 'unknown_tags')
+    _FIELDS = ('topics',)
+    topics: List[DescribeProducersRequest.TopicRequest]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicRequest(_Message):
+        __slots__ = ('name', 'partition_indexes', 'unknown_tags')
+        _FIELDS = ('name', 'partition_indexes')
+        name: str
+        partition_indexes: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partition_indexes: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is _UNSET else partition_indexes
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, topics: List[DescribeProducersRequest.TopicRequest] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+DescribeProducersRequest.API_KEY = 61
+DescribeProducersRequest.MIN_VERSION = 0
+DescribeProducersRequest.MAX_VERSION = 0
+DescribeProducersRequest.FLEXIBLE_MIN = 0
+
+class DescribeProducersResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'topics', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'topics')
+    throttle_time_ms: int
+    topics: List[DescribeProducersResponse.TopicResponse]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicResponse(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[DescribeProducersResponse.PartitionResponse]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[DescribeProducersResponse.PartitionResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class PartitionResponse(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'active_producers', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message', 'active_producers')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        active_producers: List[DescribeProducersResponse.ProducerState]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = None, active_producers: List[DescribeProducersResponse.ProducerState] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.active_producers = [] if active_producers is _UNSET else active_producers
+            self.unknown_tags = unknown_tags
+    class ProducerState(_Message):
+        __slots__ = ('producer_id', 'producer_epoch', 'last_sequence', 'last_timestamp', 'coordinator_epoch', 'current_txn_start_offset', 'unknown_tags')
+        _FIELDS = ('producer_id', 'producer_epoch', 'last_sequence', 'last_timestamp', 'coordinator_epoch', 'current_txn_start_offset')
+        producer_id: int
+        producer_epoch: int
+        last_sequence: int
+        last_timestamp: int
+        coordinator_epoch: int
+        current_txn_start_offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, last_sequence: int = -1, last_timestamp: int = -1, coordinator_epoch: int = 0, current_txn_start_offset: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.last_sequence = last_sequence
+            self.last_timestamp = last_timestamp
+            self.coordinator_epoch = coordinator_epoch
+            self.current_txn_start_offset = current_txn_start_offset
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, topics: List[DescribeProducersResponse.TopicResponse] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+DescribeProducersResponse.API_KEY = 61
+DescribeProducersResponse.MIN_VERSION = 0
+DescribeProducersResponse.MAX_VERSION = 0
+DescribeProducersResponse.FLEXIBLE_MIN = 0
+
+class ListTransactionsRequest(_Message):
+    __slots__ = ('state_filters', 'producer_id_filters', 'duration_filter', 'transactional_id_pattern', 'unknown_tags')
+    _FIELDS = ('state_filters', 'producer_id_filters', 'duration_filter', 'transactional_id_pattern')
+    state_filters: List[str]
+    producer_id_filters: List[int]
+    duration_filter: int
+    transactional_id_pattern: Optional[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, state_filters: List[str] = _UNSET, producer_id_filters: List[int] = _UNSET, duration_filter: int = -1, transactional_id_pattern: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.state_filters = [] if state_filters is _UNSET else state_filters
+        self.producer_id_filters = [] if producer_id_filters is _UNSET else producer_id_filters
+        self.duration_filter = duration_filter
+        self.transactional_id_pattern = transactional_id_pattern
+        self.unknown_tags = unknown_tags
+ListTransactionsRequest.API_KEY = 66
+ListTransactionsRequest.MIN_VERSION = 0
+ListTransactionsRequest.MAX_VERSION = 2
+ListTransactionsRequest.FLEXIBLE_MIN = 0
+
+class ListTransactionsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'unknown_state_filters', 'transaction_states', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'unknown_state_filters', 'transaction_states')
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: List[str]
+    transaction_states: List[ListTransactionsResponse.TransactionState]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TransactionState(_Message):
+        __slots__ = ('transactional_id', 'producer_id', 'transaction_state', 'unknown_tags')
+        _FIELDS = ('transactional_id', 'producer_id', 'transaction_state')
+        transactional_id: str
+        producer_id: int
+        transaction_state: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, transactional_id: str = '', producer_id: int = 0, transaction_state: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.transactional_id = transactional_id
+            self.producer_id = producer_id
+            self.transaction_state = transaction_state
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_state_filters: List[str] = _UNSET, transaction_states: List[ListTransactionsResponse.TransactionState] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = [] if unknown_state_filters is _UNSET else unknown_state_filters
+        self.transaction_states = [] if transaction_states is _UNSET else transaction_states
+        self.unknown_tags = unknown_tags
+ListTransactionsResponse.API_KEY = 66
+ListTransactionsResponse.MIN_VERSION = 0
+ListTransactionsResponse.MAX_VERSION = 2
+ListTransactionsResponse.FLEXIBLE_MIN = 0
+
+class DescribeTransactionsRequest(_Message):
+    __slots__ = ('transactional_ids', 'unknown_tags')
+    _FIELDS = ('transactional_ids',)
+    transactional_ids: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, transactional_ids: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.transactional_ids = [] if transactional_ids is _UNSET else transactional_ids
+        self.unknown_tags = unknown_tags
+DescribeTransactionsRequest.API_KEY = 65
+DescribeTransactionsRequest.MIN_VERSION = 0
+DescribeTransactionsRequest.MAX_VERSION = 0
+DescribeTransactionsRequest.FLEXIBLE_MIN = 0
+
+class DescribeTransactionsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'transaction_states', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'transaction_states')
+    throttle_time_ms: int
+    transaction_states: List[DescribeTransactionsResponse.TransactionState]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TransactionState(_Message):
+        __slots__ = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics', 'unknown_tags')
+        _FIELDS = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics')
+        error_code: int
+        transactional_id: str
+        transaction_state: str
+        transaction_timeout_ms: int
+        transaction_start_time_ms: int
+        producer_id: int
+        producer_epoch: int
+        topics: List[DescribeTransactionsResponse.TopicData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, transactional_id: str = '', transaction_state: str = '', transaction_timeout_ms: int = 0, transaction_start_time_ms: int = 0, producer_id: int = 0, producer_epoch: int = 0, topics: List[DescribeTransactionsResponse.TopicData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.transactional_id = transactional_id
+            self.transaction_state = transaction_state
+            self.transaction_timeout_ms = transaction_timeout_ms
+            self.transaction_start_time_ms = transaction_start_time_ms
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.topics = [] if topics is _UNSET else topics
+            self.unknown_tags = unknown_tags
+    class TopicData(_Message):
+        __slots__ = ('topic', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic', 'partitions')
+        topic: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, transaction_states: List[DescribeTransactionsResponse.TransactionState] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = [] if transaction_states is _UNSET else transaction_states
+        self.unknown_tags = unknown_tags
+DescribeTransactionsResponse.API_KEY = 65
+DescribeTransactionsResponse.MIN_VERSION = 0
+DescribeTransactionsResponse.MAX_VERSION = 0
+DescribeTransactionsResponse.FLEXIBLE_MIN = 0
+
+class WriteTxnMarkersRequest(_Message):
+    __slots__ = ('markers', 'unknown_tags')
+    _FIELDS = ('markers',)
+    markers: List[WriteTxnMarkersRequest.WritableTxnMarker]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class WritableTxnMarker(_Message):
+        __slots__ = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'transaction_version', 'unknown_tags')
+        _FIELDS = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'transaction_version')
+        producer_id: int
+        producer_epoch: int
+        transaction_result: bool
+        topics: List[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
+        coordinator_epoch: int
+        transaction_version: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, transaction_result: bool = False, topics: List[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = _UNSET, coordinator_epoch: int = 0, transaction_version: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.transaction_result = transaction_result
+            self.topics = [] if topics is _UNSET else topics
+            self.coordinator_epoch = coordinator_epoch
+            self.transaction_version = transaction_version
+            self.unknown_tags = unknown_tags
+    class WritableTxnMarkerTopic(_Message):
+        __slots__ = ('name', 'partition_indexes', 'unknown_tags')
+        _FIELDS = ('name', 'partition_indexes')
+        name: str
+        partition_indexes: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partition_indexes: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is _UNSET else partition_indexes
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, markers: List[WriteTxnMarkersRequest.WritableTxnMarker] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.markers = [] if markers is _UNSET else markers
+        self.unknown_tags = unknown_tags
+WriteTxnMarkersRequest.API_KEY = 27
+WriteTxnMarkersRequest.MIN_VERSION = 1
+WriteTxnMarkersRequest.MAX_VERSION = 2
+WriteTxnMarkersRequest.FLEXIBLE_MIN = 1
+
+class WriteTxnMarkersResponse(_Message):
+    __slots__ = ('markers', 'unknown_tags')
+    _FIELDS = ('markers',)
+    markers: List[WriteTxnMarkersResponse.WritableTxnMarkerResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class WritableTxnMarkerResult(_Message):
+        __slots__ = ('producer_id', 'topics', 'unknown_tags')
+        _FIELDS = ('producer_id', 'topics')
+        producer_id: int
+        topics: List[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, producer_id: int = 0, topics: List[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.producer_id = producer_id
+            self.topics = [] if topics is _UNSET else topics
+            self.unknown_tags = unknown_tags
+    class WritableTxnMarkerTopicResult(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class WritableTxnMarkerPartitionResult(_Message):
+        __slots__ = ('partition_index', 'error_code', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code')
+        partition_index: int
+        error_code: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, markers: List[WriteTxnMarkersResponse.WritableTxnMarkerResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.markers = [] if markers is _UNSET else markers
+        self.unknown_tags = unknown_tags
+WriteTxnMarkersResponse.API_KEY = 27
+WriteTxnMarkersResponse.MIN_VERSION = 1
+WriteTxnMarkersResponse.MAX_VERSION = 2
+WriteTxnMarkersResponse.FLEXIBLE_MIN = 1
+
+class DescribeQuorumRequest(_Message):
+    __slots__ = ('topics', 'unknown_tags')
+    _FIELDS = ('topics',)
+    topics: List[DescribeQuorumRequest.TopicData]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicData(_Message):
+        __slots__ = ('topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'partitions')
+        topic_name: str
+        partitions: List[DescribeQuorumRequest.PartitionData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', partitions: List[DescribeQuorumRequest.PartitionData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class PartitionData(_Message):
+        __slots__ = ('partition_index', 'unknown_tags')
+        _FIELDS = ('partition_index',)
+        partition_index: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, topics: List[DescribeQuorumRequest.TopicData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+DescribeQuorumRequest.API_KEY = 55
+DescribeQuorumRequest.MIN_VERSION = 0
+DescribeQuorumRequest.MAX_VERSION = 2
+DescribeQuorumRequest.FLEXIBLE_MIN = 0
+
+class DescribeQuorumResponse(_Message):
+    __slots__ = ('error_code', 'error_message', 'topics', 'nodes', 'unknown_tags')
+    _FIELDS = ('error_code', 'error_message', 'topics', 'nodes')
+    error_code: int
+    error_message: Optional[str]
+    topics: List[DescribeQuorumResponse.TopicData]
+    nodes: List[DescribeQuorumResponse.Node]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class TopicData(_Message):
+        __slots__ = ('topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'partitions')
+        topic_name: str
+        partitions: List[DescribeQuorumResponse.PartitionData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', partitions: List[DescribeQuorumResponse.PartitionData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class PartitionData(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        leader_id: int
+        leader_epoch: int
+        high_watermark: int
+        current_voters: List[DescribeQuorumResponse.ReplicaState]
+        observers: List[DescribeQuorumResponse.ReplicaState]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = '', leader_id: int = 0, leader_epoch: int = 0, high_watermark: int = 0, current_voters: List[DescribeQuorumResponse.ReplicaState] = _UNSET, observers: List[DescribeQuorumResponse.ReplicaState] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.high_watermark = high_watermark
+            self.current_voters = [] if current_voters is _UNSET else current_voters
+            self.observers = [] if observers is _UNSET else observers
+            self.unknown_tags = unknown_tags
+    class ReplicaState(_Message):
+        __slots__ = ('replica_id', 'replica_directory_id', 'log_end_offset', 'last_fetch_timestamp', 'last_caught_up_timestamp', 'unknown_tags')
+        _FIELDS = ('replica_id', 'replica_directory_id', 'log_end_offset', 'last_fetch_timestamp', 'last_caught_up_timestamp')
+        replica_id: int
+        replica_directory_id: UUID
+        log_end_offset: int
+        last_fetch_timestamp: int
+        last_caught_up_timestamp: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, replica_id: int = 0, replica_directory_id: UUID = ZERO_UUID, log_end_offset: int = 0, last_fetch_timestamp: int = -1, last_caught_up_timestamp: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.replica_id = replica_id
+            self.replica_directory_id = replica_directory_id
+            self.log_end_offset = log_end_offset
+            self.last_fetch_timestamp = last_fetch_timestamp
+            self.last_caught_up_timestamp = last_caught_up_timestamp
+            self.unknown_tags = unknown_tags
+    class Node(_Message):
+        __slots__ = ('node_id', 'listeners', 'unknown_tags')
+        _FIELDS = ('node_id', 'listeners')
+        node_id: int
+        listeners: List[DescribeQuorumResponse.Listener]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, listeners: List[DescribeQuorumResponse.Listener] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.node_id = node_id
+            self.listeners = [] if listeners is _UNSET else listeners
+            self.unknown_tags = unknown_tags
+    class Listener(_Message):
+        __slots__ = ('name', 'host', 'port', 'unknown_tags')
+        _FIELDS = ('name', 'host', 'port')
+        name: str
+        host: str
+        port: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', host: str = '', port: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, error_code: int = 0, error_message: Optional[str] = '', topics: List[DescribeQuorumResponse.TopicData] = _UNSET, nodes: List[DescribeQuorumResponse.Node] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is _UNSET else topics
+        self.nodes = [] if nodes is _UNSET else nodes
+        self.unknown_tags = unknown_tags
+DescribeQuorumResponse.API_KEY = 55
+DescribeQuorumResponse.MIN_VERSION = 0
+DescribeQuorumResponse.MAX_VERSION = 2
+DescribeQuorumResponse.FLEXIBLE_MIN = 0
+
+class UpdateFeaturesRequest(_Message):
+    __slots__ = ('timeout_ms', 'feature_updates', 'validate_only', 'unknown_tags')
+    _FIELDS = ('timeout_ms', 'feature_updates', 'validate_only')
+    timeout_ms: int
+    feature_updates: List[UpdateFeaturesRequest.FeatureUpdateKey]
+    validate_only: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    class FeatureUpdateKey(_Message):
+        __slots__ = ('feature', 'max_version_level', 'allow_downgrade', 'upgrade_type', 'unknown_tags')
+        _FIELDS = ('feature', 'max_version_level', 'allow_downgrade', 'upgrade_type')
+        feature: str
+        max_version_level: int
+        allow_downgrade: bool
+        upgrade_type: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, feature: str = '', max_version_level: int = 0, allow_downgrade: bool = False, upgrade_type: int = 1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.feature = feature
+            self.max_version_level = max_version_level
+            self.allow_downgrade = allow_downgrade
+            self.upgrade_type = upgrade_type
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, timeout_ms: int = 60000, feature_updates: List[UpdateFeaturesRequest.FeatureUpdateKey] = _UNSET, validate_only: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = [] if feature_updates is _UNSET else feature_updates
+        self.validate_only = validate_only
+        self.unknown_tags = unknown_tags
+UpdateFeaturesRequest.API_KEY = 57
+UpdateFeaturesRequest.MIN_VERSION = 0
+UpdateFeaturesRequest.MAX_VERSION = 2
+UpdateFeaturesRequest.FLEXIBLE_MIN = 0
+
+class UpdateFeaturesResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'results', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'results')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    results: List[UpdateFeaturesResponse.UpdatableFeatureResult]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class UpdatableFeatureResult(_Message):
+        __slots__ = ('feature', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('feature', 'error_code', 'error_message')
+        feature: str
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, feature: str = '', error_code: int = 0, error_message: Optional[str] = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.feature = feature
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', results: List[UpdateFeaturesResponse.UpdatableFeatureResult] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is _UNSET else results
+        self.unknown_tags = unknown_tags
+UpdateFeaturesResponse.API_KEY = 57
+UpdateFeaturesResponse.MIN_VERSION = 0
+UpdateFeaturesResponse.MAX_VERSION = 2
+UpdateFeaturesResponse.FLEXIBLE_MIN = 0
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -3461,10 +4413,81 @@ _C199 = DescribeDelegationTokenRequest.DescribeDelegationTokenOwner
 _C200 = DescribeDelegationTokenResponse
 _C201 = DescribeDelegationTokenResponse.DescribedDelegationToken
 _C202 = DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
-_C203 = ConsumerProtocolSubscription
-_C204 = ConsumerProtocolSubscription.TopicPartition
-_C205 = ConsumerProtocolAssignment
-_C206 = ConsumerProtocolAssignment.TopicPartition
+_C203 = IncrementalAlterConfigsRequest
+_C204 = IncrementalAlterConfigsRequest.AlterConfigsResource
+_C205 = IncrementalAlterConfigsRequest.AlterableConfig
+_C206 = IncrementalAlterConfigsResponse
+_C207 = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+_C208 = AlterConfigsRequest
+_C209 = AlterConfigsRequest.AlterConfigsResource
+_C210 = AlterConfigsRequest.AlterableConfig
+_C211 = AlterConfigsResponse
+_C212 = AlterConfigsResponse.AlterConfigsResourceResponse
+_C213 = OffsetDeleteRequest
+_C214 = OffsetDeleteRequest.OffsetDeleteRequestTopic
+_C215 = OffsetDeleteRequest.OffsetDeleteRequestPartition
+_C216 = OffsetDeleteResponse
+_C217 = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_C218 = OffsetDeleteResponse.OffsetDeleteResponsePartition
+_C219 = DescribeLogDirsRequest
+_C220 = DescribeLogDirsRequest.DescribableLogDirTopic
+_C221 = DescribeLogDirsResponse
+_C222 = DescribeLogDirsResponse.DescribeLogDirsResult
+_C223 = DescribeLogDirsResponse.DescribeLogDirsTopic
+_C224 = DescribeLogDirsResponse.DescribeLogDirsPartition
+_C225 = AlterReplicaLogDirsRequest
+_C226 = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+_C227 = AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic
+_C228 = AlterReplicaLogDirsResponse
+_C229 = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
+_C230 = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
+_C231 = DescribeUserScramCredentialsRequest
+_C232 = DescribeUserScramCredentialsRequest.UserName
+_C233 = DescribeUserScramCredentialsResponse
+_C234 = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+_C235 = DescribeUserScramCredentialsResponse.CredentialInfo
+_C236 = AlterUserScramCredentialsRequest
+_C237 = AlterUserScramCredentialsRequest.ScramCredentialDeletion
+_C238 = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
+_C239 = AlterUserScramCredentialsResponse
+_C240 = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+_C241 = DescribeProducersRequest
+_C242 = DescribeProducersRequest.TopicRequest
+_C243 = DescribeProducersResponse
+_C244 = DescribeProducersResponse.TopicResponse
+_C245 = DescribeProducersResponse.PartitionResponse
+_C246 = DescribeProducersResponse.ProducerState
+_C247 = ListTransactionsRequest
+_C248 = ListTransactionsResponse
+_C249 = ListTransactionsResponse.TransactionState
+_C250 = DescribeTransactionsRequest
+_C251 = DescribeTransactionsResponse
+_C252 = DescribeTransactionsResponse.TransactionState
+_C253 = DescribeTransactionsResponse.TopicData
+_C254 = WriteTxnMarkersRequest
+_C255 = WriteTxnMarkersRequest.WritableTxnMarker
+_C256 = WriteTxnMarkersRequest.WritableTxnMarkerTopic
+_C257 = WriteTxnMarkersResponse
+_C258 = WriteTxnMarkersResponse.WritableTxnMarkerResult
+_C259 = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
+_C260 = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+_C261 = DescribeQuorumRequest
+_C262 = DescribeQuorumRequest.TopicData
+_C263 = DescribeQuorumRequest.PartitionData
+_C264 = DescribeQuorumResponse
+_C265 = DescribeQuorumResponse.TopicData
+_C266 = DescribeQuorumResponse.PartitionData
+_C267 = DescribeQuorumResponse.ReplicaState
+_C268 = DescribeQuorumResponse.Node
+_C269 = DescribeQuorumResponse.Listener
+_C270 = UpdateFeaturesRequest
+_C271 = UpdateFeaturesRequest.FeatureUpdateKey
+_C272 = UpdateFeaturesResponse
+_C273 = UpdateFeaturesResponse.UpdatableFeatureResult
+_C274 = ConsumerProtocolSubscription
+_C275 = ConsumerProtocolSubscription.TopicPartition
+_C276 = ConsumerProtocolAssignment
+_C277 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -17339,8 +18362,2561 @@ def _encode_DescribeDelegationTokenResponse_v3(o, out, chunks):
     _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3_array(o.tokens, out, chunks)
     out += _S2.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
+    o = _C205.__new__(_C205)
+    o.name, pos = _str_k(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.config_operation, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.value, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end):
+    o = _C204.__new__(_C204)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsRequest_AlterableConfig_v0, n, 5)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_IncrementalAlterConfigsRequest_v0(buf, pos, end):
     o = _C203.__new__(_C203)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0, n, 7)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    o.unknown_tags = None
+    return o, pos
+def _encode_IncrementalAlterConfigsRequest_AlterableConfig_v0(o, out, chunks):
+    _put_str_k(o.name, out, chunks)
+    out += _S27.pack(o.config_operation)
+    _put_str_kn(o.value, out, chunks)
+def _encode_IncrementalAlterConfigsRequest_AlterableConfig_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsRequest_AlterableConfig_v0, False, False)
+def _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+    _encode_IncrementalAlterConfigsRequest_AlterableConfig_v0_array(o.configs, out, chunks)
+def _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0, False, False)
+def _encode_IncrementalAlterConfigsRequest_v0(o, out, chunks):
+    _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0_array(o.resources, out, chunks)
+    out += _S4.pack(o.validate_only)
+def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos, end):
+    o = _C205.__new__(_C205)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.config_operation, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.value, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos, end):
+    o = _C204.__new__(_C204)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsRequest_AlterableConfig_v1, n, 4)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_IncrementalAlterConfigsRequest_v1(buf, pos, end):
+    o = _C203.__new__(_C203)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1, n, 4)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_IncrementalAlterConfigsRequest_AlterableConfig_v1(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    out += _S27.pack(o.config_operation)
+    _put_str_cn(o.value, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_IncrementalAlterConfigsRequest_AlterableConfig_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsRequest_AlterableConfig_v1, True, False)
+def _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    _encode_IncrementalAlterConfigsRequest_AlterableConfig_v1_array(o.configs, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1, True, False)
+def _encode_IncrementalAlterConfigsRequest_v1(o, out, chunks):
+    _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1_array(o.resources, out, chunks)
+    out += _S4.pack(o.validate_only)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
+    o = _C207.__new__(_C207)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_IncrementalAlterConfigsResponse_v0(buf, pos, end):
+    o = _C206.__new__(_C206)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0, n, 7)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_kn(o.error_message, out, chunks)
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0, False, False)
+def _encode_IncrementalAlterConfigsResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0_array(o.responses, out, chunks)
+def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos, end):
+    o = _C207.__new__(_C207)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_IncrementalAlterConfigsResponse_v1(buf, pos, end):
+    o = _C206.__new__(_C206)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1, True, False)
+def _encode_IncrementalAlterConfigsResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1_array(o.responses, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
+    o = _C210.__new__(_C210)
+    o.name, pos = _str_k(buf, pos, end)
+    o.value, pos = _str_kn(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end):
+    o = _C209.__new__(_C209)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _decode_AlterConfigsRequest_AlterableConfig_v0, n, 4)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterConfigsRequest_v0(buf, pos, end):
+    o = _C208.__new__(_C208)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_AlterConfigsRequest_AlterConfigsResource_v0, n, 7)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    o.unknown_tags = None
+    return o, pos
+def _encode_AlterConfigsRequest_AlterConfigsResource_v0(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_k(o.resource_name, out, chunks)
+    _encode_CreateTopicsRequest_CreatableTopicConfig_v2_array(o.configs, out, chunks)
+def _encode_AlterConfigsRequest_AlterConfigsResource_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterConfigsRequest_AlterConfigsResource_v0, False, False)
+def _encode_AlterConfigsRequest_v0(o, out, chunks):
+    _encode_AlterConfigsRequest_AlterConfigsResource_v0_array(o.resources, out, chunks)
+    out += _S4.pack(o.validate_only)
+def _decode_AlterConfigsRequest_AlterableConfig_v2(buf, pos, end):
+    o = _C210.__new__(_C210)
+    o.name, pos = _str_c(buf, pos, end)
+    o.value, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterConfigsRequest_AlterConfigsResource_v2(buf, pos, end):
+    o = _C209.__new__(_C209)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.configs, pos = _array_n(buf, pos, end, _decode_AlterConfigsRequest_AlterableConfig_v2, n, 3)
+    elif n == 0:
+        o.configs = []
+    else:
+        o.configs = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterConfigsRequest_v2(buf, pos, end):
+    o = _C208.__new__(_C208)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.resources, pos = _array_n(buf, pos, end, _decode_AlterConfigsRequest_AlterConfigsResource_v2, n, 4)
+    elif n == 0:
+        o.resources = []
+    else:
+        o.resources = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterConfigsRequest_AlterConfigsResource_v2(o, out, chunks):
+    out += _S27.pack(o.resource_type)
+    _put_str_c(o.resource_name, out, chunks)
+    _encode_CreateTopicsRequest_CreatableTopicConfig_v5_array(o.configs, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterConfigsRequest_AlterConfigsResource_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterConfigsRequest_AlterConfigsResource_v2, True, False)
+def _encode_AlterConfigsRequest_v2(o, out, chunks):
+    _encode_AlterConfigsRequest_AlterConfigsResource_v2_array(o.resources, out, chunks)
+    out += _S4.pack(o.validate_only)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
+    o = _C212.__new__(_C212)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_kn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_k(buf, pos, end)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterConfigsResponse_v0(buf, pos, end):
+    o = _C211.__new__(_C211)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0, n, 7)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos, end):
+    o = _C212.__new__(_C212)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.resource_type, = _S27.unpack_from(buf, pos)
+    pos += 1
+    o.resource_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterConfigsResponse_v2(buf, pos, end):
+    o = _C211.__new__(_C211)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2, n, 6)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos, end):
+    o = _C215.__new__(_C215)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.unknown_tags = None
+    return o, pos
+def _decode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos, end):
+    o = _C214.__new__(_C214)
+    o.name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_OffsetDeleteRequest_v0(buf, pos, end):
+    o = _C213.__new__(_C213)
+    o.group_id, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(o, out, chunks):
+    out += _S2.pack(o.partition_index)
+def _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0, False, False)
+def _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(o, out, chunks):
+    _put_str_k(o.name, out, chunks)
+    _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0_array(o.partitions, out, chunks)
+def _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0, False, False)
+def _encode_OffsetDeleteRequest_v0(o, out, chunks):
+    _put_str_k(o.group_id, out, chunks)
+    _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0_array(o.topics, out, chunks)
+def _decode_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0(buf, pos, end):
+    o = _C218.__new__(_C218)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.unknown_tags = None
+    return o, pos
+def _decode_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos, end):
+    o = _C217.__new__(_C217)
+    o.name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_OffsetDeleteResponse_v0(buf, pos, end):
+    o = _C216.__new__(_C216)
+    if pos + 6 > end: _short()
+    o.error_code, o.throttle_time_ms = _S9.unpack_from(buf, pos)
+    pos += 6
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_OffsetDeleteResponse_v0(o, out, chunks):
+    out += _S9.pack(o.error_code, o.throttle_time_ms)
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(o.topics, out, chunks)
+def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v1(buf, pos, end):
+    o = _C220.__new__(_C220)
+    o.topic, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeLogDirsRequest_v1(buf, pos, end):
+    o = _C219.__new__(_C219)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v1, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeLogDirsRequest_v1(o, out, chunks):
+    _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topics, out, chunks)
+def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf, pos, end):
+    o = _C220.__new__(_C220)
+    o.topic, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsRequest_v2(buf, pos, end):
+    o = _C219.__new__(_C219)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeLogDirsRequest_v2(o, out, chunks):
+    _encode_FetchRequest_ForgottenTopic_v12_array_nullable(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos, end):
+    o = _C224.__new__(_C224)
+    if pos + 21 > end: _short()
+    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S48.unpack_from(buf, pos)
+    pos += 21
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos, end):
+    o = _C223.__new__(_C223)
+    o.name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1, n, 21)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos, end):
+    o = _C222.__new__(_C222)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.log_dir, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.total_bytes = -1
+    o.usable_bytes = -1
+    o.is_cordoned = False
+    o.unknown_tags = None
+    return o, pos
+def _decode_DescribeLogDirsResponse_v1(buf, pos, end):
+    o = _C221.__new__(_C221)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1, n, 8)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    o.error_code = 0
+    o.unknown_tags = None
+    return o, pos
+def _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(o, out, chunks):
+    out += _S48.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1, False, False)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(o, out, chunks):
+    _put_str_k(o.name, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1_array(o.partitions, out, chunks)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1, False, False)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_k(o.log_dir, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1_array(o.topics, out, chunks)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1, False, False)
+def _encode_DescribeLogDirsResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1_array(o.results, out, chunks)
+def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos, end):
+    o = _C224.__new__(_C224)
+    if pos + 21 > end: _short()
+    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S48.unpack_from(buf, pos)
+    pos += 21
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos, end):
+    o = _C223.__new__(_C223)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2, n, 22)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos, end):
+    o = _C222.__new__(_C222)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.log_dir, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.total_bytes = -1
+    o.usable_bytes = -1
+    o.is_cordoned = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsResponse_v2(buf, pos, end):
+    o = _C221.__new__(_C221)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2, n, 5)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    o.error_code = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(o, out, chunks):
+    out += _S48.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2, True, False)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2, True, False)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.log_dir, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2, True, False)
+def _encode_DescribeLogDirsResponse_v2(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeLogDirsResponse_v3(buf, pos, end):
+    o = _C221.__new__(_C221)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2, n, 5)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeLogDirsResponse_v3(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos, end):
+    o = _C222.__new__(_C222)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.log_dir, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 16 > end: _short()
+    o.total_bytes, o.usable_bytes = _S21.unpack_from(buf, pos)
+    pos += 16
+    o.is_cordoned = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsResponse_v4(buf, pos, end):
+    o = _C221.__new__(_C221)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v4, n, 21)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.log_dir, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
+    out += _S21.pack(o.total_bytes, o.usable_bytes)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4, True, False)
+def _encode_DescribeLogDirsResponse_v4(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos, end):
+    o = _C222.__new__(_C222)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.log_dir, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 17 > end: _short()
+    o.total_bytes, o.usable_bytes, o.is_cordoned = _S49.unpack_from(buf, pos)
+    pos += 17
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeLogDirsResponse_v5(buf, pos, end):
+    o = _C221.__new__(_C221)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v5, n, 22)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.log_dir, out, chunks)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
+    out += _S49.pack(o.total_bytes, o.usable_bytes, o.is_cordoned)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5, True, False)
+def _encode_DescribeLogDirsResponse_v5(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1(buf, pos, end):
+    o = _C227.__new__(_C227)
+    o.name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(buf, pos, end):
+    o = _C226.__new__(_C226)
+    o.path, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1, n, 6)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterReplicaLogDirsRequest_v1(buf, pos, end):
+    o = _C225.__new__(_C225)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.dirs, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1, n, 6)
+    elif n == 0:
+        o.dirs = []
+    else:
+        o.dirs = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(o, out, chunks):
+    _put_str_k(o.path, out, chunks)
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0_array(o.topics, out, chunks)
+def _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1, False, False)
+def _encode_AlterReplicaLogDirsRequest_v1(o, out, chunks):
+    _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1_array(o.dirs, out, chunks)
+def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2(buf, pos, end):
+    o = _C227.__new__(_C227)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(buf, pos, end):
+    o = _C226.__new__(_C226)
+    o.path, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterReplicaLogDirsRequest_v2(buf, pos, end):
+    o = _C225.__new__(_C225)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.dirs, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2, n, 3)
+    elif n == 0:
+        o.dirs = []
+    else:
+        o.dirs = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(o, out, chunks):
+    _put_str_c(o.path, out, chunks)
+    _encode_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2, True, False)
+def _encode_AlterReplicaLogDirsRequest_v2(o, out, chunks):
+    _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2_array(o.dirs, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v1(buf, pos, end):
+    o = _C230.__new__(_C230)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, pos, end):
+    o = _C229.__new__(_C229)
+    o.topic_name, pos = _str_k(buf, pos, end)
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v1, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _decode_AlterReplicaLogDirsResponse_v1(buf, pos, end):
+    o = _C228.__new__(_C228)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > end: _short()
+    n = _i32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1, n, 6)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    o.unknown_tags = None
+    return o, pos
+def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(o, out, chunks):
+    _put_str_k(o.topic_name, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v2_array(o.partitions, out, chunks)
+def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1, False, False)
+def _encode_AlterReplicaLogDirsResponse_v1(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1_array(o.results, out, chunks)
+def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2(buf, pos, end):
+    o = _C230.__new__(_C230)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf, pos, end):
+    o = _C229.__new__(_C229)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2, n, 7)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterReplicaLogDirsResponse_v2(buf, pos, end):
+    o = _C228.__new__(_C228)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2, n, 3)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_OffsetCommitResponse_OffsetCommitResponsePartition_v8_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2, True, False)
+def _encode_AlterReplicaLogDirsResponse_v2(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos, end):
+    o = _C232.__new__(_C232)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeUserScramCredentialsRequest_v0(buf, pos, end):
+    o = _C231.__new__(_C231)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.users, pos = _array_n(buf, pos, end, _decode_DescribeUserScramCredentialsRequest_UserName_v0, n, 2)
+    elif n == 0:
+        o.users = []
+    else:
+        o.users = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeUserScramCredentialsRequest_v0(o, out, chunks):
+    _encode_MetadataRequest_MetadataRequestTopic_v9_array_nullable(o.users, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeUserScramCredentialsResponse_CredentialInfo_v0(buf, pos, end):
+    o = _C235.__new__(_C235)
+    if pos + 5 > end: _short()
+    o.mechanism, o.iterations = _S50.unpack_from(buf, pos)
+    pos += 5
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(buf, pos, end):
+    o = _C234.__new__(_C234)
+    o.user, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.credential_infos, pos = _array_n(buf, pos, end, _decode_DescribeUserScramCredentialsResponse_CredentialInfo_v0, n, 6)
+    elif n == 0:
+        o.credential_infos = []
+    else:
+        o.credential_infos = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeUserScramCredentialsResponse_v0(buf, pos, end):
+    o = _C233.__new__(_C233)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0, n, 6)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0(o, out, chunks):
+    out += _S50.pack(o.mechanism, o.iterations)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0, True, False)
+def _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(o, out, chunks):
+    _put_str_c(o.user, out, chunks)
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0_array(o.credential_infos, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0, True, False)
+def _encode_DescribeUserScramCredentialsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(buf, pos, end):
+    o = _C237.__new__(_C237)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos + 1 > end: _short()
+    o.mechanism, = _S27.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(buf, pos, end):
+    o = _C238.__new__(_C238)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos + 5 > end: _short()
+    o.mechanism, o.iterations = _S50.unpack_from(buf, pos)
+    pos += 5
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.salt, pos = _take_bytes(buf, pos, end, n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.salted_password, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterUserScramCredentialsRequest_v0(buf, pos, end):
+    o = _C236.__new__(_C236)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.deletions, pos = _array_n(buf, pos, end, _decode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0, n, 3)
+    elif n == 0:
+        o.deletions = []
+    else:
+        o.deletions = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.upsertions, pos = _array_n(buf, pos, end, _decode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0, n, 9)
+    elif n == 0:
+        o.upsertions = []
+    else:
+        o.upsertions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    out += _S27.pack(o.mechanism)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0, True, False)
+def _encode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    out += _S50.pack(o.mechanism, o.iterations)
+    _put_bytes_c(o.salt, out, chunks)
+    _put_bytes_c(o.salted_password, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0, True, False)
+def _encode_AlterUserScramCredentialsRequest_v0(o, out, chunks):
+    _encode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0_array(o.deletions, out, chunks)
+    _encode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0_array(o.upsertions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(buf, pos, end):
+    o = _C240.__new__(_C240)
+    o.user, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterUserScramCredentialsResponse_v0(buf, pos, end):
+    o = _C239.__new__(_C239)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0, n, 5)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(o, out, chunks):
+    _put_str_c(o.user, out, chunks)
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0, True, False)
+def _encode_AlterUserScramCredentialsResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeProducersRequest_TopicRequest_v0(buf, pos, end):
+    o = _C242.__new__(_C242)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeProducersRequest_v0(buf, pos, end):
+    o = _C241.__new__(_C241)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeProducersRequest_TopicRequest_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6, True, False)
+def _encode_DescribeProducersRequest_v0(o, out, chunks):
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeProducersResponse_ProducerState_v0(buf, pos, end):
+    o = _C246.__new__(_C246)
+    if pos + 36 > end: _short()
+    o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset = _S51.unpack_from(buf, pos)
+    pos += 36
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeProducersResponse_PartitionResponse_v0(buf, pos, end):
+    o = _C245.__new__(_C245)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.active_producers, pos = _array_n(buf, pos, end, _decode_DescribeProducersResponse_ProducerState_v0, n, 37)
+    elif n == 0:
+        o.active_producers = []
+    else:
+        o.active_producers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeProducersResponse_TopicResponse_v0(buf, pos, end):
+    o = _C244.__new__(_C244)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeProducersResponse_PartitionResponse_v0, n, 9)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeProducersResponse_v0(buf, pos, end):
+    o = _C243.__new__(_C243)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeProducersResponse_TopicResponse_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeProducersResponse_ProducerState_v0(o, out, chunks):
+    out += _S51.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeProducersResponse_ProducerState_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeProducersResponse_ProducerState_v0, True, False)
+def _encode_DescribeProducersResponse_PartitionResponse_v0(o, out, chunks):
+    out += _S28.pack(o.partition_index, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeProducersResponse_ProducerState_v0_array(o.active_producers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeProducersResponse_PartitionResponse_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeProducersResponse_PartitionResponse_v0, True, False)
+def _encode_DescribeProducersResponse_TopicResponse_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _encode_DescribeProducersResponse_PartitionResponse_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeProducersResponse_TopicResponse_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeProducersResponse_TopicResponse_v0, True, False)
+def _encode_DescribeProducersResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DescribeProducersResponse_TopicResponse_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ListTransactionsRequest_v0(buf, pos, end):
+    o = _C247.__new__(_C247)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.state_filters, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.state_filters = []
+    else:
+        o.state_filters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.producer_id_filters, pos = _array_n(buf, pos, end, _fx_int64, n, 8)
+    elif n == 0:
+        o.producer_id_filters = []
+    else:
+        o.producer_id_filters = _null(n, False)
+    o.duration_filter = -1
+    o.transactional_id_pattern = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_int64_array_compact(x, out, chunks):
+    _put_array(x, out, chunks, _pfx_int64, True, False)
+def _encode_ListTransactionsRequest_v0(o, out, chunks):
+    _encode_string_array_compact(o.state_filters, out, chunks)
+    _encode_int64_array_compact(o.producer_id_filters, out, chunks)
+    if o.duration_filter != -1: _absent('ListTransactionsRequest', 'duration_filter', 0)
+    if o.transactional_id_pattern != None: _absent('ListTransactionsRequest', 'transactional_id_pattern', 0)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ListTransactionsRequest_v1(buf, pos, end):
+    o = _C247.__new__(_C247)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.state_filters, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.state_filters = []
+    else:
+        o.state_filters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.producer_id_filters, pos = _array_n(buf, pos, end, _fx_int64, n, 8)
+    elif n == 0:
+        o.producer_id_filters = []
+    else:
+        o.producer_id_filters = _null(n, False)
+    if pos + 8 > end: _short()
+    o.duration_filter, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.transactional_id_pattern = None
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ListTransactionsRequest_v1(o, out, chunks):
+    _encode_string_array_compact(o.state_filters, out, chunks)
+    _encode_int64_array_compact(o.producer_id_filters, out, chunks)
+    if o.transactional_id_pattern != None: _absent('ListTransactionsRequest', 'transactional_id_pattern', 1)
+    out += _S29.pack(o.duration_filter)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ListTransactionsRequest_v2(buf, pos, end):
+    o = _C247.__new__(_C247)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.state_filters, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.state_filters = []
+    else:
+        o.state_filters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.producer_id_filters, pos = _array_n(buf, pos, end, _fx_int64, n, 8)
+    elif n == 0:
+        o.producer_id_filters = []
+    else:
+        o.producer_id_filters = _null(n, False)
+    if pos + 8 > end: _short()
+    o.duration_filter, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.transactional_id_pattern, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ListTransactionsRequest_v2(o, out, chunks):
+    _encode_string_array_compact(o.state_filters, out, chunks)
+    _encode_int64_array_compact(o.producer_id_filters, out, chunks)
+    out += _S29.pack(o.duration_filter)
+    _put_str_cn(o.transactional_id_pattern, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ListTransactionsResponse_TransactionState_v0(buf, pos, end):
+    o = _C249.__new__(_C249)
+    o.transactional_id, pos = _str_c(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.producer_id, = _S29.unpack_from(buf, pos)
+    pos += 8
+    o.transaction_state, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ListTransactionsResponse_v0(buf, pos, end):
+    o = _C248.__new__(_C248)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.unknown_state_filters, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.unknown_state_filters = []
+    else:
+        o.unknown_state_filters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.transaction_states, pos = _array_n(buf, pos, end, _decode_ListTransactionsResponse_TransactionState_v0, n, 11)
+    elif n == 0:
+        o.transaction_states = []
+    else:
+        o.transaction_states = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ListTransactionsResponse_TransactionState_v0(o, out, chunks):
+    _put_str_c(o.transactional_id, out, chunks)
+    out += _S29.pack(o.producer_id)
+    _put_str_c(o.transaction_state, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ListTransactionsResponse_TransactionState_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListTransactionsResponse_TransactionState_v0, True, False)
+def _encode_ListTransactionsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _encode_string_array_compact(o.unknown_state_filters, out, chunks)
+    _encode_ListTransactionsResponse_TransactionState_v0_array(o.transaction_states, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeTransactionsRequest_v0(buf, pos, end):
+    o = _C250.__new__(_C250)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.transactional_ids, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.transactional_ids = []
+    else:
+        o.transactional_ids = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeTransactionsRequest_v0(o, out, chunks):
+    _encode_string_array_compact(o.transactional_ids, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeTransactionsResponse_TopicData_v0(buf, pos, end):
+    o = _C253.__new__(_C253)
+    o.topic, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeTransactionsResponse_TransactionState_v0(buf, pos, end):
+    o = _C252.__new__(_C252)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.transactional_id, pos = _str_c(buf, pos, end)
+    o.transaction_state, pos = _str_c(buf, pos, end)
+    if pos + 22 > end: _short()
+    o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch = _S52.unpack_from(buf, pos)
+    pos += 22
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeTransactionsResponse_TopicData_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeTransactionsResponse_v0(buf, pos, end):
+    o = _C251.__new__(_C251)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.transaction_states, pos = _array_n(buf, pos, end, _decode_DescribeTransactionsResponse_TransactionState_v0, n, 28)
+    elif n == 0:
+        o.transaction_states = []
+    else:
+        o.transaction_states = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeTransactionsResponse_TransactionState_v0(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_c(o.transactional_id, out, chunks)
+    _put_str_c(o.transaction_state, out, chunks)
+    out += _S52.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
+    _encode_FetchRequest_ForgottenTopic_v12_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeTransactionsResponse_TransactionState_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeTransactionsResponse_TransactionState_v0, True, False)
+def _encode_DescribeTransactionsResponse_v0(o, out, chunks):
+    out += _S2.pack(o.throttle_time_ms)
+    _encode_DescribeTransactionsResponse_TransactionState_v0_array(o.transaction_states, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos, end):
+    o = _C256.__new__(_C256)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos, end):
+    o = _C255.__new__(_C255)
+    if pos + 11 > end: _short()
+    o.producer_id, o.producer_epoch, o.transaction_result = _S37.unpack_from(buf, pos)
+    pos += 11
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 4 > end: _short()
+    o.coordinator_epoch, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.transaction_version = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersRequest_v1(buf, pos, end):
+    o = _C254.__new__(_C254)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.markers, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersRequest_WritableTxnMarker_v1, n, 17)
+    elif n == 0:
+        o.markers = []
+    else:
+        o.markers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1(o, out, chunks):
+    out += _S37.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(o.topics, out, chunks)
+    out += _S2.pack(o.coordinator_epoch)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1, True, False)
+def _encode_WriteTxnMarkersRequest_v1(o, out, chunks):
+    _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1_array(o.markers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos, end):
+    o = _C255.__new__(_C255)
+    if pos + 11 > end: _short()
+    o.producer_id, o.producer_epoch, o.transaction_result = _S37.unpack_from(buf, pos)
+    pos += 11
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 5 > end: _short()
+    o.coordinator_epoch, o.transaction_version = _S24.unpack_from(buf, pos)
+    pos += 5
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersRequest_v2(buf, pos, end):
+    o = _C254.__new__(_C254)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.markers, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersRequest_WritableTxnMarker_v2, n, 18)
+    elif n == 0:
+        o.markers = []
+    else:
+        o.markers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v2(o, out, chunks):
+    out += _S37.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(o.topics, out, chunks)
+    out += _S24.pack(o.coordinator_epoch, o.transaction_version)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_WriteTxnMarkersRequest_WritableTxnMarker_v2, True, False)
+def _encode_WriteTxnMarkersRequest_v2(o, out, chunks):
+    _encode_WriteTxnMarkersRequest_WritableTxnMarker_v2_array(o.markers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos, end):
+    o = _C260.__new__(_C260)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos, end):
+    o = _C259.__new__(_C259)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1, n, 7)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos, end):
+    o = _C258.__new__(_C258)
+    if pos + 8 > end: _short()
+    o.producer_id, = _S29.unpack_from(buf, pos)
+    pos += 8
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_WriteTxnMarkersResponse_v1(buf, pos, end):
+    o = _C257.__new__(_C257)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.markers, pos = _array_n(buf, pos, end, _decode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1, n, 10)
+    elif n == 0:
+        o.markers = []
+    else:
+        o.markers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(o, out, chunks):
+    out += _S29.pack(o.producer_id)
+    _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1, True, False)
+def _encode_WriteTxnMarkersResponse_v1(o, out, chunks):
+    _encode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1_array(o.markers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeQuorumRequest_PartitionData_v0(buf, pos, end):
+    o = _C263.__new__(_C263)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumRequest_TopicData_v0(buf, pos, end):
+    o = _C262.__new__(_C262)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeQuorumRequest_PartitionData_v0, n, 5)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumRequest_v0(buf, pos, end):
+    o = _C261.__new__(_C261)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeQuorumRequest_TopicData_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeQuorumRequest_PartitionData_v0(o, out, chunks):
+    out += _S2.pack(o.partition_index)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumRequest_PartitionData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumRequest_PartitionData_v0, True, False)
+def _encode_DescribeQuorumRequest_TopicData_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_DescribeQuorumRequest_PartitionData_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumRequest_TopicData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumRequest_TopicData_v0, True, False)
+def _encode_DescribeQuorumRequest_v0(o, out, chunks):
+    _encode_DescribeQuorumRequest_TopicData_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeQuorumResponse_ReplicaState_v0(buf, pos, end):
+    o = _C267.__new__(_C267)
+    if pos + 12 > end: _short()
+    o.replica_id, o.log_end_offset = _S20.unpack_from(buf, pos)
+    pos += 12
+    o.replica_directory_id = ZERO_UUID
+    o.last_fetch_timestamp = -1
+    o.last_caught_up_timestamp = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_PartitionData_v0(buf, pos, end):
+    o = _C266.__new__(_C266)
+    if pos + 22 > end: _short()
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S53.unpack_from(buf, pos)
+    pos += 22
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.current_voters, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v0, n, 13)
+    elif n == 0:
+        o.current_voters = []
+    else:
+        o.current_voters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.observers, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v0, n, 13)
+    elif n == 0:
+        o.observers = []
+    else:
+        o.observers = _null(n, False)
+    o.error_message = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_TopicData_v0(buf, pos, end):
+    o = _C265.__new__(_C265)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_PartitionData_v0, n, 25)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_v0(buf, pos, end):
+    o = _C264.__new__(_C264)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_TopicData_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.error_message = ''
+    o.nodes = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeQuorumResponse_ReplicaState_v0(o, out, chunks):
+    if o.replica_directory_id != ZERO_UUID: _absent('ReplicaState', 'replica_directory_id', 0)
+    out += _S20.pack(o.replica_id, o.log_end_offset)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_ReplicaState_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_ReplicaState_v0, True, False)
+def _encode_DescribeQuorumResponse_PartitionData_v0(o, out, chunks):
+    out += _S53.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
+    _encode_DescribeQuorumResponse_ReplicaState_v0_array(o.current_voters, out, chunks)
+    _encode_DescribeQuorumResponse_ReplicaState_v0_array(o.observers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_PartitionData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_PartitionData_v0, True, False)
+def _encode_DescribeQuorumResponse_TopicData_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_DescribeQuorumResponse_PartitionData_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_TopicData_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_TopicData_v0, True, False)
+def _encode_DescribeQuorumResponse_v0(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _encode_DescribeQuorumResponse_TopicData_v0_array(o.topics, out, chunks)
+    if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 0)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeQuorumResponse_ReplicaState_v1(buf, pos, end):
+    o = _C267.__new__(_C267)
+    if pos + 28 > end: _short()
+    o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S54.unpack_from(buf, pos)
+    pos += 28
+    o.replica_directory_id = ZERO_UUID
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_PartitionData_v1(buf, pos, end):
+    o = _C266.__new__(_C266)
+    if pos + 22 > end: _short()
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S53.unpack_from(buf, pos)
+    pos += 22
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.current_voters, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v1, n, 29)
+    elif n == 0:
+        o.current_voters = []
+    else:
+        o.current_voters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.observers, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v1, n, 29)
+    elif n == 0:
+        o.observers = []
+    else:
+        o.observers = _null(n, False)
+    o.error_message = ''
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_TopicData_v1(buf, pos, end):
+    o = _C265.__new__(_C265)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_PartitionData_v1, n, 25)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_v1(buf, pos, end):
+    o = _C264.__new__(_C264)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_TopicData_v1, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.error_message = ''
+    o.nodes = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeQuorumResponse_ReplicaState_v1(o, out, chunks):
+    if o.replica_directory_id != ZERO_UUID: _absent('ReplicaState', 'replica_directory_id', 1)
+    out += _S54.pack(o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_ReplicaState_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_ReplicaState_v1, True, False)
+def _encode_DescribeQuorumResponse_PartitionData_v1(o, out, chunks):
+    out += _S53.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
+    _encode_DescribeQuorumResponse_ReplicaState_v1_array(o.current_voters, out, chunks)
+    _encode_DescribeQuorumResponse_ReplicaState_v1_array(o.observers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_PartitionData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_PartitionData_v1, True, False)
+def _encode_DescribeQuorumResponse_TopicData_v1(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_DescribeQuorumResponse_PartitionData_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_TopicData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_TopicData_v1, True, False)
+def _encode_DescribeQuorumResponse_v1(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _encode_DescribeQuorumResponse_TopicData_v1_array(o.topics, out, chunks)
+    if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 1)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeQuorumResponse_ReplicaState_v2(buf, pos, end):
+    o = _C267.__new__(_C267)
+    if pos + 4 > end: _short()
+    o.replica_id, = _S2.unpack_from(buf, pos)
+    pos += 4
+    o.replica_directory_id, pos = _uuid(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S46.unpack_from(buf, pos)
+    pos += 24
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_PartitionData_v2(buf, pos, end):
+    o = _C266.__new__(_C266)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 16 > end: _short()
+    o.leader_id, o.leader_epoch, o.high_watermark = _S25.unpack_from(buf, pos)
+    pos += 16
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.current_voters, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v2, n, 45)
+    elif n == 0:
+        o.current_voters = []
+    else:
+        o.current_voters = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.observers, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_ReplicaState_v2, n, 45)
+    elif n == 0:
+        o.observers = []
+    else:
+        o.observers = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_TopicData_v2(buf, pos, end):
+    o = _C265.__new__(_C265)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_PartitionData_v2, n, 26)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_Listener_v2(buf, pos, end):
+    o = _C269.__new__(_C269)
+    o.name, pos = _str_c(buf, pos, end)
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.port, = _S55.unpack_from(buf, pos)
+    pos += 2
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_Node_v2(buf, pos, end):
+    o = _C268.__new__(_C268)
+    if pos + 4 > end: _short()
+    o.node_id, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.listeners, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_Listener_v2, n, 5)
+    elif n == 0:
+        o.listeners = []
+    else:
+        o.listeners = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeQuorumResponse_v2(buf, pos, end):
+    o = _C264.__new__(_C264)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_TopicData_v2, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.nodes, pos = _array_n(buf, pos, end, _decode_DescribeQuorumResponse_Node_v2, n, 6)
+    elif n == 0:
+        o.nodes = []
+    else:
+        o.nodes = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeQuorumResponse_ReplicaState_v2(o, out, chunks):
+    out += _S2.pack(o.replica_id)
+    _put_uuid(o.replica_directory_id, out, chunks)
+    out += _S46.pack(o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_ReplicaState_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_ReplicaState_v2, True, False)
+def _encode_DescribeQuorumResponse_PartitionData_v2(o, out, chunks):
+    out += _S28.pack(o.partition_index, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S25.pack(o.leader_id, o.leader_epoch, o.high_watermark)
+    _encode_DescribeQuorumResponse_ReplicaState_v2_array(o.current_voters, out, chunks)
+    _encode_DescribeQuorumResponse_ReplicaState_v2_array(o.observers, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_PartitionData_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_PartitionData_v2, True, False)
+def _encode_DescribeQuorumResponse_TopicData_v2(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_DescribeQuorumResponse_PartitionData_v2_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_TopicData_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_TopicData_v2, True, False)
+def _encode_DescribeQuorumResponse_Listener_v2(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _put_str_c(o.host, out, chunks)
+    out += _S55.pack(o.port)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_Listener_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_Listener_v2, True, False)
+def _encode_DescribeQuorumResponse_Node_v2(o, out, chunks):
+    out += _S2.pack(o.node_id)
+    _encode_DescribeQuorumResponse_Listener_v2_array(o.listeners, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeQuorumResponse_Node_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeQuorumResponse_Node_v2, True, False)
+def _encode_DescribeQuorumResponse_v2(o, out, chunks):
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DescribeQuorumResponse_TopicData_v2_array(o.topics, out, chunks)
+    _encode_DescribeQuorumResponse_Node_v2_array(o.nodes, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf, pos, end):
+    o = _C271.__new__(_C271)
+    o.feature, pos = _str_c(buf, pos, end)
+    if pos + 3 > end: _short()
+    o.max_version_level, o.allow_downgrade = _S56.unpack_from(buf, pos)
+    pos += 3
+    o.upgrade_type = 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_UpdateFeaturesRequest_v0(buf, pos, end):
+    o = _C270.__new__(_C270)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.feature_updates, pos = _array_n(buf, pos, end, _decode_UpdateFeaturesRequest_FeatureUpdateKey_v0, n, 5)
+    elif n == 0:
+        o.feature_updates = []
+    else:
+        o.feature_updates = _null(n, False)
+    o.validate_only = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0(o, out, chunks):
+    _put_str_c(o.feature, out, chunks)
+    if o.upgrade_type != 1: _absent('FeatureUpdateKey', 'upgrade_type', 0)
+    out += _S56.pack(o.max_version_level, o.allow_downgrade)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0, True, False)
+def _encode_UpdateFeaturesRequest_v0(o, out, chunks):
+    out += _S2.pack(o.timeout_ms)
+    _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0_array(o.feature_updates, out, chunks)
+    if o.validate_only != False: _absent('UpdateFeaturesRequest', 'validate_only', 0)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v1(buf, pos, end):
+    o = _C271.__new__(_C271)
+    o.feature, pos = _str_c(buf, pos, end)
+    if pos + 3 > end: _short()
+    o.max_version_level, o.upgrade_type = _S57.unpack_from(buf, pos)
+    pos += 3
+    o.allow_downgrade = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_UpdateFeaturesRequest_v1(buf, pos, end):
+    o = _C270.__new__(_C270)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.feature_updates, pos = _array_n(buf, pos, end, _decode_UpdateFeaturesRequest_FeatureUpdateKey_v1, n, 5)
+    elif n == 0:
+        o.feature_updates = []
+    else:
+        o.feature_updates = _null(n, False)
+    if pos + 1 > end: _short()
+    o.validate_only, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1(o, out, chunks):
+    _put_str_c(o.feature, out, chunks)
+    if o.allow_downgrade != False: _absent('FeatureUpdateKey', 'allow_downgrade', 1)
+    out += _S57.pack(o.max_version_level, o.upgrade_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1, True, False)
+def _encode_UpdateFeaturesRequest_v1(o, out, chunks):
+    out += _S2.pack(o.timeout_ms)
+    _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1_array(o.feature_updates, out, chunks)
+    out += _S4.pack(o.validate_only)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2(o, out, chunks):
+    _put_str_c(o.feature, out, chunks)
+    if o.allow_downgrade != False: _absent('FeatureUpdateKey', 'allow_downgrade', 2)
+    out += _S57.pack(o.max_version_level, o.upgrade_type)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2, True, False)
+def _encode_UpdateFeaturesRequest_v2(o, out, chunks):
+    out += _S2.pack(o.timeout_ms)
+    _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2_array(o.feature_updates, out, chunks)
+    out += _S4.pack(o.validate_only)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(buf, pos, end):
+    o = _C273.__new__(_C273)
+    o.feature, pos = _str_c(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.error_code, = _S0.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_UpdateFeaturesResponse_v0(buf, pos, end):
+    o = _C272.__new__(_C272)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.results, pos = _array_n(buf, pos, end, _decode_UpdateFeaturesResponse_UpdatableFeatureResult_v0, n, 5)
+    elif n == 0:
+        o.results = []
+    else:
+        o.results = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(o, out, chunks):
+    _put_str_c(o.feature, out, chunks)
+    out += _S0.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0, True, False)
+def _encode_UpdateFeaturesResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0_array(o.results, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_UpdateFeaturesResponse_v2(buf, pos, end):
+    o = _C272.__new__(_C272)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.results = []
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C274.__new__(_C274)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -17360,7 +20936,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C204.__new__(_C204)
+    o = _C275.__new__(_C275)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -17374,7 +20950,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C203.__new__(_C203)
+    o = _C274.__new__(_C274)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -17403,7 +20979,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C203.__new__(_C203)
+    o = _C274.__new__(_C274)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -17435,7 +21011,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S2.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C203.__new__(_C203)
+    o = _C274.__new__(_C274)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -17468,7 +21044,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S2.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C206.__new__(_C206)
+    o = _C277.__new__(_C277)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -17482,7 +21058,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C205.__new__(_C205)
+    o = _C276.__new__(_C276)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -17671,6 +21247,58 @@ DescribeDelegationTokenRequest._DECODERS = {1: _decode_DescribeDelegationTokenRe
 DescribeDelegationTokenRequest._ENCODERS = {1: _encode_DescribeDelegationTokenRequest_v1, 2: _encode_DescribeDelegationTokenRequest_v2, 3: _encode_DescribeDelegationTokenRequest_v2}
 DescribeDelegationTokenResponse._DECODERS = {1: _decode_DescribeDelegationTokenResponse_v1, 2: _decode_DescribeDelegationTokenResponse_v2, 3: _decode_DescribeDelegationTokenResponse_v3}
 DescribeDelegationTokenResponse._ENCODERS = {1: _encode_DescribeDelegationTokenResponse_v1, 2: _encode_DescribeDelegationTokenResponse_v2, 3: _encode_DescribeDelegationTokenResponse_v3}
+IncrementalAlterConfigsRequest._DECODERS = {0: _decode_IncrementalAlterConfigsRequest_v0, 1: _decode_IncrementalAlterConfigsRequest_v1}
+IncrementalAlterConfigsRequest._ENCODERS = {0: _encode_IncrementalAlterConfigsRequest_v0, 1: _encode_IncrementalAlterConfigsRequest_v1}
+IncrementalAlterConfigsResponse._DECODERS = {0: _decode_IncrementalAlterConfigsResponse_v0, 1: _decode_IncrementalAlterConfigsResponse_v1}
+IncrementalAlterConfigsResponse._ENCODERS = {0: _encode_IncrementalAlterConfigsResponse_v0, 1: _encode_IncrementalAlterConfigsResponse_v1}
+AlterConfigsRequest._DECODERS = {0: _decode_AlterConfigsRequest_v0, 1: _decode_AlterConfigsRequest_v0, 2: _decode_AlterConfigsRequest_v2}
+AlterConfigsRequest._ENCODERS = {0: _encode_AlterConfigsRequest_v0, 1: _encode_AlterConfigsRequest_v0, 2: _encode_AlterConfigsRequest_v2}
+AlterConfigsResponse._DECODERS = {0: _decode_AlterConfigsResponse_v0, 1: _decode_AlterConfigsResponse_v0, 2: _decode_AlterConfigsResponse_v2}
+AlterConfigsResponse._ENCODERS = {0: _encode_IncrementalAlterConfigsResponse_v0, 1: _encode_IncrementalAlterConfigsResponse_v0, 2: _encode_IncrementalAlterConfigsResponse_v1}
+OffsetDeleteRequest._DECODERS = {0: _decode_OffsetDeleteRequest_v0}
+OffsetDeleteRequest._ENCODERS = {0: _encode_OffsetDeleteRequest_v0}
+OffsetDeleteResponse._DECODERS = {0: _decode_OffsetDeleteResponse_v0}
+OffsetDeleteResponse._ENCODERS = {0: _encode_OffsetDeleteResponse_v0}
+DescribeLogDirsRequest._DECODERS = {1: _decode_DescribeLogDirsRequest_v1, 2: _decode_DescribeLogDirsRequest_v2, 3: _decode_DescribeLogDirsRequest_v2, 4: _decode_DescribeLogDirsRequest_v2, 5: _decode_DescribeLogDirsRequest_v2}
+DescribeLogDirsRequest._ENCODERS = {1: _encode_DescribeLogDirsRequest_v1, 2: _encode_DescribeLogDirsRequest_v2, 3: _encode_DescribeLogDirsRequest_v2, 4: _encode_DescribeLogDirsRequest_v2, 5: _encode_DescribeLogDirsRequest_v2}
+DescribeLogDirsResponse._DECODERS = {1: _decode_DescribeLogDirsResponse_v1, 2: _decode_DescribeLogDirsResponse_v2, 3: _decode_DescribeLogDirsResponse_v3, 4: _decode_DescribeLogDirsResponse_v4, 5: _decode_DescribeLogDirsResponse_v5}
+DescribeLogDirsResponse._ENCODERS = {1: _encode_DescribeLogDirsResponse_v1, 2: _encode_DescribeLogDirsResponse_v2, 3: _encode_DescribeLogDirsResponse_v3, 4: _encode_DescribeLogDirsResponse_v4, 5: _encode_DescribeLogDirsResponse_v5}
+AlterReplicaLogDirsRequest._DECODERS = {1: _decode_AlterReplicaLogDirsRequest_v1, 2: _decode_AlterReplicaLogDirsRequest_v2}
+AlterReplicaLogDirsRequest._ENCODERS = {1: _encode_AlterReplicaLogDirsRequest_v1, 2: _encode_AlterReplicaLogDirsRequest_v2}
+AlterReplicaLogDirsResponse._DECODERS = {1: _decode_AlterReplicaLogDirsResponse_v1, 2: _decode_AlterReplicaLogDirsResponse_v2}
+AlterReplicaLogDirsResponse._ENCODERS = {1: _encode_AlterReplicaLogDirsResponse_v1, 2: _encode_AlterReplicaLogDirsResponse_v2}
+DescribeUserScramCredentialsRequest._DECODERS = {0: _decode_DescribeUserScramCredentialsRequest_v0}
+DescribeUserScramCredentialsRequest._ENCODERS = {0: _encode_DescribeUserScramCredentialsRequest_v0}
+DescribeUserScramCredentialsResponse._DECODERS = {0: _decode_DescribeUserScramCredentialsResponse_v0}
+DescribeUserScramCredentialsResponse._ENCODERS = {0: _encode_DescribeUserScramCredentialsResponse_v0}
+AlterUserScramCredentialsRequest._DECODERS = {0: _decode_AlterUserScramCredentialsRequest_v0}
+AlterUserScramCredentialsRequest._ENCODERS = {0: _encode_AlterUserScramCredentialsRequest_v0}
+AlterUserScramCredentialsResponse._DECODERS = {0: _decode_AlterUserScramCredentialsResponse_v0}
+AlterUserScramCredentialsResponse._ENCODERS = {0: _encode_AlterUserScramCredentialsResponse_v0}
+DescribeProducersRequest._DECODERS = {0: _decode_DescribeProducersRequest_v0}
+DescribeProducersRequest._ENCODERS = {0: _encode_DescribeProducersRequest_v0}
+DescribeProducersResponse._DECODERS = {0: _decode_DescribeProducersResponse_v0}
+DescribeProducersResponse._ENCODERS = {0: _encode_DescribeProducersResponse_v0}
+ListTransactionsRequest._DECODERS = {0: _decode_ListTransactionsRequest_v0, 1: _decode_ListTransactionsRequest_v1, 2: _decode_ListTransactionsRequest_v2}
+ListTransactionsRequest._ENCODERS = {0: _encode_ListTransactionsRequest_v0, 1: _encode_ListTransactionsRequest_v1, 2: _encode_ListTransactionsRequest_v2}
+ListTransactionsResponse._DECODERS = {0: _decode_ListTransactionsResponse_v0, 1: _decode_ListTransactionsResponse_v0, 2: _decode_ListTransactionsResponse_v0}
+ListTransactionsResponse._ENCODERS = {0: _encode_ListTransactionsResponse_v0, 1: _encode_ListTransactionsResponse_v0, 2: _encode_ListTransactionsResponse_v0}
+DescribeTransactionsRequest._DECODERS = {0: _decode_DescribeTransactionsRequest_v0}
+DescribeTransactionsRequest._ENCODERS = {0: _encode_DescribeTransactionsRequest_v0}
+DescribeTransactionsResponse._DECODERS = {0: _decode_DescribeTransactionsResponse_v0}
+DescribeTransactionsResponse._ENCODERS = {0: _encode_DescribeTransactionsResponse_v0}
+WriteTxnMarkersRequest._DECODERS = {1: _decode_WriteTxnMarkersRequest_v1, 2: _decode_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersRequest._ENCODERS = {1: _encode_WriteTxnMarkersRequest_v1, 2: _encode_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersResponse._DECODERS = {1: _decode_WriteTxnMarkersResponse_v1, 2: _decode_WriteTxnMarkersResponse_v1}
+WriteTxnMarkersResponse._ENCODERS = {1: _encode_WriteTxnMarkersResponse_v1, 2: _encode_WriteTxnMarkersResponse_v1}
+DescribeQuorumRequest._DECODERS = {0: _decode_DescribeQuorumRequest_v0, 1: _decode_DescribeQuorumRequest_v0, 2: _decode_DescribeQuorumRequest_v0}
+DescribeQuorumRequest._ENCODERS = {0: _encode_DescribeQuorumRequest_v0, 1: _encode_DescribeQuorumRequest_v0, 2: _encode_DescribeQuorumRequest_v0}
+DescribeQuorumResponse._DECODERS = {0: _decode_DescribeQuorumResponse_v0, 1: _decode_DescribeQuorumResponse_v1, 2: _decode_DescribeQuorumResponse_v2}
+DescribeQuorumResponse._ENCODERS = {0: _encode_DescribeQuorumResponse_v0, 1: _encode_DescribeQuorumResponse_v1, 2: _encode_DescribeQuorumResponse_v2}
+UpdateFeaturesRequest._DECODERS = {0: _decode_UpdateFeaturesRequest_v0, 1: _decode_UpdateFeaturesRequest_v1, 2: _decode_UpdateFeaturesRequest_v1}
+UpdateFeaturesRequest._ENCODERS = {0: _encode_UpdateFeaturesRequest_v0, 1: _encode_UpdateFeaturesRequest_v1, 2: _encode_UpdateFeaturesRequest_v2}
+UpdateFeaturesResponse._DECODERS = {0: _decode_UpdateFeaturesResponse_v0, 1: _decode_UpdateFeaturesResponse_v0, 2: _decode_UpdateFeaturesResponse_v2}
+UpdateFeaturesResponse._ENCODERS = {0: _encode_UpdateFeaturesResponse_v0, 1: _encode_UpdateFeaturesResponse_v0, 2: _encode_UnregisterBrokerResponse_v0}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -17700,11 +21328,15 @@ APIS = {
     24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     26: (EndTxnRequest, EndTxnResponse),
+    27: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     29: (DescribeAclsRequest, DescribeAclsResponse),
     30: (CreateAclsRequest, CreateAclsResponse),
     31: (DeleteAclsRequest, DeleteAclsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    33: (AlterConfigsRequest, AlterConfigsResponse),
+    34: (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse),
+    35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     38: (CreateDelegationTokenRequest, CreateDelegationTokenResponse),
@@ -17713,12 +21345,21 @@ APIS = {
     41: (DescribeDelegationTokenRequest, DescribeDelegationTokenResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     43: (ElectLeadersRequest, ElectLeadersResponse),
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    47: (OffsetDeleteRequest, OffsetDeleteResponse),
     48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
+    50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    55: (DescribeQuorumRequest, DescribeQuorumResponse),
+    57: (UpdateFeaturesRequest, UpdateFeaturesResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
+    61: (DescribeProducersRequest, DescribeProducersResponse),
     64: (UnregisterBrokerRequest, UnregisterBrokerResponse),
+    65: (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    66: (ListTransactionsRequest, ListTransactionsResponse),
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}

@@ -29,6 +29,10 @@
 //     A "pause" line pauses its whole assignment ({"event": "paused", "partitions": ...});
 //     each "assigned" event also says what is paused then ("paused": [[t, p], ...]).
 //
+//   {"mode": "describe-configs", "config": {...}, "resources": [[type, name], ...]}
+//     Java's Admin.describeConfigs: {"event": "configs", "type": t, "name": n, "configs": {name: value|null}}
+//     for each resource (type: ConfigResource.Type's name in lower case: topic, broker, group, ...).
+//
 // Errors: {"event": "error", "error": "..."} and exit status 1.
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -49,12 +53,16 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -64,6 +72,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -91,6 +100,7 @@ public final class KafkaPeer {
                 case "produce": produce(cmd, in); break;
                 case "consume": consume(cmd); break;
                 case "group-member": groupMember(cmd, in); break;
+                case "describe-configs": describeConfigs(cmd); break;
                 default: fail("unknown mode " + mode);
             }
         } catch (Exception e) {
@@ -118,6 +128,27 @@ public final class KafkaPeer {
         ObjectNode o = JSON.createObjectNode();
         o.put("event", name);
         return o;
+    }
+
+    private static void describeConfigs(JsonNode cmd) throws Exception {
+        List<ConfigResource> resources = new ArrayList<>();
+        for (JsonNode r : cmd.path("resources")) {
+            resources.add(new ConfigResource(ConfigResource.Type.valueOf(r.get(0).asText().toUpperCase(Locale.ROOT)),
+                                             r.get(1).asText()));
+        }
+        try (Admin admin = Admin.create(props(cmd))) {
+            Map<ConfigResource, Config> got = admin.describeConfigs(resources).all().get();
+            for (ConfigResource r : resources) {
+                ObjectNode o = event("configs");
+                o.put("type", r.type().name().toLowerCase(Locale.ROOT));
+                o.put("name", r.name());
+                ObjectNode configs = o.putObject("configs");
+                for (ConfigEntry e : got.get(r).entries()) {
+                    configs.put(e.name(), e.value());
+                }
+                emit(o);
+            }
+        }
     }
 
     private static Properties props(JsonNode cmd) {
