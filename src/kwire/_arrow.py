@@ -5,7 +5,7 @@ core as their buffers (:func:`send_columns`)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 try:
     import pyarrow as pa
