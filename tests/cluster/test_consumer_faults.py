@@ -22,7 +22,10 @@ Checked as the consumer reads (each ``poll(POLL_MS)`` call timed):
   ended and go up by one (the log has no control records);
 - ``position()`` equals the last returned offset + 1 after every poll (of
   every assigned partition, for the assigned consumer);
-- no ``poll`` call returns later than its timeout + ``POLL_SLACK``; the max
+- no ``poll`` call returns later than its timeout + ``POLL_SLACK`` + the
+  machine's own lateness (the worst overrun of a bare ``sleep`` in a
+  thread of the same process, measured alongside: on a loaded 2-core CI
+  machine the interpreter itself wakes threads a second late); the max
   overrun is reported;
 - no ``poll`` raises;
 
@@ -392,7 +395,7 @@ def _assert_sound(f: dict) -> None:
     assert not f["mismatched"], f
     assert f["records"] == f["log"], f
     assert f["poll_errors"] == 0, f
-    assert f["max_overrun_s"] <= POLL_SLACK, f
+    assert f["max_overrun_s"] <= POLL_SLACK + f["max_sleep_overrun_s"], f
     for fault in f["faults"].values():
         assert float("inf") not in fault["first_read"], f   # each faulted partition was read again after it
 

@@ -108,9 +108,12 @@ def job_connect(spark: Any, bootstrap: str, topic: str, copy: str, stream: str, 
     for f in range(3):
         (source / f"{f}.json").write_text("".join(json.dumps({"value": f"v{f * 10 + i}"}) + "\n" for i in range(10)))
     sink = {**kafka, "topic": stream}
-    q = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(files)
-         .writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **sink))
-         .option("checkpointLocation", str(source.parent / "ckpt")).trigger(availableNow=True).start())
+    writer = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(files)
+              .writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **sink))
+              .option("checkpointLocation", str(source.parent / "ckpt")).trigger(availableNow=True))
+    from spark_compat.compat_util import start_foreach_batch
+
+    q = start_foreach_batch(writer)
     q.awaitTermination(120)
     out["stream_error"] = None if q.exception() is None else str(q.exception())
     got = kwire.spark.read(spark, **kafka, subscribe=stream).collect()

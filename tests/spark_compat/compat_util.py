@@ -77,3 +77,18 @@ def available_now(df, checkpoint: str, fmt: str = "memory", name: Optional[str] 
     q.awaitTermination(120)
     assert not q.isActive and q.exception() is None, q.exception()
     return q
+
+
+def start_foreach_batch(writer: Any) -> Any:
+    """``writer.start()``, tried up to three times while Spark Connect's
+    server gives up on the foreachBatch Python worker it forked: it waits a
+    hard-coded 10 s (PythonWorkerFactory.createSimpleWorker) for that worker
+    to import pyspark.sql.connect and connect back, which a loaded 2-core CI
+    machine has missed. No query has started then: retrying loses nothing."""
+    for attempt in range(3):
+        try:
+            return writer.start()
+        except Exception as e:  # noqa: BLE001 - only Spark's worker start-up timeout is retried
+            if "waiting for the Python worker to connect back" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")

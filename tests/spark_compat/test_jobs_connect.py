@@ -205,9 +205,11 @@ def _foreach_batch(spark, kafka: Dict[str, str], topic: str, files: Path) -> Lis
 
         kwire.spark.write(batch, **sink)
 
-    q = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(str(files))
-         .writeStream.foreachBatch(each).option("checkpointLocation", str(files.parent / "ckpt"))
-         .trigger(availableNow=True).start())
+    from compat_util import start_foreach_batch
+
+    q = start_foreach_batch(spark.readStream.schema("value string").option("maxFilesPerTrigger", 1).json(str(files))
+                            .writeStream.foreachBatch(each).option("checkpointLocation", str(files.parent / "ckpt"))
+                            .trigger(availableNow=True))
     q.awaitTermination(120)
     assert q.exception() is None, q.exception()
     return sorted({int(p["batchId"]) for p in q.recentProgress})
