@@ -279,7 +279,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", default=False,
                      help="run the long loops at their full size (KWIRE_LONG=1: the cluster's producer faults, "
-                          "4 rounds of 1,000,000 records); the default sizes keep the suite within CI's budget")
+                          "4 rounds of 1,000,000 records; the two-minute re-authentication run); the default "
+                          "sizes keep the suite within CI's budget")
 
 
 def pytest_configure(config):
