@@ -428,6 +428,216 @@ class _ConstrainedRackAware:
                 self.over += 1
 
 
+class _Movements:
+    """The partition moves of one sticky assignment, by topic and (from,
+    to) pair (Java's PartitionMovements): a move that reverses an earlier
+    one of the same topic moves that earlier partition back instead, so a
+    rebalance does not swap partitions of a topic between two members."""
+
+    def __init__(self) -> None:
+        self.by_topic: Dict[str, Dict[Tuple[str, str], Set[TopicPartition]]] = {}
+        self.moved: Dict[TopicPartition, Tuple[str, str]] = {}
+
+    def _drop(self, tp: TopicPartition) -> Tuple[str, str]:
+        pair = self.moved.pop(tp)
+        pairs = self.by_topic[tp.topic]
+        pairs[pair].discard(tp)
+        if not pairs[pair]:
+            del pairs[pair]
+        if not pairs:
+            del self.by_topic[tp.topic]
+        return pair
+
+    def _add(self, tp: TopicPartition, pair: Tuple[str, str]) -> None:
+        self.moved[tp] = pair
+        self.by_topic.setdefault(tp.topic, {}).setdefault(pair, set()).add(tp)
+
+    def move(self, tp: TopicPartition, old: str, new: str) -> None:
+        if tp in self.moved:
+            src = self._drop(tp)[0]
+            if src != new:
+                self._add(tp, (src, new))
+        else:
+            self._add(tp, (old, new))
+
+    def actual(self, tp: TopicPartition, old: str, new: str) -> TopicPartition:
+        """The partition to move for moving ``tp`` from ``old`` to ``new``
+        (where Java takes any of a set, kwire takes the lowest)."""
+        pairs = self.by_topic.get(tp.topic)
+        if pairs is None:
+            return tp
+        if tp in self.moved:
+            old = self.moved[tp][0]
+        back = pairs.get((new, old))
+        return min(back) if back else tp
+
+
+class _GeneralRackAware:
+    """Java's sticky assignment for members with different subscriptions,
+    rack-aware: owned partitions are kept where their owner is subscribed
+    and in their racks; the rest go, topics with the fewest members first,
+    each to the least loaded member not in another rack, then to the least
+    loaded member; then partitions move towards balance (a partition back
+    to its previous owner when that helps, else to the least loaded member
+    when a member of its rack, or any member, is lighter by two or more),
+    kept only if the balance got better (or the group starts empty)."""
+
+    def __init__(self, partitions_per_topic: Mapping[str, int], members: Mapping[str, MemberSubscription],
+                 owners: Mapping[TopicPartition, str], racks: _RackInfo,
+                 generation: Callable[[MemberSubscription], int]) -> None:
+        self.counts = {t: n for t, n in partitions_per_topic.items()}
+        self.members = members
+        self.racks = racks
+        self.generation = generation
+        self.topic_members: Dict[str, List[str]] = {t: [] for t in self.counts}
+        self.member_topics: Dict[str, List[str]] = {}
+        for mid, m in members.items():
+            mine = [t for t in m.topics if t in self.counts]
+            self.member_topics[mid] = mine
+            for t in mine:
+                self.topic_members[t].append(mid)
+        self.current: Assignment = _empty(members)
+        for tp in sorted(owners):
+            self.current[owners[tp]].append(tp)
+        self.owner: Dict[TopicPartition, str] = dict(owners)
+        topics = sorted(self.counts, key=lambda t: (len(self.topic_members[t]), t))
+        self.all_partitions = [TopicPartition(t, p) for t in topics for p in range(self.counts[t])]
+        self.total = sum(self.counts.values())
+        self.moves = _Movements()
+        self.revocation_required = False
+
+    def _load(self, member: str) -> Tuple[int, str]:
+        return len(self.current[member]), member
+
+    def _lightest(self, topic: str, fits: Callable[[str], bool] = lambda m: True) -> Optional[str]:
+        takers = [m for m in self.current if topic in self.member_topics[m] and fits(m)]
+        return min(takers, key=self._load) if takers else None
+
+    def build(self) -> Assignment:
+        previous = self._previous()
+        kept = self._keep_owned()
+        unassigned = [tp for tp in self.all_partitions if tp not in kept]
+        initializing = max(len(tps) for tps in self.current.values()) == 0
+        left = []
+        for tp in unassigned:
+            if not self._give(tp, lambda m, tp=tp: not self.racks.mismatch(m, tp)):
+                left.append(tp)
+        for tp in left:
+            self._give(tp)
+        self._balance(previous, unassigned, initializing)
+        return self.current
+
+    def _previous(self) -> Dict[TopicPartition, Tuple[str, int]]:
+        """Each partition's owner in an older generation than the newest (and that generation)."""
+        newest = max((self.generation(m) for m in self.members.values()), default=-1)
+        previous: Dict[TopicPartition, Tuple[str, int]] = {}
+        for m in self.members.values():
+            gen = self.generation(m)
+            if gen < newest:
+                for tp in m.owned_partitions:
+                    if tp not in previous or gen > previous[tp][1]:
+                        previous[tp] = (m.member_id, gen)
+        return previous
+
+    def _keep_owned(self) -> Set[TopicPartition]:
+        """Owned partitions the owner may keep; the others (out of its rack,
+        or of a topic it no longer subscribes to) mean a revocation."""
+        kept: Set[TopicPartition] = set()
+        self.revocation_required = any(tp.topic in self.counts and tp.topic not in self.member_topics[m.member_id]
+                                       for m in self.members.values() for tp in m.owned_partitions)
+        for member, tps in self.current.items():
+            for tp in list(tps):
+                if self.racks.mismatch(member, tp):
+                    tps.remove(tp)
+                    self.revocation_required = True
+                else:
+                    kept.add(tp)
+        return kept
+
+    def _give(self, tp: TopicPartition, fits: Callable[[str], bool] = lambda m: True) -> bool:
+        member = self._lightest(tp.topic, fits)
+        if member is None:
+            return False
+        self.current[member].append(tp)
+        self.owner[tp] = member
+        return True
+
+    def _max_size(self, member: str) -> int:
+        topics = self.member_topics[member]
+        return self.total if len(topics) == len(self.counts) else sum(self.counts[t] for t in topics)
+
+    def _balance(self, previous: Dict[TopicPartition, Tuple[str, int]], unassigned: List[TopicPartition],
+                 initializing: bool) -> None:
+        movable = {t for t, ms in self.topic_members.items() if len(ms) >= 2}
+        partitions = [tp for tp in self.all_partitions if tp.topic in movable]
+        unassigned = [tp for tp in unassigned if tp.topic in movable]
+        fixed = {m: self.current.pop(m) for m in list(self.current)
+                 if len(self.current[m]) >= self._max_size(m) and not any(tp.topic in movable for tp in self.current[m])}
+        before = {m: list(tps) for m, tps in self.current.items()}
+        owners_before = dict(self.owner)
+        if not self.revocation_required:
+            self._reassign(unassigned, previous)
+        moved = self._reassign(partitions, previous)
+        if not initializing and moved and _spread_score(self.current) >= _spread_score(before):
+            self.current, self.owner = before, owners_before
+        self.current.update(fixed)
+
+    def _balanced(self) -> bool:
+        if not self.current:
+            return True
+        sizes = [len(tps) for tps in self.current.values()]
+        if min(sizes) >= max(sizes) - 1:
+            return True
+        for member in sorted(self.current, key=self._load):
+            size = len(self.current[member])
+            if size == self._max_size(member):
+                continue
+            mine = set(self.current[member])
+            for t in self.member_topics[member]:
+                for p in range(self.counts[t]):
+                    tp = TopicPartition(t, p)
+                    other = self.owner.get(tp)
+                    if tp not in mine and other in self.current and size + 1 < len(self.current[other]):
+                        return False
+        return True
+
+    def _reassign(self, partitions: List[TopicPartition], previous: Dict[TopicPartition, Tuple[str, int]]) -> bool:
+        performed = False
+        modified = True
+        while modified:
+            modified = False
+            for tp in partitions:
+                if self._balanced():
+                    break
+                member = self.owner[tp]
+                size = len(self.current[member])
+                prev = previous.get(tp)
+                if prev is not None and prev[0] in self.current and size > len(self.current[prev[0]]) + 1:
+                    self._move(tp, prev[0])
+                    performed = modified = True
+                    continue
+                # Java looks for a lighter member in the partition's rack first, then any:
+                # either way the partition goes to the lightest member
+                if any(o in self.current and size > len(self.current[o]) + 1 for o in self.topic_members[tp.topic]):
+                    self._move(tp, self._lightest(tp.topic))        # type: ignore[arg-type]
+                    performed = modified = True
+        return performed
+
+    def _move(self, tp: TopicPartition, new: str) -> None:
+        tp = self.moves.actual(tp, self.owner[tp], new)
+        old = self.owner[tp]
+        self.moves.move(tp, old, new)
+        self.current[old].remove(tp)
+        self.current[new].append(tp)
+        self.owner[tp] = new
+
+
+def _spread_score(assignment: Assignment) -> int:
+    """Java's balance score: the sum of the load differences of every pair of members."""
+    sizes = [len(tps) for tps in assignment.values()]
+    return sum(abs(a - b) for i, a in enumerate(sizes) for b in sizes[i + 1:])
+
+
 _GENERATION = struct.Struct(">i")
 
 
@@ -461,12 +671,16 @@ class CooperativeStickyAssignor(Assignor):
     def assign_partitions(self, partitions_per_topic: Mapping[str, int],
                           members: Mapping[str, MemberSubscription],
                           partition_racks: PartitionRacks) -> Assignment:
+        subscribed = {t for m in members.values() for t in m.topics}
+        partitions_per_topic = {t: n for t, n in partitions_per_topic.items() if t in subscribed and n > 0}
         owners = self._valid_owners(partitions_per_topic, members)
         racks = _RackInfo(members, partition_racks, partitions_per_topic)
-        if racks.member_racks and len({frozenset(m.topics) for m in members.values()}) == 1:
+        if not racks.member_racks:
+            current = self._general(partitions_per_topic, members, owners)
+        elif len({frozenset(m.topics) for m in members.values()}) == 1:
             current = _ConstrainedRackAware(partitions_per_topic, members, owners, racks).build()
         else:
-            current = self._general(partitions_per_topic, members, owners, racks)
+            current = _GeneralRackAware(partitions_per_topic, members, owners, racks, self.member_generation).build()
         # KIP-429: a partition changing owner is not given away in the round that revokes it
         out = _empty(members)
         for member, tps in current.items():
@@ -474,30 +688,21 @@ class CooperativeStickyAssignor(Assignor):
         return out
 
     def _general(self, partitions_per_topic: Mapping[str, int], members: Mapping[str, MemberSubscription],
-                 owners: Mapping[TopicPartition, str], racks: "_RackInfo") -> Assignment:
-        """Keep owned partitions (only those in their owner's rack when
-        rack-aware), place the rest where load is lowest (in-rack among the
-        least loaded first), then balance."""
+                 owners: Mapping[TopicPartition, str]) -> Assignment:
+        """Keep owned partitions, place the rest where load is lowest, then balance."""
         current: Dict[str, List[TopicPartition]] = _empty(members)
         for tp in sorted(owners):
-            if not racks.mismatch(owners[tp], tp):
-                current[owners[tp]].append(tp)
+            current[owners[tp]].append(tp)
         eligible = self._eligible(partitions_per_topic, members)
         order = {m.member_id: i for i, m in enumerate(_sorted_members(members))}
         taken = {tp for tps in current.values() for tp in tps}
-        # partitions with the fewest possible consumers first, as Java does; rack-aware, each
-        # first to the least loaded member not in another rack, the rest after to the least loaded
+        # partitions with the fewest possible consumers first, as Java does
         unassigned = sorted((tp for tp in eligible if tp not in taken), key=lambda tp: (len(eligible[tp]), tp))
-        for matching in ((True, False) if racks.member_racks else (False,)):
-            left = []
-            for tp in unassigned:
-                takers = [m for m in eligible[tp] if not racks.mismatch(m, tp)] if matching else eligible[tp]
-                if takers:
-                    current[min(takers, key=lambda m: (len(current[m]), order[m]))].append(tp)
-                else:
-                    left.append(tp)
-            unassigned = left
-        self._balance(current, eligible, order, racks)
+        for tp in unassigned:
+            if eligible[tp]:
+                best = min(eligible[tp], key=lambda m: (len(current[m]), order[m]))
+                current[best].append(tp)
+        self._balance(current, eligible, order)
         return current
 
     def _valid_owners(self, partitions_per_topic: Mapping[str, int],
@@ -536,19 +741,18 @@ class CooperativeStickyAssignor(Assignor):
 
     @staticmethod
     def _balance(current: Dict[str, List[TopicPartition]], eligible: Mapping[TopicPartition, List[str]],
-                 order: Mapping[str, int], racks: "_RackInfo") -> None:
+                 order: Mapping[str, int]) -> None:
         """Move partitions from the most to the least loaded member that can
         take them until no move narrows the spread; each move lowers the sum
-        of squared loads, so this ends. Rack-aware, a giver first moves the
-        partitions outside its rack, to a taker in their rack if one can."""
+        of squared loads, so this ends."""
         while True:
             loads = sorted(current, key=lambda m: (-len(current[m]), order[m]))
             moved = False
             for giver in loads:
-                for tp in sorted(current[giver], key=lambda tp: (racks.mismatch(giver, tp), tp), reverse=True):
+                for tp in sorted(current[giver], reverse=True):
                     takers = [m for m in eligible.get(tp, ()) if len(current[m]) + 1 < len(current[giver])]
                     if takers:
-                        taker = min(takers, key=lambda m: (racks.mismatch(m, tp), len(current[m]), order[m]))
+                        taker = min(takers, key=lambda m: (len(current[m]), order[m]))
                         current[giver].remove(tp)
                         current[taker].append(tp)
                         moved = True
