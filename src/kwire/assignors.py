@@ -297,7 +297,8 @@ class _RackInfo:
 
     def in_rack(self, member: str, tp: TopicPartition) -> bool:
         """The member has a rack and the partition a replica there."""
-        return self.member_racks.get(member, "\0") in self.partition_racks.get(tp, ())
+        rack = self.member_racks.get(member)
+        return rack is not None and rack in self.partition_racks.get(tp, ())
 
     def members_in_racks(self, tp: TopicPartition) -> int:
         """How many members are in the racks of ``tp``'s replicas."""
@@ -479,13 +480,13 @@ class _GeneralRackAware:
     each to the least loaded member not in another rack, then to the least
     loaded member; then partitions move towards balance (a partition back
     to its previous owner when that helps, else to the least loaded member
-    when a member of its rack, or any member, is lighter by two or more),
-    kept only if the balance got better (or the group starts empty)."""
+    when some member is lighter by two or more), kept only if the balance
+    got better (or the group started empty)."""
 
     def __init__(self, partitions_per_topic: Mapping[str, int], members: Mapping[str, MemberSubscription],
                  owners: Mapping[TopicPartition, str], racks: _RackInfo,
                  generation: Callable[[MemberSubscription], int]) -> None:
-        self.counts = {t: n for t, n in partitions_per_topic.items()}
+        self.counts = dict(partitions_per_topic)
         self.members = members
         self.racks = racks
         self.generation = generation

@@ -198,7 +198,11 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
     consumers and a Java one, one per rack. Whoever leads (a Java leader reads
     the kwire members' racks from their subscriptions; a kwire leader, the
     Java member's) each member ends with exactly the two partitions of its
-    rack, as Java's assignor computes for these members and racks."""
+    rack, as Java's assignor computes for these members and racks. Then
+    (kwire leading) partitions 0 and 1 swap nodes: the leader sees the racks
+    change (its metadata refresh, every second here) and rejoins, and the
+    partitions follow their racks as Java's assignor moves them (two
+    cooperative rounds: revoked, then assigned)."""
     from support.java_peer import JavaGroupMember, java_assign
 
     cluster = kafka_cluster
@@ -225,7 +229,7 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
             members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
             members[0].wait_for("assigned", 60)
         else:
-            members.append(_KwireMember(cluster, group, topic, assignor, racks[1]))
+            members.append(_KwireMember(cluster, group, topic, assignor, racks[1], metadata_max_age_ms=1000))
             _until(lambda: len(members[0].assignment) == 6, 60, "the first member to take every partition")
         joined = time.monotonic()
         for rack in (racks[1], racks[3]) if leader == "java" else (racks[3],):
@@ -234,7 +238,7 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
             members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
         owned = {}
 
-        def settled() -> bool:
+        def settled(want: Dict[str, List[Tuple[str, int]]] = want) -> bool:
             owned.clear()
             for m in members:
                 rack = m.name.split("-", 1)[1]
@@ -244,10 +248,31 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
         _until(settled, 60, f"each member to own its rack's partitions {want} (owned: {owned})")
         print(f"{assignor}, {leader} leads: in-rack assignment {time.monotonic() - joined:.1f} s after "
               f"the first member's ({joined - t0:.1f} s)")
+        if leader == "kwire":
+            _swap_and_follow(cluster, topic, placement, racks, members, owned, settled)
     finally:
         for m in members:
             m.stop()
     assert want == {r: [(topic, p) for p in range(6) if racks[placement[p][0]] == r] for r in racks.values()}
+
+
+def _swap_and_follow(cluster, topic: str, placement, racks, members, owned, settled) -> None:
+    from support.java_peer import java_assign
+
+    placement = {**placement, 0: [2], 1: [1]}
+    t0 = time.monotonic()
+    with cluster.admin() as a:
+        a.alter_partition_reassignments({(topic, 0): [2], (topic, 1): [1]}, timeout=10)
+    want = dict(owned)
+    for generation in (1, 2):           # the round that revokes, the round that assigns
+        want = java_assign([{"assignor": "cooperative-sticky", "brokers": racks,
+                             "topics": {topic: [placement[p] for p in range(6)]},
+                             "members": {r: {"topics": [topic], "rack": r, "owned": [list(tp) for tp in want[r]],
+                                             "generation": generation} for r in racks.values()}}])[0]
+    assert want == {racks[1]: [(topic, 1), (topic, 3)], racks[2]: [(topic, 0), (topic, 4)],
+                    racks[3]: [(topic, 2), (topic, 5)]}
+    _until(lambda: settled(want), 60, f"the partitions to follow their racks to {want} (owned: {owned})")
+    print(f"partitions 0 and 1 swapped racks: reassigned in rack {time.monotonic() - t0:.1f} s later")
 
 
 def test_a_consumer_protocol_member_tells_the_coordinator_its_rack(kafka_cluster):
