@@ -117,6 +117,7 @@ class MemberDescription:
     assignment: Tuple[TopicPartition, ...]      # decoded for "consumer" groups, else empty
     subscription: Tuple[str, ...]
     member_epoch: int = -1                      # KIP-848 consumer groups' members only
+    rack_id: Optional[str] = None               # the member's client_rack (classic: from its subscription)
 
 
 @dataclass(frozen=True)
@@ -177,15 +178,17 @@ def group_description(g: Any) -> GroupDescription:
     for m in g.members:
         assignment: Tuple[TopicPartition, ...] = ()
         subscription: Tuple[str, ...] = ()
+        rack: Optional[str] = None
         if g.protocol_type == "consumer":
             try:
                 assignment = tuple(decode_assignment(m.member_assignment))
                 if m.member_metadata:
-                    subscription = decode_subscription(m.member_id, None, m.member_metadata).topics
+                    sub = decode_subscription(m.member_id, None, m.member_metadata)
+                    subscription, rack = sub.topics, sub.rack_id
             except KwireError as e:      # a member whose bytes cannot be read: say so, show the rest
                 log.warning("group %s member %s: %s", g.group_id, m.member_id, e)
         members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
-                                         m.client_host, assignment, subscription))
+                                         m.client_host, assignment, subscription, rack_id=rack))
     return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members))
 
 
@@ -200,7 +203,7 @@ def consumer_group_description(g: Any) -> GroupDescription:
         subscription = tuple(m.subscribed_topic_names or ()) or ((m.subscribed_topic_regex,)
                                                                  if m.subscribed_topic_regex else ())
         members.append(MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, assignment,
-                                         subscription, m.member_epoch))
+                                         subscription, m.member_epoch, m.rack_id))
     return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, tuple(members),
                             group_type="consumer", epoch=g.group_epoch)
 

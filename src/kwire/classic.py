@@ -49,7 +49,7 @@ import math
 import struct
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Pattern, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire.assignors import COOPERATIVE, EAGER, Assignor, MemberSubscription, assignors_from_config
@@ -71,6 +71,7 @@ __all__ = [
     "decode_subscription",
     "encode_assignment",
     "decode_assignment",
+    "partition_racks",
 ]
 
 log = logging.getLogger("kwire.group")     # the logger these said their lines with before this module
@@ -119,6 +120,16 @@ def decode_subscription(member_id: str, group_instance_id: Optional[str], data: 
     ud = sub.user_data
     return MemberSubscription(member_id, tuple(sub.topics or ()), owned, sub.generation_id, group_instance_id,
                               sub.rack_id, None if ud is None else bytes(ud))
+
+
+def partition_racks(response: Any, topics: Iterable[str]) -> Dict[TopicPartition, FrozenSet[str]]:
+    """The racks of each partition's replicas (offline ones too, as Java's
+    rack-aware assignors count them) of ``topics`` in a Metadata response."""
+    racks = {b.node_id: b.rack for b in response.brokers or () if b.rack}
+    wanted = set(topics)
+    return {TopicPartition(t.name, p.partition_index): frozenset(racks[r] for r in p.replica_nodes or () if r in racks)
+            for t in response.topics or () if t.name in wanted and not t.error_code
+            for p in t.partitions or ()}
 
 
 def encode_assignment(partitions: Iterable[Tuple[str, int]], user_data: Optional[bytes] = None) -> bytes:
@@ -176,6 +187,8 @@ class ClassicMembership(HostedMembership):
         self._joining_step: Optional[str] = None     # "find", "join", "metadata", "sync" while in flight
         self._join_retry_at = 0.0
         self._assigned_snapshot: Dict[str, int] = {}  # leader: partition counts it assigned from
+        # leader with a client_rack: the partitions' replica racks it assigned from (Java rejoins on a change)
+        self._assigned_racks: Dict[TopicPartition, FrozenSet[str]] = {}
         self._group_topics: Set[str] = set()
         # liveness (I/O thread)
         now = time.monotonic()
@@ -434,14 +447,16 @@ class ClassicMembership(HostedMembership):
             wanted = set(topics)
             counts = {t.name: len(t.partitions) for t in f.value.topics
                       if t.name in wanted and not t.error_code and t.partitions}
+            racks = partition_racks(f.value, topics)
             try:
-                plan = assignor.assign(counts, members)
+                plan = assignor.assign_partitions(counts, members, racks)
             except Exception as e:
                 log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
                 self._join_failed(node, KwireError(f"assignor {assignor.name} failed: {e!r}"))
                 return
             with self._lock:
                 self._assigned_snapshot = counts
+                self._assigned_racks = racks if self.cfg["client_rack"] else {}
                 self._group_topics = set(topics)
             log.info("group %s: leader assigned with %s: %s", self.group_id, assignor.name,
                      {m: len(tps) for m, tps in plan.items()})
@@ -581,7 +596,8 @@ class ClassicMembership(HostedMembership):
                 if f.failed() or self.state != STABLE:
                     return
                 counts = {t.name: len(t.partitions) for t in f.value.topics if t.name and not t.error_code}
-                self._take_metadata(counts, pattern, leader)
+                racks = partition_racks(f.value, self._group_topics) if self._assigned_racks else {}
+                self._take_metadata(counts, pattern, leader, racks)
 
         self._host.metadata(topics).add_done_callback(done)
 
@@ -602,8 +618,10 @@ class ClassicMembership(HostedMembership):
         self._metadata_misses = 0
         return self.cfg["metadata_max_age_ms"] / 1000.0
 
-    def _take_metadata(self, counts: Mapping[str, int], pattern: Optional[Pattern[str]], leader: bool) -> None:
-        """(lock held)"""
+    def _take_metadata(self, counts: Mapping[str, int], pattern: Optional[Pattern[str]], leader: bool,
+                       racks: Mapping[TopicPartition, FrozenSet[str]]) -> None:
+        """(lock held) ``racks``: the group topics' partition racks when the
+        leader assigned rack-aware from some."""
         if pattern is not None:
             if self._host.match_topics(counts):
                 self.rejoin(f"the pattern now matches {len(self._host.subscription())} topic(s)")
@@ -612,4 +630,6 @@ class ClassicMembership(HostedMembership):
             now_counts = {t: counts[t] for t in self._group_topics if t in counts}
             if now_counts != self._assigned_snapshot:
                 self.rejoin("the subscribed topics' partitions changed")
+            elif racks and racks != self._assigned_racks:
+                self.rejoin("the racks of the subscribed topics' replicas changed")
 

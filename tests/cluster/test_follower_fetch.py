@@ -15,12 +15,17 @@ partition's followers.
 Which node served the bytes is counted on kwire's side: every Fetch answer's
 record bytes, by the node it was sent to (:func:`_count_served`). The
 offline cases (each error from the follower, the metadata dropping it, the
-expiry) are tests/client/test_follower_fetch.py."""
+expiry) are tests/client/test_follower_fetch.py.
+
+The same racks carry rack-aware assignment (KIP-881): a mixed group of kwire
+and Java consumers, one per rack, each ends with its rack's partitions; a
+KIP-848 member's rack reaches the coordinator."""
 
 from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 import uuid
 from typing import Any, Dict, List, Tuple
@@ -157,3 +162,138 @@ def test_read_committed_and_columnar_through_the_follower(kafka_cluster, caplog)
         assert got == committed
         assert c.position(tp) == c.end_offsets([tp], timeout=10)[tp]     # past the last marker
     assert served[follower] > 0 and served[leader] == 0, dict(served)
+
+
+# ------------------------------------------------ rack-aware assignment (KIP-881)
+class _KwireMember:
+    """A kwire Consumer in a group, polling in a thread of its own; its
+    assignment as of its last poll."""
+
+    def __init__(self, cluster, group: str, topic: str, assignor: str, rack: str, **cfg: Any) -> None:
+        self.name = f"kwire-{rack}"
+        self.consumer = Consumer(bootstrap_servers=cluster.bootstrap, group_id=group, client_id=self.name,
+                                 client_rack=rack, partition_assignment_strategy=[assignor],
+                                 session_timeout_ms=10000, heartbeat_interval_ms=500, **cfg)
+        self.consumer.subscribe([topic])
+        self.assignment: set = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.consumer.poll(100)
+            self.assignment = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("assignor, leader", [("range", "java"), ("cooperative-sticky", "kwire")])
+def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluster, assignor, leader):
+    """KIP-881 live: a topic of six partitions, each with its one replica on
+    node 1, 2, 3, 1, 2, 3 (racks rack-a, b, c); a classic group of two kwire
+    consumers and a Java one, one per rack. Whoever leads (a Java leader reads
+    the kwire members' racks from their subscriptions; a kwire leader, the
+    Java member's) each member ends with exactly the two partitions of its
+    rack, as Java's assignor computes for these members and racks. Then
+    (kwire leading) partitions 0 and 1 swap nodes: the leader sees the racks
+    change (its metadata refresh, every second here) and rejoins, and the
+    partitions follow their racks as Java's assignor moves them (two
+    cooperative rounds: revoked, then assigned)."""
+    from support.java_peer import JavaGroupMember, java_assign
+
+    cluster = kafka_cluster
+    tag = uuid.uuid4().hex[:8]
+    topic, group = f"kip881-{tag}", f"kip881-{assignor}-{tag}"
+    placement = {p: [1 + p % 3] for p in range(6)}
+    with cluster.admin() as a:
+        a.create_topics([NewTopic(topic, replica_assignment=placement)])
+    racks = {n: cluster.broker(n).rack for n in (1, 2, 3)}
+    java_rack = racks[2]
+    java_cfg = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "client.id": f"java-{java_rack}",
+                "client.rack": java_rack, "group.protocol": "classic", "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": {"range": "org.apache.kafka.clients.consumer.RangeAssignor",
+                                                  "cooperative-sticky": "org.apache.kafka.clients.consumer."
+                                                                        "CooperativeStickyAssignor"}[assignor],
+                "session.timeout.ms": "10000", "heartbeat.interval.ms": "500"}
+    want = java_assign([{"assignor": assignor, "brokers": racks, "topics": {topic: [placement[p] for p in range(6)]},
+                         "members": {r: {"topics": [topic], "rack": r, "owned": [], "generation": -1}
+                                     for r in racks.values()}}])[0]
+    members: list = []
+    t0 = time.monotonic()
+    try:
+        if leader == "java":          # the first to join leads
+            members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
+            members[0].wait_for("assigned", 60)
+        else:
+            members.append(_KwireMember(cluster, group, topic, assignor, racks[1], metadata_max_age_ms=1000))
+            _until(lambda: len(members[0].assignment) == 6, 60, "the first member to take every partition")
+        joined = time.monotonic()
+        for rack in (racks[1], racks[3]) if leader == "java" else (racks[3],):
+            members.append(_KwireMember(cluster, group, topic, assignor, rack))
+        if leader == "kwire":
+            members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
+        owned = {}
+
+        def settled(want: Dict[str, List[Tuple[str, int]]] = want) -> bool:
+            owned.clear()
+            for m in members:
+                rack = m.name.split("-", 1)[1]
+                owned[rack] = sorted(m.snapshot()[1] if isinstance(m, JavaGroupMember) else m.assignment)
+            return owned == want
+
+        _until(settled, 60, f"each member to own its rack's partitions {want} (owned: {owned})")
+        print(f"{assignor}, {leader} leads: in-rack assignment {time.monotonic() - joined:.1f} s after "
+              f"the first member's ({joined - t0:.1f} s)")
+        if leader == "kwire":
+            _swap_and_follow(cluster, topic, placement, racks, members, owned, settled)
+    finally:
+        for m in members:
+            m.stop()
+    assert want == {r: [(topic, p) for p in range(6) if racks[placement[p][0]] == r] for r in racks.values()}
+
+
+def _swap_and_follow(cluster, topic: str, placement, racks, members, owned, settled) -> None:
+    from support.java_peer import java_assign
+
+    placement = {**placement, 0: [2], 1: [1]}
+    t0 = time.monotonic()
+    with cluster.admin() as a:
+        a.alter_partition_reassignments({(topic, 0): [2], (topic, 1): [1]}, timeout=10)
+    want = dict(owned)
+    for generation in (1, 2):           # the round that revokes, the round that assigns
+        want = java_assign([{"assignor": "cooperative-sticky", "brokers": racks,
+                             "topics": {topic: [placement[p] for p in range(6)]},
+                             "members": {r: {"topics": [topic], "rack": r, "owned": [list(tp) for tp in want[r]],
+                                             "generation": generation} for r in racks.values()}}])[0]
+    assert want == {racks[1]: [(topic, 1), (topic, 3)], racks[2]: [(topic, 0), (topic, 4)],
+                    racks[3]: [(topic, 2), (topic, 5)]}
+    _until(lambda: settled(want), 60, f"the partitions to follow their racks to {want} (owned: {owned})")
+    print(f"partitions 0 and 1 swapped racks: reassigned in rack {time.monotonic() - t0:.1f} s later")
+
+
+def test_a_consumer_protocol_member_tells_the_coordinator_its_rack(kafka_cluster):
+    """KIP-848: the coordinator's assignor reads the member's rack from its
+    ConsumerGroupHeartbeat (RackId): ConsumerGroupDescribe names it."""
+    cluster = kafka_cluster
+    tag = uuid.uuid4().hex[:8]
+    topic, group = f"kip881-848-{tag}", f"kip881-848-{tag}"
+    with cluster.admin() as a:
+        a.create_topics([NewTopic(topic, 3, 1)])
+        c = Consumer(bootstrap_servers=cluster.bootstrap, group_id=group, group_protocol="consumer",
+                     client_rack="rack-b")
+        with c:
+            c.subscribe([topic])
+            _until(lambda: c.poll(100) is not None and len(c.assignment()) == 3, 60, "the member's assignment")
+            (member,) = a.describe_groups([group])[group].members
+        assert member.rack_id == "rack-b"
+
+
+def _until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

@@ -77,30 +77,41 @@ class _Peer(NamedTuple):
 @functools.lru_cache(maxsize=None)
 def compile_peer() -> _Peer:
     """Compile KafkaPeer.java once; the classes' directory is removed at exit."""
+    return _compile(SOURCE)
+
+
+@functools.lru_cache(maxsize=None)
+def compile_java(source: Path) -> _Peer:
+    """Compile a Java tool of ``java/`` once (KafkaPeer.java: :func:`compile_peer`)."""
+    return compile_peer() if source == SOURCE else _compile(source)
+
+
+def _compile(source: Path) -> _Peer:
+    """javac ``source`` against the Kafka jars into a directory removed at exit."""
     libs = ensure_kafka()
     tools = _require("javac", "java")
     out = tempfile.mkdtemp(prefix="kwire-java-peer-")
     atexit.register(shutil.rmtree, out, True)
-    cmd = [tools["javac"], "-nowarn", "-encoding", "UTF-8", "-cp", f"{libs}/*", "-d", out, str(SOURCE)]
+    cmd = [tools["javac"], "-nowarn", "-encoding", "UTF-8", "-cp", f"{libs}/*", "-d", out, str(source)]
     t0 = time.monotonic()
     try:
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=COMPILE_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise KafkaUnavailable(f"javac did not compile {SOURCE.name} within {COMPILE_TIMEOUT:g} s") from None
+        raise KafkaUnavailable(f"javac did not compile {source.name} within {COMPILE_TIMEOUT:g} s") from None
     if done.returncode != 0:
-        raise KafkaUnavailable(f"javac failed on {SOURCE} (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+        raise KafkaUnavailable(f"javac failed on {source} (exit {done.returncode}):\n{done.stdout}{done.stderr}")
     log4j = os.path.join(out, "log4j2.properties")
     Path(log4j).write_text(_LOG4J2)
     sys.stderr.write(f"[java-peer] compiled in {time.monotonic() - t0:.1f} s\n")
     return _Peer(out, libs, log4j, tools["java"])
 
 
-def _command(jvm_options: Sequence[str] = ()) -> List[str]:
-    peer = compile_peer()
+def _command(jvm_options: Sequence[str] = (), source: Path = SOURCE) -> List[str]:
+    peer = compile_java(source)
     return [peer.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *jvm_options,
             f"-Dlog4j2.configurationFile={peer.log4j}", "-cp", f"{peer.classes}{os.pathsep}{peer.libs}/*",
-            "KafkaPeer"]
+            source.stem]
 
 
 def b64(data: Optional[bytes]) -> Optional[str]:
@@ -282,3 +293,22 @@ class JavaGroupMember:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+ASSIGNOR_SOURCE = Path(__file__).with_name("java") / "AssignorPeer.java"
+
+
+def java_assign(cases: Sequence[Dict[str, Any]], timeout: float = RUN_TIMEOUT) -> List[Dict[str, List[Tuple[str, int]]]]:
+    """Java's own client-side assignors on each of ``cases`` in one JVM,
+    through ``java/AssignorPeer.java``: a case names the ``assignor``
+    (``range``, ``roundrobin``, ``cooperative-sticky``), the cluster
+    (``brokers``: node id to rack; ``topics``: each partition's replica ids)
+    and the ``members`` (member id to ``topics``, ``rack``, ``instance_id``,
+    ``owned``, ``generation``). For each: {member id: sorted partitions}."""
+    lines = [json.dumps({**c, "brokers": {str(b): r for b, r in c["brokers"].items()}}) for c in cases]
+    done = subprocess.run(_command(source=ASSIGNOR_SOURCE), input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise JavaPeerError(f"AssignorPeer failed (exit {done.returncode}): {done.stderr[-4000:]}")
+    answers = [json.loads(line)["assignment"] for line in done.stdout.splitlines() if line.startswith("{")]
+    return [{m: [(t, p) for t, p in tps] for m, tps in a.items()} for a in answers]
