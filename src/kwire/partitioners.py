@@ -29,7 +29,7 @@ exactly:
   topic.
 - librdkafka's ``murmur2`` (a null key hashed as empty), ``consistent``
   (CRC32; a null key to partition 0), ``consistent_random`` (CRC32, a null
-  key sticky), ``fnv1a`` (FNV-1a; a null key hashed as empty), ``fnv1a_random``,
+  or empty key sticky), ``fnv1a`` (FNV-1a; a null key hashed as empty), ``fnv1a_random``,
   ``random`` (a keyed record to a random partition, a null key sticky, as
   librdkafka's sticky partitioning does).
 """
@@ -53,11 +53,13 @@ _JAVA = "org.apache.kafka.clients.producer."
 
 
 def fnv1a(data: Any) -> int:
-    """The 32-bit FNV-1a hash of ``data`` (librdkafka's ``rd_fnv1a``), unsigned."""
+    """librdkafka's ``rd_fnv1a`` of ``data``: the 32-bit FNV-1a hash, as a
+    signed int made positive (Sarama's ``NewHashPartitioner``; -2**31
+    stays 2**31)."""
     h = 0x811C9DC5
     for b in bytes(data):
         h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
+    return (-h) & 0xFFFFFFFF if h & 0x80000000 else h
 
 
 def _murmur2_positive(data: Any) -> int:
@@ -66,17 +68,19 @@ def _murmur2_positive(data: Any) -> int:
 
 class HashPartitioner:
     """librdkafka's hashing partitioners: ``hash(key) % num_partitions``;
-    a null key hashed as empty (``random_null=False``) or left to the
-    built-in sticky choice (the ``*_random`` ones)."""
+    a null key hashed as empty (``random=None``) or left to the built-in
+    sticky choice (the ``*_random`` ones: ``random="null"``, or
+    ``"empty"`` for ``consistent_random``, which takes an empty key as
+    librdkafka does a null one)."""
 
-    def __init__(self, name: str, hash: Callable[[Any], int], random_null: bool) -> None:
+    def __init__(self, name: str, hash: Callable[[Any], int], random: Optional[str]) -> None:
         self.name = name
         self.hash = hash
-        self.random_null = random_null
+        self.random = random
 
     def __call__(self, topic: str, key: Any, value: Any, num_partitions: int) -> Optional[int]:
-        if key is None:
-            if self.random_null:
+        if key is None or (self.random == "empty" and not len(key)):
+            if self.random is not None:
                 return None
             key = b""
         return self.hash(key) % num_partitions
@@ -126,11 +130,11 @@ NAMES: Dict[str, Callable[[], Tuple[Optional[Partitioner], bool]]] = {
     _JAVA + "internals.BuiltInPartitioner": lambda: _BUILT_IN,
     _JAVA + "UniformStickyPartitioner": lambda: _STICKY,
     _JAVA + "RoundRobinPartitioner": lambda: (RoundRobinPartitioner(), False),
-    "murmur2": lambda: (HashPartitioner("murmur2", _murmur2_positive, False), False),
-    "consistent": lambda: (HashPartitioner("consistent", zlib.crc32, False), False),
-    "consistent_random": lambda: (HashPartitioner("consistent_random", zlib.crc32, True), False),
-    "fnv1a": lambda: (HashPartitioner("fnv1a", fnv1a, False), False),
-    "fnv1a_random": lambda: (HashPartitioner("fnv1a_random", fnv1a, True), False),
+    "murmur2": lambda: (HashPartitioner("murmur2", _murmur2_positive, None), False),
+    "consistent": lambda: (HashPartitioner("consistent", zlib.crc32, None), False),
+    "consistent_random": lambda: (HashPartitioner("consistent_random", zlib.crc32, "empty"), False),
+    "fnv1a": lambda: (HashPartitioner("fnv1a", fnv1a, None), False),
+    "fnv1a_random": lambda: (HashPartitioner("fnv1a_random", fnv1a, "null"), False),
     "random": lambda: (RandomPartitioner(), False),
 }
 
