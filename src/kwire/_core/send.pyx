@@ -845,7 +845,10 @@ cdef class Accumulator:
             if 0 <= p < PyList_GET_SIZE(slots):
                 batch = PyList_GET_ITEM(slots, p)              # borrowed: the lock keeps it there
                 if batch != <PyObject*>None:
-                    fut = self.add_to(t, topic, partition, <ProducerBatch>batch, value, key, headers, ts, sticky)
+                    if sticky:
+                        fut = self.add_sticky(t, topic, partition, <ProducerBatch>batch, value, key, headers, ts)
+                    else:
+                        fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
                     if fut is not None:
                         return fut
                 elif self.refuses(value, key, headers):     # a new batch needed, no room: refused before any work
@@ -912,7 +915,10 @@ cdef class Accumulator:
                     if batch is None:
                         batch = self.new_batch(topic, partition)
                         self.put(tp, batch)
-                fut = self.add_to(t, topic, partition, batch, value, key, headers, ts, sticky)
+                if sticky:
+                    fut = self.add_sticky(t, topic, partition, batch, value, key, headers, ts)
+                else:
+                    fut = self.add_to(topic, partition, batch, value, key, headers, ts)
                 if fut is not None:
                     return fut
                 if not batch.held.n:           # the record alone is too large for a batch
@@ -943,16 +949,26 @@ cdef class Accumulator:
         return (self.room_full is not None and self.buffered >= self.buffer_memory
                 and 0 <= alone_bound(value, key, headers) <= self.max_batch)
 
-    cdef RecordFuture add_to(self, _Topic t, str topic, object partition, ProducerBatch batch, value, key, headers,
-                             int64_t ts, bint sticky):
+    cdef RecordFuture add_sticky(self, _Topic t, str topic, object partition, ProducerBatch batch, value, key,
+                                 headers, int64_t ts):
+        """:meth:`add_to` for a record of ``t``'s sticky partition: its
+        bytes count towards the switch to the next (:meth:`sticky_grew`)."""
+        cdef Py_ssize_t before = batch.bytes
+        cdef list slots
+        cdef RecordFuture fut = self.add_to(topic, partition, batch, value, key, headers, ts)
+        if fut is not None:
+            slots = t.slots
+            self.sticky_grew(t, batch.bytes - before, not (partition < len(slots) and slots[partition] is batch))
+        return fut
+
+    cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
+                             int64_t ts):
         """Append to ``batch`` (lock held): count its growth against the
         buffer, seal it once another record like this one would take it
         past ``batch_size`` (so that the next record starts a new batch at
         once, not after failing to fit), and return the record's future;
         None (nothing added) if the batch has no room for the record
-        (``batch_size``, or ``max_batch`` for the first record). ``sticky``:
-        the record went to ``t``'s sticky partition (its bytes count
-        towards the switch to the next, :meth:`sticky_grew`)."""
+        (``batch_size``, or ``max_batch`` for the first record)."""
         cdef Py_ssize_t size, growth
         cdef int index = batch.add(value, key, headers, ts,
                                    self.max_batch if not batch.held.n else min(batch.limit, self.max_batch))
@@ -968,10 +984,6 @@ cdef class Accumulator:
         batch.bytes = size
         if size + growth > batch.limit:
             self.seal_batch((topic, partition))
-            if sticky:
-                self.sticky_grew(t, growth, True)
-        elif sticky:
-            self.sticky_grew(t, growth, False)
         return fut
 
     # ----------------------------------------------------------------- Arrow
