@@ -155,7 +155,7 @@ def resolve_partitioner(value: Any) -> Tuple[Optional[Partitioner], bool]:
                              f"{_JAVA}UniformStickyPartitioner and librdkafka's "
                              "murmur2_random, murmur2, consistent, consistent_random, fnv1a, fnv1a_random, "
                              "random; any other is a Python callable partitioner(topic, key, value, "
-                             "num_partitions) given as the option's value")
+                             "num_partitions), given as the option's value or named as module:function")
         return make()
     if callable(value):
         return value, False
