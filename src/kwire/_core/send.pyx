@@ -540,6 +540,7 @@ cdef class Accumulator:
     cdef readonly object partitioner
     cdef readonly bint ignore_keys
     cdef bint chose_sticky      # the last choose() gave the sticky partition
+    cdef bint hash_keys         # keyed records by murmur2: no partitioner, keys not ignored
 
     def __init__(self, *, SendLock lock not None, Generation generation not None, check, wait_partitions,
                  wait_room, new_batch, sealed, Py_ssize_t batch_size, Py_ssize_t max_request_size=INT32_MAX,
@@ -568,6 +569,7 @@ cdef class Accumulator:
         self.compressed = compressed
         self.partitioner = partitioner
         self.ignore_keys = ignore_keys
+        self.hash_keys = partitioner is None and not ignore_keys
 
     # ------------------------------------------------------------ partitions
     cdef _Topic topic(self, str name):
@@ -821,11 +823,13 @@ cdef class Accumulator:
             self.last_name = topic
             self.last = t
         if partition is None:
-            if t.version != self.generation.value or self.partitioner is not None:  # other metadata; custom
+            if t.version != self.generation.value:             # partitions of other metadata, or none
                 return self.send_slow(topic, value, key, headers, partition, ts)
-            if key is not None and not self.ignore_keys:        # choose(), inline
+            if key is not None and self.hash_keys:              # choose(), inline
                 parts = t.parts
                 partition = parts[key_slot(key, len(parts))]
+            elif self.partitioner is not None:                  # a custom partitioner: choose() calls it
+                return self.send_slow(topic, value, key, headers, partition, ts)
             else:
                 partition = t.sticky
                 sticky = True
