@@ -222,6 +222,7 @@ def test_adaptive_weights_favour_short_queues_as_java_does():
     h = _Harness(batch_size=100)
     h.open("t", [0, 1, 2, 3])
     h.acc.set_load("t", [0, 1, 2, 3], [3, 0, 3, 3])   # weights 1, 4, 1, 1 of 7
+    assert h.acc.partition_load("t") == ((0, 1, 2, 3), (1, 5, 6, 7))
     counts = {p: 0 for p in range(4)}
     for _ in range(7000):
         counts[h.acc.send("t", b"x" * 100)._batch.partition] += 1   # each record alone fills batch_size

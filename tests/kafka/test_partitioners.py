@@ -111,6 +111,34 @@ def test_the_aio_producer_takes_the_same_options(kafka):
     assert asyncio.run(run()) == _kwire_partitions(kafka, topic, keys)
 
 
+def test_adaptive_partitioning_measures_the_queues_and_avoids_unavailable_leaders(kafka):
+    """KIP-794 on a live producer: once every partition had a batch, the
+    queues (batches waiting, the open one included) weigh the next sticky
+    partition; with ``partitioner_availability_timeout_ms``, a leader that
+    had batches ready and took none for that long is left out; without
+    adaptive partitioning nothing is measured."""
+    topic = _topic(kafka, "part-adaptive", 3)
+    with Producer(kafka.client_config("plaintext"), linger_ms=60_000,
+                  partitioner_availability_timeout_ms=1000) as p:
+        p.send(topic, b"v", None, None, 0)
+        p.flush(30)                                       # 0 had a batch, sent: its queue is empty
+        p.send(topic, b"v", None, None, 1)
+        p.send(topic, b"v", None, None, 2)                # 1 and 2 hold an open batch each
+        with p._lock:
+            p._measure_load(time.monotonic())
+            assert p._acc.partition_load(topic) == ((0, 1, 2), (2, 3, 4))   # weights 2, 1, 1
+            leader = p._client.cluster.leader_for(topic, 0)
+            p._node_ready_at[leader], p._node_drained_at[leader] = time.monotonic(), time.monotonic() - 2
+            p._measure_load(time.monotonic())
+            assert p._acc.partition_load(topic) is None   # its one leader unavailable: no figures, uniform
+    with Producer(kafka.client_config("plaintext"), linger_ms=60_000,
+                  partitioner_adaptive_partitioning_enable=False) as p:
+        for part in (0, 1, 2):
+            p.send(topic, b"v", None, None, part)
+        time.sleep(0.3)                                  # sender turns
+        assert p._acc.partition_load(topic) is None
+
+
 @pytest.mark.parametrize("name", ["murmur2", "murmur2_random", "consistent", "consistent_random", "fnv1a",
                                   "fnv1a_random"])
 def test_librdkafkas_named_partitioners_agree_with_librdkafka(kafka, name):

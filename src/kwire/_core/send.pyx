@@ -690,6 +690,13 @@ cdef class Accumulator:
             t.sticky = self.next_partition(t)
             t.produced = 0
 
+    def partition_load(self, str topic not None):
+        """What :meth:`set_load` made of ``topic``'s queues: (the
+        partitions keyless records may go to next, the cumulative frequency
+        table of their weights), or None (uniform)."""
+        cdef _Topic t = self.topics.get(topic)
+        return None if t is None or t.load_cft is None else (t.load_parts, t.load_cft)
+
     def set_load(self, str topic not None, parts, queue_sizes):
         """The queue (batches waiting, the open one included) of each of
         ``topic``'s partitions ``parts`` that keyless records may go to
