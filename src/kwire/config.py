@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire.errors import KwireError
+from kwire.partitioners import NAMES, resolve_partitioner
 
 __all__ = [
     "ConfigError",
@@ -114,6 +115,28 @@ def _compression(v: Any) -> str:
     if s not in ("none", "gzip", "snappy", "lz4", "zstd"):
         raise ValueError("expected none, gzip, snappy, lz4 or zstd")
     return s
+
+
+def _partitioner(v: Any) -> Any:
+    """A partitioner's name (checked) or a callable (see :mod:`kwire.partitioners`)."""
+    if isinstance(v, str) and ":" in v and v.strip() not in NAMES:
+        return named_callback(v, "partitioner")
+    resolve_partitioner(v)
+    return v.strip() if isinstance(v, str) else v
+
+
+def _level(lo: int, hi: int, default: int) -> Callable[[Any], int]:
+    """A compression level: ``lo`` to ``hi``, or the codec's ``default``
+    (as Java's ``CompressionType``'s level validator)."""
+    check = _int()
+
+    def conv(v: Any) -> int:
+        n = check(v)
+        if n != default and not lo <= n <= hi:
+            raise ValueError(f"must be between {lo} and {hi} (or {default}, the codec's default)")
+        return n
+
+    return conv
 
 
 def _servers(v: Any) -> List[Tuple[str, int]]:
@@ -335,6 +358,22 @@ PRODUCER: Dict[str, Option] = {
     "linger_ms": Option(5, _int(0), "wait this long for more records before sending a batch"),
     "batch_size": Option(16384, _int(1), "bytes of records per partition batch"),
     "compression_type": Option("none", _compression),
+    # KIP-390: Java's level per codec; librdkafka's one compression.level (-1: each codec's default)
+    "compression_gzip_level": Option(-1, _level(1, 9, -1), "gzip: 1 (fastest) to 9 (smallest); -1: zlib's default"),
+    "compression_lz4_level": Option(9, _level(1, 17, 9), "lz4: 9 (Java's default) is lz4's fast mode; any other "
+                                    "level lz4's high-compression mode at that level"),
+    "compression_zstd_level": Option(3, _level(-131072, 22, 3), "zstd: -131072 (fastest) to 22 (smallest)"),
+    "compression_level": Option(-1, _level(0, 12, -1), "librdkafka's: the compression_type codec's level "
+                                "(gzip 0-9, lz4 0-12, zstd 0-12; snappy has none); -1: the per-codec options'"),
+    "partitioner": Option(None, _partitioner, "records sent without a partition: None (Java's built-in: murmur2 "
+                          "of the key, else sticky), a name (Java's RoundRobinPartitioner..., librdkafka's "
+                          "murmur2, consistent_random...) or a callable partitioner(topic, key, value, "
+                          "num_partitions) -> int (see kwire.partitioners)"),
+    "partitioner_ignore_keys": Option(False, _bool, "keyed records are partitioned as keyless ones (sticky)"),
+    "partitioner_adaptive_partitioning_enable": Option(True, _bool, "the next sticky partition is chosen "
+                                                       "against the partitions' queues (KIP-794)"),
+    "partitioner_availability_timeout_ms": Option(0, _int(0), "with adaptive partitioning, keyless records avoid "
+                                                  "partitions whose leader took no batch for this long; 0: never"),
     "enable_idempotence": Option(True, _bool, "exactly-once per partition (needs acks=all)"),
     "max_in_flight_requests_per_connection": Option(5, _int(1)),
     "retries": Option(2147483647, _int(0)),
@@ -394,6 +433,7 @@ ALIASES = {
     "sasl_password": "sasl_plain_password",
     "sasl_mechanisms": "sasl_mechanism",
     "compression_codec": "compression_type",
+    "partitioner_class": "partitioner",              # Java's (and Spark's kafka.partitioner.class)
     "ssl_ca_location": "ssl_cafile",
     "ssl_certificate_location": "ssl_certfile",
     "ssl_key_location": "ssl_keyfile",

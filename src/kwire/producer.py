@@ -50,10 +50,11 @@ from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
                           SendingProducer, build_batches, restamp_batch)
 from kwire.client import STALLED, Client, Offload, Sleep, Steps, StepsOf, Wait, run_blocking
-from kwire.config import PRODUCER, resolve
+from kwire.config import PRODUCER, ConfigError, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection
+from kwire.partitioners import resolve_partitioner
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import RecordMetadata
 
@@ -101,6 +102,27 @@ class _Batch(ProducerBatch):
         return RecordMetadata(self.topic, self.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
 
 
+def compression_level(cfg: Mapping[str, Any]) -> Optional[int]:
+    """The level the batches of ``cfg["compression_type"]`` are compressed
+    at (None: the codec's default): librdkafka's ``compression_level``
+    when set (not -1), else Java's option of that codec (KIP-390): gzip -1
+    is zlib's default; lz4 9, Java's default, is lz4's fast mode (as Java's
+    ``Lz4BlockOutputStream``: its high-compression mode at any other
+    level). Snappy has no level (Java has no option for it; librdkafka
+    takes only 0): a level given with it is refused."""
+    codec, level = cfg["compression_type"], cfg["compression_level"]
+    if codec in ("none", "snappy"):
+        if level not in (-1, 0):
+            raise ConfigError(f"compression_level {level}: {codec} has no levels")
+        return None
+    if level != -1:
+        if codec == "gzip" and level > 9:
+            raise ConfigError(f"compression_level {level}: gzip takes 0 to 9")
+        return level
+    level = cfg[f"compression_{codec}_level"]
+    return None if (codec, level) in (("gzip", -1), ("lz4", 9)) else level
+
+
 class Producer(SendingProducer):
     """A Kafka producer.
 
@@ -127,16 +149,22 @@ class Producer(SendingProducer):
             cfg["enable_idempotence"] = False      # implicit default yields to an explicit acks
         if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > 5:
             raise KwireError("enable_idempotence allows at most 5 requests in flight per connection")
+        self._level = compression_level(cfg)
         self._client = self._client_class(cfg, auto_create_topics=True)
         self._lock = SendLock()
         self._room = threading.Condition(self._lock)
+        partitioner, ignore_keys = resolve_partitioner(cfg["partitioner"])
         # the send state's one owner: partitioning, the open batches, the bytes buffered, sealing
         self._acc = Accumulator(lock=self._lock, generation=self._client.cluster.generation,
                                 check=self._check_send, wait_partitions=self._wait_partitions,
                                 wait_room=self._wait_room, new_batch=self._new_batch, sealed=self._sealed,
                                 batch_size=cfg["batch_size"], max_request_size=cfg["max_request_size"],
                                 buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],
-                                compressed=cfg["compression_type"] != "none")
+                                compressed=cfg["compression_type"] != "none", partitioner=partitioner,
+                                ignore_keys=ignore_keys or cfg["partitioner_ignore_keys"])
+        # KIP-794's adaptive partitioning: when each leader last had a batch ready, and last could take one
+        self._node_ready_at: Dict[int, float] = {}
+        self._node_drained_at: Dict[int, float] = {}
         self._ready: Dict[Tuple[str, int], Deque[_Batch]] = collections.defaultdict(collections.deque)
         self._sealed_batches: Set[_Batch] = set()      # sealed, not yet acknowledged or failed: what flush() waits for
         self._sealed_count: Dict[Tuple[str, int], int] = {}    # records in each partition's last sealed batch
@@ -211,7 +239,7 @@ class Producer(SendingProducer):
         """A new open batch for the partition (lock held); ``encoded``: for
         ``send_arrow``'s rows, which are encoded as they come, not held."""
         now = time.monotonic()
-        builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None)
+        builder = RecordBatchBuilder(self._codec, transactional=self._txn is not None, compression_level=self._level)
         batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
         if not encoded:
             batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
@@ -715,6 +743,8 @@ class Producer(SendingProducer):
         current = (self._producer_id, self._producer_epoch)
         requests: List[Tuple[int, List[_Batch]]] = []
         with self._lock:
+            if self.cfg["partitioner_adaptive_partitioning_enable"]:
+                self._measure_load(now)
             node_planned: Dict[int, int] = collections.Counter()
             tp_planned: Dict[Tuple[str, int], int] = collections.Counter()
             while True:
@@ -734,6 +764,8 @@ class Producer(SendingProducer):
                         client.add_topics([tp[0]])
                         client.request_metadata_update()
                         continue
+                    self._node_ready_at[leader] = now
+                    self._node_drained_at.setdefault(leader, now)
                     if self._node_in_flight.get(leader, 0) + node_planned[leader] >= max_in_flight:
                         continue
                     size = len(q[0].payload) if q[0].payload is not None else q[0].bytes
@@ -745,6 +777,7 @@ class Producer(SendingProducer):
                         continue
                     if not conn.ready:
                         continue
+                    self._node_drained_at[leader] = now
                     by_node.setdefault(leader, []).append(q.popleft())
                     size_by_node[leader] += size
                     tp_planned[tp] += 1
@@ -769,6 +802,40 @@ class Producer(SendingProducer):
         for node in {node for node, _ in requests}:
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
+
+    def _measure_load(self, now: float) -> None:
+        """KIP-794's adaptive partitioning, as Java's ``RecordAccumulator.ready``
+        measures it (lock held): once each partition of a topic has had a
+        batch, the number of batches each one's queue holds (its open one
+        included) goes to the Accumulator, which weighs the next sticky
+        partition against them; partitions without a leader are left out,
+        and so, with ``partitioner_availability_timeout_ms``, are those
+        whose leader has had batches ready but taken none for that long."""
+        queues: Dict[str, Dict[int, int]] = {}
+        for (topic, p), q in self._ready.items():
+            queues.setdefault(topic, {})[p] = len(q)
+        for topic, p in self._acc.open:
+            sizes = queues.setdefault(topic, {})
+            sizes[p] = sizes.get(p, 0) + 1
+        cluster = self._client.cluster
+        timeout = self.cfg["partitioner_availability_timeout_ms"] / 1000.0
+        for topic, sizes in queues.items():
+            if len(sizes) < (cluster.partition_count(topic) or 0):
+                self._acc.set_load(topic, None, None)      # not before every partition had a batch, as Java
+                continue
+            parts = [p for p in sorted(sizes) if self._available(cluster.leader_for(topic, p), timeout)]
+            self._acc.set_load(topic, parts, [sizes[p] for p in parts])
+
+    def _available(self, leader: Optional[int], timeout: float) -> bool:
+        """Whether keyless records may go to a partition led by ``leader``:
+        it is known and, with an availability ``timeout``, has taken a batch
+        within that time of last having one ready (Java's node latency stats)."""
+        if leader is None:
+            return False
+        if timeout <= 0:
+            return True
+        ready = self._node_ready_at.get(leader)
+        return ready is None or ready - self._node_drained_at[leader] <= timeout
 
     def _check_stalled(self, now: float) -> None:
         """Produce requests waiting :data:`kwire.client.STALLED` seconds or more: when the

@@ -52,6 +52,54 @@ def test_errors_name_the_option_and_hide_secrets():
     assert redact({"sasl_plain_password": "hunter2", "acks": 1}) == {"sasl_plain_password": "***", "acks": 1}
 
 
+def test_compression_levels_are_checked_as_java_and_librdkafka_do():
+    """KIP-390's per-codec levels (Java's ranges, each codec's default
+    allowed) and librdkafka's one ``compression.level``; what reaches the
+    batch builder (None: the codec's default mode)."""
+    from kwire.producer import compression_level
+
+    def level(**options):
+        return compression_level(resolve(PRODUCER, {"bootstrap.servers": "x", **options}))
+
+    assert level(**{"compression.type": "gzip"}) is None and level(**{"compression.type": "lz4"}) is None
+    assert level(**{"compression.type": "zstd"}) == 3
+    assert level(**{"compression.type": "gzip", "compression.gzip.level": "9"}) == 9
+    assert level(**{"compression.type": "lz4", "compression.lz4.level": 17}) == 17
+    assert level(**{"compression.type": "zstd", "compression.zstd.level": -7}) == -7
+    assert level(**{"compression.type": "zstd", "compression.level": 12, "compression.zstd.level": 1}) == 12
+    assert level(**{"compression.type": "snappy"}) is None
+    for name, bad in (("compression.gzip.level", 0), ("compression.gzip.level", 10), ("compression.lz4.level", 0),
+                      ("compression.lz4.level", 18), ("compression.zstd.level", 23),
+                      ("compression.zstd.level", -131073), ("compression.level", 13), ("compression.level", -2)):
+        with pytest.raises(ConfigError, match=f"'{name}'={bad}: must be between"):
+            resolve(PRODUCER, {"bootstrap.servers": "x", name: bad})
+    with pytest.raises(ConfigError, match="snappy has no levels"):
+        level(**{"compression.type": "snappy", "compression.level": 3})
+    with pytest.raises(ConfigError, match="gzip takes 0 to 9"):
+        level(**{"compression.type": "gzip", "compression.level": 11})
+
+
+def test_the_partitioner_option_takes_names_callables_and_module_attributes():
+    from kwire.partitioners import HashPartitioner, RoundRobinPartitioner, fnv1a, resolve_partitioner
+
+    def cfg(value):
+        return resolve_partitioner(resolve(PRODUCER, {"bootstrap.servers": "x", "partitioner": value})["partitioner"])
+
+    assert cfg(None) == (None, False) and cfg("murmur2_random") == (None, False)
+    assert cfg("org.apache.kafka.clients.producer.UniformStickyPartitioner") == (None, True)
+    assert isinstance(cfg("org.apache.kafka.clients.producer.RoundRobinPartitioner")[0], RoundRobinPartitioner)
+    assert isinstance(cfg("fnv1a")[0], HashPartitioner)
+    assert cfg("kwire.partitioners:fnv1a")[0] is fnv1a
+    mine = lambda topic, key, value, n: 0      # noqa: E731
+    assert cfg(mine) == (mine, False)
+    with pytest.raises(ConfigError, match="unknown partitioner 'sticky'"):
+        cfg("sticky")
+    with pytest.raises(ConfigError, match="expected a callable"):
+        cfg(3)
+    rr = RoundRobinPartitioner()
+    assert [rr("a", None, None, 3) for _ in range(4)] + [rr("b", b"k", None, 3)] == [0, 1, 2, 0, 0]
+
+
 def test_parse_bootstrap():
     assert parse_bootstrap(["[::1]:9093", ("h", 1), "PLAINTEXT://k:9", "plain"]) == [
         ("::1", 9093), ("h", 1), ("k", 9), ("plain", 9092)]

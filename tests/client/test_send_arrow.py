@@ -226,9 +226,9 @@ def test_round_trip_record_batch_and_multi_chunk_table(broker, codec):
 
 
 def test_keyless_rows_take_the_sticky_partition_a_batch_at_a_time(broker):
-    """No key, no partition: each batch's worth of rows goes to one
-    partition, the next batch's to another (KIP-480), one record batch
-    each."""
+    """No key, no partition: rows go to one partition, a full record batch
+    at a time, until ``batch_size`` bytes went to it and its batch is full
+    (KIP-794, as Java's producer): then to the next sticky partition."""
     partitions, n, batch_size = 4, 1500, 16384
     topic = _topic(broker.bootstrap, partitions)
     values = [b"%06d" % i + b"v" * 94 for i in range(n)]
@@ -244,7 +244,14 @@ def test_keyless_rows_take_the_sticky_partition_a_batch_at_a_time(broker):
         else:
             runs.append((where[v], 1))
     assert len({b for b, _ in runs}) == len(runs), "a batch's rows are not consecutive"
-    assert all(a[0] != b[0] for (a, _), (b, _) in zip(runs, runs[1:])), "the sticky partition did not move"
+    stints: List[List[int]] = []                           # rows per batch, while the partition stays
+    for i, ((part, _), count) in enumerate(runs):
+        if i and part == runs[i - 1][0][0]:
+            stints[-1].append(count)
+        else:
+            stints.append([count])
+    assert len(stints) >= 2, "the sticky partition did not move"
+    assert all(sum(s) * 108 >= batch_size for s in stints[:-1]), stints   # batch_size bytes before a switch
     full = [count for _, count in runs[:-1]]
     # a 100-byte value without key is ~108 bytes encoded: ~150 fill a 16 KiB batch
     assert len(runs) >= 5 and min(full) == max(full) and 16384 * 0.9 < full[0] * 108 <= 16384, runs

@@ -173,7 +173,7 @@ class numpy_like_int:
         return self.v
 
 
-def test_a_full_batch_is_sealed_once_and_the_sticky_partition_moves_on():
+def test_a_full_batch_is_sealed_once_and_the_sticky_partition_moves_on_after_batch_size_bytes():
     h = _Harness(batch_size=500)
     h.open("t", [0, 1, 2])
     first = h.acc.send("t", b"x" * 100)._batch.partition
@@ -185,10 +185,80 @@ def test_a_full_batch_is_sealed_once_and_the_sticky_partition_moves_on():
     assert partitions == [first] * 4
     assert len(h.sealed) == 1 and h.sealed[0][0] == ("t", first)
     assert 500 - 109 < h.sealed[0][1].bytes <= 500 and ("t", first) not in h.acc.open
-    assert h.acc.sticky_partition("t") != first                        # KIP-480: the next batch elsewhere
+    # KIP-794: 497 bytes went to it, fewer than batch_size: it stays sticky, the next batch there
+    assert h.acc.sticky_partition("t") == first
+    other = (first + 1) % 3
+    h.acc.set_load("t", [other], [0])                 # the only partition the next choice may take
     h.calls.clear()
-    assert isinstance(h.acc.send("t", b"x", None, None, first), RecordFuture)
+    assert h.acc.send("t", b"x" * 100)._batch.partition == first
     assert h.calls == ["new_batch"]                                    # the next record opens a new batch
+    while len(h.sealed) < 2:
+        assert h.acc.send("t", b"x" * 100)._batch.partition == first
+    assert h.acc.sticky_partition("t") == other       # batch_size bytes and a full batch: the switch
+    assert h.acc.send("t", b"x" * 100)._batch.partition == other
+
+
+def test_the_sticky_partition_moves_on_after_twice_batch_size_whatever_its_batch():
+    """Java's switch without a full batch: twice ``batch_size`` bytes."""
+    h = _Harness(batch_size=1000)
+    h.open("t", [0, 1])
+    first = h.acc.send("t", b"x" * 300)._batch.partition           # ~370 bytes: its batch not full
+    other = 1 - first
+    h.acc.set_load("t", [other], [0])
+    sticky = []
+    for _ in range(5):
+        with h.lock:
+            h.acc.seal_all()                          # each batch sent by linger, one record in it
+        sticky.append(h.acc.sticky_partition("t"))
+        h.acc.send("t", b"x" * 300)
+    # ~740, ~1110 (batch_size, but its batch is not full), ~1480, ~1850: no switch; ~2220: the switch
+    assert sticky == [first] * 5 and h.acc.sticky_partition("t") == other
+
+
+def test_adaptive_weights_favour_short_queues_as_java_does():
+    """Java's ``updatePartitionLoadStats``: each partition weighs ``max + 1
+    - queue``; a partition with the longest queue of 3 weighs 1, an empty
+    one 4; equal queues on every partition are uniform (no table)."""
+    h = _Harness(batch_size=100)
+    h.open("t", [0, 1, 2, 3])
+    h.acc.set_load("t", [0, 1, 2, 3], [3, 0, 3, 3])   # weights 1, 4, 1, 1 of 7
+    assert h.acc.partition_load("t") == ((0, 1, 2, 3), (1, 5, 6, 7))
+    counts = {p: 0 for p in range(4)}
+    for _ in range(7000):
+        counts[h.acc.send("t", b"x" * 100)._batch.partition] += 1   # each record alone fills batch_size
+    assert 0.50 < counts[1] / 7000 < 0.64 and all(0.10 < counts[p] / 7000 < 0.19 for p in (0, 2, 3)), counts
+    h.acc.set_load("t", [0, 1, 2, 3], [2, 2, 2, 2])
+    counts = {p: 0 for p in range(4)}
+    for _ in range(4000):
+        counts[h.acc.send("t", b"x" * 100)._batch.partition] += 1
+    assert all(0.19 < counts[p] / 4000 < 0.31 for p in range(4)), counts
+
+
+def test_ignore_keys_and_a_custom_partitioner():
+    h = _Harness()
+    h.open("t", range(4))
+    with h.lock:
+        h.acc.seal_all()
+    seen = []
+
+    def mine(topic, key, value, n):
+        seen.append((topic, key, value, n))
+        return None if key == b"none" else int(key)
+
+    acc = Accumulator(lock=h.lock, generation=h.generation, check=h.check, wait_partitions=h.wait_partitions,
+                      wait_room=h.wait_room, new_batch=h.new_batch, sealed=h.on_sealed, batch_size=1 << 20,
+                      partitioner=mine)
+    acc.set_partitions("t", h.generation.value, range(4))
+    assert acc.send("t", b"v", b"3")._batch.partition == 3 and seen == [("t", b"3", b"v", 4)]
+    assert acc.send("t", b"v", b"none")._batch.partition == acc.sticky_partition("t")
+    assert acc.send("t", b"v", b"1", None, 2)._batch.partition == 2 and len(seen) == 2   # a partition given
+    with pytest.raises(ValueError, match="invalid partition number: -1"):
+        acc.send("t", b"v", b"-1")
+    keyless = Accumulator(lock=h.lock, generation=h.generation, check=h.check, wait_partitions=h.wait_partitions,
+                          wait_room=h.wait_room, new_batch=h.new_batch, sealed=h.on_sealed, batch_size=1 << 20,
+                          ignore_keys=True)
+    keyless.set_partitions("t", h.generation.value, range(4))
+    assert {keyless.send("t", b"v", b"k%d" % i)._batch.partition for i in range(50)} == {keyless.sticky_partition("t")}
 
 
 def test_seal_and_clear():

@@ -84,7 +84,7 @@ def test_create_partitions_reach_a_running_producer_and_a_group(broker):
         # explicit partition=2 at once: the producer's metadata lacks it, so send() looks again before
         # refusing it (as Java's producer waits for metadata that has it)
         assert p.send(topic, b"explicit", partition=2).get(10).partition == 2
-        # keyless: the sticky partition moves on with each full batch, over every partition it knows now
+        # keyless: the sticky partition moves on after batch_size bytes (KIP-794), over every partition it knows now
         seen = set()
 
         def send_more():

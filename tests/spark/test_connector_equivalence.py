@@ -16,10 +16,9 @@ are compared in :func:`test_sink_writes_the_same_records` and, streaming,
 left open in :func:`test_open_transaction`.
 
 A deliberate difference of the sinks: a record without key and without
-``partition`` goes to the producer's sticky partition, which kwire moves on
-at every batch it seals (so at least at each task's flush), and Java's
-producer only after ``batch.size`` bytes (KIP-794); the connector also
-keeps its producer across micro-batches. Such records are compared as a
+``partition`` goes to the producer's sticky partition, which both move on
+after ``batch.size`` bytes (KIP-794), but each chooses at random and the
+connector keeps its producer across micro-batches. Such records are compared as a
 multiset per topic; keyed ones per partition, in order.
 
 A deliberate difference on every broker: Spark's batch planner keeps

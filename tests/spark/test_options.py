@@ -272,3 +272,25 @@ def test_the_sinks_producer_batches_256_kib_unless_told():
     assert resolve(PRODUCER, parse_sink_options({**BOOT, "topic": "t"}).producer_config())["batch_size"] == 262_144
     told = parse_sink_options({**BOOT, "topic": "t", "kafka.batch.size": "16384"}).producer_config()
     assert resolve(PRODUCER, told)["batch_size"] == 16384
+
+
+@pytest.mark.parametrize("java_class, kind, ignore_keys", [
+    ("org.apache.kafka.clients.producer.RoundRobinPartitioner", "RoundRobinPartitioner", False),
+    ("org.apache.kafka.clients.producer.internals.DefaultPartitioner", None, False),
+    ("org.apache.kafka.clients.producer.UniformStickyPartitioner", None, True),
+])
+def test_the_sinks_partitioner_class_is_one_of_kwires_built_ins(java_class, kind, ignore_keys):
+    """``kafka.partitioner.class`` names Java's partitioners: the sink's
+    producers get kwire's partitioner that does what that class does."""
+    from kwire.config import PRODUCER, resolve
+    from kwire.partitioners import resolve_partitioner
+
+    cfg = resolve(PRODUCER, parse_sink_options({**BOOT, "topic": "t", "kafka.partitioner.class": java_class})
+                  .producer_config())
+    partitioner, ignore = resolve_partitioner(cfg["partitioner"])
+    assert (type(partitioner).__name__ if partitioner is not None else None, ignore) == (kind, ignore_keys)
+
+
+def test_the_sink_refuses_a_partitioner_class_kwire_does_not_have():
+    with pytest.raises(SparkOptionError, match=r"partitioner\.class.*unknown partitioner 'com\.acme\.MyPartitioner'"):
+        parse_sink_options({**BOOT, "topic": "t", "kafka.partitioner.class": "com.acme.MyPartitioner"})

@@ -7,7 +7,7 @@ Python."""
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport PyObject
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t
@@ -25,7 +25,7 @@ from kwire._core.consts cimport V2_HEADER
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.number cimport PyNumber_Index
 
-from random import choice as _random_choice
+from random import choice as _random_choice, getrandbits as _getrandbits
 from time import monotonic as _monotonic
 
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError
@@ -272,13 +272,21 @@ cdef class _Topic:
     or None) and, by partition, the open batch or None (at most ``count``
     slots when put() made them), and ``ratio``: the compressed size its
     batches are estimated to take, per byte of records (Java's
-    ``CompressionRatioEstimator``)."""
+    ``CompressionRatioEstimator``). ``produced``: the bytes keyless records
+    added to the sticky partition since it was chosen (KIP-794: it changes
+    once they reach ``batch_size``); ``load_parts``/``load_cft``: the
+    partitions keyless records may go to next and the cumulative frequency
+    table of their weights (Java's ``PartitionLoadStats``, set by
+    :meth:`Accumulator.set_load`; None: uniform over ``parts``)."""
     cdef int64_t version
     cdef tuple parts
     cdef Py_ssize_t count
     cdef object sticky
     cdef list slots
     cdef double ratio
+    cdef double produced
+    cdef tuple load_parts
+    cdef tuple load_cft
 
     def __cinit__(self):
         self.version = -1
@@ -529,10 +537,15 @@ cdef class Accumulator:
     cdef SendLock lock
     cdef object check, wait_partitions, wait_room, new_batch, sealed
     cdef public object room_full
+    cdef readonly object partitioner
+    cdef readonly bint ignore_keys
+    cdef bint chose_sticky      # the last choose() gave the sticky partition
+    cdef bint hash_keys         # keyed records by murmur2: no partitioner, keys not ignored
 
     def __init__(self, *, SendLock lock not None, Generation generation not None, check, wait_partitions,
                  wait_room, new_batch, sealed, Py_ssize_t batch_size, Py_ssize_t max_request_size=INT32_MAX,
-                 Py_ssize_t buffer_memory=INT32_MAX, double max_block_ms=60000, bint compressed=False):
+                 Py_ssize_t buffer_memory=INT32_MAX, double max_block_ms=60000, bint compressed=False,
+                 partitioner=None, bint ignore_keys=False):
         self.open = {}
         self.topics = {}
         self.last_name = _NO_TOPIC
@@ -554,6 +567,9 @@ cdef class Accumulator:
         self.max_batch = min(max_request_size, buffer_memory, INT32_MAX)
         self.max_block = max_block_ms / 1000.0
         self.compressed = compressed
+        self.partitioner = partitioner
+        self.ignore_keys = ignore_keys
+        self.hash_keys = partitioner is None and not ignore_keys
 
     # ------------------------------------------------------------ partitions
     cdef _Topic topic(self, str name):
@@ -618,27 +634,98 @@ cdef class Accumulator:
         cdef _Topic t = self.topics.get(topic)
         return None if t is None else t.sticky
 
-    cdef object choose(self, _Topic t, key):
-        """The partition of a record sent without one: murmur2 of ``key``
-        over the topic's partitions, or the sticky partition (chosen at
-        random when there is none, or it is not one of the partitions now).
-        The send path's common case does the same inline."""
-        if key is not None:
+    cdef object choose(self, _Topic t, key, str topic=None, value=None):
+        """The partition of a record sent without one: the custom
+        ``partitioner``'s answer when there is one (None from it: the
+        sticky partition); else murmur2 of ``key`` over the topic's partitions
+        (unless ``ignore_keys``), or the sticky partition (chosen when
+        there is none, or it is not one of the partitions now). The send
+        path's common case does the same inline."""
+        self.chose_sticky = False
+        if self.partitioner is not None:
+            p = self.partitioner(topic, key, value, t.count)
+            if p is not None:
+                p = PyNumber_Index(p)
+                if p < 0:
+                    raise ValueError(f"The partitioner generated an invalid partition number: {p}. Partition "
+                                     "number should always be non-negative.")
+                return p
+        elif key is not None and not self.ignore_keys:
             return t.parts[partition_for_key(key, len(t.parts))]
+        self.chose_sticky = True
         p = t.sticky
         if p is None or not 0 <= p < t.count:
-            p = t.sticky = _random_choice(t.parts)
+            p = t.sticky = self.next_partition(t)
+            t.produced = 0
         return p
 
-    cdef void rotate(self, _Topic t, object partition):
-        """Move ``t``'s sticky partition off ``partition`` (whose batch was
-        just sealed), to another at random (KIP-480)."""
-        cdef tuple parts = t.parts
-        if t.sticky is None or t.sticky != partition or parts is None or len(parts) < 2:
+    cdef object next_partition(self, _Topic t):
+        """The next sticky partition, as Java's ``BuiltInPartitioner``
+        chooses it: at random over the partitions, or, with load figures
+        (:meth:`set_load`), at random weighted by each partition's share of
+        the cumulative frequency table (the shorter its queue, the likelier)."""
+        cdef tuple cft = t.load_cft
+        cdef Py_ssize_t lo, hi, mid
+        cdef int64_t r
+        if cft is None:
+            return _random_choice(t.parts)
+        r = _getrandbits(31) % <int64_t>cft[len(cft) - 1]
+        lo, hi = 0, len(cft)
+        while lo < hi:                       # the first entry above r
+            mid = (lo + hi) >> 1
+            if <int64_t>cft[mid] <= r:
+                lo = mid + 1
+            else:
+                hi = mid
+        return t.load_parts[lo]
+
+    cdef void sticky_grew(self, _Topic t, Py_ssize_t growth, bint full):
+        """``growth`` bytes went to ``t``'s sticky partition (its batch
+        ``full``: sealed by them). As Java's ``BuiltInPartitioner`` (KIP-794),
+        the sticky partition changes once ``batch_size`` bytes went to it
+        and its last batch is full, or once twice that went to it whatever
+        its batch. Compressed, the bytes are their estimated compressed size."""
+        t.produced += growth * (t.ratio * COMPRESSION_MARGIN if self.compressed else 1.0)
+        if (full and t.produced >= self.batch_size) or t.produced >= 2.0 * self.batch_size:
+            t.sticky = self.next_partition(t)
+            t.produced = 0
+
+    def partition_load(self, str topic not None):
+        """What :meth:`set_load` made of ``topic``'s queues: (the
+        partitions keyless records may go to next, the cumulative frequency
+        table of their weights), or None (uniform)."""
+        cdef _Topic t = self.topics.get(topic)
+        return None if t is None or t.load_cft is None else (t.load_parts, t.load_cft)
+
+    def set_load(self, str topic not None, parts, queue_sizes):
+        """The queue (batches waiting, the open one included) of each of
+        ``topic``'s partitions ``parts`` that keyless records may go to
+        (those with a leader, and with ``partitioner_availability_timeout_ms``
+        not overdue), as Java's ``RecordAccumulator.ready`` measures them
+        for adaptive partitioning (KIP-794); None: no figures (the next
+        sticky partition is chosen uniformly). As Java's
+        ``updatePartitionLoadStats``: each partition weighs ``max + 1 -
+        its queue``, and equal queues over every partition mean uniform."""
+        cdef _Topic t = self.topics.get(topic)
+        cdef Py_ssize_t i, n, top, total
+        if t is None:
             return
-        others = [q for q in parts if q != partition]
-        if others:
-            t.sticky = _random_choice(others)
+        if parts is None or len(parts) < 1 or t.count < 2:
+            t.load_parts = t.load_cft = None
+            return
+        sizes = list(queue_sizes)
+        n = len(sizes)
+        top = max(sizes)
+        if n >= t.count and min(sizes) == top:
+            t.load_parts = t.load_cft = None
+            return
+        cft = []
+        total = 0
+        for i in range(n):
+            total += top + 1 - sizes[i]
+            cft.append(total)
+        t.load_parts = tuple(parts)
+        t.load_cft = tuple(cft)
 
     # ---------------------------------------------------------- open batches
     def put(self, tuple tp not None, ProducerBatch batch not None):
@@ -691,7 +778,6 @@ cdef class Accumulator:
     cdef ProducerBatch seal_batch(self, tuple tp):
         cdef ProducerBatch batch = self.take(tp)
         if batch is not None and batch.held.n:
-            self.rotate(<_Topic>self.topics[tp[0]], tp[1])
             self.sealed(tp, batch)
         return batch
 
@@ -746,9 +832,11 @@ cdef class Accumulator:
         if partition is None:
             if t.version != self.generation.value:             # partitions of other metadata, or none
                 return self.send_slow(topic, value, key, headers, partition, ts)
-            if key is not None:                                 # choose(), inline
+            if key is not None and self.hash_keys:              # choose(), inline
                 parts = t.parts
                 partition = parts[key_slot(key, len(parts))]
+            elif self.partitioner is not None:                  # a custom partitioner: choose() calls it
+                return self.send_slow(topic, value, key, headers, partition, ts)
             else:
                 partition = t.sticky
                 sticky = True
@@ -768,7 +856,10 @@ cdef class Accumulator:
             if 0 <= p < PyList_GET_SIZE(slots):
                 batch = PyList_GET_ITEM(slots, p)              # borrowed: the lock keeps it there
                 if batch != <PyObject*>None:
-                    fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
+                    if sticky:
+                        fut = self.add_sticky(t, topic, partition, <ProducerBatch>batch, value, key, headers, ts)
+                    else:
+                        fut = self.add_to(topic, partition, <ProducerBatch>batch, value, key, headers, ts)
                     if fut is not None:
                         return fut
                 elif self.refuses(value, key, headers):     # a new batch needed, no room: refused before any work
@@ -803,8 +894,13 @@ cdef class Accumulator:
             if t is None or t.parts is None:
                 raise KwireError(f"no partitions known for topic {topic!r}")
         if partition is None:
-            sticky = key is None
-            partition = self.choose(t, key)
+            partition = self.choose(t, key, topic, value)
+            sticky = self.chose_sticky
+            if partition >= t.count:
+                self.wait_partitions(topic, deadline, partition + 1)   # a custom partitioner's, maybe new
+                t = self.topics.get(topic)
+                if t is None or t.parts is None:
+                    raise KwireError(f"no partitions known for topic {topic!r}")
         elif partition >= t.count:
             # maybe added (CreatePartitions) since this metadata was taken: look again before refusing
             # (Java's producer waits for metadata that has it; a fresh answer without it is final here)
@@ -830,16 +926,16 @@ cdef class Accumulator:
                     if batch is None:
                         batch = self.new_batch(topic, partition)
                         self.put(tp, batch)
-                fut = self.add_to(topic, partition, batch, value, key, headers, ts)
+                if sticky:
+                    fut = self.add_sticky(t, topic, partition, batch, value, key, headers, ts)
+                else:
+                    fut = self.add_to(topic, partition, batch, value, key, headers, ts)
                 if fut is not None:
                     return fut
                 if not batch.held.n:           # the record alone is too large for a batch
                     self.take(tp)
                     raise self.record_too_large(batch.refused_size, topic, partition)
-                self.seal_batch(tp)            # no room left for it: it goes in the next batch,
-                if sticky:                     # of the next sticky partition (KIP-480, as Java's)
-                    partition = self.choose(t, key)
-                    tp = (topic, partition)
+                self.seal_batch(tp)            # no room left for it: it goes in the partition's next batch
         finally:
             self.lock.release()
 
@@ -863,6 +959,18 @@ cdef class Accumulator:
         where this is asked, a refusal costs about what a send does)."""
         return (self.room_full is not None and self.buffered >= self.buffer_memory
                 and 0 <= alone_bound(value, key, headers) <= self.max_batch)
+
+    cdef RecordFuture add_sticky(self, _Topic t, str topic, object partition, ProducerBatch batch, value, key,
+                                 headers, int64_t ts):
+        """:meth:`add_to` for a record of ``t``'s sticky partition: its
+        bytes count towards the switch to the next (:meth:`sticky_grew`)."""
+        cdef Py_ssize_t before = batch.bytes
+        cdef list slots
+        cdef RecordFuture fut = self.add_to(topic, partition, batch, value, key, headers, ts)
+        if fut is not None:
+            slots = t.slots
+            self.sticky_grew(t, batch.bytes - before, not (partition < len(slots) and slots[partition] is batch))
+        return fut
 
     cdef RecordFuture add_to(self, str topic, object partition, ProducerBatch batch, value, key, headers,
                              int64_t ts):
@@ -890,6 +998,19 @@ cdef class Accumulator:
         return fut
 
     # ----------------------------------------------------------------- Arrow
+    cdef Py_ssize_t custom_row(self, _Topic t, str topic, const char* k, Py_ssize_t kn, const char* v,
+                               Py_ssize_t vn, Py_ssize_t row) except -1:
+        """The partition of Arrow row ``row`` as the custom partitioner
+        gives it (its key and value as bytes, None for a null); one the
+        topic does not have is refused."""
+        key = PyBytes_FromStringAndSize(k, kn) if kn >= 0 else None
+        value = PyBytes_FromStringAndSize(v, vn) if vn >= 0 else None
+        p = self.choose(t, key, topic, value)
+        if p >= t.count:
+            raise InvalidPartitionError(f"the partitioner gave partition {p} for row {row}, which topic {topic!r} "
+                                        f"does not have ({t.count} partitions)")
+        return p
+
     def send_arrow(self, str topic not None, Py_ssize_t n, tuple key, tuple value, tuple headers, tuple partition,
                    tuple timestamp, list batches not None):
         """``Producer.send_arrow``'s compiled part: ``n`` rows, each column
@@ -975,7 +1096,10 @@ cdef class Accumulator:
                     sticky = False
                     if r.part.opened and int_get(&r.part, i, &given):
                         p = <Py_ssize_t>given
-                    elif kn >= 0:
+                    elif self.partitioner is not None:
+                        p = self.custom_row(t, topic, k, kn, v, vn, i)
+                        sticky = self.chose_sticky
+                    elif kn >= 0 and not self.ignore_keys:
                         h = <int32_t>murmur2_raw(<const uint8_t*>k, kn)
                         p = t.parts[(h & 0x7FFFFFFF) % len(t.parts)]
                     else:
@@ -1010,8 +1134,6 @@ cdef class Accumulator:
                         if not batch.held.n:                   # cannot happen: sizes were checked
                             raise self.record_too_large(batch.refused_size, topic, p)
                         self.seal_batch((topic, p))
-                        if sticky:
-                            p = self.choose(t, None)
                     if batch not in seen:
                         seen.add(batch)
                         batches.append(batch)
@@ -1022,6 +1144,10 @@ cdef class Accumulator:
                     count += 1
                     if size + growth > batch.limit:
                         self.seal_batch((topic, p))
+                        if sticky:
+                            self.sticky_grew(t, growth, True)
+                    elif sticky:
+                        self.sticky_grew(t, growth, False)
             finally:
                 self.lock.release()
         finally:
