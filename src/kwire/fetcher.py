@@ -30,6 +30,31 @@ from and how they become what ``poll`` returns.
   for them before stays buffered, not returned, until they are resumed (as
   Java's consumer keeps a paused partition's completed fetches); their
   positions are still looked up.
+- incremental fetch sessions (KIP-227, :mod:`kwire.fetch_session`): one
+  session per broker, and one request of it in flight at a time (its
+  epochs are a sequence). Why one and not one per share: a broker answers a
+  connection's requests in turn, so partitions with nothing to read must
+  sit in a single long poll, not in one fetch per share each waiting out
+  ``fetch_max_wait_ms`` in turn; and the partitions of a session are the
+  ones the broker fetches in each of its requests, so they must be exactly
+  the partitions of that request. So the first share sent to a broker
+  whose session is idle is the session's Fetch, and it takes every
+  caught-up partition (they stay in the session, in the long poll or
+  riding along with partitions that have records, which are answered at
+  once); the other shares, and every share sent while the session's Fetch
+  is in flight, are sessionless (session id 0, epoch -1) and carry only
+  partitions with records to read. Every partition of a session's Fetch
+  that kwire does not fetch this time (paused, unassigned, read ahead
+  twice (both held), backing off, moved to another node or another share)
+  is forgotten in it, as Java forgets its partitions with buffered data;
+  only the added and the changed ones (fetch offset, leader epoch) are
+  named. In the steady state of many caught-up partitions (the case
+  sessions are for) each broker gets one long poll naming nothing, and its
+  answer names only partitions with news. A partition the answer leaves out
+  has nothing new; an error of the whole Fetch, a failed request or a new
+  connection resets the session to a full fetch, from the same positions.
+  ``close()`` closes idle sessions; ``enable_fetch_sessions`` false sends
+  every Fetch sessionless.
 
 :class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
 ``poll`` are the consumer's, and the partitions' states (``_states``) are
@@ -758,14 +783,17 @@ class Fetcher:
                      old_id, session.node, old_epoch, type(protocol.error_for(code, api="Fetch")).__name__)
 
     def _close_sessions_steps(self, deadline: float) -> Steps:
-        """Close the fetch sessions (a Fetch at the final epoch, as Java's
-        consumer sends on close), waiting for the answers until
-        ``deadline`` (a request of the session still in flight is answered
-        first: up to ``fetch_max_wait_ms``)."""
+        """Close the fetch sessions with no request in flight (a Fetch at the
+        final epoch naming no partition, as Java's consumer sends on close),
+        waiting for the answers until ``deadline``. A session whose Fetch is
+        still in flight (a long poll, mostly) is left to the broker's cache,
+        which drops it once it needs the room and the session has been idle
+        for two minutes: the close would be answered only after that Fetch,
+        up to ``fetch_max_wait_ms`` later."""
         futures = []
         for node, session in self._sessions.items():
             conn = self._client.connection(node)
-            if session.id == 0 or conn is None or not conn.ready or conn is not session.conn:
+            if session.id == 0 or session.busy or conn is None or not conn.ready or conn is not session.conn:
                 continue
             futures.append(self._client.send(node, self._fetch_request({}, session.id, FINAL_EPOCH, max_wait_ms=0)))
             session.reset(known=False)

@@ -234,7 +234,10 @@ def test_sessions_off_sends_every_partition_every_time(kafka, caplog):
 
 
 def test_close_closes_the_session_on_the_broker(kafka):
-    """close() ends the session (epoch -1, as Java's consumer): the broker no longer knows its id."""
+    """close() ends an idle session (epoch -1, as Java's consumer): the
+    broker no longer knows its id. (All partitions paused: no Fetch is in
+    flight at the close; one in flight would leave the session to the
+    broker's cache, not make close() wait out its long poll.)"""
     bootstrap = kafka.bootstrap()
     topic = _topic(bootstrap, 2)
     other = Client(resolve(CONSUMER, {"bootstrap.servers": bootstrap}))
@@ -242,13 +245,17 @@ def test_close_closes_the_session_on_the_broker(kafka):
         with Producer(bootstrap_servers=bootstrap) as p:
             p.send(topic, b"x", partition=0).get(30)
         c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
-        c.assign([(topic, 0), (topic, 1)])
+        tps = [(topic, 0), (topic, 1)]
+        c.assign(tps)
         deadline = time.monotonic() + 20
         while not any(s.id and s.epoch > 1 for s in c._sessions.values()):
             assert time.monotonic() < deadline
             c.poll(100)
+        c.pause(*tps)
+        c.poll(500)                              # the Fetch in flight answered; none sent after it
         (node, session), = c._sessions.items()
         sid = session.id
+        assert sid and not session.busy
         t = time.monotonic()
         c.close()
         assert time.monotonic() - t < 5
