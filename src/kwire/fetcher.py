@@ -395,8 +395,8 @@ class Fetcher:
             return None
         return c.end_offset
 
-    def _fetch_request(self, offsets: Mapping[TopicPartition, Optional[int]], session_id: int = 0,
-                       epoch: int = FINAL_EPOCH, forget: Sequence[Tuple[TopicPartition, Any]] = (),
+    def _fetch_request(self, versions: Dict[int, int], offsets: Mapping[TopicPartition, Optional[int]],
+                       session_id: int = 0, epoch: int = FINAL_EPOCH, forget: Sequence[Tuple[TopicPartition, Any]] = (),
                        max_wait_ms: Optional[int] = None) -> Any:
         """A FetchRequest for ``offsets`` (sessionless, by default; or of
         fetch session ``session_id`` at ``epoch``, forgetting the
@@ -506,9 +506,9 @@ class Fetcher:
                 for i, tp in enumerate(unread + rest):
                     shares[i % slots].append(tp)
             for share in shares:
-                self._send_fetch(node, share, from_replica, now, session if share is shares[0] else None)
+                self._send_fetch(node, conn, share, from_replica, now, session if share is shares[0] else None)
 
-    def _send_fetch(self, node: int, share: List[TopicPartition], from_replica: Set[TopicPartition],
+    def _send_fetch(self, node: int, conn: Any, share: List[TopicPartition], from_replica: Set[TopicPartition],
                     now: float, session: Optional[FetchSession]) -> None:
         """Send one Fetch of ``share`` to ``node``: sessionless, or as the
         next request of ``session`` (only what changed since its last one)."""
@@ -516,15 +516,15 @@ class Fetcher:
         epochs = {tp: self._leader_epoch(tp) for tp in share}
         via = from_replica.intersection(share) if from_replica else _NO_REPLICA
         if session is None:
-            request = self._fetch_request(asked)
+            request = self._fetch_request(conn.versions, asked)
         else:
             ids = self._client.cluster.topic_ids
             max_bytes = self.cfg["max_partition_fetch_bytes"]
             want: Dict[TopicPartition, Part] = {tp: (ids.get(tp.topic), asked[tp], epochs[tp], max_bytes)  # type: ignore[misc]
                                                 for tp in share}
             session_id, epoch, send, forget = session.next_request(want)
-            request = self._fetch_request({tp: asked[tp] for tp in send}, session_id, epoch, forget)
-            if log.isEnabledFor(logging.DEBUG):
+            request = self._fetch_request(conn.versions, {tp: asked[tp] for tp in send}, session_id, epoch, forget)
+            if session_id and log.isEnabledFor(logging.DEBUG):     # (a fetch opening a session: nothing to say yet)
                 log.debug("fetch session %s (epoch %s) to node %s: %d of %d partition(s) sent, %d forgotten",
                           session_id, epoch, node, len(send), len(want), len(forget))
         fut = self._client.send(node, request)
@@ -795,7 +795,8 @@ class Fetcher:
             conn = self._client.connection(node)
             if session.id == 0 or session.busy or conn is None or not conn.ready or conn is not session.conn:
                 continue
-            futures.append(self._client.send(node, self._fetch_request({}, session.id, FINAL_EPOCH, max_wait_ms=0)))
+            futures.append(self._client.send(node, self._fetch_request(conn.versions, {}, session.id, FINAL_EPOCH,
+                                                                       max_wait_ms=0)))
             session.reset(known=False)
         for fut in futures:
             try:

@@ -11,12 +11,14 @@ send next (INVALID_FETCH_SESSION_EPOCH). The consumer then fetches in full
 eviction cannot be used here: a consumer's session is evicted only after
 two idle minutes, a constant of the broker.)
 
-Each Fetch of a session is said at DEBUG by the ``kwire.consumer`` logger;
-the tests count its partitions from those lines.
+Each Fetch of an open session is said at DEBUG by the ``kwire.consumer``
+logger (the full one that opens it is not: no session yet); the tests count
+its partitions from those lines.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import re
@@ -29,6 +31,7 @@ import pytest
 
 from kwire import protocol
 from kwire.admin import Admin, NewTopic
+from kwire.aio import AsyncConsumer
 from kwire.client import Client
 from kwire.config import CONSUMER, resolve
 from kwire.consumer import Consumer, TopicPartition
@@ -50,7 +53,7 @@ class Sent(NamedTuple):
 
 
 def session_fetches(caplog: Any) -> List[Sent]:
-    """The session Fetches the consumer sent, in order (from its DEBUG lines)."""
+    """The Fetches of open sessions the consumer sent, in order (from its DEBUG lines)."""
     out = []
     for r in caplog.records:
         m = _LINE.fullmatch(r.getMessage())
@@ -155,8 +158,7 @@ def test_fetches_after_the_first_name_only_what_changed_and_every_record_comes_o
         assert c._sessions[node].id != 0
 
     fetches = session_fetches(caplog)
-    first = fetches[0]
-    assert first.epoch == 0 and first.sent == first.fetched and first.session_id == 0
+    assert fetches[0].epoch == 1, fetches[:3]      # the one before (opening the session) is not said
     incremental = [f for f in fetches if f.epoch > 0]
     assert len(incremental) > len(fetches) // 2, fetches
     assert any(f.sent == 0 and f.fetched == 16 for f in incremental), "a caught-up long poll names nothing"
@@ -217,8 +219,10 @@ def test_a_session_error_fetches_in_full_and_loses_no_record(kafka, caplog, erro
         fetches = session_fetches(caplog)
         i = max(k for k, f in enumerate(fetches) if f.session_id == old_id and f.epoch > 0)
         redo = fetches[i + 1]
-        expected_id = 0 if error == "FETCH_SESSION_ID_NOT_FOUND" else old_id
-        assert (redo.session_id, redo.epoch) == (expected_id, 0) and redo.sent == redo.fetched
+        if error == "FETCH_SESSION_ID_NOT_FOUND":      # a full fetch without an id (not said), then a new session
+            assert redo.session_id not in (0, old_id) and redo.epoch == 1, redo
+        else:                                           # a full fetch closing the old session, opening a new one
+            assert (redo.session_id, redo.epoch) == (old_id, 0) and redo.sent == redo.fetched, redo
     finally:
         other.close()
 
@@ -233,31 +237,60 @@ def test_sessions_off_sends_every_partition_every_time(kafka, caplog):
     assert session_fetches(caplog) == []
 
 
-def test_close_closes_the_session_on_the_broker(kafka):
-    """close() ends an idle session (epoch -1, as Java's consumer): the
-    broker no longer knows its id. (All partitions paused: no Fetch is in
-    flight at the close; one in flight would leave the session to the
-    broker's cache, not make close() wait out its long poll.)"""
+def _in_use(c: Consumer) -> bool:
+    """Whether ``c`` (a Consumer, or an AsyncConsumer's) has a session past its first incremental Fetch."""
+    return any(s.id and s.epoch > 1 for s in c._sessions.values())
+
+
+def _idle(c: Consumer) -> Tuple[int, int]:
+    """The (node, session id) of ``c``'s one session, checked idle (no Fetch of it in flight)."""
+    (node, session), = c._sessions.items()
+    assert session.id and not session.busy
+    return node, session.id
+
+
+@pytest.mark.parametrize("driver", ["sync", "aio"])
+def test_close_closes_the_session_on_the_broker(kafka, driver):
+    """close() ends an idle session (epoch -1, as Java's consumer), on both
+    drivers: the broker no longer knows its id. (All partitions paused: no
+    Fetch is in flight at the close; one in flight would leave the session
+    to the broker's cache, not make close() wait out its long poll.)"""
     bootstrap = kafka.bootstrap()
     topic = _topic(bootstrap, 2)
+    tps = [(topic, 0), (topic, 1)]
+    cfg = {"bootstrap_servers": bootstrap, "auto_offset_reset": "earliest", "fetch_max_wait_ms": 100}
     other = Client(resolve(CONSUMER, {"bootstrap.servers": bootstrap}))
     try:
         with Producer(bootstrap_servers=bootstrap) as p:
             p.send(topic, b"x", partition=0).get(30)
-        c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
-        tps = [(topic, 0), (topic, 1)]
-        c.assign(tps)
         deadline = time.monotonic() + 20
-        while not any(s.id and s.epoch > 1 for s in c._sessions.values()):
-            assert time.monotonic() < deadline
-            c.poll(100)
-        c.pause(*tps)
-        c.poll(500)                              # the Fetch in flight answered; none sent after it
-        (node, session), = c._sessions.items()
-        sid = session.id
-        assert sid and not session.busy
-        t = time.monotonic()
-        c.close()
+        t = 0.0
+        if driver == "sync":
+            c = Consumer(**cfg)
+            c.assign(tps)
+            while not _in_use(c):
+                assert time.monotonic() < deadline
+                c.poll(100)
+            c.pause(*tps)
+            c.poll(500)                          # the Fetch in flight answered; none sent after it
+            node, sid = _idle(c)
+            t = time.monotonic()
+            c.close()
+        else:
+            async def run() -> Tuple[int, int]:
+                nonlocal t
+                ac = AsyncConsumer(**cfg)
+                ac.assign(tps)
+                while not _in_use(ac._c):
+                    assert time.monotonic() < deadline
+                    await ac.getmany(100)
+                ac.pause(*tps)
+                await ac.getmany(500)
+                found = _idle(ac._c)
+                t = time.monotonic()
+                await ac.close()
+                return found
+            node, sid = asyncio.run(run())
         assert time.monotonic() - t < 5
         assert _session_fetch(other, node, sid, 1) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     finally:
