@@ -44,7 +44,7 @@ SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVA
                             ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR})
 
 #: What a session holds of a partition: (topic id, fetch offset, current leader epoch, max bytes).
-Part = Tuple[Any, int, int, int]
+Part = Tuple[Any, Optional[int], int, int]
 
 
 class FetchSession:

@@ -520,7 +520,7 @@ class Fetcher:
         else:
             ids = self._client.cluster.topic_ids
             max_bytes = self.cfg["max_partition_fetch_bytes"]
-            want: Dict[TopicPartition, Part] = {tp: (ids.get(tp.topic), asked[tp], epochs[tp], max_bytes)  # type: ignore[misc]
+            want: Dict[TopicPartition, Part] = {tp: (ids.get(tp.topic), asked[tp], epochs[tp], max_bytes)
                                                 for tp in share}
             session_id, epoch, send, forget = session.next_request(want)
             request = self._fetch_request(conn.versions, {tp: asked[tp] for tp in send}, session_id, epoch, forget)
