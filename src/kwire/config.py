@@ -399,6 +399,9 @@ CONSUMER: Dict[str, Option] = {
     "max_partition_fetch_bytes": Option(1048576, _int(1)),
     "max_poll_records": Option(500, _int(1)),
     "max_in_flight_fetches": Option(4, _int(1, 16)),
+    "enable_fetch_sessions": Option(True, _bool, "incremental fetch sessions (KIP-227): after a full Fetch, a "
+                                    "broker's Fetches name only the partitions that changed (off: every Fetch "
+                                    "names every partition, for comparison; a broker may refuse sessions anyway)"),
     "max_poll_bytes": Option(32 * 1024 * 1024, _int(1)),
     "check_crcs": Option(True, _bool),
     "max_decompressed_bytes": Option(256 * 1024 * 1024, _int(1, 2**31 - 1)),

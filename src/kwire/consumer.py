@@ -459,15 +459,18 @@ class Consumer(Fetcher):
     # ------------------------------------------------------------ close
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the connections; with a group, first commit (auto commit),
-        revoke and leave, within ``timeout`` seconds in all (default
+        revoke and leave, then close the fetch sessions (as Java's consumer
+        does), within ``timeout`` seconds in all (default
         ``request_timeout_ms``)."""
         self._client.run(self._close_steps(timeout))
 
     def _close_steps(self, timeout: Optional[float]) -> Steps:
         if not self._closed:
+            deadline = time.monotonic() + (self.cfg["request_timeout_ms"] / 1000.0 if timeout is None else timeout)
             try:
                 if self._group is not None:
                     yield from self._group.close_steps(timeout)   # commit, revoke, leave the group
+                yield from self._close_sessions_steps(deadline)    # the brokers' fetch sessions (KIP-227)
             finally:
                 self._client.close()
                 self._closed = True

@@ -30,6 +30,31 @@ from and how they become what ``poll`` returns.
   for them before stays buffered, not returned, until they are resumed (as
   Java's consumer keeps a paused partition's completed fetches); their
   positions are still looked up.
+- incremental fetch sessions (KIP-227, :mod:`kwire.fetch_session`): one
+  session per broker, and one request of it in flight at a time (its
+  epochs are a sequence). Why one and not one per share: a broker answers a
+  connection's requests in turn, so partitions with nothing to read must
+  sit in a single long poll, not in one fetch per share each waiting out
+  ``fetch_max_wait_ms`` in turn; and the partitions of a session are the
+  ones the broker fetches in each of its requests, so they must be exactly
+  the partitions of that request. So the first share sent to a broker
+  whose session is idle is the session's Fetch, and it takes every
+  caught-up partition (they stay in the session, in the long poll or
+  riding along with partitions that have records, which are answered at
+  once); the other shares, and every share sent while the session's Fetch
+  is in flight, are sessionless (session id 0, epoch -1) and carry only
+  partitions with records to read. Every partition of a session's Fetch
+  that kwire does not fetch this time (paused, unassigned, read ahead
+  twice (both held), backing off, moved to another node or another share)
+  is forgotten in it, as Java forgets its partitions with buffered data;
+  only the added and the changed ones (fetch offset, leader epoch) are
+  named. In the steady state of many caught-up partitions (the case
+  sessions are for) each broker gets one long poll naming nothing, and its
+  answer names only partitions with news. A partition the answer leaves out
+  has nothing new; an error of the whole Fetch, a failed request or a new
+  connection resets the session to a full fetch, from the same positions.
+  ``close()`` closes idle sessions; ``enable_fetch_sessions`` false sends
+  every Fetch sessionless.
 
 :class:`kwire.consumer.Consumer` is a :class:`Fetcher`: the public API and
 ``poll`` are the consumer's, and the partitions' states (``_states``) are
@@ -52,6 +77,7 @@ from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
 from kwire.client import STALLED, Client, Sleep, Steps
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
+from kwire.fetch_session import FINAL_EPOCH, SESSION_ERRORS, FetchSession, Part
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, TopicPartition
@@ -166,6 +192,10 @@ class Fetcher:
         # client keeps failing on moves a partition to and fro every backoff; each is said once (then DEBUG)
         self._replica_said: Dict[Tuple[TopicPartition, str], int] = {}   # (partition, what) -> replica
         self._said_back: Dict[TopicPartition, str] = {}   # partition -> why it last went back to its leader
+        # KIP-227: one fetch session per node (see the module docstring)
+        self._use_sessions = self.cfg["enable_fetch_sessions"]
+        self._sessions: Dict[int, FetchSession] = {}
+        self._session_said: Dict[int, int] = {}         # node -> the session whose error was said last
 
     def _has_unread(self, tp: TopicPartition) -> bool:
         """Whether the next fetch of ``tp`` starts before the end the last
@@ -365,7 +395,12 @@ class Fetcher:
             return None
         return c.end_offset
 
-    def _fetch_request(self, versions: Dict[int, int], offsets: Dict[TopicPartition, Optional[int]]) -> Any:
+    def _fetch_request(self, versions: Dict[int, int], offsets: Mapping[TopicPartition, Optional[int]],
+                       session_id: int = 0, epoch: int = FINAL_EPOCH, forget: Sequence[Tuple[TopicPartition, Any]] = (),
+                       max_wait_ms: Optional[int] = None) -> Any:
+        """A FetchRequest for ``offsets`` (sessionless, by default; or of
+        fetch session ``session_id`` at ``epoch``, forgetting the
+        (partition, topic id) pairs of ``forget``)."""
         cls = protocol.message("FetchRequest")
         topics: Dict[str, List[Any]] = collections.defaultdict(list)
         for tp, offset in offsets.items():
@@ -374,12 +409,18 @@ class Fetcher:
                 current_leader_epoch=self._leader_epoch(tp),
                 partition_max_bytes=self.cfg["max_partition_fetch_bytes"]))
         ids = self._client.cluster.topic_ids
+        forgotten: Dict[Tuple[str, Any], List[int]] = collections.defaultdict(list)
+        for tp, topic_id in forget:
+            forgotten[(tp.topic, topic_id)].append(tp.partition)
         return cls(
-            replica_id=-1, max_wait_ms=self.cfg["fetch_max_wait_ms"], min_bytes=self.cfg["fetch_min_bytes"],
+            replica_id=-1, max_wait_ms=self.cfg["fetch_max_wait_ms"] if max_wait_ms is None else max_wait_ms,
+            min_bytes=self.cfg["fetch_min_bytes"],
             max_bytes=max(1, self.cfg["fetch_max_bytes"] // self.cfg["max_in_flight_fetches"]), isolation_level=1 if self._read_committed else 0,
-            session_id=0, session_epoch=-1,
+            session_id=session_id, session_epoch=epoch,
             topics=[cls.FetchTopic(topic=t, topic_id=ids.get(t), partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id=self.cfg["client_rack"] or "")
+            forgotten_topics_data=[cls.ForgottenTopic(topic=t, topic_id=i, partitions=ps)
+                                   for (t, i), ps in forgotten.items()],
+            rack_id=self.cfg["client_rack"] or "")
 
     def _send_fetches(self) -> None:
         """Fetches for the assigned partitions that are not paused and have a
@@ -449,24 +490,63 @@ class Fetcher:
                 continue
             if ApiKey.FETCH not in conn.versions:
                 raise protocol.no_common_version(ApiKey.FETCH, conn.broker_ranges.get(ApiKey.FETCH))
+            session = self._session_for(node, conn)
+            if session is not None and session.busy:
+                session = None            # this round's fetches go sessionless
             shares: List[List[TopicPartition]] = [[] for _ in range(slots)]
             with_records = set(unread)
-            for i, tp in enumerate(unread + [tp for tp in tps if tp not in with_records]):
-                shares[i % slots].append(tp)
+            rest = [tp for tp in tps if tp not in with_records]
+            if session is not None:
+                # the session's share (the first) takes every caught-up partition: they stay in the session,
+                # and ride along with partitions that have records (answered at once)
+                for i, tp in enumerate(unread):
+                    shares[i % slots].append(tp)
+                shares[0].extend(rest)
+            else:
+                for i, tp in enumerate(unread + rest):
+                    shares[i % slots].append(tp)
             for share in shares:
-                asked = {tp: self._fetch_offset(tp) for tp in share}
-                epochs = {tp: self._leader_epoch(tp) for tp in share}
-                via = from_replica.intersection(share) if from_replica else _NO_REPLICA
-                fut = client.send(node, self._fetch_request(conn.versions, asked))
-                self._node_fetches[node] += 1
-                for tp in share:
-                    self._in_flight[tp] = node
-                self._fetch_serial += 1
-                serial = self._fetch_serial
-                self._fetch_flights[serial] = (node, now, {tp: e for tp, e in epochs.items() if tp not in via})
-                fut.add_done_callback(lambda f, serial=serial: self._fetch_flights.pop(serial, None))
-                fut.add_done_callback(lambda f, node=node, asked=asked, epochs=epochs, via=via:
-                                      self._on_fetch(node, asked, f, epochs, via))
+                self._send_fetch(node, conn, share, from_replica, now, session if share is shares[0] else None)
+
+    def _send_fetch(self, node: int, conn: Any, share: List[TopicPartition], from_replica: Set[TopicPartition],
+                    now: float, session: Optional[FetchSession]) -> None:
+        """Send one Fetch of ``share`` to ``node``: sessionless, or as the
+        next request of ``session`` (only what changed since its last one)."""
+        asked = {tp: self._fetch_offset(tp) for tp in share}
+        epochs = {tp: self._leader_epoch(tp) for tp in share}
+        via = from_replica.intersection(share) if from_replica else _NO_REPLICA
+        if session is None:
+            request = self._fetch_request(conn.versions, asked)
+        else:
+            ids = self._client.cluster.topic_ids
+            max_bytes = self.cfg["max_partition_fetch_bytes"]
+            want: Dict[TopicPartition, Part] = {tp: (ids.get(tp.topic), asked[tp], epochs[tp], max_bytes)
+                                                for tp in share}
+            session_id, epoch, send, forget = session.next_request(want)
+            request = self._fetch_request(conn.versions, {tp: asked[tp] for tp in send}, session_id, epoch, forget)
+            if session_id and log.isEnabledFor(logging.DEBUG):     # (a fetch opening a session: nothing to say yet)
+                log.debug("fetch session %s (epoch %s) to node %s: %d of %d partition(s) sent, %d forgotten",
+                          session_id, epoch, node, len(send), len(want), len(forget))
+        fut = self._client.send(node, request)
+        self._node_fetches[node] += 1
+        for tp in share:
+            self._in_flight[tp] = node
+        self._fetch_serial += 1
+        serial = self._fetch_serial
+        self._fetch_flights[serial] = (node, now, {tp: e for tp, e in epochs.items() if tp not in via})
+        fut.add_done_callback(lambda f: self._fetch_flights.pop(serial, None))
+        fut.add_done_callback(lambda f: self._on_fetch(node, asked, f, epochs, via, session))
+
+    def _session_for(self, node: int, conn: Any) -> Optional[FetchSession]:
+        """The fetch session of ``node`` (made on first use), or None: sessions
+        off (``enable_fetch_sessions``), or a broker without them (Fetch v7+)."""
+        if not self._use_sessions or conn.versions[ApiKey.FETCH] < 7:
+            return None
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSession(node)
+        session.use_on(conn)
+        return session
 
     def _check_stalled_fetches(self, now: float) -> None:
         """Fetches to a leader unanswered for ``fetch_max_wait_ms`` plus
@@ -653,21 +733,31 @@ class Fetcher:
         st.position = end_offset
 
     def _on_fetch(self, node: int, asked: Dict[TopicPartition, Optional[int]], fut: Future,
-                  epochs: Dict[TopicPartition, int], via: AbstractSet[TopicPartition] = frozenset()) -> None:
+                  epochs: Dict[TopicPartition, int], via: AbstractSet[TopicPartition] = frozenset(),
+                  session: Optional[FetchSession] = None) -> None:
         """A Fetch answered (I/O callback); ``via``: its partitions asked of
-        ``node`` as their read replica. The bookkeeping of what is in
-        flight comes first, so that nothing after it can leave it wrong."""
+        ``node`` as their read replica; ``session``: the fetch session it
+        was a request of (its partitions left out of the answer have
+        nothing new). The bookkeeping of what is in flight comes first, so
+        that nothing after it can leave it wrong."""
         self._node_fetches[node] -= 1
         for tp in asked:
             if self._in_flight.get(tp) == node:
                 del self._in_flight[tp]
         asked = {tp: pos for tp, pos in asked.items() if tp in self._states}
         if fut.failed():
+            if session is not None:
+                session.failed()
             self._fetch_failed(node, asked, fut.exception(), logging.DEBUG, via)
             return
         resp = fut.value
-        if getattr(resp, "error_code", 0):
-            self._fetch_failed(node, asked, protocol.error_for(resp.error_code, api="Fetch"), logging.INFO, via)
+        code = getattr(resp, "error_code", 0)
+        if session is not None:
+            self._session_answered(session, code, resp)
+        if code:
+            if session is not None and code in SESSION_ERRORS:
+                return        # nothing fetched: its partitions are fetched again at once, in full
+            self._fetch_failed(node, asked, protocol.error_for(code, api="Fetch"), logging.INFO, via)
             return
         self._node_failure.pop(node, None)
         try:
@@ -681,6 +771,38 @@ class Fetcher:
             for tp in asked:
                 self._states[tp].retry_at = retry_at
             raise
+
+    def _session_answered(self, session: FetchSession, code: int, resp: Any) -> None:
+        """Move ``session`` on by its request's answer; a session error is
+        said (INFO, as Java's client says it; once per session id)."""
+        old_id, old_epoch = session.id, session.epoch
+        session.answered(code, resp.session_id)
+        if code in SESSION_ERRORS and self._session_said.get(session.node) != old_id:
+            self._session_said[session.node] = old_id
+            log.info("fetch session %s of node %s (epoch %s) failed: %s; fetching in full (a new session)",
+                     old_id, session.node, old_epoch, type(protocol.error_for(code, api="Fetch")).__name__)
+
+    def _close_sessions_steps(self, deadline: float) -> Steps:
+        """Close the fetch sessions with no request in flight (a Fetch at the
+        final epoch naming no partition, as Java's consumer sends on close),
+        waiting for the answers until ``deadline``. A session whose Fetch is
+        still in flight (a long poll, mostly) is left to the broker's cache,
+        which drops it once it needs the room and the session has been idle
+        for two minutes: the close would be answered only after that Fetch,
+        up to ``fetch_max_wait_ms`` later."""
+        futures = []
+        for node, session in self._sessions.items():
+            conn = self._client.connection(node)
+            if session.id == 0 or session.busy or conn is None or not conn.ready or conn is not session.conn:
+                continue
+            futures.append(self._client.send(node, self._fetch_request(conn.versions, {}, session.id, FINAL_EPOCH,
+                                                                       max_wait_ms=0)))
+            session.reset(known=False)
+        for fut in futures:
+            try:
+                yield from self._client.wait_steps(fut, max(0.0, deadline - time.monotonic()))
+            except Exception as e:     # closing anyway: the broker's cache drops an idle session in time
+                log.debug("closing a fetch session failed: %s", e)
 
     def _take_fetch(self, asked: Dict[TopicPartition, Optional[int]], resp: Any, epochs: Dict[TopicPartition, int]) -> None:
         """Buffer the data of each partition of a Fetch answer (or act on its

@@ -53,15 +53,16 @@ def _take(c, how: str) -> Dict[TopicPartition, List[int]]:
 
 @pytest.fixture
 def fetched(monkeypatch):
-    """The partitions of every Fetch request built from now on."""
+    """The partitions of every Fetch sent from now on (those it fetches: with
+    a fetch session, the ones it names and the ones the session holds)."""
     asked: List[TopicPartition] = []
-    build = Fetcher._fetch_request
+    send = Fetcher._send_fetch
 
-    def spy(self, versions, offsets):
-        asked.extend(offsets)
-        return build(self, versions, offsets)
+    def spy(self, node, conn, share, *args, **kw):
+        asked.extend(share)
+        return send(self, node, conn, share, *args, **kw)
 
-    monkeypatch.setattr(Fetcher, "_fetch_request", spy)
+    monkeypatch.setattr(Fetcher, "_send_fetch", spy)
     return asked
 
 

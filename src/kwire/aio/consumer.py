@@ -304,7 +304,8 @@ class AsyncConsumer:
     # ------------------------------------------------------------ close
     async def close(self, timeout: Optional[float] = None) -> None:
         """Close the connections; with a group, first commit (auto commit),
-        revoke and leave, within ``timeout`` seconds in all (default
+        revoke and leave, then close the fetch sessions (as Java's consumer
+        does), within ``timeout`` seconds in all (default
         ``request_timeout_ms``)."""
         if not self._c._closed:
             self._rewind_held()
