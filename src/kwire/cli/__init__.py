@@ -1,6 +1,8 @@
-"""The ``kwire`` command's client subcommands: produce, consume, topics,
-offsets, groups, delegation-token and broker (a local Tansu broker for
-development).
+"""The ``kwire`` command's client subcommands: produce
+(:mod:`kwire.cli.produce`), consume (:mod:`kwire.cli.consume`; both as kcat
+takes records: :mod:`kwire.cli.records`), topics, offsets, groups, configs,
+transactions, features, metadata-quorum, log-dirs, delegation-token and
+broker (a local Tansu broker for development).
 
 Output for pipes goes to stdout; progress and diagnostics to stderr.
 Client options with Kafka's dotted names (or kwire's) can be given with
@@ -26,11 +28,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
-import signal
 import sys
-import time
-from typing import Any, Dict, Iterable, List, Optional, TextIO
+from typing import Any, Dict, Iterable, List, Optional
+
+from kwire.cli.consume import add_consume
+from kwire.cli.options import client_config
+from kwire.cli.produce import add_produce
 
 __all__ = ["add_commands", "run", "SECURITY_HELP", "REGISTRY_HELP"]
 
@@ -74,308 +77,10 @@ list), with kwire's or Kafka's names, e.g.
 """
 
 
-def _dotted(name: str) -> str:
-    return name.strip().lower().replace("_", ".").replace("-", ".")
-
-
-def _options(args: argparse.Namespace) -> Dict[str, Any]:
-    """The options given: ``--command-config``'s, ``-b``, ``-X``'s (dotted names)."""
-    from kwire.sasl.jaas import read_properties
-
-    given = read_properties(args.command_config) if getattr(args, "command_config", None) else {}
-    cfg: Dict[str, Any] = {_dotted(k): v for k, v in given.items()}
-    if args.bootstrap_servers or "bootstrap.servers" not in cfg:
-        cfg["bootstrap.servers"] = args.bootstrap_servers or os.environ.get("KWIRE_BOOTSTRAP", "127.0.0.1:9092")
-    for item in args.X or []:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"kwire: -X {item!r}: expected name=value")
-        cfg[_dotted(name)] = value
-    return cfg
-
-
-def _config(args: argparse.Namespace, given: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The client options (``given``, default :func:`_options`), with
-    Kafka's Java login options turned into kwire's."""
-    from kwire.sasl.login import translate_login
-
-    return translate_login(_options(args) if given is None else given)
-
-
-class Progress:
-    """Counts on stderr, at most a few times a second, when stderr is a terminal
-    (or always with ``force``)."""
-
-    def __init__(self, what: str, stream: Optional[TextIO] = None, force: bool = False) -> None:
-        self.what = what
-        self.stream = stream = stream if stream is not None else sys.stderr   # the current one, not import time's
-        self.live = force or stream.isatty()
-        self.count = 0
-        self.start = time.monotonic()
-        self._last = 0.0
-
-    def add(self, n: int = 1) -> None:
-        self.count += n
-        now = time.monotonic()
-        if self.live and now - self._last > 0.25:
-            self._last = now
-            rate = self.count / max(now - self.start, 1e-9)
-            self.stream.write(f"\r{self.what}: {self.count:,} ({rate:,.0f}/s)")
-            self.stream.flush()
-
-    def done(self) -> None:
-        secs = time.monotonic() - self.start
-        rate = self.count / secs if secs > 0 else 0.0
-        self.stream.write(f"{chr(13) if self.live else ''}{self.what}: {self.count:,} in {secs:.2f} s ({rate:,.0f}/s)\n")
-        self.stream.flush()
-
-
-def _lines(stream: Iterable[bytes]) -> Iterable[bytes]:
-    for line in stream:
-        yield line[:-1] if line.endswith(b"\n") else line
-
-
-def cmd_produce(args: argparse.Namespace) -> int:
-    """Lines of stdin (or a file) become records; ``--key-separator`` splits
-    key from value; ``--json`` reads JSON lines {"key", "value", "headers",
-    "partition"} (strings as UTF-8, or base64 with ``"encoding": "base64"``)."""
-    from kwire.errors import KwireError
-    from kwire.producer import Producer
-
-    source = open(args.file, "rb") if args.file else sys.stdin.buffer
-    progress = Progress(f"produced to {args.topic}", force=args.progress)
-    failures: List[BaseException] = []
-    with Producer(_config(args), compression_type=args.compression, acks=args.acks) as p:
-        for lineno, line in enumerate(_lines(source), 1):
-            if not line and not args.json:
-                continue
-            key = headers = partition = None
-            value: Optional[bytes] = line
-            if args.json:
-                try:
-                    key, value, headers, partition = _json_record(line)
-                except (ValueError, TypeError, AttributeError) as e:   # binascii.Error is a ValueError
-                    sys.stderr.write(f"kwire: line {lineno}: not a JSON record: {e}\n")
-                    return 2
-            elif args.key_separator:
-                k, sep, v = line.partition(args.key_separator.encode())
-                if sep:
-                    key, value = k, v
-            try:
-                fut = p.send(args.topic, value, key=key, headers=headers,
-                             partition=args.partition if partition is None else partition)
-            except (KwireError, TypeError, ValueError) as e:    # a partition it lacks, a record too large...
-                sys.stderr.write(f"kwire: line {lineno}: {e}\n")
-                return 1                                        # what went before is flushed on the way out
-            fut.add_callback(lambda meta, err: failures.append(err) if err else None)
-            progress.add()
-        p.flush()
-    progress.done()
-    if failures:
-        sys.stderr.write(f"kwire: {len(failures)} record(s) failed: {failures[0]}\n")
-        return 1
-    return 0
-
-
-def _json_record(line: bytes):
-    """(key, value, headers, partition) of a JSON line; strings are UTF-8,
-    or base64 when the record says ``"encoding": "base64"``."""
-    rec = json.loads(line)
-    b64 = rec.get("encoding", "utf-8") == "base64"
-
-    def conv(x: Any) -> Optional[bytes]:
-        if x is None:
-            return None
-        return base64.b64decode(x, validate=True) if b64 else str(x).encode("utf-8")
-
-    headers = [(k, conv(v)) for k, v in (rec.get("headers") or {}).items()] or None
-    return conv(rec.get("key")), conv(rec.get("value")), headers, rec.get("partition")
-
-
-def _text(b: Optional[bytes]) -> Any:
-    """Raw bytes in JSON output: UTF-8 text, else ``{"base64": ...}``."""
-    if b is None:
-        return None
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(b).decode("ascii")}
-
-
-def _format(fmt: str, topic: str, partition: int, r: Any) -> bytes:
-    if fmt == "value":
-        return (r.value or b"") + b"\n"
-    if fmt == "kv":
-        return (r.key or b"") + b"\t" + (r.value or b"") + b"\n"
-    return (json.dumps({"topic": topic, "partition": partition, "offset": r.offset, "timestamp": r.timestamp,
-                        "key": _text(r.key), "value": _text(r.value),
-                        "headers": [[k, _text(v)] for k, v in r.headers]}, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def cmd_consume(args: argparse.Namespace) -> int:
-    """Records of a topic (all partitions, or ``--partition``) from
-    ``--from`` (earliest, latest or an offset) to stdout (or ``--output``
-    Parquet); stops after ``--count`` records, at the end with
-    ``--exit-at-end``, or after ``--timeout`` seconds without one. Keys and
-    values typed by ``--key-format`` / ``--value-format``."""
-    from kwire.consumer import Consumer
-    from kwire.formats import split_options
-
-    format_options, client_options = split_options(_options(args))
-    typed = args.output or args.key_format != "raw" or args.value_format != "raw"
-    try:
-        writer = _TypedWriter(args, format_options) if typed else _RecordWriter(args)
-    except (ValueError, ImportError, OSError) as e:     # a schema, the registry's options, an extra, the file
-        sys.stderr.write(f"kwire: {e}\n")
-        return 1
-    progress = Progress(f"consumed from {args.topic}", force=args.progress)
-    with writer, Consumer(_config(args, client_options), auto_offset_reset="earliest") as c:
-        parts = [args.partition] if args.partition is not None else c._client.refresh_metadata([args.topic]).partitions_for(args.topic)
-        if not parts:
-            sys.stderr.write(f"kwire: topic {args.topic!r} has no partitions (does it exist?)\n")
-            return 1
-        tps = [(args.topic, p) for p in parts]
-        c.assign(tps)
-        if args.start == "latest":
-            c.seek_to_end(*tps)
-        elif args.start != "earliest":
-            for tp in tps:
-                c.seek(tp, int(args.start))
-        ends = c.end_offsets(tps) if args.exit_at_end else {}
-        _consume_loop(args, c, writer, ends, progress)
-    progress.done()
-    return 0
-
-
-def _consume_loop(args: argparse.Namespace, c: Any, writer: Any, ends: Dict[Any, int], progress: Progress) -> None:
-    """Poll and write until the count, the end (``-e``), ``--timeout``
-    without a record, or Ctrl-C."""
-    done = 0
-    stop = [False]
-    signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
-    last = time.monotonic()
-    while not stop[0]:
-        left = args.count - done if args.count else None
-        n, got = writer.write(c, left)
-        done += n
-        progress.add(n)
-        now = time.monotonic()
-        if n:
-            last = now
-        if (args.count and done >= args.count) or (args.timeout is not None and now - last >= args.timeout):
-            break
-        if args.exit_at_end and not got and all(c.position(tp) >= ends[tp] for tp in ends):
-            break
-
-
-class _Writer:
-    """What a consume run writes its polls with (closed after the run)."""
-
-    def __enter__(self) -> "_Writer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        pass
-
-
-class _RecordWriter(_Writer):
-    """The records of each poll, one line each (``--format``)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.fmt = args.format
-        self.out = sys.stdout.buffer
-
-    def write(self, c: Any, left: Optional[int]) -> "tuple[int, bool]":
-        batch = c.poll(500)
-        n = 0
-        for tp, records in batch.items():
-            for r in records[:left - n if left is not None else None]:
-                self.out.write(_format(self.fmt, tp.topic, tp.partition, r))
-                n += 1
-        self.out.flush()
-        return n, bool(batch)
-
-
-class _TypedWriter(_Writer):
-    """Each poll's Arrow batches, keys and values typed by their formats:
-    JSON lines (``--format``), or Parquet (``--output``)."""
-
-    def __init__(self, args: argparse.Namespace, format_options: Dict[str, Any]) -> None:
-        from kwire.formats import FormatCache
-        from kwire.scanning.reader import scan_schema
-
-        if args.schema_registry:
-            format_options["schema.registry.url"] = args.schema_registry
-        if str(format_options.get("basic.auth.credentials.source", "")).upper() == "SASL_INHERIT":
-            format_options.update({k: v for k, v in _options(args).items() if k.startswith("sasl.")})
-        formats = FormatCache(format_options)
-        self.key_format = formats.get(_spec(args.key_format, args.key_schema), topic=args.topic, is_key=True)
-        self.value_format = formats.get(_spec(args.value_format, args.value_schema), topic=args.topic, is_key=False)
-        self.schema = scan_schema("ms", args.topic, self.key_format, self.value_format)
-        self.fmt, self.out = args.format, sys.stdout.buffer
-        self.parquet: Any = None
-        if args.output:
-            import pyarrow.parquet as pq
-
-            self.parquet = pq.ParquetWriter(args.output, self.schema)
-
-    def write(self, c: Any, left: Optional[int]) -> "tuple[int, bool]":
-        from kwire.scanning.reader import with_location
-
-        got = c.poll_columnar(500, max_records=left, key_format=self.key_format, value_format=self.value_format)
-        n = 0
-        for tp, batch in got.items():
-            batch = with_location(batch, tp, self.schema)
-            if self.parquet is not None:
-                self.parquet.write_batch(batch)
-            else:
-                self.out.write(b"".join(_typed_lines(self.fmt, batch, self.key_format, self.value_format)))
-            n += batch.num_rows
-        self.out.flush()
-        return n, bool(got)
-
-    def close(self) -> None:
-        if self.parquet is not None:
-            self.parquet.close()
-
-
-def _spec(kind: str, schema_file: Optional[str]) -> Any:
-    """A format spec from ``--*-format`` and ``--*-schema``."""
-    if kind == "raw" or not schema_file:
-        return kind
-    with open(schema_file, encoding="utf-8") as f:
-        return (kind, {"schema": f.read()})
-
-
-def _typed_lines(fmt: str, batch: Any, key_format: Any, value_format: Any) -> Iterable[bytes]:
-    """The JSON lines of a typed batch (``--format``): a typed key or value
-    as its JSON value, a raw one as text (UTF-8, else ``{"base64": ...}``)."""
-    from kwire.formats.jsonvalues import dumps, json_values
-
-    def column(name: str, typed: bool) -> List[Any]:
-        col = batch.column(name)
-        return json_values(col, display=True) if typed else [_text(v) for v in col.to_pylist()]
-
-    keys, values = column("key", key_format is not None), column("value", value_format is not None)
-    if fmt == "value":
-        return (dumps(v).encode("utf-8") + b"\n" for v in values)
-    if fmt == "kv":
-        return (dumps(k).encode("utf-8") + b"\t" + dumps(v).encode("utf-8") + b"\n" for k, v in zip(keys, values))
-    stamps = batch.column("timestamp").cast("int64").to_pylist()
-    rows = zip(batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
-               batch.column("offset").to_pylist(), stamps, keys, values, batch.column("headers").to_pylist())
-    return ((dumps({"topic": t, "partition": p, "offset": o, "timestamp": ts, "key": k, "value": v,
-                    "headers": [[h["key"], _text(h["value"])] for h in hs or ()]}) + "\n").encode("utf-8")
-            for t, p, o, ts, k, v, hs in rows)
-
-
 def cmd_topics(args: argparse.Namespace) -> int:
     from kwire.admin import Admin, NewTopic
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if args.action == "list":
             for t in a.list_topics(include_internal=args.internal):
                 print(t)
@@ -399,7 +104,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def cmd_offsets(args: argparse.Namespace) -> int:
     from kwire.admin import Admin
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         desc = a.describe_topics([args.topic])[args.topic]
         parts = [p.partition for p in desc.partitions]
         earliest = a.list_offsets({(args.topic, p): "earliest" for p in parts})
@@ -439,7 +144,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     from kwire.admin import Admin
     from kwire.types import TopicPartition
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if args.action == "list":
             for g in a.list_groups(types=[args.type] if args.type else None):
                 print("\t".join([g.group_id, g.protocol_type or "-", g.state or "-", g.group_type or "-"]))
@@ -549,7 +254,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
     resource = _config_resource(args)
     ops = _config_ops(args) if args.action == "alter" else []
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if ops:
             a.incremental_alter_configs({resource: ops}, validate_only=args.validate_only)
             print(f"{'validated' if args.validate_only else 'altered'} {resource.type} {resource.name!r}: "
@@ -607,7 +312,7 @@ def cmd_transactions(args: argparse.Namespace) -> int:
     from kwire.admin import Admin
     from kwire.types import TopicPartition
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if args.action == "list":
             _print_rows(args, ["transactional_id", "producer_id", "state"], (
                 {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
@@ -651,7 +356,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     """``kwire features describe | upgrade | downgrade`` (kafka-features.sh's)."""
     from kwire.admin import Admin, FeatureUpdate
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if args.action == "describe":
             f = a.describe_features()
             _print_rows(args, ["feature", "supported_min", "supported_max", "finalized"], (
@@ -679,7 +384,7 @@ def cmd_metadata_quorum(args: argparse.Namespace) -> int:
     """``kwire metadata-quorum describe``: the leader and each voter's and observer's replication."""
     from kwire.admin import Admin
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         q = a.describe_metadata_quorum()
     print(f"leader {q.leader_id}  epoch {q.leader_epoch}  high watermark {q.high_watermark}", file=sys.stderr)
     _print_rows(args, ["node_id", "role", "log_end_offset", "lag", "last_fetch_ms", "last_caught_up_ms"], (
@@ -694,7 +399,7 @@ def cmd_log_dirs(args: argparse.Namespace) -> int:
     """``kwire log-dirs describe [--broker ID...]``: each replica in each log dir (kafka-log-dirs.sh's)."""
     from kwire.admin import Admin
 
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         brokers = args.broker or [b.node_id for b in a.describe_cluster().brokers]
         got = a.describe_log_dirs(brokers)
     _print_rows(args, ["broker", "log_dir", "topic", "partition", "size", "offset_lag", "is_future", "error"], (
@@ -741,7 +446,7 @@ def cmd_delegation_token(args: argparse.Namespace) -> int:
     if args.action == "create" and owners and len(owners) > 1:
         raise SystemExit("kwire delegation-token create: a token has one --owner-principal")
     hmac = _token_hmac(args.hmac, args.action) if args.action in ("renew", "expire") else b""
-    with Admin(_config(args)) as a:
+    with Admin(client_config(args)) as a:
         if args.action == "create":
             _print_tokens([a.create_delegation_token(args.renewer_principal or (), args.max_life_time_period,
                                                      owner=owners[0] if owners else None)], show_hmac=True)
@@ -772,37 +477,13 @@ def add_commands(sub: Any) -> None:
         p.epilog = SECURITY_HELP
         p.formatter_class = argparse.RawDescriptionHelpFormatter
 
-    p = sub.add_parser("produce", help="send lines of stdin as records")
+    p = sub.add_parser("produce", help="send records: lines of stdin (as kcat: -K, -H, -D, -Z, files)")
     common(p)
-    p.add_argument("topic")
-    p.add_argument("-f", "--file", help="read this file instead of stdin")
-    p.add_argument("-p", "--partition", type=int)
-    p.add_argument("-K", "--key-separator", help="split each line into key and value at the first separator")
-    p.add_argument("--json", action="store_true", help="JSON lines with key, value, headers, partition")
-    p.add_argument("-z", "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--acks", default="all", choices=["0", "1", "all"])
-    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
-    p.set_defaults(func=cmd_produce)
+    add_produce(p)
 
-    p = sub.add_parser("consume", help="print records of a topic")
+    p = sub.add_parser("consume", help="print records of topics (as kcat: -G, -o, -f, -e, -c, -J)")
     common(p)
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int)
-    p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or an offset")
-    p.add_argument("-c", "--count", "--max-messages", dest="count", type=int, help="stop after this many records")
-    p.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end of every partition")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long without a record")
-    p.add_argument("--format", default="json", choices=["json", "value", "kv"],
-                   help="json lines (offset, timestamp, key, value, headers), values, or key<TAB>value "
-                        "(typed ones as JSON)")
-    for side in ("key", "value"):
-        p.add_argument(f"--{side}-format", default="raw", choices=["raw", "avro", "protobuf", "json"],
-                       help=f"decode {side}s (default raw: the bytes)")
-        p.add_argument(f"--{side}-schema", metavar="FILE", help=f"the {side}s' schema, without a registry")
-    p.add_argument("--schema-registry", metavar="URL", help="the schema registry (schema.registry.url)")
-    p.add_argument("-o", "--output", metavar="FILE.parquet", help="write Parquet (typed columns) instead of printing")
-    p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=cmd_consume)
+    add_consume(p)
     p.epilog = REGISTRY_HELP + "\n" + SECURITY_HELP
 
     p = sub.add_parser("topics", help="list, create, delete or describe topics")
