@@ -752,11 +752,13 @@ class Fetcher:
             return
         resp = fut.value
         code = getattr(resp, "error_code", 0)
+        incremental = session is not None and not session.full
         if session is not None:
             self._session_answered(session, code, resp)
         if code:
-            if session is not None and code in SESSION_ERRORS:
+            if incremental and code in SESSION_ERRORS:
                 return        # nothing fetched: its partitions are fetched again at once, in full
+            # a full fetch refused too (no session to drop): after retry_backoff_ms, never in a loop
             self._fetch_failed(node, asked, protocol.error_for(code, api="Fetch"), logging.INFO, via)
             return
         self._node_failure.pop(node, None)

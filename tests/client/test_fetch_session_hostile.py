@@ -77,3 +77,26 @@ def test_a_topic_id_error_and_a_dropped_session_fetch_in_full_again():
     assert script[2] == (7, 0, 3)                         # full again, closing session 7
     assert script[3][:2] == (8, 1)                        # incremental in session 8, answered with id 0
     assert all(s[:2] == (0, 0) and s[2] == 3 for s in script[4:])   # full from then on, every partition
+
+
+def test_a_broker_refusing_every_fetch_with_a_session_error_is_asked_after_a_backoff():
+    """A session error answered to a full Fetch too (no session left to drop:
+    a broken broker) is a failed Fetch like any other: asked again after
+    retry_backoff_ms, never in a loop. Only an incremental Fetch's session
+    error is retried at once, in full."""
+    fetches: List[Tuple[int, int]] = []
+
+    def on_fetch(req: Request) -> Any:
+        fetches.append((req.body.session_id, req.body.session_epoch))
+        return m.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+
+    with HostileBroker({TOPIC: len(TPS)}, fetch_wait_cap=0.1) as b:
+        b.on("Fetch", on_fetch)
+        with Consumer(bootstrap_servers=b.bootstrap, auto_offset_reset="earliest", retry_backoff_ms=100,
+                      max_in_flight_fetches=1) as c:
+            c.assign(TPS)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.0:
+                assert c.poll(20) == {}
+    assert 3 <= len(fetches) <= 15, len(fetches)
+    assert all(f == (0, 0) for f in fetches)
