@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 
@@ -274,6 +275,28 @@ def pytest_collection_modifyitems(config, items):
     _mark_brokers(items)
     if _loadgroup(config):
         items.sort(key=lambda item: _unit(item)[0])
+
+
+_UNIT_SECONDS: Dict[str, float] = collections.defaultdict(float)    # unit -> seconds of its tests' phases
+
+
+def pytest_runtest_logreport(report):
+    """Each test phase's time, added to its unit's (in the main process: under
+    xdist, the workers' reports arrive here)."""
+    path = report.nodeid.split("::", 1)[0]
+    unit = next((group for prefix, group in XDIST_UNITS if path.startswith(prefix)), path)
+    _UNIT_SECONDS[unit] += getattr(report, "duration", 0.0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The suite's time by unit (XDIST_UNITS, else the file), the 15 costliest:
+    where CI's budget goes."""
+    if not _UNIT_SECONDS:
+        return
+    total = sum(_UNIT_SECONDS.values())
+    terminalreporter.write_sep("=", f"time by unit: {total:.0f} s of tests in all")
+    for unit, seconds in sorted(_UNIT_SECONDS.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f}%  {unit}")
 
 
 def pytest_addoption(parser):

@@ -363,11 +363,15 @@ MINIMAL_BATCH = textwrap.dedent("""
             return
         # blocks of 64 records share the varint of i // 64
         yield b"".join(bytes([12, 0, 0, 2 * i, 1, 1, 0]) for i in range(64))
+        # the pieces between the 64 copies of i // 64's varint depend only on its length
+        pieces = {{}}
+        for width in (1, 2, 3, 4):
+            ln = 2 * (6 + width)
+            pieces[width] = ([bytes([ln, 0, 0, 0x80])] + [bytes([1, 1, 0, ln, 0, 0, 0x80 | (2 * k)]) for k in range(1, 64)]
+                             + [bytes([1, 1, 0])])
         for h in range(1, n // 64):
             vh = varint(h)
-            ln = 2 * (6 + len(vh))
-            parts = [bytes([ln, 0, 0, 0x80])] + [bytes([1, 1, 0, ln, 0, 0, 0x80 | (2 * k)]) for k in range(1, 64)]
-            yield vh.join(parts + [bytes([1, 1, 0])])
+            yield vh.join(pieces[len(vh)])
 
     z = zstandard.ZstdCompressor(level=3).compressobj()
     chunks, plain = [], 0

@@ -3,10 +3,11 @@ suite's own (4.2): for each, ``tests/spark_compat`` runs in that release's
 virtualenv (``support.spark_releases``: the release's PySpark, kwire from
 the wheel of this tree), as a subprocess started outside the repository
 (the source tree is never on its path: its ``test_installed`` proves kwire
-comes from the venv's site-packages), against this session's Tansu and
-Apache Kafka, with Spark's own Kafka connector of that release where Maven
-Central has it (3.5, 4.0, 4.1; 4.3 has none there, so 4.3 runs kwire's own
-behaviour tests and the comparison with the connector is made on 4.2, by
+comes from the venv's site-packages), against this session's Apache Kafka
+(Tansu is tested with the suite's own release, by ``tests/spark``), with
+Spark's own Kafka connector of that release where Maven Central has it
+(3.5, 4.0, 4.1; 4.3 has none there, so 4.3 runs kwire's own behaviour
+tests and the comparison with the connector is made on 4.2, by
 ``tests/spark``).
 
 The first run makes each venv (PySpark's sdist, ~430 MB, built into a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,16 +71,16 @@ def _environment(line: str, python: Path, brokers, jars, connect_jars) -> dict:
 
 
 @pytest.mark.parametrize("line", ["3.5", "4.0", "4.1", "4.3"])
-def test_compat_subset(line, venvs, tansu, kafka, tmp_path):
+def test_compat_subset(line, venvs, kafka, tmp_path):
     progress = _progress(line)
     wheel = built_dists(progress).wheel
     python = venvs[line].result(timeout=4 * INSTALL_TIMEOUT)
     install_kwire(python, wheel, progress)
     jars = release_jars(RELEASES[line], python, progress)
     connect_jars = release_connect_jars(RELEASES[line], python, progress)
-    brokers = [{"name": "tansu", "bootstrap": tansu.bootstrap}, {"name": "kafka", "bootstrap": kafka.bootstrap("plaintext")}]
+    brokers = [{"name": "kafka", "bootstrap": kafka.bootstrap("plaintext")}]      # Tansu: tests/spark, on 4.2
     cmd = [str(python), "-m", "pytest", "-c", str(COMPAT / "pytest.ini"), "--rootdir", str(COMPAT), str(COMPAT),
-           "-q", "--basetemp", str(tmp_path / "basetemp")]
+           "-q", "--durations=5", "--basetemp", str(tmp_path / "basetemp")]
     if line != "3.5":       # kwire.spark.jobs's tests (test_jobs*) run on 3.5, the release they are for
         cmd.append(f"--ignore-glob={COMPAT}/test_jobs*")
     progress(f"running the compatibility subset: {' '.join(cmd)}")
@@ -87,6 +89,8 @@ def test_compat_subset(line, venvs, tansu, kafka, tmp_path):
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     out = done.stdout + done.stderr
     progress(f"the subset ran in {time.monotonic() - t0:.0f} s: {out.strip().splitlines()[-1] if out.strip() else ''}")
+    for slow in re.findall(r"^\d+\.\d+s (?:setup|call|teardown) .*$", out, re.M):     # its --durations=5
+        progress(f"  {slow}")
     assert done.returncode == 0, f"the Spark {line} subset failed (exit {done.returncode}):\n{out[-TAIL:]}"
     skipped = "".join(line_ for line_ in out.splitlines() if "SKIPPED" in line_)
     assert " passed" in out and "test_installed" not in skipped, out[-TAIL:]
