@@ -137,8 +137,12 @@ class RequestPump:
                 if now >= deadline:
                     fut.set_exception(NoBrokersAvailableError(
                         f"node {target} could not be reached in time" if target is not None else "no broker reachable"))
-                elif target is not None and conn is None and node is not None and client.broker(node) is not None:
-                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not reachable now"))
+                elif target is not None and conn is None and node is not None:
+                    # in its reconnect backoff, or gone from the metadata (a dead coordinator the
+                    # controller fenced): the caller looks the coordinator up again rather than wait
+                    known = client.broker(node) is not None
+                    fut.set_exception(NoBrokersAvailableError(
+                        f"node {node} is not reachable now" + ("" if known else " (not in the metadata)")))
                 else:
                     keep.append(item)
                 continue

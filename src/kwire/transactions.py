@@ -154,9 +154,9 @@ class TransactionManager:
         then bumped once (InitProducerId), as Java's client does."""
         client = self._client
         epoch, features = client.finalized_features_epoch, client.finalized_features
-        if epoch <= self._features_epoch:
+        if epoch <= self._features_epoch and not on_init:
             return False
-        self._features_epoch = epoch
+        self._features_epoch = max(epoch, self._features_epoch)
         was = self.transaction_version
         level = features.get(TRANSACTION_VERSION_FEATURE, 0)
         self.transaction_version = TRANSACTION_V2 if level >= TRANSACTION_V2 else 1
