@@ -458,6 +458,43 @@ def test_a_late_write_of_an_ended_transaction_is_refused(broker, txn_protocol):
     assert _kwire_read(broker.bootstrap, topic, "read_committed") == [b"on-time"]
 
 
+def test_a_producer_moves_to_v2_when_the_cluster_does(broker):
+    """A producer of protocol v1 whose cluster is upgraded to transaction.version 2
+    (seen on its next connection: idle ones close after a second here) finishes
+    the transaction it is in with v1, bumps its epoch once (InitProducerId, as
+    Java's client does, so nothing of the v1 transaction counts as added in v2),
+    and speaks v2 from the next transaction: Produce v12+, EndTxn v5, the epoch
+    one higher after it."""
+    if broker.is_tansu:
+        pytest.skip("Tansu 0.6.0 finalizes no transaction.version")
+    topic = _topic(broker.bootstrap)
+    with transaction_version(broker.bootstrap, 1):
+        p = Producer(bootstrap_servers=broker.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}",
+                     connections_max_idle_ms=1000)
+        try:
+            p.init_transactions(20)
+            assert p.transaction_version == 1
+            pid, epoch = p._producer_id, p._producer_epoch
+            with transaction_version(broker.bootstrap, 2):
+                time.sleep(2.5)                     # its connections to the v1 cluster close idle
+                p.begin_transaction()
+                p.send(topic, b"v1", partition=0).get(10)
+                sent = _spy_requests(p)
+                p.commit_transaction(20)
+                assert p.transaction_version == 2
+                assert "InitProducerId" in dict(sent) and (p._producer_id, p._producer_epoch) == (pid, epoch + 1)
+                sent.clear()
+                p.begin_transaction()
+                p.send(topic, b"v2", partition=0)
+                p.commit_transaction(20)
+                assert (p._producer_id, p._producer_epoch) == (pid, epoch + 2)
+                top = {n: v for n, v in sent if n in ("Produce", "EndTxn")}
+                assert top["Produce"] >= 12 and top["EndTxn"] == 5 and "AddPartitionsToTxn" not in dict(sent), sent
+        finally:
+            p.close()
+    assert _kwire_read(broker.bootstrap, topic, "read_committed") == [b"v1", b"v2"]
+
+
 def test_a_transactional_batch_is_valid():
     """A transactional producer builds its batches transactional (the
     builder sets the attribute before the CRC is computed)."""
