@@ -197,6 +197,9 @@ class Channel:
         self.state = "setup"
         self.versions: Dict[int, int] = {}
         self.broker_ranges: Dict[int, Tuple[int, int]] = {}
+        # the cluster's finalized features as this broker's ApiVersions said them (KIP-584), and their epoch
+        self.finalized_features: Dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self._on_ready = on_ready
         self._on_output = on_output
         self._fail = on_fail
@@ -389,6 +392,8 @@ class Channel:
             return
         self.broker_ranges = ranges
         self.versions = protocol.negotiate(ranges)
+        self.finalized_features = {f.name: f.max_version_level for f in (resp.finalized_features or ())}
+        self.finalized_features_epoch = resp.finalized_features_epoch
         if self._auth is not None:
             self._sasl_begin()
         else:

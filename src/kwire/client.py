@@ -467,6 +467,10 @@ class Client:
         self._rr = itertools.count()
         self._errors: Dict[int, BaseException] = {}   # why each node's last connection closed
         self._logged: Dict[int, Set[str]] = {}        # the failures said per node since it last connected
+        # the cluster's finalized features (KIP-584) from the ApiVersions answer with the highest
+        # features epoch seen (Java's ApiVersions.getFinalizedFeaturesInfo): transaction.version...
+        self.finalized_features: Dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self._init_io()
         if self._auth is not None:
             self._auth.start(self.wakeup, getattr(self, "_loop", None))
@@ -584,6 +588,10 @@ class Client:
         if conn.state == "ready":
             if conn.resolved is not None:
                 self._answered[(conn.host, conn.port)] = conn.resolved
+            channel = conn.channel
+            if channel.finalized_features_epoch > self.finalized_features_epoch:
+                self.finalized_features = channel.finalized_features
+                self.finalized_features_epoch = channel.finalized_features_epoch
             err = self._errors.pop(node, None)
             if err is None or getattr(err, "retriable", True):
                 self._backoff.pop(node, None)

@@ -30,7 +30,7 @@ from kwire.errors import error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import ConnectionLostError, RequestTimedOutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
-from kwire.protocol.versions import capped_version
+from kwire.protocol.versions import MAX_VERSIONS, capped_version
 
 __all__ = [
     "GROUP_KEY",
@@ -99,25 +99,27 @@ class RequestPump:
         self._client = client
         self._lock = threading.Lock()
         self._queue: Deque[Tuple[Optional[int], Callable[[Mapping[int, int]], Any], Future, float,
-                                 Optional[float]]] = collections.deque()
+                                 Optional[float], Mapping[int, int]]] = collections.deque()
 
     def submit(self, node: Optional[int], make: Callable[[Mapping[int, int]], Any],
-               timeout: Optional[float] = None, response_timeout: Optional[float] = None) -> Future:
+               timeout: Optional[float] = None, response_timeout: Optional[float] = None,
+               caps: Mapping[int, int] = MAX_VERSIONS) -> Future:
         """``timeout``: how long it may wait for a connection to ``node``;
         ``response_timeout``: how long its response may take once sent (both
-        default ``request_timeout_ms``)."""
+        default ``request_timeout_ms``); ``caps``: the version caps
+        (:func:`kwire.protocol.versions.capped_version`)."""
         fut: Future = Future()
         deadline = time.monotonic() + (timeout if timeout is not None else
                                        self._client.cfg.get("request_timeout_ms", 30000) / 1000.0)
         with self._lock:
-            self._queue.append((node, make, fut, deadline, response_timeout))
+            self._queue.append((node, make, fut, deadline, response_timeout, caps))
         self._client.wakeup()
         return fut
 
     def fail_all(self, error: BaseException) -> None:
         with self._lock:
             items, self._queue = list(self._queue), collections.deque()
-        for _, _, fut, _, _ in items:
+        for _, _, fut, _, _, _ in items:
             if not fut.done():
                 fut.set_exception(error)
 
@@ -128,15 +130,19 @@ class RequestPump:
         keep = []
         now = time.monotonic()
         for item in items:
-            node, make, fut, deadline, response_timeout = item
+            node, make, fut, deadline, response_timeout, caps = item
             target = client.least_loaded_node() if node is None else node
             conn = None if target is None else client.connection(target)
             if conn is None or not conn.ready:
                 if now >= deadline:
                     fut.set_exception(NoBrokersAvailableError(
                         f"node {target} could not be reached in time" if target is not None else "no broker reachable"))
-                elif target is not None and conn is None and node is not None and client.broker(node) is not None:
-                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not reachable now"))
+                elif target is not None and conn is None and node is not None:
+                    # in its reconnect backoff, or gone from the metadata (a dead coordinator the
+                    # controller fenced): the caller looks the coordinator up again rather than wait
+                    known = client.broker(node) is not None
+                    fut.set_exception(NoBrokersAvailableError(
+                        f"node {node} is not reachable now" + ("" if known else " (not in the metadata)")))
                 else:
                     keep.append(item)
                 continue
@@ -146,7 +152,7 @@ class RequestPump:
                 fut.set_exception(e)
                 continue
             api_key = type(request).API_KEY
-            version = capped_version(conn.versions, api_key)
+            version = capped_version(conn.versions, api_key, caps)
             if version is None:
                 fut.set_exception(protocol.no_common_version(api_key, conn.broker_ranges.get(api_key)))
                 continue
@@ -260,16 +266,17 @@ class CoordinatorLink:
         """Send to the coordinator and wait (blocking): :meth:`request_steps`."""
         return run_blocking(self.request_steps(make, deadline))
 
-    def request_steps(self, make: Callable[[Mapping[int, int]], Any], deadline: float) -> Steps:
+    def request_steps(self, make: Callable[[Mapping[int, int]], Any], deadline: float,
+                      caps: Mapping[int, int] = MAX_VERSIONS) -> Steps:
         """Send to the coordinator and wait for the answer: the coordinator is
         found first, and again after a connection failure or a request it
         left unanswered for ``request_timeout_ms`` (killed, hung or cut
         off: another broker may coordinate the key by now), until
-        ``deadline``."""
+        ``deadline``. ``caps``: as :meth:`RequestPump.submit`'s."""
         while True:
             node = yield from self.ensure_steps(deadline)
             left = max(0.0, deadline - time.monotonic())
-            fut = self._pump.submit(node, make, left)
+            fut = self._pump.submit(node, make, left, caps=caps)
             yield Wait(fut, left)
             if not fut.done():
                 raise KafkaTimeoutError(f"no answer from the coordinator of {self.key!r} within {left:.1f} s")

@@ -375,6 +375,14 @@ class Producer(SendingProducer):
             raise KwireError("transactions need a transactional_id")
         return self._txn
 
+    @property
+    def transaction_version(self) -> Optional[int]:
+        """The transaction protocol this producer speaks: 1, or 2 (KIP-890)
+        when the cluster finalized ``transaction.version`` 2 (read at
+        ``init_transactions()`` and as each transaction ends); None without
+        a ``transactional_id``. See :mod:`kwire.transactions`."""
+        return None if self._txn is None else self._txn.transaction_version
+
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register ``transactional_id`` with its coordinator (fencing older
         producers with the same id); once, before the first transaction.

@@ -6,9 +6,32 @@
 A producer with a ``transactional_id`` has one :class:`TransactionManager`.
 Its requests go through the producer's own :class:`kwire.client.Client`,
 sent by the producer's sender thread (the only thread doing that client's
-I/O), so they are ordered with the Produce requests as Kafka requires: a
-partition's first batch of a transaction is held back until
-AddPartitionsToTxn has added the partition.
+I/O), so they are ordered with the Produce requests as Kafka requires.
+
+Two transaction protocols, chosen as Kafka's Java client chooses them: by
+the cluster's finalized ``transaction.version`` feature (from the
+ApiVersions answers, the one of the highest features epoch), read when
+``init_transactions()`` has its producer id and again as each transaction
+ends (:attr:`TransactionManager.transaction_version`):
+
+* v1 (``transaction.version`` below 2, or a cluster without features):
+  a partition's first batch of a transaction is held back until
+  AddPartitionsToTxn has added the partition; offsets are added with
+  AddOffsetsToTxn before TxnOffsetCommit (v4 at most); EndTxn v4 at most
+  and Produce v11 at most (their newer versions are protocol v2's);
+* v2 (KIP-890 part 2, ``transaction.version`` 2): Produce v12+ adds a
+  partition to the transaction itself (nothing held back, no
+  AddPartitionsToTxn), TxnOffsetCommit v5 adds the group (no
+  AddOffsetsToTxn), and EndTxn v5 bumps the producer's epoch at the end of
+  every transaction, commit or abort, answering the new epoch, or a new
+  producer id with epoch 0 when the epoch would overflow, which the
+  producer adopts (its sequences start again at 0). A late write of an
+  ended transaction carries an old epoch and is refused by the partition
+  leader, so it cannot open a transaction nobody ends (the hanging
+  transactions KIP-890 defends against). An abortable error needs no
+  InitProducerId epoch bump of the client's: the abort's EndTxn bumps it.
+  A producer that sees the cluster move from v1 to v2 bumps its epoch
+  (InitProducerId) once after the transaction that ends on v1, as Java's.
 
 States (Kafka's): uninitialized -> ready -> in transaction -> committing
 or aborting -> ready; errors put the manager in one of two states, as in
@@ -50,7 +73,7 @@ from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, TRANSACTION_KEY, Co
 from kwire.errors import KwireError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
-from kwire.protocol.versions import MAX_VERSIONS
+from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata
 
 __all__ = ["TransactionManager", "TransactionAbortedError", "TransactionStateError"]
@@ -63,6 +86,9 @@ FATAL = FENCING + (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.IN
 NEEDS_EPOCH_BUMP = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
                     ErrorCode.INVALID_PRODUCER_ID_MAPPING)
 RETRY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS) + COORDINATOR_ERRORS
+#: the finalized feature naming the cluster's transaction protocol, and the level of protocol v2 (KIP-890)
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_V2 = 2
 
 UNINITIALIZED = "uninitialized"
 INITIALIZING = "initializing"
@@ -112,6 +138,33 @@ class TransactionManager:
         self._add_failures = 0                    # AddPartitionsToTxn requests failed in a row (sender thread)
         self._started = False                     # partitions or offsets in this transaction
         self._batches: List[Future] = []          # futures of this transaction's batches
+        self.transaction_version = 1              # the protocol spoken: 1, or 2 (KIP-890; see the module doc)
+        self._features_epoch = -1                 # the finalized features' epoch it was read from
+
+    # ------------------------------------------------ protocol version
+    @property
+    def _caps(self) -> Mapping[int, int]:
+        """The version caps of this manager's requests (and Produce)."""
+        return TRANSACTION_V2_MAX_VERSIONS if self.transaction_version >= TRANSACTION_V2 else MAX_VERSIONS
+
+    def _read_transaction_version(self, on_init: bool) -> bool:
+        """Take the protocol from the cluster's finalized ``transaction.version``
+        (when its features epoch is newer than the one last read); True when
+        it moved from v1 to v2 after ``init_transactions()``: the epoch is
+        then bumped once (InitProducerId), as Java's client does."""
+        client = self._client
+        epoch, features = client.finalized_features_epoch, client.finalized_features
+        if epoch <= self._features_epoch and not on_init:
+            return False
+        self._features_epoch = max(epoch, self._features_epoch)
+        was = self.transaction_version
+        level = features.get(TRANSACTION_VERSION_FEATURE, 0)
+        self.transaction_version = TRANSACTION_V2 if level >= TRANSACTION_V2 else 1
+        if self.transaction_version != was or on_init:
+            log.info("transactional producer %s: transaction protocol v%d (%s %s, features epoch %d)",
+                     self.transactional_id, self.transaction_version, TRANSACTION_VERSION_FEATURE,
+                     level if level else "not finalized", epoch)
+        return not on_init and was < TRANSACTION_V2 <= self.transaction_version
 
     # ------------------------------------------------- sender thread
     def run(self) -> None:
@@ -126,20 +179,24 @@ class TransactionManager:
         self._maybe_add_partitions()
 
     def partition_ready(self, tp: Tuple[str, int]) -> bool:
-        """May a batch of ``tp`` be sent now? (Producer lock held.) A
-        partition not yet in the transaction is queued to be added."""
+        """May a batch of ``tp`` be sent now? (Producer lock held.) v1: a
+        partition not yet in the transaction is queued to be added; v2: its
+        Produce adds it."""
         with self._lock:
             if tp in self._added:
                 return True
             if self.state in (IN_TRANSACTION, COMMITTING):
+                if self.transaction_version >= TRANSACTION_V2:
+                    self._added.add(tp)
+                    self._started = True
+                    return True
                 self._pending.add(tp)
             return False
 
-    @staticmethod
-    def produce_version(version: int) -> int:
-        """The Produce version a transactional producer sends (capped by
-        :data:`kwire.protocol.versions.MAX_VERSIONS`)."""
-        return min(version, MAX_VERSIONS[ApiKey.PRODUCE])
+    def produce_version(self, version: int) -> int:
+        """The Produce version a transactional producer sends: v11 at most
+        in protocol v1, the negotiated one in v2."""
+        return capped_version({ApiKey.PRODUCE: version}, ApiKey.PRODUCE, self._caps) or 0
 
     def track(self, future: Future) -> None:
         """A batch of the transaction leaves the producer's buffer (sent and
@@ -271,7 +328,10 @@ class TransactionManager:
     def _error_code(self, code: int, api: str, **where: Any) -> BaseException:
         """Put an error answer's code into the state it calls for; return it."""
         err = error_for_code(code)(None, api=api, transactional_id=self.transactional_id, **where)
-        if code in FATAL:
+        with self._lock:
+            aborting = self.state == ABORTING
+        # an abort refused as abortable cannot be aborted again (Java 4.4: "Failed to abort transaction")
+        if code in FATAL or (aborting and code == ErrorCode.TRANSACTION_ABORTABLE):
             self._to_fatal(err)
         else:
             if code in NEEDS_EPOCH_BUMP:
@@ -293,9 +353,13 @@ class TransactionManager:
             raise TransactionStateError(f"cannot {what} in state {state!r}")
 
     def check_send(self) -> None:
-        """``send()`` of a transactional producer: only inside a transaction."""
+        """``send()`` of a transactional producer: only inside a transaction
+        (v2: the transaction has begun on the broker's side, as Java's
+        client counts it: its end is sent even if the record never is)."""
         with self._lock:
             state, error = self.state, self._error
+            if state == IN_TRANSACTION and self.transaction_version >= TRANSACTION_V2:
+                self._started = True
         if state == IN_TRANSACTION:
             return
         if state == FATAL_ERROR and error is not None:
@@ -312,7 +376,7 @@ class TransactionManager:
                                    self._producer.cfg["max_block_ms"] / 1000.0)
 
     def _call(self, link: CoordinatorLink, make: Any, api: str, deadline: float,
-              code_of: Any = lambda r: r.error_code) -> Steps:
+              code_of: Any = lambda r: r.error_code, caps: Mapping[int, int] = MAX_VERSIONS) -> Steps:
         """Send to ``link``'s coordinator until an answer other than a
         retriable error comes; that answer's error, if any, raised (after
         putting it into the manager's state). A request the coordinator
@@ -323,7 +387,7 @@ class TransactionManager:
         once that one is done)."""
         while True:
             try:
-                resp = yield from link.request_steps(make, deadline)
+                resp = yield from link.request_steps(make, deadline, caps)
             except KafkaTimeoutError as e:      # the deadline passed without an answer
                 raise KafkaTimeoutError(f"{api} of transactional producer {self.transactional_id!r}: "
                                         f"no answer from its coordinator until the timeout ({e})") from e
@@ -370,6 +434,7 @@ class TransactionManager:
             self.state = INITIALIZING
         try:
             yield from self._init_producer_id(self._deadline(timeout), bump=False)
+            self._read_transaction_version(on_init=True)
         except BaseException:
             with self._lock:
                 if self.state == INITIALIZING:
@@ -403,9 +468,11 @@ class TransactionManager:
         deadline = self._deadline(timeout)
         p = self._producer
         pid, epoch = p._producer_id, p._producer_epoch
-        yield from self._call(self._link, lambda v: protocol.message("AddOffsetsToTxnRequest")(
-            transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch,
-            group_id=meta.group_id), "AddOffsetsToTxn", deadline)
+        caps = self._caps
+        if caps is MAX_VERSIONS:       # v1: the group joins the transaction first (v2: TxnOffsetCommit v5 adds it)
+            yield from self._call(self._link, lambda v: protocol.message("AddOffsetsToTxnRequest")(
+                transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch,
+                group_id=meta.group_id), "AddOffsetsToTxn", deadline)
         with self._lock:
             self._started = True
         link = self._group_links.get(meta.group_id)
@@ -415,7 +482,7 @@ class TransactionManager:
         cls = protocol.message("TxnOffsetCommitRequest")
 
         def make(v: Mapping[int, int]) -> Any:
-            version = v.get(ApiKey.TXN_OFFSET_COMMIT, 0)
+            version = capped_version(v, ApiKey.TXN_OFFSET_COMMIT, caps) or 0
             member = version >= 3
             return cls(transactional_id=self.transactional_id, group_id=meta.group_id, producer_id=pid,
                        producer_epoch=epoch, generation_id=meta.generation_id if member else -1,
@@ -433,7 +500,7 @@ class TransactionManager:
             return next((e.code for e in errors.values()), 0)   # type: ignore[attr-defined]
 
         try:
-            yield from self._call(link, make, "TxnOffsetCommit", deadline, first_code)
+            yield from self._call(link, make, "TxnOffsetCommit", deadline, first_code, caps)
         except KwireError as e:
             code = getattr(e, "code", None)
             if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
@@ -499,23 +566,28 @@ class TransactionManager:
             if not f.done():        # the wait ended, not the batch (a batch's own timeout is its own)
                 raise KafkaTimeoutError("abort_transaction(): batches in flight not answered in time")
         with self._lock:
-            epoch_gone, self._epoch_gone = self._epoch_gone, False
+            # v1 only: in v2 the abort's EndTxn is what finds out (and bumps the epoch)
+            epoch_gone = self._epoch_gone and self.transaction_version < TRANSACTION_V2
+            self._epoch_gone = False
         yield from self._end(False, deadline, send=not epoch_gone)
-        with self._lock:
-            bump, self._bump_epoch = self._bump_epoch, False
-        if bump:
-            yield from self._init_producer_id(deadline, bump=True)
 
     def _end(self, commit: bool, deadline: float, send: bool = True) -> Steps:
+        """EndTxn (when the transaction has partitions or offsets; v2: the
+        epoch it answers adopted), the manager ready again, then the epoch
+        bump the transaction needs (v1 after lost sequence state, or the
+        cluster moved to v2 meanwhile)."""
         with self._lock:
             started = self._started
+        caps = self._caps
         if started and send:
             p = self._producer
             pid, epoch = p._producer_id, p._producer_epoch
-            yield from self._call(self._link, lambda v: protocol.message("EndTxnRequest")(
+            resp = yield from self._call(self._link, lambda v: protocol.message("EndTxnRequest")(
                 transactional_id=self.transactional_id, producer_id=pid, producer_epoch=epoch, committed=commit),
-                "EndTxn", deadline)
+                "EndTxn", deadline, caps=caps)
+            self._adopt(resp, pid, epoch)
         log.debug("%s: transaction %s", self.transactional_id, "committed" if commit else "aborted")
+        upgraded = self._read_transaction_version(on_init=False)
         with self._lock:
             self.state = READY
             self._error = None
@@ -523,6 +595,23 @@ class TransactionManager:
             self._pending.clear()
             self._started = False
             self._batches = []
+            bump = upgraded or (self._bump_epoch and caps is MAX_VERSIONS)
+            self._bump_epoch = False
+        if bump:
+            yield from self._init_producer_id(deadline, bump=True)
+
+    def _adopt(self, resp: Any, pid: int, epoch: int) -> None:
+        """EndTxn v5's producer id and epoch (the epoch bumped, or a new id
+        at epoch 0 when it would overflow) become the producer's; an older
+        EndTxn says -1."""
+        new_pid, new_epoch = getattr(resp, "producer_id", -1), getattr(resp, "producer_epoch", -1)
+        if new_pid < 0:
+            return
+        p = self._producer
+        with p._lock:
+            p._producer_id, p._producer_epoch = new_pid, new_epoch
+        log.debug("%s: the coordinator ended the transaction of producer id %s epoch %s; now producer id %s "
+                  "epoch %s", self.transactional_id, pid, epoch, new_pid, new_epoch)
 
     def fail_unsent(self, error: BaseException) -> None:
         """Fail every batch never sent (open, or waiting to be sent): the

@@ -22,7 +22,7 @@ from kwire.producer import Producer
 from kwire.protocol import messages as m
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.transactions import TransactionStateError
-from support.hostile_broker import CLOSE, DEFAULT_VERSIONS, NEVER, HostileBroker
+from support.hostile_broker import CLOSE, DEFAULT_VERSIONS, NEVER, HostileBroker, batch_header
 
 TID = "txn-fault-tid"
 VERSIONS = {**DEFAULT_VERSIONS, ApiKey.FIND_COORDINATOR: (1, 3), ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
@@ -152,3 +152,44 @@ def test_add_partitions_failing_again_and_again_is_said_once(caplog):
     said = [r.getMessage() for r in caplog.records if "AddPartitionsToTxn" in r.getMessage()]
     assert len(broker.received("AddPartitionsToTxn")) == 6
     assert len(said) == 2 and "failed" in said[0] and "after 5 failed attempts" in said[1], said
+
+
+def _features(broker, level: int):
+    """ApiVersions with the cluster's finalized transaction.version at ``level``."""
+    def answer(req):
+        r = req.default()
+        r.finalized_features_epoch = 7
+        r.finalized_features = [m.ApiVersionsResponse.FinalizedFeatureKey(
+            name="transaction.version", min_version_level=level, max_version_level=level)]
+        return r
+    broker.on("ApiVersions", answer)
+
+
+def test_protocol_v2_adopts_a_new_producer_id_when_the_epoch_would_overflow():
+    """Transaction protocol v2 at the end of epoch space: a producer at epoch 32766
+    (Short.MAX_VALUE - 1) commits, and EndTxn v5 answers a new producer id at epoch
+    0 (KIP-890: the coordinator's way out of an overflowing epoch), which the next
+    transaction's batches carry, their sequence from 0. (Scripted: Apache Kafka
+    reaches that epoch only after 32,766 transactions of one id.)"""
+    versions = {**VERSIONS, ApiKey.PRODUCE: (3, 12), ApiKey.END_TXN: (0, 5)}
+    with HostileBroker({"t": 1}, versions=versions) as broker:
+        _features(broker, 2)
+        Coordinator(broker, [m.EndTxnResponse(error_code=0, producer_id=4242, producer_epoch=0)])
+        broker.on("InitProducerId", m.InitProducerIdResponse(error_code=0, producer_id=17, producer_epoch=32766))
+        p = Producer(bootstrap_servers=broker.bootstrap, transactional_id=TID, request_timeout_ms=500)
+        p.init_transactions(5)
+        assert p.transaction_version == 2
+        p.begin_transaction()
+        assert p.send("t", b"last of 17", partition=0).get(5).offset == 0
+        p.commit_transaction(5)
+        assert (p._producer_id, p._producer_epoch) == (4242, 0)
+        p.begin_transaction()
+        p.send("t", b"first of 4242", partition=0).get(5)
+        p.commit_transaction(5)
+        p.close(5)
+        assert not broker.received("AddPartitionsToTxn")
+        assert [r.version for r in broker.received("EndTxn")] == [5, 5]
+        stamps = [(h["producer_id"], h["producer_epoch"], h["base_sequence"])
+                  for r in broker.received("Produce") for t in r.body.topic_data for part in t.partition_data
+                  for h in [batch_header(part.records)]]
+        assert stamps == [(17, 32766, 0), (4242, 0, 0)]

@@ -53,6 +53,14 @@ Also with the coordinator killed: B taking the id over while A's
 coordinator is dead (``max(1, KWIRE_CLUSTER_ROUNDS // 2)`` rounds; its time
 is from the kill to B's ``init_transactions()`` returning).
 
+Transaction protocols (KIP-890): every test runs in protocol v2 (the
+cluster's ``transaction.version`` 2, Apache Kafka 4.4's own); the
+representative ones (the coordinator killed before the commit, fencing in
+a transaction, consume-transform-produce across kills) run in v1 as well,
+with the cluster's ``transaction.version`` downgraded to 1 for the test and
+upgraded again after it (tests/support/features.py), so v1 adds a third
+of the module's time rather than doubling it.
+
 Long run (outside CI): ``KWIRE_CLUSTER_ROUNDS=16 pytest
 tests/cluster/test_transaction_faults.py -s`` (about 11 minutes; CI's 2
 rounds take about 100 s). Its figures on the 2-core development machine
@@ -113,6 +121,7 @@ from kwire.coordinator import TRANSACTION_KEY, coordinator_from_response, find_c
 from kwire.errors import InvalidProducerEpochError, ProducerFencedError
 from kwire.producer import Producer
 from kwire.transactions import TransactionStateError
+from support.features import transaction_version
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -127,6 +136,16 @@ FAULT_DEADLINE = 90.0            # seconds for any one fault's recovery (a new c
 COMMIT, ABORT = 1, 0             # control record types
 
 RESULTS: Dict[str, dict] = {}    # fault -> figures, printed at the module's end
+#: the tests run in transaction protocol v1 too (the others in v2 only: see the module doc)
+BOTH_PROTOCOLS = pytest.mark.parametrize("txn_protocol", [2, 1], ids=["txv2", "txv1"], indirect=True)
+
+
+@pytest.fixture
+def txn_protocol(request, kafka_cluster):
+    """The transaction protocol of the test's producers (2 unless parametrized)."""
+    level = getattr(request, "param", 2)
+    with transaction_version(kafka_cluster.bootstrap, level):
+        yield level
 FENCED = (ProducerFencedError, InvalidProducerEpochError)
 
 
@@ -157,10 +176,11 @@ def _topics(cluster, *prefixes: str) -> List[str]:
     return names
 
 
-def _producer(cluster, tid: str, **extra) -> Producer:
+def _producer(cluster, tid: str, protocol_version: int, **extra) -> Producer:
     p = Producer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, request_timeout_ms=REQUEST_TIMEOUT_MS,
                  linger_ms=5, **extra)
     _timed("init_transactions", CALL_TIMEOUT, lambda: p.init_transactions(CALL_TIMEOUT))
+    assert p.transaction_version == protocol_version
     return p
 
 
@@ -484,10 +504,10 @@ def _report():
 
 # ---- the coordinator's faults ----
 
-def _scenario(cluster, fault: str, rounds: int) -> dict:
+def _scenario(cluster, fault: str, rounds: int, protocol_version: int) -> dict:
     topic, = _topics(cluster, "txf")
     tid = f"txf-{fault}-{uuid.uuid4().hex[:6]}"
-    p = _producer(cluster, tid)
+    p = _producer(cluster, tid, protocol_version)
     txns = []
     try:
         for rnd in range(rounds):
@@ -501,24 +521,25 @@ def _scenario(cluster, fault: str, rounds: int) -> dict:
     finally:
         p.close(10)
     assert txns[-1].outcome == "committed", txns[-1]
-    return _figures(fault, txns[:-1], _check(cluster, topic, txns))
+    return _figures(f"{fault} v{protocol_version}", txns[:-1], _check(cluster, topic, txns))
 
 
-def test_coordinator_killed_before_commit(kafka_cluster):
-    f = _scenario(kafka_cluster, "before_commit", ROUNDS)
+@BOTH_PROTOCOLS
+def test_coordinator_killed_before_commit(kafka_cluster, txn_protocol):
+    f = _scenario(kafka_cluster, "before_commit", ROUNDS, txn_protocol)
     assert f["committed"] == (ROUNDS + 1) // 2, f       # (the aborted rounds are the application's choice)
 
 
-def test_coordinator_killed_during_commit(kafka_cluster):
-    _scenario(kafka_cluster, "during_commit", max(1, ROUNDS // 2))
+def test_coordinator_killed_during_commit(kafka_cluster, txn_protocol):
+    _scenario(kafka_cluster, "during_commit", max(1, ROUNDS // 2), txn_protocol)
 
 
-def test_coordinator_hung(kafka_cluster):
-    _scenario(kafka_cluster, "hung", max(1, ROUNDS // 2))
+def test_coordinator_hung(kafka_cluster, txn_protocol):
+    _scenario(kafka_cluster, "hung", max(1, ROUNDS // 2), txn_protocol)
 
 
-def test_coordinator_partitioned(kafka_cluster):
-    _scenario(kafka_cluster, "partitioned", max(1, ROUNDS // 2))
+def test_coordinator_partitioned(kafka_cluster, txn_protocol):
+    _scenario(kafka_cluster, "partitioned", max(1, ROUNDS // 2), txn_protocol)
 
 
 # ---- fencing: producer B takes producer A's transactional id ----
@@ -543,14 +564,14 @@ class Fencing:
 
 
 @contextlib.contextmanager
-def _fencing(cluster, prefix: str):
+def _fencing(cluster, prefix: str, protocol_version: int):
     topic, = _topics(cluster, prefix)
     tid = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    a = _producer(cluster, tid)
+    a = _producer(cluster, tid, protocol_version)
     made: List[Producer] = []
 
     def take_over() -> Producer:
-        made.append(_producer(cluster, tid))
+        made.append(_producer(cluster, tid, protocol_version))
         return made[-1]
     try:
         txn = Txn("A-open")
@@ -581,10 +602,11 @@ def _a_commit_is_fenced(f: Fencing, refused=(ProducerFencedError,)) -> None:
     _fenced(info.value, f.tid)
 
 
-def test_fenced_in_a_transaction(kafka_cluster):
+@BOTH_PROTOCOLS
+def test_fenced_in_a_transaction(kafka_cluster, txn_protocol):
     """B's init_transactions while A is in a transaction: A's next send fails fenced, its
     commit is refused, its abort says it was fenced; B's transaction commits, A's is aborted."""
-    with _fencing(kafka_cluster, "txfence") as f:
+    with _fencing(kafka_cluster, "txfence", txn_protocol) as f:
         b = f.take_over()                                 # fences A and aborts its open transaction
         late = f.a.send(f.topic, b"A-late", partition=0)
         f.a_txn.values[0].append(b"A-late")
@@ -602,7 +624,7 @@ def test_fenced_in_a_transaction(kafka_cluster):
     _check(kafka_cluster, f.topic, [f.a_txn, b_txn])
 
 
-def test_fenced_after_the_coordinator_was_killed(kafka_cluster):
+def test_fenced_after_the_coordinator_was_killed(kafka_cluster, txn_protocol):
     """A in a transaction, its coordinator killed; B's init_transactions finds the new
     coordinator (which aborts A's transaction); A's commit says A was fenced; B commits.
     ``max(1, KWIRE_CLUSTER_ROUNDS // 2)`` rounds, each with its own id and topic."""
@@ -610,7 +632,7 @@ def test_fenced_after_the_coordinator_was_killed(kafka_cluster):
     took = []                   # from the kill to B's init_transactions returning
     checked = []
     for _ in range(max(1, ROUNDS // 2)):
-        with _fencing(cluster, "txfkill") as f:
+        with _fencing(cluster, "txfkill", txn_protocol) as f:
             victim = cluster.broker(_coordinator(cluster, f.tid))
             victim.kill()
             t0 = time.monotonic()
@@ -622,15 +644,15 @@ def test_fenced_after_the_coordinator_was_killed(kafka_cluster):
         victim.restart(cluster)
         cluster.check_healthy(FAULT_DEADLINE)
         checked.append(_check(cluster, f.topic, [f.a_txn, b_txn]))
-    RESULTS["fenced after kill"] = {"rounds": len(took), "committed": sum(c["committed"] for c in checked),
+    RESULTS[f"fenced after kill v{txn_protocol}"] = {"rounds": len(took), "committed": sum(c["committed"] for c in checked),
                                     "aborted": sum(c["aborted"] for c in checked),
                                     "fault_to_commit_p50_s": statistics.median(took), "fault_to_commit_max_s": max(took)}
 
 
-def test_a_zombie_commits_after_it_was_fenced(kafka_cluster):
+def test_a_zombie_commits_after_it_was_fenced(kafka_cluster, txn_protocol):
     """A stops calling anything mid-transaction (a zombie: paused, or cut off) while B takes
     its id over and commits a transaction; then A commits: refused, A was fenced."""
-    with _fencing(kafka_cluster, "txzombie") as f:
+    with _fencing(kafka_cluster, "txzombie", txn_protocol) as f:
         b = f.take_over()
         b_txn = _b_commits(b, f.topic, "B-took-over")
         _a_commit_is_fenced(f)
@@ -646,7 +668,8 @@ CTP_BATCH = 20                                               # source records pe
 SOURCE_PER_PARTITION = max(30, 20 * max(1, ROUNDS // 2))      # enough for a kill every other round
 
 
-def test_consume_transform_produce_across_coordinator_kills(kafka_cluster):
+@BOTH_PROTOCOLS
+def test_consume_transform_produce_across_coordinator_kills(kafka_cluster, txn_protocol):
     """Source records are read, sent transformed and their offsets committed in the same
     transaction (``send_offsets_to_transaction`` with the group id); in every other round
     the transaction coordinator is killed before the commit (the first, third... kill of the
@@ -663,7 +686,7 @@ def test_consume_transform_produce_across_coordinator_kills(kafka_cluster):
     group = f"txf-ctp-{uuid.uuid4().hex[:6]}"
     tid = f"txf-ctp-{uuid.uuid4().hex[:6]}"
     kills = max(1, ROUNDS // 2)
-    p = _producer(cluster, tid)
+    p = _producer(cluster, tid, txn_protocol)
     c = Consumer(bootstrap_servers=cluster.bootstrap, group_id=group, enable_auto_commit=False,
                  auto_offset_reset="earliest", request_timeout_ms=10000)
     tps = [(src, part) for part in range(PARTITIONS)]
@@ -733,4 +756,4 @@ def test_consume_transform_produce_across_coordinator_kills(kafka_cluster):
     assert set(out) == want and all(n == 1 for n in out.values()), \
         f"missing {sorted(want - set(out))[:5]}, twice {[v for v, n in out.items() if n > 1][:5]}"
     assert group_offsets() == {tp: SOURCE_PER_PARTITION for tp in tps}
-    _figures("consume-transform-produce", txns, counts)
+    _figures(f"consume-transform-produce v{txn_protocol}", txns, counts)

@@ -10,6 +10,16 @@ call failed, with no other producer there.) The zombie that a newer
 instance really fenced is told so at its abort
 (tests/client/test_transactions.py, on both brokers).
 
+In both transaction protocols (KIP-890). The coordinator aborts a timed
+out transaction as its cluster's ``transaction.version`` says (not the
+client's): at 2 (Apache Kafka 4.4 as formatted) the abort's EndTxn v5 with
+the old epoch is taken as that abort repeated and answered with the epoch
+to go on with (and a v1 producer's InitProducerId with the old epoch is
+accepted, as above). At 1 (the cluster downgraded for the test, as an
+older one) the coordinator fences the old epoch (it keeps no previous
+epoch), so the v1 producer's InitProducerId is answered PRODUCER_FENCED:
+fatal there, as in Java's client; a new producer with the id goes on.
+
 A private broker: the coordinator looks for timed-out transactions every
 500 ms here (every 10 s by default)."""
 
@@ -22,9 +32,10 @@ import pytest
 
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
-from kwire.errors import InvalidProducerEpochError
+from kwire.errors import InvalidProducerEpochError, ProducerFencedError
 from kwire.producer import Producer
 from kwire.transactions import TransactionStateError
+from support.features import transaction_version
 from support.kafka import start_kafka
 
 pytestmark = pytest.mark.kafka
@@ -41,6 +52,12 @@ def txn_kafka():
         broker.stop()       # by its PID (SIGTERM, then SIGKILL), and its directory deleted
 
 
+@pytest.fixture(params=[2, 1], ids=["txv2", "txv1"])
+def txn_protocol(request, txn_kafka):
+    with transaction_version(txn_kafka.bootstrap(), request.param):
+        yield request.param
+
+
 def _read(bootstrap, topic, isolation, want, seconds=10.0):
     got = []
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation) as c:
@@ -53,7 +70,7 @@ def _read(bootstrap, topic, isolation, want, seconds=10.0):
     return got
 
 
-def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goes_on(txn_kafka):
+def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goes_on(txn_kafka, txn_protocol):
     bootstrap = txn_kafka.bootstrap()
     topic = f"tt-{uuid.uuid4().hex[:8]}"
     with Admin(bootstrap_servers=bootstrap) as a:
@@ -61,6 +78,7 @@ def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goe
     p = Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{topic}", transaction_timeout_ms=TIMEOUT_MS)
     try:
         p.init_transactions(20)
+        assert p.transaction_version == txn_protocol
         epoch = p._producer_epoch
         p.begin_transaction()
         assert p.send(topic, b"timed-out", partition=0).get(10).offset == 0
@@ -69,7 +87,14 @@ def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goe
             p.send(topic, b"refused", partition=0).get(10)
         with pytest.raises(TransactionStateError, match="aborted first"):
             p.commit_transaction(10)
-        p.abort_transaction(10)
+        if txn_protocol == 1:
+            with pytest.raises(ProducerFencedError, match="InitProducerId"):
+                p.abort_transaction(10)
+            p.close(5)
+            p = Producer(bootstrap_servers=bootstrap, transactional_id=f"tid-{topic}")
+            p.init_transactions(20)
+        else:
+            p.abort_transaction(10)
         assert p._producer_epoch > epoch
         p.begin_transaction()
         p.send(topic, b"next", partition=0)

@@ -309,6 +309,11 @@ class AsyncProducer:
         return await self._p._client.arun(steps)
 
     # ----------------------------------------------------- transactions
+    @property
+    def transaction_version(self) -> Optional[int]:
+        """:attr:`kwire.Producer.transaction_version`."""
+        return self._p.transaction_version
+
     async def init_transactions(self, timeout: Optional[float] = None) -> None:
         """:meth:`kwire.Producer.init_transactions`."""
         await self._run(self._p._transactions().init_transactions_steps(timeout))

@@ -10,7 +10,8 @@ so they work and are tested apart from the generated message classes:
   :class:`NoCommonVersionError` that names the API and both ranges;
 - :func:`capped_version` is the version to send an API at, the negotiated
   one capped at :data:`MAX_VERSIONS` (the APIs whose newer versions mean
-  something kwire does not speak);
+  something kwire does not speak, or, for transaction protocol v2,
+  :data:`TRANSACTION_V2_MAX_VERSIONS`);
 - :func:`apiversions_retry_version` is the ApiVersions fallback of KIP-511.
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "API_NAMES",
     "API_VERSIONS_KEY",
     "MAX_VERSIONS",
+    "TRANSACTION_V2_MAX_VERSIONS",
     "Ranges",
     "NoCommonVersionError",
     "api_name",
@@ -47,17 +49,23 @@ MAX_VERSIONS: Dict[int, int] = {
     ApiKey.OFFSET_FETCH: 9,
     # v4+ is the brokers' own form
     ApiKey.ADD_PARTITIONS_TO_TXN: 3,
-    # EndTxn v5 and TxnOffsetCommit v5 belong to KIP-890's transaction
-    # protocol v2, which kwire does not speak (it uses v1, with explicit
-    # AddPartitionsToTxn, as Java does when the cluster has not finalized
-    # transaction.version 2)
+    # KIP-890's transaction protocol v2 (EndTxn v5: the epoch bumped at every
+    # end; TxnOffsetCommit v5: the group added by the commit itself; Produce
+    # v12+: partitions added by the write) is spoken only by a transactional
+    # producer on a cluster that finalized transaction.version 2 (kwire.
+    # transactions, with TRANSACTION_V2_MAX_VERSIONS); protocol v1, with
+    # explicit AddPartitionsToTxn and AddOffsetsToTxn, stays below these
     ApiKey.END_TXN: 4,
     ApiKey.TXN_OFFSET_COMMIT: 4,
-    # a transactional producer's Produce (kwire.transactions): v12+ is that
-    # protocol v2 too (partitions added implicitly); other producers send
-    # the negotiated version
+    # (a transactional producer's Produce; other producers send the negotiated version)
     ApiKey.PRODUCE: 11,
 }
+
+#: The caps of a transactional producer speaking transaction protocol v2:
+#: :data:`MAX_VERSIONS` without those of EndTxn, TxnOffsetCommit and Produce.
+TRANSACTION_V2_MAX_VERSIONS: Dict[int, int] = {
+    k: v for k, v in MAX_VERSIONS.items()
+    if k not in (ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.PRODUCE)}
 
 #: ApiVersions' api key (ApiKey.API_VERSIONS).
 API_VERSIONS_KEY = ApiKey.API_VERSIONS
@@ -170,13 +178,15 @@ def require_version(chosen: Mapping[int, int], api_key: int, broker_ranges: Rang
     return version
 
 
-def capped_version(versions: Mapping[int, int], api_key: int) -> Optional[int]:
+def capped_version(versions: Mapping[int, int], api_key: int,
+                   caps: Mapping[int, int] = MAX_VERSIONS) -> Optional[int]:
     """The version to send ``api_key`` at: the negotiated one, capped at
-    :data:`MAX_VERSIONS`; None when the broker does not speak it."""
+    ``caps`` (:data:`MAX_VERSIONS`, or :data:`TRANSACTION_V2_MAX_VERSIONS`);
+    None when the broker does not speak it."""
     v = versions.get(api_key)
     if v is None:
         return None
-    return min(v, MAX_VERSIONS.get(api_key, v))
+    return min(v, caps.get(api_key, v))
 
 
 def apiversions_retry_version(error_code: int, broker_ranges: Ranges, tried_version: int) -> Optional[int]:
