@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire.errors import KwireError
+from kwire.interceptors import load as _interceptors
 from kwire.partitioners import NAMES, resolve_partitioner
 
 __all__ = [
@@ -352,6 +353,10 @@ SASL: Dict[str, Option] = {
 
 COMMON.update(SASL)
 
+#: Java's ``interceptor.classes``, the producer's and the consumer's (kwire.interceptors).
+INTERCEPTORS = Option(None, _interceptors, "interceptors (kwire.interceptors): objects, classes or module:Class "
+                      "names, called in order")
+
 PRODUCER: Dict[str, Option] = {
     **COMMON,
     "acks": Option(-1, _acks, "all (-1), 1 or 0"),
@@ -374,6 +379,7 @@ PRODUCER: Dict[str, Option] = {
                                                        "against the partitions' queues (KIP-794)"),
     "partitioner_availability_timeout_ms": Option(0, _int(0), "with adaptive partitioning, keyless records avoid "
                                                   "partitions whose leader took no batch for this long; 0: never"),
+    "interceptor_classes": INTERCEPTORS,
     "enable_idempotence": Option(True, _bool, "exactly-once per partition (needs acks=all)"),
     "max_in_flight_requests_per_connection": Option(5, _int(1)),
     "retries": Option(2147483647, _int(0)),
@@ -418,6 +424,7 @@ CONSUMER: Dict[str, Option] = {
                                     "group_protocol 'consumer': the coordinator's assignor ('uniform', 'range'); "
                                     "None: the broker's default (group.consumer.assignors' first)"),
     "client_rack": Option(None, _opt_str),
+    "interceptor_classes": INTERCEPTORS,
     "exclude_internal_topics": Option(True, _bool),
     "allow_auto_create_topics": Option(True, _bool, "ask the broker to create a subscribed or assigned topic that "
                                        "does not exist (it does if its auto.create.topics.enable is on)"),

@@ -40,11 +40,12 @@ sent under two epochs (which the broker could not recognise as duplicates).
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
@@ -53,10 +54,11 @@ from kwire.client import STALLED, Client, Offload, Sleep, Steps, StepsOf, Wait, 
 from kwire.config import PRODUCER, ConfigError, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
+from kwire.interceptors import ProducerInterceptors
 from kwire.net import Connection
 from kwire.partitioners import resolve_partitioner
 from kwire.protocol.api_keys import ApiKey, ErrorCode
-from kwire.types import RecordMetadata
+from kwire.types import ProducerRecord, RecordMetadata
 
 __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError",
            "InvalidPartitionError", "RecordTooLargeError"]
@@ -100,6 +102,10 @@ class _Batch(ProducerBatch):
         ts, ks, vs = self.record_meta(index)
         offset = -1 if base < 0 else base + index
         return RecordMetadata(self.topic, self.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
+
+
+def _acknowledged(interceptors: ProducerInterceptors, batch: _Batch, future: Future) -> None:
+    interceptors.batch_done(batch)
 
 
 def compression_level(cfg: Mapping[str, Any]) -> Optional[int]:
@@ -205,6 +211,10 @@ class Producer(SendingProducer):
         self._node_in_flight: Dict[int, int] = {}
         self._building = False        # a turn's batches are being encoded off the sender's thread
         self._deferred: List[Tuple[int, List[_Batch], Future, int]] = []   # Produce answers that came meanwhile
+        self._interceptors: Optional[ProducerInterceptors] = None
+        if cfg["interceptor_classes"]:
+            self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
+            self.send = self._intercepted_send     # the compiled send stays the class's: no cost without them
         self._start_sender()
 
     def _start_sender(self) -> None:
@@ -243,10 +253,33 @@ class Producer(SendingProducer):
         batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
         if not encoded:
             batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
+            if self._interceptors is not None:       # on_acknowledgement for each record, before its callbacks
+                batch.future.add_done_callback(functools.partial(_acknowledged, self._interceptors, batch))
         # the sender may be waiting out a turn that knew of no open batch (up to 0.1 s): it is to wait this
         # batch's linger_ms instead (Java's producer wakes its sender on a new batch too)
         self._client.wakeup()
         return batch
+
+    def _intercepted_send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                          partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
+        """``send`` with interceptors (each instance that has any binds
+        ``send`` to this): ``on_send``, then the compiled send; a record it
+        refuses is acknowledged with its error."""
+        assert self._interceptors is not None
+        record = self._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+        with self._refusal_acknowledged(record):
+            return SendingProducer.send(self, *record)
+
+    @contextlib.contextmanager
+    def _refusal_acknowledged(self, record: ProducerRecord) -> Iterator[None]:
+        """An error raised inside (the record not queued) goes to the
+        interceptors' ``on_acknowledgement``, then on to the caller."""
+        try:
+            yield
+        except BaseException as e:
+            assert self._interceptors is not None
+            self._interceptors.send_failed(record, e)
+            raise
 
     def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
                    headers: Optional[str] = "headers", partition: Optional[str] = "partition",
@@ -353,7 +386,13 @@ class Producer(SendingProducer):
         if self._thread.is_alive():
             log.warning("kwire producer: the sender thread did not end within %.1f s of close()'s timeout; "
                         "it ends after its current turn", CLOSE_GRACE)
+        self._set_closed()
+
+    def _set_closed(self) -> None:
+        """The sender has ended: the producer is closed, and so are its interceptors."""
         self._closed = True
+        if self._interceptors is not None:
+            self._interceptors.close()
 
     def _close_start(self, timeout: Optional[float]) -> Optional[float]:
         """Refuse new sends, and have the sender end once what is queued is
