@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire.errors import KwireError
-from kwire.interceptors import load as _interceptors
 from kwire.partitioners import NAMES, resolve_partitioner
 
 __all__ = [
@@ -182,9 +181,18 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
 def named_callback(spec: str, option: str) -> Any:
     """The object ``module:attribute[.attribute...]`` names: a token
     callback (or provider) imported in this process; errors name ``option``."""
+    obj = import_named(spec, option, "module:function (e.g. mypackage.tokens:get_token)")
+    if not callable(obj) and not callable(getattr(obj, "token", None)):
+        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
+    return obj
+
+
+def import_named(spec: str, option: str, expected: str) -> Any:
+    """The object ``module:attribute[.attribute...]`` names, imported in
+    this process; errors name ``option`` and what was ``expected``."""
     module, sep, attr = str(spec).strip().partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"{option}: expected module:function (e.g. mypackage.tokens:get_token), got {spec!r}")
+        raise ConfigError(f"{option}: expected {expected}, got {spec!r}")
     try:
         obj: Any = importlib.import_module(module)
     except Exception as e:
@@ -194,9 +202,27 @@ def named_callback(spec: str, option: str) -> Any:
         if not hasattr(obj, part):
             raise ConfigError(f"{option}: {module} has no {attr}")
         obj = getattr(obj, part)
-    if not callable(obj) and not callable(getattr(obj, "token", None)):
-        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
     return obj
+
+
+def _interceptors(v: Any) -> Optional[Tuple[Any, ...]]:
+    """``interceptor_classes``: None, or objects, classes and ``module:Class``
+    names (a list, or a string of names separated by commas, as Java's
+    option and Spark's ``kafka.*`` options give them), names imported."""
+    if v is None:
+        return None
+    items = v.split(",") if isinstance(v, str) else list(v)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip():
+                continue
+            item = import_named(item, "interceptor_classes", "module:Class (a Python class; Java class names "
+                                "do not apply)")
+        if item is None:
+            raise ValueError("an interceptor cannot be None")
+        out.append(item)
+    return tuple(out)
 
 
 def _callable(v: Any) -> Any:

@@ -53,7 +53,6 @@ per poll or per batch, never per record.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -62,48 +61,12 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from kwire.errors import KwireError
 from kwire.types import ProducerRecord, RecordMetadata
 
-__all__ = ["ProducerInterceptors", "ConsumerInterceptors", "load", "LOG_INTERVAL"]
+__all__ = ["ProducerInterceptors", "ConsumerInterceptors", "LOG_INTERVAL"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two warnings about the same interceptor method raising.
 LOG_INTERVAL = 10.0
-
-
-def _named(spec: str) -> Any:
-    """The class (or object) ``"module:Class"`` names."""
-    module, sep, attr = spec.strip().partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{spec!r}: expected module:Class (a Python class; Java class names do not apply)")
-    try:
-        obj: Any = importlib.import_module(module)
-    except Exception as e:
-        raise ValueError(f"cannot import {module} ({type(e).__name__}: {e}); every process that makes a "
-                         "client needs it (Spark: ship it with --py-files)") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{module} has no {attr}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def load(value: Any) -> Tuple[Any, ...]:
-    """``interceptor_classes`` as given (None, a list, or a comma-separated
-    string of ``module:Class`` names) as a tuple of objects and classes,
-    names imported (the option's check: it raises ``ValueError``)."""
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            if not item.strip():
-                continue
-            item = _named(item)
-        if item is None:
-            raise ValueError("an interceptor cannot be None")
-        out.append(item)
-    return tuple(out)
 
 
 class _Hook(NamedTuple):

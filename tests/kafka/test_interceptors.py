@@ -118,3 +118,19 @@ def test_columnar_polls_go_to_on_consume_columnar(kw, kafka):
             rows += sum(b.num_rows for b in c.poll_columnar(5000).values())
     assert rows == len(filtering.named("on_consume_columnar"))      # one row kept per batch returned
     assert filtering.named("on_consume") == []
+
+
+def test_option_takes_objects_classes_and_names():
+    from kwire.config import PRODUCER, ConfigError, resolve
+
+    one = ics.Raising()
+    cfg = resolve(PRODUCER, {"bootstrap.servers": "h:1",
+                             "interceptor.classes": "support.interceptors:Stamping, support.interceptors:Filtering"})
+    assert cfg["interceptor_classes"] == (ics.Stamping, ics.Filtering)
+    cfg = resolve(PRODUCER, None, {"bootstrap_servers": "h:1", "interceptor_classes": [one, ics.Stamping]})
+    assert cfg["interceptor_classes"] == (one, ics.Stamping)
+    with pytest.raises(ConfigError, match="module:Class"):
+        resolve(PRODUCER, {"bootstrap.servers": "h:1",
+                           "interceptor.classes": "io.opentelemetry.TracingProducerInterceptor"})
+    with pytest.raises(ConfigError, match="has no Nope"):
+        resolve(PRODUCER, {"bootstrap.servers": "h:1", "interceptor.classes": "support.interceptors:Nope"})
