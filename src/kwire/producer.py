@@ -793,8 +793,10 @@ class Producer(SendingProducer):
                     if not q or q[0].next_try > now:
                         continue
                     if idempotent and (self._in_flight_tp.get(tp, 0) + tp_planned[tp]
-                                       >= self._partition_in_flight(tp, q[0], max_in_flight)
-                                       or not self._may_send(tp, q[0], current)):
+                                       >= self._partition_in_flight(tp, q[0], max_in_flight)):
+                        self._mark_ready(client.cluster.leader_for(*tp), now)   # waiting for its answers
+                        continue
+                    if idempotent and not self._may_send(tp, q[0], current):
                         continue
                     if self._txn is not None and not self._txn.partition_ready(tp):
                         continue      # waits for AddPartitionsToTxn
@@ -803,8 +805,7 @@ class Producer(SendingProducer):
                         client.add_topics([tp[0]])
                         client.request_metadata_update()
                         continue
-                    self._node_ready_at[leader] = now
-                    self._node_drained_at.setdefault(leader, now)
+                    self._mark_ready(leader, now)
                     if self._node_in_flight.get(leader, 0) + node_planned[leader] >= max_in_flight:
                         continue
                     size = len(q[0].payload) if q[0].payload is not None else q[0].bytes
@@ -841,6 +842,17 @@ class Producer(SendingProducer):
         for node in {node for node, _ in requests}:
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
+
+    def _mark_ready(self, leader: Optional[int], now: float) -> None:
+        """``leader`` has a batch ready now (KIP-794's node latency: it is
+        unavailable once it has had one ready, and taken none, for
+        ``partitioner_availability_timeout_ms``). A partition held at its
+        in-flight limit counts, as Java's node held at
+        ``max.in.flight.requests.per.connection`` does: a stalled leader
+        holds its partitions there."""
+        if leader is not None:
+            self._node_ready_at[leader] = now
+            self._node_drained_at.setdefault(leader, now)
 
     def _measure_load(self, now: float) -> None:
         """KIP-794's adaptive partitioning, as Java's ``RecordAccumulator.ready``
