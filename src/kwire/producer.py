@@ -108,6 +108,23 @@ def _acknowledged(interceptors: ProducerInterceptors, batch: _Batch, future: Fut
     interceptors.batch_done(batch)
 
 
+_INTERCEPTING: Dict[type, type] = {}
+
+
+def _intercepting(cls: type) -> type:
+    """``cls`` with ``send`` calling the interceptors first (one subclass per
+    class, made once): a producer with interceptors becomes one, so that
+    the compiled ``send`` of every other producer is looked up as before
+    (an instance attribute would add ``send`` to the keys every instance of
+    ``cls`` shares, and unspecialise the lookup for all of them)."""
+    sub = _INTERCEPTING.get(cls)
+    if sub is None:
+        sub = _INTERCEPTING[cls] = type(cls.__name__, (cls,), {
+            "send": cls._intercepted_send, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__})
+    return sub
+
+
 def compression_level(cfg: Mapping[str, Any]) -> Optional[int]:
     """The level the batches of ``cfg["compression_type"]`` are compressed
     at (None: the codec's default): librdkafka's ``compression_level``
@@ -214,7 +231,7 @@ class Producer(SendingProducer):
         self._interceptors: Optional[ProducerInterceptors] = None
         if cfg["interceptor_classes"]:
             self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
-            self.send = self._intercepted_send     # the compiled send stays the class's: no cost without them
+            self.__class__ = _intercepting(type(self))     # send() calls them: a subclass, so the class's stays compiled
         self._start_sender()
 
     def _start_sender(self) -> None:
@@ -262,9 +279,9 @@ class Producer(SendingProducer):
 
     def _intercepted_send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
                           partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
-        """``send`` with interceptors (each instance that has any binds
-        ``send`` to this): ``on_send``, then the compiled send; a record it
-        refuses is acknowledged with its error."""
+        """``send`` with interceptors (the ``send`` of a producer that has
+        any: :func:`_intercepting`): ``on_send``, then the compiled send; a
+        record it refuses is acknowledged with its error."""
         assert self._interceptors is not None
         record = self._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
         with self._refusal_acknowledged(record):
