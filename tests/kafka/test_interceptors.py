@@ -96,6 +96,9 @@ def test_consumer_interceptors_consume_commit_and_close(kw, kafka, caplog):
         assert filtering.named("on_commit")[-1][TopicPartition(topic, 0)].offset == RECORDS
         c.commit({(topic, 0): 5})
         assert filtering.named("on_commit")[-1][TopicPartition(topic, 0)].offset == 5
+        c.commit_async({(topic, 0): 7}).result(30)        # said at the next poll, in the polling thread
+        c.poll(0)
+        assert filtering.named("on_commit")[-1][TopicPartition(topic, 0)].offset == 7
     assert filtering.closed
     assert raising.raised >= 3
     said = {r.getMessage().split(" raised in ")[1].split(",")[0] for r in _warnings(caplog)}
