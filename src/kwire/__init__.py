@@ -72,7 +72,7 @@ _LAZY: Dict[str, str] = {
     **dict.fromkeys(("Admin", "NewTopic", "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing",
                      "GroupDescription", "MemberDescription", "DelegationToken"), "kwire.admin"),
     **dict.fromkeys(("TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata", "ConsumerGroupMetadata",
-                     "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST"), "kwire.types"),
+                     "RecordMetadata", "ProducerRecord", "ConsumerRecord", "EARLIEST", "LATEST"), "kwire.types"),
     "AclBinding": "kwire.acl",
     "RebalanceListener": "kwire.group",
     "CommitFailedError": "kwire.commit",
@@ -105,7 +105,7 @@ if TYPE_CHECKING:
     from kwire.scanning import scan
     from kwire.transactions import TransactionAbortedError, TransactionStateError
     from kwire.types import (EARLIEST, LATEST, ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata,
-                             OffsetAndTimestamp, RecordMetadata, TopicPartition)
+                             OffsetAndTimestamp, ProducerRecord, RecordMetadata, TopicPartition)
 
 
 def __getattr__(name: str) -> Any:
@@ -158,7 +158,7 @@ __all__ = [
     "NoOffsetForPartitionError", "PositionOutOfRangeError", "LogTruncationError", "Admin", "NewTopic",
     "TopicDescription", "ClusterDescription", "ConfigEntry", "GroupListing", "GroupDescription",
     "MemberDescription", "DelegationToken", "TopicPartition", "OffsetAndTimestamp", "OffsetAndMetadata",
-    "ConsumerGroupMetadata", "RecordMetadata", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
+    "ConsumerGroupMetadata", "RecordMetadata", "ProducerRecord", "ConsumerRecord", "EARLIEST", "LATEST", "AclBinding", "RebalanceListener",
     "CommitFailedError", "RangeAssignor", "RoundRobinAssignor", "CooperativeStickyAssignor", "Future",
     "KafkaTimeoutError", "TransactionAbortedError", "TransactionStateError", "ProducerClosedError",
     "InvalidPartitionError", "IllegalStateError", "SaslAuthenticationError", "TlsError", "ConfigError", "NoBrokersAvailableError",

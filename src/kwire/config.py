@@ -181,9 +181,18 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
 def named_callback(spec: str, option: str) -> Any:
     """The object ``module:attribute[.attribute...]`` names: a token
     callback (or provider) imported in this process; errors name ``option``."""
+    obj = import_named(spec, option, "module:function (e.g. mypackage.tokens:get_token)")
+    if not callable(obj) and not callable(getattr(obj, "token", None)):
+        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
+    return obj
+
+
+def import_named(spec: str, option: str, expected: str) -> Any:
+    """The object ``module:attribute[.attribute...]`` names, imported in
+    this process; errors name ``option`` and what was ``expected``."""
     module, sep, attr = str(spec).strip().partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"{option}: expected module:function (e.g. mypackage.tokens:get_token), got {spec!r}")
+        raise ConfigError(f"{option}: expected {expected}, got {spec!r}")
     try:
         obj: Any = importlib.import_module(module)
     except Exception as e:
@@ -193,9 +202,27 @@ def named_callback(spec: str, option: str) -> Any:
         if not hasattr(obj, part):
             raise ConfigError(f"{option}: {module} has no {attr}")
         obj = getattr(obj, part)
-    if not callable(obj) and not callable(getattr(obj, "token", None)):
-        raise ConfigError(f"{option}: {spec} is neither callable nor an object with a token() method")
     return obj
+
+
+def _interceptors(v: Any) -> Optional[Tuple[Any, ...]]:
+    """``interceptor_classes``: None, or objects, classes and ``module:Class``
+    names (a list, or a string of names separated by commas, as Java's
+    option and Spark's ``kafka.*`` options give them), names imported."""
+    if v is None:
+        return None
+    items = v.split(",") if isinstance(v, str) else list(v)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip():
+                continue
+            item = import_named(item, "interceptor_classes", "module:Class (a Python class; Java class names "
+                                "do not apply)")
+        if item is None:
+            raise ValueError("an interceptor cannot be None")
+        out.append(item)
+    return tuple(out)
 
 
 def _callable(v: Any) -> Any:
@@ -352,6 +379,10 @@ SASL: Dict[str, Option] = {
 
 COMMON.update(SASL)
 
+#: Java's ``interceptor.classes``, the producer's and the consumer's (kwire.interceptors).
+INTERCEPTORS = Option(None, _interceptors, "interceptors (kwire.interceptors): objects, classes or module:Class "
+                      "names, called in order")
+
 PRODUCER: Dict[str, Option] = {
     **COMMON,
     "acks": Option(-1, _acks, "all (-1), 1 or 0"),
@@ -374,6 +405,7 @@ PRODUCER: Dict[str, Option] = {
                                                        "against the partitions' queues (KIP-794)"),
     "partitioner_availability_timeout_ms": Option(0, _int(0), "with adaptive partitioning, keyless records avoid "
                                                   "partitions whose leader took no batch for this long; 0: never"),
+    "interceptor_classes": INTERCEPTORS,
     "enable_idempotence": Option(True, _bool, "exactly-once per partition (needs acks=all)"),
     "max_in_flight_requests_per_connection": Option(5, _int(1)),
     "retries": Option(2147483647, _int(0)),
@@ -418,6 +450,7 @@ CONSUMER: Dict[str, Option] = {
                                     "group_protocol 'consumer': the coordinator's assignor ('uniform', 'range'); "
                                     "None: the broker's default (group.consumer.assignors' first)"),
     "client_rack": Option(None, _opt_str),
+    "interceptor_classes": INTERCEPTORS,
     "exclude_internal_topics": Option(True, _bool),
     "allow_auto_create_topics": Option(True, _bool, "ask the broker to create a subscribed or assigned topic that "
                                        "does not exist (it does if its auto.create.topics.enable is on)"),

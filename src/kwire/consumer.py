@@ -63,6 +63,7 @@ from kwire.errors import IllegalStateError, KwireError, without_traceback
 from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError, PositionOutOfRangeError, _PartitionState
 from kwire.future import Future
 from kwire.group import GroupCoordinator
+from kwire.interceptors import ConsumerInterceptors
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
@@ -103,6 +104,9 @@ class Consumer(Fetcher):
         self._error_turn = 0          # partitions with held errors take turns
         self._closed = False
         self._formats: Any = None     # the kwire.formats.FormatCache of poll_columnar's key and value formats
+        self._interceptors: Optional[ConsumerInterceptors] = None
+        if self.cfg["interceptor_classes"]:
+            self._interceptors = ConsumerInterceptors(self.cfg["interceptor_classes"], self.cfg)
         self._group: Optional[GroupCoordinator] = None     # when there is a group_id
         if self.cfg["group_id"]:
             self._group = GroupCoordinator(self)
@@ -320,7 +324,16 @@ class Consumer(Fetcher):
 
     def _records_taker(self, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, List[Record]]]:
         limit = self.cfg["max_poll_records"] if max_records is None else _positive("max_records", max_records)
-        return lambda: self._take_records(limit)
+        return self._intercepted(lambda: self._take_records(limit), "on_consume")
+
+    def _intercepted(self, take: Callable[[], Dict[TopicPartition, Any]],
+                     method: str) -> Callable[[], Dict[TopicPartition, Any]]:
+        """``take`` followed by the interceptors' ``method`` (when there are
+        interceptors: a check per poll, none per record)."""
+        if self._interceptors is None:
+            return take
+        on = getattr(self._interceptors, method)
+        return lambda: on(take())
 
     def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms", max_records: Optional[int] = None,
                       key_format: Any = None, value_format: Any = None) -> Dict[TopicPartition, Any]:
@@ -356,12 +369,13 @@ class Consumer(Fetcher):
         if max_records is not None:
             _positive("max_records", max_records)
         if key_format is None and value_format is None:
-            return lambda: self._take_columnar(timestamp_unit, max_records)
+            return self._intercepted(lambda: self._take_columnar(timestamp_unit, max_records), "on_consume_columnar")
         from kwire.formats import check_spec
 
         check_spec(key_format)
         check_spec(value_format)
-        return lambda: self._typed(self._take_columnar(timestamp_unit, max_records), key_format, value_format)
+        return self._intercepted(lambda: self._typed(self._take_columnar(timestamp_unit, max_records), key_format,
+                                                     value_format), "on_consume_columnar")
 
     def _typed(self, batches: Dict[TopicPartition, Any], key_spec: Any, value_spec: Any) -> Dict[TopicPartition, Any]:
         """Each partition's batch with its key and value typed by their
@@ -474,6 +488,8 @@ class Consumer(Fetcher):
             finally:
                 self._client.close()
                 self._closed = True
+                if self._interceptors is not None:
+                    self._interceptors.close()
 
     def __enter__(self) -> "Consumer":
         return self

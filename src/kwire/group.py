@@ -299,6 +299,7 @@ class GroupCoordinator:
             errors = commit_errors(resp)
             if not errors:
                 log.debug("group %s committed %s", self.group_id, todo)
+                self._committed(todo)
                 return todo
             err = self._commit_error(errors)
             if not getattr(err, "retriable", False) or time.monotonic() >= deadline:
@@ -495,9 +496,17 @@ class GroupCoordinator:
 
         self.commit_async(None, report)
 
+    def _committed(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """A commit of ``offsets`` succeeded: the consumer's interceptors' ``on_commit``."""
+        interceptors = self._consumer._interceptors
+        if interceptors is not None:
+            interceptors.on_commit(offsets)
+
     def _run_commit_callbacks(self) -> None:
         while self._commit_results:
             cb, offsets, error = self._commit_results.popleft()
+            if error is None:
+                self._committed(offsets)
             if cb is not None:
                 try:
                     cb(offsets, error)

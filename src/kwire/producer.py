@@ -40,11 +40,12 @@ sent under two epochs (which the broker could not recognise as duplicates).
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from kwire import protocol
 from kwire._codec import (Accumulator, ProducerBatch, RecordBatchBuilder, RecordFuture, SendLock,
@@ -53,10 +54,11 @@ from kwire.client import STALLED, Client, Offload, Sleep, Steps, StepsOf, Wait, 
 from kwire.config import PRODUCER, ConfigError, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
+from kwire.interceptors import ProducerInterceptors
 from kwire.net import Connection
 from kwire.partitioners import resolve_partitioner
 from kwire.protocol.api_keys import ApiKey, ErrorCode
-from kwire.types import RecordMetadata
+from kwire.types import ProducerRecord, RecordMetadata
 
 __all__ = ["Producer", "RecordMetadata", "RecordFuture", "BufferFullError", "ProducerClosedError",
            "InvalidPartitionError", "RecordTooLargeError"]
@@ -100,6 +102,27 @@ class _Batch(ProducerBatch):
         ts, ks, vs = self.record_meta(index)
         offset = -1 if base < 0 else base + index
         return RecordMetadata(self.topic, self.partition, offset, log_append if log_append >= 0 else ts, ks, vs)
+
+
+def _acknowledged(interceptors: ProducerInterceptors, batch: _Batch, future: Future) -> None:
+    interceptors.batch_done(batch)
+
+
+_INTERCEPTING: Dict[type, type] = {}
+
+
+def _intercepting(cls: type) -> type:
+    """``cls`` with ``send`` calling the interceptors first (one subclass per
+    class, made once): a producer with interceptors becomes one, so that
+    the compiled ``send`` of every other producer is looked up as before
+    (an instance attribute would add ``send`` to the keys every instance of
+    ``cls`` shares, and unspecialise the lookup for all of them)."""
+    sub = _INTERCEPTING.get(cls)
+    if sub is None:
+        sub = _INTERCEPTING[cls] = type(cls.__name__, (cls,), {
+            "send": cls._intercepted_send, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__})
+    return sub
 
 
 def compression_level(cfg: Mapping[str, Any]) -> Optional[int]:
@@ -205,6 +228,10 @@ class Producer(SendingProducer):
         self._node_in_flight: Dict[int, int] = {}
         self._building = False        # a turn's batches are being encoded off the sender's thread
         self._deferred: List[Tuple[int, List[_Batch], Future, int]] = []   # Produce answers that came meanwhile
+        self._interceptors: Optional[ProducerInterceptors] = None
+        if cfg["interceptor_classes"]:
+            self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
+            self.__class__ = _intercepting(type(self))     # send() calls them: a subclass, so the class's stays compiled
         self._start_sender()
 
     def _start_sender(self) -> None:
@@ -243,10 +270,33 @@ class Producer(SendingProducer):
         batch = _Batch(topic, partition, builder, now, now + self.cfg["delivery_timeout_ms"] / 1000.0)
         if not encoded:
             batch.reserve(self._sealed_count.get((topic, partition), 0))   # room for as many as the last one took
+            if self._interceptors is not None:       # on_acknowledgement for each record, before its callbacks
+                batch.future.add_done_callback(functools.partial(_acknowledged, self._interceptors, batch))
         # the sender may be waiting out a turn that knew of no open batch (up to 0.1 s): it is to wait this
         # batch's linger_ms instead (Java's producer wakes its sender on a new batch too)
         self._client.wakeup()
         return batch
+
+    def _intercepted_send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
+                          partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
+        """``send`` with interceptors (the ``send`` of a producer that has
+        any: :func:`_intercepting`): ``on_send``, then the compiled send; a
+        record it refuses is acknowledged with its error."""
+        assert self._interceptors is not None
+        record = self._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+        with self._refusal_acknowledged(record):
+            return SendingProducer.send(self, *record)
+
+    @contextlib.contextmanager
+    def _refusal_acknowledged(self, record: ProducerRecord) -> Iterator[None]:
+        """An error raised inside (the record not queued) goes to the
+        interceptors' ``on_acknowledgement``, then on to the caller."""
+        try:
+            yield
+        except BaseException as e:
+            assert self._interceptors is not None
+            self._interceptors.send_failed(record, e)
+            raise
 
     def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",
                    headers: Optional[str] = "headers", partition: Optional[str] = "partition",
@@ -353,7 +403,13 @@ class Producer(SendingProducer):
         if self._thread.is_alive():
             log.warning("kwire producer: the sender thread did not end within %.1f s of close()'s timeout; "
                         "it ends after its current turn", CLOSE_GRACE)
+        self._set_closed()
+
+    def _set_closed(self) -> None:
+        """The sender has ended: the producer is closed, and so are its interceptors."""
         self._closed = True
+        if self._interceptors is not None:
+            self._interceptors.close()
 
     def _close_start(self, timeout: Optional[float]) -> Optional[float]:
         """Refuse new sends, and have the sender end once what is queued is
@@ -762,8 +818,10 @@ class Producer(SendingProducer):
                     if not q or q[0].next_try > now:
                         continue
                     if idempotent and (self._in_flight_tp.get(tp, 0) + tp_planned[tp]
-                                       >= self._partition_in_flight(tp, q[0], max_in_flight)
-                                       or not self._may_send(tp, q[0], current)):
+                                       >= self._partition_in_flight(tp, q[0], max_in_flight)):
+                        self._mark_ready(client.cluster.leader_for(*tp), now)   # waiting for its answers
+                        continue
+                    if idempotent and not self._may_send(tp, q[0], current):
                         continue
                     if self._txn is not None and not self._txn.partition_ready(tp):
                         continue      # waits for AddPartitionsToTxn
@@ -772,8 +830,7 @@ class Producer(SendingProducer):
                         client.add_topics([tp[0]])
                         client.request_metadata_update()
                         continue
-                    self._node_ready_at[leader] = now
-                    self._node_drained_at.setdefault(leader, now)
+                    self._mark_ready(leader, now)
                     if self._node_in_flight.get(leader, 0) + node_planned[leader] >= max_in_flight:
                         continue
                     size = len(q[0].payload) if q[0].payload is not None else q[0].bytes
@@ -810,6 +867,17 @@ class Producer(SendingProducer):
         for node in {node for node, _ in requests}:
             client.flush(node)                      # each leader's requests in one write
         self._requeue([b for batches in unsent for b in batches])
+
+    def _mark_ready(self, leader: Optional[int], now: float) -> None:
+        """``leader`` has a batch ready now (KIP-794's node latency: it is
+        unavailable once it has had one ready, and taken none, for
+        ``partitioner_availability_timeout_ms``). A partition held at its
+        in-flight limit counts, as Java's node held at
+        ``max.in.flight.requests.per.connection`` does: a stalled leader
+        holds its partitions there."""
+        if leader is not None:
+            self._node_ready_at[leader] = now
+            self._node_drained_at.setdefault(leader, now)
 
     def _measure_load(self, now: float) -> None:
         """KIP-794's adaptive partitioning, as Java's ``RecordAccumulator.ready``

@@ -18,6 +18,7 @@ __all__ = [
     "OffsetAndMetadata",
     "ConsumerGroupMetadata",
     "RecordMetadata",
+    "ProducerRecord",
     "ConsumerRecord",
     "EARLIEST",
     "LATEST",
@@ -67,6 +68,18 @@ class RecordMetadata(NamedTuple):
     timestamp: int          # the record's timestamp, or the broker's LogAppendTime
     serialized_key_size: int
     serialized_value_size: int
+
+
+class ProducerRecord(NamedTuple):
+    """A record as sent: ``Producer.send``'s arguments, what a producer
+    interceptor's ``on_send`` sees and returns (:mod:`kwire.interceptors`)."""
+
+    topic: str
+    value: Any = None
+    key: Any = None
+    headers: Any = None
+    partition: Optional[int] = None
+    timestamp_ms: Optional[int] = None
 
 
 class ConsumerRecord(NamedTuple):

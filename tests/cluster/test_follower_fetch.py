@@ -23,6 +23,7 @@ KIP-848 member's rack reaches the coordinator."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import threading
@@ -191,8 +192,43 @@ class _KwireMember:
         self.consumer.close()
 
 
-@pytest.mark.parametrize("assignor, leader", [("range", "java"), ("cooperative-sticky", "kwire")])
-def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluster, assignor, leader):
+class _AioMember:
+    """The same as :class:`_KwireMember` with kwire.aio's consumer: an
+    ``AsyncConsumer`` on an event loop of its own thread, awaiting ``getmany``."""
+
+    def __init__(self, cluster, group: str, topic: str, assignor: str, rack: str, **cfg: Any) -> None:
+        self.name = f"kwire-{rack}"
+        self.assignment: set = set()
+        self._args = dict(bootstrap_servers=cluster.bootstrap, group_id=group, client_id=f"aio-{rack}",
+                          client_rack=rack, partition_assignment_strategy=[assignor],
+                          session_timeout_ms=10000, heartbeat_interval_ms=500, **cfg)
+        self._topic = topic
+        self._stop = threading.Event()
+        self.error: Any = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._run(),), name=f"aio-{rack}", daemon=True)
+        self._thread.start()
+
+    async def _run(self) -> None:
+        from kwire.aio import AsyncConsumer
+
+        try:
+            async with AsyncConsumer(**self._args) as c:
+                c.subscribe([self._topic])
+                while not self._stop.is_set():
+                    await c.getmany(100)
+                    self.assignment = {(tp.topic, tp.partition) for tp in c.assignment()}
+        except BaseException as e:        # said by stop()
+            self.error = e
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.error is None, f"{self.name}: {self.error!r}"
+
+
+@pytest.mark.parametrize("assignor, leader, driver", [("range", "java", "sync"), ("cooperative-sticky", "kwire", "sync"),
+                                                      ("cooperative-sticky", "kwire", "aio")])
+def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluster, assignor, leader, driver):
     """KIP-881 live: a topic of six partitions, each with its one replica on
     node 1, 2, 3, 1, 2, 3 (racks rack-a, b, c); a classic group of two kwire
     consumers and a Java one, one per rack. Whoever leads (a Java leader reads
@@ -202,7 +238,8 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
     (kwire leading) partitions 0 and 1 swap nodes: the leader sees the racks
     change (its metadata refresh, every second here) and rejoins, and the
     partitions follow their racks as Java's assignor moves them (two
-    cooperative rounds: revoked, then assigned)."""
+    cooperative rounds: revoked, then assigned). ``driver`` "aio": the kwire
+    members are kwire.aio's consumers."""
     from support.java_peer import JavaGroupMember, java_assign
 
     cluster = kafka_cluster
@@ -223,17 +260,18 @@ def test_a_mixed_group_gives_each_member_the_partitions_of_its_rack(kafka_cluste
                          "members": {r: {"topics": [topic], "rack": r, "owned": [], "generation": -1}
                                      for r in racks.values()}}])[0]
     members: list = []
+    member = _AioMember if driver == "aio" else _KwireMember
     t0 = time.monotonic()
     try:
         if leader == "java":          # the first to join leads
             members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
             members[0].wait_for("assigned", 60)
         else:
-            members.append(_KwireMember(cluster, group, topic, assignor, racks[1], metadata_max_age_ms=1000))
+            members.append(member(cluster, group, topic, assignor, racks[1], metadata_max_age_ms=1000))
             _until(lambda: len(members[0].assignment) == 6, 60, "the first member to take every partition")
         joined = time.monotonic()
         for rack in (racks[1], racks[3]) if leader == "java" else (racks[3],):
-            members.append(_KwireMember(cluster, group, topic, assignor, rack))
+            members.append(member(cluster, group, topic, assignor, rack))
         if leader == "kwire":
             members.append(JavaGroupMember(java_cfg, [topic], name=java_cfg["client.id"]))
         owned = {}

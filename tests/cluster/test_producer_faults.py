@@ -459,3 +459,55 @@ def test_leader_hung(kafka_cluster, client_cls):
 @pytest.mark.parametrize("client_cls", [KwireClient, LibrdkafkaClient], ids=["kwire", "librdkafka"])
 def test_leader_partitioned(kafka_cluster, client_cls):
     _assert_sound(_scenario(kafka_cluster, client_cls, "partition", rounds=max(1, ROUNDS // 2)))
+
+
+# ---- KIP-794: partitioner_availability_timeout_ms under a real stall ----
+
+def test_keyless_records_avoid_a_stalled_leader_and_return_after_it_heals(kafka_cluster):
+    """A topic of 3 partitions, each led by another node; a producer with
+    ``partitioner_availability_timeout_ms=1000`` sends keyless records every
+    few milliseconds. The proxy of partition 1's leader black-holes the
+    client's connections (the leader stays the leader: replication goes on):
+    its requests are not answered, its batches wait, and from a second or so
+    on new records go to partitions 0 and 2 only. Once healed, partition 1
+    takes records again, and every record is acknowledged."""
+    cluster = kafka_cluster
+    topic = f"avail-{uuid.uuid4().hex[:8]}"
+    with cluster.admin() as a:
+        a.create_topics([NewTopic(topic, replica_assignment={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})])
+    for p in range(PARTITIONS):
+        cluster.wait_until_isr(topic, p, 3, timeout=30)
+    sent: List[Tuple[float, object]] = []       # (when, future)
+
+    def send_for(p: Producer, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            sent.append((time.monotonic(), p.send(topic, b"x" * 100)))
+            time.sleep(0.003)
+
+    def partitions(t0: float, t1: float) -> collections.Counter:
+        return collections.Counter(f._batch.partition for t, f in sent if t0 <= t < t1)
+
+    with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=5, batch_size=1000, request_timeout_ms=30000,
+                  partitioner_availability_timeout_ms=1000) as p:
+        for part in range(PARTITIONS):          # each partition has had a batch: the queues are measured
+            p.send(topic, b"x", partition=part)
+        p.flush(30)
+        send_for(p, 1.0)
+        leader = p._client.cluster.leader_for(topic, 1)
+        node = cluster.broker(leader)
+        node.black_hole()
+        stalled = time.monotonic()
+        try:
+            send_for(p, 4.0)
+        finally:
+            node.heal()
+        healed = time.monotonic()
+        send_for(p, 3.0)
+        p.flush(60)
+        during, after = partitions(stalled + 2.0, healed), partitions(healed + 1.0, time.monotonic())
+        print(f"stalled leader {leader}: records per partition from 2 s into the stall {dict(during)}, "
+              f"from 1 s after the heal {dict(after)}")
+        assert during[1] == 0 and during[0] > 0 and during[2] > 0
+        assert after[1] > 0
+        assert all(f.get(0).offset >= 0 for _, f in sent)

@@ -52,6 +52,8 @@ def test_kafka_options_spark_refuses():
             **{"kafka.fetch.max.wait": "10"})
     with pytest.raises(SparkOptionError, match="'key.serializer' is not supported"):
         parse_sink_options({**BOOT, "kafka.key.serializer": "x"})
+    with pytest.raises(SparkOptionError, match="'interceptor.classes' is not supported by kwire's sink"):
+        parse_sink_options({**BOOT, "kafka.interceptor.classes": "tracing:Interceptor"})
     o = src(subscribe="a", **{"kafka.fetch.max.wait.ms": "10", "kafka.group.id": "g"})
     cfg = o.consumer_config("executor")
     assert cfg["fetch.max.wait.ms"] == "10" and cfg["auto.offset.reset"] == "none" and cfg["group.id"] == "g"

@@ -34,17 +34,18 @@ Options and names are :class:`kwire.Producer`'s, transactions included
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kwire._codec import RecordFuture
+from kwire._codec import RecordFuture, SendingProducer
 from kwire.aio.client import AioClient
 from kwire.client import Steps
 from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.producer import CLOSE_GRACE, Producer, _Batch
-from kwire.types import RecordMetadata
+from kwire.types import ProducerRecord, RecordMetadata
 
 __all__ = ["AsyncProducer", "WouldBlockError"]
 
@@ -182,7 +183,7 @@ class AsyncProducer:
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._p = _LoopProducer(config, **kwargs)
-        self.send_nowait = self._p.send       # the compiled send itself: no Python frame per record
+        self.send_nowait = self._p.send       # the compiled send itself (without interceptors): no Python frame
         self.cfg = self._p.cfg
         self._loop = self._p._loop
         self._acks: Dict[Any, asyncio.Future] = {}    # batch future -> its asyncio future (await send())
@@ -209,10 +210,18 @@ class AsyncProducer:
         :class:`kwire.producer.BufferFullError`), and return its future
         without waiting for the acknowledgement."""
         p = self._p
+        if p._interceptors is None:
+            return await self._enqueue(p.send, topic, value, key, headers, partition, timestamp_ms)
+        record = p._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+        with p._refusal_acknowledged(record):       # on_send once, however long the record waits to be queued
+            return await self._enqueue(functools.partial(SendingProducer.send, p), *record)
+
+    async def _enqueue(self, send: Any, *record: Any) -> RecordFuture:
+        p = self._p
         deadline = time.monotonic() + self.cfg["max_block_ms"] / 1000.0
         while True:
             try:
-                return p.send(topic, value, key, headers, partition, timestamp_ms)
+                return send(*record)
             except _Blocked as b:
                 if b.topic is None:
                     await p.wait_room(deadline)
@@ -351,7 +360,7 @@ class AsyncProducer:
         except asyncio.TimeoutError:
             p._sender.cancel()        # its finally fails what is left and closes the client
         finally:
-            p._closed = True
+            p._set_closed()
 
     async def __aenter__(self) -> "AsyncProducer":
         return self
