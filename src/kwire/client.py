@@ -946,28 +946,39 @@ class Client:
         self._metadata_wanted = True
         return self.cluster.generation.value + (2 if self._metadata_future is not None else 1)
 
-    def follow_leader_hints(self, refused: Iterable[Tuple[Tuple[str, int], Any]], endpoints: Iterable[Any],
+    def follow_leader_hints(self, refused: Iterable[Tuple[Tuple[str, int], Any, int]], endpoints: Iterable[Any],
                             what: str) -> Set[Tuple[str, int]]:
         """Take in the leader hints (:func:`leader_hint`) of the partitions a
         ``what`` (Produce, Fetch) answer refused, given as (partition, its
-        answer), with the answer's ``node_endpoints``
-        (:meth:`ClusterMetadata.take_leader_hints`). Returns the partitions
-        that have a new leader, which the caller sends to at once, with no
-        metadata refresh; one refused without a newer hint is left to the
+        answer, the leader epoch the request was sent under), with the
+        answer's ``node_endpoints`` (:meth:`ClusterMetadata.take_leader_hints`).
+        Returns the refused partitions whose leader is now known to have
+        changed since the request was sent (a hint taken now, or one an
+        earlier answer gave: several requests in flight to the old leader
+        are refused one after the other), which the caller sends to the new
+        leader at once, with no metadata refresh, as Java's producer skips
+        its backoff for a retry to a new leader. The others are left to the
         caller's refresh."""
         if not self.leader_hints:
             return set()
+        refused = list(refused)
         hints = {}
-        for tp, p in refused:
+        for tp, p, _ in refused:
             hint = leader_hint(p.error_code, p)
             if hint is not None:
                 hints[tp] = hint
         if not hints:
             return set()
-        moved = self.cluster.take_leader_hints(hints, endpoints)
-        if moved:
-            log.debug("%s: leader hints moved %d partition(s): %s", what, len(moved),
-                      ", ".join(f"{t}[{p}] to node {self.cluster.partitions[t][p].leader}" for t, p in sorted(moved)))
+        taken = self.cluster.take_leader_hints(hints, endpoints)
+        if taken:
+            log.debug("%s: leader hints moved %d partition(s): %s", what, len(taken),
+                      ", ".join(f"{t}[{p}] to node {self.cluster.partitions[t][p].leader}" for t, p in sorted(taken)))
+        moved = set(taken)
+        partitions = self.cluster.partitions
+        for tp, _, sent in refused:
+            info = partitions.get(tp[0], {}).get(tp[1])
+            if tp in hints and 0 <= sent < (-1 if info is None or info.leader < 0 else info.leader_epoch):
+                moved.add(tp)
         return moved
 
     def metadata_request(self, versions: Dict[int, int], topics: Optional[Iterable[str]]) -> Any:

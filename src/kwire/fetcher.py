@@ -850,21 +850,23 @@ class Fetcher:
                     pass          # no read-ahead past a corrupt header; decoding finds it and holds the error
                 (self._ahead if ahead else self._buffer)[tp] = c
         if refused:
-            self._on_refused(refused, getattr(resp, "node_endpoints", None) or ())
+            self._on_refused(refused, getattr(resp, "node_endpoints", None) or (), epochs)
         for node, tps in moved.items():
             # a move back after a fallback is said once per reason of the fallback
             said = self._first_said([(tp, "to, after " + self._said_back.get(tp, "none"), node) for tp in tps])
             log.log(logging.INFO if said else logging.DEBUG,"%d partition(s) (%s) are fetched from node %s from now on: the read replica their leader "
                      "prefers for client_rack %r (KIP-392)", len(tps), _show(tps), node, self.cfg["client_rack"])
 
-    def _on_refused(self, refused: List[Tuple[TopicPartition, Any, bool]], endpoints: Sequence[Any]) -> None:
+    def _on_refused(self, refused: List[Tuple[TopicPartition, Any, bool]], endpoints: Sequence[Any],
+                    epochs: Mapping[TopicPartition, int]) -> None:
         """The partitions a Fetch answer refused (with their answers; true
         for a read-ahead, whose error comes again when its offset is the
         position): leader hints (KIP-951) first. A partition whose hint
         named a new leader is fetched from it at once (its position checked
         there first, as after any leader change), with no metadata refresh
         and no backoff; the others' errors are acted on as before."""
-        moved = self._client.follow_leader_hints(((tp, p) for tp, p, _ in refused), endpoints, "Fetch")
+        moved = self._client.follow_leader_hints(((tp, p, epochs.get(tp, -1)) for tp, p, _ in refused), endpoints,
+                                                 "Fetch")
         for tp, p, ahead in refused:
             if not ahead and tp not in moved:
                 self._on_partition_error(tp, p.error_code)

@@ -937,7 +937,7 @@ class Producer(SendingProducer):
         if self._building:                # kwire.aio: after this turn's encoding (see _payloads)
             self._deferred.append((node, batches, fut, serial))
             return
-        self._flights.pop(serial, None)
+        flight = self._flights.pop(serial, None)
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:
             for b in batches:
@@ -973,14 +973,18 @@ class Producer(SendingProducer):
             else:
                 failed.append((b, p))
         if failed:
-            self._on_partition_errors(failed, getattr(resp, "node_endpoints", None) or ())
+            self._on_partition_errors(failed, getattr(resp, "node_endpoints", None) or (),
+                                      flight[2] if flight is not None else {})
 
-    def _on_partition_errors(self, failed: List[Tuple[_Batch, Any]], endpoints: Sequence[Any]) -> None:
+    def _on_partition_errors(self, failed: List[Tuple[_Batch, Any]], endpoints: Sequence[Any],
+                             epochs: Mapping[Tuple[str, int], int]) -> None:
         """The batches a Produce answer refused, with their partitions'
-        answers: leader hints (KIP-951) first, so that a batch whose
+        answers (``epochs``: each partition's leader epoch when it was
+        sent): leader hints (KIP-951) first, so that a batch whose
         partition has a new leader goes to it at once, then each error."""
-        moved = self._client.follow_leader_hints((((b.topic, b.partition), p) for b, p in failed), endpoints,
-                                                 "Produce")
+        moved = self._client.follow_leader_hints(
+            (((b.topic, b.partition), p, epochs.get((b.topic, b.partition), -1)) for b, p in failed), endpoints,
+            "Produce")
         for b, p in failed:
             # a transactional producer's errors name its id (which producer was fenced)
             err = error_for_code(p.error_code)(getattr(p, "error_message", None), api="Produce", topic=b.topic,

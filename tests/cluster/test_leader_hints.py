@@ -39,6 +39,7 @@ from kwire.producer import Producer
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
 ROUNDS = int(os.environ.get("KWIRE_LEADER_HINT_ROUNDS", "0"))
+FAULTS = os.environ.get("KWIRE_LEADER_HINT_FAULTS", "moved,shut down,killed").split(",")
 REFUSALS = {6, 74}                # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH
 PACE = 0.005                      # seconds between the measurement's records
 
@@ -103,10 +104,11 @@ class RequestLog:
                              f"{[(round(e[0] - t0, 3),) + e[1:] for e in events]}")
 
 
-def _move_leader(cluster: Any, topic: str, partition: int = 0) -> Tuple[int, int]:
+def _move_leader(cluster: Any, topic: str, partition: int = 0) -> Tuple[int, int, float]:
     """Move the partition's leadership to another in-sync replica while the
     old leader keeps running (its replicas reordered, a preferred
-    election); returns (old, new) once the cluster names the new one."""
+    election); returns (old, new, when the controller answered the
+    election) once the cluster names the new one."""
     with cluster.admin() as a:
         p = cluster.partitions(topic, a)[partition]
         old = p.leader
@@ -116,8 +118,9 @@ def _move_leader(cluster: Any, topic: str, partition: int = 0) -> Tuple[int, int
         cluster.wait_until("replicas reordered",
                            lambda: list(cluster.partitions(topic, a)[partition].replicas) == order, 30)
         a.elect_leaders([(topic, partition)], "preferred", timeout=10)
+        elected = time.monotonic()
         cluster.wait_until(f"node {new} leads", lambda: cluster.leader_of(topic, partition, a) == new, 30)
-    return old, new
+    return old, new, elected
 
 
 def _topic(cluster: Any) -> str:
@@ -134,7 +137,7 @@ def test_the_producer_retries_at_the_hinted_leader(kafka_cluster, kw, hints):
         client.leader_hints = hints
         p.send(topic, b"before", partition=0).get(30)
         log = RequestLog(client)
-        old, new = _move_leader(kafka_cluster, topic)
+        old, new, _ = _move_leader(kafka_cluster, topic)
         md = p.send(topic, b"after", partition=0).get(30)
         assert md.offset == 1
         refused, between = log.after_refusal(old, new, ("Produce",))
@@ -163,12 +166,12 @@ def test_the_consumer_fetches_from_the_hinted_leader(kafka_cluster, kw, hints):
         c.seek(tp, 0)
         log = RequestLog(client)          # from the start: the refusal may answer a fetch sent before the move
         got = _read(c, tp, 10)
-        moved: List[Tuple[int, int]] = []
+        moved: List[Tuple[int, int, float]] = []
         mover = threading.Thread(target=lambda: moved.append(_move_leader(kafka_cluster, topic)), daemon=True)
         mover.start()
         while mover.is_alive():            # polling on meanwhile: a fetch unread for a second would look stalled
             got += _read(c, tp, 1, 0.2)
-        (old, new), = moved
+        (old, new, _), = moved
         for i in range(10, 20):
             p.send(topic, b"%d" % i, partition=0)
         p.flush(30)
@@ -238,8 +241,7 @@ class Paced:
 def _fault(cluster: Any, topic: str, kind: str) -> Tuple[float, Callable[[], None]]:
     """Fault partition 0's leader; returns when the fault happened and how to undo it."""
     if kind == "moved":
-        _move_leader(cluster, topic)
-        return time.monotonic(), lambda: None
+        return _move_leader(cluster, topic)[2], lambda: None
     node = cluster.broker(cluster.leader_of(topic, 0))
     stopper = threading.Thread(target=node.kill if kind == "killed" else node.stop, daemon=True)
     t0 = time.monotonic()
@@ -258,7 +260,7 @@ def _fault(cluster: Any, topic: str, kind: str) -> Tuple[float, Callable[[], Non
 def test_measure_first_ack_after_a_leader_fault(kafka_cluster):
     topic = _topic(kafka_cluster)
     figures: Dict[Tuple[str, bool], List[float]] = {}
-    for kind in ("moved", "shut down", "killed"):
+    for kind in FAULTS:
         for _ in range(ROUNDS):
             for hints in (True, False):
                 paced = Paced(kafka_cluster, topic, hints)
