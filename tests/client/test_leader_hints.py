@@ -121,3 +121,30 @@ def test_a_recreated_topic_takes_its_new_epochs():
     finally:
         TOPIC_ID = old
     assert (c.leader_for("t", 0), c.partitions["t"][0].leader_epoch) == (2, 0)
+
+
+def _refused(leader: int, epoch: int):
+    return _produce_answer(11, ErrorCode.NOT_LEADER_OR_FOLLOWER, leader, epoch).responses[0].partition_responses[0]
+
+
+def test_refusals_after_the_hint_was_taken_go_to_the_new_leader_too():
+    from kwire.client import Client
+    from kwire.config import PRODUCER, resolve
+
+    client = Client(resolve(PRODUCER, {"bootstrap_servers": "127.0.0.1:1"}, {}, what="producer"))
+    try:
+        client.cluster.update(_metadata(1, 5), None)
+        # the first refusal of a request sent under epoch 5 moves the leader
+        assert client.follow_leader_hints([(("t", 0), _refused(2, 6), 5)], [], "Produce") == {("t", 0)}
+        # the next ones (in flight meanwhile) name the same leader: not newer, yet their partition has moved
+        assert client.follow_leader_hints([(("t", 0), _refused(2, 6), 5)], [], "Produce") == {("t", 0)}
+        # a request sent to the new leader and refused by it with a hint no newer than what is known: a refresh
+        assert client.follow_leader_hints([(("t", 0), _refused(2, 6), 6)], [], "Produce") == set()
+        # no hint, or hints off: a refresh, as before
+        p = _produce_answer(9, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1).responses[0].partition_responses[0]
+        assert client.follow_leader_hints([(("t", 1), p, 4)], [], "Produce") == set()
+        client.leader_hints = False
+        assert client.follow_leader_hints([(("t", 1), _refused(3, 9), 4)], [], "Produce") == set()
+        assert client.cluster.leader_for("t", 1) == 2
+    finally:
+        client.close()
