@@ -34,8 +34,9 @@ current leader and epoch, and the response the new leader's endpoint.
 :meth:`Client.follow_leader_hints` takes in a hint newer than the cached
 leader epoch (Java's ``Metadata.updatePartitionLeadership``): the producer
 retries and the consumer fetches from the new leader at once, with no
-metadata refresh in between. A stale or missing hint leaves the error to the
-refresh as before. A refresh never takes a partition back to an older leader
+metadata refresh in between, and so do the other requests the old leader
+refuses once the hint is taken. A missing or stale hint leaves the error to
+the refresh as before. A refresh never takes a partition back to an older leader
 epoch than the one cached (for the same topic id), so a broker that has not
 heard of the election yet does not undo a hint.
 """
@@ -497,7 +498,7 @@ class Client:
 
     #: Whether leader hints (KIP-951) are followed (see the module docstring).
     #: Always, as in Java's client, which has no option for it; an instance
-    #: set to False measures what they save (benchmarks/leader_hints.py).
+    #: set to False measures what they save (tests/cluster/test_leader_hints.py).
     leader_hints = True
 
     def __init__(self, cfg: Dict[str, Any], auto_create_topics: Optional[bool] = None) -> None:
