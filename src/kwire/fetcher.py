@@ -25,6 +25,11 @@ from and how they become what ``poll`` returns.
   when the partition's leader changes (KIP-320: a log truncated below the
   position resets it, or raises :class:`LogTruncationError`), both asked
   of the leader, whatever replica the records come from;
+- a partition the leader refuses (NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH) naming its new leader (KIP-951): fetched from that
+  leader at once, its position checked there first, with no metadata
+  refresh (:meth:`Fetcher._on_refused`); without a usable hint, after a
+  refresh and ``retry_backoff_ms``;
 - the partitions' errors, held until ``poll`` raises them;
 - paused partitions (``Consumer.pause``): not fetched, and what was fetched
   for them before stays buffered, not returned, until they are resumed (as
