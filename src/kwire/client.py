@@ -27,6 +27,18 @@ about 4,000 partitions) is decoded and made ready on a helper thread, one at
 a time, and installed by :meth:`Client.poll`, so that a cluster of 200,000
 topics does not stop :meth:`Client.poll` from keeping its timeout (the
 helper thread ends when it has nothing to do).
+
+Leader hints (KIP-951): a Produce (v10+) or Fetch (v16+) partition refused
+with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the partition's
+current leader and epoch, and the response the new leader's endpoint.
+:meth:`Client.follow_leader_hints` takes in a hint newer than the cached
+leader epoch (Java's ``Metadata.updatePartitionLeadership``): the producer
+retries and the consumer fetches from the new leader at once, with no
+metadata refresh in between, and so do the other requests the old leader
+refuses once the hint is taken. A missing or stale hint leaves the error to
+the refresh as before. A refresh never takes a partition back to an older leader
+epoch than the one cached (for the same topic id), so a broker that has not
+heard of the election yet does not undo a hint.
 """
 
 from __future__ import annotations
@@ -48,10 +60,11 @@ from kwire._codec import Generation
 from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
-from kwire.protocol.api_keys import ApiKey
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.sasl import authenticator
 
-__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Offload", "Steps", "StepsOf", "run_blocking"]
+__all__ = ["Client", "ClusterMetadata", "Broker", "PartitionInfo", "NoBrokersAvailableError", "Sleep", "Wait", "Await", "Offload", "Steps", "StepsOf", "run_blocking",
+           "leader_hint", "LEADER_HINT_ERRORS"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +74,10 @@ T = TypeVar("T")
 #: as stalled (see :meth:`Client.least_loaded_node`); a healthy broker
 #: answers in milliseconds, a Produce with acks=all in tens of them.
 STALLED = 1.0
+
+#: The partition errors whose answer may name the new leader (KIP-951), the
+#: two Java's clients read its hint on.
+LEADER_HINT_ERRORS = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH))
 
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
@@ -318,10 +335,18 @@ class ClusterMetadata:
                 continue
             count = len(listed)
             parts: Dict[int, PartitionInfo] = {}
+            before = known.get(name)
+            # a leader hint (KIP-951) newer than this answer is kept: same topic (id), higher epoch
+            newer = before if before and ids.get(name) is not None and ids[name] == self.topic_ids.get(name) else None
             for p in listed:
                 index = p.partition_index
                 if not 0 <= index < count or index in parts:
                     bad.setdefault(name, []).append(index)
+                    continue
+                epoch = getattr(p, "leader_epoch", -1)
+                cached = newer.get(index) if newer else None
+                if cached is not None and cached.leader_epoch > epoch >= 0 and cached.leader in brokers:
+                    parts[index] = cached
                     continue
                 leader = p.leader_id
                 if leader >= 0 and leader not in brokers:
@@ -330,10 +355,9 @@ class ClusterMetadata:
                 if leader < 0:
                     complete = False
                 parts[index] = PartitionInfo(
-                    name, index, leader, getattr(p, "leader_epoch", -1),
+                    name, index, leader, epoch,
                     tuple(p.replica_nodes or ()), tuple(p.isr_nodes or ()),
                     tuple(getattr(p, "offline_replicas", None) or ()), p.error_code)
-            before = known.get(name)
             partitions[name] = before if before == parts else parts
             counts[name] = count
         return MetadataUpdate(requested, brokers, getattr(resp, "cluster_id", None),
@@ -393,6 +417,33 @@ class ClusterMetadata:
         self.updated_at = time.monotonic()
         self.generation.bump()
 
+    def take_leader_hints(self, hints: Mapping[Tuple[str, int], Tuple[int, int]],
+                          endpoints: Iterable[Any]) -> Set[Tuple[str, int]]:
+        """Take in leader hints (KIP-951), as Java's
+        ``Metadata.updatePartitionLeadership``: ``hints`` maps a partition
+        to the (leader id, leader epoch) a broker named, ``endpoints`` are
+        the response's ``node_endpoints`` (their brokers added, or updated,
+        in the broker list). A hint is taken for a partition the metadata
+        holds, whose cached leader epoch is older, and whose leader is a
+        known broker (or one of ``endpoints``); the partition keeps its
+        replicas and ISR. Returns the partitions whose leader was updated.
+        No generation bump: the partitions of each topic are unchanged."""
+        named = {e.node_id: Broker(e.node_id, e.host, e.port, e.rack) for e in endpoints if e.node_id >= 0}
+        brokers = {**self.brokers, **named}
+        moved: Set[Tuple[str, int]] = set()
+        for (topic, index), (leader, epoch) in hints.items():
+            parts = self.partitions.get(topic)
+            info = None if parts is None else parts.get(index)
+            if info is None or epoch <= info.leader_epoch or leader not in brokers:
+                continue
+            parts = self.partitions[topic] = dict(parts)      # (a topic's dict may be shared with an update)
+            parts[index] = PartitionInfo(topic, index, leader, epoch, info.replicas, info.isr,
+                                         info.offline_replicas, info.error_code)
+            moved.add((topic, index))
+        if moved and named:
+            self.brokers = brokers
+        return moved
+
     def _forget_lost_leaders(self, fresh: Set[str]) -> None:
         """After the broker list changed: a partition of a topic the update
         did not cover whose leader is no longer listed has no known leader."""
@@ -408,6 +459,19 @@ class ClusterMetadata:
                     parts[i] = PartitionInfo(info.topic, i, -1, info.leader_epoch, info.replicas, info.isr,
                                              info.offline_replicas, info.error_code)
                 self.partitions[name] = parts
+
+
+def leader_hint(code: int, p: Any) -> Optional[Tuple[int, int]]:
+    """The (leader id, leader epoch) a partition's answer ``p`` of a Produce
+    or Fetch names with its error ``code`` (KIP-951's ``current_leader``),
+    or None: another error, or no complete hint (an older version, or a
+    broker that does not know the leader either)."""
+    if code not in LEADER_HINT_ERRORS:
+        return None
+    current = getattr(p, "current_leader", None)
+    if current is None or current.leader_id < 0 or current.leader_epoch < 0:
+        return None
+    return current.leader_id, current.leader_epoch
 
 
 def _prepare_metadata(cluster: ClusterMetadata, requested: Optional[FrozenSet[str]], resp: Any) -> MetadataUpdate:
@@ -431,6 +495,11 @@ class Client:
     ``auto.create.topics.enable`` is on). The producer asks (as Kafka's
     Java producer does), a consumer as its ``allow_auto_create_topics``
     says (the default when not given), an Admin never."""
+
+    #: Whether leader hints (KIP-951) are followed (see the module docstring).
+    #: Always, as in Java's client, which has no option for it; an instance
+    #: set to False measures what they save (tests/cluster/test_leader_hints.py).
+    leader_hints = True
 
     def __init__(self, cfg: Dict[str, Any], auto_create_topics: Optional[bool] = None) -> None:
         self.cfg = cfg
@@ -885,6 +954,41 @@ class Client:
         in (a request already in flight is answered first)."""
         self._metadata_wanted = True
         return self.cluster.generation.value + (2 if self._metadata_future is not None else 1)
+
+    def follow_leader_hints(self, refused: Iterable[Tuple[Tuple[str, int], Any, int]], endpoints: Iterable[Any],
+                            what: str) -> Set[Tuple[str, int]]:
+        """Take in the leader hints (:func:`leader_hint`) of the partitions a
+        ``what`` (Produce, Fetch) answer refused, given as (partition, its
+        answer, the leader epoch the request was sent under), with the
+        answer's ``node_endpoints`` (:meth:`ClusterMetadata.take_leader_hints`).
+        Returns the refused partitions whose leader is now known to have
+        changed since the request was sent (a hint taken now, or one an
+        earlier answer gave: several requests in flight to the old leader
+        are refused one after the other), which the caller sends to the new
+        leader at once, with no metadata refresh, as Java's producer skips
+        its backoff for a retry to a new leader. The others are left to the
+        caller's refresh."""
+        if not self.leader_hints:
+            return set()
+        refused = list(refused)
+        hints = {}
+        for tp, p, _ in refused:
+            hint = leader_hint(p.error_code, p)
+            if hint is not None:
+                hints[tp] = hint
+        if not hints:
+            return set()
+        taken = self.cluster.take_leader_hints(hints, endpoints)
+        if taken:
+            log.debug("%s: leader hints moved %d partition(s): %s", what, len(taken),
+                      ", ".join(f"{t}[{p}] to node {self.cluster.partitions[t][p].leader}" for t, p in sorted(taken)))
+        moved = set(taken)
+        partitions = self.cluster.partitions
+        for tp, _, sent in refused:
+            info = partitions.get(tp[0], {}).get(tp[1])
+            if tp in hints and 0 <= sent < (-1 if info is None or info.leader < 0 else info.leader_epoch):
+                moved.add(tp)
+        return moved
 
     def metadata_request(self, versions: Dict[int, int], topics: Optional[Iterable[str]]) -> Any:
         version = versions.get(ApiKey.METADATA, 0)

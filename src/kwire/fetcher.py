@@ -25,6 +25,11 @@ from and how they become what ``poll`` returns.
   when the partition's leader changes (KIP-320: a log truncated below the
   position resets it, or raises :class:`LogTruncationError`), both asked
   of the leader, whatever replica the records come from;
+- a partition the leader refuses (NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH) naming its new leader (KIP-951): fetched from that
+  leader at once, its position checked there first, with no metadata
+  refresh (:meth:`Fetcher._on_refused`); without a usable hint, after a
+  refresh and ``retry_backoff_ms``;
 - the partitions' errors, held until ``poll`` raises them;
 - paused partitions (``Consumer.pause``): not fetched, and what was fetched
   for them before stays buffered, not returned, until they are resumed (as
@@ -810,6 +815,7 @@ class Fetcher:
         """Buffer the data of each partition of a Fetch answer (or act on its
         error); note a read replica the leader prefers (KIP-392)."""
         moved: Dict[int, List[TopicPartition]] = {}
+        refused: List[Tuple[TopicPartition, Any, bool]] = []
         expired = self._expired
         names = {v: k for k, v in self._client.cluster.topic_ids.items()}
         for t in resp.responses:
@@ -823,8 +829,7 @@ class Fetcher:
                     continue
                 ahead = tp in self._buffer
                 if p.error_code:
-                    if not ahead:   # a read-ahead's error comes again when its offset is the position
-                        self._on_partition_error(tp, p.error_code)
+                    refused.append((tp, p, ahead))
                     continue
                 st.high_watermark = p.high_watermark
                 st.last_stable_offset = getattr(p, "last_stable_offset", -1)
@@ -849,11 +854,27 @@ class Fetcher:
                 except CorruptRecordError:
                     pass          # no read-ahead past a corrupt header; decoding finds it and holds the error
                 (self._ahead if ahead else self._buffer)[tp] = c
+        if refused:
+            self._on_refused(refused, getattr(resp, "node_endpoints", None) or (), epochs)
         for node, tps in moved.items():
             # a move back after a fallback is said once per reason of the fallback
             said = self._first_said([(tp, "to, after " + self._said_back.get(tp, "none"), node) for tp in tps])
             log.log(logging.INFO if said else logging.DEBUG,"%d partition(s) (%s) are fetched from node %s from now on: the read replica their leader "
                      "prefers for client_rack %r (KIP-392)", len(tps), _show(tps), node, self.cfg["client_rack"])
+
+    def _on_refused(self, refused: List[Tuple[TopicPartition, Any, bool]], endpoints: Sequence[Any],
+                    epochs: Mapping[TopicPartition, int]) -> None:
+        """The partitions a Fetch answer refused (with their answers; true
+        for a read-ahead, whose error comes again when its offset is the
+        position): leader hints (KIP-951) first. A partition whose hint
+        named a new leader is fetched from it at once (its position checked
+        there first, as after any leader change), with no metadata refresh
+        and no backoff; the others' errors are acted on as before."""
+        moved = self._client.follow_leader_hints(((tp, p, epochs.get(tp, -1)) for tp, p, _ in refused), endpoints,
+                                                 "Fetch")
+        for tp, p, ahead in refused:
+            if not ahead and tp not in moved:
+                self._on_partition_error(tp, p.error_code)
 
     def _fetch_failed(self, node: int, asked: Iterable[TopicPartition], error: BaseException, level: int,
                       via: AbstractSet[TopicPartition] = frozenset()) -> None:

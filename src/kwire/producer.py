@@ -10,7 +10,8 @@ partitions led by one broker go in one Produce request (of at most
 record that alone would is refused by ``send()``), and requests to
 different brokers are in flight together. Retriable errors are retried
 (after ``retry_backoff_ms``); stale-metadata errors refresh the metadata
-first. A batch not acknowledged ``delivery_timeout_ms`` after it was made
+first, unless the answer named the partition's new leader (a leader hint,
+KIP-951: the batch goes to it at once; see :mod:`kwire.client`). A batch not acknowledged ``delivery_timeout_ms`` after it was made
 fails with :class:`KafkaTimeoutError`, whether it was never sent, is
 waiting to be retried or is in flight (KIP-91); a response that comes for
 it later changes nothing.
@@ -1012,7 +1013,7 @@ class Producer(SendingProducer):
         if self._building:                # kwire.aio: after this turn's encoding (see _payloads)
             self._deferred.append((node, batches, fut, serial))
             return
-        self._flights.pop(serial, None)
+        flight = self._flights.pop(serial, None)
         self._node_in_flight[node] = self._node_in_flight.get(node, 1) - 1
         with self._lock:
             for b in batches:
@@ -1038,6 +1039,7 @@ class Producer(SendingProducer):
             name = t.name if t.name else names.get(getattr(t, "topic_id", None))
             for p in t.partition_responses:
                 results[(name, p.index)] = p
+        failed = []
         for b in live:
             p = results.get((b.topic, b.partition))
             if p is None:
@@ -1045,14 +1047,32 @@ class Producer(SendingProducer):
             elif p.error_code == ErrorCode.NONE or p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(b, p.base_offset, getattr(p, "log_append_time_ms", -1))
             else:
-                # a transactional producer's errors name its id (which producer was fenced)
-                err = error_for_code(p.error_code)(getattr(p, "error_message", None), api="Produce", topic=b.topic,
-                                                   partition=b.partition, **self._error_context)
-                self._on_partition_error(b, p.error_code, err)
+                failed.append((b, p))
+        if failed:
+            self._on_partition_errors(failed, getattr(resp, "node_endpoints", None) or (),
+                                      flight[2] if flight is not None else {})
 
-    def _on_partition_error(self, b: _Batch, code: int, err: BaseException) -> None:
+    def _on_partition_errors(self, failed: List[Tuple[_Batch, Any]], endpoints: Sequence[Any],
+                             epochs: Mapping[Tuple[str, int], int]) -> None:
+        """The batches a Produce answer refused, with their partitions'
+        answers (``epochs``: each partition's leader epoch when it was
+        sent): leader hints (KIP-951) first, so that a batch whose
+        partition has a new leader goes to it at once, then each error."""
+        moved = self._client.follow_leader_hints(
+            (((b.topic, b.partition), p, epochs.get((b.topic, b.partition), -1)) for b, p in failed), endpoints,
+            "Produce")
+        for b, p in failed:
+            # a transactional producer's errors name its id (which producer was fenced)
+            err = error_for_code(p.error_code)(getattr(p, "error_message", None), api="Produce", topic=b.topic,
+                                               partition=b.partition, **self._error_context)
+            self._on_partition_error(b, p.error_code, err, (b.topic, b.partition) in moved)
+
+    def _on_partition_error(self, b: _Batch, code: int, err: BaseException, moved: bool = False) -> None:
+        """``b`` refused with ``code``; ``moved``: a leader hint named its
+        partition's new leader (taken in), where it is retried at once,
+        without a metadata refresh (Java's ``hasLeaderChangedForTheOngoingRetry``)."""
         b.refused = bool(getattr(err, "invalid_metadata", False))     # refused before it was appended
-        if b.refused:
+        if b.refused and not moved:
             self._client.request_metadata_update()
         if self._txn is not None and self._txn.produce_error(code, err):
             self._fail(b, err)    # fenced or abortable: the transaction decides what comes next
@@ -1066,7 +1086,7 @@ class Producer(SendingProducer):
                 return
             self._bump_epoch(b, err)
             return
-        self._retry_or_fail(b, err)
+        self._retry_or_fail(b, err, at_once=moved)
 
     def _first_unacked(self, b: _Batch) -> bool:
         """Whether ``b`` is its partition's first unacknowledged batch
@@ -1092,14 +1112,16 @@ class Producer(SendingProducer):
                     self._request_bump()
         self._retry_or_fail(failed, err, force_retry=True)
 
-    def _retry_or_fail(self, b: _Batch, err: BaseException, force_retry: bool = False) -> None:
+    def _retry_or_fail(self, b: _Batch, err: BaseException, force_retry: bool = False, at_once: bool = False) -> None:
+        """Queue ``b`` again after ``retry_backoff_ms`` (``at_once``: now, to
+        a new leader), or fail it: not retriable, out of retries or time."""
         if b.future.done():           # expired meanwhile
             self._settle(b)
             return
         now = time.monotonic()
         retriable = force_retry or getattr(err, "retriable", False)
         if retriable and b.attempts <= self.cfg["retries"] and now < b.deadline:
-            b.next_try = now + self.cfg["retry_backoff_ms"] / 1000.0
+            b.next_try = now if at_once else now + self.cfg["retry_backoff_ms"] / 1000.0
             self._requeue([b])
             return
         self._fail(b, err)
