@@ -39,8 +39,8 @@ the cluster check a connection to a known node sends (ApiVersions v5 with
 the cluster id and node id, ``metadata_cluster_check_enable``: a broker of a
 replaced cluster at an old address). Every connection is closed (what was in
 flight fails, retriable), partitions have no known leader until the
-bootstrap servers' metadata comes. Said once at WARNING until a learned
-broker answers again. With ``"none"`` the client keeps to the brokers it
+bootstrap servers' metadata comes. Each reason is said once at WARNING,
+then at INFO at most once a minute. With ``"none"`` the client keeps to the brokers it
 learned, as Java's does.
 """
 
@@ -78,6 +78,7 @@ T = TypeVar("T")
 #: answers in milliseconds, a Produce with acks=all in tens of them.
 STALLED = 1.0
 
+REBOOTSTRAP_SAID_AGAIN = 60.0   # seconds before a rebootstrap said already is said again (at INFO)
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
 
@@ -475,7 +476,7 @@ class Client:
         self._bootstrap = self._bootstrap_brokers()
         self._recovers = cfg.get("metadata_recovery_strategy", "rebootstrap") == "rebootstrap"
         self._rebootstrap_due: Optional[str] = None     # why the next tick rebootstraps (REBOOTSTRAP_REQUIRED)
-        self._rebootstrapped: Optional[str] = None      # why it last did, until a learned broker answers
+        self._rebootstrap_said: Dict[str, float] = {}   # each reason to rebootstrap: when it was last logged
         self._metadata_since: Optional[float] = None    # since when a refresh was wanted and none succeeded
         self._checks_cluster = False                    # the cluster's brokers offer KIP-1242's check
         self._answered: Dict[Tuple[str, int], Tuple[Any, ...]] = {}   # (host, port) -> the address that answered
@@ -634,8 +635,6 @@ class Client:
         if conn.state == "ready":
             if conn.resolved is not None:
                 self._answered[(conn.host, conn.port)] = conn.resolved
-            if node >= 0:
-                self._rebootstrapped = None         # a learned broker answers: a next rebootstrap is said again
             if conn.broker_ranges.get(ApiKey.API_VERSIONS, (0, 0))[1] >= CLUSTER_CHECK_VERSION:
                 self._checks_cluster = True
             err = self._errors.pop(node, None)
@@ -1214,12 +1213,16 @@ class Client:
         (what was in flight fails, retriable), as Java's does but when no
         learned broker can be reached (then none is open to them). Reconnect backoffs are kept:
         a cluster that names brokers nobody can reach is asked again at
-        their pace, not in a loop. Said once at WARNING until a learned
-        broker answers again."""
+        their pace, not in a loop. Each reason said once at WARNING, then at
+        INFO at most every :data:`REBOOTSTRAP_SAID_AGAIN` seconds."""
         learned = sorted(self.cluster.brokers)
         self._rebootstrap_due = None
-        level = logging.WARNING if self._rebootstrapped is None else logging.DEBUG
-        self._rebootstrapped = reason
+        now = time.monotonic()
+        said = self._rebootstrap_said.get(reason)
+        level = logging.WARNING if said is None else logging.INFO if now - said >= REBOOTSTRAP_SAID_AGAIN \
+            else logging.DEBUG
+        if level != logging.DEBUG:
+            self._rebootstrap_said[reason] = now
         log.log(level, "%s: going back to the bootstrap servers %s, forgetting the brokers learned (nodes %s) "
                 "(metadata.recovery.strategy=rebootstrap)", reason,
                 ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap), ", ".join(map(str, learned)) or "none")
@@ -1235,7 +1238,7 @@ class Client:
         self._metadata_wanted = self._metadata_new = True
         self._metadata_attempts = 0
         self._metadata_not_before = 0.0
-        self._metadata_since = time.monotonic()
+        self._metadata_since = now
 
     def _close_io(self) -> None:
         self._selector.close()

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import pytest
 
 from kwire.admin import Admin, NewTopic
-from kwire.consumer import TopicPartition
+from kwire.consumer import Consumer, TopicPartition
 from kwire.future import KafkaTimeoutError
 from kwire.producer import Producer
 from kwire.protocol.api_keys import ErrorCode
@@ -167,6 +167,37 @@ def test_clients_rebootstrap_to_a_new_cluster(old, cluster, kafka, kw, caplog):
     said = [r for r in caplog.records if "going back to the bootstrap servers" in r.getMessage()]
     assert said and all("no broker the client learned can be reached" in r.getMessage() for r in said)
     assert len(said) <= 4, [r.getMessage() for r in said]   # once per client (the consumer's group has none)
+
+
+def test_group_member_rebootstraps(old, cluster, kafka):
+    """A group member's coordinator goes with the old cluster: its group's client
+    rebootstraps too, finds the new cluster's coordinator, joins there and reads the new
+    cluster's records (no commit there: from where its position or the reset says)."""
+    bootstrap, new = cluster
+    topic = _topic(old.address, new)
+    cfg = dict(bootstrap_servers=bootstrap.address, **FAST)
+    with Producer(linger_ms=0, **cfg) as p, \
+            Consumer(group_id=f"g-{topic}", auto_offset_reset="earliest", session_timeout_ms=6000, **cfg) as c:
+        assert _send(p, topic, [b"old-0", b"old-1"]) == [0, 1]
+        c.subscribe([topic])
+        assert _poll_values(c, 2) == [b"old-0", b"old-1"]
+        c.commit()
+        member = c.group_metadata().member_id
+        _replace(old, bootstrap, new)
+        assert _send(p, topic, [b"new-0", b"new-1", b"new-2"]) == [0, 1, 2]
+        got: list = []
+        deadline = time.monotonic() + 25
+
+        def joined_anew() -> bool:
+            now = c.group_metadata()
+            return now.member_id not in ("", member) and now.generation_id >= 1
+
+        while (b"new-2" not in got or not joined_anew()) and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=200).values():
+                got += [r.value for r in records]
+        assert joined_anew(), c.group_metadata()
+        assert got and set(got) <= {b"new-0", b"new-1", b"new-2"} and got[-1] == b"new-2", got
+        assert _learned(c) == [1]
 
 
 def test_rebootstrap_required_by_a_real_broker(old, cluster, kafka, kw, caplog):
