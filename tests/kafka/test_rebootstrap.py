@@ -159,6 +159,8 @@ def test_clients_rebootstrap_to_a_new_cluster(old, cluster, kafka, kw, caplog):
         _replace(old, bootstrap, new)
         assert _send(p, topic, [f"new-{i}".encode() for i in range(6)]) == list(range(6))
         took = time.monotonic() - t0
+        print(f"\nall brokers replaced ({kw.name}): 6 records acknowledged by the new cluster {took:.2f} s "
+              "after the replacement")
         # the consumer keeps its position (3): the new cluster's records from there
         assert _poll_values(c, 3) == [b"new-3", b"new-4", b"new-5"]
         assert a.describe_cluster(timeout=10).cluster_id == kafka.cluster_id
@@ -220,6 +222,8 @@ def test_rebootstrap_required_by_a_real_broker(old, cluster, kafka, kw, caplog):
         t0 = time.monotonic()
         assert _send(p, topic, [b"new"]) == [0]
         took = time.monotonic() - t0
+        print(f"\nREBOOTSTRAP_REQUIRED to the cluster check ({kw.name}): a record acknowledged by the new cluster "
+              f"{took:.2f} s after the replacement")
         assert _learned(p) == [1]
     text = caplog.text
     assert "REBOOTSTRAP_REQUIRED (KIP-1242)" in text and "going back to the bootstrap servers" in text, text
@@ -242,6 +246,7 @@ def test_rebootstrap_trigger(old, cluster, caplog):
         t0 = time.monotonic()
         assert _send(p, topic, [b"v"]) == [0]
         took = time.monotonic() - t0
+        print(f"\ntrigger 1500 ms: a record acknowledged by the new cluster {took:.2f} s after the replacement")
         assert _learned(p) == [1]
     assert 1.5 <= took < 8, f"{took:.1f} s"
     assert "no metadata for metadata.recovery.rebootstrap.trigger.ms (1500 ms)" in caplog.text, caplog.text
