@@ -1168,10 +1168,13 @@ class Client:
 
     def _next_due(self, now: float) -> float:
         """Seconds until :meth:`tick` has something to start: a metadata
-        refresh waiting out its backoff, requests held by a quota's
-        throttle (KIP-219); infinity when neither."""
+        refresh waiting out its backoff, a rebootstrap's trigger, requests
+        held by a quota's throttle (KIP-219); infinity when none."""
         due = self._metadata_due(now)
         timeout = float("inf") if due is None or due <= 0 else due
+        trigger = self._rebootstrap_trigger_left(now)
+        if trigger is not None:
+            timeout = min(timeout, trigger)
         for conn in self._conns.values():
             left = conn.throttle_left(now)
             if left is not None and left < timeout:
@@ -1202,9 +1205,17 @@ class Client:
         if self._rebootstrap_due is not None:
             self._rebootstrap(self._rebootstrap_due)
             return
-        trigger = self.cfg.get("metadata_recovery_rebootstrap_trigger_ms", 300000)
-        if self._metadata_since is not None and (now - self._metadata_since) * 1000 > trigger:
+        left = self._rebootstrap_trigger_left(now)
+        if left is not None and left < 0:
+            trigger = self.cfg.get("metadata_recovery_rebootstrap_trigger_ms", 300000)
             self._rebootstrap(f"no metadata for metadata.recovery.rebootstrap.trigger.ms ({trigger} ms)")
+
+    def _rebootstrap_trigger_left(self, now: float) -> Optional[float]:
+        """Seconds until the trigger rebootstraps (negative: past it); None
+        when no refresh is waited for, or the client does not rebootstrap."""
+        if not self._recovers or self._metadata_since is None:
+            return None
+        return self._metadata_since + self.cfg.get("metadata_recovery_rebootstrap_trigger_ms", 300000) / 1000.0 - now
 
     def _rebootstrap(self, reason: str, *, close: bool = True) -> None:
         """Forget the brokers learned and start again from the bootstrap

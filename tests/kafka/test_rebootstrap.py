@@ -231,22 +231,22 @@ def test_rebootstrap_required_by_a_real_broker(old, cluster, kafka, kw, caplog):
     assert took < 5, f"{took:.1f} s"
 
 
-def test_rebootstrap_trigger(old, cluster, caplog):
+def test_rebootstrap_trigger(old, cluster, kw, caplog):
     """The old node's address takes connections and answers nothing: node 7 is never
     unreachable (connecting, or a request in flight), so only
     metadata.recovery.rebootstrap.trigger.ms ends the wait for metadata."""
     caplog.set_level(logging.WARNING, logger="kwire.client")
     bootstrap, new = cluster
     topic = _topic(new)
-    with Producer(bootstrap_servers=bootstrap.address, linger_ms=0, metadata_recovery_rebootstrap_trigger_ms=1500,
-                  request_timeout_ms=30000, socket_connection_setup_timeout_ms=30000, max_block_ms=20000) as p:
+    with kw.Producer(bootstrap_servers=bootstrap.address, linger_ms=0, metadata_recovery_rebootstrap_trigger_ms=1500,
+                     request_timeout_ms=30000, socket_connection_setup_timeout_ms=30000, max_block_ms=20000) as p:
         p.partitions_for(_topic(old.address))        # node 7 learned, and connected to
         bootstrap.target = new
         old.advertised.black_hole()
         t0 = time.monotonic()
         assert _send(p, topic, [b"v"]) == [0]
         took = time.monotonic() - t0
-        print(f"\ntrigger 1500 ms: a record acknowledged by the new cluster {took:.2f} s after the replacement")
+        print(f"\ntrigger 1500 ms ({kw.name}): a record acknowledged by the new cluster {took:.2f} s after the replacement")
         assert _learned(p) == [1]
     assert 1.5 <= took < 8, f"{took:.1f} s"
     assert "no metadata for metadata.recovery.rebootstrap.trigger.ms (1500 ms)" in caplog.text, caplog.text
