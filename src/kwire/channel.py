@@ -73,11 +73,11 @@ from kwire import protocol
 from kwire._codec import resize_frame
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
-from kwire.protocol.api_keys import ApiKey
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import Authenticator, Mechanism, SaslAuthenticationError
 
-__all__ = ["Channel", "ConnectionLostError", "RequestTimedOutError", "response_limit", "CLIENT_THROTTLES_FROM",
+__all__ = ["Channel", "CLUSTER_CHECK_VERSION", "ConnectionLostError", "MisroutedConnectionError", "RequestTimedOutError", "response_limit", "CLIENT_THROTTLES_FROM",
            "READ_CHUNK", "FRAME_GROWTH", "RECEIVE_MESSAGE_MAX_BYTES", "FETCH_FRAMING", "FETCH_FRAMING_PER_PARTITION",
            "OFFLOAD_MIN_BYTES"]
 
@@ -99,6 +99,22 @@ class ConnectionLostError(KwireError):
     is failed with this error. Retriable: the client reconnects."""
 
     retriable = True
+
+
+#: ApiVersions' first version with KIP-1242's cluster check. A channel sends
+#: it only with a check to make, the version before it otherwise: a broker
+#: that does not know a version may close the connection rather than answer
+#: with the versions it speaks (Tansu does).
+CLUSTER_CHECK_VERSION = 5
+
+
+class MisroutedConnectionError(ConnectionLostError):
+    """The broker at a known node's address is not that node of the cluster
+    the client knows: it answered the cluster check of ApiVersions v5
+    (KIP-1242) with REBOOTSTRAP_REQUIRED, as a broker of a replaced cluster
+    reached at an old address does. The client goes back to its bootstrap
+    servers (``metadata_recovery_strategy="rebootstrap"``); what was in
+    flight on the connection fails with it, retriable."""
 
 
 class RequestTimedOutError(KafkaTimeoutError):
@@ -183,14 +199,21 @@ class Channel:
     ``on_output()`` when bytes were queued to go out now, ``on_fail(error)``
     when the broker's answers end the connection (a refused handshake), and
     ``offload(job, future)`` to decode a large response elsewhere.
+
+    ``cluster_id``: the cluster a known node (``node_id`` >= 0) belongs to,
+    for the broker to check (ApiVersions v5, KIP-1242; None: no check). A
+    broker that is not that node of that cluster answers
+    REBOOTSTRAP_REQUIRED: the channel fails with
+    :class:`MisroutedConnectionError`.
     """
 
     def __init__(self, node_id: int, host: str, port: int, cfg: Dict[str, Any], *,
                  on_ready: Callable[[], None], on_output: Callable[[], None],
                  on_fail: Callable[[BaseException], None],
                  offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
-                 auth: Optional[Authenticator] = None) -> None:
+                 auth: Optional[Authenticator] = None, cluster_id: Optional[str] = None) -> None:
         self.node_id = node_id
+        self.cluster_id = cluster_id if node_id >= 0 else None     # what ApiVersions asks the broker to check
         self.host = host
         self.port = port
         self.cfg = cfg
@@ -369,11 +392,14 @@ class Channel:
         """The transport is up (TCP, and TLS where asked): begin the
         handshake, ApiVersions then SASL; requests sent meanwhile wait."""
         self.state = "handshake"
-        self._api_versions(protocol.max_version(ApiKey.API_VERSIONS))
+        top = protocol.max_version(ApiKey.API_VERSIONS)
+        self._api_versions(top if self.cluster_id is not None else min(top, CLUSTER_CHECK_VERSION - 1))
 
     def _api_versions(self, version: int) -> None:
+        checked = self.cluster_id is not None
         req = protocol.message("ApiVersionsRequest")(
-            client_software_name="kwire", client_software_version=kwire_version())
+            client_software_name="kwire", client_software_version=kwire_version(), cluster_id=self.cluster_id,
+            node_id=self.node_id if checked else -1)
         fut: Future = Future()
         self._send_now(req, version, fut, True)
         fut.add_done_callback(lambda f: self._on_api_versions(f, version))
@@ -386,6 +412,12 @@ class Channel:
         retry = apiversions_retry_version(resp.error_code, ranges, version)
         if retry is not None:
             self._api_versions(retry)
+            return
+        if resp.error_code == ErrorCode.REBOOTSTRAP_REQUIRED and self.cluster_id is not None \
+                and version >= CLUSTER_CHECK_VERSION:
+            self._fail(MisroutedConnectionError(
+                f"node {self.node_id} ({self.host}:{self.port}) is not node {self.node_id} of cluster "
+                f"{self.cluster_id}: the broker there answered the cluster check with REBOOTSTRAP_REQUIRED (KIP-1242)"))
             return
         if resp.error_code:
             self._fail(protocol.error_for(resp.error_code, api="ApiVersions"))

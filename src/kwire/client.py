@@ -39,6 +39,21 @@ refuses once the hint is taken. A missing or stale hint leaves the error to
 the refresh as before. A refresh never takes a partition back to an older leader
 epoch than the one cached (for the same topic id), so a broker that has not
 heard of the election yet does not undo a hint.
+
+Rebootstrap (KIP-899, KIP-1102, KIP-1242; ``metadata_recovery_strategy``,
+Java's default ``"rebootstrap"``): the client forgets the brokers it learned
+and starts again from ``bootstrap_servers``, their names resolved afresh,
+when a refresh is due and no broker it knows can be reached (each in its
+reconnect backoff), when no refresh succeeded for
+``metadata_recovery_rebootstrap_trigger_ms`` while one was wanted, or when a
+broker answers REBOOTSTRAP_REQUIRED: as a Metadata response's error, or to
+the cluster check a connection to a known node sends (ApiVersions v5 with
+the cluster id and node id, ``metadata_cluster_check_enable``: a broker of a
+replaced cluster at an old address). Every connection is closed (what was in
+flight fails, retriable), partitions have no known leader until the
+bootstrap servers' metadata comes. Each reason is said once at WARNING,
+then at INFO at most once a minute. With ``"none"`` the client keeps to the brokers it
+learned, as Java's does.
 """
 
 from __future__ import annotations
@@ -59,7 +74,8 @@ from kwire import protocol
 from kwire._codec import Generation
 from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
-from kwire.net import Connection, ConnectionLostError, canonical_bootstrap, ssl_context_from_config
+from kwire.net import (CLUSTER_CHECK_VERSION, Connection, ConnectionLostError, MisroutedConnectionError,
+                       canonical_bootstrap, ssl_context_from_config)
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.sasl import authenticator
 
@@ -79,6 +95,7 @@ STALLED = 1.0
 #: two Java's clients read its hint on.
 LEADER_HINT_ERRORS = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH))
 
+REBOOTSTRAP_SAID_AGAIN = 60.0   # seconds before a rebootstrap said already is said again (at INFO)
 _WORKER_JOIN = 1.0          # how long close() waits for the helper thread's decode in progress
 _warned_hostname: Set[Tuple[Tuple[str, int], ...]] = set()   # clusters already warned about (once each)
 
@@ -235,6 +252,7 @@ class MetadataUpdate:
     complete: bool
     missing: Dict[str, Set[int]]       # leaders not among the brokers, by topic (logged by install)
     bad: Dict[str, List[int]]          # malformed partition indexes, by topic (logged by install)
+    error_code: int = 0                # the response's top-level error (v13+): REBOOTSTRAP_REQUIRED; not installed
 
 
 def _is_refusal(code: int) -> bool:
@@ -362,7 +380,7 @@ class ClusterMetadata:
             counts[name] = count
         return MetadataUpdate(requested, brokers, getattr(resp, "cluster_id", None),
                               getattr(resp, "controller_id", -1), partitions, counts, errors, ids, internal, removed,
-                              complete, missing, bad)
+                              complete, missing, bad, getattr(resp, "error_code", 0) or 0)
 
     def _log_anomalies(self, topics: Dict[str, int], counts: Dict[str, int], missing: Dict[str, Set[int]],
                        bad: Dict[str, List[int]]) -> None:
@@ -444,6 +462,17 @@ class ClusterMetadata:
             self.brokers = brokers
         return moved
 
+    def forget_brokers(self) -> None:
+        """Back to what is known before any metadata (a rebootstrap): no
+        broker, cluster or controller, no partition leader; the topics are
+        kept, so what the clients follow is asked for at once."""
+        self.brokers = {}
+        self.cluster_id = None
+        self.controller_id = -1
+        self.updated_at = 0.0
+        self._forget_lost_leaders(set())
+        self.generation.bump()
+
     def _forget_lost_leaders(self, fresh: Set[str]) -> None:
         """After the broker list changed: a partition of a topic the update
         did not cover whose leader is no longer listed has no known leader."""
@@ -513,10 +542,12 @@ class Client:
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
-        servers = cfg["bootstrap_servers"]
-        if cfg.get("client_dns_lookup") == "resolve_canonical_bootstrap_servers_only":
-            servers = canonical_bootstrap(servers)
-        self._bootstrap = [Broker(-1 - i, h, p) for i, (h, p) in enumerate(servers)]
+        self._bootstrap = self._bootstrap_brokers()
+        self._recovers = cfg.get("metadata_recovery_strategy", "rebootstrap") == "rebootstrap"
+        self._rebootstrap_due: Optional[str] = None     # why the next tick rebootstraps (REBOOTSTRAP_REQUIRED)
+        self._rebootstrap_said: Dict[str, float] = {}   # each reason to rebootstrap: when it was last logged
+        self._metadata_since: Optional[float] = None    # since when a refresh was wanted and none succeeded
+        self._checks_cluster = False                    # the cluster's brokers offer KIP-1242's check
         self._answered: Dict[Tuple[str, int], Tuple[Any, ...]] = {}   # (host, port) -> the address that answered
         self._leaders_refresh_at = 0.0                 # the next refresh_leaders() refresh
         if self._ssl is not None:
@@ -543,6 +574,16 @@ class Client:
         self._init_io()
         if self._auth is not None:
             self._auth.start(self.wakeup, getattr(self, "_loop", None))
+
+    def _bootstrap_brokers(self) -> List[Broker]:
+        """The bootstrap servers as brokers -1, -2, ...; with
+        ``client_dns_lookup="resolve_canonical_bootstrap_servers_only"``,
+        their names replaced by their addresses' canonical names (looked up
+        now). Other names are resolved at each connection attempt."""
+        servers = self.cfg["bootstrap_servers"]
+        if self.cfg.get("client_dns_lookup") == "resolve_canonical_bootstrap_servers_only":
+            servers = canonical_bootstrap(servers)
+        return [Broker(-1 - i, h, p) for i, (h, p) in enumerate(servers)]
 
     def _init_io(self) -> None:
         """The driver's own state: a selector and the socket pair that wakes it."""
@@ -582,9 +623,19 @@ class Client:
 
     def _new_connection(self, node_id: int, broker: Broker) -> Connection:
         """A connection to ``broker``, not started (the driver's kind)."""
-        return Connection(node_id, broker.host, broker.port, self.cfg, ssl_context=self._ssl, on_state=self._on_state,
-                          offload=self._offload, prefer=self._answered.get((broker.host, broker.port)),
-                          auth=self._auth)
+        return Connection(node_id, broker.host, broker.port, self.cfg, **self._connection_options(node_id, broker))
+
+    def _connection_options(self, node_id: int, broker: Broker) -> Dict[str, Any]:
+        """What every driver's connection to ``broker`` is made with: TLS,
+        SASL, the client's hooks, the address that answered last, and the
+        cluster a learned node is checked against (KIP-1242: only when the
+        client rebootstraps, as Java's, and once a broker of the cluster
+        offered ApiVersions v5)."""
+        check = self._recovers and self._checks_cluster and node_id >= 0 and \
+            self.cfg.get("metadata_cluster_check_enable", True)
+        return dict(ssl_context=self._ssl, on_state=self._on_state, offload=self._offload,
+                    prefer=self._answered.get((broker.host, broker.port)), auth=self._auth,
+                    cluster_id=self.cluster.cluster_id if check else None)
 
     def is_ready(self, node_id: int) -> bool:
         conn = self._conns.get(node_id)
@@ -661,6 +712,8 @@ class Client:
             if channel.finalized_features_epoch > self.finalized_features_epoch:
                 self.finalized_features = channel.finalized_features
                 self.finalized_features_epoch = channel.finalized_features_epoch
+            if conn.broker_ranges.get(ApiKey.API_VERSIONS, (0, 0))[1] >= CLUSTER_CHECK_VERSION:
+                self._checks_cluster = True
             err = self._errors.pop(node, None)
             if err is None or getattr(err, "retriable", True):
                 self._backoff.pop(node, None)
@@ -690,6 +743,8 @@ class Client:
                 self._errors[node] = conn.error
             if node >= 0:
                 self._metadata_wanted = True
+            if isinstance(conn.error, MisroutedConnectionError) and self._recovers:
+                self._rebootstrap_due = str(conn.error)
 
     def _warn_unverified(self, ctx: ssl.SSLContext, proto: str) -> None:
         """Warn, once per process and cluster (a consumer's group has a
@@ -728,7 +783,8 @@ class Client:
         :data:`STALLED` seconds last of all (a hung broker: a metadata
         request sent there would wait out the request timeout, and the
         refresh that would name its replacement with it); bootstrap servers
-        before any metadata."""
+        before any metadata (and after a rebootstrap). None when each is in
+        its reconnect backoff."""
         nodes = list(self.cluster.brokers) or [b.node_id for b in self._bootstrap]
         start = next(self._rr) % max(1, len(nodes))
         nodes = nodes[start:] + nodes[:start]
@@ -746,8 +802,6 @@ class Client:
                 load = 1_000_000 + (0 if conn is not None else 1)
             if best_load is None or load < best_load:
                 best, best_load = n, load
-        if best is None and self.cluster.brokers:
-            best = min(self._bootstrap, key=lambda b: self._backoff.get(b.node_id, (0.0, 0.0))[0]).node_id
         return best
 
     # --------------------------------------------------------- requests
@@ -1029,12 +1083,15 @@ class Client:
         ``retry_backoff_ms``, doubled for each further refresh in a row that
         failed or left a partition without a known leader (or a topic with
         an error), up to ``retry_backoff_max_ms``."""
-        if fut.failed():
+        if fut.failed() or fut.value.error_code:
+            if not fut.failed():
+                self._metadata_error(fut.value.error_code)
             self._metadata_wanted = True
             complete = False
         else:
             update: MetadataUpdate = fut.value
             self.cluster.install(update)
+            self._metadata_since = None
             complete = update.complete
             if not complete:
                 # refresh again once the backoff allows, as the class doc says: without this a topic
@@ -1046,6 +1103,15 @@ class Client:
         top = max(first, self.cfg.get("retry_backoff_max_ms", 1000) / 1000.0)
         wait = min(top, first * 2 ** min(self._metadata_attempts - 1, 32)) if self._metadata_attempts else 0.0
         self._metadata_not_before = time.monotonic() + wait
+
+    def _metadata_error(self, code: int) -> None:
+        """A Metadata response with a top-level error (v13+): nothing in it
+        is taken in. REBOOTSTRAP_REQUIRED (KIP-1102) rebootstraps at the
+        next tick when the client does; otherwise it is a failed refresh."""
+        if code == ErrorCode.REBOOTSTRAP_REQUIRED and self._recovers:
+            self._rebootstrap_due = "a broker answered Metadata with REBOOTSTRAP_REQUIRED"
+        else:
+            log.debug("metadata: %s", protocol.error_for(code, api="Metadata"))
 
     def _metadata_due(self, now: float) -> Optional[float]:
         """Seconds until a refresh should go (0: now), None when none is due."""
@@ -1059,9 +1125,14 @@ class Client:
         return max(0.0, self._metadata_not_before - now)
 
     def _maybe_update_metadata(self) -> None:
-        due = self._metadata_due(time.monotonic())
+        now = time.monotonic()
+        due = self._metadata_due(now)
         if due is None or due > 0:
             return
+        node = self.least_loaded_node()
+        if node is None and self._recovers and self.cluster.brokers:
+            self._rebootstrap("no broker the client learned can be reached", close=False)
+            node = self.least_loaded_node()
         # The flags are cleared before the topics are read: a topic another
         # thread adds (add_topics) after this point sets them again and gets
         # its own refresh. Cleared after the read, such a topic was dropped
@@ -1072,7 +1143,8 @@ class Client:
             if not self._metadata_topics:
                 return
             self._metadata_wanted = self._metadata_new = True      # one came meanwhile
-        node = self.least_loaded_node()
+        if self._metadata_since is None:
+            self._metadata_since = now
         if node is None:
             return
         conn = self.connection(node)
@@ -1208,10 +1280,13 @@ class Client:
 
     def _next_due(self, now: float) -> float:
         """Seconds until :meth:`tick` has something to start: a metadata
-        refresh waiting out its backoff, requests held by a quota's
-        throttle (KIP-219); infinity when neither."""
+        refresh waiting out its backoff, a rebootstrap's trigger, requests
+        held by a quota's throttle (KIP-219); infinity when none."""
         due = self._metadata_due(now)
         timeout = float("inf") if due is None or due <= 0 else due
+        trigger = self._rebootstrap_trigger_left(now)
+        if trigger is not None:
+            timeout = min(timeout, trigger)
         for conn in self._conns.values():
             left = conn.throttle_left(now)
             if left is not None and left < timeout:
@@ -1224,12 +1299,69 @@ class Client:
         metadata refresh that is due."""
         self._complete_offloaded()
         now = time.monotonic()
+        self._maybe_rebootstrap(now)
         idle = self.cfg.get("connections_max_idle_ms", 540000)
         for conn in list(self._conns.values()):
             conn.check_timeouts(now)
             if 0 <= idle and conn.idle() and (now - conn.last_activity) * 1000 > idle:
                 conn.close(ConnectionLostError(f"idle for more than {idle} ms"), quiet=True)
         self._maybe_update_metadata()
+
+    # ------------------------------------------------------- rebootstrap
+    def _maybe_rebootstrap(self, now: float) -> None:
+        """Rebootstrap when a broker asked for it (REBOOTSTRAP_REQUIRED), or
+        when no refresh succeeded for ``metadata_recovery_rebootstrap_trigger_ms``
+        while one was wanted (KIP-1102); see the module doc."""
+        if not self._recovers:
+            return
+        if self._rebootstrap_due is not None:
+            self._rebootstrap(self._rebootstrap_due)
+            return
+        left = self._rebootstrap_trigger_left(now)
+        if left is not None and left < 0:
+            trigger = self.cfg.get("metadata_recovery_rebootstrap_trigger_ms", 300000)
+            self._rebootstrap(f"no metadata for metadata.recovery.rebootstrap.trigger.ms ({trigger} ms)")
+
+    def _rebootstrap_trigger_left(self, now: float) -> Optional[float]:
+        """Seconds until the trigger rebootstraps (negative: past it); None
+        when no refresh is waited for, or the client does not rebootstrap."""
+        if not self._recovers or self._metadata_since is None:
+            return None
+        return self._metadata_since + self.cfg.get("metadata_recovery_rebootstrap_trigger_ms", 300000) / 1000.0 - now
+
+    def _rebootstrap(self, reason: str, *, close: bool = True) -> None:
+        """Forget the brokers learned and start again from the bootstrap
+        servers (resolved afresh: their connections closed), a refresh
+        asked for at once; with ``close``, every other connection closed too
+        (what was in flight fails, retriable), as Java's does but when no
+        learned broker can be reached (then none is open to them). Reconnect backoffs are kept:
+        a cluster that names brokers nobody can reach is asked again at
+        their pace, not in a loop. Each reason said once at WARNING, then at
+        INFO at most every :data:`REBOOTSTRAP_SAID_AGAIN` seconds."""
+        learned = sorted(self.cluster.brokers)
+        self._rebootstrap_due = None
+        now = time.monotonic()
+        said = self._rebootstrap_said.get(reason)
+        level = logging.WARNING if said is None else logging.INFO if now - said >= REBOOTSTRAP_SAID_AGAIN \
+            else logging.DEBUG
+        if level != logging.DEBUG:
+            self._rebootstrap_said[reason] = now
+        log.log(level, "%s: going back to the bootstrap servers %s, forgetting the brokers learned (nodes %s) "
+                "(metadata.recovery.strategy=rebootstrap)", reason,
+                ", ".join(f"{b.host}:{b.port}" for b in self._bootstrap), ", ".join(map(str, learned)) or "none")
+        error = ConnectionLostError(f"rebootstrap: {reason}")
+        for conn in list(self._conns.values()):
+            if close or conn.node_id < 0:      # a bootstrap server is connected to afresh: its name resolved again
+                conn.close(error, quiet=True)
+        for b in self._bootstrap:
+            self._answered.pop((b.host, b.port), None)
+        self._bootstrap = self._bootstrap_brokers()
+        self._checks_cluster = False
+        self.cluster.forget_brokers()
+        self._metadata_wanted = self._metadata_new = True
+        self._metadata_attempts = 0
+        self._metadata_not_before = 0.0
+        self._metadata_since = now
 
     def _close_io(self) -> None:
         self._selector.close()

@@ -277,6 +277,20 @@ COMMON: Dict[str, Option] = {
     "retry_backoff_ms": Option(100, _int(0), "wait before retrying a failed request"),
     "retry_backoff_max_ms": Option(1000, _int(0), "longest wait between retries (the backoff doubles up to it)"),
     "metadata_max_age_ms": Option(300000, _int(0), "refresh cluster metadata at least this often"),
+    "metadata_recovery_strategy": Option("rebootstrap", _choice("rebootstrap", "none"),
+                                         "Kafka's metadata.recovery.strategy (KIP-899): rebootstrap: when no "
+                                         "broker the client knows can be reached, when no metadata came for "
+                                         "metadata_recovery_rebootstrap_trigger_ms, or when a broker answers "
+                                         "REBOOTSTRAP_REQUIRED, forget the brokers learned and start again from "
+                                         "bootstrap_servers (names resolved afresh); none: keep to the brokers "
+                                         "learned"),
+    "metadata_recovery_rebootstrap_trigger_ms": Option(300000, _int(0),
+                                                       "rebootstrap when no metadata refresh succeeded for this "
+                                                       "long while one was wanted (KIP-1102)"),
+    "metadata_cluster_check_enable": Option(True, _bool,
+                                            "send the cluster id and node id a connection is meant for, so that "
+                                            "a Kafka 4.4+ broker that is another node or of another cluster "
+                                            "answers REBOOTSTRAP_REQUIRED (KIP-1242); only with rebootstrap"),
     "security_protocol": Option("PLAINTEXT", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", upper=True)),
     "ssl_cafile": Option(None, _opt_str, "CA bundle to verify brokers (default: the system's)"),
     "ssl_certfile": Option(None, _opt_str, "client certificate (mutual TLS)"),

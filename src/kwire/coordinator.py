@@ -134,15 +134,14 @@ class RequestPump:
             target = client.least_loaded_node() if node is None else node
             conn = None if target is None else client.connection(target)
             if conn is None or not conn.ready:
-                if now >= deadline:
+                if node is not None and client.broker(node) is None:
+                    # forgotten (a rebootstrap, a broker gone from the metadata): no wait can bring it back
+                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not a broker the client knows now"))
+                elif now >= deadline:
                     fut.set_exception(NoBrokersAvailableError(
                         f"node {target} could not be reached in time" if target is not None else "no broker reachable"))
-                elif target is not None and conn is None and node is not None:
-                    # in its reconnect backoff, or gone from the metadata (a dead coordinator the
-                    # controller fenced): the caller looks the coordinator up again rather than wait
-                    known = client.broker(node) is not None
-                    fut.set_exception(NoBrokersAvailableError(
-                        f"node {node} is not reachable now" + ("" if known else " (not in the metadata)")))
+                elif conn is None and node is not None:
+                    fut.set_exception(NoBrokersAvailableError(f"node {node} is not reachable now"))
                 else:
                     keep.append(item)
                 continue

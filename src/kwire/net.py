@@ -35,14 +35,14 @@ import ssl
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from kwire.channel import (CLIENT_THROTTLES_FROM, FETCH_FRAMING, FETCH_FRAMING_PER_PARTITION, FRAME_GROWTH,
+from kwire.channel import (CLIENT_THROTTLES_FROM, CLUSTER_CHECK_VERSION, FETCH_FRAMING, FETCH_FRAMING_PER_PARTITION, FRAME_GROWTH,
                            OFFLOAD_MIN_BYTES, READ_CHUNK, RECEIVE_MESSAGE_MAX_BYTES, Channel, ConnectionLostError,
-                           RequestTimedOutError, response_limit)
+                           MisroutedConnectionError, RequestTimedOutError, response_limit)
 from kwire.errors import KwireError, without_traceback
 from kwire.future import Future
 from kwire.sasl import Authenticator
 
-__all__ = ["Connection", "ConnectionLostError", "RequestTimedOutError", "canonical_bootstrap", "resolve", "response_limit",
+__all__ = ["CLUSTER_CHECK_VERSION", "Connection", "ConnectionLostError", "MisroutedConnectionError", "RequestTimedOutError", "canonical_bootstrap", "resolve", "response_limit",
            "ssl_context_from_config", "CLIENT_THROTTLES_FROM", "FETCH_FRAMING", "FETCH_FRAMING_PER_PARTITION",
            "FRAME_GROWTH", "OFFLOAD_MIN_BYTES", "READ_CHUNK", "RECEIVE_MESSAGE_MAX_BYTES", "TlsError"]
 
@@ -155,6 +155,7 @@ class Connection:
         offload: Optional[Callable[[Callable[[], Any], Future], None]] = None,
         prefer: Optional[Tuple[Any, ...]] = None,
         auth: Optional[Authenticator] = None,
+        cluster_id: Optional[str] = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -173,7 +174,7 @@ class Connection:
         self._on_state = on_state
         self._setup_deadline = 0.0
         self.channel = Channel(node_id, host, port, cfg, on_ready=self._channel_ready, on_output=self.flush,
-                               on_fail=self.close, offload=offload, auth=auth)
+                               on_fail=self.close, offload=offload, auth=auth, cluster_id=cluster_id)
         self.last_activity = time.monotonic()
 
     # ------------------------------------------------------------- public

@@ -132,15 +132,15 @@ def _jaas_plain(users: Dict[str, str]) -> str:
 
 def _server_properties(node_dir: Path, ports: Dict[str, int], controller_port: int, pki: Pki,
                        keystore: str, users: Dict[str, str], overrides: Dict[str, str],
-                       kinds: Optional[Dict[str, Tuple[str, str]]] = None) -> Dict[str, str]:
+                       kinds: Optional[Dict[str, Tuple[str, str]]] = None, node_id: int = 1) -> Dict[str, str]:
     """The server properties; ``kinds`` are the listeners (default :data:`LISTENERS`)."""
     kinds = kinds or LISTENERS
     names = {name: name.upper() for name in kinds}
     listeners = [f"{names[n]}://{HOST}:{ports[n]}" for n in kinds] + [f"CONTROLLER://{HOST}:{controller_port}"]
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"{node_id}@{HOST}:{controller_port}",
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
         "advertised.listeners": ",".join(f"{names[n]}://{kinds[n][1]}:{ports[n]}" for n in kinds),
@@ -424,7 +424,7 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
                 overrides: Optional[Dict[str, str]] = None, tie_to_parent: bool = True,
                 progress: Progress = None, ports: Optional[Dict[str, int]] = None,
                 advertised: Optional[Dict[str, str]] = None, listeners: Optional[Dict[str, Tuple[str, str]]] = None,
-                jvm_options: Sequence[str] = ()) -> KafkaBroker:
+                jvm_options: Sequence[str] = (), node_id: int = 1) -> KafkaBroker:
     """Assemble (once) and start one KRaft node; see the module doc. ``overrides``
     are extra server properties; with ``tie_to_parent`` (Linux) the broker dies
     with the process that started it. ``ports`` fixes the ports of some
@@ -432,7 +432,8 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
     listeners advertise another "host:port" (a proxy in front of the broker):
     the broker's ``addresses`` are then those. ``listeners`` replaces :data:`LISTENERS`
     (name -> (security protocol, advertised host); ``plaintext`` must be among them, the
-    inter-broker listener); ``jvm_options`` go to the broker's JVM."""
+    inter-broker listener); ``jvm_options`` go to the broker's JVM; ``node_id`` is its
+    node id (a cluster that replaces another, with new ids)."""
     kinds = listeners or LISTENERS
     libs = ensure_kafka(version, progress)
     _require("java")
@@ -450,7 +451,7 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
         addresses.update(advertised or {})
         props = _server_properties(workdir, ports, controller_port, pki, str(keystore), users, {
             "advertised.listeners": ",".join(f"{n.upper()}://{a}" for n, a in addresses.items()), **(overrides or {})}
-            if advertised else overrides or {}, kinds)
+            if advertised else overrides or {}, kinds, node_id)
         config = workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log4j = workdir / "log4j2.properties"

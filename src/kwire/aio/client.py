@@ -59,8 +59,7 @@ class AioClient(Client):
 
     def _new_connection(self, node_id: int, broker: Broker) -> Connection:
         return AioConnection(node_id, broker.host, broker.port, self.cfg, loop=self._loop, on_event=self._kick,
-                             ssl_context=self._ssl, on_state=self._on_state, offload=self._offload,
-                             prefer=self._answered.get((broker.host, broker.port)), auth=self._auth)
+                             **self._connection_options(node_id, broker))
 
     def _update_mask(self, conn: Connection) -> None:
         pass          # the loop watches each connection's transport itself

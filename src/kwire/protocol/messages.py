@@ -56,9 +56,9 @@ from kwire.protocol._wire import (
     _uvarint,
 )
 
-_S0 = _Struct('>h')
-_S1 = _Struct('>hhh')
-_S2 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>hhh')
 _S3 = _Struct('>hh')
 _S4 = _Struct('>?')
 _S5 = _Struct('>???')
@@ -116,18 +116,22 @@ _S56 = _Struct('>h?')
 _S57 = _Struct('>hb')
 
 class ApiVersionsRequest(_Message):
-    __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags')
-    _FIELDS = ('client_software_name', 'client_software_version')
+    __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', 'unknown_tags')
+    _FIELDS = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id')
     client_software_name: str
     client_software_version: str
+    cluster_id: Optional[str]
+    node_id: int
     unknown_tags: Optional[Dict[int, bytes]]
-    def __init__(self, *, client_software_name: str = '', client_software_version: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+    def __init__(self, *, client_software_name: str = '', client_software_version: str = '', cluster_id: Optional[str] = None, node_id: int = -1, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
+        self.cluster_id = cluster_id
+        self.node_id = node_id
         self.unknown_tags = unknown_tags
 ApiVersionsRequest.API_KEY = 18
 ApiVersionsRequest.MIN_VERSION = 0
-ApiVersionsRequest.MAX_VERSION = 4
+ApiVersionsRequest.MAX_VERSION = 5
 ApiVersionsRequest.FLEXIBLE_MIN = 3
 
 class ApiVersionsResponse(_Message):
@@ -188,7 +192,7 @@ class ApiVersionsResponse(_Message):
         self.unknown_tags = unknown_tags
 ApiVersionsResponse.API_KEY = 18
 ApiVersionsResponse.MIN_VERSION = 0
-ApiVersionsResponse.MAX_VERSION = 4
+ApiVersionsResponse.MAX_VERSION = 5
 ApiVersionsResponse.FLEXIBLE_MIN = 3
 
 class MetadataRequest(_Message):
@@ -4493,6 +4497,8 @@ def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
     o.client_software_name = ''
     o.client_software_version = ''
+    o.cluster_id = None
+    o.node_id = -1
     o.unknown_tags = None
     return o, pos
 def _encode_ApiVersionsRequest_v0(o, out, chunks):
@@ -4501,6 +4507,8 @@ def _decode_ApiVersionsRequest_v3(buf, pos, end):
     o = _C0.__new__(_C0)
     o.client_software_name, pos = _str_c(buf, pos, end)
     o.client_software_version, pos = _str_c(buf, pos, end)
+    o.cluster_id = None
+    o.node_id = -1
     if pos < end and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -4511,17 +4519,37 @@ def _encode_ApiVersionsRequest_v3(o, out, chunks):
     _put_str_c(o.client_software_name, out, chunks)
     _put_str_c(o.client_software_version, out, chunks)
     _put_tags(out, None, o.unknown_tags)
+def _decode_ApiVersionsRequest_v5(buf, pos, end):
+    o = _C0.__new__(_C0)
+    o.client_software_name, pos = _str_c(buf, pos, end)
+    o.client_software_version, pos = _str_c(buf, pos, end)
+    o.cluster_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.node_id, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ApiVersionsRequest_v5(o, out, chunks):
+    _put_str_c(o.client_software_name, out, chunks)
+    _put_str_c(o.client_software_version, out, chunks)
+    _put_str_cn(o.cluster_id, out, chunks)
+    out += _S0.pack(o.node_id)
+    _put_tags(out, None, o.unknown_tags)
 def _decode_ApiVersionsResponse_ApiVersion_v0(buf, pos, end):
     o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
-    o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
+    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
 def _decode_ApiVersionsResponse_v0(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -4540,16 +4568,16 @@ def _decode_ApiVersionsResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_ApiVersionsResponse_ApiVersion_v0(o, out, chunks):
-    out += _S1.pack(o.api_key, o.min_version, o.max_version)
+    out += _S2.pack(o.api_key, o.min_version, o.max_version)
 def _encode_ApiVersionsResponse_ApiVersion_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ApiVersionsResponse_ApiVersion_v0, False, False)
 def _encode_ApiVersionsResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_ApiVersionsResponse_ApiVersion_v0_array(o.api_keys, out, chunks)
 def _decode_ApiVersionsResponse_v1(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -4561,7 +4589,7 @@ def _decode_ApiVersionsResponse_v1(buf, pos, end):
     else:
         o.api_keys = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.supported_features = []
     o.finalized_features_epoch = -1
@@ -4570,13 +4598,13 @@ def _decode_ApiVersionsResponse_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_ApiVersionsResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_ApiVersionsResponse_ApiVersion_v0_array(o.api_keys, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_ApiVersionsResponse_ApiVersion_v3(buf, pos, end):
     o = _C2.__new__(_C2)
     if pos + 6 > end: _short()
-    o.api_key, o.min_version, o.max_version = _S1.unpack_from(buf, pos)
+    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -4615,7 +4643,7 @@ def _decode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(buf, pos, end):
 def _decode_ApiVersionsResponse_v3(buf, pos, end):
     o = _C1.__new__(_C1)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -4628,7 +4656,7 @@ def _decode_ApiVersionsResponse_v3(buf, pos, end):
     else:
         o.api_keys = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.supported_features = []
     o.finalized_features_epoch = -1
@@ -4664,7 +4692,7 @@ def _decode_ApiVersionsResponse_v3(buf, pos, end):
     o.unknown_tags = unknown
     return o, pos
 def _encode_ApiVersionsResponse_ApiVersion_v3(o, out, chunks):
-    out += _S1.pack(o.api_key, o.min_version, o.max_version)
+    out += _S2.pack(o.api_key, o.min_version, o.max_version)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ApiVersionsResponse_ApiVersion_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ApiVersionsResponse_ApiVersion_v3, True, False)
@@ -4681,9 +4709,9 @@ def _encode_ApiVersionsResponse_FinalizedFeatureKey_v3(o, out, chunks):
 def _encode_ApiVersionsResponse_FinalizedFeatureKey_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ApiVersionsResponse_FinalizedFeatureKey_v3, True, False)
 def _encode_ApiVersionsResponse_v3(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_ApiVersionsResponse_ApiVersion_v3_array(o.api_keys, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     tags = []
     if o.supported_features != []:
         b = bytearray()
@@ -4944,11 +4972,11 @@ def _encode_MetadataRequest_v13(o, out, chunks):
 def _decode_MetadataResponse_MetadataResponseBroker_v0(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack = None
     o.unknown_tags = None
@@ -4983,7 +5011,7 @@ def _decode_MetadataResponse_MetadataResponsePartition_v0(buf, pos, end):
 def _decode_MetadataResponse_MetadataResponseTopic_v0(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -5028,9 +5056,9 @@ def _decode_MetadataResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_MetadataResponse_MetadataResponseBroker_v0(o, out, chunks):
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
 def _encode_MetadataResponse_MetadataResponseBroker_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseBroker_v0, False, False)
 def _encode_int32_array(x, out, chunks):
@@ -5042,7 +5070,7 @@ def _encode_MetadataResponse_MetadataResponsePartition_v0(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponsePartition_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v0, False, False)
 def _encode_MetadataResponse_MetadataResponseTopic_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
     if o.topic_authorized_operations != -2147483648: _absent('MetadataResponseTopic', 'topic_authorized_operations', 0)
@@ -5055,11 +5083,11 @@ def _encode_MetadataResponse_v0(o, out, chunks):
 def _decode_MetadataResponse_MetadataResponseBroker_v1(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
@@ -5067,7 +5095,7 @@ def _decode_MetadataResponse_MetadataResponseBroker_v1(buf, pos, end):
 def _decode_MetadataResponse_MetadataResponseTopic_v1(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
@@ -5098,7 +5126,7 @@ def _decode_MetadataResponse_v1(buf, pos, end):
     else:
         o.brokers = _null(n, False)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5116,14 +5144,14 @@ def _decode_MetadataResponse_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_MetadataResponse_MetadataResponseBroker_v1(o, out, chunks):
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_str_kn(o.rack, out, chunks)
 def _encode_MetadataResponse_MetadataResponseBroker_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseBroker_v1, False, False)
 def _encode_MetadataResponse_MetadataResponseTopic_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
@@ -5132,7 +5160,7 @@ def _encode_MetadataResponse_MetadataResponseTopic_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v1, False, False)
 def _encode_MetadataResponse_v1(o, out, chunks):
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v1_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 1)
 def _decode_MetadataResponse_v2(buf, pos, end):
@@ -5148,7 +5176,7 @@ def _decode_MetadataResponse_v2(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5165,7 +5193,7 @@ def _decode_MetadataResponse_v2(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_MetadataResponse_MetadataResponseTopic_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
@@ -5175,13 +5203,13 @@ def _encode_MetadataResponse_MetadataResponseTopic_v2_array(x, out, chunks):
 def _encode_MetadataResponse_v2(o, out, chunks):
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v2_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 2)
 def _decode_MetadataResponse_v3(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5194,7 +5222,7 @@ def _decode_MetadataResponse_v3(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5210,7 +5238,7 @@ def _decode_MetadataResponse_v3(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_MetadataResponse_MetadataResponseTopic_v3(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
@@ -5218,14 +5246,14 @@ def _encode_MetadataResponse_MetadataResponseTopic_v3(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponseTopic_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v3, False, False)
 def _encode_MetadataResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v3_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 3)
 def _encode_MetadataResponse_MetadataResponseTopic_v4(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v0_array(o.partitions, out, chunks)
@@ -5233,10 +5261,10 @@ def _encode_MetadataResponse_MetadataResponseTopic_v4(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponseTopic_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v4, False, False)
 def _encode_MetadataResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v4_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 4)
 def _decode_MetadataResponse_MetadataResponsePartition_v5(buf, pos, end):
@@ -5277,7 +5305,7 @@ def _decode_MetadataResponse_MetadataResponsePartition_v5(buf, pos, end):
 def _decode_MetadataResponse_MetadataResponseTopic_v5(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
@@ -5299,7 +5327,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v5(buf, pos, end):
 def _decode_MetadataResponse_v5(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5312,7 +5340,7 @@ def _decode_MetadataResponse_v5(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5335,7 +5363,7 @@ def _encode_MetadataResponse_MetadataResponsePartition_v5(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponsePartition_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v5, False, False)
 def _encode_MetadataResponse_MetadataResponseTopic_v5(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v5_array(o.partitions, out, chunks)
@@ -5343,14 +5371,14 @@ def _encode_MetadataResponse_MetadataResponseTopic_v5(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponseTopic_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v5, False, False)
 def _encode_MetadataResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v5_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 5)
 def _encode_MetadataResponse_MetadataResponseTopic_v6(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v5_array(o.partitions, out, chunks)
@@ -5358,10 +5386,10 @@ def _encode_MetadataResponse_MetadataResponseTopic_v6(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponseTopic_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v6, False, False)
 def _encode_MetadataResponse_v6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v6_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 6)
 def _decode_MetadataResponse_MetadataResponsePartition_v7(buf, pos, end):
@@ -5401,7 +5429,7 @@ def _decode_MetadataResponse_MetadataResponsePartition_v7(buf, pos, end):
 def _decode_MetadataResponse_MetadataResponseTopic_v7(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
@@ -5423,7 +5451,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v7(buf, pos, end):
 def _decode_MetadataResponse_v7(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5436,7 +5464,7 @@ def _decode_MetadataResponse_v7(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5459,7 +5487,7 @@ def _encode_MetadataResponse_MetadataResponsePartition_v7(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponsePartition_v7_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v7, False, False)
 def _encode_MetadataResponse_MetadataResponseTopic_v7(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v7_array(o.partitions, out, chunks)
@@ -5467,16 +5495,16 @@ def _encode_MetadataResponse_MetadataResponseTopic_v7(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponseTopic_v7_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v7, False, False)
 def _encode_MetadataResponse_v7(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v7_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 7)
 def _decode_MetadataResponse_MetadataResponseTopic_v8(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
@@ -5492,7 +5520,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v8(buf, pos, end):
     else:
         o.partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.topic_id = ZERO_UUID
     o.unknown_tags = None
@@ -5500,7 +5528,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v8(buf, pos, end):
 def _decode_MetadataResponse_v8(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5513,7 +5541,7 @@ def _decode_MetadataResponse_v8(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -5525,34 +5553,34 @@ def _decode_MetadataResponse_v8(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
     o.unknown_tags = None
     return o, pos
 def _encode_MetadataResponse_MetadataResponseTopic_v8(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v7_array(o.partitions, out, chunks)
-    out += _S2.pack(o.topic_authorized_operations)
+    out += _S0.pack(o.topic_authorized_operations)
 def _encode_MetadataResponse_MetadataResponseTopic_v8_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v8, False, False)
 def _encode_MetadataResponse_v8(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v1_array(o.brokers, out, chunks)
     _put_str_kn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v8_array(o.topics, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
 def _decode_MetadataResponse_MetadataResponseBroker_v9(buf, pos, end):
     o = _C8.__new__(_C8)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -5605,7 +5633,7 @@ def _decode_MetadataResponse_MetadataResponsePartition_v9(buf, pos, end):
 def _decode_MetadataResponse_MetadataResponseTopic_v9(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_c(buf, pos, end)
     if pos + 1 > end: _short()
@@ -5622,7 +5650,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v9(buf, pos, end):
     else:
         o.partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.topic_id = ZERO_UUID
     if pos < end and buf[pos] == 0:
@@ -5634,7 +5662,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v9(buf, pos, end):
 def _decode_MetadataResponse_v9(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5648,7 +5676,7 @@ def _decode_MetadataResponse_v9(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5661,7 +5689,7 @@ def _decode_MetadataResponse_v9(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
     if pos < end and buf[pos] == 0:
@@ -5671,9 +5699,9 @@ def _decode_MetadataResponse_v9(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_MetadataResponse_MetadataResponseBroker_v9(o, out, chunks):
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_MetadataResponse_MetadataResponseBroker_v9_array(x, out, chunks):
@@ -5689,26 +5717,26 @@ def _encode_MetadataResponse_MetadataResponsePartition_v9(o, out, chunks):
 def _encode_MetadataResponse_MetadataResponsePartition_v9_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponsePartition_v9, True, False)
 def _encode_MetadataResponse_MetadataResponseTopic_v9(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
-    out += _S2.pack(o.topic_authorized_operations)
+    out += _S0.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_MetadataResponse_MetadataResponseTopic_v9_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v9, True, False)
 def _encode_MetadataResponse_v9(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v9_array(o.topics, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _decode_MetadataResponse_MetadataResponseTopic_v10(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
@@ -5726,7 +5754,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v10(buf, pos, end):
     else:
         o.partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -5737,7 +5765,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v10(buf, pos, end):
 def _decode_MetadataResponse_v10(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5751,7 +5779,7 @@ def _decode_MetadataResponse_v10(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5764,7 +5792,7 @@ def _decode_MetadataResponse_v10(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_code = 0
     if pos < end and buf[pos] == 0:
@@ -5774,27 +5802,27 @@ def _decode_MetadataResponse_v10(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_MetadataResponse_MetadataResponseTopic_v10(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
-    out += _S2.pack(o.topic_authorized_operations)
+    out += _S0.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_MetadataResponse_MetadataResponseTopic_v10_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v10, True, False)
 def _encode_MetadataResponse_v10(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v10_array(o.topics, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _decode_MetadataResponse_v11(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5808,7 +5836,7 @@ def _decode_MetadataResponse_v11(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5829,17 +5857,17 @@ def _decode_MetadataResponse_v11(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_MetadataResponse_v11(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v10_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 11)
     _put_tags(out, None, o.unknown_tags)
 def _decode_MetadataResponse_MetadataResponseTopic_v12(buf, pos, end):
     o = _C9.__new__(_C9)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
@@ -5857,7 +5885,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v12(buf, pos, end):
     else:
         o.partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.topic_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -5868,7 +5896,7 @@ def _decode_MetadataResponse_MetadataResponseTopic_v12(buf, pos, end):
 def _decode_MetadataResponse_v12(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5882,7 +5910,7 @@ def _decode_MetadataResponse_v12(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5903,27 +5931,27 @@ def _decode_MetadataResponse_v12(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_MetadataResponse_MetadataResponseTopic_v12(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
     out += _S4.pack(o.is_internal)
     _encode_MetadataResponse_MetadataResponsePartition_v9_array(o.partitions, out, chunks)
-    out += _S2.pack(o.topic_authorized_operations)
+    out += _S0.pack(o.topic_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_MetadataResponse_MetadataResponseTopic_v12_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_MetadataResponse_MetadataResponseTopic_v12, True, False)
 def _encode_MetadataResponse_v12(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v12_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 12)
     _put_tags(out, None, o.unknown_tags)
 def _decode_MetadataResponse_v13(buf, pos, end):
     o = _C7.__new__(_C7)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5937,7 +5965,7 @@ def _decode_MetadataResponse_v13(buf, pos, end):
         o.brokers = _null(n, False)
     o.cluster_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -5950,7 +5978,7 @@ def _decode_MetadataResponse_v13(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.cluster_authorized_operations = -2147483648
     if pos < end and buf[pos] == 0:
@@ -5960,18 +5988,18 @@ def _decode_MetadataResponse_v13(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_MetadataResponse_v13(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.brokers, out, chunks)
     _put_str_cn(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_MetadataResponse_MetadataResponseTopic_v12_array(o.topics, out, chunks)
     if o.cluster_authorized_operations != -2147483648: _absent('MetadataResponse', 'cluster_authorized_operations', 13)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ProduceRequest_PartitionProduceData_v3(buf, pos, end):
     o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
-    o.index, = _S2.unpack_from(buf, pos)
+    o.index, = _S0.unpack_from(buf, pos)
     pos += 4
     o.records, pos = _bytes_kn(buf, pos, end)
     o.unknown_tags = None
@@ -6009,7 +6037,7 @@ def _decode_ProduceRequest_v3(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_ProduceRequest_PartitionProduceData_v3(o, out, chunks):
-    out += _S2.pack(o.index)
+    out += _S0.pack(o.index)
     _put_records_k(o.records, out, chunks)
 def _encode_ProduceRequest_PartitionProduceData_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ProduceRequest_PartitionProduceData_v3, False, False)
@@ -6025,7 +6053,7 @@ def _encode_ProduceRequest_v3(o, out, chunks):
 def _decode_ProduceRequest_PartitionProduceData_v9(buf, pos, end):
     o = _C13.__new__(_C13)
     if pos + 4 > end: _short()
-    o.index, = _S2.unpack_from(buf, pos)
+    o.index, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -6081,7 +6109,7 @@ def _decode_ProduceRequest_v9(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_ProduceRequest_PartitionProduceData_v9(o, out, chunks):
-    out += _S2.pack(o.index)
+    out += _S0.pack(o.index)
     _put_records_c(o.records, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ProduceRequest_PartitionProduceData_v9_array(x, out, chunks):
@@ -6192,7 +6220,7 @@ def _decode_ProduceResponse_v3(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
@@ -6210,7 +6238,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v3_array(x, out, chunks):
 def _encode_ProduceResponse_v3(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v3_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 3)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _encode_ProduceResponse_PartitionProduceResponse_v4(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 4)
     out += _S10.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
@@ -6224,7 +6252,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v4_array(x, out, chunks):
 def _encode_ProduceResponse_v4(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v4_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 4)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_ProduceResponse_PartitionProduceResponse_v5(buf, pos, end):
     o = _C16.__new__(_C16)
     if pos + 30 > end: _short()
@@ -6266,7 +6294,7 @@ def _decode_ProduceResponse_v5(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
@@ -6284,7 +6312,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v5_array(x, out, chunks):
 def _encode_ProduceResponse_v5(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v5_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 5)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _encode_ProduceResponse_PartitionProduceResponse_v6(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 6)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
@@ -6298,7 +6326,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v6_array(x, out, chunks):
 def _encode_ProduceResponse_v6(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v6_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 6)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _encode_ProduceResponse_PartitionProduceResponse_v7(o, out, chunks):
     if o.current_leader != ProduceResponse.LeaderIdAndEpoch(): _absent('PartitionProduceResponse', 'current_leader', 7)
     out += _S11.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
@@ -6312,11 +6340,11 @@ def _encode_ProduceResponse_TopicProduceResponse_v7_array(x, out, chunks):
 def _encode_ProduceResponse_v7(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v7_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 7)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_ProduceResponse_BatchIndexAndErrorMessage_v8(buf, pos, end):
     o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
-    o.batch_index, = _S2.unpack_from(buf, pos)
+    o.batch_index, = _S0.unpack_from(buf, pos)
     pos += 4
     o.batch_index_error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
@@ -6370,13 +6398,13 @@ def _decode_ProduceResponse_v8(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     o.unknown_tags = None
     return o, pos
 def _encode_ProduceResponse_BatchIndexAndErrorMessage_v8(o, out, chunks):
-    out += _S2.pack(o.batch_index)
+    out += _S0.pack(o.batch_index)
     _put_str_kn(o.batch_index_error_message, out, chunks)
 def _encode_ProduceResponse_BatchIndexAndErrorMessage_v8_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ProduceResponse_BatchIndexAndErrorMessage_v8, False, False)
@@ -6395,11 +6423,11 @@ def _encode_ProduceResponse_TopicProduceResponse_v8_array(x, out, chunks):
 def _encode_ProduceResponse_v8(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v8_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 8)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos, end):
     o = _C18.__new__(_C18)
     if pos + 4 > end: _short()
-    o.batch_index, = _S2.unpack_from(buf, pos)
+    o.batch_index, = _S0.unpack_from(buf, pos)
     pos += 4
     o.batch_index_error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -6468,7 +6496,7 @@ def _decode_ProduceResponse_v9(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     if pos < end and buf[pos] == 0:
@@ -6478,7 +6506,7 @@ def _decode_ProduceResponse_v9(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_ProduceResponse_BatchIndexAndErrorMessage_v9(o, out, chunks):
-    out += _S2.pack(o.batch_index)
+    out += _S0.pack(o.batch_index)
     _put_str_cn(o.batch_index_error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ProduceResponse_BatchIndexAndErrorMessage_v9_array(x, out, chunks):
@@ -6500,7 +6528,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v9_array(x, out, chunks):
 def _encode_ProduceResponse_v9(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v9_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('ProduceResponse', 'node_endpoints', 9)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ProduceResponse_LeaderIdAndEpoch_v10(buf, pos, end):
     o = _C17.__new__(_C17)
@@ -6577,11 +6605,11 @@ def _decode_ProduceResponse_TopicProduceResponse_v10(buf, pos, end):
 def _decode_ProduceResponse_NodeEndpoint_v10(buf, pos, end):
     o = _C19.__new__(_C19)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -6605,7 +6633,7 @@ def _decode_ProduceResponse_v10(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     if pos < end and buf[pos] == 0:
@@ -6651,7 +6679,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v10_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v10, True, False)
 def _encode_ProduceResponse_v10(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v10_array(o.responses, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
@@ -6691,7 +6719,7 @@ def _decode_ProduceResponse_v13(buf, pos, end):
     else:
         o.responses = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.node_endpoints = []
     if pos < end and buf[pos] == 0:
@@ -6722,7 +6750,7 @@ def _encode_ProduceResponse_TopicProduceResponse_v13_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ProduceResponse_TopicProduceResponse_v13, True, False)
 def _encode_ProduceResponse_v13(o, out, chunks):
     _encode_ProduceResponse_TopicProduceResponse_v13_array(o.responses, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     tags = []
     if o.node_endpoints != []:
         b = bytearray()
@@ -7796,7 +7824,7 @@ def _decode_FetchResponse_FetchableTopicResponse_v4(buf, pos, end):
 def _decode_FetchResponse_v4(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -7833,7 +7861,7 @@ def _encode_FetchResponse_FetchableTopicResponse_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v4, False, False)
 def _encode_FetchResponse_v4(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 4)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FetchResponse_FetchableTopicResponse_v4_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 4)
 def _decode_FetchResponse_PartitionData_v5(buf, pos, end):
@@ -7887,7 +7915,7 @@ def _decode_FetchResponse_FetchableTopicResponse_v5(buf, pos, end):
 def _decode_FetchResponse_v5(buf, pos, end):
     o = _C25.__new__(_C25)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -7920,7 +7948,7 @@ def _encode_FetchResponse_FetchableTopicResponse_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v5, False, False)
 def _encode_FetchResponse_v5(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 5)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FetchResponse_FetchableTopicResponse_v5_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 5)
 def _encode_FetchResponse_PartitionData_v6(o, out, chunks):
@@ -7940,7 +7968,7 @@ def _encode_FetchResponse_FetchableTopicResponse_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_FetchResponse_FetchableTopicResponse_v6, False, False)
 def _encode_FetchResponse_v6(o, out, chunks):
     if o.session_id != 0: _absent('FetchResponse', 'session_id', 6)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FetchResponse_FetchableTopicResponse_v6_array(o.responses, out, chunks)
     if o.node_endpoints != []: _absent('FetchResponse', 'node_endpoints', 6)
 def _decode_FetchResponse_v7(buf, pos, end):
@@ -8051,7 +8079,7 @@ def _decode_FetchResponse_PartitionData_v11(buf, pos, end):
     else:
         o.aborted_transactions = _null(n, True)
     if pos + 4 > end: _short()
-    o.preferred_read_replica, = _S2.unpack_from(buf, pos)
+    o.preferred_read_replica, = _S0.unpack_from(buf, pos)
     pos += 4
     o.records, pos = _bytes_kn(buf, pos, end)
     d0 = _C29.__new__(_C29)
@@ -8109,7 +8137,7 @@ def _encode_FetchResponse_PartitionData_v11(o, out, chunks):
     if o.snapshot_id != FetchResponse.SnapshotId(): _absent('PartitionData', 'snapshot_id', 11)
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     _encode_FetchResponse_AbortedTransaction_v4_array_nullable(o.aborted_transactions, out, chunks)
-    out += _S2.pack(o.preferred_read_replica)
+    out += _S0.pack(o.preferred_read_replica)
     _put_records_k(o.records, out, chunks)
 def _encode_FetchResponse_PartitionData_v11_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_FetchResponse_PartitionData_v11, False, False)
@@ -8182,7 +8210,7 @@ def _decode_FetchResponse_PartitionData_v12(buf, pos, end):
     else:
         o.aborted_transactions = _null(n, True)
     if pos + 4 > end: _short()
-    o.preferred_read_replica, = _S2.unpack_from(buf, pos)
+    o.preferred_read_replica, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -8286,7 +8314,7 @@ def _encode_FetchResponse_SnapshotId_v12(o, out, chunks):
 def _encode_FetchResponse_PartitionData_v12(o, out, chunks):
     out += _S11.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     _encode_FetchResponse_AbortedTransaction_v12_array_nullable(o.aborted_transactions, out, chunks)
-    out += _S2.pack(o.preferred_read_replica)
+    out += _S0.pack(o.preferred_read_replica)
     _put_records_c(o.records, out, chunks)
     tags = []
     if o.diverging_epoch != FetchResponse.EpochEndOffset():
@@ -8381,11 +8409,11 @@ def _encode_FetchResponse_v15(o, out, chunks):
 def _decode_FetchResponse_NodeEndpoint_v16(buf, pos, end):
     o = _C32.__new__(_C32)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -8467,7 +8495,7 @@ def _decode_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos, end):
 def _decode_ListOffsetsRequest_v1(buf, pos, end):
     o = _C33.__new__(_C33)
     if pos + 4 > end: _short()
-    o.replica_id, = _S2.unpack_from(buf, pos)
+    o.replica_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -8494,7 +8522,7 @@ def _encode_ListOffsetsRequest_ListOffsetsTopic_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsRequest_ListOffsetsTopic_v1, False, False)
 def _encode_ListOffsetsRequest_v1(o, out, chunks):
     if o.isolation_level != 0: _absent('ListOffsetsRequest', 'isolation_level', 1)
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _encode_ListOffsetsRequest_ListOffsetsTopic_v1_array(o.topics, out, chunks)
 def _decode_ListOffsetsRequest_v2(buf, pos, end):
     o = _C33.__new__(_C33)
@@ -8737,7 +8765,7 @@ def _decode_ListOffsetsRequest_v10(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -8760,7 +8788,7 @@ def _encode_ListOffsetsRequest_ListOffsetsTopic_v10_array(x, out, chunks):
 def _encode_ListOffsetsRequest_v10(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
     _encode_ListOffsetsRequest_ListOffsetsTopic_v10_array(o.topics, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsRequest_ListOffsetsPartition_v11(o, out, chunks):
     if o.max_num_offsets != 1: _absent('ListOffsetsPartition', 'max_num_offsets', 11)
@@ -8777,7 +8805,7 @@ def _encode_ListOffsetsRequest_ListOffsetsTopic_v11_array(x, out, chunks):
 def _encode_ListOffsetsRequest_v11(o, out, chunks):
     out += _S24.pack(o.replica_id, o.isolation_level)
     _encode_ListOffsetsRequest_ListOffsetsTopic_v11_array(o.topics, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos, end):
     o = _C38.__new__(_C38)
@@ -8832,7 +8860,7 @@ def _encode_ListOffsetsResponse_v1(o, out, chunks):
 def _decode_ListOffsetsResponse_v2(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -8857,7 +8885,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2, False, False)
 def _encode_ListOffsetsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v2_array(o.topics, out, chunks)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v3(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 3)
@@ -8871,7 +8899,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3, False, False)
 def _encode_ListOffsetsResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v3_array(o.topics, out, chunks)
 def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(buf, pos, end):
     o = _C38.__new__(_C38)
@@ -8898,7 +8926,7 @@ def _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf, pos, end):
 def _decode_ListOffsetsResponse_v4(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -8922,7 +8950,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4, False, False)
 def _encode_ListOffsetsResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v4_array(o.topics, out, chunks)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v5(o, out, chunks):
     if o.old_style_offsets != []: _absent('ListOffsetsPartitionResponse', 'old_style_offsets', 5)
@@ -8935,7 +8963,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5, False, False)
 def _encode_ListOffsetsResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v5_array(o.topics, out, chunks)
 def _decode_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf, pos, end):
     o = _C38.__new__(_C38)
@@ -8971,7 +8999,7 @@ def _decode_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf, pos, end):
 def _decode_ListOffsetsResponse_v6(buf, pos, end):
     o = _C36.__new__(_C36)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9002,7 +9030,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6, True, False)
 def _encode_ListOffsetsResponse_v6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v6_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v7(o, out, chunks):
@@ -9018,7 +9046,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7, True, False)
 def _encode_ListOffsetsResponse_v7(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v7_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v8(o, out, chunks):
@@ -9034,7 +9062,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8, True, False)
 def _encode_ListOffsetsResponse_v8(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v9(o, out, chunks):
@@ -9050,7 +9078,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9, True, False)
 def _encode_ListOffsetsResponse_v9(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v9_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v10(o, out, chunks):
@@ -9066,7 +9094,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10, True, False)
 def _encode_ListOffsetsResponse_v10(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v10_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ListOffsetsResponse_ListOffsetsPartitionResponse_v11(o, out, chunks):
@@ -9082,7 +9110,7 @@ def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11(o, out, chunks):
 def _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11, True, False)
 def _encode_ListOffsetsResponse_v11(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ListOffsetsResponse_ListOffsetsTopicResponse_v11_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_FindCoordinatorRequest_v0(buf, pos, end):
@@ -9177,7 +9205,7 @@ def _decode_FindCoordinatorResponse_v0(buf, pos, end):
     pos += 6
     o.host, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.throttle_time_ms = 0
     o.error_message = ''
@@ -9188,7 +9216,7 @@ def _encode_FindCoordinatorResponse_v0(o, out, chunks):
     out += _S9.pack(o.error_code, o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 0)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
 def _decode_FindCoordinatorResponse_v1(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
@@ -9196,11 +9224,11 @@ def _decode_FindCoordinatorResponse_v1(buf, pos, end):
     pos += 6
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.coordinators = []
     o.unknown_tags = None
@@ -9208,17 +9236,17 @@ def _decode_FindCoordinatorResponse_v1(buf, pos, end):
 def _encode_FindCoordinatorResponse_v1(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 1)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
 def _encode_FindCoordinatorResponse_v2(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_kn(o.error_message, out, chunks)
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_k(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 2)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
 def _decode_FindCoordinatorResponse_v3(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 6 > end: _short()
@@ -9226,11 +9254,11 @@ def _decode_FindCoordinatorResponse_v3(buf, pos, end):
     pos += 6
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.coordinators = []
     if pos < end and buf[pos] == 0:
@@ -9242,16 +9270,16 @@ def _decode_FindCoordinatorResponse_v3(buf, pos, end):
 def _encode_FindCoordinatorResponse_v3(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     if o.coordinators != []: _absent('FindCoordinatorResponse', 'coordinators', 3)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_tags(out, None, o.unknown_tags)
 def _decode_FindCoordinatorResponse_Coordinator_v4(buf, pos, end):
     o = _C41.__new__(_C41)
     o.key, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 6 > end: _short()
@@ -9267,7 +9295,7 @@ def _decode_FindCoordinatorResponse_Coordinator_v4(buf, pos, end):
 def _decode_FindCoordinatorResponse_v4(buf, pos, end):
     o = _C40.__new__(_C40)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9292,7 +9320,7 @@ def _decode_FindCoordinatorResponse_v4(buf, pos, end):
     return o, pos
 def _encode_FindCoordinatorResponse_Coordinator_v4(o, out, chunks):
     _put_str_c(o.key, out, chunks)
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _put_str_c(o.host, out, chunks)
     out += _S28.pack(o.port, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
@@ -9304,7 +9332,7 @@ def _encode_FindCoordinatorResponse_v4(o, out, chunks):
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 4)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 4)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 4)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_FindCoordinatorResponse_v5(o, out, chunks):
@@ -9312,7 +9340,7 @@ def _encode_FindCoordinatorResponse_v5(o, out, chunks):
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 5)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 5)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 5)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_FindCoordinatorResponse_v6(o, out, chunks):
@@ -9320,7 +9348,7 @@ def _encode_FindCoordinatorResponse_v6(o, out, chunks):
     if o.node_id != 0: _absent('FindCoordinatorResponse', 'node_id', 6)
     if o.host != '': _absent('FindCoordinatorResponse', 'host', 6)
     if o.port != 0: _absent('FindCoordinatorResponse', 'port', 6)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_FindCoordinatorResponse_Coordinator_v4_array(o.coordinators, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetCommitRequest_OffsetCommitRequestPartition_v2(buf, pos, end):
@@ -9352,7 +9380,7 @@ def _decode_OffsetCommitRequest_v2(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     if pos + 8 > end: _short()
@@ -9383,7 +9411,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v2, False, False)
 def _encode_OffsetCommitRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 2)
     out += _S29.pack(o.retention_time_ms)
@@ -9401,7 +9429,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v3, False, False)
 def _encode_OffsetCommitRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 3)
     out += _S29.pack(o.retention_time_ms)
@@ -9419,7 +9447,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v4, False, False)
 def _encode_OffsetCommitRequest_v4(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 4)
     out += _S29.pack(o.retention_time_ms)
@@ -9428,7 +9456,7 @@ def _decode_OffsetCommitRequest_v5(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9457,7 +9485,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5, False, False)
 def _encode_OffsetCommitRequest_v5(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 5)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v5_array(o.topics, out, chunks)
@@ -9489,7 +9517,7 @@ def _decode_OffsetCommitRequest_v6(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -9518,7 +9546,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6, False, False)
 def _encode_OffsetCommitRequest_v6(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('OffsetCommitRequest', 'group_instance_id', 6)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v6_array(o.topics, out, chunks)
@@ -9526,7 +9554,7 @@ def _decode_OffsetCommitRequest_v7(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
@@ -9555,7 +9583,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7, False, False)
 def _encode_OffsetCommitRequest_v7(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v7_array(o.topics, out, chunks)
@@ -9596,7 +9624,7 @@ def _decode_OffsetCommitRequest_v8(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9632,7 +9660,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8, True, False)
 def _encode_OffsetCommitRequest_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v8_array(o.topics, out, chunks)
@@ -9652,7 +9680,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9_array(x, out, chunks
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9, True, False)
 def _encode_OffsetCommitRequest_v9(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v9_array(o.topics, out, chunks)
@@ -9681,7 +9709,7 @@ def _decode_OffsetCommitRequest_v10(buf, pos, end):
     o = _C42.__new__(_C42)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id_or_member_epoch, = _S2.unpack_from(buf, pos)
+    o.generation_id_or_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -9717,7 +9745,7 @@ def _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10_array(x, out, chunk
     _put_array(x, out, chunks, _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10, True, False)
 def _encode_OffsetCommitRequest_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id_or_member_epoch)
+    out += _S0.pack(o.generation_id_or_member_epoch)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _encode_OffsetCommitRequest_OffsetCommitRequestTopic_v10_array(o.topics, out, chunks)
@@ -9772,7 +9800,7 @@ def _encode_OffsetCommitResponse_v2(o, out, chunks):
 def _decode_OffsetCommitResponse_v3(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -9786,7 +9814,7 @@ def _decode_OffsetCommitResponse_v3(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_OffsetCommitResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(o.topics, out, chunks)
 def _decode_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos, end):
     o = _C47.__new__(_C47)
@@ -9822,7 +9850,7 @@ def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf, pos, end):
 def _decode_OffsetCommitResponse_v8(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9852,7 +9880,7 @@ def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8(o, out, chunks):
 def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8, True, False)
 def _encode_OffsetCommitResponse_v8(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v8_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos, end):
@@ -9878,7 +9906,7 @@ def _decode_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos, end):
 def _decode_OffsetCommitResponse_v10(buf, pos, end):
     o = _C45.__new__(_C45)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -9903,7 +9931,7 @@ def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10(o, out, chunks):
 def _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10, True, False)
 def _encode_OffsetCommitResponse_v10(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v10_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetFetchRequest_OffsetFetchRequestTopic_v1(buf, pos, end):
@@ -10146,7 +10174,7 @@ def _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf, pos, end):
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10190,7 +10218,7 @@ def _decode_OffsetFetchRequest_v9(buf, pos, end):
 def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v9_array(x, out, chunks):
@@ -10226,7 +10254,7 @@ def _decode_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf, pos, end):
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10276,7 +10304,7 @@ def _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10_array_nullable(x, ou
 def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_cn(o.member_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _encode_OffsetFetchRequest_OffsetFetchRequestTopics_v10_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchRequest_OffsetFetchRequestGroup_v10_array(x, out, chunks):
@@ -10294,7 +10322,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v1(buf, pos, end):
     pos += 12
     o.metadata, pos = _str_kn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.committed_leader_epoch = -1
     o.unknown_tags = None
@@ -10332,7 +10360,7 @@ def _decode_OffsetFetchResponse_v1(buf, pos, end):
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1(o, out, chunks):
     out += _S20.pack(o.partition_index, o.committed_offset)
     _put_str_kn(o.metadata, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v1, False, False)
 def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1(o, out, chunks):
@@ -10355,7 +10383,7 @@ def _decode_OffsetFetchResponse_v2(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.throttle_time_ms = 0
     o.groups = []
@@ -10364,11 +10392,11 @@ def _decode_OffsetFetchResponse_v2(buf, pos, end):
 def _encode_OffsetFetchResponse_v2(o, out, chunks):
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 2)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _decode_OffsetFetchResponse_v3(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -10380,21 +10408,21 @@ def _decode_OffsetFetchResponse_v3(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.groups = []
     o.unknown_tags = None
     return o, pos
 def _encode_OffsetFetchResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 3)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_OffsetFetchResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v1_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 4)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v5(buf, pos, end):
     o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
@@ -10402,7 +10430,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v5(buf, pos, end):
     pos += 16
     o.metadata, pos = _str_kn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
     return o, pos
@@ -10423,7 +10451,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf, pos, end):
 def _decode_OffsetFetchResponse_v5(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -10435,7 +10463,7 @@ def _decode_OffsetFetchResponse_v5(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.groups = []
     o.unknown_tags = None
@@ -10443,7 +10471,7 @@ def _decode_OffsetFetchResponse_v5(buf, pos, end):
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_kn(o.metadata, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v5, False, False)
 def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5(o, out, chunks):
@@ -10452,10 +10480,10 @@ def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5(o, out, chunks):
 def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5, False, False)
 def _encode_OffsetFetchResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v5_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 5)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf, pos, end):
     o = _C54.__new__(_C54)
     if pos + 16 > end: _short()
@@ -10463,7 +10491,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf, pos, end):
     pos += 16
     o.metadata, pos = _str_cn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -10493,7 +10521,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf, pos, end):
 def _decode_OffsetFetchResponse_v6(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10506,7 +10534,7 @@ def _decode_OffsetFetchResponse_v6(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.groups = []
     if pos < end and buf[pos] == 0:
@@ -10518,7 +10546,7 @@ def _decode_OffsetFetchResponse_v6(buf, pos, end):
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6(o, out, chunks):
     out += _S14.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     _put_str_cn(o.metadata, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponsePartition_v6, True, False)
@@ -10529,16 +10557,16 @@ def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6(o, out, chunks):
 def _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6, True, False)
 def _encode_OffsetFetchResponse_v6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 6)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchResponse_v7(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
     if o.groups != []: _absent('OffsetFetchResponse', 'groups', 7)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos, end):
     o = _C57.__new__(_C57)
@@ -10547,7 +10575,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos, end):
     pos += 16
     o.metadata, pos = _str_cn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -10589,7 +10617,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -10600,7 +10628,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos, end):
 def _decode_OffsetFetchResponse_v8(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10623,18 +10651,18 @@ def _decode_OffsetFetchResponse_v8(buf, pos, end):
 def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopic_v6_array(o.topics, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8, True, False)
 def _encode_OffsetFetchResponse_v8(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 8)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchResponse_v9(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 9)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v8_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf, pos, end):
@@ -10671,7 +10699,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -10682,7 +10710,7 @@ def _decode_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos, end):
 def _decode_OffsetFetchResponse_v10(buf, pos, end):
     o = _C52.__new__(_C52)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -10711,13 +10739,13 @@ def _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10_array(x, out, chun
 def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _encode_OffsetFetchResponse_OffsetFetchResponseTopics_v10_array(o.topics, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10, True, False)
 def _encode_OffsetFetchResponse_v10(o, out, chunks):
     if o.topics != []: _absent('OffsetFetchResponse', 'topics', 10)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetFetchResponse_OffsetFetchResponseGroup_v10_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos, end):
@@ -10730,7 +10758,7 @@ def _decode_JoinGroupRequest_v0(buf, pos, end):
     o = _C58.__new__(_C58)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.session_timeout_ms, = _S2.unpack_from(buf, pos)
+    o.session_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.protocol_type, pos = _str_k(buf, pos, end)
@@ -10755,7 +10783,7 @@ def _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_JoinGroupRequest_JoinGroupRequestProtocol_v0, False, False)
 def _encode_JoinGroupRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.session_timeout_ms)
+    out += _S0.pack(o.session_timeout_ms)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('JoinGroupRequest', 'group_instance_id', 0)
     _put_str_k(o.protocol_type, out, chunks)
@@ -11204,7 +11232,7 @@ def _decode_SyncGroupRequest_v0(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -11228,19 +11256,19 @@ def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(x, out, chunks)
     _put_array(x, out, chunks, _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0, False, False)
 def _encode_SyncGroupRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 0)
     _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
 def _encode_SyncGroupRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 1)
     _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
 def _encode_SyncGroupRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('SyncGroupRequest', 'group_instance_id', 2)
     _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
@@ -11248,7 +11276,7 @@ def _decode_SyncGroupRequest_v3(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
@@ -11267,7 +11295,7 @@ def _decode_SyncGroupRequest_v3(buf, pos, end):
     return o, pos
 def _encode_SyncGroupRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
     _encode_SyncGroupRequest_SyncGroupRequestAssignment_v0_array(o.assignments, out, chunks)
@@ -11289,7 +11317,7 @@ def _decode_SyncGroupRequest_v4(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -11319,7 +11347,7 @@ def _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4_array(x, out, chunks)
     _put_array(x, out, chunks, _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4, True, False)
 def _encode_SyncGroupRequest_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _encode_SyncGroupRequest_SyncGroupRequestAssignment_v4_array(o.assignments, out, chunks)
@@ -11328,7 +11356,7 @@ def _decode_SyncGroupRequest_v5(buf, pos, end):
     o = _C62.__new__(_C62)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -11352,7 +11380,7 @@ def _decode_SyncGroupRequest_v5(buf, pos, end):
     return o, pos
 def _encode_SyncGroupRequest_v5(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_str_cn(o.protocol_type, out, chunks)
@@ -11362,7 +11390,7 @@ def _encode_SyncGroupRequest_v5(o, out, chunks):
 def _decode_SyncGroupResponse_v0(buf, pos, end):
     o = _C64.__new__(_C64)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.assignment, pos = _bytes_k(buf, pos, end)
     o.throttle_time_ms = 0
@@ -11371,7 +11399,7 @@ def _decode_SyncGroupResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_SyncGroupResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_bytes_k(o.assignment, out, chunks)
 def _decode_SyncGroupResponse_v1(buf, pos, end):
     o = _C64.__new__(_C64)
@@ -11436,7 +11464,7 @@ def _decode_HeartbeatRequest_v0(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id = None
@@ -11444,24 +11472,24 @@ def _decode_HeartbeatRequest_v0(buf, pos, end):
     return o, pos
 def _encode_HeartbeatRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 0)
 def _encode_HeartbeatRequest_v1(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 1)
 def _encode_HeartbeatRequest_v2(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     if o.group_instance_id != None: _absent('HeartbeatRequest', 'group_instance_id', 2)
 def _decode_HeartbeatRequest_v3(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
@@ -11469,14 +11497,14 @@ def _decode_HeartbeatRequest_v3(buf, pos, end):
     return o, pos
 def _encode_HeartbeatRequest_v3(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
 def _decode_HeartbeatRequest_v4(buf, pos, end):
     o = _C65.__new__(_C65)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
@@ -11488,20 +11516,20 @@ def _decode_HeartbeatRequest_v4(buf, pos, end):
     return o, pos
 def _encode_HeartbeatRequest_v4(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_HeartbeatResponse_v0(buf, pos, end):
     o = _C66.__new__(_C66)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.throttle_time_ms = 0
     o.unknown_tags = None
     return o, pos
 def _encode_HeartbeatResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _decode_HeartbeatResponse_v1(buf, pos, end):
     o = _C66.__new__(_C66)
     if pos + 6 > end: _short()
@@ -11663,7 +11691,7 @@ def _encode_LeaveGroupRequest_v5(o, out, chunks):
 def _decode_LeaveGroupResponse_v0(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.throttle_time_ms = 0
     o.members = []
@@ -11671,7 +11699,7 @@ def _decode_LeaveGroupResponse_v0(buf, pos, end):
     return o, pos
 def _encode_LeaveGroupResponse_v0(o, out, chunks):
     if o.members != []: _absent('LeaveGroupResponse', 'members', 0)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _decode_LeaveGroupResponse_v1(buf, pos, end):
     o = _C69.__new__(_C69)
     if pos + 6 > end: _short()
@@ -11691,7 +11719,7 @@ def _decode_LeaveGroupResponse_MemberResponse_v3(buf, pos, end):
     o.member_id, pos = _str_k(buf, pos, end)
     o.group_instance_id, pos = _str_kn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
     return o, pos
@@ -11714,7 +11742,7 @@ def _decode_LeaveGroupResponse_v3(buf, pos, end):
 def _encode_LeaveGroupResponse_MemberResponse_v3(o, out, chunks):
     _put_str_k(o.member_id, out, chunks)
     _put_str_kn(o.group_instance_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_LeaveGroupResponse_MemberResponse_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_LeaveGroupResponse_MemberResponse_v3, False, False)
 def _encode_LeaveGroupResponse_v3(o, out, chunks):
@@ -11725,7 +11753,7 @@ def _decode_LeaveGroupResponse_MemberResponse_v4(buf, pos, end):
     o.member_id, pos = _str_c(buf, pos, end)
     o.group_instance_id, pos = _str_cn(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -11757,7 +11785,7 @@ def _decode_LeaveGroupResponse_v4(buf, pos, end):
 def _encode_LeaveGroupResponse_MemberResponse_v4(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.group_instance_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_LeaveGroupResponse_MemberResponse_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_LeaveGroupResponse_MemberResponse_v4, True, False)
@@ -11860,7 +11888,7 @@ def _decode_ListGroupsResponse_ListedGroup_v0(buf, pos, end):
 def _decode_ListGroupsResponse_v0(buf, pos, end):
     o = _C72.__new__(_C72)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -11880,7 +11908,7 @@ def _encode_ListGroupsResponse_ListedGroup_v0(o, out, chunks):
 def _encode_ListGroupsResponse_ListedGroup_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ListGroupsResponse_ListedGroup_v0, False, False)
 def _encode_ListGroupsResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_ListGroupsResponse_ListedGroup_v0_array(o.groups, out, chunks)
 def _decode_ListGroupsResponse_v1(buf, pos, end):
     o = _C72.__new__(_C72)
@@ -12115,7 +12143,7 @@ def _decode_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos, end):
 def _decode_DescribeGroupsResponse_DescribedGroup_v0(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.group_id, pos = _str_k(buf, pos, end)
     o.group_state, pos = _str_k(buf, pos, end)
@@ -12158,7 +12186,7 @@ def _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(x, out, chunks)
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v0, False, False)
 def _encode_DescribeGroupsResponse_DescribedGroup_v0(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 0)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
@@ -12172,7 +12200,7 @@ def _encode_DescribeGroupsResponse_v0(o, out, chunks):
 def _decode_DescribeGroupsResponse_v1(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12187,7 +12215,7 @@ def _decode_DescribeGroupsResponse_v1(buf, pos, end):
     return o, pos
 def _encode_DescribeGroupsResponse_DescribedGroup_v1(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 1)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
@@ -12197,11 +12225,11 @@ def _encode_DescribeGroupsResponse_DescribedGroup_v1(o, out, chunks):
 def _encode_DescribeGroupsResponse_DescribedGroup_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v1, False, False)
 def _encode_DescribeGroupsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v1_array(o.groups, out, chunks)
 def _encode_DescribeGroupsResponse_DescribedGroup_v2(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 2)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
@@ -12211,12 +12239,12 @@ def _encode_DescribeGroupsResponse_DescribedGroup_v2(o, out, chunks):
 def _encode_DescribeGroupsResponse_DescribedGroup_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v2, False, False)
 def _encode_DescribeGroupsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v2_array(o.groups, out, chunks)
 def _decode_DescribeGroupsResponse_DescribedGroup_v3(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.group_id, pos = _str_k(buf, pos, end)
     o.group_state, pos = _str_k(buf, pos, end)
@@ -12232,7 +12260,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v3(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
     o.unknown_tags = None
@@ -12240,7 +12268,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v3(buf, pos, end):
 def _decode_DescribeGroupsResponse_v3(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12255,17 +12283,17 @@ def _decode_DescribeGroupsResponse_v3(buf, pos, end):
     return o, pos
 def _encode_DescribeGroupsResponse_DescribedGroup_v3(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 3)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
     _encode_DescribeGroupsResponse_DescribedGroupMember_v0_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
 def _encode_DescribeGroupsResponse_DescribedGroup_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v3, False, False)
 def _encode_DescribeGroupsResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v3_array(o.groups, out, chunks)
 def _decode_DescribeGroupsResponse_DescribedGroupMember_v4(buf, pos, end):
     o = _C77.__new__(_C77)
@@ -12280,7 +12308,7 @@ def _decode_DescribeGroupsResponse_DescribedGroupMember_v4(buf, pos, end):
 def _decode_DescribeGroupsResponse_DescribedGroup_v4(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.group_id, pos = _str_k(buf, pos, end)
     o.group_state, pos = _str_k(buf, pos, end)
@@ -12296,7 +12324,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v4(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
     o.unknown_tags = None
@@ -12304,7 +12332,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v4(buf, pos, end):
 def _decode_DescribeGroupsResponse_v4(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12328,17 +12356,17 @@ def _encode_DescribeGroupsResponse_DescribedGroupMember_v4_array(x, out, chunks)
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v4, False, False)
 def _encode_DescribeGroupsResponse_DescribedGroup_v4(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 4)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.group_id, out, chunks)
     _put_str_k(o.group_state, out, chunks)
     _put_str_k(o.protocol_type, out, chunks)
     _put_str_k(o.protocol_data, out, chunks)
     _encode_DescribeGroupsResponse_DescribedGroupMember_v4_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
 def _encode_DescribeGroupsResponse_DescribedGroup_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v4, False, False)
 def _encode_DescribeGroupsResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v4_array(o.groups, out, chunks)
 def _decode_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos, end):
     o = _C77.__new__(_C77)
@@ -12365,7 +12393,7 @@ def _decode_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos, end):
 def _decode_DescribeGroupsResponse_DescribedGroup_v5(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.group_id, pos = _str_c(buf, pos, end)
     o.group_state, pos = _str_c(buf, pos, end)
@@ -12382,7 +12410,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v5(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.error_message = None
     if pos < end and buf[pos] == 0:
@@ -12394,7 +12422,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v5(buf, pos, end):
 def _decode_DescribeGroupsResponse_v5(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -12424,24 +12452,24 @@ def _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(x, out, chunks)
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroupMember_v5, True, False)
 def _encode_DescribeGroupsResponse_DescribedGroup_v5(o, out, chunks):
     if o.error_message != None: _absent('DescribedGroup', 'error_message', 5)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
     _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DescribeGroupsResponse_DescribedGroup_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v5, True, False)
 def _encode_DescribeGroupsResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v5_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeGroupsResponse_DescribedGroup_v6(buf, pos, end):
     o = _C76.__new__(_C76)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     o.group_id, pos = _str_c(buf, pos, end)
@@ -12459,7 +12487,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v6(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -12470,7 +12498,7 @@ def _decode_DescribeGroupsResponse_DescribedGroup_v6(buf, pos, end):
 def _decode_DescribeGroupsResponse_v6(buf, pos, end):
     o = _C75.__new__(_C75)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -12489,19 +12517,19 @@ def _decode_DescribeGroupsResponse_v6(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeGroupsResponse_DescribedGroup_v6(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     _put_str_c(o.protocol_type, out, chunks)
     _put_str_c(o.protocol_data, out, chunks)
     _encode_DescribeGroupsResponse_DescribedGroupMember_v5_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DescribeGroupsResponse_DescribedGroup_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeGroupsResponse_DescribedGroup_v6, True, False)
 def _encode_DescribeGroupsResponse_v6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeGroupsResponse_DescribedGroup_v6_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteGroupsRequest_v0(buf, pos, end):
@@ -12544,14 +12572,14 @@ def _decode_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos, end):
     o = _C80.__new__(_C80)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
     return o, pos
 def _decode_DeleteGroupsResponse_v0(buf, pos, end):
     o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12566,17 +12594,17 @@ def _decode_DeleteGroupsResponse_v0(buf, pos, end):
     return o, pos
 def _encode_DeleteGroupsResponse_DeletableGroupResult_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_DeleteGroupsResponse_DeletableGroupResult_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteGroupsResponse_DeletableGroupResult_v0, False, False)
 def _encode_DeleteGroupsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteGroupsResponse_DeletableGroupResult_v0_array(o.results, out, chunks)
 def _decode_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos, end):
     o = _C80.__new__(_C80)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -12587,7 +12615,7 @@ def _decode_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos, end):
 def _decode_DeleteGroupsResponse_v2(buf, pos, end):
     o = _C79.__new__(_C79)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -12607,18 +12635,18 @@ def _decode_DeleteGroupsResponse_v2(buf, pos, end):
     return o, pos
 def _encode_DeleteGroupsResponse_DeletableGroupResult_v2(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteGroupsResponse_DeletableGroupResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteGroupsResponse_DeletableGroupResult_v2, True, False)
 def _encode_DeleteGroupsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteGroupsResponse_DeletableGroupResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateTopicsRequest_CreatableReplicaAssignment_v2(buf, pos, end):
     o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
-    o.partition_index, = _S2.unpack_from(buf, pos)
+    o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12680,7 +12708,7 @@ def _decode_CreateTopicsRequest_v2(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2(o, out, chunks):
-    out += _S2.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _encode_int32_array(o.broker_ids, out, chunks)
 def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateTopicsRequest_CreatableReplicaAssignment_v2, False, False)
@@ -12702,7 +12730,7 @@ def _encode_CreateTopicsRequest_v2(o, out, chunks):
 def _decode_CreateTopicsRequest_CreatableReplicaAssignment_v5(buf, pos, end):
     o = _C83.__new__(_C83)
     if pos + 4 > end: _short()
-    o.partition_index, = _S2.unpack_from(buf, pos)
+    o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -12784,7 +12812,7 @@ def _decode_CreateTopicsRequest_v5(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5(o, out, chunks):
-    out += _S2.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _encode_int32_array_compact(o.broker_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_CreateTopicsRequest_CreatableReplicaAssignment_v5_array(x, out, chunks):
@@ -12811,7 +12839,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos, end):
     o = _C86.__new__(_C86)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     o.topic_id = ZERO_UUID
@@ -12824,7 +12852,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos, end):
 def _decode_CreateTopicsResponse_v2(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -12839,12 +12867,12 @@ def _decode_CreateTopicsResponse_v2(buf, pos, end):
     return o, pos
 def _encode_CreateTopicsResponse_CreatableTopicResult_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
 def _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v2, False, False)
 def _encode_CreateTopicsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(o.topics, out, chunks)
 def _decode_CreateTopicsResponse_CreatableTopicConfigs_v5(buf, pos, end):
     o = _C87.__new__(_C87)
@@ -12863,7 +12891,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos, end):
     o = _C86.__new__(_C86)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
@@ -12904,7 +12932,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos, end):
 def _decode_CreateTopicsResponse_v5(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -12931,7 +12959,7 @@ def _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(x, out,
     _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicConfigs_v5, True, True)
 def _encode_CreateTopicsResponse_CreatableTopicResult_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
     _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(o.configs, out, chunks)
@@ -12944,7 +12972,7 @@ def _encode_CreateTopicsResponse_CreatableTopicResult_v5(o, out, chunks):
 def _encode_CreateTopicsResponse_CreatableTopicResult_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v5, True, False)
 def _encode_CreateTopicsResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateTopicsResponse_CreatableTopicResult_v5_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos, end):
@@ -12952,7 +12980,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos, end):
     o.name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 6 > end: _short()
@@ -12992,7 +13020,7 @@ def _decode_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos, end):
 def _decode_CreateTopicsResponse_v7(buf, pos, end):
     o = _C85.__new__(_C85)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13013,7 +13041,7 @@ def _decode_CreateTopicsResponse_v7(buf, pos, end):
 def _encode_CreateTopicsResponse_CreatableTopicResult_v7(o, out, chunks):
     _put_str_c(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S28.pack(o.num_partitions, o.replication_factor)
     _encode_CreateTopicsResponse_CreatableTopicConfigs_v5_array_nullable(o.configs, out, chunks)
@@ -13026,7 +13054,7 @@ def _encode_CreateTopicsResponse_CreatableTopicResult_v7(o, out, chunks):
 def _encode_CreateTopicsResponse_CreatableTopicResult_v7_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateTopicsResponse_CreatableTopicResult_v7, True, False)
 def _encode_CreateTopicsResponse_v7(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateTopicsResponse_CreatableTopicResult_v7_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteTopicsRequest_v1(buf, pos, end):
@@ -13041,7 +13069,7 @@ def _decode_DeleteTopicsRequest_v1(buf, pos, end):
     else:
         o.topic_names = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.topics = []
     o.unknown_tags = None
@@ -13049,15 +13077,15 @@ def _decode_DeleteTopicsRequest_v1(buf, pos, end):
 def _encode_DeleteTopicsRequest_v1(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 1)
     _encode_string_array(o.topic_names, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _encode_DeleteTopicsRequest_v2(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 2)
     _encode_string_array(o.topic_names, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _encode_DeleteTopicsRequest_v3(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 3)
     _encode_string_array(o.topic_names, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _decode_DeleteTopicsRequest_v4(buf, pos, end):
     o = _C88.__new__(_C88)
     if pos >= end: _short()
@@ -13071,7 +13099,7 @@ def _decode_DeleteTopicsRequest_v4(buf, pos, end):
     else:
         o.topic_names = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.topics = []
     if pos < end and buf[pos] == 0:
@@ -13083,12 +13111,12 @@ def _decode_DeleteTopicsRequest_v4(buf, pos, end):
 def _encode_DeleteTopicsRequest_v4(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 4)
     _encode_string_array_compact(o.topic_names, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteTopicsRequest_v5(o, out, chunks):
     if o.topics != []: _absent('DeleteTopicsRequest', 'topics', 5)
     _encode_string_array_compact(o.topic_names, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteTopicsRequest_DeleteTopicState_v6(buf, pos, end):
     o = _C89.__new__(_C89)
@@ -13113,7 +13141,7 @@ def _decode_DeleteTopicsRequest_v6(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.topic_names = []
     if pos < end and buf[pos] == 0:
@@ -13130,13 +13158,13 @@ def _encode_DeleteTopicsRequest_DeleteTopicState_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteTopicsRequest_DeleteTopicState_v6, True, False)
 def _encode_DeleteTopicsRequest_v6(o, out, chunks):
     _encode_DeleteTopicsRequest_DeleteTopicState_v6_array(o.topics, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteTopicsResponse_DeletableTopicResult_v1(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.topic_id = ZERO_UUID
     o.error_message = None
@@ -13145,7 +13173,7 @@ def _decode_DeleteTopicsResponse_DeletableTopicResult_v1(buf, pos, end):
 def _decode_DeleteTopicsResponse_v1(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13160,17 +13188,17 @@ def _decode_DeleteTopicsResponse_v1(buf, pos, end):
     return o, pos
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v1(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v1, False, False)
 def _encode_DeleteTopicsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteTopicsResponse_DeletableTopicResult_v1_array(o.responses, out, chunks)
 def _decode_DeleteTopicsResponse_DeletableTopicResult_v4(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.topic_id = ZERO_UUID
     o.error_message = None
@@ -13183,7 +13211,7 @@ def _decode_DeleteTopicsResponse_DeletableTopicResult_v4(buf, pos, end):
 def _decode_DeleteTopicsResponse_v4(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13203,19 +13231,19 @@ def _decode_DeleteTopicsResponse_v4(buf, pos, end):
     return o, pos
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v4(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v4, True, False)
 def _encode_DeleteTopicsResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteTopicsResponse_DeletableTopicResult_v4_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteTopicsResponse_DeletableTopicResult_v5(buf, pos, end):
     o = _C91.__new__(_C91)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     o.topic_id = ZERO_UUID
@@ -13228,7 +13256,7 @@ def _decode_DeleteTopicsResponse_DeletableTopicResult_v5(buf, pos, end):
 def _decode_DeleteTopicsResponse_v5(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13248,13 +13276,13 @@ def _decode_DeleteTopicsResponse_v5(buf, pos, end):
     return o, pos
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v5(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v5, True, False)
 def _encode_DeleteTopicsResponse_v5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos, end):
@@ -13262,7 +13290,7 @@ def _decode_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos, end):
     o.name, pos = _str_cn(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -13274,7 +13302,7 @@ def _decode_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos, end):
 def _decode_DeleteTopicsResponse_v6(buf, pos, end):
     o = _C90.__new__(_C90)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13295,13 +13323,13 @@ def _decode_DeleteTopicsResponse_v6(buf, pos, end):
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v6(o, out, chunks):
     _put_str_cn(o.name, out, chunks)
     _put_uuid(o.topic_id, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteTopicsResponse_DeletableTopicResult_v6_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteTopicsResponse_DeletableTopicResult_v6, True, False)
 def _encode_DeleteTopicsResponse_v6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteTopicsResponse_DeletableTopicResult_v6_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf, pos, end):
@@ -13321,7 +13349,7 @@ def _decode_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos, end):
     o = _C93.__new__(_C93)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.count, = _S2.unpack_from(buf, pos)
+    o.count, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13356,7 +13384,7 @@ def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0_array_nullable
     _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0, False, True)
 def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0(o, out, chunks):
     _put_str_k(o.name, out, chunks)
-    out += _S2.pack(o.count)
+    out += _S0.pack(o.count)
     _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v0_array_nullable(o.assignments, out, chunks)
 def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsTopic_v0, False, False)
@@ -13385,7 +13413,7 @@ def _decode_CreatePartitionsRequest_CreatePartitionsTopic_v2(buf, pos, end):
     o = _C93.__new__(_C93)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.count, = _S2.unpack_from(buf, pos)
+    o.count, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13431,7 +13459,7 @@ def _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2_array_nullable
     _put_array(x, out, chunks, _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2, True, True)
 def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2(o, out, chunks):
     _put_str_c(o.name, out, chunks)
-    out += _S2.pack(o.count)
+    out += _S0.pack(o.count)
     _encode_CreatePartitionsRequest_CreatePartitionsAssignment_v2_array_nullable(o.assignments, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_CreatePartitionsRequest_CreatePartitionsTopic_v2_array(x, out, chunks):
@@ -13444,7 +13472,7 @@ def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos, en
     o = _C96.__new__(_C96)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
@@ -13452,7 +13480,7 @@ def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos, en
 def _decode_CreatePartitionsResponse_v0(buf, pos, end):
     o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13466,13 +13494,13 @@ def _decode_CreatePartitionsResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_CreatePartitionsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateTopicsResponse_CreatableTopicResult_v2_array(o.results, out, chunks)
 def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(buf, pos, end):
     o = _C96.__new__(_C96)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -13484,7 +13512,7 @@ def _decode_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(buf, pos, en
 def _decode_CreatePartitionsResponse_v2(buf, pos, end):
     o = _C95.__new__(_C95)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13503,7 +13531,7 @@ def _decode_CreatePartitionsResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_CreatePartitionsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteTopicsResponse_DeletableTopicResult_v5_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteRecordsRequest_DeleteRecordsPartition_v0(buf, pos, end):
@@ -13539,7 +13567,7 @@ def _decode_DeleteRecordsRequest_v0(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
@@ -13554,7 +13582,7 @@ def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0, False, False)
 def _encode_DeleteRecordsRequest_v0(o, out, chunks):
     _encode_DeleteRecordsRequest_DeleteRecordsTopic_v0_array(o.topics, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _decode_DeleteRecordsRequest_DeleteRecordsPartition_v2(buf, pos, end):
     o = _C99.__new__(_C99)
     if pos + 12 > end: _short()
@@ -13598,7 +13626,7 @@ def _decode_DeleteRecordsRequest_v2(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -13619,7 +13647,7 @@ def _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2, True, False)
 def _encode_DeleteRecordsRequest_v2(o, out, chunks):
     _encode_DeleteRecordsRequest_DeleteRecordsTopic_v2_array(o.topics, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(buf, pos, end):
     o = _C102.__new__(_C102)
@@ -13645,7 +13673,7 @@ def _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos, end):
 def _decode_DeleteRecordsResponse_v0(buf, pos, end):
     o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13668,7 +13696,7 @@ def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(o, out, chunks):
 def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0, False, False)
 def _encode_DeleteRecordsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v0_array(o.topics, out, chunks)
 def _decode_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2(buf, pos, end):
     o = _C102.__new__(_C102)
@@ -13703,7 +13731,7 @@ def _decode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(buf, pos, end):
 def _decode_DeleteRecordsResponse_v2(buf, pos, end):
     o = _C100.__new__(_C100)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -13733,7 +13761,7 @@ def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(o, out, chunks):
 def _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2, True, False)
 def _encode_DeleteRecordsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteRecordsResponse_DeleteRecordsTopicResult_v2_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeConfigsRequest_DescribeConfigsResource_v1(buf, pos, end):
@@ -13894,7 +13922,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf, pos, e
 def _decode_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -13915,7 +13943,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos, end):
 def _decode_DescribeConfigsResponse_v1(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -13943,7 +13971,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(o, out, chu
 def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v1, False, False)
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
@@ -13951,7 +13979,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResult_v1(o, out, chunks):
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v1, False, False)
 def _encode_DescribeConfigsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeConfigsResponse_DescribeConfigsResult_v1_array(o.results, out, chunks)
 def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(o, out, chunks):
     _put_str_k(o.name, out, chunks)
@@ -13962,7 +13990,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(o, out, chu
 def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v2, False, False)
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
@@ -13970,7 +13998,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResult_v2(o, out, chunks):
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v2, False, False)
 def _encode_DescribeConfigsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeConfigsResponse_DescribeConfigsResult_v2_array(o.results, out, chunks)
 def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos, end):
     o = _C107.__new__(_C107)
@@ -13998,7 +14026,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos, e
 def _decode_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -14019,7 +14047,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos, end):
 def _decode_DescribeConfigsResponse_v3(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -14043,7 +14071,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(o, out, chu
 def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v3, False, False)
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v3(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
@@ -14051,7 +14079,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResult_v3(o, out, chunks):
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v3, False, False)
 def _encode_DescribeConfigsResponse_v3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeConfigsResponse_DescribeConfigsResult_v3_array(o.results, out, chunks)
 def _decode_DescribeConfigsResponse_DescribeConfigsSynonym_v4(buf, pos, end):
     o = _C108.__new__(_C108)
@@ -14097,7 +14125,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(buf, pos, e
 def _decode_DescribeConfigsResponse_DescribeConfigsResult_v4(buf, pos, end):
     o = _C106.__new__(_C106)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -14123,7 +14151,7 @@ def _decode_DescribeConfigsResponse_DescribeConfigsResult_v4(buf, pos, end):
 def _decode_DescribeConfigsResponse_v4(buf, pos, end):
     o = _C105.__new__(_C105)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -14160,7 +14188,7 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(o, out, chu
 def _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResourceResult_v4, True, False)
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v4(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
@@ -14169,14 +14197,14 @@ def _encode_DescribeConfigsResponse_DescribeConfigsResult_v4(o, out, chunks):
 def _encode_DescribeConfigsResponse_DescribeConfigsResult_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeConfigsResponse_DescribeConfigsResult_v4, True, False)
 def _encode_DescribeConfigsResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeConfigsResponse_DescribeConfigsResult_v4_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_InitProducerIdRequest_v0(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.transaction_timeout_ms, = _S2.unpack_from(buf, pos)
+    o.transaction_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.producer_id = -1
     o.producer_epoch = -1
@@ -14190,19 +14218,19 @@ def _encode_InitProducerIdRequest_v0(o, out, chunks):
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 0)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 0)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 0)
-    out += _S2.pack(o.transaction_timeout_ms)
+    out += _S0.pack(o.transaction_timeout_ms)
 def _encode_InitProducerIdRequest_v1(o, out, chunks):
     _put_str_kn(o.transactional_id, out, chunks)
     if o.producer_id != -1: _absent('InitProducerIdRequest', 'producer_id', 1)
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 1)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 1)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 1)
-    out += _S2.pack(o.transaction_timeout_ms)
+    out += _S0.pack(o.transaction_timeout_ms)
 def _decode_InitProducerIdRequest_v2(buf, pos, end):
     o = _C109.__new__(_C109)
     o.transactional_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.transaction_timeout_ms, = _S2.unpack_from(buf, pos)
+    o.transaction_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.producer_id = -1
     o.producer_epoch = -1
@@ -14220,7 +14248,7 @@ def _encode_InitProducerIdRequest_v2(o, out, chunks):
     if o.producer_epoch != -1: _absent('InitProducerIdRequest', 'producer_epoch', 2)
     if o.enable2_pc != False: _absent('InitProducerIdRequest', 'enable2_pc', 2)
     if o.keep_prepared_txn != False: _absent('InitProducerIdRequest', 'keep_prepared_txn', 2)
-    out += _S2.pack(o.transaction_timeout_ms)
+    out += _S0.pack(o.transaction_timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_InitProducerIdRequest_v3(buf, pos, end):
     o = _C109.__new__(_C109)
@@ -14529,7 +14557,7 @@ def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos
 def _decode_AddPartitionsToTxnResponse_v0(buf, pos, end):
     o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -14555,15 +14583,15 @@ def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(x,
     _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0, False, False)
 def _encode_AddPartitionsToTxnResponse_v0(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 0)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
 def _encode_AddPartitionsToTxnResponse_v1(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 1)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
 def _encode_AddPartitionsToTxnResponse_v2(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 2)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0_array(o.results_by_topic_v3_and_below, out, chunks)
 def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(buf, pos, end):
     o = _C116.__new__(_C116)
@@ -14598,7 +14626,7 @@ def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf, pos
 def _decode_AddPartitionsToTxnResponse_v3(buf, pos, end):
     o = _C114.__new__(_C114)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -14631,7 +14659,7 @@ def _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3_array(x,
     _put_array(x, out, chunks, _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3, True, False)
 def _encode_AddPartitionsToTxnResponse_v3(o, out, chunks):
     if o.results_by_transaction != []: _absent('AddPartitionsToTxnResponse', 'results_by_transaction', 3)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3_array(o.results_by_topic_v3_and_below, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(buf, pos, end):
@@ -15034,7 +15062,7 @@ def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos, en
 def _decode_TxnOffsetCommitResponse_v0(buf, pos, end):
     o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -15080,7 +15108,7 @@ def _decode_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf, pos, en
 def _decode_TxnOffsetCommitResponse_v3(buf, pos, end):
     o = _C125.__new__(_C125)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15108,7 +15136,7 @@ def _encode_SaslHandshakeRequest_v0(o, out, chunks):
 def _decode_SaslHandshakeResponse_v0(buf, pos, end):
     o = _C129.__new__(_C129)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -15122,7 +15150,7 @@ def _decode_SaslHandshakeResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_SaslHandshakeResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_string_array(o.mechanisms, out, chunks)
 def _decode_SaslAuthenticateRequest_v0(buf, pos, end):
     o = _C130.__new__(_C130)
@@ -15150,7 +15178,7 @@ def _encode_SaslAuthenticateRequest_v2(o, out, chunks):
 def _decode_SaslAuthenticateResponse_v0(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     o.auth_bytes, pos = _bytes_k(buf, pos, end)
@@ -15158,13 +15186,13 @@ def _decode_SaslAuthenticateResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_SaslAuthenticateResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
 def _decode_SaslAuthenticateResponse_v1(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     o.auth_bytes, pos = _bytes_k(buf, pos, end)
@@ -15174,14 +15202,14 @@ def _decode_SaslAuthenticateResponse_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_SaslAuthenticateResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _put_bytes_k(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
 def _decode_SaslAuthenticateResponse_v2(buf, pos, end):
     o = _C131.__new__(_C131)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -15199,7 +15227,7 @@ def _decode_SaslAuthenticateResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_SaslAuthenticateResponse_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_bytes_c(o.auth_bytes, out, chunks)
     out += _S29.pack(o.session_lifetime_ms)
@@ -15255,11 +15283,11 @@ def _encode_DescribeClusterRequest_v2(o, out, chunks):
 def _decode_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos, end):
     o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
-    o.broker_id, = _S2.unpack_from(buf, pos)
+    o.broker_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     o.is_fenced = False
@@ -15277,7 +15305,7 @@ def _decode_DescribeClusterResponse_v0(buf, pos, end):
     o.error_message, pos = _str_cn(buf, pos, end)
     o.cluster_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15290,7 +15318,7 @@ def _decode_DescribeClusterResponse_v0(buf, pos, end):
     else:
         o.brokers = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     o.endpoint_type = 1
     if pos < end and buf[pos] == 0:
@@ -15300,9 +15328,9 @@ def _decode_DescribeClusterResponse_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeClusterResponse_DescribeClusterBroker_v0(o, out, chunks):
-    out += _S2.pack(o.broker_id)
+    out += _S0.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 0)
     _put_tags(out, None, o.unknown_tags)
@@ -15313,9 +15341,9 @@ def _encode_DescribeClusterResponse_v0(o, out, chunks):
     _put_str_cn(o.error_message, out, chunks)
     if o.endpoint_type != 1: _absent('DescribeClusterResponse', 'endpoint_type', 0)
     _put_str_c(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_DescribeClusterResponse_DescribeClusterBroker_v0_array(o.brokers, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeClusterResponse_v1(buf, pos, end):
     o = _C133.__new__(_C133)
@@ -15328,7 +15356,7 @@ def _decode_DescribeClusterResponse_v1(buf, pos, end):
     pos += 1
     o.cluster_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15341,7 +15369,7 @@ def _decode_DescribeClusterResponse_v1(buf, pos, end):
     else:
         o.brokers = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -15350,9 +15378,9 @@ def _decode_DescribeClusterResponse_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeClusterResponse_DescribeClusterBroker_v1(o, out, chunks):
-    out += _S2.pack(o.broker_id)
+    out += _S0.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     if o.is_fenced != False: _absent('DescribeClusterBroker', 'is_fenced', 1)
     _put_tags(out, None, o.unknown_tags)
@@ -15363,18 +15391,18 @@ def _encode_DescribeClusterResponse_v1(o, out, chunks):
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_DescribeClusterResponse_DescribeClusterBroker_v1_array(o.brokers, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeClusterResponse_DescribeClusterBroker_v2(buf, pos, end):
     o = _C134.__new__(_C134)
     if pos + 4 > end: _short()
-    o.broker_id, = _S2.unpack_from(buf, pos)
+    o.broker_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.host, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.port, = _S2.unpack_from(buf, pos)
+    o.port, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -15397,7 +15425,7 @@ def _decode_DescribeClusterResponse_v2(buf, pos, end):
     pos += 1
     o.cluster_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.controller_id, = _S2.unpack_from(buf, pos)
+    o.controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15410,7 +15438,7 @@ def _decode_DescribeClusterResponse_v2(buf, pos, end):
     else:
         o.brokers = _null(n, False)
     if pos + 4 > end: _short()
-    o.cluster_authorized_operations, = _S2.unpack_from(buf, pos)
+    o.cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -15419,9 +15447,9 @@ def _decode_DescribeClusterResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeClusterResponse_DescribeClusterBroker_v2(o, out, chunks):
-    out += _S2.pack(o.broker_id)
+    out += _S0.pack(o.broker_id)
     _put_str_c(o.host, out, chunks)
-    out += _S2.pack(o.port)
+    out += _S0.pack(o.port)
     _put_str_cn(o.rack, out, chunks)
     out += _S4.pack(o.is_fenced)
     _put_tags(out, None, o.unknown_tags)
@@ -15432,9 +15460,9 @@ def _encode_DescribeClusterResponse_v2(o, out, chunks):
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.endpoint_type)
     _put_str_c(o.cluster_id, out, chunks)
-    out += _S2.pack(o.controller_id)
+    out += _S0.pack(o.controller_id)
     _encode_DescribeClusterResponse_DescribeClusterBroker_v2_array(o.brokers, out, chunks)
-    out += _S2.pack(o.cluster_authorized_operations)
+    out += _S0.pack(o.cluster_authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(buf, pos, end):
     o = _C137.__new__(_C137)
@@ -15485,7 +15513,7 @@ def _encode_OffsetForLeaderEpochRequest_v2(o, out, chunks):
 def _decode_OffsetForLeaderEpochRequest_v3(buf, pos, end):
     o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
-    o.replica_id, = _S2.unpack_from(buf, pos)
+    o.replica_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -15499,7 +15527,7 @@ def _decode_OffsetForLeaderEpochRequest_v3(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_OffsetForLeaderEpochRequest_v3(o, out, chunks):
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2_array(o.topics, out, chunks)
 def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(buf, pos, end):
     o = _C137.__new__(_C137)
@@ -15534,7 +15562,7 @@ def _decode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(buf, pos, end):
 def _decode_OffsetForLeaderEpochRequest_v4(buf, pos, end):
     o = _C135.__new__(_C135)
     if pos + 4 > end: _short()
-    o.replica_id, = _S2.unpack_from(buf, pos)
+    o.replica_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15564,7 +15592,7 @@ def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(o, out, chunks):
 def _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4, True, False)
 def _encode_OffsetForLeaderEpochRequest_v4(o, out, chunks):
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _encode_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v2(buf, pos, end):
@@ -15591,7 +15619,7 @@ def _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(buf, pos,
 def _decode_OffsetForLeaderEpochResponse_v2(buf, pos, end):
     o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -15614,7 +15642,7 @@ def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(o, out, c
 def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2, False, False)
 def _encode_OffsetForLeaderEpochResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2_array(o.topics, out, chunks)
 def _decode_OffsetForLeaderEpochResponse_EpochEndOffset_v4(buf, pos, end):
     o = _C140.__new__(_C140)
@@ -15649,7 +15677,7 @@ def _decode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(buf, pos,
 def _decode_OffsetForLeaderEpochResponse_v4(buf, pos, end):
     o = _C138.__new__(_C138)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15679,7 +15707,7 @@ def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(o, out, c
 def _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4, True, False)
 def _encode_OffsetForLeaderEpochResponse_v4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf, pos, end):
@@ -15706,12 +15734,12 @@ def _decode_ConsumerGroupHeartbeatRequest_v0(buf, pos, end):
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.instance_id, pos = _str_cn(buf, pos, end)
     o.rack_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.rebalance_timeout_ms, = _S2.unpack_from(buf, pos)
+    o.rebalance_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15746,10 +15774,10 @@ def _encode_FetchRequest_ForgottenTopic_v13_array_nullable(x, out, chunks):
 def _encode_ConsumerGroupHeartbeatRequest_v0(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.member_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _put_str_cn(o.instance_id, out, chunks)
     _put_str_cn(o.rack_id, out, chunks)
-    out += _S2.pack(o.rebalance_timeout_ms)
+    out += _S0.pack(o.rebalance_timeout_ms)
     _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
     if o.subscribed_topic_regex != None: _absent('ConsumerGroupHeartbeatRequest', 'subscribed_topic_regex', 0)
     _put_str_cn(o.server_assignor, out, chunks)
@@ -15760,12 +15788,12 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(buf, pos, end):
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.instance_id, pos = _str_cn(buf, pos, end)
     o.rack_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.rebalance_timeout_ms, = _S2.unpack_from(buf, pos)
+    o.rebalance_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -15798,10 +15826,10 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(buf, pos, end):
 def _encode_ConsumerGroupHeartbeatRequest_v1(o, out, chunks):
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.member_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _put_str_cn(o.instance_id, out, chunks)
     _put_str_cn(o.rack_id, out, chunks)
-    out += _S2.pack(o.rebalance_timeout_ms)
+    out += _S0.pack(o.rebalance_timeout_ms)
     _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
     _put_str_cn(o.subscribed_topic_regex, out, chunks)
     _put_str_cn(o.server_assignor, out, chunks)
@@ -15950,7 +15978,7 @@ def _decode_ConsumerGroupDescribeResponse_Member_v0(buf, pos, end):
     o.instance_id, pos = _str_cn(buf, pos, end)
     o.rack_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.client_id, pos = _str_c(buf, pos, end)
     o.client_host, pos = _str_c(buf, pos, end)
@@ -15977,7 +16005,7 @@ def _decode_ConsumerGroupDescribeResponse_Member_v0(buf, pos, end):
 def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos, end):
     o = _C148.__new__(_C148)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     o.group_id, pos = _str_c(buf, pos, end)
@@ -15997,7 +16025,7 @@ def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -16008,7 +16036,7 @@ def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos, end):
 def _decode_ConsumerGroupDescribeResponse_v0(buf, pos, end):
     o = _C147.__new__(_C147)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -16040,7 +16068,7 @@ def _encode_ConsumerGroupDescribeResponse_Member_v0(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.instance_id, out, chunks)
     _put_str_cn(o.rack_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _put_str_c(o.client_id, out, chunks)
     _put_str_c(o.client_host, out, chunks)
     _encode_string_array_compact(o.subscribed_topic_names, out, chunks)
@@ -16051,19 +16079,19 @@ def _encode_ConsumerGroupDescribeResponse_Member_v0(o, out, chunks):
 def _encode_ConsumerGroupDescribeResponse_Member_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_Member_v0, True, False)
 def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     out += _S12.pack(o.group_epoch, o.assignment_epoch)
     _put_str_c(o.assignor_name, out, chunks)
     _encode_ConsumerGroupDescribeResponse_Member_v0_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0, True, False)
 def _encode_ConsumerGroupDescribeResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ConsumerGroupDescribeResponse_DescribedGroup_v0_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ConsumerGroupDescribeResponse_Member_v1(buf, pos, end):
@@ -16072,7 +16100,7 @@ def _decode_ConsumerGroupDescribeResponse_Member_v1(buf, pos, end):
     o.instance_id, pos = _str_cn(buf, pos, end)
     o.rack_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
-    o.member_epoch, = _S2.unpack_from(buf, pos)
+    o.member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.client_id, pos = _str_c(buf, pos, end)
     o.client_host, pos = _str_c(buf, pos, end)
@@ -16101,7 +16129,7 @@ def _decode_ConsumerGroupDescribeResponse_Member_v1(buf, pos, end):
 def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
     o = _C148.__new__(_C148)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     o.group_id, pos = _str_c(buf, pos, end)
@@ -16121,7 +16149,7 @@ def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
     else:
         o.members = _null(n, False)
     if pos + 4 > end: _short()
-    o.authorized_operations, = _S2.unpack_from(buf, pos)
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -16132,7 +16160,7 @@ def _decode_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
 def _decode_ConsumerGroupDescribeResponse_v1(buf, pos, end):
     o = _C147.__new__(_C147)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -16154,7 +16182,7 @@ def _encode_ConsumerGroupDescribeResponse_Member_v1(o, out, chunks):
     _put_str_c(o.member_id, out, chunks)
     _put_str_cn(o.instance_id, out, chunks)
     _put_str_cn(o.rack_id, out, chunks)
-    out += _S2.pack(o.member_epoch)
+    out += _S0.pack(o.member_epoch)
     _put_str_c(o.client_id, out, chunks)
     _put_str_c(o.client_host, out, chunks)
     _encode_string_array_compact(o.subscribed_topic_names, out, chunks)
@@ -16166,19 +16194,19 @@ def _encode_ConsumerGroupDescribeResponse_Member_v1(o, out, chunks):
 def _encode_ConsumerGroupDescribeResponse_Member_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_Member_v1, True, False)
 def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_str_c(o.group_id, out, chunks)
     _put_str_c(o.group_state, out, chunks)
     out += _S12.pack(o.group_epoch, o.assignment_epoch)
     _put_str_c(o.assignor_name, out, chunks)
     _encode_ConsumerGroupDescribeResponse_Member_v1_array(o.members, out, chunks)
-    out += _S2.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
     _put_tags(out, None, o.unknown_tags)
 def _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1, True, False)
 def _encode_ConsumerGroupDescribeResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ConsumerGroupDescribeResponse_DescribedGroup_v1_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateAclsRequest_AclCreation_v1(buf, pos, end):
@@ -16275,7 +16303,7 @@ def _encode_CreateAclsRequest_v2(o, out, chunks):
 def _decode_CreateAclsResponse_AclCreationResult_v1(buf, pos, end):
     o = _C155.__new__(_C155)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
@@ -16283,7 +16311,7 @@ def _decode_CreateAclsResponse_AclCreationResult_v1(buf, pos, end):
 def _decode_CreateAclsResponse_v1(buf, pos, end):
     o = _C154.__new__(_C154)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16297,17 +16325,17 @@ def _decode_CreateAclsResponse_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_CreateAclsResponse_AclCreationResult_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
 def _encode_CreateAclsResponse_AclCreationResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateAclsResponse_AclCreationResult_v1, False, False)
 def _encode_CreateAclsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateAclsResponse_AclCreationResult_v1_array(o.results, out, chunks)
 def _decode_CreateAclsResponse_AclCreationResult_v2(buf, pos, end):
     o = _C155.__new__(_C155)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -16319,7 +16347,7 @@ def _decode_CreateAclsResponse_AclCreationResult_v2(buf, pos, end):
 def _decode_CreateAclsResponse_v2(buf, pos, end):
     o = _C154.__new__(_C154)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -16338,13 +16366,13 @@ def _decode_CreateAclsResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_CreateAclsResponse_AclCreationResult_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_CreateAclsResponse_AclCreationResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_CreateAclsResponse_AclCreationResult_v2, True, False)
 def _encode_CreateAclsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_CreateAclsResponse_AclCreationResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeAclsRequest_v1(buf, pos, end):
@@ -16620,7 +16648,7 @@ def _encode_DeleteAclsRequest_v2(o, out, chunks):
 def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(buf, pos, end):
     o = _C164.__new__(_C164)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -16640,7 +16668,7 @@ def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(buf, pos, end):
 def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos, end):
     o = _C163.__new__(_C163)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -16657,7 +16685,7 @@ def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos, end):
 def _decode_DeleteAclsResponse_v1(buf, pos, end):
     o = _C162.__new__(_C162)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16671,7 +16699,7 @@ def _decode_DeleteAclsResponse_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
@@ -16682,18 +16710,18 @@ def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(o, out, chunks):
 def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1, False, False)
 def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v1_array(o.matching_acls, out, chunks)
 def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1, False, False)
 def _encode_DeleteAclsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteAclsResponse_DeleteAclsFilterResult_v1_array(o.filter_results, out, chunks)
 def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(buf, pos, end):
     o = _C164.__new__(_C164)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -16717,7 +16745,7 @@ def _decode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(buf, pos, end):
 def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos, end):
     o = _C163.__new__(_C163)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -16739,7 +16767,7 @@ def _decode_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos, end):
 def _decode_DeleteAclsResponse_v2(buf, pos, end):
     o = _C162.__new__(_C162)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -16758,7 +16786,7 @@ def _decode_DeleteAclsResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
@@ -16770,14 +16798,14 @@ def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(o, out, chunks):
 def _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2, True, False)
 def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _encode_DeleteAclsResponse_DeleteAclsMatchingAcl_v2_array(o.matching_acls, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2, True, False)
 def _encode_DeleteAclsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DeleteAclsResponse_DeleteAclsFilterResult_v2_array(o.filter_results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterClientQuotasRequest_EntityData_v0(buf, pos, end):
@@ -16952,7 +16980,7 @@ def _decode_AlterClientQuotasResponse_EntityData_v0(buf, pos, end):
 def _decode_AlterClientQuotasResponse_EntryData_v0(buf, pos, end):
     o = _C170.__new__(_C170)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -16969,7 +16997,7 @@ def _decode_AlterClientQuotasResponse_EntryData_v0(buf, pos, end):
 def _decode_AlterClientQuotasResponse_v0(buf, pos, end):
     o = _C169.__new__(_C169)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -16983,13 +17011,13 @@ def _decode_AlterClientQuotasResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_AlterClientQuotasResponse_EntryData_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     _encode_AlterClientQuotasRequest_EntityData_v0_array(o.entity, out, chunks)
 def _encode_AlterClientQuotasResponse_EntryData_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_AlterClientQuotasResponse_EntryData_v0, False, False)
 def _encode_AlterClientQuotasResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AlterClientQuotasResponse_EntryData_v0_array(o.entries, out, chunks)
 def _decode_AlterClientQuotasResponse_EntityData_v1(buf, pos, end):
     o = _C171.__new__(_C171)
@@ -17004,7 +17032,7 @@ def _decode_AlterClientQuotasResponse_EntityData_v1(buf, pos, end):
 def _decode_AlterClientQuotasResponse_EntryData_v1(buf, pos, end):
     o = _C170.__new__(_C170)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -17026,7 +17054,7 @@ def _decode_AlterClientQuotasResponse_EntryData_v1(buf, pos, end):
 def _decode_AlterClientQuotasResponse_v1(buf, pos, end):
     o = _C169.__new__(_C169)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -17045,14 +17073,14 @@ def _decode_AlterClientQuotasResponse_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_AlterClientQuotasResponse_EntryData_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _encode_AlterClientQuotasRequest_EntityData_v1_array(o.entity, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_AlterClientQuotasResponse_EntryData_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_AlterClientQuotasResponse_EntryData_v1, True, False)
 def _encode_AlterClientQuotasResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AlterClientQuotasResponse_EntryData_v1_array(o.entries, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeClientQuotasRequest_ComponentData_v0(buf, pos, end):
@@ -17316,7 +17344,7 @@ def _decode_ElectLeadersRequest_v0(buf, pos, end):
     else:
         o.topic_partitions = _null(n, True)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.election_type = 0
     o.unknown_tags = None
@@ -17326,7 +17354,7 @@ def _encode_FetchRequest_ForgottenTopic_v7_array_nullable(x, out, chunks):
 def _encode_ElectLeadersRequest_v0(o, out, chunks):
     if o.election_type != 0: _absent('ElectLeadersRequest', 'election_type', 0)
     _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topic_partitions, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _decode_ElectLeadersRequest_v1(buf, pos, end):
     o = _C178.__new__(_C178)
     if pos + 1 > end: _short()
@@ -17342,14 +17370,14 @@ def _decode_ElectLeadersRequest_v1(buf, pos, end):
     else:
         o.topic_partitions = _null(n, True)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
 def _encode_ElectLeadersRequest_v1(o, out, chunks):
     out += _S27.pack(o.election_type)
     _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topic_partitions, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 def _decode_ElectLeadersRequest_TopicPartitions_v2(buf, pos, end):
     o = _C179.__new__(_C179)
     o.topic, pos = _str_c(buf, pos, end)
@@ -17385,7 +17413,7 @@ def _decode_ElectLeadersRequest_v2(buf, pos, end):
     else:
         o.topic_partitions = _null(n, True)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -17398,7 +17426,7 @@ def _encode_FetchRequest_ForgottenTopic_v12_array_nullable(x, out, chunks):
 def _encode_ElectLeadersRequest_v2(o, out, chunks):
     out += _S27.pack(o.election_type)
     _encode_FetchRequest_ForgottenTopic_v12_array_nullable(o.topic_partitions, out, chunks)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ElectLeadersResponse_PartitionResult_v0(buf, pos, end):
     o = _C182.__new__(_C182)
@@ -17425,7 +17453,7 @@ def _decode_ElectLeadersResponse_ReplicaElectionResult_v0(buf, pos, end):
 def _decode_ElectLeadersResponse_v0(buf, pos, end):
     o = _C180.__new__(_C180)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -17451,7 +17479,7 @@ def _encode_ElectLeadersResponse_ReplicaElectionResult_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_ElectLeadersResponse_ReplicaElectionResult_v0, False, False)
 def _encode_ElectLeadersResponse_v0(o, out, chunks):
     if o.error_code != 0: _absent('ElectLeadersResponse', 'error_code', 0)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_ElectLeadersResponse_ReplicaElectionResult_v0_array(o.replica_election_results, out, chunks)
 def _decode_ElectLeadersResponse_v1(buf, pos, end):
     o = _C180.__new__(_C180)
@@ -17543,7 +17571,7 @@ def _encode_ElectLeadersResponse_v2(o, out, chunks):
 def _decode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos, end):
     o = _C185.__new__(_C185)
     if pos + 4 > end: _short()
-    o.partition_index, = _S2.unpack_from(buf, pos)
+    o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -17583,7 +17611,7 @@ def _decode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos, en
 def _decode_AlterPartitionReassignmentsRequest_v0(buf, pos, end):
     o = _C183.__new__(_C183)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -17605,7 +17633,7 @@ def _decode_AlterPartitionReassignmentsRequest_v0(buf, pos, end):
 def _encode_int32_array_compact_nullable(x, out, chunks):
     _put_array(x, out, chunks, _pfx_int32, True, True)
 def _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(o, out, chunks):
-    out += _S2.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _encode_int32_array_compact_nullable(o.replicas, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_AlterPartitionReassignmentsRequest_ReassignablePartition_v0_array(x, out, chunks):
@@ -17618,7 +17646,7 @@ def _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0_array(x, out
     _put_array(x, out, chunks, _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0, True, False)
 def _encode_AlterPartitionReassignmentsRequest_v0(o, out, chunks):
     if o.allow_replication_factor_change != True: _absent('AlterPartitionReassignmentsRequest', 'allow_replication_factor_change', 0)
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _encode_AlterPartitionReassignmentsRequest_ReassignableTopic_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterPartitionReassignmentsRequest_v1(buf, pos, end):
@@ -17747,7 +17775,7 @@ def _encode_AlterPartitionReassignmentsResponse_v1(o, out, chunks):
 def _decode_UnregisterBrokerRequest_v0(buf, pos, end):
     o = _C189.__new__(_C189)
     if pos + 4 > end: _short()
-    o.broker_id, = _S2.unpack_from(buf, pos)
+    o.broker_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -17756,7 +17784,7 @@ def _decode_UnregisterBrokerRequest_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_UnregisterBrokerRequest_v0(o, out, chunks):
-    out += _S2.pack(o.broker_id)
+    out += _S0.pack(o.broker_id)
     _put_tags(out, None, o.unknown_tags)
 def _decode_UnregisterBrokerResponse_v0(buf, pos, end):
     o = _C190.__new__(_C190)
@@ -17885,7 +17913,7 @@ def _encode_CreateDelegationTokenRequest_v3(o, out, chunks):
 def _decode_CreateDelegationTokenResponse_v1(buf, pos, end):
     o = _C193.__new__(_C193)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.principal_type, pos = _str_k(buf, pos, end)
     o.principal_name, pos = _str_k(buf, pos, end)
@@ -17895,14 +17923,14 @@ def _decode_CreateDelegationTokenResponse_v1(buf, pos, end):
     o.token_id, pos = _str_k(buf, pos, end)
     o.hmac, pos = _bytes_k(buf, pos, end)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.token_requester_principal_type = ''
     o.token_requester_principal_name = ''
     o.unknown_tags = None
     return o, pos
 def _encode_CreateDelegationTokenResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.principal_type, out, chunks)
     _put_str_k(o.principal_name, out, chunks)
     if o.token_requester_principal_type != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_type', 1)
@@ -17910,11 +17938,11 @@ def _encode_CreateDelegationTokenResponse_v1(o, out, chunks):
     out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _put_str_k(o.token_id, out, chunks)
     _put_bytes_k(o.hmac, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_CreateDelegationTokenResponse_v2(buf, pos, end):
     o = _C193.__new__(_C193)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
@@ -17928,7 +17956,7 @@ def _decode_CreateDelegationTokenResponse_v2(buf, pos, end):
     else: n, pos = _len_c(buf, pos, end)
     o.hmac, pos = _take_bytes(buf, pos, end, n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.token_requester_principal_type = ''
     o.token_requester_principal_name = ''
@@ -17939,7 +17967,7 @@ def _decode_CreateDelegationTokenResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_CreateDelegationTokenResponse_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.principal_type, out, chunks)
     _put_str_c(o.principal_name, out, chunks)
     if o.token_requester_principal_type != '': _absent('CreateDelegationTokenResponse', 'token_requester_principal_type', 2)
@@ -17947,12 +17975,12 @@ def _encode_CreateDelegationTokenResponse_v2(o, out, chunks):
     out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _put_str_c(o.token_id, out, chunks)
     _put_bytes_c(o.hmac, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateDelegationTokenResponse_v3(buf, pos, end):
     o = _C193.__new__(_C193)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
@@ -17968,7 +17996,7 @@ def _decode_CreateDelegationTokenResponse_v3(buf, pos, end):
     else: n, pos = _len_c(buf, pos, end)
     o.hmac, pos = _take_bytes(buf, pos, end, n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -17977,7 +18005,7 @@ def _decode_CreateDelegationTokenResponse_v3(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_CreateDelegationTokenResponse_v3(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.principal_type, out, chunks)
     _put_str_c(o.principal_name, out, chunks)
     _put_str_c(o.token_requester_principal_type, out, chunks)
@@ -17985,7 +18013,7 @@ def _encode_CreateDelegationTokenResponse_v3(o, out, chunks):
     out += _S46.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
     _put_str_c(o.token_id, out, chunks)
     _put_bytes_c(o.hmac, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_RenewDelegationTokenRequest_v1(buf, pos, end):
     o = _C194.__new__(_C194)
@@ -18177,7 +18205,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(buf, pos
 def _decode_DescribeDelegationTokenResponse_v1(buf, pos, end):
     o = _C200.__new__(_C200)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -18189,7 +18217,7 @@ def _decode_DescribeDelegationTokenResponse_v1(buf, pos, end):
     else:
         o.tokens = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
@@ -18205,9 +18233,9 @@ def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(o, out, 
 def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1, False, False)
 def _encode_DescribeDelegationTokenResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1_array(o.tokens, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf, pos, end):
     o = _C202.__new__(_C202)
     o.principal_type, pos = _str_c(buf, pos, end)
@@ -18252,7 +18280,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf, pos
 def _decode_DescribeDelegationTokenResponse_v2(buf, pos, end):
     o = _C200.__new__(_C200)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -18265,7 +18293,7 @@ def _decode_DescribeDelegationTokenResponse_v2(buf, pos, end):
     else:
         o.tokens = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -18286,9 +18314,9 @@ def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(o, out, 
 def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2, True, False)
 def _encode_DescribeDelegationTokenResponse_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2_array(o.tokens, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos, end):
     o = _C201.__new__(_C201)
@@ -18324,7 +18352,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos
 def _decode_DescribeDelegationTokenResponse_v3(buf, pos, end):
     o = _C200.__new__(_C200)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -18337,7 +18365,7 @@ def _decode_DescribeDelegationTokenResponse_v3(buf, pos, end):
     else:
         o.tokens = _null(n, False)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -18358,9 +18386,9 @@ def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(o, out, 
 def _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3, True, False)
 def _encode_DescribeDelegationTokenResponse_v3(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3_array(o.tokens, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
     o = _C205.__new__(_C205)
@@ -18496,7 +18524,7 @@ def _encode_IncrementalAlterConfigsRequest_v1(o, out, chunks):
 def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
     o = _C207.__new__(_C207)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -18508,7 +18536,7 @@ def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf,
 def _decode_IncrementalAlterConfigsResponse_v0(buf, pos, end):
     o = _C206.__new__(_C206)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -18522,19 +18550,19 @@ def _decode_IncrementalAlterConfigsResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_kn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_k(o.resource_name, out, chunks)
 def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0, False, False)
 def _encode_IncrementalAlterConfigsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0_array(o.responses, out, chunks)
 def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos, end):
     o = _C207.__new__(_C207)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -18550,7 +18578,7 @@ def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf,
 def _decode_IncrementalAlterConfigsResponse_v1(buf, pos, end):
     o = _C206.__new__(_C206)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -18569,7 +18597,7 @@ def _decode_IncrementalAlterConfigsResponse_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     out += _S27.pack(o.resource_type)
     _put_str_c(o.resource_name, out, chunks)
@@ -18577,7 +18605,7 @@ def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(o, o
 def _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1, True, False)
 def _encode_IncrementalAlterConfigsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
@@ -18695,7 +18723,7 @@ def _encode_AlterConfigsRequest_v2(o, out, chunks):
 def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
     o = _C212.__new__(_C212)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_kn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -18707,7 +18735,7 @@ def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
 def _decode_AlterConfigsResponse_v0(buf, pos, end):
     o = _C211.__new__(_C211)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -18723,7 +18751,7 @@ def _decode_AlterConfigsResponse_v0(buf, pos, end):
 def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos, end):
     o = _C212.__new__(_C212)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos + 1 > end: _short()
@@ -18739,7 +18767,7 @@ def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos, end):
 def _decode_AlterConfigsResponse_v2(buf, pos, end):
     o = _C211.__new__(_C211)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -18760,7 +18788,7 @@ def _decode_AlterConfigsResponse_v2(buf, pos, end):
 def _decode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos, end):
     o = _C215.__new__(_C215)
     if pos + 4 > end: _short()
-    o.partition_index, = _S2.unpack_from(buf, pos)
+    o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
@@ -18793,7 +18821,7 @@ def _decode_OffsetDeleteRequest_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(o, out, chunks):
-    out += _S2.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
 def _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0, False, False)
 def _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(o, out, chunks):
@@ -18937,7 +18965,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos, end):
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos, end):
     o = _C222.__new__(_C222)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.log_dir, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
@@ -18957,7 +18985,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos, end):
 def _decode_DescribeLogDirsResponse_v1(buf, pos, end):
     o = _C221.__new__(_C221)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -18981,13 +19009,13 @@ def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(o, out, chunks):
 def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1, False, False)
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_k(o.log_dir, out, chunks)
     _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1_array(o.topics, out, chunks)
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1, False, False)
 def _encode_DescribeLogDirsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1_array(o.results, out, chunks)
 def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos, end):
     o = _C224.__new__(_C224)
@@ -19022,7 +19050,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos, end):
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos, end):
     o = _C222.__new__(_C222)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.log_dir, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -19047,7 +19075,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos, end):
 def _decode_DescribeLogDirsResponse_v2(buf, pos, end):
     o = _C221.__new__(_C221)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19078,14 +19106,14 @@ def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(o, out, chunks):
 def _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2, True, False)
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.log_dir, out, chunks)
     _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2, True, False)
 def _encode_DescribeLogDirsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeLogDirsResponse_v3(buf, pos, end):
@@ -19116,7 +19144,7 @@ def _encode_DescribeLogDirsResponse_v3(o, out, chunks):
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos, end):
     o = _C222.__new__(_C222)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.log_dir, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -19161,7 +19189,7 @@ def _decode_DescribeLogDirsResponse_v4(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.log_dir, out, chunks)
     _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
     out += _S21.pack(o.total_bytes, o.usable_bytes)
@@ -19175,7 +19203,7 @@ def _encode_DescribeLogDirsResponse_v4(o, out, chunks):
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos, end):
     o = _C222.__new__(_C222)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.log_dir, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -19219,7 +19247,7 @@ def _decode_DescribeLogDirsResponse_v5(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.log_dir, out, chunks)
     _encode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2_array(o.topics, out, chunks)
     out += _S49.pack(o.total_bytes, o.usable_bytes, o.is_cordoned)
@@ -19367,7 +19395,7 @@ def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, po
 def _decode_AlterReplicaLogDirsResponse_v1(buf, pos, end):
     o = _C228.__new__(_C228)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19386,7 +19414,7 @@ def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(o, out,
 def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1, False, False)
 def _encode_AlterReplicaLogDirsResponse_v1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1_array(o.results, out, chunks)
 def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2(buf, pos, end):
     o = _C230.__new__(_C230)
@@ -19421,7 +19449,7 @@ def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf, po
 def _decode_AlterReplicaLogDirsResponse_v2(buf, pos, end):
     o = _C228.__new__(_C228)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19446,7 +19474,7 @@ def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(o, out,
 def _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2, True, False)
 def _encode_AlterReplicaLogDirsResponse_v2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos, end):
@@ -19494,7 +19522,7 @@ def _decode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsRes
     o = _C234.__new__(_C234)
     o.user, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -19542,7 +19570,7 @@ def _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0_array(x, out,
     _put_array(x, out, chunks, _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0, True, False)
 def _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(o, out, chunks):
     _put_str_c(o.user, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _encode_DescribeUserScramCredentialsResponse_CredentialInfo_v0_array(o.credential_infos, out, chunks)
     _put_tags(out, None, o.unknown_tags)
@@ -19637,7 +19665,7 @@ def _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0
     o = _C240.__new__(_C240)
     o.user, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -19649,7 +19677,7 @@ def _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0
 def _decode_AlterUserScramCredentialsResponse_v0(buf, pos, end):
     o = _C239.__new__(_C239)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19669,13 +19697,13 @@ def _decode_AlterUserScramCredentialsResponse_v0(buf, pos, end):
     return o, pos
 def _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(o, out, chunks):
     _put_str_c(o.user, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0, True, False)
 def _encode_AlterUserScramCredentialsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeProducersRequest_TopicRequest_v0(buf, pos, end):
@@ -19775,7 +19803,7 @@ def _decode_DescribeProducersResponse_TopicResponse_v0(buf, pos, end):
 def _decode_DescribeProducersResponse_v0(buf, pos, end):
     o = _C243.__new__(_C243)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19812,7 +19840,7 @@ def _encode_DescribeProducersResponse_TopicResponse_v0(o, out, chunks):
 def _encode_DescribeProducersResponse_TopicResponse_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeProducersResponse_TopicResponse_v0, True, False)
 def _encode_DescribeProducersResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeProducersResponse_TopicResponse_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListTransactionsRequest_v0(buf, pos, end):
@@ -20028,7 +20056,7 @@ def _decode_DescribeTransactionsResponse_TopicData_v0(buf, pos, end):
 def _decode_DescribeTransactionsResponse_TransactionState_v0(buf, pos, end):
     o = _C252.__new__(_C252)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.transactional_id, pos = _str_c(buf, pos, end)
     o.transaction_state, pos = _str_c(buf, pos, end)
@@ -20054,7 +20082,7 @@ def _decode_DescribeTransactionsResponse_TransactionState_v0(buf, pos, end):
 def _decode_DescribeTransactionsResponse_v0(buf, pos, end):
     o = _C251.__new__(_C251)
     if pos + 4 > end: _short()
-    o.throttle_time_ms, = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20073,7 +20101,7 @@ def _decode_DescribeTransactionsResponse_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeTransactionsResponse_TransactionState_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_c(o.transactional_id, out, chunks)
     _put_str_c(o.transaction_state, out, chunks)
     out += _S52.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
@@ -20082,7 +20110,7 @@ def _encode_DescribeTransactionsResponse_TransactionState_v0(o, out, chunks):
 def _encode_DescribeTransactionsResponse_TransactionState_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeTransactionsResponse_TransactionState_v0, True, False)
 def _encode_DescribeTransactionsResponse_v0(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeTransactionsResponse_TransactionState_v0_array(o.transaction_states, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos, end):
@@ -20120,7 +20148,7 @@ def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos, end):
     else:
         o.topics = _null(n, False)
     if pos + 4 > end: _short()
-    o.coordinator_epoch, = _S2.unpack_from(buf, pos)
+    o.coordinator_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     o.transaction_version = 0
     if pos < end and buf[pos] == 0:
@@ -20150,7 +20178,7 @@ def _decode_WriteTxnMarkersRequest_v1(buf, pos, end):
 def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1(o, out, chunks):
     out += _S37.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(o.topics, out, chunks)
-    out += _S2.pack(o.coordinator_epoch)
+    out += _S0.pack(o.coordinator_epoch)
     _put_tags(out, None, o.unknown_tags)
 def _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1, True, False)
@@ -20290,7 +20318,7 @@ def _encode_WriteTxnMarkersResponse_v1(o, out, chunks):
 def _decode_DescribeQuorumRequest_PartitionData_v0(buf, pos, end):
     o = _C263.__new__(_C263)
     if pos + 4 > end: _short()
-    o.partition_index, = _S2.unpack_from(buf, pos)
+    o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -20336,7 +20364,7 @@ def _decode_DescribeQuorumRequest_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeQuorumRequest_PartitionData_v0(o, out, chunks):
-    out += _S2.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DescribeQuorumRequest_PartitionData_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeQuorumRequest_PartitionData_v0, True, False)
@@ -20417,7 +20445,7 @@ def _decode_DescribeQuorumResponse_TopicData_v0(buf, pos, end):
 def _decode_DescribeQuorumResponse_v0(buf, pos, end):
     o = _C264.__new__(_C264)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20457,7 +20485,7 @@ def _encode_DescribeQuorumResponse_TopicData_v0(o, out, chunks):
 def _encode_DescribeQuorumResponse_TopicData_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeQuorumResponse_TopicData_v0, True, False)
 def _encode_DescribeQuorumResponse_v0(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_DescribeQuorumResponse_TopicData_v0_array(o.topics, out, chunks)
     if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 0)
     _put_tags(out, None, o.unknown_tags)
@@ -20527,7 +20555,7 @@ def _decode_DescribeQuorumResponse_TopicData_v1(buf, pos, end):
 def _decode_DescribeQuorumResponse_v1(buf, pos, end):
     o = _C264.__new__(_C264)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20567,14 +20595,14 @@ def _encode_DescribeQuorumResponse_TopicData_v1(o, out, chunks):
 def _encode_DescribeQuorumResponse_TopicData_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeQuorumResponse_TopicData_v1, True, False)
 def _encode_DescribeQuorumResponse_v1(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _encode_DescribeQuorumResponse_TopicData_v1_array(o.topics, out, chunks)
     if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 1)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeQuorumResponse_ReplicaState_v2(buf, pos, end):
     o = _C267.__new__(_C267)
     if pos + 4 > end: _short()
-    o.replica_id, = _S2.unpack_from(buf, pos)
+    o.replica_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.replica_directory_id, pos = _uuid(buf, pos, end)
     if pos + 24 > end: _short()
@@ -20656,7 +20684,7 @@ def _decode_DescribeQuorumResponse_Listener_v2(buf, pos, end):
 def _decode_DescribeQuorumResponse_Node_v2(buf, pos, end):
     o = _C268.__new__(_C268)
     if pos + 4 > end: _short()
-    o.node_id, = _S2.unpack_from(buf, pos)
+    o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20677,7 +20705,7 @@ def _decode_DescribeQuorumResponse_Node_v2(buf, pos, end):
 def _decode_DescribeQuorumResponse_v2(buf, pos, end):
     o = _C264.__new__(_C264)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -20707,7 +20735,7 @@ def _decode_DescribeQuorumResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _encode_DescribeQuorumResponse_ReplicaState_v2(o, out, chunks):
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _put_uuid(o.replica_directory_id, out, chunks)
     out += _S46.pack(o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp)
     _put_tags(out, None, o.unknown_tags)
@@ -20736,13 +20764,13 @@ def _encode_DescribeQuorumResponse_Listener_v2(o, out, chunks):
 def _encode_DescribeQuorumResponse_Listener_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeQuorumResponse_Listener_v2, True, False)
 def _encode_DescribeQuorumResponse_Node_v2(o, out, chunks):
-    out += _S2.pack(o.node_id)
+    out += _S0.pack(o.node_id)
     _encode_DescribeQuorumResponse_Listener_v2_array(o.listeners, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_DescribeQuorumResponse_Node_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_DescribeQuorumResponse_Node_v2, True, False)
 def _encode_DescribeQuorumResponse_v2(o, out, chunks):
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _encode_DescribeQuorumResponse_TopicData_v2_array(o.topics, out, chunks)
     _encode_DescribeQuorumResponse_Node_v2_array(o.nodes, out, chunks)
@@ -20763,7 +20791,7 @@ def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf, pos, end):
 def _decode_UpdateFeaturesRequest_v0(buf, pos, end):
     o = _C270.__new__(_C270)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20790,7 +20818,7 @@ def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0(o, out, chunks):
 def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0, True, False)
 def _encode_UpdateFeaturesRequest_v0(o, out, chunks):
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _encode_UpdateFeaturesRequest_FeatureUpdateKey_v0_array(o.feature_updates, out, chunks)
     if o.validate_only != False: _absent('UpdateFeaturesRequest', 'validate_only', 0)
     _put_tags(out, None, o.unknown_tags)
@@ -20810,7 +20838,7 @@ def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v1(buf, pos, end):
 def _decode_UpdateFeaturesRequest_v1(buf, pos, end):
     o = _C270.__new__(_C270)
     if pos + 4 > end: _short()
-    o.timeout_ms, = _S2.unpack_from(buf, pos)
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20839,7 +20867,7 @@ def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1(o, out, chunks):
 def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1, True, False)
 def _encode_UpdateFeaturesRequest_v1(o, out, chunks):
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _encode_UpdateFeaturesRequest_FeatureUpdateKey_v1_array(o.feature_updates, out, chunks)
     out += _S4.pack(o.validate_only)
     _put_tags(out, None, o.unknown_tags)
@@ -20851,7 +20879,7 @@ def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2(o, out, chunks):
 def _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2_array(x, out, chunks):
     _put_array(x, out, chunks, _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2, True, False)
 def _encode_UpdateFeaturesRequest_v2(o, out, chunks):
-    out += _S2.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     _encode_UpdateFeaturesRequest_FeatureUpdateKey_v2_array(o.feature_updates, out, chunks)
     out += _S4.pack(o.validate_only)
     _put_tags(out, None, o.unknown_tags)
@@ -20859,7 +20887,7 @@ def _decode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(buf, pos, end):
     o = _C273.__new__(_C273)
     o.feature, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
-    o.error_code, = _S0.unpack_from(buf, pos)
+    o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     o.error_message, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -20892,7 +20920,7 @@ def _decode_UpdateFeaturesResponse_v0(buf, pos, end):
     return o, pos
 def _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(o, out, chunks):
     _put_str_c(o.feature, out, chunks)
-    out += _S0.pack(o.error_code)
+    out += _S1.pack(o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0_array(x, out, chunks):
@@ -21000,7 +21028,7 @@ def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
     else:
         o.owned_partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack_id = None
     o.unknown_tags = None
@@ -21009,7 +21037,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
     o = _C274.__new__(_C274)
     if pos + 4 > end: _short()
@@ -21032,7 +21060,7 @@ def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
     else:
         o.owned_partitions = _null(n, False)
     if pos + 4 > end: _short()
-    o.generation_id, = _S2.unpack_from(buf, pos)
+    o.generation_id, = _S0.unpack_from(buf, pos)
     pos += 4
     o.rack_id, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
@@ -21041,7 +21069,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
-    out += _S2.pack(o.generation_id)
+    out += _S0.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o = _C277.__new__(_C277)
@@ -21075,10 +21103,10 @@ def _encode_ConsumerProtocolAssignment_v0(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.assigned_partitions, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 
-ApiVersionsRequest._DECODERS = {0: _decode_ApiVersionsRequest_v0, 1: _decode_ApiVersionsRequest_v0, 2: _decode_ApiVersionsRequest_v0, 3: _decode_ApiVersionsRequest_v3, 4: _decode_ApiVersionsRequest_v3}
-ApiVersionsRequest._ENCODERS = {0: _encode_ApiVersionsRequest_v0, 1: _encode_ApiVersionsRequest_v0, 2: _encode_ApiVersionsRequest_v0, 3: _encode_ApiVersionsRequest_v3, 4: _encode_ApiVersionsRequest_v3}
-ApiVersionsResponse._DECODERS = {0: _decode_ApiVersionsResponse_v0, 1: _decode_ApiVersionsResponse_v1, 2: _decode_ApiVersionsResponse_v1, 3: _decode_ApiVersionsResponse_v3, 4: _decode_ApiVersionsResponse_v3}
-ApiVersionsResponse._ENCODERS = {0: _encode_ApiVersionsResponse_v0, 1: _encode_ApiVersionsResponse_v1, 2: _encode_ApiVersionsResponse_v1, 3: _encode_ApiVersionsResponse_v3, 4: _encode_ApiVersionsResponse_v3}
+ApiVersionsRequest._DECODERS = {0: _decode_ApiVersionsRequest_v0, 1: _decode_ApiVersionsRequest_v0, 2: _decode_ApiVersionsRequest_v0, 3: _decode_ApiVersionsRequest_v3, 4: _decode_ApiVersionsRequest_v3, 5: _decode_ApiVersionsRequest_v5}
+ApiVersionsRequest._ENCODERS = {0: _encode_ApiVersionsRequest_v0, 1: _encode_ApiVersionsRequest_v0, 2: _encode_ApiVersionsRequest_v0, 3: _encode_ApiVersionsRequest_v3, 4: _encode_ApiVersionsRequest_v3, 5: _encode_ApiVersionsRequest_v5}
+ApiVersionsResponse._DECODERS = {0: _decode_ApiVersionsResponse_v0, 1: _decode_ApiVersionsResponse_v1, 2: _decode_ApiVersionsResponse_v1, 3: _decode_ApiVersionsResponse_v3, 4: _decode_ApiVersionsResponse_v3, 5: _decode_ApiVersionsResponse_v3}
+ApiVersionsResponse._ENCODERS = {0: _encode_ApiVersionsResponse_v0, 1: _encode_ApiVersionsResponse_v1, 2: _encode_ApiVersionsResponse_v1, 3: _encode_ApiVersionsResponse_v3, 4: _encode_ApiVersionsResponse_v3, 5: _encode_ApiVersionsResponse_v3}
 MetadataRequest._DECODERS = {0: _decode_MetadataRequest_v0, 1: _decode_MetadataRequest_v1, 2: _decode_MetadataRequest_v1, 3: _decode_MetadataRequest_v1, 4: _decode_MetadataRequest_v4, 5: _decode_MetadataRequest_v4, 6: _decode_MetadataRequest_v4, 7: _decode_MetadataRequest_v4, 8: _decode_MetadataRequest_v8, 9: _decode_MetadataRequest_v9, 10: _decode_MetadataRequest_v10, 11: _decode_MetadataRequest_v11, 12: _decode_MetadataRequest_v11, 13: _decode_MetadataRequest_v11}
 MetadataRequest._ENCODERS = {0: _encode_MetadataRequest_v0, 1: _encode_MetadataRequest_v1, 2: _encode_MetadataRequest_v2, 3: _encode_MetadataRequest_v3, 4: _encode_MetadataRequest_v4, 5: _encode_MetadataRequest_v5, 6: _encode_MetadataRequest_v6, 7: _encode_MetadataRequest_v7, 8: _encode_MetadataRequest_v8, 9: _encode_MetadataRequest_v9, 10: _encode_MetadataRequest_v10, 11: _encode_MetadataRequest_v11, 12: _encode_MetadataRequest_v12, 13: _encode_MetadataRequest_v13}
 MetadataResponse._DECODERS = {0: _decode_MetadataResponse_v0, 1: _decode_MetadataResponse_v1, 2: _decode_MetadataResponse_v2, 3: _decode_MetadataResponse_v3, 4: _decode_MetadataResponse_v3, 5: _decode_MetadataResponse_v5, 6: _decode_MetadataResponse_v5, 7: _decode_MetadataResponse_v7, 8: _decode_MetadataResponse_v8, 9: _decode_MetadataResponse_v9, 10: _decode_MetadataResponse_v10, 11: _decode_MetadataResponse_v11, 12: _decode_MetadataResponse_v12, 13: _decode_MetadataResponse_v13}
