@@ -81,6 +81,12 @@ INLINE_MORE_GCC = {
 
 
 class BuildExt(build_ext):
+    def finalize_options(self):
+        # the extensions compile side by side, one per CPU, unless -j/--parallel says otherwise
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+        super().finalize_options()
+
     def build_extensions(self):
         cc = os.path.basename(str((getattr(self.compiler, "compiler_so", None) or [""])[0]))
         if "gcc" in cc and not sanitize and not os.environ.get("KWIRE_DEBUG"):
