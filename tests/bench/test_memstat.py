@@ -167,7 +167,12 @@ def test_real_child_under_strace_gives_identical_figures_twice():
     import kwire._codec
     lib = os.path.dirname(os.path.dirname(os.path.abspath(kwire._codec.__file__)))
     runs = [memstat.measure_one("send", lib, ROOT) for _ in range(2)]
-    assert runs[0] == runs[1]
+    # The gated figures are identical; so are the first call's system calls,
+    # but for a futex: a lock's wake-up depends on scheduling, not on the
+    # path's work (CI once saw one in one run of two, under load).
+    assert {k: runs[0][k] for k in memstat.METRIC_KEYS} == {k: runs[1][k] for k in memstat.METRIC_KEYS}
+    first = [{s: c for s, c in r["first_syscalls_by_name"].items() if s != "futex"} for r in runs]
+    assert first[0] == first[1]
     assert set(memstat.METRIC_KEYS) <= set(runs[0]) and runs[0]["first_faults"] > 0
 
 
