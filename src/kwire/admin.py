@@ -32,7 +32,7 @@ from kwire.admin_ops.log_dirs import (LogDirDescription, ReplicaInfo, TopicParti
                                       log_dirs_from_response)
 from kwire.admin_ops.transactions import (AbortTransactionSpec, ProducerState, TransactionDescription,
                                           TransactionListing, abort_errors, abort_request, describe_producers_request,
-                                          fence_request, list_transactions_request, producer_states,
+                                          end_request, fence_request, list_transactions_request, producer_states,
                                           transaction_description, transaction_listings)
 from kwire.admin_ops.scram import (ScramCredentialInfo, UserScramCredentialDeletion, UserScramCredentialsDescription,
                                    UserScramCredentialUpsertion)
@@ -48,7 +48,7 @@ from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_respo
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.protocol.api_keys import ApiKey, ErrorCode
-from kwire.protocol.versions import capped_version
+from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -677,7 +677,8 @@ class Admin:
         return resp
 
     def _coordinator_request(self, key: str, key_type: int, make: Any, api: str, timeout: Optional[float],
-                             code_of: Any = lambda r: getattr(r, "error_code", 0)) -> StepsOf[Tuple[int, Any]]:
+                             code_of: Any = lambda r: getattr(r, "error_code", 0),
+                             caps: Mapping[int, int] = MAX_VERSIONS) -> StepsOf[Tuple[int, Any]]:
         """:meth:`_group_request` for the coordinator of a group
         (``GROUP_KEY``) or a transactional id (``TRANSACTION_KEY``):
         (coordinator id, response)."""
@@ -691,7 +692,7 @@ class Admin:
                 remember_broker(client, broker)
                 conn = yield from client.wait_ready_steps(broker.node_id, deadline)
                 request = make(conn.versions)
-                version = capped_version(conn.versions, type(request).API_KEY)
+                version = capped_version(conn.versions, type(request).API_KEY, caps)
                 resp = yield from client.wait_steps(client.send(broker.node_id, request, version), max(0.0, deadline - time.monotonic()))
                 code = code_of(resp)
                 if code:
@@ -798,13 +799,28 @@ class Admin:
 
     @waits
     def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
-                           timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, Any]]:
+                           timeout: Optional[float] = None,
+                           require_stable: bool = False) -> StepsOf[Dict[TopicPartition, Any]]:
         """The group's committed offsets ({partition: OffsetAndMetadata});
-        all of them, or those of ``partitions`` (None where none is)."""
+        all of them, or those of ``partitions`` (None where none is).
+        ``require_stable`` (Java's ``ListConsumerGroupOffsetsOptions.requireStable``):
+        offsets a transaction still holds are waited for (the broker's
+        UNSTABLE_OFFSET_COMMIT retried until the timeout) instead of left out.
+        Retriable errors (the coordinator loading or moved) are retried until
+        the timeout."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        resp = yield from self._group_request(group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=False),
-                                   "OffsetFetch", timeout, lambda r: 0)
-        got = offsets_from_response(resp, group_id)
+        deadline = time.monotonic() + self._timeout(timeout)
+        while True:
+            resp = yield from self._group_request(
+                group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=require_stable),
+                "OffsetFetch", max(0.0, deadline - time.monotonic()), lambda r: 0)
+            try:
+                got = offsets_from_response(resp, group_id)
+                break
+            except KwireError as e:
+                if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
+                    raise
+                yield Sleep(self.cfg["retry_backoff_ms"] / 1000.0)
         if tps is None:
             return {tp: om for tp, om in sorted(got.items()) if om is not None}
         return {tp: got.get(tp) for tp in tps}
@@ -948,6 +964,27 @@ class Admin:
                 errors.append(e)
         self._raise_first(errors)
         return out
+
+    @waits
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
+                        transaction_version: int = 1, timeout: Optional[float] = None) -> StepsOf[Tuple[int, int]]:
+        """Commit (or abort) the open transaction of another process's
+        producer, known by its transactional id, producer id and epoch
+        (EndTxn), as a two-phase-commit coordinator does (Flink's Kafka
+        sink; :mod:`kwire.spark.exactly_once`): the producer flushed its
+        records and left without ending the transaction. A repeated call
+        after an answer was lost is answered as the first was.
+        ``transaction_version``: the protocol the producer spoke (its
+        ``transaction_version``): 2 sends EndTxn v5, whose answer bumps the
+        epoch (KIP-890). Returns the producer id and epoch the coordinator
+        answered (-1, -1 before v5); a producer fenced since (its id taken
+        by a newer one, or its transaction timed out) raises
+        ProducerFencedError or InvalidProducerEpochError."""
+        caps = TRANSACTION_V2_MAX_VERSIONS if transaction_version >= 2 else MAX_VERSIONS
+        make = lambda v: end_request(transactional_id, producer_id, producer_epoch, committed)  # noqa: E731
+        _, resp = yield from self._coordinator_request(transactional_id, TRANSACTION_KEY, make, "EndTxn", timeout,
+                                                       caps=caps)
+        return getattr(resp, "producer_id", -1), getattr(resp, "producer_epoch", -1)
 
     # --------------------------------------------------------------- ACLs
     @waits

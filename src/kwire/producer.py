@@ -440,6 +440,16 @@ class Producer(SendingProducer):
         a ``transactional_id``. See :mod:`kwire.transactions`."""
         return None if self._txn is None else self._txn.transaction_version
 
+    @property
+    def producer_identity(self) -> Tuple[int, int]:
+        """The producer id and epoch this producer writes with ((-1, -1)
+        before it has one): with the transactional id, what another process
+        needs to end this producer's open transaction
+        (:meth:`kwire.admin.Admin.end_transaction`, as
+        :mod:`kwire.spark.exactly_once` does)."""
+        with self._lock:
+            return self._producer_id, self._producer_epoch
+
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register ``transactional_id`` with its coordinator (fencing older
         producers with the same id); once, before the first transaction.

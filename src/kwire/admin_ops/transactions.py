@@ -18,7 +18,7 @@ from kwire.types import TopicPartition
 
 __all__ = ["ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec",
            "describe_producers_request", "producer_states", "list_transactions_request", "transaction_listings",
-           "transaction_description", "abort_request", "abort_errors", "fence_request"]
+           "transaction_description", "abort_request", "abort_errors", "fence_request", "end_request"]
 
 
 @dataclass(frozen=True)
@@ -148,3 +148,9 @@ def fence_request(transactional_id: str, timeout_ms: int) -> Any:
     return protocol.message("InitProducerIdRequest")(transactional_id=transactional_id,
                                                      transaction_timeout_ms=max(1, timeout_ms),
                                                      producer_id=-1, producer_epoch=-1)
+
+
+def end_request(transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Any:
+    """EndTxn for another process's open transaction (``Admin.end_transaction``)."""
+    return protocol.message("EndTxnRequest")(transactional_id=transactional_id, producer_id=producer_id,
+                                             producer_epoch=producer_epoch, committed=committed)

@@ -156,9 +156,10 @@ class AsyncAdmin:
         return await self._run(Admin.delete_groups.steps(self._a, group_ids, timeout))
 
     async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
-                                 timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
+                                 timeout: Optional[float] = None,
+                                 require_stable: bool = False) -> Dict[TopicPartition, Any]:
         """:meth:`kwire.admin.Admin.list_group_offsets`."""
-        return await self._run(Admin.list_group_offsets.steps(self._a, group_id, partitions, timeout))
+        return await self._run(Admin.list_group_offsets.steps(self._a, group_id, partitions, timeout, require_stable))
 
     async def alter_group_offsets(self, group_id: str, offsets: Mapping[Tuple[str, int], Any],
                                   timeout: Optional[float] = None) -> None:
@@ -202,6 +203,12 @@ class AsyncAdmin:
                               timeout: Optional[float] = None) -> Dict[str, Tuple[int, int]]:
         """:meth:`kwire.admin.Admin.fence_producers`."""
         return await self._run(Admin.fence_producers.steps(self._a, transactional_ids, timeout))
+
+    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
+                              transaction_version: int = 1, timeout: Optional[float] = None) -> Tuple[int, int]:
+        """:meth:`kwire.admin.Admin.end_transaction`."""
+        return await self._run(Admin.end_transaction.steps(self._a, transactional_id, producer_id, producer_epoch,
+                                                           committed, transaction_version, timeout))
 
     async def create_acls(self, acls: Sequence[AclBinding], timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.create_acls`."""

@@ -139,7 +139,21 @@ SOURCE_OPTIONS = frozenset({
 })
 #: Spark's Kafka sink options: ``topic`` (``includeHeaders`` is the source's; the sink writes a
 #: ``headers`` column whenever the DataFrame has one).
-SINK_OPTIONS = frozenset({"topic"})
+SINK_OPTIONS = frozenset({"topic", "deliveryguarantee", "transactionalidprefix"})
+#: ``deliveryGuarantee``'s values (Flink's Kafka sink's names): kwire's own, beyond Spark's connector.
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+#: The exactly-once sink's ``transaction.timeout.ms`` unless ``kafka.transaction.timeout.ms`` says
+#: otherwise: Kafka's default ``transaction.max.timeout.ms`` (15 minutes), the longest a broker allows
+#: unless raised; a transaction is open from a task's first row to the driver's commit of its batch.
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
+#: What the exactly-once sink sets itself, refused as ``kafka.*`` options.
+_EXACTLY_ONCE_REFUSED = {
+    "transactional.id": "Kafka option 'transactional.id' is not supported with deliveryGuarantee=exactly-once: "
+                        "kwire derives one per Spark partition from transactionalIdPrefix (default kwire-<query id>)",
+    "enable.idempotence": "Kafka option 'enable.idempotence' is not supported with deliveryGuarantee=exactly-once: "
+                          "transactions need the idempotent producer",
+    "acks": "Kafka option 'acks' is not supported with deliveryGuarantee=exactly-once: transactions need acks=all",
+}
 #: Options Spark itself sets on every data source (not the connector's).
 _SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
@@ -290,6 +304,14 @@ class SinkOptions:
     #: ``keyFormat`` / ``valueFormat``: the column is encoded by it (None: written as it is).
     key_format: Optional[FormatSpec] = None
     value_format: Optional[FormatSpec] = None
+    #: ``deliveryGuarantee``: :data:`AT_LEAST_ONCE` (Spark's connector's) or :data:`EXACTLY_ONCE`.
+    delivery_guarantee: str = AT_LEAST_ONCE
+    #: ``transactionalIdPrefix`` (exactly once): None is ``kwire-<query id>`` (see kwire.spark.exactly_once).
+    transactional_id_prefix: Optional[str] = None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == EXACTLY_ONCE
 
     def producer_config(self) -> Dict[str, Any]:
         """kwire producer options: the ``kafka.*`` options, the security
@@ -303,6 +325,8 @@ class SinkOptions:
         cfg.setdefault("client.id", "kwire-spark-writer")
         if "batch.size" not in cfg and "batch_size" not in cfg:
             cfg["batch.size"] = SINK_BATCH_SIZE
+        if self.exactly_once and "transaction.timeout.ms" not in cfg and "transaction_timeout_ms" not in cfg:
+            cfg["transaction.timeout.ms"] = EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
         return cfg
 
 
@@ -669,5 +693,20 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     topic = opts.get("topic")
     if "mode" in opts:
         log.warning("option 'mode' is a source option (how undecodable values are read): the sink ignores it")
+    guarantee = opts.get("deliveryguarantee", AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise SparkOptionError(f"option 'deliveryGuarantee' must be {AT_LEAST_ONCE} or {EXACTLY_ONCE}, "
+                               f"got {opts['deliveryguarantee']!r}")
+    prefix = opts.get("transactionalidprefix")
+    if guarantee == EXACTLY_ONCE:
+        for key, reason in _EXACTLY_ONCE_REFUSED.items():
+            if key in kafka and not (key == "acks" and kafka[key].strip().lower() in ("all", "-1")) \
+                    and not (key == "enable.idempotence" and kafka[key].strip().lower() == "true"):
+                raise SparkOptionError(reason)
+    elif prefix is not None:
+        raise SparkOptionError("option 'transactionalIdPrefix' needs deliveryGuarantee=exactly-once")
+    if prefix is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", prefix.strip()):
+        raise SparkOptionError(f"option 'transactionalIdPrefix' must be 1 to 200 of A-Z a-z 0-9 . _ -, got {prefix!r}")
     return SinkOptions(topic=topic.strip() if topic is not None else None, kafka=kafka,
-                       key_format=_format_spec(opts, "key", kafka), value_format=_format_spec(opts, "value", kafka))
+                       key_format=_format_spec(opts, "key", kafka), value_format=_format_spec(opts, "value", kafka),
+                       delivery_guarantee=guarantee, transactional_id_prefix=prefix.strip() if prefix else None)

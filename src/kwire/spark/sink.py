@@ -21,9 +21,12 @@ Nothing here needs the Python Data Source API (``kwire.spark.jobs`` uses it
 on PySpark 3.5): :class:`WriteResult` is a plain dataclass, wrapped into
 Spark's ``WriterCommitMessage`` by :mod:`kwire.spark.source`.
 
-At least once: every record of a task is sent, the producer is flushed
-before the task reports success, and any send error fails the task (Spark
-then retries it, which may write some records twice, as Spark's sink may).
+At least once by default: every record of a task is sent, the producer is
+flushed before the task reports success, and any send error fails the task
+(Spark then retries it, which may write some records twice, as Spark's sink
+may). Exactly once with ``deliveryGuarantee=exactly-once``: each task's rows
+go in one Kafka transaction that the driver commits
+(:mod:`kwire.spark.exactly_once`, which sends them with :func:`send_batches`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import logging
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +56,7 @@ from kwire.spark.formats import encode_batch
 from kwire.spark.options import SinkOptions
 from kwire.spark.typed import spark_arrow_type
 
-__all__ = ["SINK_COLUMNS", "validate_sink_schema", "write_batches", "rows_to_batches", "WriteResult", "producers"]
+__all__ = ["SINK_COLUMNS", "validate_sink_schema", "send_batches", "write_batches", "rows_to_batches", "WriteResult", "producers"]
 
 log = logging.getLogger(__name__)
 
@@ -134,26 +137,38 @@ def _by_topic(batch: pa.RecordBatch, sink: SinkOptions) -> Iterator[Tuple[str, p
         yield topic, batch.filter(pc.equal(col, topic))
 
 
-def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> WriteResult:
-    """Send every row of ``batches`` (``Producer.send_arrow``: encoded from
-    the Arrow buffers by the compiled core); flush; raise the first send
-    error."""
-    config = sink.producer_config()
-    producer = producers.get(config)
+def send_batches(producer: Producer, batches: Iterator[pa.RecordBatch], sink: SinkOptions,
+                 topics: Optional[List[str]] = None) -> int:
+    """Send every row of ``batches`` with ``producer``
+    (``Producer.send_arrow``: encoded from the Arrow buffers by the
+    compiled core); flush; raise the first send error. Returns the rows
+    sent; each topic written is added to ``topics`` (in order of first
+    appearance) when given."""
     pending: List[Future] = []
     count = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        for topic, rows in _by_topic(batch, sink):
+            if topics is not None and topic not in topics:
+                topics.append(topic)
+            if sink.key_format is not None or sink.value_format is not None:
+                rows = encode_batch(rows, topic, sink)
+            pending.append(producer.send_arrow(topic, rows, timestamp=None))
+        count += batch.num_rows
+        pending = _check(pending)
+    producer.flush()
+    _check(pending)
+    return count
+
+
+def write_batches(batches: Iterator[pa.RecordBatch], sink: SinkOptions) -> WriteResult:
+    """At least once: every row of ``batches`` sent by this worker's
+    producer for the sink's configuration (:func:`send_batches`)."""
+    config = sink.producer_config()
+    producer = producers.get(config)
     try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            for topic, rows in _by_topic(batch, sink):
-                if sink.key_format is not None or sink.value_format is not None:
-                    rows = encode_batch(rows, topic, sink)
-                pending.append(producer.send_arrow(topic, rows, timestamp=None))
-            count += batch.num_rows
-            pending = _check(pending)
-        producer.flush()
-        _check(pending)
+        count = send_batches(producer, batches, sink)
     except BaseException:
         producers.drop(config)
         raise

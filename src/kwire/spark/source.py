@@ -35,6 +35,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kwire.spark import exactly_once
 from kwire.spark.compat import FEATURES, require
 from kwire.spark.formats import TypedColumns, check_typed_schema, pin, pin_source
 from kwire.spark.offsets import OffsetRange, OffsetReader, plan_batch
@@ -183,7 +184,19 @@ class Written(WriterCommitMessage):
     records: int
 
 
-def _written(iterator: Iterator[pa.RecordBatch], sink: SinkOptions) -> Written:
+@dataclass
+class Prepared(exactly_once.Prepared, WriterCommitMessage):
+    """One task's open transaction (exactly once: :mod:`kwire.spark.exactly_once`) as Spark's commit message."""
+
+
+def _written(iterator: Iterator[pa.RecordBatch], sink: SinkOptions,
+             batch_prefix: Optional[str] = None) -> WriterCommitMessage:
+    """A task's write: at least once, or (``sink.exactly_once``) its rows
+    in a transaction left for the driver to commit (``batch_prefix``: the
+    batch write's transactional id prefix; None in a streaming write)."""
+    if sink.exactly_once:
+        done = exactly_once.prepare(iterator, sink, exactly_once.task_identity(sink, batch_prefix))
+        return Prepared(**vars(done))
     return Written(records=write_batches(iterator, sink).records)
 
 
@@ -194,25 +207,42 @@ def _acknowledged(messages: List[Optional[WriterCommitMessage]]) -> int:
 class KwireWriter(DataSourceArrowWriter):
     def __init__(self, sink: SinkOptions) -> None:
         self.sink = sink
+        # exactly once: made on the driver, so every attempt of a task has the same transactional id
+        self.batch_prefix = exactly_once.job_prefix(sink) if sink.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return _written(iterator, self.sink)
+        return _written(iterator, self.sink, self.batch_prefix)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.sink.exactly_once:
+            exactly_once.commit(messages, self.sink)
+            return
         log.info("kwire write: %d records", _acknowledged(messages))
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.sink.exactly_once:
+            exactly_once.abort(messages, self.sink)
+            return
         log.warning("kwire write aborted after %d records were acknowledged (at least once: a retry may repeat them)",
                     _acknowledged(messages))
 
 
 class _StreamCommits:
-    """The driver's side of a streaming write: a batch's outcome, logged."""
+    """The driver's side of a streaming write: a batch's transactions
+    committed or aborted (exactly once), or its outcome logged."""
+
+    sink: SinkOptions
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.sink.exactly_once:
+            exactly_once.commit(messages, self.sink, batchId)
+            return
         log.info("kwire stream write: batch %d, %d records", batchId, _acknowledged(messages))
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.sink.exactly_once:
+            exactly_once.abort(messages, self.sink, batchId)
+            return
         log.warning("kwire stream write: batch %d aborted (at least once: its retry may repeat records)", batchId)
 
 
