@@ -102,3 +102,76 @@ def test_commit_and_marker_against_the_coordinator(broker):
     assert again.already_committed and again.producer_id == -1
     with pytest.raises(Exception, match="batch 8: the tasks wrote batch 7"):
         commit([again], sink, 8)
+
+
+def test_cli_aborts_and_forgets_a_stopped_querys_leftovers(kafka, capsys):
+    """``kwire transactions abort --query`` aborts the transactions a query
+    left open (the partitions' read_committed readers move on), and
+    ``forget`` deletes its marker groups too; the sink's names are the ones
+    the command's pattern matches."""
+    import json
+    import re
+    import uuid
+
+    import pyarrow as pa
+
+    from kwire.cli.spark_cleanup import id_pattern, query_prefix
+    from kwire.spark.exactly_once import job_prefix, prepare
+    from support.cli_run import cli_runner
+
+    bootstrap = kafka.bootstrap("plaintext")
+    query = str(uuid.uuid4())
+    assert re.fullmatch(id_pattern(query_prefix(query)), TaskIdentity(query_prefix(query), 12, 3).transactional_id)
+    sink = parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": new_topic(bootstrap, 2),
+                               "deliveryGuarantee": "exactly-once"})
+    assert re.fullmatch(id_pattern("kwire-write"), TaskIdentity(job_prefix(sink), 0, None).transactional_id)
+    rows = pa.record_batch([pa.array([b"x", b"y"])], names=["value"])
+    done = prepare(iter([rows]), sink, TaskIdentity(query_prefix(query), 0, 0))
+    commit([Prepared(**vars(done))], sink, 0)                                  # partition 0: a marker
+    for p in (0, 1):                                                            # batch 1 left open
+        prepare(iter([rows]), sink, TaskIdentity(query_prefix(query), p, 1))
+    assert read_values(bootstrap, sink.topic, 2) == [b"x", b"y"]
+    run = cli_runner(capsys, bootstrap)
+    _, out, err = run("transactions", "abort", "--query", query, "--json")
+    assert {r["transactional_id"]: r["action"] for r in map(json.loads, out.splitlines())} == {
+        f"kwire-{query}-0": "aborted", f"kwire-{query}-1": "aborted"}
+    assert "2 open transactions aborted" in err
+    assert read_values(bootstrap, sink.topic, 2) == [b"x", b"y"]               # the aborted rows never show
+    assert len(read_values(bootstrap, sink.topic, 2, committed=False)) == 6
+    _, out, err = run("transactions", "forget", "--query", query)
+    # partition 1's group exists too, though its only offsets were aborted with batch 1
+    assert "0 open transactions aborted, 2 marker groups deleted" in err
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        assert marker_batch(admin, f"kwire-{query}-0", 30.0) is None
+    with pytest.raises(SystemExit, match="give --query"):
+        run("transactions", "forget")
+
+
+def test_streaming_query_writes_each_row_once(spark, broker, tmp_path):
+    """A streaming query (kwire's source to the exactly-once sink), run in
+    two parts from one checkpoint: every row once, and each Spark
+    partition's marker at the last batch."""
+    from .conftest import produce
+
+    src, dst = new_topic(broker.bootstrap, 3), new_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, src, 300, 3)
+
+    def run_once():
+        q = (spark.readStream.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", src).option("startingOffsets", "earliest").load()
+             .select("value").writeStream.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("topic", dst).option("deliveryGuarantee", "exactly-once")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        return q
+
+    q = run_once()
+    first = read_values(broker.bootstrap, dst, 2)
+    assert len(first) == 300 and len(set(first)) == 300
+    produce(broker.bootstrap, src, 150, 3, start=300)
+    q = run_once()
+    got = read_values(broker.bootstrap, dst, 2)
+    assert len(got) == 450 and len(set(got)) == 450
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        marks = {p: marker_batch(admin, f"kwire-{q.id}-{p}", 30.0) for p in range(3)}
+    assert max(m for m in marks.values() if m is not None) == q.lastProgress["batchId"]

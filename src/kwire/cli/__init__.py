@@ -307,8 +307,30 @@ def _abort_spec(a: Any, args: argparse.Namespace) -> Any:
     return AbortTransactionSpec(tp, s.producer_id, s.producer_epoch, s.coordinator_epoch or 0)
 
 
+def _clean_up_query(a: Any, args: argparse.Namespace) -> None:
+    """``abort|forget --query ID`` (or ``--prefix P``): a stopped Spark query's
+    exactly-once leftovers (kwire.cli.spark_cleanup)."""
+    from kwire.cli import spark_cleanup
+
+    if bool(args.query) == bool(args.prefix):
+        raise SystemExit(f"kwire transactions {args.action}: give --query (the streaming query's id) or --prefix "
+                         f"(its transactionalIdPrefix), one of them")
+    prefix = args.prefix or spark_cleanup.query_prefix(args.query)
+    run = spark_cleanup.forget if args.action == "forget" else spark_cleanup.abort
+    found, fenced = run(a, prefix)
+    states = dict(found.transactions)
+    _print_rows(args, ["transactional_id", "state", "action"], (
+        {"transactional_id": tid, "state": states[tid], "action": "aborted" if tid in fenced else "-"}
+        for tid in sorted(states)))
+    said = f"{prefix}: {len(found.transactions)} transactional ids, {len(fenced)} open transactions aborted"
+    if args.action == "forget":
+        said += f", {len(found.groups)} marker groups deleted"
+    print(said, file=sys.stderr)
+
+
 def cmd_transactions(args: argparse.Namespace) -> int:
-    """``kwire transactions list | describe | describe-producers | abort | fence`` (KIP-664)."""
+    """``kwire transactions list | describe | describe-producers | abort | fence`` (KIP-664), and
+    ``abort | forget --query`` for a Spark query's exactly-once sink."""
     from kwire.admin import Admin
     from kwire.types import TopicPartition
 
@@ -338,6 +360,8 @@ def cmd_transactions(args: argparse.Namespace) -> int:
                  "last_timestamp": s.last_timestamp, "coordinator_epoch": s.coordinator_epoch,
                  "current_transaction_start_offset": s.current_transaction_start_offset}
                 for s in a.describe_producers([tp])[tp]))
+        elif args.action == "forget" or (args.action == "abort" and (args.query or args.prefix)):
+            _clean_up_query(a, args)
         elif args.action == "abort":
             spec = _abort_spec(a, args)
             a.abort_transaction(spec)
@@ -536,7 +560,10 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("transactions", help="list, describe, abort (KIP-664) or fence transactions; describe a "
                                             "partition's producers")
     common(p)
-    p.add_argument("action", choices=["list", "describe", "describe-producers", "abort", "fence"])
+    p.add_argument("action", choices=["list", "describe", "describe-producers", "abort", "fence", "forget"])
+    p.add_argument("--query", metavar="ID", help="abort, forget: the leftovers of this Spark streaming query's "
+                                                  "exactly-once sink (stop the query first)")
+    p.add_argument("--prefix", metavar="P", help="abort, forget: the same for the sink's transactionalIdPrefix")
     p.add_argument("--transactional-id", action="append", metavar="ID", help="describe, fence (repeatable)")
     p.add_argument("--state", action="append", help="list: only transactions in this state (Ongoing, ...; repeatable)")
     p.add_argument("--producer-id-filter", action="append", type=int, metavar="ID", help="list: only these producers")
