@@ -196,6 +196,9 @@ class Message:
         self.kind = d["type"]
         self.api_key = d.get("apiKey")
         self.valid = versions(d["validVersions"])
+        # Kafka's "latestVersionUnstable": the newest version is still being designed (brokers offer it only
+        # with unstable.api.versions.enable); kwire decodes it but does not send it (MAX_STABLE_VERSION)
+        self.max_stable = self.valid[1] - 1 if d.get("latestVersionUnstable") else self.valid[1]
         self.flexible = versions(d.get("flexibleVersions"))
         self.structs: Dict[str, Struct] = {}
         for cs in d.get("commonStructs", []):
@@ -571,6 +574,8 @@ def generate() -> str:
         class_lines.append(f"{msg.name}.API_KEY = {msg.api_key!r}")
         class_lines.append(f"{msg.name}.MIN_VERSION = {msg.valid[0]}")
         class_lines.append(f"{msg.name}.MAX_VERSION = {msg.valid[1]}")
+        if msg.max_stable != msg.valid[1]:
+            class_lines.append(f"{msg.name}.MAX_STABLE_VERSION = {msg.max_stable}")
         class_lines.append(f"{msg.name}.FLEXIBLE_MIN = {msg.flexible[0] if msg.flexible[0] <= msg.flexible[1] else None!r}")
         class_lines.append("")
         decs, encs = [], []

@@ -1802,6 +1802,7 @@ class InitProducerIdRequest(_Message):
 InitProducerIdRequest.API_KEY = 22
 InitProducerIdRequest.MIN_VERSION = 0
 InitProducerIdRequest.MAX_VERSION = 6
+InitProducerIdRequest.MAX_STABLE_VERSION = 5
 InitProducerIdRequest.FLEXIBLE_MIN = 2
 
 class InitProducerIdResponse(_Message):

@@ -131,7 +131,9 @@ def client_ranges(apis: Mapping[int, Sequence[Any]]) -> Dict[int, Tuple[int, int
 
     ``apis`` maps each api key to the classes that must all handle a version
     (normally the request class and the response class); each class has the
-    attributes ``MIN_VERSION`` and ``MAX_VERSION``. The range of an API is
+    attributes ``MIN_VERSION`` and ``MAX_VERSION`` (and ``MAX_STABLE_VERSION``
+    where Kafka's definition marks the newest version unstable: that one is
+    decoded, never sent). The range of an API is
     where all its classes overlap; an API whose classes do not overlap is
     left out. The classes are an argument, not imported here, so that this
     module stays free of the generated message classes (:mod:`kwire.protocol`
@@ -140,7 +142,7 @@ def client_ranges(apis: Mapping[int, Sequence[Any]]) -> Dict[int, Tuple[int, int
     out: Dict[int, Tuple[int, int]] = {}
     for key, classes in apis.items():
         lo = max(cls.MIN_VERSION for cls in classes)
-        hi = min(cls.MAX_VERSION for cls in classes)
+        hi = min(getattr(cls, "MAX_STABLE_VERSION", cls.MAX_VERSION) for cls in classes)
         if lo <= hi:
             out[key] = (lo, hi)
     return out
