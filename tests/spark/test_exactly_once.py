@@ -115,7 +115,7 @@ def test_cli_aborts_and_forgets_a_stopped_querys_leftovers(kafka, capsys):
 
     import pyarrow as pa
 
-    from kwire.cli.spark_cleanup import id_pattern, query_prefix
+    from kwire.admin_ops.leftovers import id_pattern, query_prefix
     from kwire.spark.exactly_once import job_prefix, prepare
     from support.cli_run import cli_runner
 
@@ -175,3 +175,34 @@ def test_streaming_query_writes_each_row_once(spark, broker, tmp_path):
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         marks = {p: marker_batch(admin, f"kwire-{q.id}-{p}", 30.0) for p in range(3)}
     assert max(m for m in marks.values() if m is not None) == q.lastProgress["batchId"]
+
+
+def test_kwire_spark_write_jobs_exactly_once(spark, kafka):
+    """``kwire.spark.write`` (Spark 3.5's way, and foreachBatch's): a job
+    visible whole; a failed job leaves nothing visible and nothing open (its
+    transactions aborted at once, so read_committed readers are not held
+    back); a micro-batch written twice with one batch_id is written once."""
+    from pyspark.sql import functions as F
+
+    import kwire.spark
+    from kwire.admin_ops.leftovers import find
+
+    bootstrap = kafka.bootstrap("plaintext")
+    topic = new_topic(bootstrap, 2)
+    opts = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "deliveryGuarantee": "exactly-once"}
+    df = spark.createDataFrame([(f"v{i}",) for i in range(400)], "value string").repartition(3)
+    assert kwire.spark.write(df, **opts) == 400
+    boom = F.udf(lambda v: v if v != "v7" else 1 // 0, "string")
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        kwire.spark.write(df.select(boom("value").alias("value")), **opts, transactionalIdPrefix="failing")
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        left = find(admin, "failing")
+    assert left.transactions and left.open == []       # tasks had transactions; none is left open
+    batch = spark.createDataFrame([(f"b{i}",) for i in range(90)], "value string").repartition(3)
+    each = dict(opts, transactionalIdPrefix=f"fb-{topic}")
+    assert kwire.spark.write(batch, batch_id=5, **each) == 90
+    assert kwire.spark.write(batch, batch_id=5, **each) == 0              # the markers say batch 5 committed
+    got = read_values(bootstrap, topic, 2)
+    assert len(got) == 490 and len(set(got)) == 490
+    with pytest.raises(Exception, match="needs transactionalIdPrefix"):
+        kwire.spark.write(batch, batch_id=6, **opts)

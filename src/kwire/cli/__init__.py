@@ -309,14 +309,14 @@ def _abort_spec(a: Any, args: argparse.Namespace) -> Any:
 
 def _clean_up_query(a: Any, args: argparse.Namespace) -> None:
     """``abort|forget --query ID`` (or ``--prefix P``): a stopped Spark query's
-    exactly-once leftovers (kwire.cli.spark_cleanup)."""
-    from kwire.cli import spark_cleanup
+    exactly-once leftovers (kwire.admin_ops.leftovers)."""
+    from kwire.admin_ops import leftovers
 
     if bool(args.query) == bool(args.prefix):
         raise SystemExit(f"kwire transactions {args.action}: give --query (the streaming query's id) or --prefix "
                          f"(its transactionalIdPrefix), one of them")
-    prefix = args.prefix or spark_cleanup.query_prefix(args.query)
-    run = spark_cleanup.forget if args.action == "forget" else spark_cleanup.abort
+    prefix = args.prefix or leftovers.query_prefix(args.query)
+    run = leftovers.forget if args.action == "forget" else leftovers.abort
     found, fenced = run(a, prefix)
     states = dict(found.transactions)
     _print_rows(args, ["transactional_id", "state", "action"], (

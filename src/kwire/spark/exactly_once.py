@@ -74,6 +74,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import pyarrow as pa
 
 from kwire.admin import Admin
+from kwire.admin_ops import leftovers
 from kwire.config import ADMIN, canonical_name
 from kwire.errors import KwireError
 from kwire.producer import Producer
@@ -83,7 +84,7 @@ from kwire.spark.sink import send_batches
 from kwire.types import OffsetAndMetadata
 
 __all__ = ["Prepared", "TaskIdentity", "ExactlyOnceCommitError", "task_identity", "job_prefix", "prepare",
-           "commit", "abort", "marker_batch", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
+           "commit", "abort", "abort_job", "fence", "marker_batch", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -308,11 +309,19 @@ def _warn_slow(todo: Sequence[Prepared], sink: SinkOptions, batch_id: Optional[i
                     batch_id, took, limit)
 
 
-def abort(messages: Sequence[Any], sink: SinkOptions, batch_id: Optional[int] = None) -> None:
-    """Abort every task's transaction (the job or batch failed); a transaction
+def abort(messages: Sequence[Any], sink: SinkOptions, batch_id: Optional[int] = None,
+          prefix: Optional[str] = None) -> None:
+    """Abort every task's transaction (the job or batch failed): those the
+    tasks reported (EndTxn), and those of the tasks that reported nothing
+    (Spark's ``None`` in their slot: failed, killed, or lost with their
+    executor), whose transactional ids (``prefix``, else the reporting
+    tasks') are fenced, which aborts what they left open instead of letting
+    it hold back read_committed readers until it times out. A transaction
     already ended or fenced is left as it is."""
     todo = [p for p in _prepared(messages) if p.producer_id >= 0]
-    if not todo:
+    prefix = prefix or next((p.transactional_id.rsplit("-", 1)[0] for p in _prepared(messages)), None)
+    silent = [f"{prefix}-{i}" for i, m in enumerate(messages) if not isinstance(m, Prepared)] if prefix else []
+    if not todo and not silent:
         return
     with Admin(admin_config(sink)) as admin:
         for p in todo:
@@ -323,5 +332,33 @@ def abort(messages: Sequence[Any], sink: SinkOptions, batch_id: Optional[int] = 
                 log.warning("kwire exactly-once: batch %s: abort of %s: %s (a transaction left open is aborted by "
                             "its coordinator after transaction.timeout.ms, or by the partition's next attempt)",
                             batch_id, p.transactional_id, e)
-    log.warning("kwire exactly-once: batch %s aborted: %d transactions, none of their rows visible", batch_id,
-                len(todo))
+        fence(admin, silent, batch_id)
+    log.warning("kwire exactly-once: batch %s aborted: %d transactions, %d transactional ids of tasks that reported "
+                "nothing fenced; none of their rows visible", batch_id, len(todo), len(silent))
+
+
+def abort_job(sink: SinkOptions, prefix: str, batch_id: Optional[int] = None) -> None:
+    """After a failed ``kwire.spark.write`` job, whose tasks' reports never
+    reached the driver: every open transaction of ``prefix``'s ids aborted
+    (found with ListTransactions: :mod:`kwire.admin_ops.leftovers`)."""
+    try:
+        with Admin(admin_config(sink)) as admin:
+            found, fenced = leftovers.abort(admin, prefix, END_TIMEOUT)
+    except KwireError as e:
+        log.warning("kwire exactly-once: batch %s: the open transactions of %s not aborted: %s (their coordinators "
+                    "abort them after transaction.timeout.ms, or the partitions' next attempts do)", batch_id, prefix, e)
+        return
+    log.warning("kwire exactly-once: batch %s failed: %d open transactions of %s aborted; none of their rows visible",
+                batch_id, len(fenced), prefix)
+
+
+def fence(admin: Admin, transactional_ids: Sequence[str], batch_id: Optional[int]) -> None:
+    """Fence ``transactional_ids`` (their open transactions aborted), logging a failure."""
+    if not transactional_ids:
+        return
+    try:
+        admin.fence_producers(transactional_ids, timeout=END_TIMEOUT)
+    except KwireError as e:
+        log.warning("kwire exactly-once: batch %s: fencing %s: %s (a transaction left open is aborted by its "
+                    "coordinator after transaction.timeout.ms, or by the partition's next attempt)",
+                    batch_id, ", ".join(transactional_ids), e)

@@ -41,7 +41,11 @@ Spark of most EMR, Dataproc and Databricks LTS runtimes) does not have.
   before the task ends); only the columns the sink takes go to the tasks.
   It returns the number of records written. At least once, as the data
   source sink and Spark's: a send error fails the task (and the job), and
-  a retried task may send records twice.
+  a retried task may send records twice. With
+  ``deliveryGuarantee=exactly-once`` (:mod:`kwire.spark.exactly_once`)
+  each task's rows go in a transaction that this call commits when the
+  job succeeded and aborts when it failed: the whole DataFrame becomes
+  visible at once, or nothing of it.
 
 What Spark 3.5 cannot have, having no Python Data Source API (4.0 on):
 
@@ -71,6 +75,16 @@ What Spark 3.5 cannot have, having no Python Data Source API (4.0 on):
       stream.writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **sink_options)).start()
 
   At least once: a micro-batch replayed after a failure is written again.
+  Exactly once: pass the micro-batch's id, and a ``transactionalIdPrefix``
+  of the query's own (kept across its restarts)::
+
+      stream.writeStream.foreachBatch(lambda batch, batch_id: kwire.spark.write(
+          batch, batch_id=batch_id, deliveryGuarantee="exactly-once", transactionalIdPrefix="orders-clean",
+          **sink_options)).start()
+
+  A micro-batch run again after a restart writes only the partitions whose
+  marker does not show it committed (the batch must be deterministic: the
+  same rows in the same Spark partitions).
 
 This module imports neither :mod:`kwire.spark.source` nor
 ``pyspark.sql.datasource``: it needs ``DataFrame.mapInArrow`` only (Spark
@@ -79,12 +93,15 @@ Connect's too from 3.5), so it works the same on 4.x.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import pyarrow as pa
 
+from kwire.spark import exactly_once
+from kwire.spark.errors import SparkOptionError
 from kwire.spark.formats import TypedColumns, pin_source
 from kwire.spark.offsets import OffsetRange, plan_batch
 from kwire.spark.options import SinkOptions, SourceOptions, parse_sink_options, parse_source_options
@@ -99,7 +116,7 @@ __all__ = ["read", "write", "RangeReader", "PartitionWriter"]
 
 log = logging.getLogger(__name__)
 
-_WRITTEN = pa.schema([pa.field("records", pa.int64())])
+_WRITTEN = pa.schema([pa.field("records", pa.int64()), pa.field("prepared", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -124,13 +141,25 @@ class RangeReader:
 @dataclass(frozen=True)
 class PartitionWriter:
     """The write's ``mapInArrow`` function: sends every row of its Spark
-    partition, then yields one row, the number of records sent."""
+    partition, then yields one row: the number of records sent and, exactly
+    once (``prefix`` given), the task's open transaction as JSON
+    (:class:`kwire.spark.exactly_once.Prepared`)."""
 
     sink: SinkOptions
+    prefix: Optional[str] = None         # exactly once: the job's (or the query's) transactional id prefix
+    batch_id: Optional[int] = None       # exactly once in foreachBatch: the micro-batch
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        records = write_batches(batches, self.sink).records
-        yield pa.RecordBatch.from_arrays([pa.array([records], pa.int64())], schema=_WRITTEN)
+        if self.prefix is None:
+            records, prepared = write_batches(batches, self.sink).records, None
+        else:
+            from pyspark import TaskContext
+
+            ident = exactly_once.TaskIdentity(self.prefix, TaskContext.get().partitionId(), self.batch_id)
+            done = exactly_once.prepare(batches, self.sink, ident)
+            records, prepared = done.records, json.dumps(vars(done))
+        yield pa.RecordBatch.from_arrays([pa.array([records], pa.int64()), pa.array([prepared], pa.string())],
+                                         schema=_WRITTEN)
 
 
 def read(spark: "SparkSession", **options: Any) -> "DataFrame":
@@ -146,18 +175,46 @@ def read(spark: "SparkSession", **options: Any) -> "DataFrame":
     return plan.mapInArrow(RangeReader(opts, ranges, typed), schema)
 
 
-def write(df: "DataFrame", **options: Any) -> int:
+def write(df: "DataFrame", batch_id: Optional[int] = None, **options: Any) -> int:
     """Write ``df`` to Kafka with ``df.write.format("kwire")``'s options and
     schema checks; runs the job, returns the number of records written (at
-    least once: see the module's docstring). A streaming DataFrame is
-    refused: write its micro-batches with ``foreachBatch``."""
+    least once, or exactly once with ``deliveryGuarantee=exactly-once``:
+    see the module's docstring). A streaming DataFrame is refused: write
+    its micro-batches with ``foreachBatch``, passing the micro-batch's id
+    as ``batch_id`` for exactly once."""
     if df.isStreaming:
         raise ValueError("kwire.spark.write writes a batch DataFrame (an action); write a stream's micro-batches "
                          "with df.writeStream.foreachBatch(lambda batch, _: kwire.spark.write(batch, **options))")
     sink = parse_sink_options(options)
     validate_sink_schema(df.schema, sink)
     columns = [c for c in df.columns if c in SINK_COLUMNS and not (c == "topic" and sink.topic is not None)]
-    counts = df.select(*columns).mapInArrow(PartitionWriter(sink), "records long").collect()
-    written = sum(row[0] for row in counts)
-    log.info("kwire.spark.write: %d records in %d Spark partitions", written, len(counts))
+    writer = PartitionWriter(sink, *_exactly_once_ids(sink, batch_id))
+    try:
+        rows = df.select(*columns).mapInArrow(writer, "records long, prepared string").collect()
+    except BaseException:
+        if writer.prefix is not None:
+            exactly_once.abort_job(sink, writer.prefix, batch_id)
+        raise
+    if writer.prefix is not None:
+        written = exactly_once.commit([exactly_once.Prepared(**json.loads(r[1])) for r in rows], sink, batch_id)
+    else:
+        written = sum(row[0] for row in rows)
+    log.info("kwire.spark.write: %d records in %d Spark partitions", written, len(rows))
     return written
+
+
+def _exactly_once_ids(sink: SinkOptions, batch_id: Optional[int]) -> Tuple[Optional[str], Optional[int]]:
+    """The write's transactional id prefix and micro-batch: none at least
+    once; a fresh prefix for a batch job; the query's own
+    (``transactionalIdPrefix``, the same in every run) for a micro-batch."""
+    if not sink.exactly_once:
+        if batch_id is not None:
+            raise SparkOptionError("kwire.spark.write: batch_id is for deliveryGuarantee=exactly-once")
+        return None, None
+    if batch_id is None:
+        return exactly_once.job_prefix(sink), None
+    if sink.transactional_id_prefix is None:
+        raise SparkOptionError("kwire.spark.write(batch, batch_id=...) in foreachBatch needs transactionalIdPrefix, "
+                               "the same in every run of the query (it names each partition's transactions and "
+                               "markers)")
+    return sink.transactional_id_prefix, int(batch_id)

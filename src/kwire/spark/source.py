@@ -221,7 +221,7 @@ class KwireWriter(DataSourceArrowWriter):
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.sink.exactly_once:
-            exactly_once.abort(messages, self.sink)
+            exactly_once.abort(messages, self.sink, prefix=self.batch_prefix)
             return
         log.warning("kwire write aborted after %d records were acknowledged (at least once: a retry may repeat them)",
                     _acknowledged(messages))

@@ -1,9 +1,11 @@
-"""``kwire transactions abort|forget --query ID`` (or ``--prefix P``): what a
-Spark query's exactly-once sink (:mod:`kwire.spark.exactly_once`) leaves
-behind when the query is never run again: transactions left open by its
-last batch (their coordinators would abort them after
+"""What a Spark query's or job's exactly-once sink
+(:mod:`kwire.spark.exactly_once`) leaves behind, found, aborted and
+deleted: transactions left open by a query never run again or a job that
+failed (their coordinators would abort them after
 ``transaction.timeout.ms``; until then they hold back read_committed
-readers of the partitions they wrote), and its marker groups.
+readers of the partitions they wrote), and a query's marker groups. Used
+by ``kwire transactions abort|forget --query ID`` (or ``--prefix P``) and
+by ``kwire.spark.write`` after a failed job.
 
 The names are the sink's: transactional ids ``<prefix>-<Spark partition>``
 for a streaming query (prefix ``kwire-<query id>`` unless
@@ -13,6 +15,7 @@ tests/spark/test_exactly_once.py checks that :func:`id_pattern` matches the
 ids the sink makes.
 
 Stop the query first: fencing its ids fails the batch it is writing.
+The admin client is the caller's (this module imports none).
 """
 
 from __future__ import annotations
