@@ -206,3 +206,14 @@ def test_kwire_spark_write_jobs_exactly_once(spark, kafka):
     assert len(got) == 490 and len(set(got)) == 490
     with pytest.raises(Exception, match="needs transactionalIdPrefix"):
         kwire.spark.write(batch, batch_id=6, **opts)
+
+
+def test_a_timeout_above_the_brokers_maximum_is_refused_on_the_driver(spark, kafka):
+    """kafka.transaction.timeout.ms above transaction.max.timeout.ms (15
+    minutes by default) is refused before any task runs, naming both."""
+    bootstrap = kafka.bootstrap("plaintext")
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(PySparkException, match="transaction.timeout.ms=3600000 is above the brokers' "
+                                               "transaction.max.timeout.ms=900000"):
+        kwire_write(df, bootstrap, topic=new_topic(bootstrap, 1), deliveryGuarantee="exactly-once",
+                    **{"kafka.transaction.timeout.ms": "3600000"}).save()

@@ -92,3 +92,17 @@ def start_foreach_batch(writer: Any) -> Any:
             if "waiting for the Python worker to connect back" not in str(e) or attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def committed_values(bootstrap: str, topic: str, partitions: int) -> List[bytes]:
+    """Every value of ``topic`` a read_committed reader sees, sorted."""
+    from kwire.consumer import Consumer
+
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed", group_id=None) as c:
+        tps = [(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends, out = c.end_offsets(tps), []
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            out.extend(r.value for rs in c.poll(1.0).values() for r in rs)
+        return sorted(out)

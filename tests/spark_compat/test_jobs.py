@@ -247,6 +247,37 @@ def test_foreach_batch_writes_each_micro_batch(spark, kafka_bootstrap, tmp_path)
         (f"k{f}-{i}".encode(), f"v{f}-{i}".encode()) for f in range(3) for i in range(10))
 
 
+def test_foreach_batch_exactly_once(spark, kafka_bootstrap, tmp_path):
+    """Exactly once on any release through foreachBatch: each micro-batch
+    written with its id (a micro-batch written again writes nothing), and a
+    batch job visible whole."""
+    from compat_util import committed_values
+
+    topic = new_topic(kafka_bootstrap, 2, prefix="jobs-eos")
+    sink = {"kafka.bootstrap.servers": kafka_bootstrap, "topic": topic, "deliveryGuarantee": "exactly-once"}
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        (source / f"{f}.json").write_text("".join(json.dumps({"v": f"v{f}-{i}"}) + "\n" for i in range(10)))
+    counts = []
+
+    def each(batch, batch_id):
+        rows = batch.selectExpr("v AS value")
+        counts.append(kwire.spark.write(rows, batch_id=batch_id, transactionalIdPrefix=f"compat-{topic}", **sink))
+        counts.append(kwire.spark.write(rows, batch_id=batch_id, transactionalIdPrefix=f"compat-{topic}", **sink))
+
+    stream = spark.readStream.schema("v string").option("maxFilesPerTrigger", 1).json(str(source))
+    q = (stream.writeStream.foreachBatch(each).option("checkpointLocation", str(tmp_path / "ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert not q.isActive and q.exception() is None, q.exception()
+    assert counts == [10, 0, 10, 0]
+    df = spark.createDataFrame([(f"w{i}",) for i in range(30)], "value string")
+    assert kwire.spark.write(df, **sink) == 30
+    assert committed_values(kafka_bootstrap, topic, 2) == sorted(
+        [f"v{f}-{i}".encode() for f in range(2) for i in range(10)] + [f"w{i}".encode() for i in range(30)])
+
+
 def test_a_send_error_fails_the_job(spark, kafka_bootstrap):
     """A record for a partition the topic does not have fails the task,
     and the job, naming the partition."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from compat_util import available_now, new_topic, produce, read, read_stream, rows
+from compat_util import available_now, committed_values, new_topic, produce, read, read_stream, rows
 from kwire.spark import FEATURES
 
 pytestmark = pytest.mark.skipif(not FEATURES.data_source,
@@ -97,6 +97,35 @@ def test_stream_write(spark, kafka_bootstrap, tmp_path):
     got = rows(read(spark, "kwire", kafka_bootstrap, subscribe=target, includeHeaders="true"))
     assert _kafka_rows(got) == _kafka_rows(rows(read(spark, "kwire", kafka_bootstrap, subscribe=source,
                                                      includeHeaders="true")))
+
+
+def test_exactly_once_batch_and_stream_writes(spark, kafka_bootstrap, tmp_path):
+    """deliveryGuarantee=exactly-once on the release: a batch write, and a
+    stream run twice from one checkpoint (rows in on 4.0, Arrow from 4.1;
+    the batch and query ids from the tasks' local properties): each row
+    once to a read_committed reader, and the last batch's marker there."""
+    from kwire.admin import Admin
+    from kwire.spark.exactly_once import marker_batch
+
+    eos = {"kafka.bootstrap.servers": kafka_bootstrap, "deliveryGuarantee": "exactly-once"}
+    batch_topic = new_topic(kafka_bootstrap, 2, prefix="eos-batch")
+    df = spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string")
+    writer = df.write.mode("append").format("kwire").option("topic", batch_topic)
+    for k, v in eos.items():
+        writer = writer.option(k, v)
+    writer.save()
+    assert committed_values(kafka_bootstrap, batch_topic, 2) == sorted(f"v{i}".encode() for i in range(50))
+    source = _source(kafka_bootstrap, "eos-src")
+    target = new_topic(kafka_bootstrap, 2, prefix="eos-dst")
+    stream = read_stream(spark, "kwire", kafka_bootstrap, subscribe=source, startingOffsets="earliest")
+    for extra in (0, 30):
+        produce(kafka_bootstrap, source, extra, PARTITIONS, start=RECORDS)
+        q = available_now(stream.select("value"), str(tmp_path / "ckpt"), fmt="kwire", topic=target, **eos)
+    got = committed_values(kafka_bootstrap, target, 2)
+    assert len(got) == RECORDS + 30 and len(set(got)) == len(got)
+    with Admin(bootstrap_servers=kafka_bootstrap) as admin:
+        marks = [marker_batch(admin, f"kwire-{q.id}-{p}", 30.0) for p in range(PARTITIONS)]
+    assert max(m for m in marks if m is not None) == q.lastProgress["batchId"]
 
 
 # ------------------------------------------------ Spark's connector, same release

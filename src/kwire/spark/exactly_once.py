@@ -79,12 +79,13 @@ from kwire.config import ADMIN, canonical_name
 from kwire.errors import KwireError
 from kwire.producer import Producer
 from kwire.protocol.api_keys import ErrorCode
+from kwire.spark.errors import SparkOptionError
 from kwire.spark.options import SinkOptions
 from kwire.spark.sink import send_batches
 from kwire.types import OffsetAndMetadata
 
 __all__ = ["Prepared", "TaskIdentity", "ExactlyOnceCommitError", "task_identity", "job_prefix", "prepare",
-           "commit", "abort", "abort_job", "fence", "marker_batch", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
+           "commit", "abort", "abort_job", "fence", "marker_batch", "check_transaction_timeout", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,9 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 TEST_HOOK_ENV = "KWIRE_TEST_EXACTLY_ONCE_HOOK"
 #: Seconds each driver-side ``EndTxn`` may take (retried through coordinator moves meanwhile).
 END_TIMEOUT = 120.0
+#: Below this ``transaction.timeout.ms`` the driver warns (a micro-batch must end within it).
+SHORT_TIMEOUT_MS = 60_000
+MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 _FENCED = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE)
 
 
@@ -164,6 +168,33 @@ def task_identity(sink: SinkOptions, batch_prefix: Optional[str]) -> TaskIdentit
 def admin_config(sink: SinkOptions) -> Dict[str, Any]:
     """The sink's ``kafka.*`` options an admin client takes (connection and security)."""
     return {k: v for k, v in sink.producer_config().items() if canonical_name(k) in ADMIN}
+
+
+def check_transaction_timeout(sink: SinkOptions) -> None:
+    """On the driver, before any task runs: refuse a ``transaction.timeout.ms``
+    above the brokers' ``transaction.max.timeout.ms`` (every task's
+    InitProducerId would be refused), and warn below
+    :data:`SHORT_TIMEOUT_MS` (a micro-batch, from its first task to the
+    driver's commit, must end within it). A broker that cannot describe its
+    configs is not asked again: the tasks' InitProducerId then says it."""
+    ms = int(_timeout_s(sink.producer_config()) * 1000)
+    if ms < SHORT_TIMEOUT_MS:
+        log.warning("kwire exactly-once: kafka.transaction.timeout.ms=%d: a micro-batch whose first task began more "
+                    "than %.0f s before the driver's commit fails (its transactions aborted by their coordinators)",
+                    ms, ms / 1000)
+    try:
+        with Admin(admin_config(sink)) as admin:
+            broker = admin.describe_cluster(timeout=30.0).brokers[0].node_id
+            entry = admin.describe_configs(brokers=[broker], timeout=30.0)[("broker", str(broker))].get(
+                MAX_TIMEOUT_CONFIG)
+    except KwireError as e:
+        log.info("kwire exactly-once: %s not read (%s): the tasks' InitProducerId checks the timeout", MAX_TIMEOUT_CONFIG,
+                 e)
+        return
+    if entry is not None and entry.value is not None and ms > int(entry.value):
+        raise SparkOptionError(f"deliveryGuarantee=exactly-once: transaction.timeout.ms={ms} is above the brokers' "
+                               f"{MAX_TIMEOUT_CONFIG}={entry.value}: lower kafka.transaction.timeout.ms, or raise "
+                               f"{MAX_TIMEOUT_CONFIG} on the brokers (a micro-batch must end within it)")
 
 
 def marker_batch(admin: Admin, transactional_id: str, timeout: float) -> Optional[int]:

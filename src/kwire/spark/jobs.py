@@ -211,6 +211,7 @@ def _exactly_once_ids(sink: SinkOptions, batch_id: Optional[int]) -> Tuple[Optio
         if batch_id is not None:
             raise SparkOptionError("kwire.spark.write: batch_id is for deliveryGuarantee=exactly-once")
         return None, None
+    exactly_once.check_transaction_timeout(sink)
     if batch_id is None:
         return exactly_once.job_prefix(sink), None
     if sink.transactional_id_prefix is None:

@@ -81,6 +81,16 @@ def _refuse_limits(options: Mapping[str, Any]) -> None:
             require("admission_control", f"the source option {name!r}", FEATURES)
 
 
+def _sink(options: Mapping[str, Any], schema: StructType) -> SinkOptions:
+    """A write's options, checked with the DataFrame's schema (and, exactly
+    once, the transaction timeout against the brokers')."""
+    sink = parse_sink_options(options)
+    validate_sink_schema(schema, sink)
+    if sink.exactly_once:
+        exactly_once.check_transaction_timeout(sink)
+    return sink
+
+
 class KwireDataSource(DataSource):
     """``spark.read.format("kwire")``, ``spark.readStream.format("kwire")``
     and the same for ``write`` / ``writeStream``."""
@@ -116,13 +126,10 @@ class KwireDataSource(DataSource):
         return KwireStreamReader(opts, typed)
 
     def writer(self, schema: StructType, overwrite: bool) -> "KwireWriter":
-        sink = parse_sink_options(self.options)
-        validate_sink_schema(schema, sink)
-        return KwireWriter(sink)
+        return KwireWriter(_sink(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        sink = parse_sink_options(self.options)
-        validate_sink_schema(schema, sink)
+        sink = _sink(self.options, schema)
         if FEATURES.stream_arrow_writer:
             return KwireStreamWriter(sink)
         return KwireRowStreamWriter(sink, schema)
