@@ -690,7 +690,10 @@ class Admin:
                                            max(0.1, deadline - time.monotonic()))
                 broker = coordinator_from_response(found, key, key_type)
                 remember_broker(client, broker)
-                conn = yield from client.wait_ready_steps(broker.node_id, deadline)
+                # fail_over: a coordinator that cannot be reached (killed, its node not yet fenced)
+                # sends us back to FindCoordinator, which names its successor once there is one,
+                # instead of the whole deadline going on the dead one
+                conn = yield from client.wait_ready_steps(broker.node_id, deadline, fail_over=True)
                 request = make(conn.versions)
                 version = capped_version(conn.versions, type(request).API_KEY, caps)
                 resp = yield from client.wait_steps(client.send(broker.node_id, request, version), max(0.0, deadline - time.monotonic()))
