@@ -245,8 +245,18 @@ XDIST_UNITS = (
 )
 
 
+#: A test marked ``cluster`` outside tests/cluster/ (a Spark sink's commit through a broker's death) joins
+#: the cluster's unit: its own unit's worker would run a second three-node cluster beside that one.
+MARKED_UNITS = {"cluster": "tests/cluster/"}
+
+
+def _unit_path(nodeid: str, marked) -> str:
+    """The path that places a test in its unit: its file's, or a marker's (MARKED_UNITS; ``marked(name)``)."""
+    return next((prefix for mark, prefix in MARKED_UNITS.items() if marked(mark)), nodeid.split("::", 1)[0])
+
+
 def _unit(item) -> tuple:
-    path = item.nodeid.split("::", 1)[0]
+    path = _unit_path(item.nodeid, item.get_closest_marker)
     for rank, (prefix, group) in enumerate(XDIST_UNITS):
         if path.startswith(prefix):
             return rank, group
@@ -283,7 +293,7 @@ _UNIT_SECONDS: Dict[str, float] = collections.defaultdict(float)    # unit -> se
 def pytest_runtest_logreport(report):
     """Each test phase's time, added to its unit's (in the main process: under
     xdist, the workers' reports arrive here)."""
-    path = report.nodeid.split("::", 1)[0]
+    path = _unit_path(report.nodeid, lambda mark: mark in getattr(report, "keywords", {}))
     unit = next((group for prefix, group in XDIST_UNITS if path.startswith(prefix)), path)
     _UNIT_SECONDS[unit] += getattr(report, "duration", 0.0)
 

@@ -113,11 +113,9 @@ import pytest
 
 from kwire import protocol
 from kwire._codec import decode, parse_control_key
-from kwire.admin import NewTopic
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
 from kwire.consumer import Consumer
-from kwire.coordinator import TRANSACTION_KEY, coordinator_from_response, find_coordinator_request
 from kwire.errors import InvalidProducerEpochError, ProducerFencedError
 from kwire.producer import Producer
 from kwire.transactions import TransactionStateError
@@ -166,16 +164,6 @@ class Txn:
         return [v for vs in self.values.values() for v in vs]
 
 
-def _topics(cluster, *prefixes: str) -> List[str]:
-    """New topics (3 partitions, replication factor 3, min ISR 2), once every replica is in sync."""
-    names = [f"{prefix}-{uuid.uuid4().hex[:8]}" for prefix in prefixes]
-    with cluster.admin() as a:
-        a.create_topics([NewTopic(name, PARTITIONS, 3, {"min.insync.replicas": "2"}) for name in names])
-    for name, p in ((name, p) for name in names for p in range(PARTITIONS)):
-        cluster.wait_until_isr(name, p, 3, timeout=30)
-    return names
-
-
 def _producer(cluster, tid: str, protocol_version: int, **extra) -> Producer:
     p = Producer(bootstrap_servers=cluster.bootstrap, transactional_id=tid, request_timeout_ms=REQUEST_TIMEOUT_MS,
                  linger_ms=5, **extra)
@@ -192,16 +180,6 @@ def _timed(what: str, timeout: float, call: Callable[[], object]) -> object:
     finally:
         took = time.monotonic() - t0
         assert took <= timeout + OVERRUN, f"{what} took {took:.1f} s, its timeout is {timeout:g} s"
-
-
-def _coordinator(cluster, tid: str) -> int:
-    """The node the cluster names as ``tid``'s transaction coordinator now (FindCoordinator,
-    key type TRANSACTION, through the INTERNAL listeners: a proxy's fault does not hide it)."""
-    def ask():
-        with cluster.admin() as a:
-            resp = a._client.request_any(lambda v: find_coordinator_request(v, tid, TRANSACTION_KEY), 5)
-            return coordinator_from_response(resp, tid, TRANSACTION_KEY).node_id + 1     # (node 0 would be false)
-    return cluster.wait_until(f"the transaction coordinator of {tid!r}", ask, 60) - 1
 
 
 def _send_all(p: Producer, topic: str, txn: Txn, tag: bytes, per_partition: int = PER_PARTITION) -> list:
@@ -261,14 +239,14 @@ def _fault_round(cluster, p: Producer, topic: str, tid: str, fault: str, rnd: in
     if fault != "during_commit":
         _timed("flush", CALL_TIMEOUT, lambda: p.flush(CALL_TIMEOUT))      # written: the fault comes between
         assert all(f.exception() is None for f in futures), [f.exception() for f in futures if f.exception()][:3]
-    victim = cluster.broker(_coordinator(cluster, tid))
+    victim = cluster.broker(cluster.transaction_coordinator(tid))
     t_fault = [0.0]
     over: List[bool] = []           # the commit returned: no kill after that
     reached = threading.Event()
     side_error: List[BaseException] = []
 
     def moved() -> bool:
-        return _coordinator(cluster, tid) != victim.node_id
+        return cluster.transaction_coordinator(tid) != victim.node_id
 
     def kill_at_end_txn():
         reached.wait(CALL_TIMEOUT)
@@ -505,7 +483,7 @@ def _report():
 # ---- the coordinator's faults ----
 
 def _scenario(cluster, fault: str, rounds: int, protocol_version: int) -> dict:
-    topic, = _topics(cluster, "txf")
+    topic, = cluster.replicated_topics("txf")
     tid = f"txf-{fault}-{uuid.uuid4().hex[:6]}"
     p = _producer(cluster, tid, protocol_version)
     txns = []
@@ -565,7 +543,7 @@ class Fencing:
 
 @contextlib.contextmanager
 def _fencing(cluster, prefix: str, protocol_version: int):
-    topic, = _topics(cluster, prefix)
+    topic, = cluster.replicated_topics(prefix)
     tid = f"{prefix}-{uuid.uuid4().hex[:6]}"
     a = _producer(cluster, tid, protocol_version)
     made: List[Producer] = []
@@ -633,12 +611,12 @@ def test_fenced_after_the_coordinator_was_killed(kafka_cluster, txn_protocol):
     checked = []
     for _ in range(max(1, ROUNDS // 2)):
         with _fencing(cluster, "txfkill", txn_protocol) as f:
-            victim = cluster.broker(_coordinator(cluster, f.tid))
+            victim = cluster.broker(cluster.transaction_coordinator(f.tid))
             victim.kill()
             t0 = time.monotonic()
             b = f.take_over()
             took.append(time.monotonic() - t0)
-            assert _coordinator(cluster, f.tid) != victim.node_id
+            assert cluster.transaction_coordinator(f.tid) != victim.node_id
             _a_commit_is_fenced(f)
             b_txn = _b_commits(b, f.topic, "B-after")
         victim.restart(cluster)
@@ -677,7 +655,7 @@ def test_consume_transform_produce_across_coordinator_kills(kafka_cluster, txn_p
     committed offsets move with committed transactions only, and each source record is in
     the output (read_committed) exactly once."""
     cluster = kafka_cluster
-    src, dst = _topics(cluster, "txsrc", "txdst")
+    src, dst = cluster.replicated_topics("txsrc", "txdst")
     with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as plain:
         for part in range(PARTITIONS):
             for seq in range(SOURCE_PER_PARTITION):
@@ -721,7 +699,7 @@ def test_consume_transform_produce_across_coordinator_kills(kafka_cluster, txn_p
             if rnd % 2 == 1 and kills > 0:
                 kills -= 1
                 _timed("flush", CALL_TIMEOUT, lambda: p.flush(CALL_TIMEOUT))
-                victim = cluster.broker(_coordinator(cluster, tid))
+                victim = cluster.broker(cluster.transaction_coordinator(tid))
                 if kills % 2 == 1:
                     victim.kill()
                     t0 = time.monotonic()

@@ -1,7 +1,10 @@
 """Fixtures of the Spark tests: one local[2] session for the whole run,
 with ``format("kwire")`` registered. The live tests take the ``broker``
 fixture (tests/conftest.py), so each runs on Tansu and on Apache Kafka,
-against the same session."""
+against the same session. A test class that needs executors in JVMs of
+their own takes ``standalone`` and ``cluster_driver`` (a standalone cluster
+of two workers and a driver subprocess on it, for the class:
+tests/support/spark_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +12,26 @@ import itertools
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+import kwire  # noqa: E402
+import support  # noqa: E402
 from kwire.admin import Admin, NewTopic  # noqa: E402
 from kwire.producer import Producer  # noqa: E402
+from support.spark_cluster import (QUICK_JVM, Driver, SparkProcessError, StandaloneCluster, start_driver,  # noqa: E402
+                                   start_standalone)
 
 _names = itertools.count()
+#: Where the subprocess drivers and the Spark Python workers import kwire
+#: (and, for the drivers only, the test modules and ``support``) from.
+SRC = str(Path(kwire.__file__).resolve().parent.parent)
+TESTS = str(Path(support.__file__).resolve().parent.parent)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +48,42 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+def progress(what: str) -> Callable[[str], Any]:
+    return lambda msg: sys.stderr.write(f"[{what}] {msg}\n")
+
+
+@pytest.fixture(scope="class")
+def standalone() -> Iterator[StandaloneCluster]:
+    cluster = start_standalone(workers=2, cores=1, memory="1g", progress=progress("spark-standalone"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="class")
+def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
+    """A driver on the standalone master: two executors of one core, its
+    Python workers (this interpreter, PYTHONPATH the worktree's src) set
+    through ``spark.executorEnv.*`` and ``spark.pyspark.python``."""
+    conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
+            "spark.driver.memory": "512m", "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
+            "spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.executorEnv.PYTHONPATH": SRC,
+            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM,
+            "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+    try:
+        driver = start_driver({"master": standalone.url, "conf": conf, "executors": 2}, sys.executable,
+                              [SRC, TESTS], progress=progress("spark-standalone"))
+    except SparkProcessError as e:      # an executor that failed to launch says why in its worker's log
+        raise SparkProcessError(f"{e}\nthe cluster's logs:\n{standalone.log_tail()}") from None
+    try:
+        yield driver
+    finally:
+        driver.stop()
 
 
 def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:

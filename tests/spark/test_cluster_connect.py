@@ -20,30 +20,18 @@ import os
 import sys
 import time
 import zlib
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-import kwire
-import support
 from kwire.consumer import Consumer
-from support.spark_cluster import (QUICK_JVM, ConnectServer, Driver, SparkProcessError, StandaloneCluster, start_connect,
-                                   start_driver, start_standalone)
+from support.spark_cluster import ConnectServer, Driver, StandaloneCluster, start_connect, start_driver
 
-from .conftest import new_topic, produce
+from .conftest import SRC, TESTS, new_topic, produce, progress
 
-#: Where the subprocess drivers and the Spark Python workers import kwire
-#: (and, for the drivers only, this test module and ``support``) from.
-SRC = str(Path(kwire.__file__).resolve().parent.parent)
-TESTS = str(Path(support.__file__).resolve().parent.parent)
 #: Records per read test, over this many partitions.
 RECORDS = 2_000
 PARTITIONS = 4
-
-
-def _progress(what: str) -> Any:
-    return lambda msg: sys.stderr.write(f"[{what}] {msg}\n")
 
 
 # ----------------------------------------------------------------- fixtures
@@ -58,38 +46,6 @@ def bootstrap(request) -> str:
     if request.param == "tansu":
         return request.getfixturevalue("tansu").bootstrap
     return request.getfixturevalue("kafka").bootstrap("plaintext")
-
-
-@pytest.fixture(scope="class")
-def standalone() -> Iterator[StandaloneCluster]:
-    cluster = start_standalone(workers=2, cores=1, memory="1g", progress=_progress("spark-standalone"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="class")
-def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
-    """A driver on the standalone master: two executors of one core, its
-    Python workers (this interpreter, PYTHONPATH the worktree's src) set
-    through ``spark.executorEnv.*`` and ``spark.pyspark.python``."""
-    conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
-            "spark.driver.memory": "512m", "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
-            "spark.pyspark.python": sys.executable,
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.executorEnv.PYTHONPATH": SRC,
-            "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM,
-            "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
-    try:
-        driver = start_driver({"master": standalone.url, "conf": conf, "executors": 2}, sys.executable,
-                              [SRC, TESTS], progress=_progress("spark-standalone"))
-    except SparkProcessError as e:      # an executor that failed to launch says why in its worker's log
-        raise SparkProcessError(f"{e}\nthe cluster's logs:\n{standalone.log_tail()}") from None
-    try:
-        yield driver
-    finally:
-        driver.stop()
 
 
 #: pyspark[connect]'s client dependencies: module -> distribution.
@@ -120,7 +76,7 @@ def connect_server() -> Iterator[ConnectServer]:
     missing = _connect_client_missing()
     if missing:
         pytest.skip(f"no Spark Connect client in this interpreter: pyspark[connect]'s {', '.join(missing)} missing")
-    server = start_connect(sys.executable, [SRC], master="local[2]", progress=_progress("spark-connect"))
+    server = start_connect(sys.executable, [SRC], master="local[2]", progress=progress("spark-connect"))
     try:
         yield server
     finally:
@@ -130,7 +86,7 @@ def connect_server() -> Iterator[ConnectServer]:
 @pytest.fixture(scope="class")
 def connect_driver(connect_server: ConnectServer) -> Iterator[Driver]:
     driver = start_driver({"remote": connect_server.url}, sys.executable, [SRC, TESTS],
-                          progress=_progress("spark-connect"))
+                          progress=progress("spark-connect"))
     try:
         yield driver
     finally:

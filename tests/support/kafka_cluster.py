@@ -435,6 +435,32 @@ class KafkaCluster:
                 raise TimeoutError(f"{what}: not within {timeout:g} s (last: {last!r})")
             time.sleep(0.2)
 
+    def transaction_coordinator(self, tid: str, timeout: float = 60.0) -> int:
+        """The node the cluster names as the transactional id ``tid``'s transaction coordinator now
+        (FindCoordinator, key type TRANSACTION, through the INTERNAL listeners: a proxy's fault
+        does not hide it), retried while the cluster has none to name."""
+        from kwire.coordinator import TRANSACTION_KEY, coordinator_from_response, find_coordinator_request
+
+        def ask():
+            with self.admin() as a:
+                resp = a._client.request_any(lambda v: find_coordinator_request(v, tid, TRANSACTION_KEY), 5)
+                return coordinator_from_response(resp, tid, TRANSACTION_KEY).node_id + 1     # (node 0 would be false)
+        return self.wait_until(f"the transaction coordinator of {tid!r}", ask, timeout) - 1
+
+    def replicated_topics(self, *prefixes: str, partitions: int = 3) -> List[str]:
+        """A new topic per prefix (its name the prefix and a random suffix; replication factor 3,
+        min ISR 2), returned once every replica is in sync."""
+        import uuid
+
+        from kwire.admin import NewTopic
+
+        names = [f"{prefix}-{uuid.uuid4().hex[:8]}" for prefix in prefixes]
+        with self.admin() as a:
+            a.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"}) for name in names])
+        for name, p in ((name, p) for name in names for p in range(partitions)):
+            self.wait_until_isr(name, p, 3, timeout=30)
+        return names
+
     def wait_until_isr(self, topic: str, partition: int, n: int = 3, timeout: float = 60.0) -> tuple:
         """Returns the partition's ISR once it has at least ``n`` replicas and a leader."""
         with self.admin() as a:
