@@ -250,13 +250,9 @@ XDIST_UNITS = (
 MARKED_UNITS = {"cluster": "tests/cluster/"}
 
 
-def _unit_path(nodeid: str, marked) -> str:
-    """The path that places a test in its unit: its file's, or a marker's (MARKED_UNITS; ``marked(name)``)."""
-    return next((prefix for mark, prefix in MARKED_UNITS.items() if marked(mark)), nodeid.split("::", 1)[0])
-
-
 def _unit(item) -> tuple:
-    path = _unit_path(item.nodeid, item.get_closest_marker)
+    path = item.nodeid.split("::", 1)[0]
+    path = next((prefix for mark, prefix in MARKED_UNITS.items() if item.get_closest_marker(mark)), path)
     for rank, (prefix, group) in enumerate(XDIST_UNITS):
         if path.startswith(prefix):
             return rank, group
@@ -272,9 +268,13 @@ def _loadgroup(config) -> bool:
 def pytest_itemcollected(item):
     """Under pytest-xdist's loadgroup (scripts/test), each test's unit
     (XDIST_UNITS, or its file) as its group: marked as it is collected,
-    before xdist reads the groups in its own collection hook."""
+    before xdist reads the groups in its own collection hook. The unit also
+    rides on the test's reports (``user_properties``, which xdist's workers
+    send on) for :func:`pytest_runtest_logreport`."""
+    unit = _unit(item)[1]
+    item.user_properties.append(("unit", unit))
     if _loadgroup(item.config):
-        item.add_marker(pytest.mark.xdist_group(_unit(item)[1]))
+        item.add_marker(pytest.mark.xdist_group(unit))
 
 
 @pytest.hookimpl(trylast=True)
@@ -293,8 +293,7 @@ _UNIT_SECONDS: Dict[str, float] = collections.defaultdict(float)    # unit -> se
 def pytest_runtest_logreport(report):
     """Each test phase's time, added to its unit's (in the main process: under
     xdist, the workers' reports arrive here)."""
-    path = _unit_path(report.nodeid, lambda mark: mark in getattr(report, "keywords", {}))
-    unit = next((group for prefix, group in XDIST_UNITS if path.startswith(prefix)), path)
+    unit = dict(getattr(report, "user_properties", ())).get("unit") or report.nodeid.split("::", 1)[0]
     _UNIT_SECONDS[unit] += getattr(report, "duration", 0.0)
 
 
