@@ -40,19 +40,20 @@ figures on the 2-core development machine (loaded by other work; Kafka
 =============================  ======  ===============  ===============
 fault                          rounds  kill to end p50  kill to end max
 =============================  ======  ===============  ===============
-A executor JVM                 2       2.3 s            2.7 s
-A the task's Python worker     2       3.6 s            6.1 s
-B coordinator, protocol v2     4       8.3 s            10.6 s
-B coordinator, protocol v1     4       7.5 s            9.6 s
-B partition leader, v2         4       6.2 s            8.3 s
+A executor JVM                 2       2.5 s            2.7 s
+A the task's Python worker     2       4.9 s            6.1 s
+B coordinator, protocol v2     4       8.4 s            10.6 s
+B coordinator, protocol v1     4       7.8 s            9.6 s
+B partition leader, v2         4       6.7 s            8.3 s
 =============================  ======  ===============  ===============
 
 In A, 20 of the victim's rows were in the log, uncommitted, at each kill
 (aborted later); after a JVM kill the query ended on the surviving
 executor before the worker's relaunched one had registered. In B, most of
 the time is the brokers' session timeout (6 s) before another broker takes
-the dead one's partitions. CI's single round: A about 95 s (its standalone
-cluster and driver about 40 s of it), B about 55 s (with the cluster's start).
+the dead one's partitions. CI's single round: A about 65 s (its standalone
+cluster and driver about 25 s of it), B about 70 s (the cluster's start 13 s
+of it, the three cases about 18 s each).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ import collections
 import json
 import os
 import signal as signal_module
+import statistics
 import time
 import uuid
 from pathlib import Path
@@ -94,9 +96,9 @@ def _exactly_once(values: List[bytes], expected: List[bytes]) -> Dict[str, list]
 def _rounds(what: str, one: Callable[[int], Dict[str, float]]) -> None:
     """``one(round)`` for each of the ``KWIRE_EOS_ROUNDS`` rounds; their figures printed (``-s`` shows them)."""
     figures = [one(rnd) for rnd in range(ROUNDS)]
-    took = sorted(f["kill_to_end_s"] for f in figures)
-    print(f"\n[eos-cluster] {what}: {ROUNDS} rounds, from the kill to the end: median {took[len(took) // 2]:.1f} s, "
-          f"max {took[-1]:.1f} s; each round: {figures}")
+    took = [f["kill_to_end_s"] for f in figures]
+    print(f"\n[eos-cluster] {what}: {ROUNDS} rounds, from the kill to the end: median {statistics.median(took):.1f} s, "
+          f"max {max(took):.1f} s; each round: {figures}")
 
 
 # ------------------------------------------------ A: an executor killed mid-write
