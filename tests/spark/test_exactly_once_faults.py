@@ -156,8 +156,9 @@ class Query:
 
     # ---------------------------------------------------------------- runs
     def spec(self, **faults: str) -> dict:
-        return dict(bootstrap=self.bootstrap, source=self.source, target=self.target, partitions=PARTITIONS, sink=self.sink,
-                    checkpoint=str(self.checkpoint), max_offsets=MAX_OFFSETS, **faults)
+        """The query as eos_query.py takes it (its QUERY_KEYS)."""
+        return dict(bootstrap=self.bootstrap, source=self.source, target=self.target, partitions=PARTITIONS,
+                    sink=self.sink, checkpoint=str(self.checkpoint), max_offsets=MAX_OFFSETS, **faults)
 
     def run(self, runner: Child, **faults: str) -> dict:
         """A run to its end in ``runner``: its result (it must succeed)."""
