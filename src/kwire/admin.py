@@ -47,6 +47,7 @@ from kwire.config import ADMIN, resolve
 from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_response, find_coordinator_request, remember_broker
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
+from kwire.future import KafkaTimeoutError
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
@@ -813,16 +814,23 @@ class Admin:
         the timeout."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
         deadline = time.monotonic() + self._timeout(timeout)
+        last: Optional[KwireError] = None
         while True:
-            resp = yield from self._group_request(
-                group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=require_stable),
-                "OffsetFetch", max(0.0, deadline - time.monotonic()), lambda r: 0)
+            try:
+                resp = yield from self._group_request(
+                    group_id, lambda v: offset_fetch_request(v, group_id, tps, require_stable=require_stable),
+                    "OffsetFetch", max(0.0, deadline - time.monotonic()), lambda r: 0)
+            except KafkaTimeoutError:
+                if last is None:
+                    raise
+                raise last from None      # what the broker kept answering, not the last try cut short
             try:
                 got = offsets_from_response(resp, group_id)
                 break
             except KwireError as e:
                 if not getattr(e, "retriable", False) or time.monotonic() >= deadline:
                     raise
+                last = e
                 yield Sleep(self.cfg["retry_backoff_ms"] / 1000.0)
         if tps is None:
             return {tp: om for tp, om in sorted(got.items()) if om is not None}

@@ -57,16 +57,16 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int, progress:
     return time.perf_counter() - t
 
 
-def spark_session(app: str = "kwire-demo", jars: Sequence[str] = ()):
-    """A ``local[2]`` session whose Python workers run this interpreter,
-    with ``format("kwire")`` registered (and ``jars`` on its class path:
-    the tests and benchmarks add Spark's own Kafka connector)."""
+def spark_session(app: str = "kwire-demo", jars: Sequence[str] = (), master: str = "local[2]"):
+    """A ``local[2]`` session (or ``master``'s) whose Python workers run this
+    interpreter, with ``format("kwire")`` registered (and ``jars`` on its
+    class path: the tests and benchmarks add Spark's own Kafka connector)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import kwire.spark
 
-    builder = SparkSession.builder.master("local[2]").appName(app)
+    builder = SparkSession.builder.master(master).appName(app)
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     spark = (builder

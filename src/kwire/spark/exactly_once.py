@@ -48,7 +48,11 @@ What it needs and what it cannot do (see the README):
   batch took more than half the timeout.
 * A batch is atomic per Spark partition, not as a whole: a driver that dies
   mid-commit leaves some partitions' rows visible before the others (every
-  row is still visible once, when the query has run the batch again).
+  row is still visible once, when the query has run the batch again). Until
+  then the transactions it left open hold the last stable offset of the
+  partitions they wrote to, so a read_committed reader may not see even the
+  committed partitions' rows written after their first ones (up to
+  ``transaction.timeout.ms``, if the query is not run again).
 * Speculative execution (``spark.speculation``) and Spark's
   ``asyncProgressTrackingEnabled`` break the one-attempt-per-partition
   commit: a speculative attempt fences the attempt Spark then commits,
