@@ -17,8 +17,13 @@ from kwire.spark.options import parse_sink_options
 from .conftest import kwire_write, new_topic
 
 
-def read_values(bootstrap: str, topic: str, partitions: int, committed: bool = True) -> list:
-    """Every value of ``topic``, read_committed (or read_uncommitted), to its end."""
+def read_values(bootstrap: str, topic: str, partitions: int, committed: bool = True, settle: float = 30.0) -> list:
+    """Every value of ``topic``, read_committed (or read_uncommitted), to its
+    end. read_committed waits up to ``settle`` s for the last stable offsets
+    to reach the logs' ends: EndTxn is answered before its coordinator has
+    written the markers, so a transaction just committed (or aborted) can
+    still hold them back for a moment (0: read what is stable now, as with
+    transactions left open on purpose)."""
     c = Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed" if committed else "read_uncommitted",
                  enable_auto_commit=False, group_id=None)
     try:
@@ -26,12 +31,27 @@ def read_values(bootstrap: str, topic: str, partitions: int, committed: bool = T
         c.assign(tps)
         c.seek_to_beginning(*tps)
         ends = c.end_offsets(tps)
+        if committed and settle:
+            ends = _settled(bootstrap, c, tps, ends, settle)
         out = []
         while any(c.position(tp) < ends[tp] for tp in tps):
             out.extend(r.value for rs in c.poll(1.0).values() for r in rs)
         return sorted(out)
     finally:
         c.close()
+
+
+def _settled(bootstrap: str, c: Consumer, tps: list, ends: dict, settle: float) -> dict:
+    """The read_committed ends once they equal the logs' ends (or after ``settle`` s)."""
+    import time
+
+    with Consumer(bootstrap_servers=bootstrap, group_id=None) as raw:
+        log_ends = raw.end_offsets(tps)
+    deadline = time.monotonic() + settle
+    while ends != log_ends and time.monotonic() < deadline:
+        time.sleep(0.2)
+        ends = c.end_offsets(tps)
+    return ends
 
 
 def test_options_refused_and_checked():
@@ -52,6 +72,8 @@ def test_options_refused_and_checked():
 
 
 def test_batch_write_is_visible_whole(spark, broker):
+    if broker.is_tansu:
+        pytest.skip("Apache Kafka only, for CI's time: Tansu runs the same sink in the streaming test")
     topic = new_topic(broker.bootstrap, 3)
     df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(600)], "key string, value string").repartition(4)
     kwire_write(df, broker.bootstrap, topic=topic, deliveryGuarantee="exactly-once").save()
@@ -91,7 +113,7 @@ def test_commit_and_marker_against_the_coordinator(broker):
     rows = pa.record_batch([pa.array([b"a", b"b", b"c"])], names=["value"])
     prepared = prepare(iter([rows]), sink, ident)
     assert prepared.producer_id >= 0 and prepared.records == 3
-    assert read_values(broker.bootstrap, topic, 1) == []
+    assert read_values(broker.bootstrap, topic, 1, settle=0) == []            # not committed yet
     msg = Prepared(**vars(prepared))
     assert commit([msg], sink, 7) == 3
     assert commit([msg], sink, 7) == 3                   # a repeated EndTxn is answered as the first
@@ -130,7 +152,7 @@ def test_cli_aborts_and_forgets_a_stopped_querys_leftovers(kafka, capsys):
     commit([Prepared(**vars(done))], sink, 0)                                  # partition 0: a marker
     for p in (0, 1):                                                            # batch 1 left open
         prepare(iter([rows]), sink, TaskIdentity(query_prefix(query), p, 1))
-    assert read_values(bootstrap, sink.topic, 2) == [b"x", b"y"]
+    assert read_values(bootstrap, sink.topic, 2, settle=0) == [b"x", b"y"]    # batch 1 still open
     run = cli_runner(capsys, bootstrap)
     _, out, err = run("transactions", "abort", "--query", query, "--json")
     assert {r["transactional_id"]: r["action"] for r in map(json.loads, out.splitlines())} == {
@@ -196,8 +218,19 @@ def test_kwire_spark_write_jobs_exactly_once(spark, kafka):
     with pytest.raises(Exception, match="ZeroDivisionError"):
         kwire.spark.write(df.select(boom("value").alias("value")), **opts, transactionalIdPrefix="failing")
     with Admin(bootstrap_servers=bootstrap) as admin:
-        left = find(admin, "failing")
-    assert left.transactions and left.open == []       # tasks had transactions; none is left open
+        assert find(admin, "failing").open == []        # whatever tasks ran before the failure: nothing left open
+    # the same clean-up, deterministic: a task's transaction left open (as by a task the job's failure
+    # cut off after its write), then the failed job's abort_job
+    from kwire.spark.exactly_once import abort_job, job_prefix, prepare
+    import pyarrow as pa
+
+    sink = parse_sink_options(opts)
+    prefix = job_prefix(sink)
+    prepare(iter([pa.record_batch([pa.array([b"lost"])], names=["value"])]), sink, TaskIdentity(prefix, 1, None))
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        assert find(admin, prefix).open == [f"{prefix}-1"]
+        abort_job(sink, prefix)
+        assert find(admin, prefix).open == []
     batch = spark.createDataFrame([(f"b{i}",) for i in range(90)], "value string").repartition(3)
     each = dict(opts, transactionalIdPrefix=f"fb-{topic}")
     assert kwire.spark.write(batch, batch_id=5, **each) == 90

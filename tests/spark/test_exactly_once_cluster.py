@@ -229,8 +229,8 @@ def _victim_rows(bootstrap: str, target: str) -> Callable[[], List[bytes]]:
     mine = {b"%06d" % (SOURCE_PARTITIONS * n + VICTIM_PARTITION) for n in range(lo, hi)}
 
     def check() -> List[bytes]:
-        written = set(_ids(read_values(bootstrap, target, 3, committed=False))) & mine
-        return sorted(written - set(_ids(read_values(bootstrap, target, 3)))) if written else []
+        written = set(_ids(read_values(bootstrap, target, 3, committed=False, settle=0))) & mine
+        return sorted(written - set(_ids(read_values(bootstrap, target, 3, settle=0)))) if written else []
     return check
 
 

@@ -221,7 +221,7 @@ class Query:
     # ---------------------------------------------------------------- checks
     def read(self, committed: bool = True) -> Counter:
         """The target's values (read_committed, or read_uncommitted), each with its count."""
-        return Counter(read_values(self.bootstrap, self.target, PARTITIONS, committed))
+        return Counter(read_values(self.bootstrap, self.target, PARTITIONS, committed, settle=0))
 
     def tally(self, expected: Optional[Set[int]] = None, committed: bool = True,
               got: Optional[Counter] = None) -> Tuple[int, int, int]:
@@ -328,7 +328,10 @@ def _killed_mid_commit(q: Query, runner: Child, when: str) -> int:
     return hidden
 
 
-@pytest.mark.parametrize("when", ["1", "all"])
+@pytest.mark.parametrize("when", ["1", pytest.param("all", marks=pytest.mark.skipif(
+    not os.environ.get("KWIRE_LONG") and ROUNDS == 1,
+    reason="after all of a batch's EndTxns (a fresh Spark session, 90 s): with --long or KWIRE_EOS_ROUNDS; CI "
+           "kills the driver after the first"))])
 def test_driver_killed_mid_commit_then_rerun(kafka, runner, tmp_path, when):
     """The driver's commit ends ``when`` of the batch's three transactions
     and the whole driver (Python, JVM, workers) is SIGKILLed before Spark

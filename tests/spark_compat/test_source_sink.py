@@ -101,9 +101,10 @@ def test_stream_write(spark, kafka_bootstrap, tmp_path):
 
 def test_exactly_once_batch_and_stream_writes(spark, kafka_bootstrap, tmp_path):
     """deliveryGuarantee=exactly-once on the release: a batch write, and a
-    stream run twice from one checkpoint (rows in on 4.0, Arrow from 4.1;
-    the batch and query ids from the tasks' local properties): each row
-    once to a read_committed reader, and the last batch's marker there."""
+    stream (rows in on 4.0, Arrow from 4.1; the batch and query ids from
+    the tasks' local properties): each row once to a read_committed
+    reader, and the last batch's marker there (the restart from a
+    checkpoint is tested on 4.2, tests/spark/test_exactly_once.py)."""
     from kwire.admin import Admin
     from kwire.spark.exactly_once import marker_batch
 
@@ -118,11 +119,9 @@ def test_exactly_once_batch_and_stream_writes(spark, kafka_bootstrap, tmp_path):
     source = _source(kafka_bootstrap, "eos-src")
     target = new_topic(kafka_bootstrap, 2, prefix="eos-dst")
     stream = read_stream(spark, "kwire", kafka_bootstrap, subscribe=source, startingOffsets="earliest")
-    for extra in (0, 30):
-        produce(kafka_bootstrap, source, extra, PARTITIONS, start=RECORDS)
-        q = available_now(stream.select("value"), str(tmp_path / "ckpt"), fmt="kwire", topic=target, **eos)
+    q = available_now(stream.select("value"), str(tmp_path / "ckpt"), fmt="kwire", topic=target, **eos)
     got = committed_values(kafka_bootstrap, target, 2)
-    assert len(got) == RECORDS + 30 and len(set(got)) == len(got)
+    assert len(got) == RECORDS and len(set(got)) == len(got)
     with Admin(bootstrap_servers=kafka_bootstrap) as admin:
         marks = [marker_batch(admin, f"kwire-{q.id}-{p}", 30.0) for p in range(PARTITIONS)]
     assert max(m for m in marks if m is not None) == q.lastProgress["batchId"]
