@@ -94,15 +94,24 @@ def start_foreach_batch(writer: Any) -> Any:
     raise AssertionError("unreachable")
 
 
-def committed_values(bootstrap: str, topic: str, partitions: int) -> List[bytes]:
-    """Every value of ``topic`` a read_committed reader sees, sorted."""
+def committed_values(bootstrap: str, topic: str, partitions: int, settle: float = 30.0) -> List[bytes]:
+    """Every value of ``topic`` a read_committed reader sees, sorted, once
+    the last stable offsets reached the logs' ends (up to ``settle`` s:
+    EndTxn is answered before its coordinator has written the markers)."""
+    import time
+
     from kwire.consumer import Consumer
 
+    tps = [(topic, p) for p in range(partitions)]
+    with Consumer(bootstrap_servers=bootstrap, group_id=None) as raw:
+        log_ends = raw.end_offsets(tps)
     with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed", group_id=None) as c:
-        tps = [(topic, p) for p in range(partitions)]
         c.assign(tps)
         c.seek_to_beginning(*tps)
-        ends, out = c.end_offsets(tps), []
+        ends, out, deadline = c.end_offsets(tps), [], time.monotonic() + settle
+        while ends != log_ends and time.monotonic() < deadline:
+            time.sleep(0.2)
+            ends = c.end_offsets(tps)
         while any(c.position(tp) < ends[tp] for tp in tps):
             out.extend(r.value for rs in c.poll(1.0).values() for r in rs)
         return sorted(out)
