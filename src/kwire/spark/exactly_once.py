@@ -224,8 +224,7 @@ def prepare(batches: Iterator[pa.RecordBatch], sink: SinkOptions, ident: TaskIde
     started = time.time()
     tid = ident.transactional_id
     cfg = dict(sink.producer_config(), **{"transactional.id": tid})
-    cfg.pop("client.id", None)
-    cfg["client.id"] = f"kwire-spark-writer-{ident.partition}"
+    cfg["client.id"] = f"{cfg['client.id']}-{ident.partition}"      # the user's (or the sink's default), per task
     producer = Producer(cfg)
     try:
         producer.init_transactions()
