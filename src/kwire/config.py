@@ -429,6 +429,9 @@ PRODUCER: Dict[str, Option] = {
     "max_request_size": Option(1048576, _int(1)),
     "transactional_id": Option(None, _opt_str),
     "transaction_timeout_ms": Option(60000, _int(1)),
+    "transaction_two_phase_commit_enable": Option(False, _bool, "KIP-939: the transactions take part in a "
+                                                  "two-phase commit and never time out (InitProducerId v6; "
+                                                  "the brokers' transaction.two.phase.commit.enable)"),
 }
 
 CONSUMER: Dict[str, Option] = {

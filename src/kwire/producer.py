@@ -147,6 +147,19 @@ def compression_level(cfg: Mapping[str, Any]) -> Optional[int]:
     return None if (codec, level) in (("gzip", -1), ("lz4", 9)) else level
 
 
+def _check_two_phase(cfg: Mapping[str, Any], given: Set[str]) -> None:
+    """``transaction_two_phase_commit_enable`` (KIP-939) as Java's producer
+    takes it: for a transactional producer, without a
+    ``transaction_timeout_ms`` (its transactions never time out)."""
+    if not cfg["transaction_two_phase_commit_enable"]:
+        return
+    if not cfg["transactional_id"]:
+        raise ConfigError("transaction_two_phase_commit_enable needs a transactional_id")
+    if "transaction_timeout_ms" in given:
+        raise ConfigError("transaction_timeout_ms cannot be set with transaction_two_phase_commit_enable: "
+                          "two-phase commit transactions do not time out")
+
+
 class Producer(SendingProducer):
     """A Kafka producer.
 
@@ -165,7 +178,7 @@ class Producer(SendingProducer):
     _offload_build_bytes: Optional[int] = None
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
-        self.cfg = resolve(PRODUCER, config, kwargs, what="producer")
+        self.cfg = resolve(PRODUCER, config, kwargs, what="producer", check=_check_two_phase)
         cfg = self.cfg
         if cfg["enable_idempotence"] and cfg["acks"] != -1:
             if kwargs.get("enable_idempotence") or (config or {}).get("enable.idempotence") not in (None,):

@@ -55,6 +55,14 @@ Kafka's clients:
   coordinator), or it is not authorized, or the transaction state is
   invalid: every call raises the error; only ``close()`` is left.
 
+Two-phase commit (KIP-939, ``transaction_two_phase_commit_enable``, as
+Java's producer names it): InitProducerId v6 with ``Enable2Pc``, so that
+the coordinator never aborts the producer's transactions for their age; an
+external coordinator (kwire.spark.exactly_once's driver) ends each one.
+Kafka 4.4's definitions mark v6 unstable, and kwire sends no unstable
+version, so the option fails there with the reason, until a Kafka release
+marks v6 stable (and the brokers enable ``transaction.two.phase.commit.enable``).
+
 Unsent batches of a transaction that is aborted, or of a producer in an
 error state, fail with :class:`TransactionAbortedError` (or the fatal error).
 """
@@ -109,6 +117,10 @@ class TransactionStateError(KwireError):
     transaction, ``commit_transaction`` after an error, ...)."""
 
 
+#: InitProducerId's first version with ``Enable2Pc`` (KIP-939's two-phase commit).
+TWO_PHASE_VERSION = 6
+
+
 class TransactionManager:
     """The transactions of one producer (see the module docstring)."""
 
@@ -126,6 +138,7 @@ class TransactionManager:
                                      self._backoff_ms)
         self._group_links: Dict[str, CoordinatorLink] = {}
         self._timeout_ms = cfg["transaction_timeout_ms"]
+        self._two_phase: bool = cfg["transaction_two_phase_commit_enable"]
         self._lock = threading.Lock()
         self.state = UNINITIALIZED
         self._error: Optional[BaseException] = None
@@ -409,12 +422,18 @@ class TransactionManager:
         pid, epoch = (p._producer_id, p._producer_epoch) if bump else (-1, -1)
 
         def make(v: Mapping[int, int]) -> Any:
-            if bump and v.get(ApiKey.INIT_PRODUCER_ID, 0) < 3:
+            version = v.get(ApiKey.INIT_PRODUCER_ID, 0)
+            if bump and version < 3:
                 raise KwireError("the broker cannot bump a transactional producer's epoch (InitProducerId v3+); "
                                  "create a new producer")
+            if self._two_phase and version < TWO_PHASE_VERSION:
+                raise KwireError(f"transaction_two_phase_commit_enable needs InitProducerId v{TWO_PHASE_VERSION} "
+                                 f"(KIP-939); kwire and the broker share v{version} at most (Kafka 4.4's definitions "
+                                 f"mark v6 unstable: kwire sends it to brokers that offer it once they mark it "
+                                 f"stable)")
             return protocol.message("InitProducerIdRequest")(
                 transactional_id=self.transactional_id, transaction_timeout_ms=self._timeout_ms,
-                producer_id=pid, producer_epoch=epoch)
+                producer_id=pid, producer_epoch=epoch, enable2_pc=self._two_phase)
 
         resp = yield from self._call(self._link, make, "InitProducerId", deadline)
         with p._lock:

@@ -63,23 +63,29 @@ def standalone() -> Iterator[StandaloneCluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="class")
-def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
+def start_cluster_driver(standalone: StandaloneCluster, extra: Optional[Dict[str, str]] = None) -> Driver:
     """A driver on the standalone master: two executors of one core, its
     Python workers (this interpreter, PYTHONPATH the worktree's src) set
-    through ``spark.executorEnv.*`` and ``spark.pyspark.python``."""
+    through ``spark.executorEnv.*`` and ``spark.pyspark.python``; ``extra``
+    Spark settings beside (``spark.jars``, say)."""
     conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
             "spark.driver.memory": "512m", "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
             "spark.pyspark.python": sys.executable,
             "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.executorEnv.PYTHONPATH": SRC,
             "spark.driver.extraJavaOptions": QUICK_JVM, "spark.executor.extraJavaOptions": QUICK_JVM,
-            "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+            "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC", **(extra or {})}
     try:
-        driver = start_driver({"master": standalone.url, "conf": conf, "executors": 2}, sys.executable,
-                              [SRC, TESTS], progress=progress("spark-standalone"))
+        return start_driver({"master": standalone.url, "conf": conf, "executors": 2}, sys.executable,
+                            [SRC, TESTS], progress=progress("spark-standalone"))
     except SparkProcessError as e:      # an executor that failed to launch says why in its worker's log
         raise SparkProcessError(f"{e}\nthe cluster's logs:\n{standalone.log_tail()}") from None
+
+
+@pytest.fixture(scope="class")
+def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
+    """A driver on the standalone master (:func:`start_cluster_driver`), for the class."""
+    driver = start_cluster_driver(standalone)
     try:
         yield driver
     finally:

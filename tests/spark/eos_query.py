@@ -32,6 +32,8 @@ Faults, in the UDF (``"<batch>:<Spark partition>:..."``):
   tasks are written: the driver killed mid-batch, for Spark's sink, which
   has no commit of its own to stop in; kwire's is stopped by
   ``KWIRE_TEST_EXACTLY_ONCE_HOOK``).
+* ``pace``, seconds: every row of every attempt waits that long, so that
+  the writes last (a broker killed mid-write).
 
 Run: ``python tests/spark/eos_query.py [--jars a.jar,b.jar]`` with ``src``
 and ``tests`` on PYTHONPATH.
@@ -50,8 +52,9 @@ from typing import Dict, Optional, Tuple
 Fault = Optional[Tuple[int, int, str]]
 #: The lines this process prints on stdout for the test: the session is up; a query's result follows.
 READY, ANSWER = "eos_query ready", "eos_query result: "
-#: A query's keys, one JSON object a line on stdin (fail and block optional; partitions: the target's).
-QUERY_KEYS = ("bootstrap", "source", "target", "partitions", "checkpoint", "sink", "max_offsets", "fail", "block")
+#: A query's keys, one JSON object a line on stdin (fail, block and pace optional; partitions: the target's).
+QUERY_KEYS = ("bootstrap", "source", "target", "partitions", "checkpoint", "sink", "max_offsets", "fail", "block",
+              "pace")
 
 
 #: Bytes each projected value carries beyond its source value: the UDF's worker writes its results
@@ -95,7 +98,7 @@ def sent(bootstrap: str, topic: str, partitions: int, value: bytes, timeout: flo
 def projector(q: dict):
     """The projection's function (:func:`projected`), and ``q``'s faults,
     which only a first attempt of the chosen batch and partition meets."""
-    fail, block = _fault(q.get("fail")), _fault(q.get("block"))
+    fail, block, pace = _fault(q.get("fail")), _fault(q.get("block")), float(q.get("pace") or 0)
     first: Dict[int, str] = {}
     seen: Dict[int, int] = {}
 
@@ -116,6 +119,8 @@ def projector(q: dict):
                     json.dump({"batch": here[0], "partition": here[1], "pid": os.getpid()}, f)
                 while True:
                     time.sleep(60)
+        if pace:
+            time.sleep(pace)
         return projected(value)
 
     return project

@@ -66,7 +66,7 @@ import statistics
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Iterator, List
 
 import pyarrow as pa
 import pytest
@@ -78,10 +78,16 @@ from kwire.spark.exactly_once import Prepared, TaskIdentity, marker_batch
 from kwire.spark.options import parse_sink_options
 from support.features import transaction_version
 
-from .conftest import new_topic
+from support.spark_cluster import Driver
+from support.spark_connector import connector_jars
+
+from .conftest import new_topic, start_cluster_driver
 from .test_exactly_once import read_values
+from .test_exactly_once_faults import RUN_TIMEOUT, Query
 
 ROUNDS = int(os.environ.get("KWIRE_EOS_ROUNDS", "1"))
+#: The contrasts with Spark's sink (and the leader killed mid-write) run with --long or more rounds.
+LONG = bool(os.environ.get("KWIRE_LONG")) or ROUNDS > 1
 FAULT_DEADLINE = 90.0          # seconds for a killed broker to be back and the cluster whole
 
 
@@ -120,9 +126,11 @@ def _source_value(i: int) -> bytes:
     return b"%06d|" % i + b"x" * VALUE_PAD
 
 
-def job_start_query(spark, bootstrap: str, source: str, target: str, checkpoint: str, signal: str) -> str:
+def job_start_query(spark, bootstrap: str, source: str, target: str, checkpoint: str, signal: str,
+                    sink: str = "kwire") -> str:
     """(In the driver.) An availableNow query from ``source`` through a
-    mapInArrow pass to the kwire sink (exactly once) on ``target``. The
+    mapInArrow pass to the kwire sink (exactly once) on ``target``, or to
+    Spark's (``sink="kafka"``, at least once: the contrast). The
     first attempt of the victim task (``VICTIM_*``) writes ``signal`` (its
     Python worker's and executor JVM's pids) after passing on
     ``VICTIM_AFTER`` Arrow batches, then stops there until it is killed."""
@@ -168,9 +176,11 @@ def job_start_query(spark, bootstrap: str, source: str, target: str, checkpoint:
     df = (spark.readStream.format("kwire").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(PER_TRIGGER)).load()
           .select("value").mapInArrow(stall, "value binary"))
-    q = (df.writeStream.format("kwire").option("kafka.bootstrap.servers", bootstrap).option("topic", target)
-         .option("deliveryGuarantee", "exactly-once").option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
+    writer = (df.writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap).option("topic", target)
+              .option("checkpointLocation", checkpoint))
+    if sink == "kwire":
+        writer = writer.option("deliveryGuarantee", "exactly-once")
+    q = writer.trigger(availableNow=True).start()
     QUERIES[str(q.id)] = q
     return str(q.id)
 
@@ -222,19 +232,22 @@ def _ids(values: List[bytes]) -> List[bytes]:
     return [v[:6] for v in values]
 
 
-def _victim_rows(bootstrap: str, target: str) -> Callable[[], List[bytes]]:
+def _victim_rows(bootstrap: str, target: str, sink: str) -> Callable[[], List[bytes]]:
     """A check: the victim task's rows (its source partition, its micro-batch) that the target's log
-    holds (read_uncommitted) but a read_committed reader does not show: written, in an open transaction."""
+    holds (read_uncommitted) but a read_committed reader does not show: written, in an open
+    transaction (Spark's sink, ``"kafka"``: that the log holds)."""
     lo, hi = VICTIM_BATCH * PER_TRIGGER // SOURCE_PARTITIONS, (VICTIM_BATCH + 1) * PER_TRIGGER // SOURCE_PARTITIONS
     mine = {b"%06d" % (SOURCE_PARTITIONS * n + VICTIM_PARTITION) for n in range(lo, hi)}
 
     def check() -> List[bytes]:
         written = set(_ids(read_values(bootstrap, target, 3, committed=False, settle=0))) & mine
+        if sink == "kafka":
+            return sorted(written)
         return sorted(written - set(_ids(read_values(bootstrap, target, 3, settle=0)))) if written else []
     return check
 
 
-def _executor_round(standalone, driver, bootstrap: str, where: Path, rnd: int) -> Dict[str, float]:
+def _executor_round(standalone, driver, bootstrap: str, where: Path, rnd: int, sink: str) -> Dict[str, float]:
     assert driver.call(f"{__name__}:job_executors", want=2, seconds=90) == 2
     source, target = new_topic(bootstrap, SOURCE_PARTITIONS, "eos-src"), new_topic(bootstrap, 3, "eos-dst")
     total = SOURCE_PARTITIONS * PER_PARTITION
@@ -242,14 +255,14 @@ def _executor_round(standalone, driver, bootstrap: str, where: Path, rnd: int) -
         for i in range(total):
             p.send(source, _source_value(i), partition=i % SOURCE_PARTITIONS)
         p.flush()
-    signal = where / f"victim-{rnd}.json"
+    signal = where / f"victim-{rnd}-{sink}.json"
     qid = driver.call(f"{__name__}:job_start_query", bootstrap=bootstrap, source=source, target=target,
-                      checkpoint=str(where / f"checkpoint-{rnd}"), signal=str(signal))
+                      checkpoint=str(where / f"checkpoint-{rnd}-{sink}"), signal=str(signal), sink=sink)
     _wait_for("the victim task stalled mid-write", signal.exists, 180, driver)
     pids = json.loads(signal.read_text())
     assert pids["attempt"] == 0 and _parent(pids["jvm"]) in standalone.worker_pids, pids
-    open_rows = _wait_for("the victim's rows in the target's log, not committed", _victim_rows(bootstrap, target), 60,
-                          driver)
+    open_rows = _wait_for("the victim's rows in the target's log, not committed",
+                          _victim_rows(bootstrap, target, sink), 60, driver)
     victim = KILLED[rnd % len(KILLED)]
     os.kill(pids[victim], signal_module.SIGKILL)
     t0 = time.monotonic()
@@ -258,6 +271,8 @@ def _executor_round(standalone, driver, bootstrap: str, where: Path, rnd: int) -
     assert done["batches"] == [0, 1, 2] and done["rows"] == total, done
     expected = [b"%06d" % i for i in range(total)]
     seen = _ids(read_values(bootstrap, target, 3))
+    if sink == "kafka":
+        return _contrast(seen, expected, victim=victim, kill_to_end_s=round(took, 1), sent_before_kill=len(open_rows))
     assert _exactly_once(seen, expected) == {"missing": [], "duplicated": [], "unexpected": []}
     raw = read_values(bootstrap, target, 3, committed=False)
     assert len(raw) > total, "the killed attempt's rows are not in the log: the kill came after the write"
@@ -265,16 +280,44 @@ def _executor_round(standalone, driver, bootstrap: str, where: Path, rnd: int) -
             "aborted_rows": len(raw) - total, "executors_after": done["executors"]}
 
 
+def _contrast(seen: List[bytes], expected: List[bytes], **figures: object) -> Dict[str, object]:
+    """Spark's sink's count (nothing may be missing or unexpected; what it repeats is counted)."""
+    got = _exactly_once(seen, expected)
+    assert got["missing"] == got["unexpected"] == [], got
+    dup = sum(n - 1 for n in collections.Counter(seen).values() if n > 1)
+    print(f"\n[eos-cluster] Spark's sink: {dup} duplicated of {len(expected)}; {figures}")
+    return {"duplicated": dup, "of": len(expected), **figures}
+
+
+@pytest.fixture(scope="class")
+def eos_driver(standalone) -> Iterator[Driver]:
+    """The standalone cluster's driver, with Spark's Kafka connector's jars for the contrast's runs."""
+    jars = {"spark.jars": ",".join(connector_jars())} if LONG else {}
+    driver = start_cluster_driver(standalone, jars)
+    try:
+        yield driver
+    finally:
+        driver.stop()
+
+
 @pytest.mark.kafka
 class TestExecutorKilled:
-    def test_an_executor_killed_mid_write(self, standalone, cluster_driver, kafka, tmp_path):
+    def test_an_executor_killed_mid_write(self, standalone, eos_driver, kafka, tmp_path):
         """The executor JVM running a task whose rows are in the target's log, in its open
         transaction, is SIGKILLed (in every other round of a long run, the task's Python
         worker); Spark runs the task again, whose InitProducerId aborts the dead attempt's
         transaction; the query ends, and a read_committed reader sees each source value once."""
         bootstrap = kafka.bootstrap("plaintext")
         _rounds("a task's executor JVM or Python worker killed mid-write",
-                lambda rnd: _executor_round(standalone, cluster_driver, bootstrap, tmp_path, rnd))
+                lambda rnd: _executor_round(standalone, eos_driver, bootstrap, tmp_path, rnd, "kwire"))
+
+    @pytest.mark.skipif(not LONG, reason="the README's contrast: with --long or KWIRE_EOS_ROUNDS")
+    def test_spark_sink_repeats_a_killed_executors_rows(self, standalone, eos_driver, kafka, tmp_path):
+        """The contrast: Spark's sink under the same kill keeps what the dead attempt sent, and
+        the task's second attempt sends it again."""
+        bootstrap = kafka.bootstrap("plaintext")
+        dups = [_executor_round(standalone, eos_driver, bootstrap, tmp_path, rnd, "kafka") for rnd in range(ROUNDS)]
+        assert all(d["duplicated"] > 0 for d in dups), dups
 
 
 # ------------------------------------------------ B: a broker killed during the commit
@@ -359,3 +402,54 @@ def test_commit_through_a_broker_kill(kafka_cluster, txn_protocol, target):
     SIGKILLed after the tasks wrote: each row visible once, each marker the batch."""
     _rounds(f"{target} killed, protocol v{txn_protocol}",
             lambda rnd: _commit_round(kafka_cluster, target, rnd, txn_protocol))
+
+
+# ------------------------------------------------ C: a partition leader killed mid-write (long runs only)
+PACE = 0.004                   # seconds a row waits in the query's projection: each task writes for about 2 s
+
+
+def _leader_round(cluster, connector, where: Path, rnd: int, sink: str) -> Dict[str, object]:
+    """A streaming query of tests/spark/eos_query.py (two micro-batches of
+    1,500 rows, each task paced) into ``sink`` on the three-node cluster;
+    the leader of one target partition SIGKILLed once the first rows are in
+    the log; the query runs on to its end; the reader's count."""
+    where.mkdir()
+    q = Query(cluster.bootstrap, where, sink=sink)
+    q.produce()
+    child = q.start(jars=connector, pace=str(PACE))
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not q.read(committed=False):
+            assert child.proc.poll() is None and time.monotonic() < deadline, child.failure("no row written")
+            time.sleep(0.2)
+        node = cluster.broker(cluster.leader_of(q.target, rnd % 3))
+        node.kill()
+        t0 = time.monotonic()
+        result = child.answer()
+        took = round(time.monotonic() - t0, 1)
+        assert result["failed"] is None, child.failure(f"the query failed: {result['failed']}")
+    finally:
+        child.close()
+    node.restart(cluster)
+    cluster.check_healthy(FAULT_DEADLINE)
+    seen = collections.Counter(read_values(cluster.bootstrap, q.target, 3))
+    missing, duplicated, unexpected = q.tally(got=seen)
+    print(f"\n[eos-cluster] {sink} sink, a leader killed mid-write, round {rnd}: {missing} missing, {duplicated} "
+          f"duplicated, {unexpected} unexpected of {q.produced}; kill to end {took} s", flush=True)
+    return {"missing": missing, "duplicated": duplicated, "unexpected": unexpected, "kill_to_end_s": took}
+
+
+@pytest.mark.kafka
+@pytest.mark.cluster
+@pytest.mark.skipif(not LONG, reason="a fresh Spark session a round (40 s): with --long or KWIRE_EOS_ROUNDS")
+@pytest.mark.parametrize("sink", ["kwire", "kafka"])
+def test_a_leader_killed_mid_write(kafka_cluster, tmp_path, sink):
+    """A streaming query's target partition loses its leader while the
+    tasks write. kwire's exactly-once sink: every value once. Spark's sink
+    (the contrast): nothing lost; what its idempotent producer repeats (if
+    anything) is counted."""
+    figures = [_leader_round(kafka_cluster, tuple(connector_jars()), tmp_path / f"r{rnd}", rnd, sink)
+               for rnd in range(ROUNDS)]
+    assert all(f["missing"] == f["unexpected"] == 0 for f in figures), figures
+    if sink == "kwire":
+        assert all(f["duplicated"] == 0 for f in figures), figures

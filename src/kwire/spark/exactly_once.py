@@ -46,6 +46,13 @@ What it needs and what it cannot do (see the README):
   query, restarted, writes that partition again (the others are not
   repeated: their markers say they committed). The commit warns when a
   batch took more than half the timeout.
+  ``kafka.transaction.two.phase.commit.enable=true`` (KIP-939, Java's
+  producer option) lifts the bound: the tasks' ``InitProducerId`` v6 says
+  ``Enable2Pc`` and their transactions never time out. It needs brokers
+  with ``transaction.two.phase.commit.enable`` (checked by the driver) that
+  offer v6, and a Kafka release that marks v6 stable: Kafka 4.4 marks it
+  unstable, and kwire sends no unstable version (the tasks fail with that
+  reason). Until then the timeout holds.
 * A batch is atomic per Spark partition, not as a whole: a driver that dies
   mid-commit leaves some partitions' rows visible before the others (every
   row is still visible once, when the query has run the batch again). Until
@@ -104,6 +111,8 @@ END_TIMEOUT = 120.0
 #: Below this ``transaction.timeout.ms`` the driver warns (a micro-batch must end within it).
 SHORT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
+#: The brokers' config that allows KIP-939's two-phase commit transactions.
+TWO_PHASE_CONFIG = "transaction.two.phase.commit.enable"
 _FENCED = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE)
 
 
@@ -179,26 +188,39 @@ def check_transaction_timeout(sink: SinkOptions) -> None:
     above the brokers' ``transaction.max.timeout.ms`` (every task's
     InitProducerId would be refused), and warn below
     :data:`SHORT_TIMEOUT_MS` (a micro-batch, from its first task to the
-    driver's commit, must end within it). A broker that cannot describe its
-    configs is not asked again: the tasks' InitProducerId then says it."""
+    driver's commit, must end within it). With two-phase commit (KIP-939)
+    there is no timeout: the brokers must enable it instead. A broker that
+    cannot describe its configs is not asked again: the tasks' InitProducerId
+    then says it."""
+    if sink.two_phase:
+        _check_broker_setting(sink, TWO_PHASE_CONFIG, lambda v: v.lower() == "true",
+                              "kafka.transaction.two.phase.commit.enable=true: the brokers' "
+                              f"{TWO_PHASE_CONFIG} is {{}}: enable it, or leave two-phase commit out")
+        return
     ms = int(_timeout_s(sink.producer_config()) * 1000)
     if ms < SHORT_TIMEOUT_MS:
         log.warning("kwire exactly-once: kafka.transaction.timeout.ms=%d: a micro-batch whose first task began more "
                     "than %.0f s before the driver's commit fails (its transactions aborted by their coordinators)",
                     ms, ms / 1000)
+    _check_broker_setting(sink, MAX_TIMEOUT_CONFIG, lambda v: ms <= int(v),
+                          f"deliveryGuarantee=exactly-once: transaction.timeout.ms={ms} is above the brokers' "
+                          f"{MAX_TIMEOUT_CONFIG}={{}}: lower kafka.transaction.timeout.ms, or raise "
+                          f"{MAX_TIMEOUT_CONFIG} on the brokers (a micro-batch must end within it)")
+
+
+def _check_broker_setting(sink: SinkOptions, name: str, ok: Any, refusal: str) -> None:
+    """Refuse the sink's options (``refusal``, formatted with the value) when
+    a broker's config ``name`` fails ``ok``; a broker that cannot describe
+    its configs is let be (the tasks' InitProducerId says what is wrong)."""
     try:
         with Admin(admin_config(sink)) as admin:
             broker = admin.describe_cluster(timeout=30.0).brokers[0].node_id
-            entry = admin.describe_configs(brokers=[broker], timeout=30.0)[("broker", str(broker))].get(
-                MAX_TIMEOUT_CONFIG)
+            entry = admin.describe_configs(brokers=[broker], timeout=30.0)[("broker", str(broker))].get(name)
     except KwireError as e:
-        log.info("kwire exactly-once: %s not read (%s): the tasks' InitProducerId checks the timeout", MAX_TIMEOUT_CONFIG,
-                 e)
+        log.info("kwire exactly-once: the brokers' %s not read (%s): the tasks' InitProducerId checks it", name, e)
         return
-    if entry is not None and entry.value is not None and ms > int(entry.value):
-        raise SparkOptionError(f"deliveryGuarantee=exactly-once: transaction.timeout.ms={ms} is above the brokers' "
-                               f"{MAX_TIMEOUT_CONFIG}={entry.value}: lower kafka.transaction.timeout.ms, or raise "
-                               f"{MAX_TIMEOUT_CONFIG} on the brokers (a micro-batch must end within it)")
+    if entry is not None and entry.value is not None and not ok(entry.value):
+        raise SparkOptionError(refusal.format(entry.value))
 
 
 def marker_batch(admin: Admin, transactional_id: str, timeout: float) -> Optional[int]:
@@ -333,7 +355,7 @@ def _commit_failure(p: Prepared, e: KwireError, sink: SinkOptions) -> str:
 
 
 def _warn_slow(todo: Sequence[Prepared], sink: SinkOptions, batch_id: Optional[int]) -> None:
-    if not todo:
+    if not todo or sink.two_phase:
         return
     took, limit = time.time() - min(p.started for p in todo), _timeout_s(sink.producer_config())
     if took > limit / 2:

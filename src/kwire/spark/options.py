@@ -50,7 +50,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from kwire.config import CONSUMER, PRODUCER, ConfigError, resolve
+from kwire.config import CONSUMER, PRODUCER, ConfigError, canonical_name, resolve
 from kwire.spark.errors import SparkOptionError
 from kwire.spark.security import translate_security
 
@@ -146,6 +146,8 @@ AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 #: otherwise: Kafka's default ``transaction.max.timeout.ms`` (15 minutes), the longest a broker allows
 #: unless raised; a transaction is open from a task's first row to the driver's commit of its batch.
 EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
+#: KIP-939's producer option (two-phase commit: transactions that never time out), kwire's name.
+TWO_PHASE_OPTION = "transaction_two_phase_commit_enable"
 #: What the exactly-once sink sets itself, refused as ``kafka.*`` options.
 _EXACTLY_ONCE_REFUSED = {
     "transactional.id": "Kafka option 'transactional.id' is not supported with deliveryGuarantee=exactly-once: "
@@ -313,6 +315,12 @@ class SinkOptions:
     def exactly_once(self) -> bool:
         return self.delivery_guarantee == EXACTLY_ONCE
 
+    @property
+    def two_phase(self) -> bool:
+        """``kafka.transaction.two.phase.commit.enable`` (KIP-939): the tasks'
+        transactions never time out (see kwire.spark.exactly_once)."""
+        return _given(self.kafka, TWO_PHASE_OPTION, "").strip().lower() == "true"
+
     def producer_config(self) -> Dict[str, Any]:
         """kwire producer options: the ``kafka.*`` options, the security
         ones translated by :mod:`kwire.spark.security` in this process.
@@ -325,9 +333,14 @@ class SinkOptions:
         cfg.setdefault("client.id", "kwire-spark-writer")
         if "batch.size" not in cfg and "batch_size" not in cfg:
             cfg["batch.size"] = SINK_BATCH_SIZE
-        if self.exactly_once and "transaction.timeout.ms" not in cfg and "transaction_timeout_ms" not in cfg:
+        if self.exactly_once and not self.two_phase and not _given(cfg, "transaction_timeout_ms"):
             cfg["transaction.timeout.ms"] = EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
         return cfg
+
+
+def _given(kafka: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The value of kwire option ``name`` among ``kafka``'s, whichever of its names (dotted, snake) it has."""
+    return next((v for k, v in kafka.items() if canonical_name(k) == name), default)
 
 
 # ---------------------------------------------------------------- parsing
@@ -703,8 +716,13 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
             if key in kafka and not (key == "acks" and kafka[key].strip().lower() in ("all", "-1")) \
                     and not (key == "enable.idempotence" and kafka[key].strip().lower() == "true"):
                 raise SparkOptionError(reason)
+        if _given(kafka, TWO_PHASE_OPTION, "").strip().lower() == "true" and _given(kafka, "transaction_timeout_ms"):
+            raise SparkOptionError("kafka.transaction.timeout.ms cannot be set with "
+                                   "kafka.transaction.two.phase.commit.enable: its transactions do not time out")
     elif prefix is not None:
         raise SparkOptionError("option 'transactionalIdPrefix' needs deliveryGuarantee=exactly-once")
+    elif _given(kafka, TWO_PHASE_OPTION) is not None:
+        raise SparkOptionError("kafka.transaction.two.phase.commit.enable needs deliveryGuarantee=exactly-once")
     if prefix is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", prefix.strip()):
         raise SparkOptionError(f"option 'transactionalIdPrefix' must be 1 to 200 of A-Z a-z 0-9 . _ -, got {prefix!r}")
     return SinkOptions(topic=topic.strip() if topic is not None else None, kafka=kafka,
