@@ -92,10 +92,10 @@ def cluster_driver(standalone: StandaloneCluster) -> Iterator[Driver]:
         driver.stop()
 
 
-def new_topic(bootstrap: str, partitions: int, prefix: str = "spark") -> str:
+def new_topic(bootstrap: str, partitions: int, prefix: str = "spark", replication: int = 1) -> str:
     name = f"{prefix}-{os.getpid()}-{next(_names)}"
     with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topics([NewTopic(name, num_partitions=partitions)])
+        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication)])
     return name
 
 

@@ -28,6 +28,16 @@ the death of a process that holds a piece of the two-phase commit:
   case, v1 (the cluster's ``transaction.version`` downgraded for the test:
   tests/support/features.py).
 
+* **a partition leader mid-write** (``cluster``, long runs only): a
+  streaming query of tests/spark/eos_query.py (its rows paced) on
+  replicated topics of the three-node cluster; the leader of a target
+  partition SIGKILLed once its first rows are in the log; the query runs
+  on to its end through the move: each value once.
+
+With --long or ``KWIRE_EOS_ROUNDS`` above 1, Spark's own sink
+(``format("kafka")``, at least once) runs A and C as the contrast, its
+duplicates counted.
+
 Each runs ``KWIRE_EOS_ROUNDS`` rounds (1 by default, CI's; each round its
 own topics and transactional ids). The tests marked ``cluster`` run in the
 cluster's xdist unit (tests/conftest.py, MARKED_UNITS), not beside it.
@@ -45,7 +55,13 @@ A the task's Python worker     2       4.9 s            6.1 s
 B coordinator, protocol v2     4       8.4 s            10.6 s
 B coordinator, protocol v1     4       7.8 s            9.6 s
 B partition leader, v2         4       6.7 s            8.3 s
+C partition leader, kwire      2       19.7 s           19.7 s
+C partition leader, Spark's    2       15.7 s           17.8 s
 =============================  ======  ===============  ===============
+
+(C: to the query's end, the rest of its paced writes included.) Spark's
+sink repeated 30 of A's 900 values each round (the rows the killed attempt
+had sent), and none of C's 3,000 (its producer is idempotent).
 
 In A, 20 of the victim's rows were in the log, uncommitted, at each kill
 (aborted later); after a JVM kill the query ended on the surviving
@@ -414,7 +430,7 @@ def _leader_round(cluster, connector, where: Path, rnd: int, sink: str) -> Dict[
     the leader of one target partition SIGKILLed once the first rows are in
     the log; the query runs on to its end; the reader's count."""
     where.mkdir()
-    q = Query(cluster.bootstrap, where, sink=sink)
+    q = Query(cluster.bootstrap, where, sink=sink, replication=3)
     q.produce()
     child = q.start(jars=connector, pace=str(PACE))
     try:

@@ -10,7 +10,9 @@ group (``kwire-<query id>-<Spark partition>``) the last batch id + 1.
 
 Spark's own sink (``format("kafka")``, at least once, as Spark documents)
 under the same faults is the contrast: the tests count the duplicates it
-leaves (and print them) and pass when there are some.
+leaves (and print them) and pass when there are some. They make the
+README's figures, and run with --long or ``KWIRE_EOS_ROUNDS`` (not in CI),
+as does the driver killed after all of a batch's commits.
 
 Each scenario runs ``KWIRE_EOS_ROUNDS`` rounds (default 1) on one query:
 each round adds 3,000 values to the source and runs the query on. The
@@ -45,6 +47,8 @@ from .eos_query import ANSWER, projected
 from .test_exactly_once import read_values
 
 ROUNDS = int(os.environ.get("KWIRE_EOS_ROUNDS", "1"))
+#: The driver killed after all commits and Spark's sink's contrasts run with --long or more rounds.
+LONG = bool(os.environ.get("KWIRE_LONG")) or ROUNDS > 1
 PARTITIONS = 3
 PER_ROUND = 3000                     # values each round adds to the source
 MAX_OFFSETS = 1500                   # per micro-batch: 500 of each partition, two batches a round
@@ -139,10 +143,10 @@ class Child:
 class Query:
     """One query's topics and checkpoint, and its runs in child processes."""
 
-    def __init__(self, bootstrap: str, tmp: Path, sink: str = "kwire") -> None:
+    def __init__(self, bootstrap: str, tmp: Path, sink: str = "kwire", replication: int = 1) -> None:
         self.bootstrap, self.tmp, self.sink = bootstrap, tmp, sink
-        self.source = new_topic(bootstrap, PARTITIONS, prefix="eos-src")
-        self.target = new_topic(bootstrap, PARTITIONS, prefix="eos-out")
+        self.source = new_topic(bootstrap, PARTITIONS, prefix="eos-src", replication=replication)
+        self.target = new_topic(bootstrap, PARTITIONS, prefix="eos-out", replication=replication)
         self.checkpoint = tmp / "checkpoint"
         self.produced = 0
         self.runs = 0
@@ -329,7 +333,7 @@ def _killed_mid_commit(q: Query, runner: Child, when: str) -> int:
 
 
 @pytest.mark.parametrize("when", ["1", pytest.param("all", marks=pytest.mark.skipif(
-    not os.environ.get("KWIRE_LONG") and ROUNDS == 1,
+    not LONG,
     reason="after all of a batch's EndTxns (a fresh Spark session, 90 s): with --long or KWIRE_EOS_ROUNDS; CI "
            "kills the driver after the first"))])
 def test_driver_killed_mid_commit_then_rerun(kafka, runner, tmp_path, when):
@@ -352,6 +356,7 @@ def test_driver_killed_mid_commit_then_rerun(kafka, runner, tmp_path, when):
 
 
 # ---------------------------------------------------- Spark's own sink, the contrast
+@pytest.mark.skipif(not LONG, reason="the README's contrast: with --long or KWIRE_EOS_ROUNDS")
 def test_spark_sink_repeats_a_failed_task(kafka, runner, tmp_path):
     """The contrast of the failing task: Spark's sink (at least once) keeps
     what the failed attempt sent, and the retry sends it again."""
@@ -365,8 +370,8 @@ def test_spark_sink_repeats_a_failed_task(kafka, runner, tmp_path):
     timed("Spark's sink, a task failing once", t)
 
 
-@pytest.mark.skipif(not os.environ.get("KWIRE_LONG") and ROUNDS == 1,
-                    reason="the README's contrast, a fresh Spark session (40 s): with --long or KWIRE_EOS_ROUNDS")
+@pytest.mark.skipif(not LONG, reason="the README's contrast, a fresh Spark session (40 s): with --long or "
+                                     "KWIRE_EOS_ROUNDS")
 def test_spark_sink_repeats_a_batch_after_a_driver_kill(kafka, runner, connector, tmp_path):
     """The contrast of the driver killed mid-batch: the first batch's
     Spark partitions 0 and 1 are written, partition 2 waits, and the
