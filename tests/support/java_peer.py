@@ -199,6 +199,13 @@ def java_describe_configs(config: Dict[str, str], resources: Sequence[Tuple[str,
     return {(e["type"], e["name"]): e["configs"] for e in events if e["event"] == "configs"}
 
 
+def java_group_offsets(config: Dict[str, str], group: str,
+                       timeout: float = RUN_TIMEOUT) -> Dict[Tuple[str, int], Tuple[int, Optional[str]]]:
+    """Java's ``Admin.listConsumerGroupOffsets(group)``: {(topic, partition): (offset, metadata)}."""
+    events = _run({"mode": "group-offsets", "config": config, "group": group}, (), timeout)
+    return {(e["topic"], e["partition"]): (e["offset"], e["metadata"]) for e in events if e["event"] == "offset"}
+
+
 class JavaGroupMember:
     """A Java consumer in a group (``group-member`` mode) in a subprocess;
     a thread reads its events: ``records`` (every record it returned),

@@ -102,6 +102,7 @@ class KwireAdmissionStreamReader(KwireStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: Dict[str, Dict[str, int]], limit: ReadLimit) -> Dict[str, Dict[str, int]]:  # type: ignore[override]
         begin = offsets_from_json(start)
+        self._batch_done(begin)                        # where the query stands: every batch before is done
         end = self._available()
         if isinstance(limit, ReadMinRows):
             if self._target is None and self._delay(begin, end):

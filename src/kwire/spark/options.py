@@ -128,7 +128,7 @@ _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _PARTITIONS_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
 #: Spark's names of the options only streaming reads act on (warned about in batch reads, as Spark does).
 _STREAM_ONLY = {"maxoffsetspertrigger": "maxOffsetsPerTrigger", "minoffsetspertrigger": "minOffsetsPerTrigger",
-                "maxtriggerdelay": "maxTriggerDelay"}
+                "maxtriggerdelay": "maxTriggerDelay", "commitoffsetstogroup": "commitOffsetsToGroup"}
 #: Spark's Kafka source options (KafkaSourceProvider), lower case, every one acted on.
 SOURCE_OPTIONS = frozenset({
     "assign", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets", "startingtimestamp",
@@ -136,6 +136,7 @@ SOURCE_OPTIONS = frozenset({
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxrecordsperpartition",
     "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "groupidprefix", "includeheaders",
+    "commitoffsetstogroup",          # kwire's own: the query's lag for lag tools (kwire.spark.lag)
 })
 #: Spark's Kafka sink options: ``topic`` (``includeHeaders`` is the source's; the sink writes a
 #: ``headers`` column whenever the DataFrame has one).
@@ -271,6 +272,9 @@ class SourceOptions:
     value_format: Optional[FormatSpec] = None
     #: ``mode``: an undecodable key or value fails the task (FAILFAST) or is null (PERMISSIVE).
     mode: str = "FAILFAST"
+    #: ``commitOffsetsToGroup`` (streaming): the group each micro-batch's end offsets are committed
+    #: to, for lag tools (kwire.spark.lag); None: no commits, as Spark's connector.
+    lag_group: Optional[str] = None
 
     def consumer_config(self, role: str) -> Dict[str, Any]:
         """kwire consumer options for the ``driver`` or an ``executor``:
@@ -666,7 +670,21 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         key_format=_format_spec(opts, "key", kafka),
         value_format=_format_spec(opts, "value", kafka),
         mode=_mode(opts),
+        lag_group=_lag_group(opts, kafka) if streaming else None,
     )
+
+
+def _lag_group(opts: Dict[str, str], kafka: Dict[str, Any]) -> Optional[str]:
+    """``commitOffsetsToGroup``'s group: ``kafka.group.id``, else one derived
+    from the cluster and the subscription (the same across restarts)."""
+    from kwire.spark.lag import derived_group
+
+    if not _bool(opts, "commitoffsetstogroup", False, "commitOffsetsToGroup"):
+        return None
+    if "group.id" in kafka:
+        return str(kafka["group.id"])
+    subscription = next(f"{k}={opts[k]}" for k in ("subscribe", "subscribepattern", "assign") if k in opts)
+    return derived_group(opts.get("groupidprefix"), str(kafka.get("bootstrap.servers", "")), subscription)
 
 
 def _check_batch_bounds(starting: OffsetSpec, ending: Optional[OffsetSpec]) -> None:

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from kwire.spark.errors import DataLossError
 from kwire.spark.formats import TypedColumns
+from kwire.spark.lag import LagCommitter
 from kwire.spark.offsets import OffsetRange, OffsetReader, split_ranges
 from kwire.spark.options import SourceOptions
 from kwire.spark.ranges import read_range
@@ -99,9 +100,11 @@ class KwireStreamReader(DataSourceStreamReader):
         self.opts = opts
         self.typed = typed
         self._offsets: Optional[OffsetReader] = None
+        self._lag: Optional[LagCommitter] = None
+        self._planned: Optional[Offsets] = None       # the end of the last batch planned (done at the next trigger)
 
     def __getstate__(self) -> Dict[str, Any]:         # executors get the options only
-        return {"opts": self.opts, "typed": self.typed, "_offsets": None}
+        return {"opts": self.opts, "typed": self.typed, "_offsets": None, "_lag": None, "_planned": None}
 
     @property
     def offset_reader(self) -> OffsetReader:
@@ -125,6 +128,8 @@ class KwireStreamReader(DataSourceStreamReader):
         return r.latest(r.partitions())
 
     def latestOffset(self) -> Dict[str, Dict[str, int]]:       # type: ignore[override]  (4.0 and 4.1's signature)
+        if self._planned is not None:                  # the next trigger: the batch planned last is done
+            self._batch_done(self._planned)
         return offsets_to_json(self._available())
 
     def _new_partitions(self, begin: Offsets, until: Offsets) -> Offsets:
@@ -156,13 +161,32 @@ class KwireStreamReader(DataSourceStreamReader):
                              "some data may have been missed.")
             ranges.append(OffsetRange(tp.topic, tp.partition, first, until[tp]))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        self._planned = until
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition, self.typed)
 
     def commit(self, end: Dict[str, Dict[str, int]]) -> None:
-        log.debug("batch done up to %s (offsets live in Spark's checkpoint; nothing is committed to Kafka)", end)
+        """Spark's word that a batch is done (it says so as it plans the
+        next one): see :meth:`_batch_done`."""
+        if self.opts.lag_group is None:
+            log.debug("batch done up to %s (offsets live in Spark's checkpoint; nothing is committed to Kafka)", end)
+        self._batch_done(offsets_from_json(end))
+
+    def _batch_done(self, end: Offsets) -> None:
+        """A batch that ends at ``end`` is done (Spark's commit log has it):
+        with ``commitOffsetsToGroup`` its end offsets are committed to the
+        lag group (kwire.spark.lag; once, however often they are reported),
+        never read back (the checkpoint has them); else nothing. The
+        trigger after a batch reports it (:meth:`latestOffset`), so the
+        last batch before a pause is committed too, not only when the next
+        one is planned, as Spark's ``commit`` would."""
+        if self.opts.lag_group is None:
+            return
+        if self._lag is None:
+            self._lag = LagCommitter(self.opts.lag_group)
+        self._lag.commit(self.offset_reader.admin, end)
 
     def stop(self) -> None:
         if self._offsets is not None:

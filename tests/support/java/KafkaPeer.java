@@ -33,6 +33,10 @@
 //     Java's Admin.describeConfigs: {"event": "configs", "type": t, "name": n, "configs": {name: value|null}}
 //     for each resource (type: ConfigResource.Type's name in lower case: topic, broker, group, ...).
 //
+//   {"mode": "group-offsets", "config": {...}, "group": g}
+//     Java's Admin.listConsumerGroupOffsets: {"event": "offset", "topic", "partition", "offset", "metadata"}
+//     for each partition the group committed.
+//
 // Errors: {"event": "error", "error": "..."} and exit status 1.
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -101,6 +105,7 @@ public final class KafkaPeer {
                 case "consume": consume(cmd); break;
                 case "group-member": groupMember(cmd, in); break;
                 case "describe-configs": describeConfigs(cmd); break;
+                case "group-offsets": groupOffsets(cmd); break;
                 default: fail("unknown mode " + mode);
             }
         } catch (Exception e) {
@@ -146,6 +151,21 @@ public final class KafkaPeer {
                 for (ConfigEntry e : got.get(r).entries()) {
                     configs.put(e.name(), e.value());
                 }
+                emit(o);
+            }
+        }
+    }
+
+    private static void groupOffsets(JsonNode cmd) throws Exception {
+        try (Admin admin = Admin.create(props(cmd))) {
+            Map<TopicPartition, OffsetAndMetadata> got =
+                admin.listConsumerGroupOffsets(cmd.path("group").asText()).partitionsToOffsetAndMetadata().get();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : got.entrySet()) {
+                ObjectNode o = event("offset");
+                o.put("topic", e.getKey().topic());
+                o.put("partition", e.getKey().partition());
+                o.put("offset", e.getValue().offset());
+                o.put("metadata", e.getValue().metadata());
                 emit(o);
             }
         }
