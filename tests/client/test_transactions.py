@@ -79,29 +79,50 @@ def _inner(kw, producer):
     return producer.aio._p if kw.is_aio else producer
 
 
+def _log_ends(bootstrap, tps):
+    """The partitions' log ends (high watermarks): a read_committed reader gets there once no transaction is open."""
+    with Consumer(bootstrap_servers=bootstrap, group_id=None) as c:
+        return c.end_offsets(tps)
+
+
 def _kwire_read(bootstrap, topic, isolation, seconds=2.0, partitions=1):
+    """Every value kwire's consumer returns, read until its position reaches
+    the log's end, or for ``seconds`` (a read_committed one stops short of
+    it behind an open transaction, or a moment, until the markers of one
+    just ended are written)."""
+    tps = [(topic, p) for p in range(partitions)]
+    ends = _log_ends(bootstrap, tps)
     got = []
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation) as c:
-        c.assign([(topic, p) for p in range(partitions)])
+        c.assign(tps)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for recs in c.poll(200).values():
                 got.extend(r.value for r in recs)
+            if all(c.position(tp) >= ends[TopicPartition(*tp)] for tp in tps):
+                break
     return got
 
 
 def _librdkafka_read(bootstrap, topic, isolation, seconds=3.0):
+    """As :func:`_kwire_read`, with confluent-kafka's consumer (partition 0)."""
     ck = pytest.importorskip("confluent_kafka")
+    end = _log_ends(bootstrap, [(topic, 0)])[TopicPartition(topic, 0)]
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"rd-{uuid.uuid4().hex[:6]}",
-                     "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False})
+                     "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False,
+                     "enable.partition.eof": True})
     c.assign([ck.TopicPartition(topic, 0, 0)])
     got = []
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             m = c.poll(0.2)
-            if m is not None and not m.error():
+            if m is None:
+                continue
+            if not m.error():
                 got.append(m.value())
+            elif m.error().code() == ck.KafkaError._PARTITION_EOF and m.offset() >= end:
+                break
     finally:
         c.close()
     return got
