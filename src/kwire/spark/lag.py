@@ -28,7 +28,9 @@ such option: its queries are invisible to lag tools.
 * **Never in the query's way**: a commit that fails (no coordinator, no
   ACL, a group with members) is logged, once when the commits start
   failing and once when they work again, and the query goes on; each
-  commit waits :data:`COMMIT_TIMEOUT` s at most.
+  commit waits :data:`COMMIT_TIMEOUT` s at most, and after a failure none
+  is tried for :data:`RETRY_BACKOFF` s (an idle query's reader is asked for
+  offsets every few milliseconds: no request, and no wait, at each).
 """
 
 from __future__ import annotations
@@ -42,12 +44,14 @@ from kwire.admin import Admin
 from kwire.errors import KwireError
 from kwire.types import OffsetAndMetadata
 
-__all__ = ["LagCommitter", "derived_group", "COMMIT_TIMEOUT", "DEFAULT_PREFIX"]
+__all__ = ["LagCommitter", "derived_group", "COMMIT_TIMEOUT", "RETRY_BACKOFF", "DEFAULT_PREFIX"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a micro-batch's commit may take before it is given up (the query goes on).
 COMMIT_TIMEOUT = 10.0
+#: Seconds after a failed commit before the next is tried (the triggers between commit nothing).
+RETRY_BACKOFF = 30.0
 #: The derived group's prefix unless ``groupIdPrefix`` is given.
 DEFAULT_PREFIX = "kwire-spark"
 
@@ -64,8 +68,11 @@ class LagCommitter:
     """Commits each finished micro-batch's end offsets to ``group`` through
     ``admin`` (the reader's own, made when first needed)."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, retry_backoff: float = RETRY_BACKOFF) -> None:
         self.group = group
+        self.retry_backoff = retry_backoff
+        self._retry_at = 0.0                        # monotonic: no commit is tried before it (after a failure)
+        self.skipped = 0                           # commits not tried, within a backoff
         self._failing = False
         self._last: Optional[Dict[Any, int]] = None   # the offsets last committed
         self.commits = 0                           # commits that succeeded
@@ -74,9 +81,13 @@ class LagCommitter:
 
     def commit(self, admin: Admin, end: Mapping[Any, int]) -> bool:
         """``end`` ({TopicPartition: offset}) committed, unless it is what
-        the last commit that worked committed; False (logged) when that failed."""
+        the last commit that worked committed; False (logged) when that
+        failed, and, without trying, within the backoff after a failure."""
         if not end or dict(end) == self._last:
             return True
+        if time.monotonic() < self._retry_at:
+            self.skipped += 1
+            return False
         offsets: Dict[Any, OffsetAndMetadata] = {
             (tp.topic, tp.partition): OffsetAndMetadata(off, "kwire spark query") for tp, off in end.items()}
         started = time.monotonic()
@@ -88,6 +99,7 @@ class LagCommitter:
                             "the query goes on, lag tools show the last commit that worked (logged again when "
                             "commits work again)", self.group, type(e).__name__, e)
             self._failing = True
+            self._retry_at = time.monotonic() + self.retry_backoff
             return False
         if self._failing:
             log.warning("kwire source: committing to group %r works again", self.group)
