@@ -50,7 +50,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 __all__ = ["Broker", "TansuStartError", "TansuUnavailable", "find_tansu", "start_tansu"]
 
@@ -102,9 +102,26 @@ def find_tansu() -> str:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS reports free on ``host`` (it may be taken again before use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
+    """``count`` distinct ports the OS reports free on ``host``.
+
+    Every socket stays bound until all are chosen: ports asked for one at a time
+    and released at once can repeat (a server given the same port for two
+    listeners then fails to start). Each may still be taken again before use.
+    """
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _metadata_cluster_id(host: str, port: int, timeout: float) -> Optional[str]:

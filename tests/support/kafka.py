@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from kwire.devbroker import _tie_to_parent, free_port
+from kwire.devbroker import _tie_to_parent, free_ports
 from support.maven import Progress, assemble, require, say, stamp
 from support.proxies import Pki, make_pki
 
@@ -433,7 +433,32 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
     the broker's ``addresses`` are then those. ``listeners`` replaces :data:`LISTENERS`
     (name -> (security protocol, advertised host); ``plaintext`` must be among them, the
     inter-broker listener); ``jvm_options`` go to the broker's JVM; ``node_id`` is its
-    node id (a cluster that replaces another, with new ids)."""
+    node id (a cluster that replaces another, with new ids). A broker that could not bind a
+    port it was given (another process took it after :func:`free_ports`) starts again on
+    fresh ports, up to :data:`BIND_RETRIES` times."""
+    for attempt in range(BIND_RETRIES + 1):
+        try:
+            return _start_kafka(version, heap, timeout, overrides, tie_to_parent, progress, ports, advertised,
+                                listeners, jvm_options, node_id)
+        except KafkaStartError as e:
+            if not lost_a_port(e) or attempt == BIND_RETRIES:
+                raise
+            _say(progress, "the broker lost a port to another process; starting again on fresh ports")
+    raise AssertionError("unreachable")
+
+
+BIND_RETRIES = 2           # fresh ports when a server lost the race for one (free_ports are only probably free)
+
+
+def lost_a_port(e: BaseException) -> bool:
+    """``e`` says a server could not bind a port it was given."""
+    return isinstance(e, KafkaStartError) and "Address already in use" in str(e)
+
+
+def _start_kafka(version: str, heap: str, timeout: float, overrides: Optional[Dict[str, str]], tie_to_parent: bool,
+                 progress: Progress, ports: Optional[Dict[str, int]], advertised: Optional[Dict[str, str]],
+                 listeners: Optional[Dict[str, Tuple[str, str]]], jvm_options: Sequence[str],
+                 node_id: int) -> KafkaBroker:
     kinds = listeners or LISTENERS
     libs = ensure_kafka(version, progress)
     _require("java")
@@ -444,8 +469,9 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
         pki = make_pki(str(workdir), server_names=("localhost",))
         keystore = workdir / "server-keystore.pem"
         keystore.write_bytes(Path(pki.server_key).read_bytes() + Path(pki.server_cert).read_bytes())
-        ports = {name: (ports or {}).get(name) or free_port(HOST) for name in kinds}
-        controller_port = free_port(HOST)
+        fresh = iter(free_ports(len(kinds) + 1, HOST))    # distinct: two listeners on one port fail
+        ports = {name: (ports or {}).get(name) or next(fresh) for name in kinds}
+        controller_port = next(fresh)
         users = {SUPER_USER[0]: SUPER_USER[1], **USERS}
         addresses = {n: f"{kinds[n][1]}:{p}" for n, p in ports.items()}
         addresses.update(advertised or {})

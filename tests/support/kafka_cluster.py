@@ -88,10 +88,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from kwire.devbroker import free_port
-from support.kafka import (_LOG4J2, KAFKA_VERSION, LOG_TAIL, STOP_TIMEOUT, KafkaStartError, Progress, _cli_start,
-                           _cluster_id, _is_our_broker, _java, _launch, _log_tail, _require, _rss, _say, _stop_pid,
-                           ensure_kafka)
+from kwire.devbroker import free_ports
+from support.kafka import (_LOG4J2, BIND_RETRIES, KAFKA_VERSION, LOG_TAIL, STOP_TIMEOUT, KafkaStartError, Progress,
+                           _cli_start, _cluster_id, _is_our_broker, _java, _launch, _log_tail, _require, _rss, _say,
+                           _stop_pid, ensure_kafka, lost_a_port)
 from support.proxies import FaultProxy
 
 HOST = "127.0.0.1"
@@ -503,13 +503,13 @@ class KafkaCluster:
             try:
                 return self._add_broker(node_id, rack, timeout)
             except KafkaStartError as e:
-                if not _lost_a_port(e) or attempt == BIND_RETRIES:
+                if not lost_a_port(e) or attempt == BIND_RETRIES:
                     raise
         raise AssertionError("unreachable")
 
     def _add_broker(self, node_id: int, rack: str, timeout: float) -> ClusterNode:
         st = self._setup
-        ports = {k: free_port(HOST) for k in ("internal", "external", "controller")}
+        ports = dict(zip(("internal", "external", "controller"), free_ports(3, HOST)))
         node = ClusterNode(node_id, "broker", Path(self.root) / f"node-{node_id}", ports, rack, added=True)
         shutil.rmtree(node.workdir, ignore_errors=True)
         fmt = _write_node(node, st["voters"], st["libs"], st["heap"], st["tie_to_parent"], st["proxies"],
@@ -656,13 +656,6 @@ class KafkaCluster:
         self.stop()
 
 
-BIND_RETRIES = 2           # fresh ports when a node lost the race for one (free_port is only probably free)
-
-
-def _lost_a_port(e: BaseException) -> bool:
-    return isinstance(e, KafkaStartError) and "Address already in use" in str(e)
-
-
 def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFKA_VERSION, heap: str = HEAP,
                   proxies: bool = True, timeout: float = READY_TIMEOUT, tie_to_parent: bool = True,
                   overrides: Optional[Dict[str, str]] = None, progress: Progress = None) -> KafkaCluster:
@@ -671,7 +664,7 @@ def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFK
     controller-only node (id :data:`CONTROLLER_ID`) and broker-only nodes. With ``proxies``
     each broker advertises a :class:`FaultProxy` of this process. Returns once every
     broker is registered; ``overrides`` are extra properties of every node. A node that
-    could not bind a port it was given (another process took it after ``free_port``: other
+    could not bind a port it was given (another process took it after ``free_ports``: other
     clusters and proxies run on the same machine) starts the cluster again on fresh
     ports, up to :data:`BIND_RETRIES` times."""
     for attempt in range(BIND_RETRIES + 1):
@@ -679,7 +672,7 @@ def start_cluster(*, brokers: int = 3, controllers: int = 0, version: str = KAFK
             return _start_cluster(brokers, controllers, version, heap, proxies, timeout, tie_to_parent, overrides,
                                   progress)
         except KafkaStartError as e:
-            if not _lost_a_port(e) or attempt == BIND_RETRIES:
+            if not lost_a_port(e) or attempt == BIND_RETRIES:
                 raise
             _say(progress, "a node lost a port to another process; starting again on fresh ports")
     raise AssertionError("unreachable")
@@ -699,8 +692,9 @@ def _start_cluster(brokers: int, controllers: int, version: str, heap: str, prox
                  for i in range(1, brokers + 1)]
         if controllers:
             specs.append((CONTROLLER_ID, "controller", None))
+        fresh = iter(free_ports(3 * len(specs), HOST))     # distinct across the whole cluster
         for node_id, roles, rack in specs:
-            ports = {k: free_port(HOST) for k in ("internal", "external", "controller")}
+            ports = {k: next(fresh) for k in ("internal", "external", "controller")}
             nodes.append(ClusterNode(node_id, roles, root / f"node-{node_id}", ports, rack))
         voters = ",".join(f"{n.node_id}@{HOST}:{n.ports['controller']}" for n in nodes if "controller" in n.roles)
         cluster_id = _cluster_id()
