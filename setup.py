@@ -48,7 +48,8 @@ if sanitize:
 # The compiled core: one extension per module of the kwire._core package
 # (cimports between them go through their .pxd files). Every one gets the
 # same switches.
-CORE_MODULES = ["buffers", "native", "records", "columnar", "legacy", "build", "send", "typedcols", "avro", "avroenc", "protobuf"]
+CORE_MODULES = ["buffers", "native", "records", "columnar", "legacy", "build", "send", "typedcols", "avro", "avroenc", "protobuf",
+                "meter"]
 ZLIB_USERS = {"records", "legacy"}      # CRC32 of legacy messages
 
 extensions = [

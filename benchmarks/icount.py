@@ -235,6 +235,31 @@ def _setup_fetch(n: int) -> Callable[[], None]:
     return work
 
 
+def _setup_fetch_metered(n: int) -> Callable[[], None]:
+    # fetch-response with the consumer's metrics on (kwire.metrics): per decode call, the decoder's
+    # counters read before and after and added to the partition's and topic's figures, as
+    # Fetcher._step does. Its count against fetch-response's is what metrics cost per record.
+    import kwire
+    from kwire.protocol import decode_response, messages as m
+    try:
+        from kwire.metrics.clients import FetchMetrics, counters
+    except ImportError:          # a revision before kwire.metrics: the same work unmetered
+        return _setup_fetch(n)
+    frame = fetch_frame(n)
+    dec = kwire.Decoder(check_crcs=True)
+    fm = FetchMetrics()
+
+    def work():
+        _, resp = decode_response(frame, m.FetchResponse, FETCH_VERSION)
+        for topic in resp.responses:
+            for p in topic.partitions:
+                tp = (topic.topic, p.partition_index)
+                before = counters(dec)
+                _touch(dec.decode(p.records, topic=topic.topic, partition=p.partition_index).records)
+                fm.decoded(tp, dec, before)
+    return work
+
+
 def _setup_avro(direction: str, n: int) -> Callable[[], None]:
     # The event12 shape (benchmarks/avro_workload.py), in columns of 10,000
     # values as poll_columnar hands them over: decoded into Arrow, or Arrow
@@ -282,6 +307,7 @@ def _paths() -> Dict[str, Path]:
     out["encode/lz4/mixed"] = Path("encode/lz4/mixed", 20_000, lambda n: _setup_encode("lz4", n))
     out["send"] = Path("send", 50_000, send_workload)
     out["fetch-response"] = Path("fetch-response", 16_000, _setup_fetch)
+    out["fetch-response-metered"] = Path("fetch-response-metered", 16_000, _setup_fetch_metered)
     out["decode-avro/event12"] = Path("decode-avro/event12", 20_000, lambda n: _setup_avro("decode", n))
     out["encode-avro/event12"] = Path("encode-avro/event12", 20_000, lambda n: _setup_avro("encode", n))
     return out

@@ -135,12 +135,24 @@ class Aborter:
     def aborting(self) -> frozenset[int]: ...
 
 class Decoder:
+    # cumulative over the decoder's life (kwire.metrics)
+    records_total: int
+    bytes_total: int
+    batches_total: int
+    compressed_total: int
+    decompressed_total: int
     def __init__(self, *, check_crcs: bool = ..., include_control: bool = ..., max_decompressed_bytes: int = ...) -> None: ...
     def decode(self, data: _Buffer, *, topic: Optional[str] = ..., partition: Optional[int] = ..., min_offset: int = ...,
                max_bytes: int = ..., max_records: int = ..., resume: Optional[PartialBatch] = ...,
                aborter: Optional[Aborter] = ...) -> DecodeResult: ...
 
 class ColumnarDecoder:
+    # cumulative over the decoder's life (kwire.metrics)
+    records_total: int
+    bytes_total: int
+    batches_total: int
+    compressed_total: int
+    decompressed_total: int
     def __init__(
         self,
         *,

@@ -48,6 +48,8 @@ from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_respo
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.future import KafkaTimeoutError
+from kwire.metrics.names import fold, network_metrics
+from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
@@ -249,6 +251,25 @@ class Admin:
         self.cfg = resolve(ADMIN, config, kwargs, what="admin")
         self._client = self._client_class(self.cfg)
         self._client.want_all_topics()
+        self._started = time.monotonic()
+        self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """The admin client's metrics, named as Java's (``admin-client-metrics``,
+        ``admin-client-node-metrics,node-id=node-1``; :mod:`kwire.metrics`)."""
+        now = time.monotonic()
+        states = self._client.connection_states()
+        return fold(network_metrics("admin-client", [self._client.metrics],
+                                    {node: n for node, (_, _, n) in states.items()},
+                                    sum(1 for _, state, _ in states.values() if state == "ready"), now))
+
+    def _stats_doc(self) -> Dict[str, Any]:
+        """``stats_cb``'s document (called while a call drives the admin client's I/O)."""
+        now = time.monotonic()
+        doc = header_doc("admin", self.cfg, self._started, now)
+        doc["brokers"] = brokers_doc([self._client], now)
+        doc["metrics"] = self.metrics()
+        return doc
 
     def close(self) -> None:
         self._client.close()

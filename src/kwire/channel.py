@@ -73,6 +73,7 @@ from kwire import protocol
 from kwire._codec import resize_frame
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
+from kwire.metrics.network import NetworkMetrics
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import apiversions_retry_version
 from kwire.sasl import Authenticator, Mechanism, SaslAuthenticationError
@@ -228,6 +229,7 @@ class Channel:
         self._fail = on_fail
         self._offload = offload
         self._client_id = cfg.get("client_id", "kwire")
+        self.metrics: Optional[NetworkMetrics] = None   # the client's (kwire.metrics), set by its owner
         self._timeout = cfg.get("request_timeout_ms", 30000) / 1000.0
         self._corr = 0
         self._in_flight: Dict[int, _InFlight] = {}
@@ -317,6 +319,8 @@ class Channel:
         until = time.monotonic() + ms / 1000.0
         if until > self.throttled_until:
             self.throttled_until = until
+        if self.metrics is not None:
+            self.metrics.throttled(self.node_id, ms)
         log.debug("node %s: throttled for %d ms (quota)", self.node_id, ms)
 
     def _release(self, now: float) -> None:
@@ -373,10 +377,14 @@ class Channel:
         except Exception as e:   # a request we cannot encode fails alone; the connection goes on
             fut.set_exception(e)
             return
+        size = 0
         for c in chunks:
             mv = memoryview(c).cast("B")
             self.out.append(mv)
-            self.out_bytes += len(mv)
+            size += len(mv)
+        self.out_bytes += size
+        if self.metrics is not None:
+            self.metrics.sent(self.node_id, size, time.monotonic())
         if expect_response:
             wait = self._timeout if timeout is None else timeout
             self._in_flight[corr] = _InFlight(corr, api_key, version, fut, wait,
@@ -630,6 +638,9 @@ class Channel:
         inf = self._in_flight.pop(corr, None)
         if inf is None:
             raise ProtocolError(f"node {self.node_id} answered correlation id {corr}, which no request has")
+        if self.metrics is not None:
+            now = time.monotonic()
+            self.metrics.answered(self.node_id, inf.api_key, len(frame) + 4, now - (inf.deadline - inf.timeout), now)
         job = functools.partial(_decode, frame, inf.response_class, inf.version, inf.prepare, self._throttle)
         if inf.offload and self._offload is not None and len(frame) >= OFFLOAD_MIN_BYTES:
             self._offload(job, inf.future)

@@ -74,6 +74,8 @@ from kwire import protocol
 from kwire._codec import Generation
 from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
+from kwire.metrics.network import NetworkMetrics
+from kwire.metrics.report import StatsReporter
 from kwire.net import (CLUSTER_CHECK_VERSION, Connection, ConnectionLostError, MisroutedConnectionError,
                        canonical_bootstrap, ssl_context_from_config)
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -539,6 +541,8 @@ class Client:
         self.auto_create_topics = bool(cfg.get("allow_auto_create_topics", False) if auto_create_topics is None
                                        else auto_create_topics)
         self.cluster = ClusterMetadata()
+        self.metrics = NetworkMetrics(cfg.get("metrics_sample_window_ms", 30000) / 1000.0)
+        self.reporter: Optional[StatsReporter] = None      # stats_cb's, set by the client that owns this one
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
@@ -617,6 +621,7 @@ class Client:
         if broker is None:
             return None
         conn = self._new_connection(node_id, broker)
+        conn.channel.metrics = self.metrics
         self._conns[node_id] = conn
         conn.connect()
         return conn
@@ -692,6 +697,10 @@ class Client:
             self._leaders_refresh_at = now + self.cfg.get("retry_backoff_ms", 100) / 1000.0
             self.request_metadata_update()
 
+    def connection_states(self) -> Dict[int, Tuple[str, str, int]]:
+        """(any thread) Each connection now: node -> ("host:port", state, requests in flight)."""
+        return {node: (f"{c.host}:{c.port}", c.state, c.in_flight_count()) for node, c in dict(self._conns).items()}
+
     def in_flight(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
         return 0 if conn is None or conn.closed else conn.in_flight_count()
@@ -706,6 +715,7 @@ class Client:
             self._unregister(conn)     # a new address, a new socket: the old one leaves the selector
             return
         if conn.state == "ready":
+            self.metrics.connected(node)
             if conn.resolved is not None:
                 self._answered[(conn.host, conn.port)] = conn.resolved
             channel = conn.channel
@@ -722,6 +732,7 @@ class Client:
             # (an oversized or malformed response) is retried with a growing
             # backoff, and its failure is said once, not at every reconnect
         elif conn.state == "closed":
+            self.metrics.disconnected(node)
             self._forget(conn)
             if conn.orderly:       # closed idle, or with the client: nothing failed
                 return
@@ -1263,7 +1274,9 @@ class Client:
         for conn in list(self._conns.values()):
             self._update_mask(conn)
         timeout = min(timeout, self._next_due(time.monotonic()))
+        began = time.monotonic()
         events = self._selector.select(timeout)
+        self.metrics.selected(time.monotonic() - began)
         for key, ev in events:
             conn = key.data
             if conn is None:
@@ -1287,6 +1300,8 @@ class Client:
         trigger = self._rebootstrap_trigger_left(now)
         if trigger is not None:
             timeout = min(timeout, trigger)
+        if self.reporter is not None:
+            timeout = min(timeout, self.reporter.wait_time(now))
         for conn in self._conns.values():
             left = conn.throttle_left(now)
             if left is not None and left < timeout:
@@ -1300,6 +1315,8 @@ class Client:
         self._complete_offloaded()
         now = time.monotonic()
         self._maybe_rebootstrap(now)
+        if self.reporter is not None:
+            self.reporter.maybe_report(now)
         idle = self.cfg.get("connections_max_idle_ms", 540000)
         for conn in list(self._conns.values()):
             conn.check_timeouts(now)

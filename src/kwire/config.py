@@ -235,6 +235,15 @@ def _callable(v: Any) -> Any:
     raise ValueError("expected a callable, an object with a token() method, or module:function")
 
 
+def _function(v: Any, option: str) -> Any:
+    """A callable, or ``"module:function"`` naming one; None for none."""
+    if isinstance(v, str):
+        v = import_named(v, option, "module:function")
+    if v is None or callable(v):
+        return v
+    raise ValueError("expected a callable or module:function")
+
+
 def _extensions(v: Any) -> Optional[Dict[str, str]]:
     """SASL extensions (KIP-342): a mapping, or librdkafka's
     ``key=value,key=value``."""
@@ -317,6 +326,16 @@ COMMON: Dict[str, Option] = {
                                       "close connections idle this long (nothing in flight); -1: never"),
     "receive_message_max_bytes": Option(100_000_000, _int(1000, 2**31 - 1),
                                         "largest response accepted (a Fetch may be up to its max_bytes)"),
+    "statistics_interval_ms": Option(0, _int(0, 86_400_000),
+                                     "librdkafka's statistics.interval.ms: call stats_cb with the client's "
+                                     "statistics (JSON, kwire.metrics.report) this often; 0: never"),
+    "stats_cb": Option(None, lambda v: _function(v, "stats_cb"),
+                       "librdkafka's stats_cb: called with the statistics JSON every statistics_interval_ms, where "
+                       "the client's I/O runs (a consumer's poll(), a producer's I/O thread, kwire.aio's loop); "
+                       "a callable or module:function"),
+    "metrics_sample_window_ms": Option(30000, _int(1),
+                                       "Java's metrics.sample.window.ms: a metric's -avg, -max and -rate cover "
+                                       "the last two windows of this length (Java's 2 samples)"),
 }
 
 #: SASL (:mod:`kwire.sasl`): Kafka's names, and librdkafka's where Kafka's

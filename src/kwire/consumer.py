@@ -64,6 +64,8 @@ from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError
 from kwire.future import Future
 from kwire.group import GroupCoordinator
 from kwire.interceptors import ConsumerInterceptors
+from kwire.metrics.names import Metric, fetch_metrics, fold, group_metrics, network_metrics
+from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
@@ -110,6 +112,59 @@ class Consumer(Fetcher):
         self._group: Optional[GroupCoordinator] = None     # when there is a group_id
         if self.cfg["group_id"]:
             self._group = GroupCoordinator(self)
+        self._started = time.monotonic()
+        self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+
+    # ------------------------------------------------------- metrics
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """The consumer's metrics, named as Java's consumer names them
+        (:mod:`kwire.metrics`): ``{"consumer-metrics": {...},
+        "consumer-node-metrics,node-id=node-1": {...},
+        "consumer-fetch-manager-metrics,topic=t,partition=0": {"records-lag": ...}, ...}``.
+        Any thread; a snapshot, computed when called."""
+        return fold(self._metric_list(time.monotonic()))
+
+    def _clients(self) -> List[Client]:
+        group = self._group._client if self._group is not None else None
+        return [self._client] + ([group] if group is not None else [])
+
+    def _metric_list(self, now: float) -> List[Metric]:
+        clients = self._clients()
+        states = [c.connection_states() for c in clients]
+        in_flight: Dict[int, int] = {}
+        for s in states:
+            for node, (_, _, n) in s.items():
+                in_flight[node] = in_flight.get(node, 0) + n
+        up = sum(1 for s in states for _, state, _ in s.values() if state == "ready")
+        out = list(network_metrics("consumer", [c.metrics for c in clients], in_flight, up, now))
+        out += fetch_metrics(self._fetch_metrics, self._client.metrics, self._lags(), now)
+        if self._group is not None:
+            net = self._group._client.metrics if self._group._client is not None else self._client.metrics
+            out += group_metrics("consumer", self._group.metrics, net, len(self._states), now)
+        return out
+
+    def _stats_doc(self) -> Dict[str, Any]:
+        """``stats_cb``'s document (:mod:`kwire.metrics.report`)."""
+        now = time.monotonic()
+        doc = header_doc("consumer", self.cfg, self._started, now)
+        doc["brokers"] = brokers_doc(self._clients(), now)
+        topics: Dict[str, Any] = {}
+        parts = self._fetch_metrics.parts
+        for tp, lag, _ in self._lags():
+            st = self._states.get(tp)
+            got = parts.get(tp)
+            topics.setdefault(tp.topic, {"topic": tp.topic, "partitions": {}})["partitions"][str(tp.partition)] = {
+                "partition": tp.partition, "consumer_lag": -1 if lag is None else lag,
+                "hi_offset": st.high_watermark if st is not None else -1,
+                "ls_offset": st.last_stable_offset if st is not None else -1,
+                "lo_offset": st.log_start_offset if st is not None else -1,
+                "app_offset": st.position if st is not None and st.position is not None else -1001,
+                "rxmsgs": got.records if got is not None else 0, "rxbytes": got.bytes if got is not None else 0}
+        doc["topics"] = topics
+        doc["rxmsgs"] = self._fetch_metrics.records.total
+        doc["rxmsg_bytes"] = self._fetch_metrics.bytes.total
+        doc["metrics"] = fold(self._metric_list(now))
+        return doc
 
     # ------------------------------------------------------- assignment
     def assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
@@ -418,6 +473,7 @@ class Consumer(Fetcher):
         if self._closed:
             raise KwireError("consumer is closed")
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
+        self._fetch_metrics.polled()
         may_raise = not self._raised_last     # after a poll that raised, other partitions' records first
         self._raised_last = False
         turned = False                        # the client's I/O had a turn in this call

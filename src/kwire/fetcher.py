@@ -84,6 +84,7 @@ from kwire.client import STALLED, Client, Sleep, Steps
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.fetch_session import FINAL_EPOCH, SESSION_ERRORS, FetchSession, Part
 from kwire.future import Future, KafkaTimeoutError
+from kwire.metrics.clients import FetchMetrics, counters
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.types import EARLIEST, LATEST, TopicPartition
 
@@ -188,6 +189,7 @@ class Fetcher:
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"],
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
         self._columnar: Dict[str, ColumnarDecoder] = {}     # per timestamp unit
+        self._fetch_metrics = FetchMetrics(self.cfg.get("metrics_sample_window_ms", 30000) / 1000.0)
         self._poll_bytes = self.cfg["max_poll_bytes"]
         # KIP-392 (kept apart from the partitions' states: with none, the fetch path pays for an empty dict)
         self._replicas: Dict[TopicPartition, Tuple[int, float]] = {}   # partition -> (read replica, expiry)
@@ -947,10 +949,12 @@ class Fetcher:
                 data = c.rest[:0]         # only the rest of the batch begun
             else:
                 max_bytes = 1             # one batch (or its first records)
+        before = counters(decoder)
         try:
             res = decoder.decode(data, topic=c.tp.topic, partition=c.tp.partition, min_offset=st.position,
                                  max_bytes=max_bytes, max_records=-1 if max_records is None else max_records,
                                  resume=c.resume, aborter=c.aborter)
+            self._fetch_metrics.decoded(c.tp, decoder, before)
         except CorruptRecordError as e:
             if c.narrow:
                 # located at the position (where the bad batch begins, or its first record not returned):
@@ -975,6 +979,16 @@ class Fetcher:
         if res.skipped:
             self._skipped(c.tp, st, res.skipped)
         return res
+
+    def _lags(self) -> Iterator[Tuple[TopicPartition, Optional[int], Optional[int]]]:
+        """(any thread) Each assigned partition's lag (the end a read may
+        reach minus the position) and lead (the position minus the log
+        start offset); None where either is unknown."""
+        for tp, st in dict(self._states).items():
+            pos, end = st.position, self._readable_end(st)
+            lag = end - pos if pos is not None and end >= 0 else None
+            lead = pos - st.log_start_offset if pos is not None and st.log_start_offset >= 0 else None
+            yield tp, (None if lag is None else max(0, lag)), lead
 
     def _say_once(self, st: _PartitionState, text: str, tp: TopicPartition) -> None:
         if st.failure != text:

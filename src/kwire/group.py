@@ -65,6 +65,7 @@ from kwire.coordinator import COORDINATOR_ERRORS, GROUP_KEY, CoordinatorLink, Re
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
 from kwire.membership import JOINING, STABLE, AssignmentChange, Membership
+from kwire.metrics.clients import GroupMetrics
 from kwire.net import ConnectionLostError
 from kwire.protocol.api_keys import ErrorCode
 from kwire.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
@@ -137,6 +138,7 @@ class GroupCoordinator:
     def __init__(self, consumer: Any) -> None:
         cfg = consumer.cfg
         self.cfg = cfg
+        self.metrics = GroupMetrics(cfg.get("metrics_sample_window_ms", 30000) / 1000.0)
         self.group_id: str = cfg["group_id"]
         self.group_instance_id: Optional[str] = cfg["group_instance_id"]
         self._consumer = consumer
@@ -621,6 +623,7 @@ class GroupCoordinator:
         if not lost:
             return None
         log.info("group %s: partitions lost: %s", self.group_id, sorted(lost))
+        self.metrics.lost()
         err = yield from self._call_listener("on_partitions_lost", lost)
         self._set_assignment(set())
         return err
@@ -629,6 +632,7 @@ class GroupCoordinator:
         """The end of a handover that adds partitions, once the revoked
         ones are handed back."""
         self._set_assignment(self._owned | added)
+        self.metrics.assigned()
         log.info("group %s generation %s: assigned %s", self.group_id, self.generation, sorted(self._owned))
         error = yield from self._call_listener("on_partitions_assigned", added)
         self._init_positions(added)
@@ -877,6 +881,8 @@ class GroupCoordinator:
                 now = time.monotonic()
                 pump.pump()
                 self._membership.drive(now)
+                if self._membership.state != STABLE:
+                    self.metrics.unstable(now)           # a rebalance under way (kwire.metrics)
                 pump.pump()
                 yield min(0.1, self._membership.wait_time(now))
             except Exception as e:   # a bug here must surface, not kill the group silently

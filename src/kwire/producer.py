@@ -56,6 +56,9 @@ from kwire.config import PRODUCER, ConfigError, resolve
 from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError, RecordTooLargeError, error_for_code
 from kwire.future import Future, KafkaTimeoutError
 from kwire.interceptors import ProducerInterceptors
+from kwire.metrics.clients import ProduceMetrics
+from kwire.metrics.names import Metric, fold, network_metrics, produce_metrics
+from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.net import Connection
 from kwire.partitioners import resolve_partitioner
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -246,7 +249,45 @@ class Producer(SendingProducer):
         if cfg["interceptor_classes"]:
             self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
             self.__class__ = _intercepting(type(self))     # send() calls them: a subclass, so the class's stays compiled
+        self._started = time.monotonic()
+        self._produce_metrics = ProduceMetrics(cfg["metrics_sample_window_ms"] / 1000.0)
+        self._client.reporter = stats_reporter(cfg, self._stats_doc)
         self._start_sender()
+
+    # ------------------------------------------------------- metrics
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """The producer's metrics, named as Java's producer names them
+        (:mod:`kwire.metrics`): ``{"producer-metrics": {"record-send-rate": ...,
+        "buffer-available-bytes": ...}, "producer-topic-metrics,topic=t": {...},
+        "producer-node-metrics,node-id=node-1": {...}, ...}``. Any thread."""
+        return fold(self._metric_list(time.monotonic()))
+
+    def _metric_list(self, now: float) -> List[Metric]:
+        states = self._client.connection_states()
+        in_flight = {node: n for node, (_, _, n) in states.items()}
+        up = sum(1 for _, state, _ in states.values() if state == "ready")
+        out = list(network_metrics("producer", [self._client.metrics], in_flight, up, now))
+        total = self.cfg["buffer_memory"]
+        out += produce_metrics(self._produce_metrics, self._client.metrics, total, max(0, total - self._acc.buffered),
+                               now)
+        return out
+
+    def _stats_doc(self) -> Dict[str, Any]:
+        """``stats_cb``'s document (:mod:`kwire.metrics.report`)."""
+        now = time.monotonic()
+        doc = header_doc("producer", self.cfg, self._started, now)
+        doc["brokers"] = brokers_doc([self._client], now)
+        pm = self._produce_metrics
+        topics: Dict[str, Any] = {}
+        for (topic, partition), p in dict(pm.parts).items():
+            topics.setdefault(topic, {"topic": topic, "partitions": {}})["partitions"][str(partition)] = {
+                "partition": partition, "txmsgs": p.records}
+        doc["topics"] = topics
+        doc["txmsgs"] = int(pm.records.total)
+        doc["msg_size"] = self._acc.buffered
+        doc["msg_size_max"] = self.cfg["buffer_memory"]
+        doc["metrics"] = fold(self._metric_list(now))
+        return doc
 
     def _start_sender(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kwire-producer", daemon=True)
@@ -981,10 +1022,13 @@ class Producer(SendingProducer):
         else:
             payloads = build_batches(fresh, stamps)
         observe = self._acc.observe if self._codec is not None else None
+        built = self._produce_metrics.built
+        now = time.monotonic()
         for b, payload in zip(fresh, payloads):
             b.payload = payload
             if observe is not None:
                 observe(b.topic, b.bytes, len(payload))      # batch_size counts estimated compressed bytes
+            built(b.topic, b.partition, b.record_count, b.bytes, len(payload), now - b.created)
         if idempotent:
             for b in batches:
                 stamp = self._tp_stamp[(b.topic, b.partition)]
@@ -1145,6 +1189,7 @@ class Producer(SendingProducer):
         retriable = force_retry or getattr(err, "retriable", False)
         if retriable and b.attempts <= self.cfg["retries"] and now < b.deadline:
             b.next_try = now if at_once else now + self.cfg["retry_backoff_ms"] / 1000.0
+            self._produce_metrics.retried(b.topic, b.record_count)
             self._requeue([b])
             return
         self._fail(b, err)
@@ -1174,6 +1219,7 @@ class Producer(SendingProducer):
     def _fail(self, b: _Batch, err: BaseException) -> None:
         self._settle(b)
         if not b.future.done():
+            self._produce_metrics.failed(b.topic, b.record_count)
             b.future.set_exception(err)
 
     def _complete(self, b: _Batch, base_offset: int, log_append_time: int) -> None:

@@ -16,8 +16,9 @@ from kwire import _codec
 
 CORE = "kwire._core."
 # The typed formats' compiled decoders: their public face is kwire.formats
-# (kwire.formats.avro, kwire.formats.protobuf), not the record codec's.
-FORMAT_MODULES = {"typedcols", "avro", "avroenc", "protobuf"}
+# (kwire.formats.avro, kwire.formats.protobuf), not the record codec's; the
+# metrics' measure (meter) is kwire.metrics'.
+FORMAT_MODULES = {"typedcols", "avro", "avroenc", "protobuf", "meter"}
 
 
 def _stub():

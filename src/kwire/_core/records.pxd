@@ -275,6 +275,12 @@ cdef class _Driver:
     cdef GBuf plain             # lz4 payloads decompressed natively, one batch at a time (sinks copy out)
     cdef void* lz4_dctx
     cdef Aborter aborter        # read_committed's aborted transactions of the call's partition (None: keep all)
+    # cumulative over the decoder's life (kwire.metrics reads them; counted per call and per batch, never per record)
+    cdef readonly int64_t records_total      # records returned
+    cdef readonly int64_t bytes_total        # input bytes consumed (whole batches, as fetched)
+    cdef readonly int64_t batches_total      # batches walked to their end
+    cdef readonly int64_t compressed_total   # compressed payload bytes of the compressed batches walked
+    cdef readonly int64_t decompressed_total # ... and what they decompressed to
 
     # --- hooks for sinks
     cdef int begin_batch(self, Batch* b) except -1
@@ -307,6 +313,7 @@ cdef class _Driver:
         self.last = last
 
     cdef inline void batch_done(self, Batch* b) noexcept nogil:
+        self.batches_total += 1
         if b.last_offset > self.last:
             self.last = b.last_offset
         self.next_offset = add_wrap(self.last, 1)

@@ -639,7 +639,10 @@ cdef class _Driver:
 
     cdef void leave(self, bint ok):
         """The call is over: ``ok``, or it raised and the aborter's changes are undone."""
-        if not ok and self.aborter is not None:
+        if ok:
+            self.records_total += self.returned
+            self.bytes_total += self.consumed
+        elif self.aborter is not None:
             self.aborter.restore()
         self.aborter = None
         self.resume_out = None
@@ -749,12 +752,15 @@ cdef class _Driver:
         if codec == CODEC_NONE:
             p[0], n[0] = self.buf + body, body_len
             return None
+        self.compressed_total += body_len
         if codec == CODEC_LZ4 and _lz4f_decompress != NULL:
             n[0] = self.lz4_payload(b, body, body_len)
             p[0] = <const uint8_t*>self.plain.data
+            self.decompressed_total += n[0]
             return None
         plain = self.payload(b, body, body_len, codec)
         p[0], n[0] = <const uint8_t*>PyBytes_AS_STRING(plain), PyBytes_GET_SIZE(plain)
+        self.decompressed_total += n[0]
         return plain
 
     cdef int aborted(self, Batch* b) except -1:
@@ -878,6 +884,8 @@ cdef class _Driver:
         plain = self.payload(b, b.value_pos, b.value_len, codec)
         p = <const uint8_t*>PyBytes_AS_STRING(plain)
         n = PyBytes_GET_SIZE(plain)
+        self.compressed_total += b.value_len
+        self.decompressed_total += n
         # pass 1: frame the inner messages, find the last (relative) offset
         pos = 0
         while pos < n:

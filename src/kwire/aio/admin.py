@@ -42,6 +42,10 @@ class AsyncAdmin:
     async def _run(self, steps: Steps) -> Any:
         return await self._a._client.arun(steps)
 
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """As :meth:`kwire.admin.Admin.metrics`."""
+        return self._a.metrics()
+
     async def close(self) -> None:
         self._a.close()
 

@@ -141,6 +141,10 @@ class AsyncConsumer:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
 
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """As :meth:`kwire.Consumer.metrics` (no ``io-wait`` figures: the event loop waits, not kwire)."""
+        return self._c.metrics()
+
     def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
         """As :meth:`kwire.Consumer.current_lag` (never waits)."""
         return self._c.current_lag(tp)

@@ -191,6 +191,10 @@ class AsyncProducer:
     def __repr__(self) -> str:
         return f"<AsyncProducer {self.cfg['client_id']} {'closed' if self._p._closed else 'open'}>"
 
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """As :meth:`kwire.Producer.metrics`."""
+        return self._p.metrics()
+
     # ------------------------------------------------------------- send
     def send_nowait(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
                     partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:

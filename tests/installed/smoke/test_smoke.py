@@ -96,6 +96,9 @@ def test_blocking_produce_and_consume(bootstrap, topic, codec):
             if len(got) >= len(values):
                 break
     assert sorted(r.value for r in got) == sorted(values)
+    # kwire.metrics, its compiled measure (kwire._core.meter) and the decoder's counters, as installed
+    assert p.metrics()["producer-metrics"]["record-send-total"] == len(values)
+    assert c.metrics()["consumer-fetch-manager-metrics"]["records-consumed-total"] == len(values)
 
 
 def test_asyncio_produce_and_consume(bootstrap, topic):
