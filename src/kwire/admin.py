@@ -48,7 +48,7 @@ from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_respo
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.future import KafkaTimeoutError
-from kwire.metrics.names import fold, network_metrics
+from kwire.metrics.names import Metric, fold, network_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
@@ -257,9 +257,13 @@ class Admin:
     def metrics(self) -> Dict[str, Dict[str, float]]:
         """The admin client's metrics, named as Java's (``admin-client-metrics``,
         ``admin-client-node-metrics,node-id=node-1``; :mod:`kwire.metrics`)."""
-        now = time.monotonic()
+        return fold(self._metric_list(time.monotonic()))
+
+    _metrics_kind = "admin"
+
+    def _metric_list(self, now: float) -> List[Metric]:
         states = self._client.connection_states()
-        return fold(network_metrics("admin-client", [self._client.metrics],
+        return list(network_metrics("admin-client", [self._client.metrics],
                                     {node: n for node, (_, _, n) in states.items()},
                                     sum(1 for _, state, _ in states.values() if state == "ready"), now))
 

@@ -124,6 +124,8 @@ class Consumer(Fetcher):
         Any thread; a snapshot, computed when called."""
         return fold(self._metric_list(time.monotonic()))
 
+    _metrics_kind = "consumer"
+
     def _clients(self) -> List[Client]:
         group = self._group._client if self._group is not None else None
         return [self._client] + ([group] if group is not None else [])

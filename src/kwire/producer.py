@@ -262,6 +262,8 @@ class Producer(SendingProducer):
         "producer-node-metrics,node-id=node-1": {...}, ...}``. Any thread."""
         return fold(self._metric_list(time.monotonic()))
 
+    _metrics_kind = "producer"
+
     def _metric_list(self, now: float) -> List[Metric]:
         states = self._client.connection_states()
         in_flight = {node: n for node, (_, _, n) in states.items()}

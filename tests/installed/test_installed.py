@@ -2,8 +2,8 @@
 tree (tests/support/dist.py), their contents derived from src/kwire, and the
 wheel installed into a fresh virtualenv with each extra (none, ``arrow``,
 ``tls``, ``spark``, ``oauth``, ``aws``, ``kerberos``: gssapi builds against the
-system's Kerberos; ``protobuf``; ``registry``), where the smoke suite (``smoke/``) runs with
-the source tree off the path against the session's Tansu broker (and, for ``registry``, the
+system's Kerberos; ``protobuf``; ``registry``; ``otel`` and ``prometheus``, kwire.metrics'
+exporters), where the smoke suite (``smoke/``) runs with the source tree off the path against the session's Tansu broker (and, for ``registry``, the
 session's Apicurio Registry)."""
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def _venv(where: Path, wheel: Path, extra: str) -> Path:
     return python
 
 
-@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos", "protobuf", "registry"])
+@pytest.mark.parametrize("extra", ["", "arrow", "tls", "spark", "oauth", "aws", "kerberos", "protobuf", "registry",
+                                   "otel", "prometheus"])
 def test_smoke_suite_in_a_fresh_virtualenv(dists, extra, tansu, tmp_path, request):
     python = _venv(tmp_path / "venv", dists.wheel, extra)
     suite = shutil.copytree(SMOKE, tmp_path / "smoke")      # outside the source tree: no conftest of ours above it

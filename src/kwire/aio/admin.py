@@ -42,6 +42,11 @@ class AsyncAdmin:
     async def _run(self, steps: Steps) -> Any:
         return await self._a._client.arun(steps)
 
+    @property
+    def _metrics_source(self) -> Any:
+        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
+        return self._a
+
     def metrics(self) -> Dict[str, Dict[str, float]]:
         """As :meth:`kwire.admin.Admin.metrics`."""
         return self._a.metrics()

@@ -141,6 +141,11 @@ class AsyncConsumer:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
 
+    @property
+    def _metrics_source(self) -> Any:
+        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
+        return self._c
+
     def metrics(self) -> Dict[str, Dict[str, float]]:
         """As :meth:`kwire.Consumer.metrics` (no ``io-wait`` figures: the event loop waits, not kwire)."""
         return self._c.metrics()

@@ -191,6 +191,11 @@ class AsyncProducer:
     def __repr__(self) -> str:
         return f"<AsyncProducer {self.cfg['client_id']} {'closed' if self._p._closed else 'open'}>"
 
+    @property
+    def _metrics_source(self) -> Any:
+        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
+        return self._p
+
     def metrics(self) -> Dict[str, Dict[str, float]]:
         """As :meth:`kwire.Producer.metrics`."""
         return self._p.metrics()

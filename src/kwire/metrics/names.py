@@ -20,7 +20,7 @@ from kwire.metrics.clients import FetchMetrics, GroupMetrics, ProduceMetrics
 from kwire.metrics.network import NetworkMetrics, NodeMetrics
 from kwire.metrics.stats import Sampled
 
-__all__ = ["Metric", "network_metrics", "fetch_metrics", "group_metrics", "produce_metrics", "fold"]
+__all__ = ["Metric", "network_metrics", "fetch_metrics", "group_metrics", "produce_metrics", "fold", "granular", "catalogue"]
 
 # API keys (kwire.protocol.api_keys.ApiKey; numbers here so that this package imports nothing of the clients)
 PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 0, 1, 8, 11, 12, 14, 68
@@ -254,3 +254,43 @@ def fold(metrics: Iterable[Metric]) -> Dict[str, Dict[str, float]]:
         key = m.group + "".join(f",{k}={v}" for k, v in m.tags)
         out.setdefault(key, {})[m.name] = m.value
     return out
+
+
+def granular(metrics: Iterable[Metric]) -> List[Metric]:
+    """Of a metric reported with several tag sets (``records-consumed-total``
+    of the client and of each topic), the most granular only, as Java's
+    OpenTelemetry bridge (``OpenTelemetryMetricsReporter``) keeps them, so
+    that a sum over the series counts nothing twice; every series of an
+    instrument then has the same tag keys."""
+    metrics = list(metrics)
+    widest: Dict[Tuple[str, str], int] = {}
+    for m in metrics:
+        key = (m.group, m.name)
+        widest[key] = max(widest.get(key, 0), len(m.tags))
+    return [m for m in metrics if len(m.tags) == widest[(m.group, m.name)]]
+
+
+def catalogue(kind: str) -> List[Metric]:
+    """Every metric a ``kind`` client ("consumer", "producer" or "admin")
+    can report, with placeholder tags and values: the names the exporters
+    declare and the docs list."""
+    from kwire.metrics.clients import PartitionFetched
+
+    net = NetworkMetrics()
+    net.node(1)
+    for key in (PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, SYNC_GROUP, HEARTBEAT):
+        net.api(key)
+    if kind == "admin":
+        return list(network_metrics("admin-client", [net], {}, 0, 0.0))
+    if kind == "producer":
+        pm = ProduceMetrics()
+        pm.built("topic", 0, 1, 1, 1, 0.0)
+        return list(network_metrics("producer", [net], {}, 0, 0.0)) + list(produce_metrics(pm, net, 1, 1, 0.0))
+    if kind == "consumer":
+        fm = FetchMetrics()
+        fm.parts[("topic", 0)] = PartitionFetched()
+        fm.topics["topic"] = (Sampled(), Sampled())
+        return (list(network_metrics("consumer", [net], {}, 0, 0.0))
+                + list(fetch_metrics(fm, net, [(("topic", 0), 0, 0)], 0.0))
+                + list(group_metrics("consumer", GroupMetrics(), net, 0, 0.0)))
+    raise ValueError(f"no metrics for {kind!r}: consumer, producer or admin")

@@ -26,7 +26,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: The extra that brings each optional top-level package kwire uses.
 EXTRA_OF = {"pyarrow": "arrow", "cryptography": "tls", "pyspark": "spark", "jwt": "oauth", "requests": "oauth",
             "google.protobuf": "protobuf", "grpc_tools": "protobuf",
-            "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos", "httpx": "registry"}
+            "aws_msk_iam_sasl_signer": "aws", "gssapi": "kerberos", "httpx": "registry",
+            "opentelemetry": "otel", "prometheus_client": "prometheus"}
 
 
 def _have(module: str) -> bool:
@@ -347,3 +348,39 @@ def test_registry_extra():
 
     assert kwire.aio.AsyncSchemaRegistryClient is AsyncSchemaRegistryClient
     assert asyncio.run(main()) == schema_id
+
+
+# ------------------------------------------------------------- metrics exporters
+def test_otel_extra(bootstrap):
+    """kwire[otel]: the instruments register on OpenTelemetry's API alone (its
+    no-op provider without an SDK); without it, the error names the extra."""
+    if not _have("opentelemetry"):
+        with pytest.raises(ImportError, match=re.escape("kwire[otel]")):
+            importlib.import_module("kwire.metrics.otel")
+        return
+    from kwire.metrics.otel import instrument
+
+    with kwire.Producer(bootstrap_servers=bootstrap) as p:
+        inst = instrument(p)
+        assert "producer-metrics.record-send-rate" in inst.names
+        inst.close()
+
+
+def test_prometheus_extra(bootstrap, topic):
+    """kwire[prometheus]: a registry with kwire's collector renders the
+    producer's figures; without it, the error names the extra."""
+    if not _have("prometheus_client"):
+        with pytest.raises(ImportError, match=re.escape("kwire[prometheus]")):
+            importlib.import_module("kwire.metrics.prometheus")
+        return
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kwire.metrics.prometheus import KwireCollector
+
+    with kwire.Producer(bootstrap_servers=bootstrap, client_id="smoke") as p:
+        p.send(topic, b"one", partition=0)
+        p.flush()
+        registry = CollectorRegistry()
+        registry.register(KwireCollector(p))
+        text = generate_latest(registry).decode()
+    assert f'kafka_producer_topic_metrics_record_send_total{{client_id="smoke",topic="{topic}"}} 1.0' in text
