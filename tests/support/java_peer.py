@@ -206,6 +206,19 @@ def java_group_offsets(config: Dict[str, str], group: str,
     return {(e["topic"], e["partition"]): (e["offset"], e["metadata"]) for e in events if e["event"] == "offset"}
 
 
+def java_metric_names(config: Dict[str, str], topic: str, group: str,
+                      timeout: float = RUN_TIMEOUT) -> Dict[str, Dict[Tuple[str, str], set]]:
+    """The metrics Java's producer, consumer (a group member that read ``topic``
+    and committed) and admin client register: {kind: {(group, name): {tag keys, ...}}}
+    (a metric may be registered with several tag sets: the client's, a topic's)."""
+    events = _run({"mode": "metric-names", "config": config, "topic": topic, "group": group}, (), timeout)
+    out: Dict[str, Dict[Tuple[str, str], set]] = {}
+    for e in events:
+        if e["event"] == "metric":
+            out.setdefault(e["kind"], {}).setdefault((e["group"], e["name"]), set()).add(tuple(sorted(e["tags"])))
+    return out
+
+
 class JavaGroupMember:
     """A Java consumer in a group (``group-member`` mode) in a subprocess;
     a thread reads its events: ``records`` (every record it returned),

@@ -155,9 +155,10 @@ def fetch_metrics(fm: FetchMetrics, net: NetworkMetrics, partitions: Iterable[Tu
     compressed = sum(p.compressed for p in fm.parts.values())
     plain = sum(p.decompressed for p in fm.parts.values())
     yield Metric(group, "compression-rate-avg", (), compressed / plain if plain else math.nan)
-    yield Metric(group, "time-between-poll-avg", (), fm.between_polls.avg(now))
-    yield Metric(group, "time-between-poll-max", (), fm.between_polls.max(now))
-    yield Metric(group, "last-poll-seconds-ago", (),
+    polls = "consumer-metrics"             # Java's group for the poll figures
+    yield Metric(polls, "time-between-poll-avg", (), fm.between_polls.avg(now))
+    yield Metric(polls, "time-between-poll-max", (), fm.between_polls.max(now))
+    yield Metric(polls, "last-poll-seconds-ago", (),
                  float(int(now - fm.last_poll)) if fm.last_poll is not None else -1.0)
     for topic, (records, nbytes) in sorted(fm.topics.items()):
         tags = (("topic", topic),)

@@ -106,6 +106,7 @@ public final class KafkaPeer {
                 case "group-member": groupMember(cmd, in); break;
                 case "describe-configs": describeConfigs(cmd); break;
                 case "group-offsets": groupOffsets(cmd); break;
+                case "metric-names": metricNames(cmd); break;
                 default: fail("unknown mode " + mode);
             }
         } catch (Exception e) {
@@ -168,6 +169,49 @@ public final class KafkaPeer {
                 o.put("metadata", e.getValue().metadata());
                 emit(o);
             }
+        }
+    }
+
+    /** The metrics Java's producer, consumer (in a group, after a record and a commit) and admin
+     *  client register, one event each: the client's kind, the metric's group, name and tag keys. */
+    private static void metricNames(JsonNode cmd) throws Exception {
+        String topic = cmd.path("topic").asText();
+        Properties pp = props(cmd);
+        pp.put("key.serializer", ByteArraySerializer.class.getName());
+        pp.put("value.serializer", ByteArraySerializer.class.getName());
+        try (KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(pp)) {
+            p.send(new ProducerRecord<>(topic, 0, null, "m".getBytes(StandardCharsets.UTF_8))).get();
+            emitMetricNames("producer", p.metrics());
+        }
+        Properties cp = props(cmd);
+        cp.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        cp.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        cp.put("group.id", cmd.path("group").asText());
+        cp.put("auto.offset.reset", "earliest");
+        cp.put("enable.auto.commit", "false");
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(cp)) {
+            c.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60000;
+            while (c.poll(Duration.ofMillis(200)).isEmpty() && System.currentTimeMillis() < deadline) {
+            }
+            c.commitSync();
+            emitMetricNames("consumer", c.metrics());
+        }
+        try (Admin admin = Admin.create(props(cmd))) {
+            admin.listTopics().names().get();
+            emitMetricNames("admin", admin.metrics());
+        }
+    }
+
+    private static void emitMetricNames(String kind, Map<org.apache.kafka.common.MetricName, ?> metrics) {
+        for (org.apache.kafka.common.MetricName n : metrics.keySet()) {
+            ObjectNode o = event("metric");
+            o.put("kind", kind);
+            o.put("group", n.group());
+            o.put("name", n.name());
+            ArrayNode tags = o.putArray("tags");
+            n.tags().keySet().stream().sorted().forEach(tags::add);
+            emit(o);
         }
     }
 
