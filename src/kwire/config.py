@@ -235,6 +235,15 @@ def _callable(v: Any) -> Any:
     raise ValueError("expected a callable, an object with a token() method, or module:function")
 
 
+def _tracer_provider(v: Any) -> Any:
+    """None or False (off), True (OpenTelemetry's global provider), or an object with ``get_tracer``."""
+    if isinstance(v, str):
+        v = _bool(v)
+    if v is None or isinstance(v, bool) or callable(getattr(v, "get_tracer", None)):
+        return v or None
+    raise ValueError("expected True, False, None or an OpenTelemetry TracerProvider")
+
+
 def _function(v: Any, option: str) -> Any:
     """A callable, or ``"module:function"`` naming one; None for none."""
     if isinstance(v, str):
@@ -333,6 +342,10 @@ COMMON: Dict[str, Option] = {
                        "librdkafka's stats_cb: called with the statistics JSON every statistics_interval_ms, where "
                        "the client's I/O runs (a consumer's poll(), a producer's I/O thread, kwire.aio's loop); "
                        "a callable or module:function"),
+    "tracer_provider": Option(None, _tracer_provider,
+                              "OpenTelemetry tracing (kwire.tracing, kwire[otel]): True for the global tracer "
+                              "provider, or a TracerProvider; send, poll and rebalance spans, trace context in "
+                              "the records' headers (W3C traceparent); None: off, at no cost"),
     "metrics_sample_window_ms": Option(30000, _int(1),
                                        "Java's metrics.sample.window.ms: a metric's -avg, -max and -rate cover "
                                        "the last two windows of this length (Java's 2 samples)"),

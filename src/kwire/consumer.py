@@ -66,6 +66,13 @@ from kwire.group import GroupCoordinator
 from kwire.interceptors import ConsumerInterceptors
 from kwire.metrics.names import Metric, fetch_metrics, fold, group_metrics, network_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
+
+
+def tracing_for(cfg: Mapping[str, Any], kind: str) -> Any:
+    """kwire.tracing's, imported only when a client asks for tracing (it needs kwire[otel])."""
+    from kwire.tracing import tracing_for as make
+
+    return make(cfg, kind)
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
@@ -114,6 +121,7 @@ class Consumer(Fetcher):
             self._group = GroupCoordinator(self)
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+        self._tracing: Any = tracing_for(self.cfg, "consumer") if self.cfg["tracer_provider"] else None
 
     # ------------------------------------------------------- metrics
     def metrics(self) -> Dict[str, Dict[str, float]]:
@@ -381,7 +389,20 @@ class Consumer(Fetcher):
 
     def _records_taker(self, max_records: Optional[int]) -> Callable[[], Dict[TopicPartition, List[Record]]]:
         limit = self.cfg["max_poll_records"] if max_records is None else _positive("max_records", max_records)
-        return self._intercepted(lambda: self._take_records(limit), "on_consume")
+        take = self._intercepted(lambda: self._take_records(limit), "on_consume")
+        if self._tracing is None:
+            return take
+        return self._traced(take, time.time_ns())
+
+    def _traced(self, take: Callable[[], Dict[TopicPartition, List[Record]]],
+                began_ns: int) -> Callable[[], Dict[TopicPartition, List[Record]]]:
+        """``take`` followed by the poll's span (kwire.tracing), when it returned records."""
+        def traced() -> Dict[TopicPartition, List[Record]]:
+            out = take()
+            if out:
+                self._tracing.polled(out, began_ns)
+            return out
+        return traced
 
     def _intercepted(self, take: Callable[[], Dict[TopicPartition, Any]],
                      method: str) -> Callable[[], Dict[TopicPartition, Any]]:

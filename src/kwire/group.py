@@ -111,6 +111,9 @@ CommitCallback = Callable[[Dict[TopicPartition, OffsetAndMetadata], Optional[Bas
 
 
 # ------------------------------------------------------- the coordinator
+_PHASES = {"on_partitions_assigned": "assign", "on_partitions_revoked": "revoke", "on_partitions_lost": "lose"}
+
+
 class _Handover:
     """Partitions being revoked whose positions are being committed (auto
     commit): the consumer neither fetches nor returns their records until
@@ -518,7 +521,16 @@ class GroupCoordinator:
     def _call_listener(self, name: str, tps: Iterable[TopicPartition]) -> StepsOf[Optional[BaseException]]:
         """Call the listener's ``name``; what it raises is returned. A
         callback that returns an awaitable (an ``async def`` one, for
-        ``kwire.aio``'s consumer) is awaited before the rebalance goes on."""
+        ``kwire.aio``'s consumer) is awaited before the rebalance goes on.
+        With tracing (kwire.tracing), inside the phase's rebalance span."""
+        tracing = getattr(self._consumer, "_tracing", None)
+        if tracing is None:
+            return (yield from self._listener_call(name, tps))
+        tps = list(tps)
+        with tracing.rebalance(_PHASES[name], len(tps)):
+            return (yield from self._listener_call(name, tps))
+
+    def _listener_call(self, name: str, tps: Iterable[TopicPartition]) -> StepsOf[Optional[BaseException]]:
         listener = self._listener
         if listener is None:
             return None

@@ -248,6 +248,12 @@ class Producer(SendingProducer):
         self._interceptors: Optional[ProducerInterceptors] = None
         if cfg["interceptor_classes"]:
             self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
+        self._tracing: Any = None
+        if cfg["tracer_provider"]:
+            from kwire.tracing import tracing_for
+
+            self._tracing = tracing_for(cfg, "producer")
+        if self._interceptors is not None or self._tracing is not None:
             self.__class__ = _intercepting(type(self))     # send() calls them: a subclass, so the class's stays compiled
         self._started = time.monotonic()
         self._produce_metrics = ProduceMetrics(cfg["metrics_sample_window_ms"] / 1000.0)
@@ -336,12 +342,16 @@ class Producer(SendingProducer):
 
     def _intercepted_send(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,
                           partition: Optional[int] = None, timestamp_ms: Optional[int] = None) -> RecordFuture:
-        """``send`` with interceptors (the ``send`` of a producer that has
-        any: :func:`_intercepting`): ``on_send``, then the compiled send; a
-        record it refuses is acknowledged with its error."""
-        assert self._interceptors is not None
-        record = self._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+        """``send`` with interceptors or tracing (the ``send`` of a producer
+        that has either: :func:`_intercepting`): ``on_send``, then the
+        compiled send, inside the record's send span when tracing
+        (kwire.tracing); a record it refuses is acknowledged with its error."""
+        record = ProducerRecord(topic, value, key, headers, partition, timestamp_ms)
+        if self._interceptors is not None:
+            record = self._interceptors.on_send(record)
         with self._refusal_acknowledged(record):
+            if self._tracing is not None:
+                return self._tracing.send(record, lambda r: SendingProducer.send(self, *r))
             return SendingProducer.send(self, *record)
 
     @contextlib.contextmanager
@@ -351,8 +361,8 @@ class Producer(SendingProducer):
         try:
             yield
         except BaseException as e:
-            assert self._interceptors is not None
-            self._interceptors.send_failed(record, e)
+            if self._interceptors is not None:
+                self._interceptors.send_failed(record, e)
             raise
 
     def send_arrow(self, topic: str, data: Any, *, key: Optional[str] = "key", value: str = "value",

@@ -219,11 +219,22 @@ class AsyncProducer:
         :class:`kwire.producer.BufferFullError`), and return its future
         without waiting for the acknowledgement."""
         p = self._p
-        if p._interceptors is None:
+        if p._interceptors is None and p._tracing is None:
             return await self._enqueue(p.send, topic, value, key, headers, partition, timestamp_ms)
-        record = p._interceptors.on_send(ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+        record = ProducerRecord(topic, value, key, headers, partition, timestamp_ms)
+        if p._interceptors is not None:
+            record = p._interceptors.on_send(record)
         with p._refusal_acknowledged(record):       # on_send once, however long the record waits to be queued
-            return await self._enqueue(functools.partial(SendingProducer.send, p), *record)
+            if p._tracing is None:
+                return await self._enqueue(functools.partial(SendingProducer.send, p), *record)
+            span, record = p._tracing.begin(record)        # one send span, however long it waits
+            try:
+                fut = await self._enqueue(functools.partial(SendingProducer.send, p), *record)
+            except BaseException as e:
+                p._tracing.failed(span, e)
+                raise
+            p._tracing.queued(span, fut)
+            return fut
 
     async def _enqueue(self, send: Any, *record: Any) -> RecordFuture:
         p = self._p
