@@ -72,6 +72,10 @@ class _Peer(NamedTuple):
     libs: Path
     log4j: str
     java: str
+    extra: Tuple[str, ...] = ()          # more jar directories on the class path (a tool's own libraries)
+
+    def classpath(self) -> str:
+        return os.pathsep.join([self.classes, f"{self.libs}/*", *(f"{d}/*" for d in self.extra)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,18 +85,20 @@ def compile_peer() -> _Peer:
 
 
 @functools.lru_cache(maxsize=None)
-def compile_java(source: Path) -> _Peer:
-    """Compile a Java tool of ``java/`` once (KafkaPeer.java: :func:`compile_peer`)."""
-    return compile_peer() if source == SOURCE else _compile(source)
+def compile_java(source: Path, extra: Tuple[str, ...] = ()) -> _Peer:
+    """Compile a Java tool of ``java/`` once (KafkaPeer.java: :func:`compile_peer`),
+    against the Kafka jars and the jar directories ``extra``."""
+    return compile_peer() if source == SOURCE and not extra else _compile(source, extra)
 
 
-def _compile(source: Path) -> _Peer:
-    """javac ``source`` against the Kafka jars into a directory removed at exit."""
+def _compile(source: Path, extra: Tuple[str, ...] = ()) -> _Peer:
+    """javac ``source`` against the Kafka jars (and ``extra``'s) into a directory removed at exit."""
     libs = ensure_kafka()
     tools = _require("javac", "java")
     out = tempfile.mkdtemp(prefix="kwire-java-peer-")
     atexit.register(shutil.rmtree, out, True)
-    cmd = [tools["javac"], "-nowarn", "-encoding", "UTF-8", "-cp", f"{libs}/*", "-d", out, str(source)]
+    classpath = os.pathsep.join([f"{libs}/*", *(f"{d}/*" for d in extra)])
+    cmd = [tools["javac"], "-nowarn", "-encoding", "UTF-8", "-cp", classpath, "-d", out, str(source)]
     t0 = time.monotonic()
     try:
         done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -104,14 +110,13 @@ def _compile(source: Path) -> _Peer:
     log4j = os.path.join(out, "log4j2.properties")
     Path(log4j).write_text(_LOG4J2)
     sys.stderr.write(f"[java-peer] compiled in {time.monotonic() - t0:.1f} s\n")
-    return _Peer(out, libs, log4j, tools["java"])
+    return _Peer(out, libs, log4j, tools["java"], extra)
 
 
-def _command(jvm_options: Sequence[str] = (), source: Path = SOURCE) -> List[str]:
-    peer = compile_java(source)
+def _command(jvm_options: Sequence[str] = (), source: Path = SOURCE, extra: Tuple[str, ...] = ()) -> List[str]:
+    peer = compile_java(source, extra)
     return [peer.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *jvm_options,
-            f"-Dlog4j2.configurationFile={peer.log4j}", "-cp", f"{peer.classes}{os.pathsep}{peer.libs}/*",
-            source.stem]
+            f"-Dlog4j2.configurationFile={peer.log4j}", "-cp", peer.classpath(), source.stem]
 
 
 def b64(data: Optional[bytes]) -> Optional[str]:

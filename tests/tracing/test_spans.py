@@ -10,9 +10,6 @@ import time
 import uuid
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from kwire._codec import SendingProducer
@@ -23,13 +20,6 @@ from kwire.producer import Producer
 from kwire.tracing import process_span
 
 
-@pytest.fixture()
-def traced():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
