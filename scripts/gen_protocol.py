@@ -63,6 +63,8 @@ APIS = [
     "IncrementalAlterConfigs", "AlterConfigs", "OffsetDelete", "DescribeLogDirs", "AlterReplicaLogDirs",
     "DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeProducers", "ListTransactions",
     "DescribeTransactions", "WriteTxnMarkers", "DescribeQuorum", "UpdateFeatures",
+    # KIP-714's client telemetry (issue 35; their definitions from the kafka-clients jar)
+    "GetTelemetrySubscriptions", "PushTelemetry",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -50,6 +50,7 @@ from kwire.fetcher import list_offsets_steps
 from kwire.future import KafkaTimeoutError
 from kwire.metrics.names import Metric, fold, network_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
+from kwire.metrics.telemetry import TelemetryReporter
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.protocol.versions import MAX_VERSIONS, TRANSACTION_V2_MAX_VERSIONS, capped_version
 from kwire.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
@@ -253,6 +254,7 @@ class Admin:
         self._client.want_all_topics()
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+        self._client.telemetry = TelemetryReporter(self._client, self._metric_list, dict)
 
     def metrics(self) -> Dict[str, Dict[str, float]]:
         """The admin client's metrics, named as Java's (``admin-client-metrics``,
@@ -276,7 +278,23 @@ class Admin:
         return doc
 
     def close(self) -> None:
+        if not self._client._closed:
+            self._client.run(self._close_steps())
         self._client.close()
+
+    def _close_steps(self) -> StepsOf[None]:
+        """KIP-714's last push (kwire.metrics.telemetry), within ``request_timeout_ms``."""
+        telemetry = self._client.telemetry
+        if telemetry is not None:
+            deadline = time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0
+            try:
+                yield from telemetry.terminate_steps(deadline)
+            except Exception as e:  # noqa: BLE001 - closing anyway
+                log.debug("the terminating telemetry push failed: %r", e)
+
+    def client_instance_id(self) -> Optional[Any]:
+        """The client instance id the brokers assigned for client telemetry (KIP-714), or None."""
+        return self._client.telemetry.instance_id if self._client.telemetry is not None else None
 
     def __enter__(self) -> "Admin":
         return self

@@ -76,6 +76,7 @@ from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.metrics.network import NetworkMetrics
 from kwire.metrics.report import StatsReporter
+from kwire.metrics.telemetry import TelemetryReporter
 from kwire.net import (CLUSTER_CHECK_VERSION, Connection, ConnectionLostError, MisroutedConnectionError,
                        canonical_bootstrap, ssl_context_from_config)
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -543,6 +544,7 @@ class Client:
         self.cluster = ClusterMetadata()
         self.metrics = NetworkMetrics(cfg.get("metrics_sample_window_ms", 30000) / 1000.0)
         self.reporter: Optional[StatsReporter] = None      # stats_cb's, set by the client that owns this one
+        self.telemetry: Optional[TelemetryReporter] = None  # KIP-714's pushes, set by the client that owns this one
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
@@ -1302,6 +1304,8 @@ class Client:
             timeout = min(timeout, trigger)
         if self.reporter is not None:
             timeout = min(timeout, self.reporter.wait_time(now))
+        if self.telemetry is not None:
+            timeout = min(timeout, self.telemetry.wait_time(now))
         for conn in self._conns.values():
             left = conn.throttle_left(now)
             if left is not None and left < timeout:
@@ -1317,6 +1321,8 @@ class Client:
         self._maybe_rebootstrap(now)
         if self.reporter is not None:
             self.reporter.maybe_report(now)
+        if self.telemetry is not None and not self._closed:
+            self.telemetry.tick(now)
         idle = self.cfg.get("connections_max_idle_ms", 540000)
         for conn in list(self._conns.values()):
             conn.check_timeouts(now)

@@ -342,6 +342,10 @@ COMMON: Dict[str, Option] = {
                        "librdkafka's stats_cb: called with the statistics JSON every statistics_interval_ms, where "
                        "the client's I/O runs (a consumer's poll(), a producer's I/O thread, kwire.aio's loop); "
                        "a callable or module:function"),
+    "enable_metrics_push": Option(True, _bool,
+                                  "Java's enable.metrics.push (KIP-714): push this client's metrics to the "
+                                  "brokers whose client metrics subscriptions ask for them "
+                                  "(kwire.metrics.telemetry)"),
     "tracer_provider": Option(None, _tracer_provider,
                               "OpenTelemetry tracing (kwire.tracing, kwire[otel]): True for the global tracer "
                               "provider, or a TracerProvider; send, poll and rebalance spans, trace context in "

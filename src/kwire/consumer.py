@@ -66,6 +66,7 @@ from kwire.group import GroupCoordinator
 from kwire.interceptors import ConsumerInterceptors
 from kwire.metrics.names import Metric, fetch_metrics, fold, group_metrics, network_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
+from kwire.metrics.telemetry import TelemetryReporter
 
 
 def tracing_for(cfg: Mapping[str, Any], kind: str) -> Any:
@@ -122,6 +123,19 @@ class Consumer(Fetcher):
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
         self._tracing: Any = tracing_for(self.cfg, "consumer") if self.cfg["tracer_provider"] else None
+        self._client.telemetry = TelemetryReporter(self._client, self._metric_list, self._telemetry_resource)
+
+    def _telemetry_resource(self) -> Dict[str, str]:
+        """KIP-714's resource attributes of a consumer, as Java's: its group and member id."""
+        if self._group is None:
+            return {}
+        return {"group_id": self._group.group_id, "group_member_id": self._group.member_id}
+
+    def client_instance_id(self) -> Optional[Any]:
+        """The client instance id (a ``uuid.UUID``) the brokers assigned for
+        client telemetry (KIP-714; Java's ``clientInstanceId``), once a
+        broker answered; None before, or with ``enable_metrics_push`` off."""
+        return self._client.telemetry.instance_id if self._client.telemetry is not None else None
 
     # ------------------------------------------------------- metrics
     def metrics(self) -> Dict[str, Dict[str, float]]:
@@ -564,6 +578,8 @@ class Consumer(Fetcher):
                 if self._group is not None:
                     yield from self._group.close_steps(timeout)   # commit, revoke, leave the group
                 yield from self._close_sessions_steps(deadline)    # the brokers' fetch sessions (KIP-227)
+                if self._client.telemetry is not None:
+                    yield from self._client.telemetry.terminate_steps(deadline)   # KIP-714's last push
             finally:
                 self._client.close()
                 self._closed = True

@@ -44,6 +44,7 @@ import collections
 import contextlib
 import functools
 import logging
+import math
 import threading
 import time
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
@@ -59,6 +60,7 @@ from kwire.interceptors import ProducerInterceptors
 from kwire.metrics.clients import ProduceMetrics
 from kwire.metrics.names import Metric, fold, network_metrics, produce_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
+from kwire.metrics.telemetry import TelemetryReporter
 from kwire.net import Connection
 from kwire.partitioners import resolve_partitioner
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -258,7 +260,14 @@ class Producer(SendingProducer):
         self._started = time.monotonic()
         self._produce_metrics = ProduceMetrics(cfg["metrics_sample_window_ms"] / 1000.0)
         self._client.reporter = stats_reporter(cfg, self._stats_doc)
+        self._client.telemetry = TelemetryReporter(self._client, self._metric_list, dict)
         self._start_sender()
+
+    def client_instance_id(self) -> Optional[Any]:
+        """The client instance id (a ``uuid.UUID``) the brokers assigned for
+        client telemetry (KIP-714; Java's ``clientInstanceId``), once a
+        broker answered; None before, or with ``enable_metrics_push`` off."""
+        return self._client.telemetry.instance_id if self._client.telemetry is not None else None
 
     # ------------------------------------------------------- metrics
     def metrics(self) -> Dict[str, Dict[str, float]]:
@@ -655,6 +664,10 @@ class Producer(SendingProducer):
             while not (self._closing and (self._idle() or self._close_due())):
                 wait = yield from self._sender_turn()
                 yield wait
+            if client.telemetry is not None:         # KIP-714's last push, within close()'s time
+                now = time.monotonic()
+                deadline = min(self._close_deadline or math.inf, now + self.cfg["request_timeout_ms"] / 1000.0)
+                yield from client.telemetry.terminate_steps(deadline)
         except Exception as e:  # a bug here must not leave senders waiting for ever
             log.exception("kwire producer sender thread failed")
             self._fail_all(KwireError(f"producer sender thread failed: {e!r}"))

@@ -12,17 +12,15 @@ import uuid
 
 import pytest
 
-from kwire.admin import Admin, NewTopic
+from kwire.admin import Admin
 from kwire.consumer import Consumer
+from support.topics import fresh_topic
 
 N = 2000
 
 
 def _topic(bootstrap: str, partitions: int = 2) -> str:
-    name = f"m-{uuid.uuid4().hex[:10]}"
-    with Admin(bootstrap_servers=bootstrap) as a:
-        a.create_topics([NewTopic(name, partitions)])
-    return name
+    return fresh_topic(bootstrap, partitions, "m")
 
 
 def _produce(kw, bootstrap: str, topic: str, n: int = N, **cfg):

@@ -75,11 +75,12 @@ def test_client_ranges_of_the_generated_messages():
 
 
 def test_api_names():
-    assert len(API_NAMES) == 59                # with UnregisterBroker (64) and the delegation token APIs
-    #                                            (38-41), from the kafka-clients jar
+    assert len(API_NAMES) == 61                # with UnregisterBroker (64), the delegation token APIs
+    #                                            (38-41) and KIP-714's (71, 72), from the kafka-clients jar
     assert [API_NAMES[k] for k in range(38, 42)] == ["CreateDelegationToken", "RenewDelegationToken",
                                                      "ExpireDelegationToken", "DescribeDelegationToken"]
     assert (API_NAMES[68], API_NAMES[69]) == ("ConsumerGroupHeartbeat", "ConsumerGroupDescribe")
+    assert (API_NAMES[71], API_NAMES[72]) == ("GetTelemetrySubscriptions", "PushTelemetry")
     assert (API_NAMES[0], API_NAMES[18], API_NAMES[36], API_NAMES[75]) == \
         ("Produce", "ApiVersions", "SaslAuthenticate", "DescribeTopicPartitions")
     assert api_name(60) == "DescribeCluster" and api_name(1000) == "API 1000"

@@ -364,12 +364,13 @@ class KafkaBroker:
         self.stop()
 
 
-def _java(libs: Path, main: str, args, *, heap: str, log4j: Optional[Path] = None, jvm_options: Sequence[str] = ()):
+def _java(libs: Path, main: str, args, *, heap: str, log4j: Optional[Path] = None, jvm_options: Sequence[str] = (),
+          classpath: Sequence[str] = ()):
     cmd = [_require("java")["java"], f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
            "-Djava.awt.headless=true", *jvm_options]
     if log4j is not None:
         cmd.append(f"-Dlog4j2.configurationFile={log4j}")
-    return cmd + ["-cp", f"{libs}/*", main, *args]
+    return cmd + ["-cp", os.pathsep.join([f"{libs}/*", *classpath]), main, *args]
 
 
 def _ready(broker: KafkaBroker, proc: subprocess.Popen, timeout: float) -> None:
@@ -406,7 +407,7 @@ def _ready(broker: KafkaBroker, proc: subprocess.Popen, timeout: float) -> None:
 
 
 def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool,
-            jvm_options: Sequence[str] = ()) -> subprocess.Popen:
+            jvm_options: Sequence[str] = (), classpath: Sequence[str] = ()) -> subprocess.Popen:
     """Run ``kafka.Kafka`` on the configuration and data of ``workdir`` (its output appended to
     ``logs/kafka.out``); with ``tie_to_parent`` (Linux) it dies with this process; ``jvm_options``
     go to its JVM (system properties)."""
@@ -415,7 +416,7 @@ def _launch(libs: Path, workdir: Path, heap: str, tie_to_parent: bool,
     log4j = workdir / "log4j2.properties"
     with open(workdir / "logs" / "kafka.out", "ab") as out:
         return subprocess.Popen(_java(libs, "kafka.Kafka", [str(workdir / "server.properties")], heap=heap,
-                                      log4j=log4j, jvm_options=jvm_options),
+                                      log4j=log4j, jvm_options=jvm_options, classpath=classpath),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
                                 start_new_session=True, preexec_fn=tie)
 
@@ -424,7 +425,7 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
                 overrides: Optional[Dict[str, str]] = None, tie_to_parent: bool = True,
                 progress: Progress = None, ports: Optional[Dict[str, int]] = None,
                 advertised: Optional[Dict[str, str]] = None, listeners: Optional[Dict[str, Tuple[str, str]]] = None,
-                jvm_options: Sequence[str] = (), node_id: int = 1) -> KafkaBroker:
+                jvm_options: Sequence[str] = (), node_id: int = 1, classpath: Sequence[str] = ()) -> KafkaBroker:
     """Assemble (once) and start one KRaft node; see the module doc. ``overrides``
     are extra server properties; with ``tie_to_parent`` (Linux) the broker dies
     with the process that started it. ``ports`` fixes the ports of some
@@ -433,13 +434,14 @@ def start_kafka(*, version: str = KAFKA_VERSION, heap: str = HEAP, timeout: floa
     the broker's ``addresses`` are then those. ``listeners`` replaces :data:`LISTENERS`
     (name -> (security protocol, advertised host); ``plaintext`` must be among them, the
     inter-broker listener); ``jvm_options`` go to the broker's JVM; ``node_id`` is its
-    node id (a cluster that replaces another, with new ids). A broker that could not bind a
+    node id (a cluster that replaces another, with new ids); ``classpath``: more class path
+    entries of the broker (a plugin's classes and jars). A broker that could not bind a
     port it was given (another process took it after :func:`free_ports`) starts again on
     fresh ports, up to :data:`BIND_RETRIES` times."""
     for attempt in range(BIND_RETRIES + 1):
         try:
             return _start_kafka(version, heap, timeout, overrides, tie_to_parent, progress, ports, advertised,
-                                listeners, jvm_options, node_id)
+                                listeners, jvm_options, node_id, classpath)
         except KafkaStartError as e:
             if not lost_a_port(e) or attempt == BIND_RETRIES:
                 raise
@@ -458,7 +460,7 @@ def lost_a_port(e: BaseException) -> bool:
 def _start_kafka(version: str, heap: str, timeout: float, overrides: Optional[Dict[str, str]], tie_to_parent: bool,
                  progress: Progress, ports: Optional[Dict[str, int]], advertised: Optional[Dict[str, str]],
                  listeners: Optional[Dict[str, Tuple[str, str]]], jvm_options: Sequence[str],
-                 node_id: int) -> KafkaBroker:
+                 node_id: int, classpath: Sequence[str] = ()) -> KafkaBroker:
     kinds = listeners or LISTENERS
     libs = ensure_kafka(version, progress)
     _require("java")
@@ -495,7 +497,7 @@ def _start_kafka(version: str, heap: str, timeout: float, overrides: Optional[Di
             raise KafkaStartError(f"kafka.tools.StorageTool format failed (exit {fmt.returncode}):\n"
                                   f"{(fmt.stdout + fmt.stderr)[-LOG_TAIL:]}")
         _say(progress, "starting the broker")
-        launch = functools.partial(_launch, libs, workdir, heap, tie_to_parent, jvm_options)
+        launch = functools.partial(_launch, libs, workdir, heap, tie_to_parent, jvm_options, classpath)
         proc = launch()
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -9,25 +9,20 @@ when receive telemetry is on)."""
 from __future__ import annotations
 
 import time
-import uuid
 
-
-from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
 from kwire.producer import Producer
 from kwire.tracing import process_span
 from support.otel_java import java_traced
+from support.topics import fresh_topic
 
 N = 5
 
 
 
 
-def _topic(bootstrap: str) -> str:
-    name = f"otel-{uuid.uuid4().hex[:10]}"
-    with Admin(bootstrap_servers=bootstrap) as a:
-        a.create_topics([NewTopic(name, 1)])
-    return name
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    return fresh_topic(bootstrap, partitions, "otel")
 
 
 def test_java_traces_go_on_in_kwire(kafka, traced):

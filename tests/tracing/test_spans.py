@@ -7,26 +7,22 @@ without a tracer provider."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from kwire._codec import SendingProducer
-from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer
 from kwire.errors import RecordTooLargeError
 from kwire.producer import Producer
 from kwire.tracing import process_span
+from support.topics import fresh_topic
 
 
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    with Admin(bootstrap_servers=bootstrap) as a:
-        a.create_topics([NewTopic(name, partitions)])
-    return name
+    return fresh_topic(bootstrap, partitions, "t")
 
 
 def _read(bootstrap: str, topic: str, n: int, **cfg):

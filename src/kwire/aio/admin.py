@@ -42,6 +42,10 @@ class AsyncAdmin:
     async def _run(self, steps: Steps) -> Any:
         return await self._a._client.arun(steps)
 
+    def client_instance_id(self) -> Optional[Any]:
+        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
+        return self._a.client_instance_id()
+
     @property
     def _metrics_source(self) -> Any:
         """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
@@ -52,7 +56,9 @@ class AsyncAdmin:
         return self._a.metrics()
 
     async def close(self) -> None:
-        self._a.close()
+        if not self._a._client._closed:
+            await self._a._client.arun(self._a._close_steps())
+        self._a._client.close()
 
     async def __aenter__(self) -> "AsyncAdmin":
         return self

@@ -141,6 +141,10 @@ class AsyncConsumer:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
 
+    def client_instance_id(self) -> Optional[Any]:
+        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
+        return self._c.client_instance_id()
+
     @property
     def _metrics_source(self) -> Any:
         """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""

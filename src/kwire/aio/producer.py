@@ -191,6 +191,10 @@ class AsyncProducer:
     def __repr__(self) -> str:
         return f"<AsyncProducer {self.cfg['client_id']} {'closed' if self._p._closed else 'open'}>"
 
+    def client_instance_id(self) -> Optional[Any]:
+        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
+        return self._p.client_instance_id()
+
     @property
     def _metrics_source(self) -> Any:
         """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""

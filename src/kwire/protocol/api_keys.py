@@ -82,6 +82,8 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -146,6 +148,8 @@ API_NAMES: Dict[int, str] = {
     66: 'ListTransactions',
     68: 'ConsumerGroupHeartbeat',
     69: 'ConsumerGroupDescribe',
+    71: 'GetTelemetrySubscriptions',
+    72: 'PushTelemetry',
     74: 'ListConfigResources',
     75: 'DescribeTopicPartitions',
 }

@@ -26,6 +26,7 @@ from kwire.protocol._wire import (
     _fx_int16,
     _fx_int32,
     _fx_int64,
+    _fx_int8,
     _i32,
     _len_c,
     _null,
@@ -33,6 +34,7 @@ from kwire.protocol._wire import (
     _pfx_int16,
     _pfx_int32,
     _pfx_int64,
+    _pfx_int8,
     _put_array,
     _put_bytes_c,
     _put_bytes_k,
@@ -114,6 +116,8 @@ _S54 = _Struct('>iqqq')
 _S55 = _Struct('>H')
 _S56 = _Struct('>h?')
 _S57 = _Struct('>hb')
+_S58 = _Struct('>ii?')
+_S59 = _Struct('>i?b')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', 'unknown_tags')
@@ -4158,6 +4162,84 @@ UpdateFeaturesResponse.MIN_VERSION = 0
 UpdateFeaturesResponse.MAX_VERSION = 2
 UpdateFeaturesResponse.FLEXIBLE_MIN = 0
 
+class GetTelemetrySubscriptionsRequest(_Message):
+    __slots__ = ('client_instance_id', 'unknown_tags')
+    _FIELDS = ('client_instance_id',)
+    client_instance_id: UUID
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, client_instance_id: UUID = ZERO_UUID, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.client_instance_id = client_instance_id
+        self.unknown_tags = unknown_tags
+GetTelemetrySubscriptionsRequest.API_KEY = 71
+GetTelemetrySubscriptionsRequest.MIN_VERSION = 0
+GetTelemetrySubscriptionsRequest.MAX_VERSION = 0
+GetTelemetrySubscriptionsRequest.FLEXIBLE_MIN = 0
+
+class GetTelemetrySubscriptionsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'client_instance_id', 'subscription_id', 'accepted_compression_types', 'push_interval_ms', 'telemetry_max_bytes', 'delta_temporality', 'requested_metrics', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'client_instance_id', 'subscription_id', 'accepted_compression_types', 'push_interval_ms', 'telemetry_max_bytes', 'delta_temporality', 'requested_metrics')
+    throttle_time_ms: int
+    error_code: int
+    client_instance_id: UUID
+    subscription_id: int
+    accepted_compression_types: List[int]
+    push_interval_ms: int
+    telemetry_max_bytes: int
+    delta_temporality: bool
+    requested_metrics: List[str]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, client_instance_id: UUID = ZERO_UUID, subscription_id: int = 0, accepted_compression_types: List[int] = _UNSET, push_interval_ms: int = 0, telemetry_max_bytes: int = 0, delta_temporality: bool = False, requested_metrics: List[str] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = [] if accepted_compression_types is _UNSET else accepted_compression_types
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = [] if requested_metrics is _UNSET else requested_metrics
+        self.unknown_tags = unknown_tags
+GetTelemetrySubscriptionsResponse.API_KEY = 71
+GetTelemetrySubscriptionsResponse.MIN_VERSION = 0
+GetTelemetrySubscriptionsResponse.MAX_VERSION = 0
+GetTelemetrySubscriptionsResponse.FLEXIBLE_MIN = 0
+
+class PushTelemetryRequest(_Message):
+    __slots__ = ('client_instance_id', 'subscription_id', 'terminating', 'compression_type', 'metrics', 'unknown_tags')
+    _FIELDS = ('client_instance_id', 'subscription_id', 'terminating', 'compression_type', 'metrics')
+    client_instance_id: UUID
+    subscription_id: int
+    terminating: bool
+    compression_type: int
+    metrics: Buffer
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, client_instance_id: UUID = ZERO_UUID, subscription_id: int = 0, terminating: bool = False, compression_type: int = 0, metrics: Buffer = b'', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
+        self.unknown_tags = unknown_tags
+PushTelemetryRequest.API_KEY = 72
+PushTelemetryRequest.MIN_VERSION = 0
+PushTelemetryRequest.MAX_VERSION = 0
+PushTelemetryRequest.FLEXIBLE_MIN = 0
+
+class PushTelemetryResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code')
+    throttle_time_ms: int
+    error_code: int
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_tags = unknown_tags
+PushTelemetryResponse.API_KEY = 72
+PushTelemetryResponse.MIN_VERSION = 0
+PushTelemetryResponse.MAX_VERSION = 0
+PushTelemetryResponse.FLEXIBLE_MIN = 0
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -4489,10 +4571,14 @@ _C270 = UpdateFeaturesRequest
 _C271 = UpdateFeaturesRequest.FeatureUpdateKey
 _C272 = UpdateFeaturesResponse
 _C273 = UpdateFeaturesResponse.UpdatableFeatureResult
-_C274 = ConsumerProtocolSubscription
-_C275 = ConsumerProtocolSubscription.TopicPartition
-_C276 = ConsumerProtocolAssignment
-_C277 = ConsumerProtocolAssignment.TopicPartition
+_C274 = GetTelemetrySubscriptionsRequest
+_C275 = GetTelemetrySubscriptionsResponse
+_C276 = PushTelemetryRequest
+_C277 = PushTelemetryResponse
+_C278 = ConsumerProtocolSubscription
+_C279 = ConsumerProtocolSubscription.TopicPartition
+_C280 = ConsumerProtocolAssignment
+_C281 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -20944,8 +21030,101 @@ def _decode_UpdateFeaturesResponse_v2(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_GetTelemetrySubscriptionsRequest_v0(buf, pos, end):
     o = _C274.__new__(_C274)
+    o.client_instance_id, pos = _uuid(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_GetTelemetrySubscriptionsRequest_v0(o, out, chunks):
+    _put_uuid(o.client_instance_id, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_GetTelemetrySubscriptionsResponse_v0(buf, pos, end):
+    o = _C275.__new__(_C275)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.client_instance_id, pos = _uuid(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.subscription_id, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.accepted_compression_types, pos = _array_n(buf, pos, end, _fx_int8, n, 1)
+    elif n == 0:
+        o.accepted_compression_types = []
+    else:
+        o.accepted_compression_types = _null(n, False)
+    if pos + 9 > end: _short()
+    o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality = _S58.unpack_from(buf, pos)
+    pos += 9
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.requested_metrics, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.requested_metrics = []
+    else:
+        o.requested_metrics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_int8_array_compact(x, out, chunks):
+    _put_array(x, out, chunks, _pfx_int8, True, False)
+def _encode_GetTelemetrySubscriptionsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_uuid(o.client_instance_id, out, chunks)
+    out += _S0.pack(o.subscription_id)
+    _encode_int8_array_compact(o.accepted_compression_types, out, chunks)
+    out += _S58.pack(o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality)
+    _encode_string_array_compact(o.requested_metrics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_PushTelemetryRequest_v0(buf, pos, end):
+    o = _C276.__new__(_C276)
+    o.client_instance_id, pos = _uuid(buf, pos, end)
+    if pos + 6 > end: _short()
+    o.subscription_id, o.terminating, o.compression_type = _S59.unpack_from(buf, pos)
+    pos += 6
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.metrics, pos = _take_bytes(buf, pos, end, n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_PushTelemetryRequest_v0(o, out, chunks):
+    _put_uuid(o.client_instance_id, out, chunks)
+    out += _S59.pack(o.subscription_id, o.terminating, o.compression_type)
+    _put_bytes_c(o.metrics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_PushTelemetryResponse_v0(buf, pos, end):
+    o = _C277.__new__(_C277)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C278.__new__(_C278)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -20965,7 +21144,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C275.__new__(_C275)
+    o = _C279.__new__(_C279)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -20979,7 +21158,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C274.__new__(_C274)
+    o = _C278.__new__(_C278)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21008,7 +21187,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C274.__new__(_C274)
+    o = _C278.__new__(_C278)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21040,7 +21219,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S0.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C274.__new__(_C274)
+    o = _C278.__new__(_C278)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21073,7 +21252,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S0.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C277.__new__(_C277)
+    o = _C281.__new__(_C281)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -21087,7 +21266,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C276.__new__(_C276)
+    o = _C280.__new__(_C280)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21328,6 +21507,14 @@ UpdateFeaturesRequest._DECODERS = {0: _decode_UpdateFeaturesRequest_v0, 1: _deco
 UpdateFeaturesRequest._ENCODERS = {0: _encode_UpdateFeaturesRequest_v0, 1: _encode_UpdateFeaturesRequest_v1, 2: _encode_UpdateFeaturesRequest_v2}
 UpdateFeaturesResponse._DECODERS = {0: _decode_UpdateFeaturesResponse_v0, 1: _decode_UpdateFeaturesResponse_v0, 2: _decode_UpdateFeaturesResponse_v2}
 UpdateFeaturesResponse._ENCODERS = {0: _encode_UpdateFeaturesResponse_v0, 1: _encode_UpdateFeaturesResponse_v0, 2: _encode_UnregisterBrokerResponse_v0}
+GetTelemetrySubscriptionsRequest._DECODERS = {0: _decode_GetTelemetrySubscriptionsRequest_v0}
+GetTelemetrySubscriptionsRequest._ENCODERS = {0: _encode_GetTelemetrySubscriptionsRequest_v0}
+GetTelemetrySubscriptionsResponse._DECODERS = {0: _decode_GetTelemetrySubscriptionsResponse_v0}
+GetTelemetrySubscriptionsResponse._ENCODERS = {0: _encode_GetTelemetrySubscriptionsResponse_v0}
+PushTelemetryRequest._DECODERS = {0: _decode_PushTelemetryRequest_v0}
+PushTelemetryRequest._ENCODERS = {0: _encode_PushTelemetryRequest_v0}
+PushTelemetryResponse._DECODERS = {0: _decode_PushTelemetryResponse_v0}
+PushTelemetryResponse._ENCODERS = {0: _encode_HeartbeatResponse_v4}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -21390,5 +21577,7 @@ APIS = {
     66: (ListTransactionsRequest, ListTransactionsResponse),
     68: (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
+    71: (GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse),
+    72: (PushTelemetryRequest, PushTelemetryResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, PushTelemetryRequest, PushTelemetryResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
