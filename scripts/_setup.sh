@@ -14,20 +14,27 @@ PY="$VENV/bin/python"
 # The test extra's gssapi package builds against MIT Kerberos (libkrb5-dev), and the security
 # tests run a KDC (tests/support/kdc.py): install them from the system's packages when krb5kdc
 # is absent (Debian/Ubuntu; as root, or through sudo without a password).
-KRB5_PACKAGES="krb5-kdc krb5-admin-server krb5-user libkrb5-dev"
-if [[ ",${KWIRE_EXTRAS}," == *",test,"* ]] && ! command -v krb5kdc >/dev/null && [ ! -x /usr/sbin/krb5kdc ]; then
+# The tests of `kwire top` drive it in a terminal through tmux: installed the same way when absent.
+SYSTEM_PACKAGES=""
+if ! command -v krb5kdc >/dev/null && [ ! -x /usr/sbin/krb5kdc ]; then
+  SYSTEM_PACKAGES="krb5-kdc krb5-admin-server krb5-user libkrb5-dev"
+fi
+if ! command -v tmux >/dev/null; then
+  SYSTEM_PACKAGES="$SYSTEM_PACKAGES tmux"
+fi
+if [[ ",${KWIRE_EXTRAS}," == *",test,"* ]] && [ -n "${SYSTEM_PACKAGES// /}" ]; then
   SUDO="none"
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
   if command -v apt-get >/dev/null && [ "$SUDO" != none ]; then
-    echo "[setup] installing MIT Kerberos ($KRB5_PACKAGES) for the security tests" >&2
+    echo "[setup] installing $SYSTEM_PACKAGES for the tests (MIT Kerberos: the security tests; tmux: kwire top's)" >&2
     apt_install() {
       $SUDO env DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
-        $KRB5_PACKAGES >/dev/null
+        $SYSTEM_PACKAGES >/dev/null
     }
     apt_install || { $SUDO timeout 300 apt-get update -qq >/dev/null && apt_install; }
   else
-    echo "[setup] warning: krb5kdc is missing and cannot be installed here (apt-get as root needed):" \
-         "install $KRB5_PACKAGES; the security tests and the gssapi package need them" >&2
+    echo "[setup] warning: $SYSTEM_PACKAGES cannot be installed here (apt-get as root needed):" \
+         "install them; the security tests, the gssapi package and kwire top's tests need them" >&2
   fi
 fi
 echo "[setup] installing kwire[${KWIRE_EXTRAS}] (compiles the Cython core)" >&2

@@ -1,7 +1,8 @@
 """The ``kwire`` command's client subcommands: produce
 (:mod:`kwire.cli.produce`), consume (:mod:`kwire.cli.consume`; both as kcat
 takes records: :mod:`kwire.cli.records`), topics, offsets, groups, configs,
-transactions, features, metadata-quorum, log-dirs, delegation-token and
+transactions, features, metadata-quorum, log-dirs, delegation-token, top
+(:mod:`kwire.cli.top`: a live view of groups' lag or a client's metrics) and
 broker (a local Tansu broker for development).
 
 Output for pipes goes to stdout; progress and diagnostics to stderr.
@@ -34,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional
 from kwire.cli.consume import add_consume
 from kwire.cli.options import client_config
 from kwire.cli.produce import add_produce
+from kwire.cli.top import add_top
 
 __all__ = ["add_commands", "run", "SECURITY_HELP", "REGISTRY_HELP"]
 
@@ -616,6 +618,10 @@ def add_commands(sub: Any) -> None:
                    help="expire: when the token expires, from now (default: at once)")
     p.add_argument("--show-hmac", action="store_true", help="describe: print each token's HMAC (its password)")
     p.set_defaults(func=cmd_delegation_token)
+
+    p = sub.add_parser("top", help="a live view of consumer groups' lag and rates, or of a running client's metrics")
+    common(p)
+    add_top(p)
 
     p = sub.add_parser("broker", help="run the bundled Tansu broker on loopback (development only)")
     p.add_argument("--port", type=int, default=9092)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from typing import Any, Callable, Dict, Optional
 
-__all__ = ["StatsReporter", "to_json"]
+__all__ = ["StatsReporter", "StatsFile", "to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,21 @@ class StatsReporter:
                 log.warning("stats_cb raised %s: %s (said once; it is called again every %.0f ms)",
                             type(e).__name__, e, self.interval * 1000)
             self._failed = True
+
+
+class StatsFile:
+    """A ``stats_cb`` that keeps the latest statistics in ``path`` (written
+    whole, then renamed into place: a reader never sees half a document),
+    for ``kwire top --stats PATH``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, text: str) -> None:
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, self.path)
 
 
 def stats_reporter(cfg: Dict[str, Any], collect: Callable[[], Dict[str, Any]]) -> Optional[StatsReporter]:
