@@ -48,7 +48,7 @@ from kwire.coordinator import GROUP_KEY, TRANSACTION_KEY, coordinator_from_respo
 from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.future import KafkaTimeoutError
-from kwire.metrics.names import Metric, fold, network_metrics
+from kwire.metrics.names import Metric, client_network_metrics, fold
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -264,10 +264,7 @@ class Admin:
     _metrics_kind = "admin"
 
     def _metric_list(self, now: float) -> List[Metric]:
-        states = self._client.connection_states()
-        return list(network_metrics("admin-client", [self._client.metrics],
-                                    {node: n for node, (_, _, n) in states.items()},
-                                    sum(1 for _, state, _ in states.values() if state == "ready"), now))
+        return client_network_metrics("admin-client", [self._client], now)
 
     def _stats_doc(self) -> Dict[str, Any]:
         """``stats_cb``'s document (called while a call drives the admin client's I/O)."""
@@ -277,16 +274,19 @@ class Admin:
         doc["metrics"] = self.metrics()
         return doc
 
-    def close(self) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Close the connections, after KIP-714's last telemetry push (when a
+        subscription asked for this client's metrics), waited for at most
+        ``timeout`` seconds (default ``request_timeout_ms``)."""
         if not self._client._closed:
-            self._client.run(self._close_steps())
+            self._client.run(self._close_steps(timeout))
         self._client.close()
 
-    def _close_steps(self) -> StepsOf[None]:
-        """KIP-714's last push (kwire.metrics.telemetry), within ``request_timeout_ms``."""
+    def _close_steps(self, timeout: Optional[float] = None) -> StepsOf[None]:
+        """KIP-714's last push (kwire.metrics.telemetry), within ``timeout``."""
         telemetry = self._client.telemetry
         if telemetry is not None:
-            deadline = time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0
+            deadline = time.monotonic() + self._timeout(timeout)
             try:
                 yield from telemetry.terminate_steps(deadline)
             except Exception as e:  # noqa: BLE001 - closing anyway

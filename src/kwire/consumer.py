@@ -64,16 +64,9 @@ from kwire.fetcher import Fetcher, LogTruncationError, NoOffsetForPartitionError
 from kwire.future import Future
 from kwire.group import GroupCoordinator
 from kwire.interceptors import ConsumerInterceptors
-from kwire.metrics.names import Metric, fetch_metrics, fold, group_metrics, network_metrics
+from kwire.metrics.names import Metric, client_network_metrics, fetch_metrics, fold, group_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
-
-
-def tracing_for(cfg: Mapping[str, Any], kind: str) -> Any:
-    """kwire.tracing's, imported only when a client asks for tracing (it needs kwire[otel])."""
-    from kwire.tracing import tracing_for as make
-
-    return make(cfg, kind)
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
@@ -122,7 +115,11 @@ class Consumer(Fetcher):
             self._group = GroupCoordinator(self)
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
-        self._tracing: Any = tracing_for(self.cfg, "consumer") if self.cfg["tracer_provider"] else None
+        self._tracing: Any = None
+        if self.cfg["tracer_provider"]:
+            from kwire.tracing import tracing_for       # only when asked for: it needs kwire[otel]
+
+            self._tracing = tracing_for(self.cfg, "consumer")
         self._client.telemetry = TelemetryReporter(self._client, self._metric_list, self._telemetry_resource)
 
     def _telemetry_resource(self) -> Dict[str, str]:
@@ -153,14 +150,7 @@ class Consumer(Fetcher):
         return [self._client] + ([group] if group is not None else [])
 
     def _metric_list(self, now: float) -> List[Metric]:
-        clients = self._clients()
-        states = [c.connection_states() for c in clients]
-        in_flight: Dict[int, int] = {}
-        for s in states:
-            for node, (_, _, n) in s.items():
-                in_flight[node] = in_flight.get(node, 0) + n
-        up = sum(1 for s in states for _, state, _ in s.values() if state == "ready")
-        out = list(network_metrics("consumer", [c.metrics for c in clients], in_flight, up, now))
+        out = client_network_metrics("consumer", self._clients(), now)
         out += fetch_metrics(self._fetch_metrics, self._client.metrics, self._lags(), now)
         if self._group is not None:
             net = self._group._client.metrics if self._group._client is not None else self._client.metrics
@@ -185,8 +175,8 @@ class Consumer(Fetcher):
                 "app_offset": st.position if st is not None and st.position is not None else -1001,
                 "rxmsgs": got.records if got is not None else 0, "rxbytes": got.bytes if got is not None else 0}
         doc["topics"] = topics
-        doc["rxmsgs"] = self._fetch_metrics.records.total
-        doc["rxmsg_bytes"] = self._fetch_metrics.bytes.total
+        doc["rxmsgs"] = int(self._fetch_metrics.records.total)
+        doc["rxmsg_bytes"] = int(self._fetch_metrics.bytes.total)
         doc["metrics"] = fold(self._metric_list(now))
         return doc
 

@@ -58,7 +58,7 @@ from kwire.errors import InvalidPartitionError, KwireError, ProducerClosedError,
 from kwire.future import Future, KafkaTimeoutError
 from kwire.interceptors import ProducerInterceptors
 from kwire.metrics.clients import ProduceMetrics
-from kwire.metrics.names import Metric, fold, network_metrics, produce_metrics
+from kwire.metrics.names import Metric, client_network_metrics, fold, produce_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
 from kwire.net import Connection
@@ -252,7 +252,7 @@ class Producer(SendingProducer):
             self._interceptors = ProducerInterceptors(cfg["interceptor_classes"], cfg)
         self._tracing: Any = None
         if cfg["tracer_provider"]:
-            from kwire.tracing import tracing_for
+            from kwire.tracing import tracing_for       # only when asked for: it needs kwire[otel]
 
             self._tracing = tracing_for(cfg, "producer")
         if self._interceptors is not None or self._tracing is not None:
@@ -280,10 +280,7 @@ class Producer(SendingProducer):
     _metrics_kind = "producer"
 
     def _metric_list(self, now: float) -> List[Metric]:
-        states = self._client.connection_states()
-        in_flight = {node: n for node, (_, _, n) in states.items()}
-        up = sum(1 for _, state, _ in states.values() if state == "ready")
-        out = list(network_metrics("producer", [self._client.metrics], in_flight, up, now))
+        out = client_network_metrics("producer", [self._client], now)
         total = self.cfg["buffer_memory"]
         out += produce_metrics(self._produce_metrics, self._client.metrics, total, max(0, total - self._acc.buffered),
                                now)

@@ -15,7 +15,7 @@ from kwire.admin import (AbortTransactionSpec, Admin, AlterConfigOp, ClusterDesc
                          FeatureMetadata, FeatureUpdate, GroupDescription, GroupListing, LogDirDescription, NewTopic,
                          ProducerState, QuorumInfo, TopicDescription, TransactionDescription, TransactionListing,
                          UserScramCredentialsDescription)
-from kwire.aio.client import AioClient
+from kwire.aio.client import AioClient, Observed
 from kwire.client import Steps
 from kwire.errors import KwireError
 from kwire.group import OffsetAndMetadata
@@ -30,10 +30,12 @@ class _LoopAdmin(Admin):
     _client_class = AioClient
 
 
-class AsyncAdmin:
+class AsyncAdmin(Observed):
     """Cluster administration for asyncio: ``AsyncAdmin({"bootstrap.servers":
     ...})``, made inside a running event loop; ``async with``, or ``await``
     :meth:`close`. Every method is :class:`kwire.admin.Admin`'s, awaited."""
+
+    _core_name = "_a"      # the blocking client driven (Observed)
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._a = _LoopAdmin(config, **kwargs)
@@ -42,22 +44,10 @@ class AsyncAdmin:
     async def _run(self, steps: Steps) -> Any:
         return await self._a._client.arun(steps)
 
-    def client_instance_id(self) -> Optional[Any]:
-        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
-        return self._a.client_instance_id()
-
-    @property
-    def _metrics_source(self) -> Any:
-        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
-        return self._a
-
-    def metrics(self) -> Dict[str, Dict[str, float]]:
-        """As :meth:`kwire.admin.Admin.metrics`."""
-        return self._a.metrics()
-
-    async def close(self) -> None:
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """As :meth:`kwire.admin.Admin.close`, awaited."""
         if not self._a._client._closed:
-            await self._a._client.arun(self._a._close_steps())
+            await self._a._client.arun(self._a._close_steps(timeout))
         self._a._client.close()
 
     async def __aenter__(self) -> "AsyncAdmin":

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 from kwire.aio.net import AioConnection
 from kwire.client import Await, Broker, Client, Offload, Sleep, Steps, Wait
@@ -35,7 +35,7 @@ from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.net import Connection
 
-__all__ = ["AioClient", "TICK"]
+__all__ = ["AioClient", "Observed", "TICK"]
 
 #: Seconds between ticks while requests are in flight or connections being
 #: set up (deadlines are checked this often); 1 s when all is quiet.
@@ -235,3 +235,25 @@ class AioClient(Client):
 def _finish(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class Observed:
+    """What a kwire.aio client shows of the blocking client it drives (the
+    attribute ``_core_name`` names it): :meth:`metrics` and
+    :meth:`client_instance_id`; the exporters of :mod:`kwire.metrics` read
+    that client (``_metrics_source``)."""
+
+    _core_name = ""
+
+    @property
+    def _metrics_source(self) -> Any:
+        return getattr(self, self._core_name)
+
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """As the blocking client's ``metrics()`` (:mod:`kwire.metrics`), without ``io-wait`` figures
+        (the event loop waits, not kwire)."""
+        return self._metrics_source.metrics()
+
+    def client_instance_id(self) -> Optional[Any]:
+        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
+        return self._metrics_source.client_instance_id()

@@ -29,7 +29,7 @@ import time
 from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from kwire._codec import Record
-from kwire.aio.client import AioClient
+from kwire.aio.client import AioClient, Observed
 from kwire.consumer import Consumer
 from kwire.errors import KwireError
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
@@ -56,7 +56,7 @@ class _LoopConsumer(Consumer):
             self._poll_bytes = full
 
 
-class AsyncConsumer:
+class AsyncConsumer(Observed):
     """A Kafka consumer for asyncio.
 
     ``AsyncConsumer({"bootstrap.servers": ...}, auto_offset_reset="earliest")``,
@@ -67,6 +67,8 @@ class AsyncConsumer:
     :meth:`poll_columnar` (a ``pyarrow.RecordBatch`` per partition), or
     iterate: ``async for record in consumer``.
     """
+
+    _core_name = "_c"      # the blocking client driven (Observed)
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._c = _LoopConsumer(config, **kwargs)
@@ -140,19 +142,6 @@ class AsyncConsumer:
     def lag(self, tp: Tuple[str, int]) -> Optional[int]:
         """As :meth:`kwire.Consumer.lag`."""
         return self._c.lag(tp)
-
-    def client_instance_id(self) -> Optional[Any]:
-        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
-        return self._c.client_instance_id()
-
-    @property
-    def _metrics_source(self) -> Any:
-        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
-        return self._c
-
-    def metrics(self) -> Dict[str, Dict[str, float]]:
-        """As :meth:`kwire.Consumer.metrics` (no ``io-wait`` figures: the event loop waits, not kwire)."""
-        return self._c.metrics()
 
     def current_lag(self, tp: Tuple[str, int]) -> Optional[int]:
         """As :meth:`kwire.Consumer.current_lag` (never waits)."""

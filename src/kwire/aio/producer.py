@@ -40,7 +40,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kwire._codec import RecordFuture, SendingProducer
-from kwire.aio.client import AioClient
+from kwire.aio.client import AioClient, Observed
 from kwire.client import Steps
 from kwire.errors import KwireError
 from kwire.future import Future
@@ -173,13 +173,15 @@ class _LoopProducer(Producer):
                 pass
 
 
-class AsyncProducer:
+class AsyncProducer(Observed):
     """A Kafka producer for asyncio.
 
     ``AsyncProducer({"bootstrap.servers": ...}, linger_ms=5)``, made inside a
     running event loop (it belongs to that loop); use it as ``async with``,
     or ``await`` :meth:`close`. See :data:`kwire.config.PRODUCER` for every
     option."""
+
+    _core_name = "_p"      # the blocking client driven (Observed)
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self._p = _LoopProducer(config, **kwargs)
@@ -190,19 +192,6 @@ class AsyncProducer:
 
     def __repr__(self) -> str:
         return f"<AsyncProducer {self.cfg['client_id']} {'closed' if self._p._closed else 'open'}>"
-
-    def client_instance_id(self) -> Optional[Any]:
-        """As the blocking client's: the id the brokers assigned for client telemetry (KIP-714), or None."""
-        return self._p.client_instance_id()
-
-    @property
-    def _metrics_source(self) -> Any:
-        """The client whose figures :meth:`metrics` reads (kwire.metrics' exporters take either)."""
-        return self._p
-
-    def metrics(self) -> Dict[str, Dict[str, float]]:
-        """As :meth:`kwire.Producer.metrics`."""
-        return self._p.metrics()
 
     # ------------------------------------------------------------- send
     def send_nowait(self, topic: str, value: Any = None, key: Any = None, headers: Any = None,

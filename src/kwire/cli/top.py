@@ -162,13 +162,12 @@ class _Frames:
         self.prev: Dict[str, GroupSnapshot] = {}
 
     def next(self, width: int) -> List[str]:
-        stamp = time.strftime("%H:%M:%S")
+        lines = [f"kwire top  {time.strftime('%H:%M:%S')}  every {self.args.interval:g} s  q: quit  p: pause"[:width],
+                 ""]
         if self.args.stats:
             doc = _read_stats(self.args.stats)
-            body = stats_frame(doc, width) if doc else [f"waiting for {self.args.stats} (stats_cb="
-                                                         f"kwire.metrics.report.StatsFile(...))"]
-            return [f"kwire top  {stamp}  every {self.args.interval:g} s  q: quit  p: pause"[:width], ""] + body
-        lines = [f"kwire top  {stamp}  every {self.args.interval:g} s  q: quit  p: pause"[:width], ""]
+            return lines + (stats_frame(doc, width) if doc else
+                            [f"waiting for {self.args.stats} (stats_cb=kwire.metrics.report.StatsFile(...))"])
         for g in self.args.group:
             snap = take_group(self.admin, g)
             lines += group_frame(snap, self.prev.get(g), width) + [""]

@@ -36,6 +36,7 @@ class Sources:
         self._lock = threading.Lock()
         self._at = -float("inf")
         self._snapshot: List[Tuple[str, Metric]] = []
+        self._grouped: Dict[Tuple[str, str], List[Tuple[str, Metric]]] = {}
 
     def _client_ids(self) -> List[str]:
         """Each client's ``client_id``; clients sharing one are told apart as ``id``, ``id-2``..."""
@@ -55,10 +56,20 @@ class Sources:
         return granular(m for kind in self.kinds() for m in catalogue(kind))
 
     def snapshot(self) -> List[Tuple[str, Metric]]:
+        """(client id, metric) of every client, at most ``max_age`` old."""
         with self._lock:
             now = time.monotonic()
             if now - self._at >= self._max_age:
                 self._snapshot = [(cid, m) for cid, c in zip(self._ids, self._clients)
                                   for m in granular(c._metric_list(now))]
+                grouped: Dict[Tuple[str, str], List[Tuple[str, Metric]]] = {}
+                for cid, m in self._snapshot:
+                    grouped.setdefault((m.group, m.name), []).append((cid, m))
+                self._grouped = grouped
                 self._at = now
             return self._snapshot
+
+    def series(self, group: str, name: str) -> List[Tuple[str, Metric]]:
+        """The snapshot's series of one metric (an instrument's callback asks for its own)."""
+        self.snapshot()
+        return self._grouped.get((group, name), [])

@@ -14,13 +14,13 @@ are counters (cumulative), the others gauges.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from kwire.metrics.clients import FetchMetrics, GroupMetrics, ProduceMetrics
+from kwire.metrics.clients import FetchMetrics, GroupMetrics, PartitionFetched, ProduceMetrics
 from kwire.metrics.network import NetworkMetrics, NodeMetrics
 from kwire.metrics.stats import Sampled
 
-__all__ = ["Metric", "network_metrics", "fetch_metrics", "group_metrics", "produce_metrics", "fold", "granular", "catalogue"]
+__all__ = ["Metric", "network_metrics", "client_network_metrics", "fetch_metrics", "group_metrics", "produce_metrics", "fold", "granular", "catalogue"]
 
 # API keys (kwire.protocol.api_keys.ApiKey; numbers here so that this package imports nothing of the clients)
 PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 0, 1, 8, 11, 12, 14, 68
@@ -105,6 +105,18 @@ def network_metrics(prefix: str, nets: Sequence[NetworkMetrics], in_flight: Mapp
     for node_id, ms in sorted(nodes.items()):
         yield from _node(f"{prefix}-node-metrics", (("node-id", f"node-{node_id}"),), ms, in_flight.get(node_id, 0),
                          now)
+
+
+def client_network_metrics(prefix: str, clients: Sequence[Any], now: float) -> List[Metric]:
+    """:func:`network_metrics` of ``clients`` (kwire.client.Client: a consumer's own and its
+    group's): their figures, and their connections now (``connection_states()``)."""
+    in_flight: Dict[int, int] = {}
+    up = 0
+    for c in clients:
+        for node, (_, state, n) in c.connection_states().items():
+            in_flight[node] = in_flight.get(node, 0) + n
+            up += state == "ready"
+    return list(network_metrics(prefix, [c.metrics for c in clients], in_flight, up, now))
 
 
 def _node(group: str, tags: Tuple[Tuple[str, str], ...], ms: List[NodeMetrics], in_flight: int,
@@ -275,8 +287,6 @@ def catalogue(kind: str) -> List[Metric]:
     """Every metric a ``kind`` client ("consumer", "producer" or "admin")
     can report, with placeholder tags and values: the names the exporters
     declare and the docs list."""
-    from kwire.metrics.clients import PartitionFetched
-
     net = NetworkMetrics()
     net.node(1)
     for key in (PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, SYNC_GROUP, HEARTBEAT):

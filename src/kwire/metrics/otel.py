@@ -45,8 +45,8 @@ class Instruments:
             if self._closed:
                 return []
             out = []
-            for client_id, m in self._sources.snapshot():
-                if m.group == group and m.name == name and not math.isnan(m.value):
+            for client_id, m in self._sources.series(group, name):
+                if not math.isnan(m.value):
                     attrs: Dict[str, str] = {"client-id": client_id}
                     attrs.update(m.tags)
                     out.append(otel_metrics.Observation(m.value, attrs))

@@ -16,7 +16,7 @@ window) is exported as NaN, as the JMX exporter does.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator
 
 try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -66,15 +66,10 @@ class KwireCollector:
 
     def collect(self) -> Iterator[Any]:
         families: Dict[str, Any] = {}
-        labels: Dict[str, Tuple[str, ...]] = {}
-        for client_id, m in self._sources.snapshot():
+        for client_id, m in self._sources.snapshot():     # one tag set per metric (granular): fixed labels
             name = family_name(m, self._namespace)
             fam = families.get(name)
-            keys = tuple(k for k, _ in m.tags)
             if fam is None:
                 fam = families[name] = self._family(m, name)
-                labels[name] = keys
-            elif labels[name] != keys:
-                continue            # (granular() leaves one tag set per metric; two groups never share a name)
             fam.add_metric([client_id] + [v for _, v in m.tags], m.value)
         yield from families.values()

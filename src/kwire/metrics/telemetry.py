@@ -36,6 +36,7 @@ from kwire.compression import NONE as CODEC_NONE, compress
 from kwire.future import Future
 from kwire.metrics.names import Metric
 from kwire.metrics.otlp import CUMULATIVE, DELTA, Point, attributes_of, encode_metrics, split
+from kwire.protocol._wire import ZERO_UUID
 from kwire.protocol.api_keys import ApiKey, ErrorCode
 
 __all__ = ["TelemetryReporter", "DEFAULT_PUSH_INTERVAL_MS"]
@@ -101,21 +102,18 @@ class TelemetryReporter:
             self.state = DISABLED
 
     def _node(self) -> Optional[int]:
-        """The connected broker with the fewest requests in flight (Java asks its least loaded node)."""
+        """Of the connected brokers that speak KIP-714, the one with the fewest requests in
+        flight (Java asks its least loaded node); None while none is connected. When brokers
+        are connected and none speaks it, telemetry is switched off."""
         client = self.client
         ready = [(n, node) for node, (_, state, n) in client.connection_states().items() if state == "ready"]
-        if not ready:
-            return None
-        node = min(ready)[1]
-        if ApiKey.GET_TELEMETRY_SUBSCRIPTIONS not in client.versions(node):
-            self._say("unsupported", logging.DEBUG, "node %s does not speak KIP-714: client telemetry is off", node)
+        able = [r for r in ready if ApiKey.GET_TELEMETRY_SUBSCRIPTIONS in client.versions(r[1])]
+        if ready and not able:
+            self._say("unsupported", logging.DEBUG, "no connected broker speaks KIP-714: client telemetry is off")
             self.state = DISABLED
-            return None
-        return node
+        return min(able)[1] if able else None
 
     def _instance_or_zero(self) -> Any:
-        from kwire.protocol._wire import ZERO_UUID
-
         return self.instance_id if self.instance_id is not None else ZERO_UUID
 
     def _send(self, node: int, request: Any, then: Callable[[Future], None]) -> Future:
@@ -237,7 +235,8 @@ class TelemetryReporter:
         """(steps) The last push, marked terminating, waited for until ``deadline``, when the
         client has a subscription that asks for metrics."""
         if self.state != PUSH or self.in_flight is not None:
-            self.state = TERMINATED if self.state != DISABLED else DISABLED
+            if self.state != DISABLED:
+                self.state = TERMINATED
             return
         node = self._node()
         if node is None:

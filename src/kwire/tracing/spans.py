@@ -138,7 +138,7 @@ class ConsumerTracing:
         span = self.tracer.start_span(f"rebalance {phase}", kind=SpanKind.INTERNAL, attributes=attrs)
         try:
             yield
-        except BaseException as e:
+        except Exception as e:          # (a cancelled or closed rebalance step only ends the span)
             _failed(span, e)
             raise
         finally:
