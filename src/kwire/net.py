@@ -280,10 +280,11 @@ class Connection:
         requests with what was read or unwritten (the requests waiting for
         ``ready`` stay)."""
         self._set_state("connecting")
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        if self.sock is not None:     # None: an owner took it over (kwire.aio's pending transport)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
         self.sock = None
         self._tls_wants_write = False
         self.channel.reset(ConnectionLostError(f"address of {self.host}:{self.port} given up"))

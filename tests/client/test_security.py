@@ -181,8 +181,8 @@ def test_sasl_round_trip(kw, sasl_broker, mechanism, user, caplog):
 @pytest.mark.parametrize("user,password,mechanism,match", [
     ("alice", "wrong", "PLAIN", "refused SASL PLAIN"),
     ("alice", "wrong", "SCRAM-SHA-256", "refused SASL SCRAM-SHA-256"),
-    ("mallory", "x", "SCRAM-SHA-512", "refused SASL SCRAM-SHA-512"),
-    ("mallory", "x", "PLAIN", "refused SASL PLAIN"),
+    ("mallory", "m4llory-pw", "SCRAM-SHA-512", "refused SASL SCRAM-SHA-512"),
+    ("mallory", "m4llory-pw", "PLAIN", "refused SASL PLAIN"),
 ])
 def test_sasl_refusals(kw, sasl_broker, user, password, mechanism, match, caplog):
     proxy, _ = sasl_broker

@@ -174,10 +174,27 @@ class AioConnection(Connection):
         else:
             if self._ssl_context is not None:
                 self._set_state("tls")
-            self._task = self._loop.create_task(self._make_transport(self.sock))
+            self._start_transport(self.sock)
         self._on_event()
 
-    async def _make_transport(self, sock: socket.socket) -> None:
+    def _start_transport(self, sock: socket.socket) -> None:
+        """Make ``sock`` a transport in a task. Once the task runs, asyncio
+        owns the socket: the transport exists from its first step, its reader
+        is registered a loop turn later, and a cancelled task closes it. So a
+        connection given up meanwhile lets go of the socket without closing
+        it (:meth:`_release_socket`), else the fd, closed or already reused
+        by another connection, would be registered under this transport.
+        Only a task cancelled before it ran leaves the socket to close here."""
+        started: List[bool] = []
+        self._task = task = self._loop.create_task(self._make_transport(sock, started))
+        task.add_done_callback(lambda _: None if started else sock.close())
+
+    def _release_socket(self) -> None:
+        if self._task is not None and self.sock is not None:
+            self.sock = None          # the pending transport task owns it (see _start_transport)
+
+    async def _make_transport(self, sock: socket.socket, started: List[bool]) -> None:
+        started.append(True)
         ctx = self._ssl_context
         share = max(0.1, self._addr_deadline - time.monotonic()) if self._addrs else \
             max(0.1, self._setup_deadline - time.monotonic())
@@ -235,6 +252,7 @@ class AioConnection(Connection):
 
     def _drop_socket(self) -> None:
         self._unwatch()
+        self._release_socket()
         self._cancel_task()
         transport, self._transport = self._transport, None
         if transport is not None:
@@ -293,6 +311,7 @@ class AioConnection(Connection):
         if self.state == "closed":
             return
         self._unwatch()
+        self._release_socket()
         self._cancel_task()
         transport, self._transport = self._transport, None
         if transport is not None:
