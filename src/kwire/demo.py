@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from typing import Optional, Sequence, TextIO
+from typing import Mapping, Optional, Sequence, TextIO
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -57,10 +57,12 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int, progress:
     return time.perf_counter() - t
 
 
-def spark_session(app: str = "kwire-demo", jars: Sequence[str] = (), master: str = "local[2]"):
+def spark_session(app: str = "kwire-demo", jars: Sequence[str] = (), master: str = "local[2]",
+                  conf: Optional[Mapping[str, str]] = None):
     """A ``local[2]`` session (or ``master``'s) whose Python workers run this
     interpreter, with ``format("kwire")`` registered (and ``jars`` on its
-    class path: the tests and benchmarks add Spark's own Kafka connector)."""
+    class path: the tests and benchmarks add Spark's own Kafka connector;
+    ``conf``, more settings)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -69,6 +71,8 @@ def spark_session(app: str = "kwire-demo", jars: Sequence[str] = (), master: str
     builder = SparkSession.builder.master(master).appName(app)
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = (builder
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4")

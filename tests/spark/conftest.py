@@ -34,16 +34,24 @@ SRC = str(Path(kwire.__file__).resolve().parent.parent)
 TESTS = str(Path(support.__file__).resolve().parent.parent)
 
 
+#: Where the session's metrics system writes every driver metric each second (Spark's CsvSink):
+#: test_query_metrics reads kwire's gauges there, as any sink would report them.
+METRICS_CONF = "spark.metrics.conf.driver.sink.csv."
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     """A local[2] SparkSession whose Python workers run this interpreter,
     with Spark's own Kafka connector (``format("kafka")``) and Avro functions
-    (``from_avro``, the typed columns' peer) loaded beside ``format("kwire")``."""
+    (``from_avro``, the typed columns' peer) loaded beside ``format("kwire")``;
+    its metrics system reports to CSV files (``METRICS_CONF + "directory"``)."""
     from kwire.demo import spark_session
     from support.spark_connector import avro_jars, connector_jars
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = spark_session("kwire-tests", connector_jars() + avro_jars())
+    csv = {METRICS_CONF + "class": "org.apache.spark.metrics.sink.CsvSink", METRICS_CONF + "period": "1",
+           METRICS_CONF + "unit": "seconds", METRICS_CONF + "directory": str(tmp_path_factory.mktemp("spark-metrics"))}
+    session = spark_session("kwire-tests", connector_jars() + avro_jars(), conf=csv)
     try:
         yield session
     finally:

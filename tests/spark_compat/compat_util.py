@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, List, Optional, Tuple
+import time
+from typing import Any, Callable, List, Optional, Tuple
 
 from kwire.admin import Admin, NewTopic
 from kwire.producer import Producer
@@ -36,6 +37,14 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int 
 
 def _bytes(v: Optional[Any]) -> Optional[bytes]:
     return None if v is None else bytes(v)
+
+
+def wait_until(ready: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for ``ready()`` (Spark's listener bus delivers events a moment after the query's)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)
 
 
 def rows(df) -> List[Row]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from compat_util import available_now, committed_values, new_topic, produce, read, read_stream, rows
+from compat_util import available_now, committed_values, new_topic, produce, read, read_stream, rows, wait_until
 from kwire.spark import FEATURES
 
 pytestmark = pytest.mark.skipif(not FEATURES.data_source,
@@ -63,18 +63,37 @@ def test_batch_filters(spark, kafka_bootstrap):
     assert got == [r for r in every if r[1] == 1 and r[2] >= 5] and len(got) == RECORDS // PARTITIONS - 5
 
 
-def test_stream_read_available_now(spark, kafka_bootstrap, tmp_path):
+def test_stream_read_available_now(spark, kafka_bootstrap, tmp_path, caplog):
     """Everything there at the start, read once, then only what came after
-    (a restart from the checkpoint)."""
+    (a restart from the checkpoint). The stream is observed
+    (kwire.spark.observe: its records and bytes in the progress) and
+    kwire.spark.MetricsListener registers the query's gauges with the
+    release's metrics system and removes them, without a warning."""
+    from kwire.spark import MetricsListener, observe, source_metrics
+
     source = _source(kafka_bootstrap, "stream")
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     df = read_stream(spark, "kwire", kafka_bootstrap, subscribe=source, startingOffsets="earliest",
                      includeHeaders="true")
-    cols = df.select("topic", "partition", "offset", "key", "value", "timestamp", "timestampType", "headers")
-    q = available_now(cols, ckpt, fmt="parquet", path=out)
+    cols = observe(df).select("topic", "partition", "offset", "key", "value", "timestamp", "timestampType",
+                              "headers")
+    listener = MetricsListener(spark)
+    spark.streams.addListener(listener)
+    caplog.set_level("INFO", logger="kwire.spark.listener")
+    try:
+        q = available_now(cols, ckpt, fmt="parquet", path=out)
+        wait_until(lambda: "are gauges of Spark's metrics system" in caplog.text and not listener._sources)
+    finally:
+        spark.streams.removeListener(listener)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [RECORDS]
     batch = rows(read(spark, "kwire", kafka_bootstrap, subscribe=source, includeHeaders="true"))
     assert rows(spark.read.parquet(out)) == batch
+    size = sum(len(r[3] or b"") + len(r[4] or b"") for r in batch)
+    observed = [p["observedMetrics"]["kwire"] for p in q.recentProgress if p["numInputRows"]]
+    assert [(o["kwire_records"], o["kwire_bytes"]) for o in observed] == [(RECORDS, size)]
+    figures = [source_metrics(p) for p in q.recentProgress if p["numInputRows"]]      # the release's progress objects
+    assert [(f["numInputRows"], f["numInputBytes"], f["offsetsBehindLatest"]) for f in figures] == [(RECORDS, size, 0)]
 
     produce(kafka_bootstrap, source, 30, PARTITIONS, start=RECORDS)
     q = available_now(cols, ckpt, fmt="parquet", path=out)

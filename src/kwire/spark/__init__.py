@@ -44,7 +44,8 @@ except ImportError as _e:  # pragma: no cover - only without the extra
 
 from kwire.spark.compat import FEATURES, SparkFeatures, in_supported_range, require
 from kwire.spark.errors import DataLossError, OffsetRangeError, SparkOptionError
-from kwire.spark.metrics import offsets_behind_latest
+from kwire.spark.listener import MetricsListener, observe
+from kwire.spark.metrics import offsets_behind_latest, source_metrics
 from kwire.spark.schema import spark_schema
 
 from kwire.spark.jobs import read, write
@@ -55,6 +56,7 @@ if FEATURES.data_source:            # Spark 4.0+: format("kwire")
 log = logging.getLogger(__name__)
 
 __all__ = ["register", "read", "write", "FEATURES", "SparkFeatures", "spark_schema", "offsets_behind_latest",
+           "source_metrics", "observe", "MetricsListener",
            "DataLossError", "OffsetRangeError", "SparkOptionError"] + (["KwireDataSource"] if FEATURES.data_source
                                                                       else [])
 
