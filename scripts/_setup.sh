@@ -40,3 +40,7 @@ fi
 echo "[setup] installing kwire[${KWIRE_EXTRAS}] (compiles the Cython core)" >&2
 "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$PY" -m pip install --quiet --disable-pip-version-check -e ".[${KWIRE_EXTRAS}]"
+# Byte code for the tree, written here whatever PYTHONDONTWRITEBYTECODE says: every process that imports kwire
+# from the checkout (Spark's Python workers, the CLI's and the tests' subprocesses) would otherwise compile it
+# again, the generated protocol module alone 0.6 s of CPU each time. Edited files fall back to their source.
+"$PY" -m compileall -q -j 0 src/kwire >/dev/null
