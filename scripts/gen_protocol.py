@@ -65,6 +65,9 @@ APIS = [
     "DescribeTransactions", "WriteTxnMarkers", "DescribeQuorum", "UpdateFeatures",
     # KIP-714's client telemetry (issue 35; their definitions from the kafka-clients jar)
     "GetTelemetrySubscriptions", "PushTelemetry",
+    # KIP-932's share groups (issue 36; their definitions from the kafka-clients jar)
+    "ShareGroupHeartbeat", "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge", "DescribeShareGroupOffsets",
+    "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
 ]
 DATA = ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"]
 

@@ -18,12 +18,13 @@ CASES = [(name, v) for name in all_message_names()
 def test_every_api_of_the_issue_is_generated():
     from kwire.protocol import APIS
 
-    assert len(APIS) == 58           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
+    assert len(APIS) == 65           # issue 3's 29, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe,
     #                                  issue 16's CreateAcls, DescribeAcls, DeleteAcls, AlterClientQuotas, DescribeClientQuotas,
     #                                  issue 17's ElectLeaders, AlterPartitionReassignments, UnregisterBroker,
     #                                  issue 30's Create/Renew/Expire/DescribeDelegationToken,
     #                                  issue 33's 13 admin APIs (configs to features),
-    #                                  and issue 35's GetTelemetrySubscriptions and PushTelemetry (KIP-714)
+    #                                  issue 35's GetTelemetrySubscriptions and PushTelemetry (KIP-714),
+    #                                  and issue 36's 7 share group APIs (KIP-932)
     assert {"ConsumerGroupHeartbeatRequest", "ConsumerGroupDescribeResponse"} <= set(MESSAGES)
     assert {"CreateAclsResponse", "DescribeAclsResponse", "DeleteAclsResponse", "AlterClientQuotasResponse",
             "DescribeClientQuotasResponse", "ElectLeadersRequest", "ElectLeadersResponse",

@@ -75,8 +75,9 @@ def test_client_ranges_of_the_generated_messages():
 
 
 def test_api_names():
-    assert len(API_NAMES) == 61                # with UnregisterBroker (64), the delegation token APIs
-    #                                            (38-41) and KIP-714's (71, 72), from the kafka-clients jar
+    assert len(API_NAMES) == 68                # with UnregisterBroker (64), the delegation token APIs
+    #                                            (38-41), KIP-714's (71, 72) and KIP-932's (76-79, 90-92),
+    #                                            from the kafka-clients jar
     assert [API_NAMES[k] for k in range(38, 42)] == ["CreateDelegationToken", "RenewDelegationToken",
                                                      "ExpireDelegationToken", "DescribeDelegationToken"]
     assert (API_NAMES[68], API_NAMES[69]) == ("ConsumerGroupHeartbeat", "ConsumerGroupDescribe")

@@ -86,6 +86,13 @@ class ApiKey(IntEnum):
     PUSH_TELEMETRY = 72
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 #: Every API of the message definitions: apiKey -> name (the JSON ``name``
@@ -152,6 +159,13 @@ API_NAMES: Dict[int, str] = {
     72: 'PushTelemetry',
     74: 'ListConfigResources',
     75: 'DescribeTopicPartitions',
+    76: 'ShareGroupHeartbeat',
+    77: 'ShareGroupDescribe',
+    78: 'ShareFetch',
+    79: 'ShareAcknowledge',
+    90: 'DescribeShareGroupOffsets',
+    91: 'AlterShareGroupOffsets',
+    92: 'DeleteShareGroupOffsets',
 }
 
 

@@ -118,6 +118,11 @@ _S56 = _Struct('>h?')
 _S57 = _Struct('>hb')
 _S58 = _Struct('>ii?')
 _S59 = _Struct('>i?b')
+_S60 = _Struct('>iiiiii')
+_S61 = _Struct('>iiiiiib?')
+_S62 = _Struct('>qqh')
+_S63 = _Struct('>iqih')
+_S64 = _Struct('>iqiqh')
 
 class ApiVersionsRequest(_Message):
     __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', 'unknown_tags')
@@ -4240,6 +4245,684 @@ PushTelemetryResponse.MIN_VERSION = 0
 PushTelemetryResponse.MAX_VERSION = 0
 PushTelemetryResponse.FLEXIBLE_MIN = 0
 
+class ShareGroupHeartbeatRequest(_Message):
+    __slots__ = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names', 'unknown_tags')
+    _FIELDS = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names')
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: Optional[str]
+    subscribed_topic_names: Optional[List[str]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, group_id: str = '', member_id: str = '', member_epoch: int = 0, rack_id: Optional[str] = None, subscribed_topic_names: Optional[List[str]] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.rack_id = rack_id
+        self.subscribed_topic_names = subscribed_topic_names
+        self.unknown_tags = unknown_tags
+ShareGroupHeartbeatRequest.API_KEY = 76
+ShareGroupHeartbeatRequest.MIN_VERSION = 1
+ShareGroupHeartbeatRequest.MAX_VERSION = 1
+ShareGroupHeartbeatRequest.FLEXIBLE_MIN = 0
+
+class ShareGroupHeartbeatResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    member_id: Optional[str]
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Optional[ShareGroupHeartbeatResponse.Assignment]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class Assignment(_Message):
+        __slots__ = ('topic_partitions', 'unknown_tags')
+        _FIELDS = ('topic_partitions',)
+        topic_partitions: List[ShareGroupHeartbeatResponse.TopicPartitions]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_partitions: List[ShareGroupHeartbeatResponse.TopicPartitions] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+            self.unknown_tags = unknown_tags
+    class TopicPartitions(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, member_id: Optional[str] = None, member_epoch: int = 0, heartbeat_interval_ms: int = 0, assignment: Optional[ShareGroupHeartbeatResponse.Assignment] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
+        self.unknown_tags = unknown_tags
+ShareGroupHeartbeatResponse.API_KEY = 76
+ShareGroupHeartbeatResponse.MIN_VERSION = 1
+ShareGroupHeartbeatResponse.MAX_VERSION = 1
+ShareGroupHeartbeatResponse.FLEXIBLE_MIN = 0
+
+class ShareGroupDescribeRequest(_Message):
+    __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tags')
+    _FIELDS = ('group_ids', 'include_authorized_operations')
+    group_ids: List[str]
+    include_authorized_operations: bool
+    unknown_tags: Optional[Dict[int, bytes]]
+    def __init__(self, *, group_ids: List[str] = _UNSET, include_authorized_operations: bool = False, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_ids = [] if group_ids is _UNSET else group_ids
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tags = unknown_tags
+ShareGroupDescribeRequest.API_KEY = 77
+ShareGroupDescribeRequest.MIN_VERSION = 1
+ShareGroupDescribeRequest.MAX_VERSION = 1
+ShareGroupDescribeRequest.FLEXIBLE_MIN = 0
+
+class ShareGroupDescribeResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'groups', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'groups')
+    throttle_time_ms: int
+    groups: List[ShareGroupDescribeResponse.DescribedGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribedGroup(_Message):
+        __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations', 'unknown_tags')
+        _FIELDS = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations')
+        error_code: int
+        error_message: Optional[str]
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        assignor_name: str
+        members: List[ShareGroupDescribeResponse.Member]
+        authorized_operations: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, error_code: int = 0, error_message: Optional[str] = None, group_id: str = '', group_state: str = '', group_epoch: int = 0, assignment_epoch: int = 0, assignor_name: str = '', members: List[ShareGroupDescribeResponse.Member] = _UNSET, authorized_operations: int = -2147483648, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.group_id = group_id
+            self.group_state = group_state
+            self.group_epoch = group_epoch
+            self.assignment_epoch = assignment_epoch
+            self.assignor_name = assignor_name
+            self.members = [] if members is _UNSET else members
+            self.authorized_operations = authorized_operations
+            self.unknown_tags = unknown_tags
+    class Member(_Message):
+        __slots__ = ('member_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'assignment', 'unknown_tags')
+        _FIELDS = ('member_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'assignment')
+        member_id: str
+        rack_id: Optional[str]
+        member_epoch: int
+        client_id: str
+        client_host: str
+        subscribed_topic_names: List[str]
+        assignment: ShareGroupDescribeResponse.Assignment
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, member_id: str = '', rack_id: Optional[str] = None, member_epoch: int = 0, client_id: str = '', client_host: str = '', subscribed_topic_names: List[str] = _UNSET, assignment: ShareGroupDescribeResponse.Assignment = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.member_id = member_id
+            self.rack_id = rack_id
+            self.member_epoch = member_epoch
+            self.client_id = client_id
+            self.client_host = client_host
+            self.subscribed_topic_names = [] if subscribed_topic_names is _UNSET else subscribed_topic_names
+            self.assignment = ShareGroupDescribeResponse.Assignment() if assignment is _UNSET else assignment
+            self.unknown_tags = unknown_tags
+    class Assignment(_Message):
+        __slots__ = ('topic_partitions', 'unknown_tags')
+        _FIELDS = ('topic_partitions',)
+        topic_partitions: List[ShareGroupDescribeResponse.TopicPartitions]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_partitions: List[ShareGroupDescribeResponse.TopicPartitions] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+            self.unknown_tags = unknown_tags
+    class TopicPartitions(_Message):
+        __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'topic_name', 'partitions')
+        topic_id: UUID
+        topic_name: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, topic_name: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, groups: List[ShareGroupDescribeResponse.DescribedGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _UNSET else groups
+        self.unknown_tags = unknown_tags
+ShareGroupDescribeResponse.API_KEY = 77
+ShareGroupDescribeResponse.MIN_VERSION = 1
+ShareGroupDescribeResponse.MAX_VERSION = 1
+ShareGroupDescribeResponse.FLEXIBLE_MIN = 0
+
+class ShareFetchRequest(_Message):
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'is_renew_ack', 'topics', 'forgotten_topics_data', 'unknown_tags')
+    _FIELDS = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'is_renew_ack', 'topics', 'forgotten_topics_data')
+    group_id: Optional[str]
+    member_id: Optional[str]
+    share_session_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    share_acquire_mode: int
+    is_renew_ack: bool
+    topics: List[ShareFetchRequest.FetchTopic]
+    forgotten_topics_data: List[ShareFetchRequest.ForgottenTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class FetchTopic(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[ShareFetchRequest.FetchPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[ShareFetchRequest.FetchPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class FetchPartition(_Message):
+        __slots__ = ('partition_index', 'partition_max_bytes', 'acknowledgement_batches', 'unknown_tags')
+        _FIELDS = ('partition_index', 'partition_max_bytes', 'acknowledgement_batches')
+        partition_index: int
+        partition_max_bytes: int
+        acknowledgement_batches: List[ShareFetchRequest.AcknowledgementBatch]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, partition_max_bytes: int = 0, acknowledgement_batches: List[ShareFetchRequest.AcknowledgementBatch] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.partition_max_bytes = partition_max_bytes
+            self.acknowledgement_batches = [] if acknowledgement_batches is _UNSET else acknowledgement_batches
+            self.unknown_tags = unknown_tags
+    class AcknowledgementBatch(_Message):
+        __slots__ = ('first_offset', 'last_offset', 'acknowledge_types', 'unknown_tags')
+        _FIELDS = ('first_offset', 'last_offset', 'acknowledge_types')
+        first_offset: int
+        last_offset: int
+        acknowledge_types: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, first_offset: int = 0, last_offset: int = 0, acknowledge_types: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.acknowledge_types = [] if acknowledge_types is _UNSET else acknowledge_types
+            self.unknown_tags = unknown_tags
+    class ForgottenTopic(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: Optional[str] = None, member_id: Optional[str] = '', share_session_epoch: int = 0, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, max_records: int = 0, batch_size: int = 0, share_acquire_mode: int = 0, is_renew_ack: bool = False, topics: List[ShareFetchRequest.FetchTopic] = _UNSET, forgotten_topics_data: List[ShareFetchRequest.ForgottenTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.max_records = max_records
+        self.batch_size = batch_size
+        self.share_acquire_mode = share_acquire_mode
+        self.is_renew_ack = is_renew_ack
+        self.topics = [] if topics is _UNSET else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is _UNSET else forgotten_topics_data
+        self.unknown_tags = unknown_tags
+ShareFetchRequest.API_KEY = 78
+ShareFetchRequest.MIN_VERSION = 1
+ShareFetchRequest.MAX_VERSION = 2
+ShareFetchRequest.FLEXIBLE_MIN = 0
+
+class ShareFetchResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    acquisition_lock_timeout_ms: int
+    responses: List[ShareFetchResponse.ShareFetchableTopicResponse]
+    node_endpoints: List[ShareFetchResponse.NodeEndpoint]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ShareFetchableTopicResponse(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[ShareFetchResponse.PartitionData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[ShareFetchResponse.PartitionData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class PartitionData(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'acknowledge_error_code', 'acknowledge_error_message', 'current_leader', 'records', 'acquired_records', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message', 'acknowledge_error_code', 'acknowledge_error_message', 'current_leader', 'records', 'acquired_records')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        acknowledge_error_code: int
+        acknowledge_error_message: Optional[str]
+        current_leader: ShareFetchResponse.LeaderIdAndEpoch
+        records: Optional[Records]
+        acquired_records: List[ShareFetchResponse.AcquiredRecords]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = None, acknowledge_error_code: int = 0, acknowledge_error_message: Optional[str] = None, current_leader: ShareFetchResponse.LeaderIdAndEpoch = _UNSET, records: Optional[Records] = b'', acquired_records: List[ShareFetchResponse.AcquiredRecords] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.acknowledge_error_code = acknowledge_error_code
+            self.acknowledge_error_message = acknowledge_error_message
+            self.current_leader = ShareFetchResponse.LeaderIdAndEpoch() if current_leader is _UNSET else current_leader
+            self.records = records
+            self.acquired_records = [] if acquired_records is _UNSET else acquired_records
+            self.unknown_tags = unknown_tags
+    class LeaderIdAndEpoch(_Message):
+        __slots__ = ('leader_id', 'leader_epoch', 'unknown_tags')
+        _FIELDS = ('leader_id', 'leader_epoch')
+        leader_id: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, leader_id: int = 0, leader_epoch: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
+    class AcquiredRecords(_Message):
+        __slots__ = ('first_offset', 'last_offset', 'delivery_count', 'unknown_tags')
+        _FIELDS = ('first_offset', 'last_offset', 'delivery_count')
+        first_offset: int
+        last_offset: int
+        delivery_count: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, first_offset: int = 0, last_offset: int = 0, delivery_count: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.delivery_count = delivery_count
+            self.unknown_tags = unknown_tags
+    class NodeEndpoint(_Message):
+        __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags')
+        _FIELDS = ('node_id', 'host', 'port', 'rack')
+        node_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, acquisition_lock_timeout_ms: int = 0, responses: List[ShareFetchResponse.ShareFetchableTopicResponse] = _UNSET, node_endpoints: List[ShareFetchResponse.NodeEndpoint] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
+        self.responses = [] if responses is _UNSET else responses
+        self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
+        self.unknown_tags = unknown_tags
+ShareFetchResponse.API_KEY = 78
+ShareFetchResponse.MIN_VERSION = 1
+ShareFetchResponse.MAX_VERSION = 2
+ShareFetchResponse.FLEXIBLE_MIN = 0
+
+class ShareAcknowledgeRequest(_Message):
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'is_renew_ack', 'topics', 'unknown_tags')
+    _FIELDS = ('group_id', 'member_id', 'share_session_epoch', 'is_renew_ack', 'topics')
+    group_id: Optional[str]
+    member_id: Optional[str]
+    share_session_epoch: int
+    is_renew_ack: bool
+    topics: List[ShareAcknowledgeRequest.AcknowledgeTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AcknowledgeTopic(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[ShareAcknowledgeRequest.AcknowledgePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[ShareAcknowledgeRequest.AcknowledgePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class AcknowledgePartition(_Message):
+        __slots__ = ('partition_index', 'acknowledgement_batches', 'unknown_tags')
+        _FIELDS = ('partition_index', 'acknowledgement_batches')
+        partition_index: int
+        acknowledgement_batches: List[ShareAcknowledgeRequest.AcknowledgementBatch]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, acknowledgement_batches: List[ShareAcknowledgeRequest.AcknowledgementBatch] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.acknowledgement_batches = [] if acknowledgement_batches is _UNSET else acknowledgement_batches
+            self.unknown_tags = unknown_tags
+    class AcknowledgementBatch(_Message):
+        __slots__ = ('first_offset', 'last_offset', 'acknowledge_types', 'unknown_tags')
+        _FIELDS = ('first_offset', 'last_offset', 'acknowledge_types')
+        first_offset: int
+        last_offset: int
+        acknowledge_types: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, first_offset: int = 0, last_offset: int = 0, acknowledge_types: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.acknowledge_types = [] if acknowledge_types is _UNSET else acknowledge_types
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: Optional[str] = None, member_id: Optional[str] = '', share_session_epoch: int = 0, is_renew_ack: bool = False, topics: List[ShareAcknowledgeRequest.AcknowledgeTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.is_renew_ack = is_renew_ack
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+ShareAcknowledgeRequest.API_KEY = 79
+ShareAcknowledgeRequest.MIN_VERSION = 1
+ShareAcknowledgeRequest.MAX_VERSION = 2
+ShareAcknowledgeRequest.FLEXIBLE_MIN = 0
+
+class ShareAcknowledgeResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    acquisition_lock_timeout_ms: int
+    responses: List[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
+    node_endpoints: List[ShareAcknowledgeResponse.NodeEndpoint]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ShareAcknowledgeTopicResponse(_Message):
+        __slots__ = ('topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_id', 'partitions')
+        topic_id: UUID
+        partitions: List[ShareAcknowledgeResponse.PartitionData]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_id: UUID = ZERO_UUID, partitions: List[ShareAcknowledgeResponse.PartitionData] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class PartitionData(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'current_leader', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message', 'current_leader')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = None, current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.current_leader = ShareAcknowledgeResponse.LeaderIdAndEpoch() if current_leader is _UNSET else current_leader
+            self.unknown_tags = unknown_tags
+    class LeaderIdAndEpoch(_Message):
+        __slots__ = ('leader_id', 'leader_epoch', 'unknown_tags')
+        _FIELDS = ('leader_id', 'leader_epoch')
+        leader_id: int
+        leader_epoch: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, leader_id: int = 0, leader_epoch: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
+    class NodeEndpoint(_Message):
+        __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags')
+        _FIELDS = ('node_id', 'host', 'port', 'rack')
+        node_id: int
+        host: str
+        port: int
+        rack: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, node_id: int = 0, host: str = '', port: int = 0, rack: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, acquisition_lock_timeout_ms: int = 0, responses: List[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = _UNSET, node_endpoints: List[ShareAcknowledgeResponse.NodeEndpoint] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
+        self.responses = [] if responses is _UNSET else responses
+        self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
+        self.unknown_tags = unknown_tags
+ShareAcknowledgeResponse.API_KEY = 79
+ShareAcknowledgeResponse.MIN_VERSION = 1
+ShareAcknowledgeResponse.MAX_VERSION = 2
+ShareAcknowledgeResponse.FLEXIBLE_MIN = 0
+
+class DescribeShareGroupOffsetsRequest(_Message):
+    __slots__ = ('groups', 'unknown_tags')
+    _FIELDS = ('groups',)
+    groups: List[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeShareGroupOffsetsRequestGroup(_Message):
+        __slots__ = ('group_id', 'topics', 'unknown_tags')
+        _FIELDS = ('group_id', 'topics')
+        group_id: str
+        topics: Optional[List[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic]]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', topics: Optional[List[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic]] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.group_id = group_id
+            self.topics = [] if topics is _UNSET else topics
+            self.unknown_tags = unknown_tags
+    class DescribeShareGroupOffsetsRequestTopic(_Message):
+        __slots__ = ('topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'partitions')
+        topic_name: str
+        partitions: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', partitions: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, groups: List[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.groups = [] if groups is _UNSET else groups
+        self.unknown_tags = unknown_tags
+DescribeShareGroupOffsetsRequest.API_KEY = 90
+DescribeShareGroupOffsetsRequest.MIN_VERSION = 0
+DescribeShareGroupOffsetsRequest.MAX_VERSION = 1
+DescribeShareGroupOffsetsRequest.FLEXIBLE_MIN = 0
+
+class DescribeShareGroupOffsetsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'groups', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'groups')
+    throttle_time_ms: int
+    groups: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DescribeShareGroupOffsetsResponseGroup(_Message):
+        __slots__ = ('group_id', 'topics', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('group_id', 'topics', 'error_code', 'error_message')
+        group_id: str
+        topics: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic]
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, group_id: str = '', topics: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = _UNSET, error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.group_id = group_id
+            self.topics = [] if topics is _UNSET else topics
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    class DescribeShareGroupOffsetsResponseTopic(_Message):
+        __slots__ = ('topic_name', 'topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'topic_id', 'partitions')
+        topic_name: str
+        topic_id: UUID
+        partitions: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', topic_id: UUID = ZERO_UUID, partitions: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class DescribeShareGroupOffsetsResponsePartition(_Message):
+        __slots__ = ('partition_index', 'start_offset', 'leader_epoch', 'lag', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('partition_index', 'start_offset', 'leader_epoch', 'lag', 'error_code', 'error_message')
+        partition_index: int
+        start_offset: int
+        leader_epoch: int
+        lag: int
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, start_offset: int = 0, leader_epoch: int = 0, lag: int = -1, error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.start_offset = start_offset
+            self.leader_epoch = leader_epoch
+            self.lag = lag
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, groups: List[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is _UNSET else groups
+        self.unknown_tags = unknown_tags
+DescribeShareGroupOffsetsResponse.API_KEY = 90
+DescribeShareGroupOffsetsResponse.MIN_VERSION = 0
+DescribeShareGroupOffsetsResponse.MAX_VERSION = 1
+DescribeShareGroupOffsetsResponse.FLEXIBLE_MIN = 0
+
+class AlterShareGroupOffsetsRequest(_Message):
+    __slots__ = ('group_id', 'topics', 'unknown_tags')
+    _FIELDS = ('group_id', 'topics')
+    group_id: str
+    topics: List[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterShareGroupOffsetsRequestTopic(_Message):
+        __slots__ = ('topic_name', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'partitions')
+        topic_name: str
+        partitions: List[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', partitions: List[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class AlterShareGroupOffsetsRequestPartition(_Message):
+        __slots__ = ('partition_index', 'start_offset', 'unknown_tags')
+        _FIELDS = ('partition_index', 'start_offset')
+        partition_index: int
+        start_offset: int
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, start_offset: int = 0, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.start_offset = start_offset
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: str = '', topics: List[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+AlterShareGroupOffsetsRequest.API_KEY = 91
+AlterShareGroupOffsetsRequest.MIN_VERSION = 0
+AlterShareGroupOffsetsRequest.MAX_VERSION = 0
+AlterShareGroupOffsetsRequest.FLEXIBLE_MIN = 0
+
+class AlterShareGroupOffsetsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'responses')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    responses: List[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class AlterShareGroupOffsetsResponseTopic(_Message):
+        __slots__ = ('topic_name', 'topic_id', 'partitions', 'unknown_tags')
+        _FIELDS = ('topic_name', 'topic_id', 'partitions')
+        topic_name: str
+        topic_id: UUID
+        partitions: List[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', topic_id: UUID = ZERO_UUID, partitions: List[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class AlterShareGroupOffsetsResponsePartition(_Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('partition_index', 'error_code', 'error_message')
+        partition_index: int
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, responses: List[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _UNSET else responses
+        self.unknown_tags = unknown_tags
+AlterShareGroupOffsetsResponse.API_KEY = 91
+AlterShareGroupOffsetsResponse.MIN_VERSION = 0
+AlterShareGroupOffsetsResponse.MAX_VERSION = 0
+AlterShareGroupOffsetsResponse.FLEXIBLE_MIN = 0
+
+class DeleteShareGroupOffsetsRequest(_Message):
+    __slots__ = ('group_id', 'topics', 'unknown_tags')
+    _FIELDS = ('group_id', 'topics')
+    group_id: str
+    topics: List[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DeleteShareGroupOffsetsRequestTopic(_Message):
+        __slots__ = ('topic_name', 'unknown_tags')
+        _FIELDS = ('topic_name',)
+        topic_name: str
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, group_id: str = '', topics: List[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+DeleteShareGroupOffsetsRequest.API_KEY = 92
+DeleteShareGroupOffsetsRequest.MIN_VERSION = 0
+DeleteShareGroupOffsetsRequest.MAX_VERSION = 0
+DeleteShareGroupOffsetsRequest.FLEXIBLE_MIN = 0
+
+class DeleteShareGroupOffsetsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'responses')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    responses: List[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class DeleteShareGroupOffsetsResponseTopic(_Message):
+        __slots__ = ('topic_name', 'topic_id', 'error_code', 'error_message', 'unknown_tags')
+        _FIELDS = ('topic_name', 'topic_id', 'error_code', 'error_message')
+        topic_name: str
+        topic_id: UUID
+        error_code: int
+        error_message: Optional[str]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, topic_name: str = '', topic_id: UUID = ZERO_UUID, error_code: int = 0, error_message: Optional[str] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = None, responses: List[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is _UNSET else responses
+        self.unknown_tags = unknown_tags
+DeleteShareGroupOffsetsResponse.API_KEY = 92
+DeleteShareGroupOffsetsResponse.MIN_VERSION = 0
+DeleteShareGroupOffsetsResponse.MAX_VERSION = 0
+DeleteShareGroupOffsetsResponse.FLEXIBLE_MIN = 0
+
 class ConsumerProtocolSubscription(_Message):
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tags')
     _FIELDS = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
@@ -4575,10 +5258,57 @@ _C274 = GetTelemetrySubscriptionsRequest
 _C275 = GetTelemetrySubscriptionsResponse
 _C276 = PushTelemetryRequest
 _C277 = PushTelemetryResponse
-_C278 = ConsumerProtocolSubscription
-_C279 = ConsumerProtocolSubscription.TopicPartition
-_C280 = ConsumerProtocolAssignment
-_C281 = ConsumerProtocolAssignment.TopicPartition
+_C278 = ShareGroupHeartbeatRequest
+_C279 = ShareGroupHeartbeatResponse
+_C280 = ShareGroupHeartbeatResponse.Assignment
+_C281 = ShareGroupHeartbeatResponse.TopicPartitions
+_C282 = ShareGroupDescribeRequest
+_C283 = ShareGroupDescribeResponse
+_C284 = ShareGroupDescribeResponse.DescribedGroup
+_C285 = ShareGroupDescribeResponse.Member
+_C286 = ShareGroupDescribeResponse.Assignment
+_C287 = ShareGroupDescribeResponse.TopicPartitions
+_C288 = ShareFetchRequest
+_C289 = ShareFetchRequest.FetchTopic
+_C290 = ShareFetchRequest.FetchPartition
+_C291 = ShareFetchRequest.AcknowledgementBatch
+_C292 = ShareFetchRequest.ForgottenTopic
+_C293 = ShareFetchResponse
+_C294 = ShareFetchResponse.ShareFetchableTopicResponse
+_C295 = ShareFetchResponse.PartitionData
+_C296 = ShareFetchResponse.LeaderIdAndEpoch
+_C297 = ShareFetchResponse.AcquiredRecords
+_C298 = ShareFetchResponse.NodeEndpoint
+_C299 = ShareAcknowledgeRequest
+_C300 = ShareAcknowledgeRequest.AcknowledgeTopic
+_C301 = ShareAcknowledgeRequest.AcknowledgePartition
+_C302 = ShareAcknowledgeRequest.AcknowledgementBatch
+_C303 = ShareAcknowledgeResponse
+_C304 = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
+_C305 = ShareAcknowledgeResponse.PartitionData
+_C306 = ShareAcknowledgeResponse.LeaderIdAndEpoch
+_C307 = ShareAcknowledgeResponse.NodeEndpoint
+_C308 = DescribeShareGroupOffsetsRequest
+_C309 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+_C310 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic
+_C311 = DescribeShareGroupOffsetsResponse
+_C312 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup
+_C313 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic
+_C314 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition
+_C315 = AlterShareGroupOffsetsRequest
+_C316 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+_C317 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition
+_C318 = AlterShareGroupOffsetsResponse
+_C319 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic
+_C320 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition
+_C321 = DeleteShareGroupOffsetsRequest
+_C322 = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+_C323 = DeleteShareGroupOffsetsResponse
+_C324 = DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic
+_C325 = ConsumerProtocolSubscription
+_C326 = ConsumerProtocolSubscription.TopicPartition
+_C327 = ConsumerProtocolAssignment
+_C328 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -21123,8 +21853,1386 @@ def _decode_PushTelemetryResponse_v0(buf, pos, end):
         return o, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
-def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+def _decode_ShareGroupHeartbeatRequest_v1(buf, pos, end):
     o = _C278.__new__(_C278)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.member_id, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareGroupHeartbeatRequest_v1(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.member_id, out, chunks)
+    out += _S0.pack(o.member_epoch)
+    _put_str_cn(o.rack_id, out, chunks)
+    _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareGroupHeartbeatResponse_TopicPartitions_v1(buf, pos, end):
+    o = _C281.__new__(_C281)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupHeartbeatResponse_Assignment_v1(buf, pos, end):
+    o = _C280.__new__(_C280)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ShareGroupHeartbeatResponse_TopicPartitions_v1, n, 18)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupHeartbeatResponse_Assignment_v1_nullable(buf, pos, end):
+    if pos >= end: _short()
+    if buf[pos] >= 0x80: return None, pos + 1
+    return _decode_ShareGroupHeartbeatResponse_Assignment_v1(buf, pos + 1, end)
+def _decode_ShareGroupHeartbeatResponse_v1(buf, pos, end):
+    o = _C279.__new__(_C279)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.member_epoch, o.heartbeat_interval_ms = _S12.unpack_from(buf, pos)
+    pos += 8
+    o.assignment, pos = _decode_ShareGroupHeartbeatResponse_Assignment_v1_nullable(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeRequest_v1(buf, pos, end):
+    o = _C282.__new__(_C282)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.group_ids, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.group_ids = []
+    else:
+        o.group_ids = _null(n, False)
+    if pos + 1 > end: _short()
+    o.include_authorized_operations, = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeResponse_TopicPartitions_v1(buf, pos, end):
+    o = _C287.__new__(_C287)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeResponse_Assignment_v1(buf, pos, end):
+    o = _C286.__new__(_C286)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topic_partitions, pos = _array_n(buf, pos, end, _decode_ShareGroupDescribeResponse_TopicPartitions_v1, n, 19)
+    elif n == 0:
+        o.topic_partitions = []
+    else:
+        o.topic_partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeResponse_Member_v1(buf, pos, end):
+    o = _C285.__new__(_C285)
+    o.member_id, pos = _str_c(buf, pos, end)
+    o.rack_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.member_epoch, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.client_id, pos = _str_c(buf, pos, end)
+    o.client_host, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.subscribed_topic_names, pos = _array_n(buf, pos, end, _str_c, n, 1)
+    elif n == 0:
+        o.subscribed_topic_names = []
+    else:
+        o.subscribed_topic_names = _null(n, False)
+    o.assignment, pos = _decode_ShareGroupDescribeResponse_Assignment_v1(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
+    o = _C284.__new__(_C284)
+    if pos + 2 > end: _short()
+    o.error_code, = _S1.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.group_id, pos = _str_c(buf, pos, end)
+    o.group_state, pos = _str_c(buf, pos, end)
+    if pos + 8 > end: _short()
+    o.group_epoch, o.assignment_epoch = _S12.unpack_from(buf, pos)
+    pos += 8
+    o.assignor_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.members, pos = _array_n(buf, pos, end, _decode_ShareGroupDescribeResponse_Member_v1, n, 12)
+    elif n == 0:
+        o.members = []
+    else:
+        o.members = _null(n, False)
+    if pos + 4 > end: _short()
+    o.authorized_operations, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareGroupDescribeResponse_v1(buf, pos, end):
+    o = _C283.__new__(_C283)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_ShareGroupDescribeResponse_DescribedGroup_v1, n, 20)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareGroupDescribeResponse_Member_v1(o, out, chunks):
+    _put_str_c(o.member_id, out, chunks)
+    _put_str_cn(o.rack_id, out, chunks)
+    out += _S0.pack(o.member_epoch)
+    _put_str_c(o.client_id, out, chunks)
+    _put_str_c(o.client_host, out, chunks)
+    _encode_string_array_compact(o.subscribed_topic_names, out, chunks)
+    _encode_ConsumerGroupDescribeResponse_Assignment_v0(o.assignment, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareGroupDescribeResponse_Member_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareGroupDescribeResponse_Member_v1, True, False)
+def _encode_ShareGroupDescribeResponse_DescribedGroup_v1(o, out, chunks):
+    out += _S1.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_str_c(o.group_id, out, chunks)
+    _put_str_c(o.group_state, out, chunks)
+    out += _S12.pack(o.group_epoch, o.assignment_epoch)
+    _put_str_c(o.assignor_name, out, chunks)
+    _encode_ShareGroupDescribeResponse_Member_v1_array(o.members, out, chunks)
+    out += _S0.pack(o.authorized_operations)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareGroupDescribeResponse_DescribedGroup_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareGroupDescribeResponse_DescribedGroup_v1, True, False)
+def _encode_ShareGroupDescribeResponse_v1(o, out, chunks):
+    out += _S0.pack(o.throttle_time_ms)
+    _encode_ShareGroupDescribeResponse_DescribedGroup_v1_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareFetchRequest_AcknowledgementBatch_v1(buf, pos, end):
+    o = _C291.__new__(_C291)
+    if pos + 16 > end: _short()
+    o.first_offset, o.last_offset = _S21.unpack_from(buf, pos)
+    pos += 16
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acknowledge_types, pos = _array_n(buf, pos, end, _fx_int8, n, 1)
+    elif n == 0:
+        o.acknowledge_types = []
+    else:
+        o.acknowledge_types = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchRequest_FetchPartition_v1(buf, pos, end):
+    o = _C290.__new__(_C290)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acknowledgement_batches, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_AcknowledgementBatch_v1, n, 18)
+    elif n == 0:
+        o.acknowledgement_batches = []
+    else:
+        o.acknowledgement_batches = _null(n, False)
+    o.partition_max_bytes = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchRequest_FetchTopic_v1(buf, pos, end):
+    o = _C289.__new__(_C289)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_FetchPartition_v1, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchRequest_ForgottenTopic_v1(buf, pos, end):
+    o = _C292.__new__(_C292)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchRequest_v1(buf, pos, end):
+    o = _C288.__new__(_C288)
+    o.group_id, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 24 > end: _short()
+    o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size = _S60.unpack_from(buf, pos)
+    pos += 24
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_FetchTopic_v1, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_ForgottenTopic_v1, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
+    o.share_acquire_mode = 0
+    o.is_renew_ack = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareFetchRequest_AcknowledgementBatch_v1(o, out, chunks):
+    out += _S21.pack(o.first_offset, o.last_offset)
+    _encode_int8_array_compact(o.acknowledge_types, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchRequest_AcknowledgementBatch_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchRequest_AcknowledgementBatch_v1, True, False)
+def _encode_ShareFetchRequest_FetchPartition_v1(o, out, chunks):
+    if o.partition_max_bytes != 0: _absent('FetchPartition', 'partition_max_bytes', 1)
+    out += _S0.pack(o.partition_index)
+    _encode_ShareFetchRequest_AcknowledgementBatch_v1_array(o.acknowledgement_batches, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchRequest_FetchPartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchRequest_FetchPartition_v1, True, False)
+def _encode_ShareFetchRequest_FetchTopic_v1(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_ShareFetchRequest_FetchPartition_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchRequest_FetchTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchRequest_FetchTopic_v1, True, False)
+def _encode_ShareFetchRequest_v1(o, out, chunks):
+    _put_str_cn(o.group_id, out, chunks)
+    _put_str_cn(o.member_id, out, chunks)
+    if o.is_renew_ack != False: _absent('ShareFetchRequest', 'is_renew_ack', 1)
+    out += _S60.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
+    _encode_ShareFetchRequest_FetchTopic_v1_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareFetchRequest_v2(buf, pos, end):
+    o = _C288.__new__(_C288)
+    o.group_id, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 26 > end: _short()
+    o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack = _S61.unpack_from(buf, pos)
+    pos += 26
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_FetchTopic_v1, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.forgotten_topics_data, pos = _array_n(buf, pos, end, _decode_ShareFetchRequest_ForgottenTopic_v1, n, 18)
+    elif n == 0:
+        o.forgotten_topics_data = []
+    else:
+        o.forgotten_topics_data = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareFetchRequest_FetchPartition_v2(o, out, chunks):
+    if o.partition_max_bytes != 0: _absent('FetchPartition', 'partition_max_bytes', 2)
+    out += _S0.pack(o.partition_index)
+    _encode_ShareFetchRequest_AcknowledgementBatch_v1_array(o.acknowledgement_batches, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchRequest_FetchPartition_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchRequest_FetchPartition_v2, True, False)
+def _encode_ShareFetchRequest_FetchTopic_v2(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_ShareFetchRequest_FetchPartition_v2_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchRequest_FetchTopic_v2_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchRequest_FetchTopic_v2, True, False)
+def _encode_ShareFetchRequest_v2(o, out, chunks):
+    _put_str_cn(o.group_id, out, chunks)
+    _put_str_cn(o.member_id, out, chunks)
+    out += _S61.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack)
+    _encode_ShareFetchRequest_FetchTopic_v2_array(o.topics, out, chunks)
+    _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareFetchResponse_LeaderIdAndEpoch_v1(buf, pos, end):
+    o = _C296.__new__(_C296)
+    if pos + 8 > end: _short()
+    o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchResponse_AcquiredRecords_v1(buf, pos, end):
+    o = _C297.__new__(_C297)
+    if pos + 18 > end: _short()
+    o.first_offset, o.last_offset, o.delivery_count = _S62.unpack_from(buf, pos)
+    pos += 18
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchResponse_PartitionData_v1(buf, pos, end):
+    o = _C295.__new__(_C295)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.acknowledge_error_code, = _S1.unpack_from(buf, pos)
+    pos += 2
+    o.acknowledge_error_message, pos = _str_cn(buf, pos, end)
+    o.current_leader, pos = _decode_ShareFetchResponse_LeaderIdAndEpoch_v1(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    o.records, pos = _take_bytes(buf, pos, end, n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acquired_records, pos = _array_n(buf, pos, end, _decode_ShareFetchResponse_AcquiredRecords_v1, n, 19)
+    elif n == 0:
+        o.acquired_records = []
+    else:
+        o.acquired_records = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf, pos, end):
+    o = _C294.__new__(_C294)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ShareFetchResponse_PartitionData_v1, n, 22)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchResponse_NodeEndpoint_v1(buf, pos, end):
+    o = _C298.__new__(_C298)
+    if pos + 4 > end: _short()
+    o.node_id, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.port, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.rack, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareFetchResponse_v1(buf, pos, end):
+    o = _C293.__new__(_C293)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.acquisition_lock_timeout_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_ShareFetchResponse_ShareFetchableTopicResponse_v1, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.node_endpoints, pos = _array_n(buf, pos, end, _decode_ShareFetchResponse_NodeEndpoint_v1, n, 11)
+    elif n == 0:
+        o.node_endpoints = []
+    else:
+        o.node_endpoints = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareFetchResponse_AcquiredRecords_v1(o, out, chunks):
+    out += _S62.pack(o.first_offset, o.last_offset, o.delivery_count)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchResponse_AcquiredRecords_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchResponse_AcquiredRecords_v1, True, False)
+def _encode_ShareFetchResponse_PartitionData_v1(o, out, chunks):
+    out += _S28.pack(o.partition_index, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S1.pack(o.acknowledge_error_code)
+    _put_str_cn(o.acknowledge_error_message, out, chunks)
+    _encode_ProduceResponse_LeaderIdAndEpoch_v10(o.current_leader, out, chunks)
+    _put_records_c(o.records, out, chunks)
+    _encode_ShareFetchResponse_AcquiredRecords_v1_array(o.acquired_records, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchResponse_PartitionData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchResponse_PartitionData_v1, True, False)
+def _encode_ShareFetchResponse_ShareFetchableTopicResponse_v1(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_ShareFetchResponse_PartitionData_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareFetchResponse_ShareFetchableTopicResponse_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareFetchResponse_ShareFetchableTopicResponse_v1, True, False)
+def _encode_ShareFetchResponse_v1(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S0.pack(o.acquisition_lock_timeout_ms)
+    _encode_ShareFetchResponse_ShareFetchableTopicResponse_v1_array(o.responses, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareAcknowledgeRequest_AcknowledgementBatch_v1(buf, pos, end):
+    o = _C302.__new__(_C302)
+    if pos + 16 > end: _short()
+    o.first_offset, o.last_offset = _S21.unpack_from(buf, pos)
+    pos += 16
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acknowledge_types, pos = _array_n(buf, pos, end, _fx_int8, n, 1)
+    elif n == 0:
+        o.acknowledge_types = []
+    else:
+        o.acknowledge_types = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeRequest_AcknowledgePartition_v1(buf, pos, end):
+    o = _C301.__new__(_C301)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.acknowledgement_batches, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeRequest_AcknowledgementBatch_v1, n, 18)
+    elif n == 0:
+        o.acknowledgement_batches = []
+    else:
+        o.acknowledgement_batches = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeRequest_AcknowledgeTopic_v1(buf, pos, end):
+    o = _C300.__new__(_C300)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeRequest_AcknowledgePartition_v1, n, 6)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeRequest_v1(buf, pos, end):
+    o = _C299.__new__(_C299)
+    o.group_id, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.share_session_epoch, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeRequest_AcknowledgeTopic_v1, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    o.is_renew_ack = False
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareAcknowledgeRequest_AcknowledgePartition_v1(o, out, chunks):
+    out += _S0.pack(o.partition_index)
+    _encode_ShareFetchRequest_AcknowledgementBatch_v1_array(o.acknowledgement_batches, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareAcknowledgeRequest_AcknowledgePartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareAcknowledgeRequest_AcknowledgePartition_v1, True, False)
+def _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_ShareAcknowledgeRequest_AcknowledgePartition_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1, True, False)
+def _encode_ShareAcknowledgeRequest_v1(o, out, chunks):
+    _put_str_cn(o.group_id, out, chunks)
+    _put_str_cn(o.member_id, out, chunks)
+    if o.is_renew_ack != False: _absent('ShareAcknowledgeRequest', 'is_renew_ack', 1)
+    out += _S0.pack(o.share_session_epoch)
+    _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareAcknowledgeRequest_v2(buf, pos, end):
+    o = _C299.__new__(_C299)
+    o.group_id, pos = _str_cn(buf, pos, end)
+    o.member_id, pos = _str_cn(buf, pos, end)
+    if pos + 5 > end: _short()
+    o.share_session_epoch, o.is_renew_ack = _S30.unpack_from(buf, pos)
+    pos += 5
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeRequest_AcknowledgeTopic_v1, n, 18)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareAcknowledgeRequest_v2(o, out, chunks):
+    _put_str_cn(o.group_id, out, chunks)
+    _put_str_cn(o.member_id, out, chunks)
+    out += _S30.pack(o.share_session_epoch, o.is_renew_ack)
+    _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareAcknowledgeResponse_LeaderIdAndEpoch_v1(buf, pos, end):
+    o = _C306.__new__(_C306)
+    if pos + 8 > end: _short()
+    o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
+    pos += 8
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeResponse_PartitionData_v1(buf, pos, end):
+    o = _C305.__new__(_C305)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.current_leader, pos = _decode_ShareAcknowledgeResponse_LeaderIdAndEpoch_v1(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1(buf, pos, end):
+    o = _C304.__new__(_C304)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeResponse_PartitionData_v1, n, 17)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeResponse_NodeEndpoint_v1(buf, pos, end):
+    o = _C307.__new__(_C307)
+    if pos + 4 > end: _short()
+    o.node_id, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.host, pos = _str_c(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.port, = _S0.unpack_from(buf, pos)
+    pos += 4
+    o.rack, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ShareAcknowledgeResponse_v1(buf, pos, end):
+    o = _C303.__new__(_C303)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.node_endpoints, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeResponse_NodeEndpoint_v1, n, 11)
+    elif n == 0:
+        o.node_endpoints = []
+    else:
+        o.node_endpoints = _null(n, False)
+    o.acquisition_lock_timeout_ms = 0
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareAcknowledgeResponse_PartitionData_v1(o, out, chunks):
+    out += _S28.pack(o.partition_index, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_ProduceResponse_LeaderIdAndEpoch_v10(o.current_leader, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareAcknowledgeResponse_PartitionData_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareAcknowledgeResponse_PartitionData_v1, True, False)
+def _encode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1(o, out, chunks):
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_ShareAcknowledgeResponse_PartitionData_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1, True, False)
+def _encode_ShareAcknowledgeResponse_v1(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1_array(o.responses, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ShareAcknowledgeResponse_v2(buf, pos, end):
+    o = _C303.__new__(_C303)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos + 4 > end: _short()
+    o.acquisition_lock_timeout_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1, n, 18)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.node_endpoints, pos = _array_n(buf, pos, end, _decode_ShareAcknowledgeResponse_NodeEndpoint_v1, n, 11)
+    elif n == 0:
+        o.node_endpoints = []
+    else:
+        o.node_endpoints = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ShareAcknowledgeResponse_v2(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    out += _S0.pack(o.acquisition_lock_timeout_ms)
+    _encode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1_array(o.responses, out, chunks)
+    _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0(buf, pos, end):
+    o = _C310.__new__(_C310)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0(buf, pos, end):
+    o = _C309.__new__(_C309)
+    o.group_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsRequest_v0(buf, pos, end):
+    o = _C308.__new__(_C308)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0, n, 3)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_int32_array_compact(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0_array_nullable(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0, True, True)
+def _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0_array_nullable(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0, True, False)
+def _encode_DescribeShareGroupOffsetsRequest_v0(o, out, chunks):
+    _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0(buf, pos, end):
+    o = _C314.__new__(_C314)
+    if pos + 18 > end: _short()
+    o.partition_index, o.start_offset, o.leader_epoch, o.error_code = _S63.unpack_from(buf, pos)
+    pos += 18
+    o.error_message, pos = _str_cn(buf, pos, end)
+    o.lag = -1
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0(buf, pos, end):
+    o = _C313.__new__(_C313)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0, n, 20)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0(buf, pos, end):
+    o = _C312.__new__(_C312)
+    o.group_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0, n, 19)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 2 > end: _short()
+    o.error_code, = _S1.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_v0(buf, pos, end):
+    o = _C311.__new__(_C311)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0, n, 6)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0(o, out, chunks):
+    out += _S63.pack(o.partition_index, o.start_offset, o.leader_epoch, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0_array(o.topics, out, chunks)
+    out += _S1.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_v0(o, out, chunks):
+    out += _S0.pack(o.throttle_time_ms)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1(buf, pos, end):
+    o = _C314.__new__(_C314)
+    if pos + 26 > end: _short()
+    o.partition_index, o.start_offset, o.leader_epoch, o.lag, o.error_code = _S64.unpack_from(buf, pos)
+    pos += 26
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1(buf, pos, end):
+    o = _C313.__new__(_C313)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1, n, 28)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1(buf, pos, end):
+    o = _C312.__new__(_C312)
+    o.group_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1, n, 19)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos + 2 > end: _short()
+    o.error_code, = _S1.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DescribeShareGroupOffsetsResponse_v1(buf, pos, end):
+    o = _C311.__new__(_C311)
+    if pos + 4 > end: _short()
+    o.throttle_time_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.groups, pos = _array_n(buf, pos, end, _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1, n, 6)
+    elif n == 0:
+        o.groups = []
+    else:
+        o.groups = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1(o, out, chunks):
+    out += _S64.pack(o.partition_index, o.start_offset, o.leader_epoch, o.lag, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1_array(o.topics, out, chunks)
+    out += _S1.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1, True, False)
+def _encode_DescribeShareGroupOffsetsResponse_v1(o, out, chunks):
+    out += _S0.pack(o.throttle_time_ms)
+    _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1_array(o.groups, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0(buf, pos, end):
+    o = _C317.__new__(_C317)
+    if pos + 12 > end: _short()
+    o.partition_index, o.start_offset = _S20.unpack_from(buf, pos)
+    pos += 12
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(buf, pos, end):
+    o = _C316.__new__(_C316)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0, n, 13)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterShareGroupOffsetsRequest_v0(buf, pos, end):
+    o = _C315.__new__(_C315)
+    o.group_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0(o, out, chunks):
+    out += _S20.pack(o.partition_index, o.start_offset)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0, True, False)
+def _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0, True, False)
+def _encode_AlterShareGroupOffsetsRequest_v0(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartition_v0(buf, pos, end):
+    o = _C320.__new__(_C320)
+    if pos + 6 > end: _short()
+    o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0(buf, pos, end):
+    o = _C319.__new__(_C319)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartition_v0, n, 8)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_AlterShareGroupOffsetsResponse_v0(buf, pos, end):
+    o = _C318.__new__(_C318)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0, n, 19)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _put_uuid(o.topic_id, out, chunks)
+    _encode_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0, True, False)
+def _encode_AlterShareGroupOffsetsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0_array(o.responses, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0(buf, pos, end):
+    o = _C322.__new__(_C322)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DeleteShareGroupOffsetsRequest_v0(buf, pos, end):
+    o = _C321.__new__(_C321)
+    o.group_id, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0, n, 2)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0, True, False)
+def _encode_DeleteShareGroupOffsetsRequest_v0(o, out, chunks):
+    _put_str_c(o.group_id, out, chunks)
+    _encode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0(buf, pos, end):
+    o = _C324.__new__(_C324)
+    o.topic_name, pos = _str_c(buf, pos, end)
+    o.topic_id, pos = _uuid(buf, pos, end)
+    if pos + 2 > end: _short()
+    o.error_code, = _S1.unpack_from(buf, pos)
+    pos += 2
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_DeleteShareGroupOffsetsResponse_v0(buf, pos, end):
+    o = _C323.__new__(_C323)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.responses, pos = _array_n(buf, pos, end, _decode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0, n, 21)
+    elif n == 0:
+        o.responses = []
+    else:
+        o.responses = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0(o, out, chunks):
+    _put_str_c(o.topic_name, out, chunks)
+    _put_uuid(o.topic_id, out, chunks)
+    out += _S1.pack(o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0, True, False)
+def _encode_DeleteShareGroupOffsetsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0_array(o.responses, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
+    o = _C325.__new__(_C325)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21144,7 +23252,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C279.__new__(_C279)
+    o = _C326.__new__(_C326)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -21158,7 +23266,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C278.__new__(_C278)
+    o = _C325.__new__(_C325)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21187,7 +23295,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C278.__new__(_C278)
+    o = _C325.__new__(_C325)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21219,7 +23327,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S0.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C278.__new__(_C278)
+    o = _C325.__new__(_C325)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21252,7 +23360,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S0.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C281.__new__(_C281)
+    o = _C328.__new__(_C328)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -21266,7 +23374,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C280.__new__(_C280)
+    o = _C327.__new__(_C327)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -21515,6 +23623,34 @@ PushTelemetryRequest._DECODERS = {0: _decode_PushTelemetryRequest_v0}
 PushTelemetryRequest._ENCODERS = {0: _encode_PushTelemetryRequest_v0}
 PushTelemetryResponse._DECODERS = {0: _decode_PushTelemetryResponse_v0}
 PushTelemetryResponse._ENCODERS = {0: _encode_HeartbeatResponse_v4}
+ShareGroupHeartbeatRequest._DECODERS = {1: _decode_ShareGroupHeartbeatRequest_v1}
+ShareGroupHeartbeatRequest._ENCODERS = {1: _encode_ShareGroupHeartbeatRequest_v1}
+ShareGroupHeartbeatResponse._DECODERS = {1: _decode_ShareGroupHeartbeatResponse_v1}
+ShareGroupHeartbeatResponse._ENCODERS = {1: _encode_ConsumerGroupHeartbeatResponse_v0}
+ShareGroupDescribeRequest._DECODERS = {1: _decode_ShareGroupDescribeRequest_v1}
+ShareGroupDescribeRequest._ENCODERS = {1: _encode_ConsumerGroupDescribeRequest_v0}
+ShareGroupDescribeResponse._DECODERS = {1: _decode_ShareGroupDescribeResponse_v1}
+ShareGroupDescribeResponse._ENCODERS = {1: _encode_ShareGroupDescribeResponse_v1}
+ShareFetchRequest._DECODERS = {1: _decode_ShareFetchRequest_v1, 2: _decode_ShareFetchRequest_v2}
+ShareFetchRequest._ENCODERS = {1: _encode_ShareFetchRequest_v1, 2: _encode_ShareFetchRequest_v2}
+ShareFetchResponse._DECODERS = {1: _decode_ShareFetchResponse_v1, 2: _decode_ShareFetchResponse_v1}
+ShareFetchResponse._ENCODERS = {1: _encode_ShareFetchResponse_v1, 2: _encode_ShareFetchResponse_v1}
+ShareAcknowledgeRequest._DECODERS = {1: _decode_ShareAcknowledgeRequest_v1, 2: _decode_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeRequest._ENCODERS = {1: _encode_ShareAcknowledgeRequest_v1, 2: _encode_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeResponse._DECODERS = {1: _decode_ShareAcknowledgeResponse_v1, 2: _decode_ShareAcknowledgeResponse_v2}
+ShareAcknowledgeResponse._ENCODERS = {1: _encode_ShareAcknowledgeResponse_v1, 2: _encode_ShareAcknowledgeResponse_v2}
+DescribeShareGroupOffsetsRequest._DECODERS = {0: _decode_DescribeShareGroupOffsetsRequest_v0, 1: _decode_DescribeShareGroupOffsetsRequest_v0}
+DescribeShareGroupOffsetsRequest._ENCODERS = {0: _encode_DescribeShareGroupOffsetsRequest_v0, 1: _encode_DescribeShareGroupOffsetsRequest_v0}
+DescribeShareGroupOffsetsResponse._DECODERS = {0: _decode_DescribeShareGroupOffsetsResponse_v0, 1: _decode_DescribeShareGroupOffsetsResponse_v1}
+DescribeShareGroupOffsetsResponse._ENCODERS = {0: _encode_DescribeShareGroupOffsetsResponse_v0, 1: _encode_DescribeShareGroupOffsetsResponse_v1}
+AlterShareGroupOffsetsRequest._DECODERS = {0: _decode_AlterShareGroupOffsetsRequest_v0}
+AlterShareGroupOffsetsRequest._ENCODERS = {0: _encode_AlterShareGroupOffsetsRequest_v0}
+AlterShareGroupOffsetsResponse._DECODERS = {0: _decode_AlterShareGroupOffsetsResponse_v0}
+AlterShareGroupOffsetsResponse._ENCODERS = {0: _encode_AlterShareGroupOffsetsResponse_v0}
+DeleteShareGroupOffsetsRequest._DECODERS = {0: _decode_DeleteShareGroupOffsetsRequest_v0}
+DeleteShareGroupOffsetsRequest._ENCODERS = {0: _encode_DeleteShareGroupOffsetsRequest_v0}
+DeleteShareGroupOffsetsResponse._DECODERS = {0: _decode_DeleteShareGroupOffsetsResponse_v0}
+DeleteShareGroupOffsetsResponse._ENCODERS = {0: _encode_DeleteShareGroupOffsetsResponse_v0}
 ConsumerProtocolSubscription._DECODERS = {0: _decode_ConsumerProtocolSubscription_v0, 1: _decode_ConsumerProtocolSubscription_v1, 2: _decode_ConsumerProtocolSubscription_v2, 3: _decode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._ENCODERS = {0: _encode_ConsumerProtocolSubscription_v0, 1: _encode_ConsumerProtocolSubscription_v1, 2: _encode_ConsumerProtocolSubscription_v2, 3: _encode_ConsumerProtocolSubscription_v3}
 ConsumerProtocolAssignment._DECODERS = {0: _decode_ConsumerProtocolAssignment_v0, 1: _decode_ConsumerProtocolAssignment_v0, 2: _decode_ConsumerProtocolAssignment_v0, 3: _decode_ConsumerProtocolAssignment_v0}
@@ -21579,5 +23715,12 @@ APIS = {
     69: (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
     71: (GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse),
     72: (PushTelemetryRequest, PushTelemetryResponse),
+    76: (ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse),
+    77: (ShareGroupDescribeRequest, ShareGroupDescribeResponse),
+    78: (ShareFetchRequest, ShareFetchResponse),
+    79: (ShareAcknowledgeRequest, ShareAcknowledgeResponse),
+    90: (DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse),
+    91: (AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse),
+    92: (DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, PushTelemetryRequest, PushTelemetryResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, PushTelemetryRequest, PushTelemetryResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareFetchRequest, ShareFetchResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
