@@ -49,7 +49,7 @@ if sanitize:
 # (cimports between them go through their .pxd files). Every one gets the
 # same switches.
 CORE_MODULES = ["buffers", "native", "records", "columnar", "legacy", "build", "send", "typedcols", "avro", "avroenc", "protobuf",
-                "meter"]
+                "meter", "acquired"]
 ZLIB_USERS = {"records", "legacy"}      # CRC32 of legacy messages
 
 extensions = [

@@ -17,8 +17,8 @@ from kwire import _codec
 CORE = "kwire._core."
 # The typed formats' compiled decoders: their public face is kwire.formats
 # (kwire.formats.avro, kwire.formats.protobuf), not the record codec's; the
-# metrics' measure (meter) is kwire.metrics'.
-FORMAT_MODULES = {"typedcols", "avro", "avroenc", "protobuf", "meter"}
+# metrics' measure (meter) is kwire.metrics'; a share group's records (acquired) are kwire.share's.
+FORMAT_MODULES = {"typedcols", "avro", "avroenc", "protobuf", "meter", "acquired"}
 
 
 def _stub():
