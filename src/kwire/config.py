@@ -509,6 +509,23 @@ CONSUMER: Dict[str, Option] = {
                                        "does not exist (it does if its auto.create.topics.enable is on)"),
 }
 
+#: A share group member's options (kwire.share.ShareConsumer): Java's KafkaShareConsumer refuses the
+#: consumer options a share group decides itself (offset reset, commits, isolation, assignment, the
+#: session and heartbeat times: the group's configs), and so does this table by leaving them out.
+SHARE_CONSUMER: Dict[str, Option] = {
+    **COMMON,
+    "group_id": Option(None, _opt_str),
+    **{name: CONSUMER[name] for name in ("fetch_min_bytes", "fetch_max_wait_ms", "fetch_max_bytes", "max_poll_records",
+                                         "check_crcs", "max_decompressed_bytes", "max_poll_interval_ms",
+                                         "client_rack")},
+    "share_acknowledgement_mode": Option("implicit", _choice("implicit", "explicit"),
+                                         "implicit: the next poll, commit_sync, commit_async accept what the last "
+                                         "poll returned; explicit: each record is acknowledged with acknowledge()"),
+    "share_acquire_mode": Option("batch_optimized", _choice("batch_optimized", "record_limit"),
+                                 "how the broker counts max_poll_records (ShareFetch v2): batch_optimized rounds "
+                                 "to whole batches; record_limit acquires at most that many records"),
+}
+
 ADMIN: Dict[str, Option] = dict(COMMON)
 
 

@@ -51,11 +51,11 @@ def _records(offsets):
 
 def test_take_acquired_delivers_the_acquired_records_and_reports_gaps():
     records = _records([0, 1, 2, 4, 5, 8, 9])
-    taken, gaps = take_acquired(records, [(1, 5, 2), (7, 11, 1)])
+    taken, gaps = take_acquired(records, [(1, 5, 2), (7, 11, 1)], "t", 3)
     assert [(r.offset, r.delivery_count, r.value) for r in taken] == [
         (1, 2, b"v1"), (2, 2, b"v2"), (4, 2, b"v4"), (5, 2, b"v5"), (8, 1, b"v8"), (9, 1, b"v9")]
     assert gaps == [(3, 3), (7, 7), (10, 11)]
-    assert all(isinstance(r, ShareRecord) and r.timestamp == 1000 + r.offset and r.key == b"k%d" % r.offset
+    assert all(isinstance(r, ShareRecord) and (r.topic, r.partition) == ("t", 3) and r.timestamp == 1000 + r.offset and r.key == b"k%d" % r.offset
                for r in taken)
     assert taken[0].batch is records[1].batch and taken[0].timestamp_type == records[1].timestamp_type
     assert take_acquired([], [(3, 4, 1)]) == ([], [(3, 4)])

@@ -19,8 +19,12 @@ from kwire._core.records cimport BatchInfo, Record
 
 cdef class ShareRecord:
     """A record of a share group: :class:`kwire._codec.Record`'s fields,
-    and ``delivery_count``, how many times it has been delivered, this
-    delivery included (1 the first time)."""
+    its ``topic`` and ``partition`` (what
+    :meth:`kwire.share.ShareConsumer.acknowledge` needs), and
+    ``delivery_count``, how many times it has been delivered, this delivery
+    included (1 the first time)."""
+    cdef readonly str topic
+    cdef readonly int partition
     cdef readonly object offset
     cdef readonly object timestamp
     cdef readonly object key
@@ -35,7 +39,7 @@ cdef class ShareRecord:
         return self.batch.timestamp_type
 
     def __repr__(self):
-        return (f"ShareRecord(offset={self.offset}, delivery_count={self.delivery_count}, "
+        return (f"ShareRecord(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, delivery_count={self.delivery_count}, "
                 f"timestamp={self.timestamp}, timestamp_type={self.timestamp_type}, key={self.key!r}, "
                 f"value={self.value!r}, headers={self.headers!r})")
 
@@ -43,15 +47,18 @@ cdef class ShareRecord:
         if not isinstance(other, ShareRecord):
             return NotImplemented
         o = <ShareRecord>other
-        return (self.offset == o.offset and self.delivery_count == o.delivery_count
+        return (self.topic == o.topic and self.partition == o.partition
+                and self.offset == o.offset and self.delivery_count == o.delivery_count
                 and self.timestamp == o.timestamp and self.key == o.key and self.value == o.value
                 and self.headers == o.headers)
 
     __hash__ = None
 
 
-cdef ShareRecord _share(Record r, int count):
+cdef ShareRecord _share(Record r, int count, str topic, int partition):
     cdef ShareRecord s = ShareRecord.__new__(ShareRecord)
+    s.topic = topic
+    s.partition = partition
     s.offset = r.offset
     s.timestamp = r.timestamp
     s.key = r.key
@@ -62,8 +69,8 @@ cdef ShareRecord _share(Record r, int count):
     return s
 
 
-def take_acquired(list records not None, list ranges not None):
-    """Sort one partition's decoded ``records`` (ascending offsets, as a
+def take_acquired(list records not None, list ranges not None, str topic=None, int partition=-1):
+    """Sort one partition's decoded ``records`` (of ``topic`` and ``partition``) (ascending offsets, as a
     decoder returns them) by the ``ranges`` acquired for the member: a list
     of ``(first, last, delivery_count)``, ascending and not overlapping
     (:func:`kwire.share.acks.merge_ranges` makes them so).
@@ -96,7 +103,7 @@ def take_acquired(list records not None, list ranges not None):
                 gaps.append((at, upto))
                 at = upto + 1
                 continue
-            taken.append(_share(r, count))
+            taken.append(_share(r, count, topic, partition))
             i += 1
             at += 1
     return taken, gaps

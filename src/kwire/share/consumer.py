@@ -1,0 +1,495 @@
+"""A share group member (KIP-932): :class:`ShareConsumer`.
+
+Records of the subscribed topics come to whichever member asks; each is
+acknowledged on its own (:class:`~kwire.share.acks.AcknowledgeType`), as with
+Java's ``KafkaShareConsumer``:
+
+- **implicit** acknowledgement (``share_acknowledgement_mode="implicit"``,
+  the default): the next :meth:`~ShareConsumer.poll`,
+  :meth:`~ShareConsumer.commit_sync` or :meth:`~ShareConsumer.commit_async`
+  accepts what the last poll returned;
+- **explicit**: :meth:`~ShareConsumer.acknowledge` each record (ACCEPT,
+  RELEASE, REJECT, RENEW); a poll with records of the last one not
+  acknowledged raises :class:`kwire.errors.IllegalStateError`.
+
+Acknowledgements ride on the next ShareFetch to the broker that delivered
+the records (piggy-backed, as Java's client does) and go alone
+(ShareAcknowledge) only when nothing is fetched: records still buffered, a
+commit, close. ``commit_sync`` waits for their answers and returns each
+partition's outcome; the ``acknowledgement_commit_callback`` gets every
+outcome, in the polling thread. ``close()`` sends the acknowledgements made
+and closes each broker's share session, which releases every record still
+acquired (an implicit consumer's last records included: they are delivered
+again, as with Java's), then leaves the group.
+
+Each broker has one request in flight at a time (its share session's epochs
+are a sequence, :mod:`kwire.share.session`). A poll that finds nothing
+buffered asks every broker leading an assigned partition for records (up to
+``max_poll_records`` each) and waits for the first answer with any; a
+ShareFetch answer's records are sorted by the ranges the broker acquired for
+the member (:func:`kwire._core.acquired.take_acquired`): only those are
+returned, with their delivery count; acquired offsets without a record are
+acknowledged as gaps with the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from kwire import protocol
+from kwire._codec import Decoder
+from kwire._core.acquired import ShareRecord, take_acquired
+from kwire.client import Client, Steps
+from kwire.config import SHARE_CONSUMER, ConfigError, resolve
+from kwire.coordinator import GROUP_KEY, CoordinatorLink, RequestPump
+from kwire.errors import IllegalStateError, KwireError, without_traceback
+from kwire.future import Future, KafkaTimeoutError
+from kwire.protocol.api_keys import ErrorCode
+from kwire.share.acks import GAP, AcknowledgeType, ack_batches, merge_ranges
+from kwire.share.membership import ShareMembership
+from kwire.share.session import SESSION_ERRORS, Part, Plan, ShareSession
+from kwire.types import TopicPartition
+
+__all__ = ["ShareConsumer", "AcknowledgementCallback"]
+
+log = logging.getLogger("kwire.share")
+
+#: ``callback(offsets, error)``: the offsets of one partition whose acknowledgements were answered, and
+#: the error they failed with (None: they succeeded), as Java's AcknowledgementCommitCallback.
+AcknowledgementCallback = Callable[[Dict[TopicPartition, Set[int]], Optional[BaseException]], None]
+
+_LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                            ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR,
+                            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.INCONSISTENT_TOPIC_ID})
+
+
+@dataclass
+class _Fetched:
+    """One partition's records from one ShareFetch answer, not yet returned."""
+
+    tp: TopicPartition
+    part: Part
+    node: int
+    records: List[ShareRecord]
+    gaps: List[Tuple[int, int]]
+
+
+@dataclass
+class _Flight:
+    """One request of a session in flight: what it carried, for the callback."""
+
+    plan: Plan
+    acks: Dict[Part, Dict[int, int]] = field(default_factory=dict)
+    fetch: bool = False
+
+
+class ShareConsumer:
+    """A member of a share group (``group_id``): :meth:`subscribe`, then
+    :meth:`poll`. Options: :data:`kwire.config.SHARE_CONSUMER` (Kafka's
+    names; the consumer options a share group decides itself, such as
+    ``auto_offset_reset`` or ``enable_auto_commit``, are the group's configs
+    and refused here)."""
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
+        self.cfg = resolve(SHARE_CONSUMER, config, kwargs, what="share consumer")
+        if not self.cfg["group_id"]:
+            raise ConfigError("a share consumer needs group_id")
+        self._client = Client(self.cfg, auto_create_topics=False)
+        self._pump = RequestPump(self._client)
+        self._link = CoordinatorLink(self._pump, self._client, self.cfg["group_id"], GROUP_KEY,
+                                     self.cfg["retry_backoff_ms"])
+        self._member = ShareMembership(self._client, self._link, self._pump, self.cfg["group_id"], self.cfg)
+        self._explicit = self.cfg["share_acknowledgement_mode"] == "explicit"
+        self._decoder = Decoder(check_crcs=self.cfg["check_crcs"],
+                                max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+        self._sessions: Dict[int, ShareSession] = {}
+        self._flights: Dict[int, _Flight] = {}
+        self._buffer: Deque[_Fetched] = collections.deque()
+        # the last poll's records: (node, part) -> {offset: type or None (not acknowledged yet)}
+        self._delivered: Dict[Tuple[int, Part], Dict[int, Optional[int]]] = {}
+        self._names: Dict[Part, TopicPartition] = {}
+        self._to_send: Dict[int, Dict[Part, Dict[int, int]]] = {}   # acknowledgements taken, by node
+        self._outcomes: Deque[Tuple[Dict[TopicPartition, Set[int]], Optional[BaseException]]] = collections.deque()
+        self._errors: Deque[BaseException] = collections.deque()
+        self._callback: Optional[AcknowledgementCallback] = None
+        self._in_callback = False
+        self.acquisition_lock_timeout_ms: Optional[int] = None
+        self._closed = False
+
+    # ------------------------------------------------------------ the API
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Join the group for ``topics`` (at the next poll); an empty list unsubscribes."""
+        self._check_open()
+        topics = sorted(set(topics))
+        if not topics:
+            self.unsubscribe()
+            return
+        self._client.add_topics(topics)
+        self._member.subscribe(topics)
+
+    def subscription(self) -> Set[str]:
+        return set(self._member.topics)
+
+    def unsubscribe(self) -> None:
+        """Leave the group; the records acquired are released when the sessions close."""
+        self._check_open()
+        self._client.run(self._member.leave_steps(time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0))
+        self._member.topics = []
+
+    def set_acknowledgement_commit_callback(self, callback: Optional[AcknowledgementCallback]) -> None:
+        """``callback(offsets, error)`` for every partition's acknowledgements once answered (in the thread that
+        polls, commits or closes)."""
+        self._callback = callback
+
+    def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Acknowledge a record the last poll returned (explicit mode): ACCEPT, RELEASE, REJECT or RENEW. Again
+        before the next poll or commit: the last type counts."""
+        self._check_open()
+        if not self._explicit:
+            raise IllegalStateError("acknowledge() needs share_acknowledgement_mode='explicit' (this consumer "
+                                    "accepts what a poll returned at the next poll or commit)")
+        kind = AcknowledgeType(type)
+        for (node, part), offsets in self._delivered.items():
+            if self._names.get(part) == (record.topic, record.partition) and record.offset in offsets:
+                offsets[record.offset] = int(kind)
+                return
+        raise IllegalStateError(f"{record.topic}[{record.partition}]@{record.offset} cannot be acknowledged: it "
+                                "is not a record of the last poll still waiting for its acknowledgement")
+
+    def poll(self, timeout_ms: int = 0) -> Dict[TopicPartition, List[ShareRecord]]:
+        """Records per partition, each with its ``delivery_count``: about ``max_poll_records`` (whole answers of
+        a partition), waiting up to ``timeout_ms`` for some. First the last poll's records are acknowledged
+        (implicit mode), or must have been (explicit mode)."""
+        self._check_open()
+        return self._client.run(self._poll_steps(timeout_ms))
+
+    def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[BaseException]]:
+        """Send the acknowledgements made (implicit mode: accept the last poll's records first) and wait for
+        the answers, at most ``timeout`` seconds (default ``default_api_timeout_ms``): each partition's
+        outcome (None: done)."""
+        self._check_open()
+        return self._client.run(self._commit_steps(timeout))
+
+    def commit_async(self) -> None:
+        """Send the acknowledgements made (implicit mode: accept the last poll's records first) without
+        waiting; their outcomes go to the callback."""
+        self._check_open()
+        self._take_acks()
+        self._client.run(self._turn_steps(fetch=False))
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Send the acknowledgements made, close each broker's share session (the broker releases the records
+        still acquired: they are delivered again, to any member), leave the group, close the connections;
+        within ``timeout`` seconds (default ``request_timeout_ms``)."""
+        if self._closed:
+            return
+        try:
+            self._client.run(self._close_steps(timeout))
+        finally:
+            self._closed = True
+            self._client.close()
+
+    def __enter__(self) -> "ShareConsumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ poll
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KwireError("share consumer is closed")
+        if self._in_callback:
+            raise IllegalStateError("the acknowledgement commit callback may not call the share consumer")
+
+    def _poll_steps(self, timeout_ms: int) -> Steps:
+        if not self._member.topics:
+            raise IllegalStateError("the share consumer is not subscribed to any topics")
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
+        self._run_callbacks()
+        self._take_acks()
+        self._member.polled(time.monotonic())
+        turned = False
+        while True:
+            self._raise_errors()
+            out = self._take_records()
+            if out:
+                yield from self._turn_steps(fetch=False)     # acknowledgements of records handed out go now
+                return out
+            yield from self._turn_steps(fetch=True)
+            self._run_callbacks()
+            left = deadline - time.monotonic()
+            if left <= 0 and turned:
+                return {}
+            yield 0.0 if left <= 0 else min(left, 0.1)
+            turned = True
+
+    def _raise_errors(self) -> None:
+        if self._member.fatal is not None:
+            raise without_traceback(self._member.fatal, chained=False)
+        if self._errors:
+            raise without_traceback(self._errors.popleft(), chained=False)
+
+    def _take_acks(self) -> None:
+        """The last poll's records become acknowledgements to send (implicit: accepted; explicit: each must
+        have been acknowledged)."""
+        if self._explicit:
+            left = sum(1 for offsets in self._delivered.values() for t in offsets.values() if t is None)
+            if left:
+                raise IllegalStateError(f"{left} records of the last poll are not acknowledged: acknowledge each "
+                                        "(share_acknowledgement_mode='explicit') before polling or committing")
+        for (node, part), offsets in self._delivered.items():
+            acks = self._to_send.setdefault(node, {}).setdefault(part, {})
+            for offset, kind in offsets.items():
+                acks[offset] = int(AcknowledgeType.ACCEPT) if kind is None else kind
+        self._delivered = {}
+
+    def _take_records(self) -> Dict[TopicPartition, List[ShareRecord]]:
+        out: Dict[TopicPartition, List[ShareRecord]] = {}
+        count = 0
+        while self._buffer and count < self.cfg["max_poll_records"]:
+            f = self._buffer.popleft()
+            offsets: Dict[int, Optional[int]] = self._delivered.setdefault((f.node, f.part), {})
+            for first, last in f.gaps:
+                for o in range(first, last + 1):
+                    offsets[o] = GAP
+            for r in f.records:
+                offsets[r.offset] = None
+            if f.records:
+                out.setdefault(f.tp, []).extend(f.records)
+                count += len(f.records)
+        return out
+
+    # ------------------------------------------------------------ requests
+    def _wanted(self) -> Dict[int, Set[Part]]:
+        """The assigned partitions by the node leading each (metadata asked for where unknown)."""
+        cluster = self._client.cluster
+        names = {tid: name for name, tid in cluster.topic_ids.items()}
+        out: Dict[int, Set[Part]] = {}
+        missing = False
+        for tid, partitions in self._member.assignment.items():
+            name = names.get(tid)
+            if name is None:
+                missing = True
+                continue
+            for p in partitions:
+                self._names[(tid, p)] = TopicPartition(name, p)
+                leader = cluster.leader_for(name, p)
+                if leader is None:
+                    missing = True
+                    continue
+                out.setdefault(leader, set()).add((tid, p))
+        if missing:
+            self._client.request_metadata_update()
+        return out
+
+    def _turn_steps(self, fetch: bool) -> Steps:
+        """Heartbeats, coordinator lookups, and each idle broker's next request: a ShareFetch when ``fetch``
+        (and nothing is buffered), else the acknowledgements waiting for it (ShareAcknowledge)."""
+        now = time.monotonic()
+        self._member.drive(now)
+        self._pump.pump()
+        wanted = self._wanted()
+        fetch = fetch and not self._buffer
+        for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
+            if node not in self._flights:
+                self._send(node, wanted.get(node, set()), fetch)
+        yield 0.0
+
+    def _acks_for(self, node: int) -> Dict[Part, Dict[int, int]]:
+        return {part: acks for part, acks in self._to_send.get(node, {}).items() if acks}
+
+    def _send(self, node: int, wanted: Set[Part], fetch: bool, close: bool = False) -> None:
+        session = self._sessions.setdefault(node, ShareSession(node))
+        acks = {} if session.is_new else self._acks_for(node)
+        batches = {part: ack_batches(a) for part, a in acks.items()}
+        if close:
+            if session.is_new:
+                return
+            plan = session.plan(wanted, batches, close=True)
+            request = self._acknowledge_request(plan)
+        elif fetch or session.is_new or wanted != session.partitions:
+            plan = session.plan(wanted, batches)
+            fetch = fetch and not plan.renew
+            request = self._fetch_request(plan, fetch)
+        elif batches:
+            plan = session.plan(wanted, batches)
+            request = self._acknowledge_request(plan)
+        else:
+            return
+        sent = {part: a for part, a in acks.items() if part in plan.named}
+        for part in sent:
+            del self._to_send[node][part]
+        if not self._to_send.get(node, True):
+            del self._to_send[node]
+        flight = self._flights[node] = _Flight(plan, sent, fetch)
+        session.sent(plan)
+        fut = self._client.send(node, request)
+        fut.add_done_callback(lambda f: self._answered(node, flight, f))
+
+    def _topics(self, plan: Plan, topic_cls: Any, part_cls: Any, batch_cls: Any) -> List[Any]:
+        by_topic: Dict[uuid.UUID, List[Any]] = {}
+        for (tid, p), batches in plan.named.items():
+            by_topic.setdefault(tid, []).append(part_cls(partition_index=p, acknowledgement_batches=[
+                batch_cls(first_offset=first, last_offset=last, acknowledge_types=types)
+                for first, last, types in batches]))
+        return [topic_cls(topic_id=tid, partitions=parts) for tid, parts in by_topic.items()]
+
+    def _fetch_request(self, plan: Plan, fetch: bool) -> Any:
+        cls = protocol.message("ShareFetchRequest")
+        forgotten: Dict[uuid.UUID, List[int]] = {}
+        for tid, p in plan.forgotten:
+            forgotten.setdefault(tid, []).append(p)
+        n = self.cfg["max_poll_records"] if fetch else 0
+        return cls(group_id=self.cfg["group_id"], member_id=self._member.member_id, share_session_epoch=plan.epoch,
+                   max_wait_ms=self.cfg["fetch_max_wait_ms"] if fetch else 0,
+                   min_bytes=self.cfg["fetch_min_bytes"] if fetch else 0,
+                   max_bytes=self.cfg["fetch_max_bytes"] if fetch else 0, max_records=n, batch_size=n,
+                   share_acquire_mode=1 if self.cfg["share_acquire_mode"] == "record_limit" else 0,
+                   is_renew_ack=plan.renew,
+                   topics=self._topics(plan, cls.FetchTopic, cls.FetchPartition, cls.AcknowledgementBatch),
+                   forgotten_topics_data=[cls.ForgottenTopic(topic_id=tid, partitions=ps)
+                                          for tid, ps in forgotten.items()])
+
+    def _acknowledge_request(self, plan: Plan) -> Any:
+        cls = protocol.message("ShareAcknowledgeRequest")
+        return cls(group_id=self.cfg["group_id"], member_id=self._member.member_id, share_session_epoch=plan.epoch,
+                   is_renew_ack=plan.renew,
+                   topics=self._topics(plan, cls.AcknowledgeTopic, cls.AcknowledgePartition,
+                                       cls.AcknowledgementBatch))
+
+    # ------------------------------------------------------------ answers
+    def _answered(self, node: int, flight: _Flight, fut: Future) -> None:
+        self._flights.pop(node, None)
+        session = self._sessions[node]
+        error = fut.exception()
+        if error is not None:
+            session.failed()
+            log.debug("share group %s: request to node %s failed: %s", self.cfg["group_id"], node, error)
+            self._outcome(flight.acks, error)
+            return
+        resp = fut.value
+        session.answered(resp.error_code)
+        if resp.error_code:
+            err = protocol.error_for(resp.error_code, api=type(resp).__name__[:-len("Response")],
+                                     message=resp.error_message or None)
+            self._outcome(flight.acks, err)
+            if resp.error_code not in SESSION_ERRORS and not getattr(err, "retriable", False):
+                self._errors.append(err)
+            return
+        if getattr(resp, "acquisition_lock_timeout_ms", 0):
+            self.acquisition_lock_timeout_ms = resp.acquisition_lock_timeout_ms
+        answered: Set[Part] = set()
+        for topic in resp.responses:
+            for pr in topic.partitions:
+                part = (topic.topic_id, pr.partition_index)
+                answered.add(part)
+                ack_code = getattr(pr, "acknowledge_error_code", pr.error_code)
+                if part in flight.acks:
+                    self._outcome({part: flight.acks[part]}, self._part_error(ack_code, part, pr))
+                if flight.fetch and hasattr(pr, "acquired_records"):
+                    self._take_fetched(node, part, pr)
+        missing = {part: a for part, a in flight.acks.items() if part not in answered}
+        if missing:
+            self._outcome(missing, KwireError("the broker's answer did not mention the partition acknowledged"))
+
+    def _part_error(self, code: int, part: Part, pr: Any) -> Optional[BaseException]:
+        if not code:
+            return None
+        tp = self._names.get(part)
+        msg = getattr(pr, "acknowledge_error_message", None) or getattr(pr, "error_message", None)
+        return protocol.error_for(code, api="ShareAcknowledge", topic=tp.topic if tp else None,
+                                  message=msg or None)
+
+    def _take_fetched(self, node: int, part: Part, pr: Any) -> None:
+        tp = self._names.get(part)
+        if pr.error_code:
+            if pr.error_code in _LEADER_ERRORS:
+                self._client.request_metadata_update()
+            else:
+                self._errors.append(protocol.error_for(pr.error_code, api="ShareFetch",
+                                                       topic=tp.topic if tp else None,
+                                                       message=pr.error_message or None))
+            return
+        if tp is None or not pr.acquired_records:
+            return
+        ranges = merge_ranges((a.first_offset, a.last_offset, a.delivery_count) for a in pr.acquired_records)
+        try:
+            decoded = self._decoder.decode(pr.records or b"", topic=tp.topic, partition=tp.partition,
+                                           min_offset=ranges[0][0]).records
+        except KwireError as e:
+            # as Java's client: a batch that cannot be read is rejected (it would fail every member alike)
+            self._to_send.setdefault(node, {}).setdefault(part, {}).update(
+                {o: int(AcknowledgeType.REJECT) for first, last, _ in ranges for o in range(first, last + 1)})
+            self._errors.append(e)
+            return
+        records, gaps = take_acquired(decoded, ranges, tp.topic, tp.partition)
+        self._buffer.append(_Fetched(tp, part, node, records, gaps))
+
+    def _outcome(self, acks: Mapping[Part, Mapping[int, int]], error: Optional[BaseException]) -> None:
+        for part, offsets in acks.items():
+            tp = self._names.get(part) or TopicPartition(str(part[0]), part[1])
+            self._outcomes.append(({tp: set(offsets)}, error))
+
+    def _run_callbacks(self) -> Dict[TopicPartition, Optional[BaseException]]:
+        """Hand every outcome to the callback; returns them by partition (the last error wins)."""
+        out: Dict[TopicPartition, Optional[BaseException]] = {}
+        while self._outcomes:
+            offsets, error = self._outcomes.popleft()
+            for tp in offsets:
+                out[tp] = error if error is not None else out.get(tp)
+            if self._callback is not None:
+                self._in_callback = True
+                try:
+                    self._callback(offsets, error)
+                except Exception:
+                    log.exception("share group %s: the acknowledgement commit callback raised", self.cfg["group_id"])
+                finally:
+                    self._in_callback = False
+        return out
+
+    # ------------------------------------------------------------ commit and close
+    def _commit_steps(self, timeout: Optional[float]) -> Steps:
+        deadline = time.monotonic() + (self.cfg["default_api_timeout_ms"] / 1000.0 if timeout is None else timeout)
+        self._take_acks()
+        results = self._run_callbacks()
+        nodes = set(self._to_send)
+        while time.monotonic() < deadline:
+            yield from self._turn_steps(fetch=False)
+            waiting = [n for n in nodes if n in self._flights or self._acks_for(n)]
+            if not waiting:
+                break
+            yield min(0.05, max(0.0, deadline - time.monotonic()))
+        for node in nodes:
+            left = self._to_send.pop(node, {})
+            if left:
+                self._outcome(left, KafkaTimeoutError("the acknowledgements were not answered in time"))
+        results.update(self._run_callbacks())
+        return results
+
+    def _close_steps(self, timeout: Optional[float]) -> Steps:
+        deadline = time.monotonic() + (self.cfg["request_timeout_ms"] / 1000.0 if timeout is None else timeout)
+        self._take_explicit_only()
+        while self._flights and time.monotonic() < deadline:      # a long poll in flight: its answer first
+            yield min(0.05, max(0.0, deadline - time.monotonic()))
+        for node, session in self._sessions.items():
+            if not session.is_new and node not in self._flights:
+                self._send(node, set(), fetch=False, close=True)
+        while self._flights and time.monotonic() < deadline:
+            yield min(0.05, max(0.0, deadline - time.monotonic()))
+        self._run_callbacks()
+        yield from self._member.leave_steps(deadline)
+
+    def _take_explicit_only(self) -> None:
+        """At close: the acknowledgements made become ones to send; records not acknowledged stay unsent (the
+        closed session releases them)."""
+        for (node, part), offsets in self._delivered.items():
+            acks = self._to_send.setdefault(node, {}).setdefault(part, {})
+            acks.update({o: t for o, t in offsets.items() if t is not None})
+        self._delivered = {}

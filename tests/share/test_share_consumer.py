@@ -1,0 +1,173 @@
+"""kwire.share.ShareConsumer on Apache Kafka 4.4 (share groups on by
+default: share.version 2): every record delivered and accepted once across
+a group, released records delivered again with their delivery count
+raised, rejected ones never, explicit mode's rules, close releasing what
+was not acknowledged, the acknowledgement callback and commit_sync's
+outcomes."""
+
+from __future__ import annotations
+
+import collections
+import time
+import uuid
+
+import pytest
+
+from kwire.admin import Admin, NewTopic
+from kwire.admin_ops.configs import AlterConfigOp
+from kwire.config import ConfigError
+from kwire.errors import IllegalStateError
+from kwire.producer import Producer
+from kwire.share import AcknowledgeType
+from kwire.share import ShareConsumer
+
+pytestmark = pytest.mark.kafka
+
+
+def _topic(bootstrap: str, partitions: int, records: int) -> str:
+    name = f"share-{uuid.uuid4().hex[:10]}"
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.create_topics([NewTopic(name, partitions)])
+    with Producer(bootstrap_servers=bootstrap, linger_ms=2) as p:
+        for i in range(records):
+            p.send(name, b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
+    return name
+
+
+def _group(bootstrap: str) -> str:
+    """A new group that starts at the log's beginning (share.auto.offset.reset is the group's config)."""
+    group = f"sg-{uuid.uuid4().hex[:10]}"
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.incremental_alter_configs({("group", group): [AlterConfigOp("share.auto.offset.reset", "earliest")]})
+    return group
+
+
+def _member(bootstrap: str, group: str, topic: str, **cfg) -> ShareConsumer:
+    c = ShareConsumer(bootstrap_servers=bootstrap, group_id=group, **cfg)
+    c.subscribe([topic])
+    return c
+
+
+def _drain(consumers, until, timeout: float = 60.0, each=None):
+    """Poll the members in turn until ``until(seen)`` or ``timeout``; ``each(consumer, record)`` per record."""
+    seen = collections.Counter()
+    deadline = time.monotonic() + timeout
+    while not until(seen):
+        assert time.monotonic() < deadline, f"gave up with {sum(seen.values())} deliveries"
+        for c in consumers:
+            for tp, records in c.poll(200).items():
+                for r in records:
+                    assert (r.topic, r.partition) == (tp.topic, tp.partition)
+                    seen[(r.partition, r.offset)] += 1
+                    if each is not None:
+                        each(c, r)
+    return seen
+
+
+def test_a_group_of_two_gets_every_record_once(kafka):
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 3, 600), _group(bootstrap)
+    members = [_member(bootstrap, group, topic) for _ in range(2)]
+    by_member = collections.Counter()
+    try:
+        seen = _drain(members, lambda s: len(s) == 600, each=lambda c, r: by_member.update([id(c)]))
+        assert all(n == 1 for n in seen.values())
+        for c in members:
+            c.commit_sync(10)
+    finally:
+        for c in members:
+            c.close()
+    late = _member(bootstrap, group, topic)            # everything was accepted: nothing for a new member
+    try:
+        assert sum(len(v) for _ in range(10) for v in late.poll(300).values()) == 0
+    finally:
+        late.close()
+
+
+def test_released_records_return_counted_and_rejected_ones_never(kafka):
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 20), _group(bootstrap)
+    outcomes = []
+    c = _member(bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    c.set_acknowledgement_commit_callback(lambda offsets, error: outcomes.append((offsets, error)))
+    deliveries = []
+
+    def judge(consumer, r):
+        deliveries.append((r.offset, r.delivery_count))
+        if r.offset % 5 == 0 and r.delivery_count < 3:
+            consumer.acknowledge(r, AcknowledgeType.RELEASE)
+        elif r.offset == 7:
+            consumer.acknowledge(r, AcknowledgeType.REJECT)
+        else:
+            consumer.acknowledge(r)
+
+    try:
+        _drain([c], lambda s: sum(s.values()) == 28, each=judge)
+        assert all(e is None for e in c.commit_sync(10).values())
+        assert sorted(d for d in deliveries if d[0] % 5 == 0) == [(o, n) for o in (0, 5, 10, 15) for n in (1, 2, 3)]
+        assert [d for d in deliveries if d[0] == 7] == [(7, 1)]
+        assert all(error is None for _, error in outcomes)
+        acked = sorted(o for offsets, _ in outcomes for os in offsets.values() for o in os)
+        assert acked == sorted(list(range(20)) + [0, 5, 10, 15] * 2)
+    finally:
+        c.close()
+
+
+def test_explicit_mode_wants_every_record_acknowledged(kafka):
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 10), _group(bootstrap)
+    c = _member(bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    try:
+        records = []
+        deadline = time.monotonic() + 30
+        while not records:
+            assert time.monotonic() < deadline
+            records = [r for v in c.poll(200).values() for r in v]
+        with pytest.raises(IllegalStateError, match="not acknowledged"):
+            c.poll(0)
+        for r in records:
+            c.acknowledge(r, AcknowledgeType.ACCEPT)
+        c.poll(0)                                     # now it may
+        with pytest.raises(IllegalStateError, match="cannot be acknowledged"):
+            c.acknowledge(records[0])                 # taken by that poll already
+    finally:
+        c.close()
+    implicit = ShareConsumer(bootstrap_servers=bootstrap, group_id=group)
+    try:
+        with pytest.raises(IllegalStateError, match="explicit"):
+            implicit.acknowledge(records[0])
+        with pytest.raises(IllegalStateError, match="not subscribed"):
+            implicit.poll(0)
+    finally:
+        implicit.close()
+
+
+def test_close_releases_what_was_not_acknowledged(kafka):
+    """An implicit member's last poll is not accepted by close (as Java's):
+    the closed session releases those records, and another member gets them
+    with their delivery count raised."""
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 30), _group(bootstrap)
+    first = _member(bootstrap, group, topic)
+    got = _drain([first], lambda s: len(s) == 30)
+    first.close()
+    assert len(got) == 30
+    second = _member(bootstrap, group, topic)
+    counts = []
+    try:
+        _drain([second], lambda s: len(s) == 30,
+               each=lambda c, r: counts.append(r.delivery_count))
+        assert counts == [2] * 30
+    finally:
+        second.close()
+
+
+def test_options_a_share_group_decides_are_refused():
+    for option in ("auto_offset_reset", "enable_auto_commit", "isolation_level", "group_instance_id",
+                   "session_timeout_ms", "heartbeat_interval_ms", "group_protocol"):
+        with pytest.raises(ConfigError):
+            ShareConsumer(bootstrap_servers="127.0.0.1:9", group_id="g", **{option: "x"})
+    with pytest.raises(ConfigError, match="group_id"):
+        ShareConsumer(bootstrap_servers="127.0.0.1:9")
+    with pytest.raises(ConfigError):
+        ShareConsumer(bootstrap_servers="127.0.0.1:9", group_id="g", share_acknowledgement_mode="sometimes")
