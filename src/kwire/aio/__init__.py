@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 from kwire.aio.admin import AsyncAdmin
 from kwire.aio.consumer import AsyncConsumer
 from kwire.aio.producer import AsyncProducer, WouldBlockError
+from kwire.aio.share import AsyncShareConsumer
 
 if TYPE_CHECKING:
     from kwire.registry.aio import AsyncSchemaRegistryClient
 
-__all__ = ["AsyncAdmin", "AsyncConsumer", "AsyncProducer", "AsyncSchemaRegistryClient", "WouldBlockError"]
+__all__ = ["AsyncAdmin", "AsyncConsumer", "AsyncProducer", "AsyncShareConsumer", "AsyncSchemaRegistryClient",
+           "WouldBlockError"]
 
 
 def __getattr__(name: str) -> Any:

@@ -96,11 +96,13 @@ class ShareConsumer:
     ``auto_offset_reset`` or ``enable_auto_commit``, are the group's configs
     and refused here)."""
 
+    _client_class = Client      # kwire.aio's: the event loop's
+
     def __init__(self, config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         self.cfg = resolve(SHARE_CONSUMER, config, kwargs, what="share consumer")
         if not self.cfg["group_id"]:
             raise ConfigError("a share consumer needs group_id")
-        self._client = Client(self.cfg, auto_create_topics=False)
+        self._client = self._client_class(self.cfg, auto_create_topics=False)
         self._pump = RequestPump(self._client)
         self._link = CoordinatorLink(self._pump, self._client, self.cfg["group_id"], GROUP_KEY,
                                      self.cfg["retry_backoff_ms"])
@@ -139,7 +141,10 @@ class ShareConsumer:
     def unsubscribe(self) -> None:
         """Leave the group; the records acquired are released when the sessions close."""
         self._check_open()
-        self._client.run(self._member.leave_steps(time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0))
+        self._client.run(self._unsubscribe_steps())
+
+    def _unsubscribe_steps(self) -> Steps:
+        yield from self._member.leave_steps(time.monotonic() + self.cfg["request_timeout_ms"] / 1000.0)
         self._member.topics = []
 
     def set_acknowledgement_commit_callback(self, callback: Optional[AcknowledgementCallback]) -> None:
@@ -181,19 +186,14 @@ class ShareConsumer:
         waiting; their outcomes go to the callback."""
         self._check_open()
         self._take_acks()
-        self._client.run(self._turn_steps(fetch=False))
+        self._turn(fetch=False)
+        self._client.poll(0)
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Send the acknowledgements made, close each broker's share session (the broker releases the records
         still acquired: they are delivered again, to any member), leave the group, close the connections;
         within ``timeout`` seconds (default ``request_timeout_ms``)."""
-        if self._closed:
-            return
-        try:
-            self._client.run(self._close_steps(timeout))
-        finally:
-            self._closed = True
-            self._client.close()
+        self._client.run(self._close_steps(timeout))
 
     def __enter__(self) -> "ShareConsumer":
         return self
@@ -220,9 +220,11 @@ class ShareConsumer:
             self._raise_errors()
             out = self._take_records()
             if out:
-                yield from self._turn_steps(fetch=False)     # acknowledgements of records handed out go now
+                # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none); the
+                # acknowledgements of the last poll's records go out now, alone
+                self._turn(fetch=False)
                 return out
-            yield from self._turn_steps(fetch=True)
+            self._turn(fetch=True)
             self._run_callbacks()
             left = deadline - time.monotonic()
             if left <= 0 and turned:
@@ -289,9 +291,10 @@ class ShareConsumer:
             self._client.request_metadata_update()
         return out
 
-    def _turn_steps(self, fetch: bool) -> Steps:
+    def _turn(self, fetch: bool) -> None:
         """Heartbeats, coordinator lookups, and each idle broker's next request: a ShareFetch when ``fetch``
-        (and nothing is buffered), else the acknowledgements waiting for it (ShareAcknowledge)."""
+        (and nothing is buffered), else the acknowledgements waiting for it (ShareAcknowledge). Sends only:
+        the caller's wait lets the I/O run."""
         now = time.monotonic()
         self._member.drive(now)
         self._pump.pump()
@@ -300,7 +303,6 @@ class ShareConsumer:
         for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
             if node not in self._flights:
                 self._send(node, wanted.get(node, set()), fetch)
-        yield 0.0
 
     def _acks_for(self, node: int) -> Dict[Part, Dict[int, int]]:
         return {part: acks for part, acks in self._to_send.get(node, {}).items() if acks}
@@ -461,7 +463,8 @@ class ShareConsumer:
         results = self._run_callbacks()
         nodes = set(self._to_send)
         while time.monotonic() < deadline:
-            yield from self._turn_steps(fetch=False)
+            self._turn(fetch=False)
+            yield 0.0
             waiting = [n for n in nodes if n in self._flights or self._acks_for(n)]
             if not waiting:
                 break
@@ -474,6 +477,15 @@ class ShareConsumer:
         return results
 
     def _close_steps(self, timeout: Optional[float]) -> Steps:
+        if self._closed:
+            return
+        try:
+            yield from self._goodbye_steps(timeout)
+        finally:
+            self._closed = True
+            self._client.close()
+
+    def _goodbye_steps(self, timeout: Optional[float]) -> Steps:
         deadline = time.monotonic() + (self.cfg["request_timeout_ms"] / 1000.0 if timeout is None else timeout)
         self._take_explicit_only()
         while self._flights and time.monotonic() < deadline:      # a long poll in flight: its answer first
