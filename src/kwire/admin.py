@@ -39,6 +39,8 @@ from kwire.admin_ops.scram import (ScramCredentialInfo, UserScramCredentialDelet
 from kwire.admin_ops.scram import alter_errors as alter_scram_errors
 from kwire.admin_ops.scram import alter_request as alter_scram_request
 from kwire.admin_ops.scram import describe_request as describe_scram_request
+from kwire.admin_ops import share as share_ops
+from kwire.admin_ops.share import ShareGroupDescription, SharePartitionOffset
 from kwire.admin_ops.scram import descriptions as scram_descriptions
 from kwire.classic import decode_assignment, decode_subscription
 from kwire.client import Broker, Client, ClusterMetadata, PartitionInfo, Sleep, StepsOf
@@ -229,6 +231,16 @@ class _NoConsumerGroupDescribe(KwireError):
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+#: A group's errors a request to its coordinator retries (the coordinator loading, moved or away); the
+#: others are the answer's.
+_COORDINATOR_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                                ErrorCode.COORDINATOR_NOT_AVAILABLE})
+
+
+def _retriable_code(code: int) -> int:
+    return code if code in _COORDINATOR_RETRY else 0
 
 
 def waits(fn: Callable[P, Generator[Any, None, R]]) -> Callable[P, R]:
@@ -914,6 +926,56 @@ class Admin:
         self._raise_first([protocol.error_for(p.error_code, api="OffsetDelete", topic=t.name,
                                               partition=p.partition_index, group_id=group_id)
                            for t in resp.topics for p in t.partitions if p.error_code])
+
+    # ------------------------------------------------------------ share groups (KIP-932)
+    @waits
+    def describe_share_groups(self, group_ids: Sequence[str],
+                              timeout: Optional[float] = None) -> StepsOf[Dict[str, ShareGroupDescription]]:
+        """State, epochs, assignor and members (their subscriptions and assignments) of share groups
+        (ShareGroupDescribe; list them with ``list_groups(types=["share"])``). Raises the first group's
+        error after all were asked."""
+        out, errors = {}, []
+        for gid in group_ids:
+            resp = yield from self._group_request(gid, lambda v, gid=gid: share_ops.describe_request([gid]),
+                                                  "ShareGroupDescribe", timeout,
+                                                  lambda r: _retriable_code(r.groups[0].error_code if r.groups else 0))
+            got = share_ops.descriptions(resp).get(gid)
+            if isinstance(got, BaseException):
+                errors.append(got)
+            elif got is not None:
+                out[gid] = got
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
+                                 timeout: Optional[float] = None) -> StepsOf[Dict[TopicPartition, SharePartitionOffset]]:
+        """Each share-partition's start offset, leader epoch and lag (DescribeShareGroupOffsets): all the
+        group's, or those of ``partitions``."""
+        resp = yield from self._group_request(
+            group_id, lambda v: share_ops.offsets_request(group_id, partitions), "DescribeShareGroupOffsets", timeout,
+            lambda r: _retriable_code(r.groups[0].error_code if r.groups else 0))
+        out, errors = share_ops.offsets_from_response(resp, group_id)
+        self._raise_first(errors)
+        return out
+
+    @waits
+    def alter_share_group_offsets(self, group_id: str, offsets: Mapping[Tuple[str, int], int],
+                                  timeout: Optional[float] = None) -> StepsOf[None]:
+        """Set the share-partitions' start offsets ({partition: offset}); the group must have no members."""
+        resp = yield from self._group_request(group_id, lambda v: share_ops.alter_request(group_id, offsets),
+                                              "AlterShareGroupOffsets", timeout)
+        self._raise_first(share_ops.alter_errors(resp, group_id))
+
+    @waits
+    def delete_share_group_offsets(self, group_id: str, topics: Iterable[str],
+                                   timeout: Optional[float] = None) -> StepsOf[None]:
+        """Forget the group's state of whole ``topics`` (the next member starts them afresh, as
+        ``share.auto.offset.reset`` says); the group must have no members."""
+        topics = list(topics)
+        resp = yield from self._group_request(group_id, lambda v: share_ops.delete_request(group_id, topics),
+                                              "DeleteShareGroupOffsets", timeout)
+        self._raise_first(share_ops.delete_errors(resp, group_id))
 
     @waits
     def group_lag(self, group_id: str, timeout: Optional[float] = None,

@@ -13,6 +13,8 @@ drivers run the same code); nothing here imports the admin client.
   described, aborted on a partition and fenced (KIP-664).
 - :mod:`.cluster`: the KRaft metadata quorum; the cluster's features,
   described and updated.
+- :mod:`.share`: share groups (KIP-932) described; their start offsets
+  listed (with lag), altered and deleted.
 - :mod:`.leftovers`: the one module here that makes calls, through an
   admin client it is given: the transactional ids and marker groups a Spark
   query's exactly-once sink leaves (``kwire transactions abort|forget

@@ -15,6 +15,7 @@ from kwire.admin import (AbortTransactionSpec, Admin, AlterConfigOp, ClusterDesc
                          FeatureMetadata, FeatureUpdate, GroupDescription, GroupListing, LogDirDescription, NewTopic,
                          ProducerState, QuorumInfo, TopicDescription, TransactionDescription, TransactionListing,
                          UserScramCredentialsDescription)
+from kwire.admin_ops.share import ShareGroupDescription, SharePartitionOffset
 from kwire.aio.client import AioClient, Observed
 from kwire.client import Steps
 from kwire.errors import KwireError
@@ -159,6 +160,26 @@ class AsyncAdmin(Observed):
     async def delete_groups(self, group_ids: Sequence[str], timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.delete_groups`."""
         return await self._run(Admin.delete_groups.steps(self._a, group_ids, timeout))
+
+    async def describe_share_groups(self, group_ids: Sequence[str],
+                                    timeout: Optional[float] = None) -> Dict[str, ShareGroupDescription]:
+        """:meth:`kwire.admin.Admin.describe_share_groups`."""
+        return await self._run(Admin.describe_share_groups.steps(self._a, group_ids, timeout))
+
+    async def list_share_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
+                                       timeout: Optional[float] = None) -> Dict[TopicPartition, SharePartitionOffset]:
+        """:meth:`kwire.admin.Admin.list_share_group_offsets`."""
+        return await self._run(Admin.list_share_group_offsets.steps(self._a, group_id, partitions, timeout))
+
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[Tuple[str, int], int],
+                                        timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.alter_share_group_offsets`."""
+        return await self._run(Admin.alter_share_group_offsets.steps(self._a, group_id, offsets, timeout))
+
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str],
+                                         timeout: Optional[float] = None) -> None:
+        """:meth:`kwire.admin.Admin.delete_share_group_offsets`."""
+        return await self._run(Admin.delete_share_group_offsets.steps(self._a, group_id, topics, timeout))
 
     async def list_group_offsets(self, group_id: str, partitions: Optional[Iterable[Tuple[str, int]]] = None,
                                  timeout: Optional[float] = None,
