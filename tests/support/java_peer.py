@@ -195,6 +195,17 @@ def java_consume(config: Dict[str, str], *, assign: Optional[Sequence[Tuple[str,
     return [record_of(e) for e in events if e["event"] == "record"]
 
 
+def java_share_consume(config: Dict[str, str], topics: Sequence[str], *, max_records: Optional[int] = None,
+                       idle_ms: int = 5000, timeout_ms: int = 60000, release_below: int = 0,
+                       timeout: float = RUN_TIMEOUT) -> List[Tuple[PeerRecord, int]]:
+    """Java's KafkaShareConsumer in ``config``'s group (``share-consume`` mode): each record it got, with
+    its delivery count (explicit acknowledgement: those delivered fewer than ``release_below`` times
+    released, the rest accepted)."""
+    events = _run({"mode": "share-consume", "config": config, "subscribe": list(topics), "max_records": max_records,
+                   "idle_ms": idle_ms, "timeout_ms": timeout_ms, "release_below": release_below}, (), timeout)
+    return [(record_of(e), e["delivery_count"]) for e in events if e.get("event") == "record"]
+
+
 def java_describe_configs(config: Dict[str, str], resources: Sequence[Tuple[str, str]],
                           timeout: float = RUN_TIMEOUT) -> Dict[Tuple[str, str], Dict[str, Optional[str]]]:
     """Java's ``Admin.describeConfigs`` of ``resources`` ((type, name): "topic",

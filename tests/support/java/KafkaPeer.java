@@ -20,6 +20,14 @@
 //     until_end (assign only): stop once every partition's position reaches the end offset it had
 //     at the start (for read_committed, the last stable offset).
 //
+//   {"mode": "share-consume", "config": {...}, "subscribe": [t, ...], "max_records": n|null, "idle_ms": ms,
+//    "timeout_ms": ms, "release_below": k}
+//     a KafkaShareConsumer (KIP-932) in the config's group.id: prints each record as the consume mode
+//     does, with "delivery_count"; with explicit acknowledgement (share.acknowledgement.mode) it
+//     releases a record delivered fewer than release_below times and accepts the rest. Stops at
+//     max_records, after idle_ms without records or at timeout_ms; commitSync, close, then
+//     {"event": "done", "count": n, "reason": ...}.
+//
 //   {"mode": "group-member", "config": {...}, "subscribe": [t, ...]}
 //     stays in the group polling, printing "record" events and its rebalances
 //     ({"event": "assigned"|"revoked"|"lost", "partitions": [[t, p], ...]}); with
@@ -70,7 +78,9 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -107,6 +117,7 @@ public final class KafkaPeer {
                 case "describe-configs": describeConfigs(cmd); break;
                 case "group-offsets": groupOffsets(cmd); break;
                 case "metric-names": metricNames(cmd); break;
+                case "share-consume": shareConsume(cmd); break;
                 default: fail("unknown mode " + mode);
             }
         } catch (Exception e) {
@@ -402,6 +413,57 @@ public final class KafkaPeer {
                     lastRecord = System.currentTimeMillis();
                 }
             }
+        }
+        ObjectNode done = event("done");
+        done.put("count", count);
+        done.put("reason", reason);
+        emit(done);
+    }
+
+    private static void shareConsume(JsonNode cmd) {
+        long maxRecords = cmd.path("max_records").isNumber() ? cmd.path("max_records").asLong() : Long.MAX_VALUE;
+        long idleMs = cmd.path("idle_ms").asLong(5000);
+        long deadline = System.currentTimeMillis() + cmd.path("timeout_ms").asLong(60000);
+        int releaseBelow = cmd.path("release_below").asInt(0);
+        Properties p = props(cmd);
+        boolean explicit = "explicit".equals(p.getProperty("share.acknowledgement.mode"));
+        long count = 0;
+        String reason = "timeout";
+        try (KafkaShareConsumer<byte[], byte[]> c =
+                 new KafkaShareConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            List<String> topics = new ArrayList<>();
+            for (JsonNode t : cmd.path("subscribe")) {
+                topics.add(t.asText());
+            }
+            c.subscribe(topics);
+            long lastRecord = System.currentTimeMillis();
+            while (true) {
+                if (count >= maxRecords) {
+                    reason = "max_records";
+                    break;
+                }
+                long now = System.currentTimeMillis();
+                if (now - lastRecord >= idleMs) {
+                    reason = "idle";
+                    break;
+                }
+                if (now >= deadline) {
+                    break;
+                }
+                ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(100));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    int delivered = r.deliveryCount().map(Short::intValue).orElse(-1);
+                    ObjectNode o = record(r);
+                    o.put("delivery_count", delivered);
+                    emit(o);
+                    count++;
+                    lastRecord = System.currentTimeMillis();
+                    if (explicit) {
+                        c.acknowledge(r, delivered < releaseBelow ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
+                    }
+                }
+            }
+            c.commitSync();
         }
         ObjectNode done = event("done");
         done.put("count", count);
