@@ -438,16 +438,9 @@ public final class KafkaPeer {
             c.subscribe(topics);
             long lastRecord = System.currentTimeMillis();
             while (true) {
-                if (count >= maxRecords) {
-                    reason = "max_records";
-                    break;
-                }
-                long now = System.currentTimeMillis();
-                if (now - lastRecord >= idleMs) {
-                    reason = "idle";
-                    break;
-                }
-                if (now >= deadline) {
+                String stop = stopReason(count, maxRecords, lastRecord, idleMs, deadline);
+                if (stop != null) {
+                    reason = stop;
                     break;
                 }
                 ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(100));
@@ -469,6 +462,18 @@ public final class KafkaPeer {
         done.put("count", count);
         done.put("reason", reason);
         emit(done);
+    }
+
+    /** Why a consuming loop stops now (null: it goes on): "max_records", "idle" or "timeout". */
+    private static String stopReason(long count, long maxRecords, long lastRecord, long idleMs, long deadline) {
+        long now = System.currentTimeMillis();
+        if (count >= maxRecords) {
+            return "max_records";
+        }
+        if (now - lastRecord >= idleMs) {
+            return "idle";
+        }
+        return now >= deadline ? "timeout" : null;
     }
 
     private static boolean caughtUp(KafkaConsumer<byte[], byte[]> c, Map<TopicPartition, Long> end) {
