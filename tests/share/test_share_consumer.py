@@ -171,3 +171,45 @@ def test_options_a_share_group_decides_are_refused():
         ShareConsumer(bootstrap_servers="127.0.0.1:9")
     with pytest.raises(ConfigError):
         ShareConsumer(bootstrap_servers="127.0.0.1:9", group_id="g", share_acknowledgement_mode="sometimes")
+
+
+def test_renewed_records_keep_their_lock_and_come_back_to_be_acknowledged(kafka):
+    """RENEW (KIP-1222): a record held past the lock duration (15 s, the
+    least a group may set) by renewing it is not delivered to another
+    member meanwhile; each renewed record comes back from the next poll, to
+    be acknowledged again, and once accepted it is gone."""
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 5), _group(bootstrap)
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.incremental_alter_configs({("group", group): [AlterConfigOp("share.record.lock.duration.ms", "15000")]})
+    slow = _member(bootstrap, group, topic, share_acknowledgement_mode="explicit")
+    other = _member(bootstrap, group, topic)
+    stolen = []
+    try:
+        held = []
+        deadline = time.monotonic() + 30
+        while not held:
+            assert time.monotonic() < deadline
+            held = [r for v in slow.poll(200).values() for r in v]
+            stolen += [r.offset for v in other.poll(0).values() for r in v]
+        assert [r.offset for r in held] == list(range(5))
+        started = time.monotonic()
+        for renew_at in (9, 18):                          # past the 15 s lock only by renewing
+            while time.monotonic() - started < renew_at:
+                stolen += [r.offset for v in other.poll(300).values() for r in v]
+            for r in held:
+                slow.acknowledge(r, AcknowledgeType.RENEW)
+            back = []
+            while len(back) < 5:
+                assert time.monotonic() - started < renew_at + 10, back
+                back += [r for v in slow.poll(200).values() for r in v]
+            assert [(r.offset, r.delivery_count) for r in back] == [(o, 1) for o in range(5)]
+            held = back
+        for r in held:
+            slow.acknowledge(r, AcknowledgeType.ACCEPT)
+        assert all(e is None for e in slow.commit_sync(10).values())
+        stolen += [r.offset for _ in range(5) for v in other.poll(300).values() for r in v]
+        assert time.monotonic() - started > 18 and stolen == []
+    finally:
+        slow.close()
+        other.close()

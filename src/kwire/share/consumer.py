@@ -115,6 +115,9 @@ class ShareConsumer:
         self._buffer: Deque[_Fetched] = collections.deque()
         # the last poll's records: (node, part) -> {offset: type or None (not acknowledged yet)}
         self._delivered: Dict[Tuple[int, Part], Dict[int, Optional[int]]] = {}
+        self._handed: Dict[Tuple[int, Part], Dict[int, ShareRecord]] = {}     # the last poll's records
+        self._renewing: Dict[Tuple[int, Part], Dict[int, ShareRecord]] = {}   # RENEW sent, not answered
+        self._renewed: Deque[Tuple[int, Part, ShareRecord]] = collections.deque()   # to be returned again
         self._names: Dict[Part, TopicPartition] = {}
         self._to_send: Dict[int, Dict[Part, Dict[int, int]]] = {}   # acknowledgements taken, by node
         self._outcomes: Deque[Tuple[Dict[TopicPartition, Set[int]], Optional[BaseException]]] = collections.deque()
@@ -250,19 +253,29 @@ class ShareConsumer:
             acks = self._to_send.setdefault(node, {}).setdefault(part, {})
             for offset, kind in offsets.items():
                 acks[offset] = int(AcknowledgeType.ACCEPT) if kind is None else kind
-        self._delivered = {}
+                if kind == AcknowledgeType.RENEW:
+                    self._renewing.setdefault((node, part), {})[offset] = self._handed[(node, part)][offset]
+        self._delivered, self._handed = {}, {}
 
     def _take_records(self) -> Dict[TopicPartition, List[ShareRecord]]:
         out: Dict[TopicPartition, List[ShareRecord]] = {}
         count = 0
+        while self._renewed:        # renewed records come again, to be acknowledged once more (as Java's)
+            node, part, r = self._renewed.popleft()
+            self._delivered.setdefault((node, part), {})[r.offset] = None
+            self._handed.setdefault((node, part), {})[r.offset] = r
+            out.setdefault(self._names[part], []).append(r)
+            count += 1
         while self._buffer and count < self.cfg["max_poll_records"]:
             f = self._buffer.popleft()
             offsets: Dict[int, Optional[int]] = self._delivered.setdefault((f.node, f.part), {})
             for first, last in f.gaps:
                 for o in range(first, last + 1):
                     offsets[o] = GAP
+            handed = self._handed.setdefault((f.node, f.part), {})
             for r in f.records:
                 offsets[r.offset] = None
+                handed[r.offset] = r
             if f.records:
                 out.setdefault(f.tp, []).extend(f.records)
                 count += len(f.records)
@@ -374,14 +387,14 @@ class ShareConsumer:
         if error is not None:
             session.failed()
             log.debug("share group %s: request to node %s failed: %s", self.cfg["group_id"], node, error)
-            self._outcome(flight.acks, error)
+            self._failed(node, flight.acks, error)
             return
         resp = fut.value
         session.answered(resp.error_code)
         if resp.error_code:
             err = protocol.error_for(resp.error_code, api=type(resp).__name__[:-len("Response")],
                                      message=resp.error_message or None)
-            self._outcome(flight.acks, err)
+            self._failed(node, flight.acks, err)
             if resp.error_code not in SESSION_ERRORS and not getattr(err, "retriable", False):
                 self._errors.append(err)
             return
@@ -394,12 +407,31 @@ class ShareConsumer:
                 answered.add(part)
                 ack_code = getattr(pr, "acknowledge_error_code", pr.error_code)
                 if part in flight.acks:
-                    self._outcome({part: flight.acks[part]}, self._part_error(ack_code, part, pr))
+                    error = self._part_error(ack_code, part, pr)
+                    self._outcome({part: flight.acks[part]}, error)
+                    self._renewals_answered(node, part, flight.acks[part], error)
                 if flight.fetch and hasattr(pr, "acquired_records"):
                     self._take_fetched(node, part, pr)
         missing = {part: a for part, a in flight.acks.items() if part not in answered}
         if missing:
-            self._outcome(missing, KwireError("the broker's answer did not mention the partition acknowledged"))
+            self._failed(node, missing, KwireError("the broker's answer did not mention the partition acknowledged"))
+
+    def _failed(self, node: int, acks: Mapping[Part, Mapping[int, int]], error: BaseException) -> None:
+        self._outcome(acks, error)
+        for part, offsets in acks.items():
+            self._renewals_answered(node, part, offsets, error)
+
+    def _renewals_answered(self, node: int, part: Part, acks: Mapping[int, int],
+                           error: Optional[BaseException]) -> None:
+        """Renewed records return with the next poll; those whose renewal failed are dropped (their lock
+        is gone: the broker delivers them again, to any member)."""
+        renewing = self._renewing.get((node, part))
+        if not renewing:
+            return
+        for offset, kind in acks.items():
+            r = renewing.pop(offset, None) if kind == AcknowledgeType.RENEW else None
+            if r is not None and error is None:
+                self._renewed.append((node, part, r))
 
     def _part_error(self, code: int, part: Part, pr: Any) -> Optional[BaseException]:
         if not code:
@@ -504,4 +536,4 @@ class ShareConsumer:
         for (node, part), offsets in self._delivered.items():
             acks = self._to_send.setdefault(node, {}).setdefault(part, {})
             acks.update({o: t for o, t in offsets.items() if t is not None})
-        self._delivered = {}
+        self._delivered, self._handed = {}, {}
