@@ -518,6 +518,7 @@ SHARE_CONSUMER: Dict[str, Option] = {
     **{name: CONSUMER[name] for name in ("fetch_min_bytes", "fetch_max_wait_ms", "fetch_max_bytes", "max_poll_records",
                                          "check_crcs", "max_decompressed_bytes", "max_poll_interval_ms",
                                          "client_rack")},
+    "default_api_timeout_ms": Option(60000, _int(0), "how long commit_sync waits when given no timeout"),
     "share_acknowledgement_mode": Option("implicit", _choice("implicit", "explicit"),
                                          "implicit: the next poll, commit_sync, commit_async accept what the last "
                                          "poll returned; explicit: each record is acknowledged with acknowledge()"),

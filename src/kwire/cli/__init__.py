@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional
 from kwire.cli.consume import add_consume
 from kwire.cli.options import client_config
 from kwire.cli.produce import add_produce
+from kwire.cli.share import add_share, cmd_share
 from kwire.cli.top import add_top
 
 __all__ = ["add_commands", "run", "SECURITY_HELP", "REGISTRY_HELP"]
@@ -141,6 +142,26 @@ def _reset_target(a: Any, args: argparse.Namespace, tps: List[Any], committed: D
     return out
 
 
+def _describe_share_group(a: Any, gid: str) -> None:
+    """A share group's members and each share-partition's start offset and lag."""
+    d = a.describe_share_groups([gid])[gid]
+    print(f"group {gid}  type=share  state={d.state}  epoch={d.group_epoch}  assignor={d.assignor}  "
+          f"members={len(d.members)}")
+    owners: Dict[Any, List[str]] = {}
+    for m in d.members:
+        print(f"  member {m.member_id}  client={m.client_id}  host={m.client_host}  epoch={m.member_epoch}  "
+              f"partitions={len(m.assignment)}")
+        for tp in m.assignment:
+            owners.setdefault(tp, []).append(m.member_id)
+    offsets = a.list_share_group_offsets(gid)
+    print("  topic\tpartition\tstart\tlag\tmembers")
+    for tp in sorted(set(offsets) | set(owners)):
+        o = offsets.get(tp)
+        start = "-" if o is None or o.start_offset is None else o.start_offset
+        lag = "-" if o is None or o.lag is None else o.lag
+        print(f"  {tp.topic}\t{tp.partition}\t{start}\t{lag}\t{','.join(owners.get(tp, [])) or '-'}")
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
     """``kwire groups list | describe GROUP... | reset-offsets GROUP | delete GROUP...``."""
     from kwire.admin import Admin
@@ -154,8 +175,12 @@ def cmd_groups(args: argparse.Namespace) -> int:
         if not args.groups:
             raise SystemExit(f"kwire groups {args.action}: name a group")
         if args.action == "describe":
-            descs = a.describe_groups(args.groups)
-            for gid in args.groups:
+            shares = {g.group_id for g in a.list_groups(types=["share"])} & set(args.groups)
+            for gid in (g for g in args.groups if g in shares):
+                _describe_share_group(a, gid)
+            others = [g for g in args.groups if g not in shares]
+            descs = a.describe_groups(others) if others else {}
+            for gid in others:
                 d = descs[gid]
                 epoch = f"  epoch={d.epoch}" if d.group_type == "consumer" else ""
                 print(f"group {gid}  type={d.group_type}  state={d.state}  protocol={d.protocol_type}/"
@@ -512,6 +537,11 @@ def add_commands(sub: Any) -> None:
     add_consume(p)
     p.epilog = REGISTRY_HELP + "\n" + SECURITY_HELP
 
+    p = sub.add_parser("share", help="consume as a member of a share group (KIP-932): JSON lines with delivery counts")
+    common(p)
+    add_share(p)
+    p.set_defaults(func=cmd_share)
+
     p = sub.add_parser("topics", help="list, create, delete or describe topics")
     common(p)
     p.add_argument("action", choices=["list", "create", "delete", "describe"])
@@ -540,7 +570,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--to-datetime", type=int, metavar="MS", help="first offset at or after this timestamp (ms)")
     p.add_argument("--shift-by", type=int, help="move the committed offsets by this much (clamped to the log)")
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: show them only)")
-    p.add_argument("--type", help="list: only groups of this type (classic, consumer; ListGroups v5+)")
+    p.add_argument("--type", help="list: only groups of this type (classic, consumer, share; ListGroups v5+)")
     p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("configs", help="describe or alter the configs of a topic, broker, broker logger, group or "
