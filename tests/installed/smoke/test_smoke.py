@@ -384,3 +384,19 @@ def test_prometheus_extra(bootstrap, topic):
         registry.register(KwireCollector(p))
         text = generate_latest(registry).decode()
     assert f'kafka_producer_topic_metrics_record_send_total{{client_id="smoke",topic="{topic}"}} 1.0' in text
+
+
+def test_share_records_sorted_by_the_compiled_core():
+    """kwire.share's compiled piece (kwire._core.acquired) in the wheel: a share group's records taken from
+    decoded batches by the ranges acquired for the member (share groups need Kafka 4.2+, not the bundled
+    broker: tests/share runs the consumer)."""
+    from kwire._codec import RecordBatchBuilder, decode
+    from kwire._core.acquired import take_acquired
+    from kwire.share import AcknowledgeType, ShareConsumer, ShareRecord  # noqa: F401
+
+    b = RecordBatchBuilder(base_offset=10)
+    for i in range(3):
+        b.append(b"v%d" % i)
+    taken, gaps = take_acquired(decode(b.build()).records, [(11, 14, 2)], "t", 0)
+    assert [(r.offset, r.delivery_count, r.value) for r in taken] == [(11, 2, b"v1"), (12, 2, b"v2")]
+    assert gaps == [(13, 14)] and isinstance(taken[0], ShareRecord)
