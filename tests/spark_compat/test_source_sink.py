@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from compat_util import available_now, committed_values, new_topic, produce, read, read_stream, rows, wait_until
+from kwire.errors import KwireError
 from kwire.spark import FEATURES
 
 pytestmark = pytest.mark.skipif(not FEATURES.data_source,
@@ -77,15 +78,22 @@ def test_stream_read_available_now(spark, kafka_bootstrap, tmp_path, caplog):
                      includeHeaders="true")
     cols = observe(df).select("topic", "partition", "offset", "key", "value", "timestamp", "timestampType",
                               "headers")
-    listener = MetricsListener(spark)
-    spark.streams.addListener(listener)
-    caplog.set_level("INFO", logger="kwire.spark.listener")
-    try:
+    if FEATURES.version.startswith("4.3"):
+        # PySpark 4.3.0's SparkEnv cannot be reflected on by py4j without protobuf-java on the driver's
+        # class path: refused here, from this thread, not in the listener bus's (which would stop the context)
+        with pytest.raises(KwireError, match="spark.driver.extraClassPath"):
+            MetricsListener(spark)
         q = available_now(cols, ckpt, fmt="parquet", path=out)
-        wait_until(lambda: "are gauges of Spark's metrics system" in caplog.text and not listener._sources)
-    finally:
-        spark.streams.removeListener(listener)
-    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    else:
+        listener = MetricsListener(spark)
+        spark.streams.addListener(listener)
+        caplog.set_level("INFO", logger="kwire.spark.listener")
+        try:
+            q = available_now(cols, ckpt, fmt="parquet", path=out)
+            wait_until(lambda: "are gauges of Spark's metrics system" in caplog.text and not listener._sources)
+        finally:
+            spark.streams.removeListener(listener)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [RECORDS]
     batch = rows(read(spark, "kwire", kafka_bootstrap, subscribe=source, includeHeaders="true"))
     assert rows(spark.read.parquet(out)) == batch

@@ -25,7 +25,12 @@ server (which PySpark starts for the listener): Spark asks it for its name
 and registry when it is registered and removed. This needs a classic
 session; a Spark Connect client has no JVM to reach, and runs listeners on
 the server, so :class:`MetricsListener` refuses it (read
-``source_metrics(query.lastProgress)`` there).
+``source_metrics(query.lastProgress)`` there). PySpark 4.3.0's driver
+cannot be reflected on by py4j where the metrics system is (its
+``SparkEnv`` names protobuf classes its jars lack): the listener checks as
+it is made, from the caller's thread, and refuses, naming the remedy
+(protobuf-java on ``spark.driver.extraClassPath``), rather than fail in the
+listener bus's thread, which would stop the SparkContext.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import BinaryType
 
 from kwire.errors import KwireError
+from kwire.spark.compat import FEATURES, release
 from kwire.spark.metrics import GAUGES, OBSERVED_BYTES, OBSERVED_RECORDS, source_metrics
 
 __all__ = ["observe", "MetricsListener", "SOURCE_PREFIX"]
@@ -128,12 +134,30 @@ class MetricsListener(StreamingQueryListener):
                              "Connect read kwire.spark.source_metrics(query.lastProgress) instead")
         self._jvm = jvm
         self._prefix = prefix
+        self._probe()
         self._sources: Dict[str, _QuerySource] = {}     # by run id
         self._failed: set = set()
         self._lock = threading.Lock()
 
     def _metrics_system(self) -> Any:
         return self._jvm.org.apache.spark.SparkEnv.get().metricsSystem()
+
+    def _probe(self) -> None:
+        """Refuse, from the caller's thread, a driver where py4j cannot reflect on ``SparkEnv`` (PySpark
+        4.3.0's names protobuf classes its jars lack): the same reach from the listener bus's thread would kill
+        that thread, and with it the SparkContext; and even a failed reach from here leaves the JVM unable to
+        find Python data sources afterwards. So it is not tried: the protobuf class is looked for instead."""
+        if release(FEATURES.version) < (4, 3):
+            return
+        try:
+            self._jvm.java.lang.Class.forName("com.google.protobuf.MessageOrBuilder")
+        except Exception:
+            raise KwireError(
+                f"kwire.spark.MetricsListener cannot reach Spark's metrics system from Python on PySpark "
+                f"{FEATURES.version}: py4j cannot reflect on its SparkEnv, which names protobuf classes its jars "
+                "lack. Put protobuf-java on the driver's class path (spark.driver.extraClassPath=<protobuf-java "
+                "jar>, com.google.protobuf:protobuf-java on Maven Central), or read "
+                "kwire.spark.source_metrics(query.lastProgress)") from None
 
     def onQueryStarted(self, event: Any) -> None:
         pass
