@@ -175,7 +175,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
         if not args.groups:
             raise SystemExit(f"kwire groups {args.action}: name a group")
         if args.action == "describe":
-            shares = {g.group_id for g in a.list_groups(types=["share"])} & set(args.groups)
+            # share groups by the listing's type (no type filter: a broker without share groups may refuse it)
+            shares = {g.group_id for g in a.list_groups() if g.group_type == "share"} & set(args.groups)
             for gid in (g for g in args.groups if g in shares):
                 _describe_share_group(a, gid)
             others = [g for g in args.groups if g not in shares]
