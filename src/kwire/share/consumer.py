@@ -69,6 +69,11 @@ _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_L
                             ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.INCONSISTENT_TOPIC_ID})
 
 
+#: The most offsets one partition's ShareFetch answer may acquire (Kafka's share.partition.max.record.locks is
+#: at most 4,000 records in flight per share-partition; whole batches may go a little past it).
+MAX_ACQUIRED = 100_000
+
+
 @dataclass
 class _Fetched:
     """One partition's records from one ShareFetch answer, not yet returned."""
@@ -454,6 +459,14 @@ class ShareConsumer:
         if tp is None or not pr.acquired_records:
             return
         ranges = merge_ranges((a.first_offset, a.last_offset, a.delivery_count) for a in pr.acquired_records)
+        acquired = sum(last - first + 1 for first, last, _ in ranges)
+        if not ranges or acquired > MAX_ACQUIRED:
+            # each acquired offset is acknowledged one by one: a broker's answer claiming more than a share
+            # partition can hold in flight (Kafka's most is 4,000) is refused, not expanded; the locks lapse
+            self._errors.append(KwireError(
+                f"{tp.topic}[{tp.partition}]: the broker acquired {acquired} offsets from offset "
+                f"{ranges[0][0] if ranges else '-'} in one ShareFetch answer, more than kwire takes ({MAX_ACQUIRED})"))
+            return
         try:
             decoded = self._decoder.decode(pr.records or b"", topic=tp.topic, partition=tp.partition,
                                            min_offset=ranges[0][0]).records
