@@ -129,6 +129,7 @@ class ShareConsumer:
         self._errors: Deque[BaseException] = collections.deque()
         self._callback: Optional[AcknowledgementCallback] = None
         self._in_callback = False
+        self._callback_failed = False
         self.acquisition_lock_timeout_ms: Optional[int] = None
         self._closed = False
 
@@ -496,7 +497,11 @@ class ShareConsumer:
                 try:
                     self._callback(offsets, error)
                 except Exception:
-                    log.exception("share group %s: the acknowledgement commit callback raised", self.cfg["group_id"])
+                    # said once with its traceback, then at DEBUG: a callback that always raises floods nothing
+                    log.log(logging.DEBUG if self._callback_failed else logging.ERROR,
+                            "share group %s: the acknowledgement commit callback raised", self.cfg["group_id"],
+                            exc_info=True)
+                    self._callback_failed = True
                 finally:
                     self._in_callback = False
         return out

@@ -382,11 +382,7 @@ public final class KafkaPeer {
                     end.putAll(c.endOffsets(tps));
                 }
             } else {
-                List<String> topics = new ArrayList<>();
-                for (JsonNode t : cmd.path("subscribe")) {
-                    topics.add(t.asText());
-                }
-                c.subscribe(topics);
+                c.subscribe(subscribed(cmd));
             }
             long lastRecord = System.currentTimeMillis();
             while (true) {
@@ -431,11 +427,7 @@ public final class KafkaPeer {
         String reason = "timeout";
         try (KafkaShareConsumer<byte[], byte[]> c =
                  new KafkaShareConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-            List<String> topics = new ArrayList<>();
-            for (JsonNode t : cmd.path("subscribe")) {
-                topics.add(t.asText());
-            }
-            c.subscribe(topics);
+            c.subscribe(subscribed(cmd));
             long lastRecord = System.currentTimeMillis();
             while (true) {
                 String stop = stopReason(count, maxRecords, lastRecord, idleMs, deadline);
@@ -462,6 +454,15 @@ public final class KafkaPeer {
         done.put("count", count);
         done.put("reason", reason);
         emit(done);
+    }
+
+    /** The topics a command's "subscribe" names. */
+    private static List<String> subscribed(JsonNode cmd) {
+        List<String> topics = new ArrayList<>();
+        for (JsonNode t : cmd.path("subscribe")) {
+            topics.add(t.asText());
+        }
+        return topics;
     }
 
     /** Why a consuming loop stops now (null: it goes on): "max_records", "idle" or "timeout". */
@@ -505,10 +506,7 @@ public final class KafkaPeer {
             stop.set(true);     // seen within a poll's 100 ms (no wakeup(): it could break a commit in a callback)
         }, "stdin");
         reader.setDaemon(true);
-        List<String> topics = new ArrayList<>();
-        for (JsonNode t : cmd.path("subscribe")) {
-            topics.add(t.asText());
-        }
+        List<String> topics = subscribed(cmd);
         c.subscribe(topics, new ConsumerRebalanceListener() {
             @Override
             public void onPartitionsRevoked(Collection<TopicPartition> revoked) {
