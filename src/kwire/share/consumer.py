@@ -241,6 +241,12 @@ class ShareConsumer:
             yield 0.0 if left <= 0 else min(left, 0.1)
             turned = True
 
+    def _hold(self, error: BaseException) -> None:
+        """Keep ``error`` for the next poll to raise; one already held alike (a partition refused at each
+        fetch) is not held twice, so what is held stays bounded by the partitions' distinct errors."""
+        if not any(type(e) is type(error) and str(e) == str(error) for e in self._errors):
+            self._errors.append(error)
+
     def _raise_errors(self) -> None:
         if self._member.fatal is not None:
             raise without_traceback(self._member.fatal, chained=False)
@@ -402,7 +408,7 @@ class ShareConsumer:
                                      message=resp.error_message or None)
             self._failed(node, flight.acks, err)
             if resp.error_code not in SESSION_ERRORS and not getattr(err, "retriable", False):
-                self._errors.append(err)
+                self._hold(err)
             return
         if getattr(resp, "acquisition_lock_timeout_ms", 0):
             self.acquisition_lock_timeout_ms = resp.acquisition_lock_timeout_ms
@@ -453,7 +459,7 @@ class ShareConsumer:
             if pr.error_code in _LEADER_ERRORS:
                 self._client.request_metadata_update()
             else:
-                self._errors.append(protocol.error_for(pr.error_code, api="ShareFetch",
+                self._hold(protocol.error_for(pr.error_code, api="ShareFetch",
                                                        topic=tp.topic if tp else None,
                                                        message=pr.error_message or None))
             return
@@ -464,7 +470,7 @@ class ShareConsumer:
         if not ranges or acquired > MAX_ACQUIRED:
             # each acquired offset is acknowledged one by one: a broker's answer claiming more than a share
             # partition can hold in flight (Kafka's most is 4,000) is refused, not expanded; the locks lapse
-            self._errors.append(KwireError(
+            self._hold(KwireError(
                 f"{tp.topic}[{tp.partition}]: the broker acquired {acquired} offsets from offset "
                 f"{ranges[0][0] if ranges else '-'} in one ShareFetch answer, more than kwire takes ({MAX_ACQUIRED})"))
             return
@@ -475,7 +481,7 @@ class ShareConsumer:
             # as Java's client: a batch that cannot be read is rejected (it would fail every member alike)
             self._to_send.setdefault(node, {}).setdefault(part, {}).update(
                 {o: int(AcknowledgeType.REJECT) for first, last, _ in ranges for o in range(first, last + 1)})
-            self._errors.append(e)
+            self._hold(e)
             return
         records, gaps = take_acquired(decoded, ranges, tp.topic, tp.partition)
         self._buffer.append(_Fetched(tp, part, node, records, gaps))
