@@ -241,6 +241,44 @@ def test_kwire_spark_write_jobs_exactly_once(spark, kafka):
         kwire.spark.write(batch, batch_id=6, **opts)
 
 
+def test_a_failed_jobs_stragglers_leave_nothing_open(kafka):
+    """A failed batch write's clean-up (close_job) against the tasks Spark
+    lets run on after the job failed (CI once caught one: its transaction,
+    begun after the old clean-up, held a partition's read_committed readers
+    back): a straggler that had its epoch is fenced, one that begins after
+    the clean-up reads the job's abort marker and writes nothing, and
+    nothing of the job is left open."""
+    import pyarrow as pa
+
+    from kwire.admin_ops.leftovers import find
+    from kwire.errors import KwireError
+    from kwire.producer import Producer
+    from kwire.spark.exactly_once import close_job, job_prefix, prepare
+
+    bootstrap = kafka.bootstrap("plaintext")
+    sink = parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": new_topic(bootstrap, 2),
+                               "deliveryGuarantee": "exactly-once"})
+    prefix = job_prefix(sink)
+    rows = pa.record_batch([pa.array([b"late"])], names=["value"])
+    early = Producer(dict(sink.producer_config(), **{"transactional.id": f"{prefix}-0"}))
+    try:
+        early.init_transactions()                          # its epoch taken before the clean-up
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            assert close_job(admin, sink, prefix) == [f"{prefix}-0"]
+            early.begin_transaction()
+            early.send(sink.topic, b"early")
+            with pytest.raises(KwireError, match="(?i)fenced|epoch"):
+                early.flush(30.0)
+                early.commit_transaction(30.0)
+        late = prepare(iter([rows]), sink, TaskIdentity(prefix, 1, None))   # began after the clean-up
+        assert (late.records, late.producer_id) == (0, -1)
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            assert find(admin, prefix).open == []
+    finally:
+        early.close(5.0)
+    assert read_values(bootstrap, sink.topic, 2, committed=False, settle=0) == []
+
+
 def test_a_timeout_above_the_brokers_maximum_is_refused_on_the_driver(spark, kafka):
     """kafka.transaction.timeout.ms above transaction.max.timeout.ms (15
     minutes by default) is refused before any task runs, naming both."""

@@ -10,7 +10,9 @@ by ``kwire.spark.write`` after a failed job.
 The names are the sink's: transactional ids ``<prefix>-<Spark partition>``
 for a streaming query (prefix ``kwire-<query id>`` unless
 ``transactionalIdPrefix`` was given) and ``<prefix>-<job id>-<partition>``
-for a batch write; each streaming id's marker group has the id's name.
+for a batch write; each streaming id's marker group has the id's name, and
+a failed batch write leaves a group named ``<prefix>-<job id>`` (its
+tasks' sign that the job was aborted).
 tests/spark/test_exactly_once.py checks that :func:`id_pattern` matches the
 ids the sink makes.
 
@@ -39,8 +41,8 @@ def query_prefix(query_id: str) -> str:
 
 def id_pattern(prefix: str) -> str:
     """The regular expression (Java's syntax and Python's) of the
-    transactional ids the sink makes with ``prefix``."""
-    return f"{re.escape(prefix)}-(?:[0-9a-f]{{12}}-)?[0-9]+"
+    transactional ids and groups the sink makes with ``prefix``."""
+    return f"{re.escape(prefix)}-(?:[0-9a-f]{{12}}(?:-[0-9]+)?|[0-9]+)"
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,15 @@ def find(admin: Any, prefix: str, timeout: Optional[float] = None) -> Leftovers:
     return Leftovers(txns, groups)
 
 
-def abort(admin: Any, prefix: str, timeout: Optional[float] = None) -> Tuple[Leftovers, List[str]]:
+def abort(admin: Any, prefix: str, timeout: Optional[float] = None,
+          every: bool = False) -> Tuple[Leftovers, List[str]]:
     """Fence each of the prefix's ids with an open transaction (InitProducerId:
-    the coordinator aborts the transaction); returns what was found and the
+    the coordinator aborts the transaction), or (``every``) each id the
+    coordinators know, whatever its state (a producer that has its epoch
+    but has not begun yet is fenced too); returns what was found and the
     ids fenced."""
     found = find(admin, prefix, timeout)
-    todo = found.open
+    todo = [tid for tid, _ in found.transactions] if every else found.open
     if todo:
         admin.fence_producers(todo, timeout=timeout)
     return found, todo

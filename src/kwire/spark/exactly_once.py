@@ -31,7 +31,8 @@ The prefix is ``transactionalIdPrefix``, by default ``kwire-<query id>``
 (Spark's query id, kept across restarts from the checkpoint); a batch
 (non-streaming) write adds a fresh id of its own per job (no marker: a
 failed batch job is not resumed, it is run again as a new job, and its
-transactions are aborted by ``abort``).
+transactions are aborted by ``abort``, after an abort marker that tasks
+still running then read: :func:`close_job`).
 
 What it needs and what it cannot do (see the README):
 
@@ -96,7 +97,7 @@ from kwire.spark.sink import send_batches
 from kwire.types import OffsetAndMetadata
 
 __all__ = ["Prepared", "TaskIdentity", "ExactlyOnceCommitError", "task_identity", "job_prefix", "prepare",
-           "commit", "abort", "abort_job", "fence", "marker_batch", "check_transaction_timeout", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
+           "commit", "abort", "abort_job", "close_job", "fence", "marker_batch", "check_transaction_timeout", "BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "TEST_HOOK_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ SHORT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_CONFIG = "transaction.max.timeout.ms"
 #: The brokers' config that allows KIP-939's two-phase commit transactions.
 TWO_PHASE_CONFIG = "transaction.two.phase.commit.enable"
+#: The metadata of a failed batch write's abort marker (:func:`close_job`).
+JOB_ABORTED = "kwire exactly-once: job aborted"
 _FENCED = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE)
 
 
@@ -250,9 +253,11 @@ def prepare(batches: Iterator[pa.RecordBatch], sink: SinkOptions, ident: TaskIde
     producer = Producer(cfg)
     try:
         producer.init_transactions()
+        if ident.batch_id is None and _job_aborted(ident, sink):
+            _drain(batches)
+            return Prepared(ident.partition, 0, tid, started=started)
         if ident.batch_id is not None and _committed_before(ident, sink):
-            for _ in batches:                      # Spark's input is drained, not written
-                pass
+            _drain(batches)
             return Prepared(ident.partition, 0, tid, batch_id=ident.batch_id, already_committed=True, started=started)
         producer.begin_transaction()
         topics: List[str] = []
@@ -276,12 +281,38 @@ def prepare(batches: Iterator[pa.RecordBatch], sink: SinkOptions, ident: TaskIde
         producer.close(30.0)                       # a transaction left open stays open
 
 
+def _drain(batches: Iterator[pa.RecordBatch]) -> None:
+    """Spark's input read to its end, not written."""
+    for _ in batches:
+        pass
+
+
 def _committed_before(ident: TaskIdentity, sink: SinkOptions) -> bool:
     with Admin(admin_config(sink)) as admin:
         last = marker_batch(admin, ident.transactional_id, END_TIMEOUT)
     if last is not None and last >= ident.batch_id:  # type: ignore[operator]
         log.warning("kwire exactly-once: %s: batch %s was committed by an earlier run (marker: batch %d); "
                     "its rows are not written again", ident.transactional_id, ident.batch_id, last)
+        return True
+    return False
+
+
+def _job_aborted(ident: TaskIdentity, sink: SinkOptions) -> bool:
+    """A batch write's task, after its ``InitProducerId``: whether the driver
+    aborted the job before (:func:`close_job`'s marker), as it does when
+    another task failed while this one was still running: such a
+    straggler's transaction, begun after the driver's clean-up, would be
+    left open and hold back read_committed readers until it timed out. A
+    marker that cannot be read is taken as none."""
+    try:
+        with Admin(admin_config(sink)) as admin:
+            offsets = admin.list_group_offsets(ident.prefix, timeout=END_TIMEOUT)
+    except KwireError as e:
+        log.info("kwire exactly-once: %s: the job's abort marker not read (%s)", ident.transactional_id, e)
+        return False
+    if any(om.metadata == JOB_ABORTED for om in offsets.values()):
+        log.warning("kwire exactly-once: %s: the job was aborted before this task began its transaction; nothing "
+                    "written", ident.transactional_id)
         return True
     return False
 
@@ -388,7 +419,10 @@ def abort(messages: Sequence[Any], sink: SinkOptions, batch_id: Optional[int] = 
                 log.warning("kwire exactly-once: batch %s: abort of %s: %s (a transaction left open is aborted by "
                             "its coordinator after transaction.timeout.ms, or by the partition's next attempt)",
                             batch_id, p.transactional_id, e)
-        fence(admin, silent, batch_id)
+        if batch_id is None and prefix:
+            close_job(admin, sink, prefix)
+        else:
+            fence(admin, silent, batch_id)
     log.warning("kwire exactly-once: batch %s aborted: %d transactions, %d transactional ids of tasks that reported "
                 "nothing fenced; none of their rows visible", batch_id, len(todo), len(silent))
 
@@ -396,16 +430,54 @@ def abort(messages: Sequence[Any], sink: SinkOptions, batch_id: Optional[int] = 
 def abort_job(sink: SinkOptions, prefix: str, batch_id: Optional[int] = None) -> None:
     """After a failed ``kwire.spark.write`` job, whose tasks' reports never
     reached the driver: every open transaction of ``prefix``'s ids aborted
-    (found with ListTransactions: :mod:`kwire.admin_ops.leftovers`)."""
+    (found with ListTransactions: :mod:`kwire.admin_ops.leftovers`); for a
+    batch job (no ``batch_id``: its prefix is its own), :func:`close_job`."""
     try:
         with Admin(admin_config(sink)) as admin:
-            found, fenced = leftovers.abort(admin, prefix, END_TIMEOUT)
+            if batch_id is None:
+                fenced = close_job(admin, sink, prefix)
+            else:
+                fenced = leftovers.abort(admin, prefix, END_TIMEOUT)[1]
     except KwireError as e:
         log.warning("kwire exactly-once: batch %s: the open transactions of %s not aborted: %s (their coordinators "
                     "abort them after transaction.timeout.ms, or the partitions' next attempts do)", batch_id, prefix, e)
         return
-    log.warning("kwire exactly-once: batch %s failed: %d open transactions of %s aborted; none of their rows visible",
-                batch_id, len(fenced), prefix)
+    log.warning("kwire exactly-once: batch %s failed: the transactions of %s aborted (%d transactional ids fenced); "
+                "none of their rows visible", batch_id, prefix, len(fenced))
+
+
+def close_job(admin: Admin, sink: SinkOptions, prefix: str) -> List[str]:
+    """A failed batch write's clean-up, which its stragglers (tasks Spark
+    let run on after the job failed) cannot slip past: first the job's
+    abort marker (an offset of the group named ``prefix``, which each task
+    reads after its ``InitProducerId`` and then writes nothing), then every
+    transactional id of the job the coordinators know, in any state,
+    fenced (an open transaction aborted; a task that has its epoch but has
+    not begun is fenced too). A task whose ``InitProducerId`` came after
+    the listing reads the marker. Returns the ids fenced."""
+    _mark_job_aborted(admin, sink, prefix)
+    try:
+        return leftovers.abort(admin, prefix, END_TIMEOUT, every=True)[1]
+    except KwireError as e:
+        log.warning("kwire exactly-once: the transactions of %s not aborted: %s (their coordinators abort them after "
+                    "transaction.timeout.ms)", prefix, e)
+        return []
+
+
+def _mark_job_aborted(admin: Admin, sink: SinkOptions, prefix: str) -> None:
+    """The abort marker: offset 0 of partition 0 of a topic the job writes
+    (the brokers keep offsets of existing topics only; the sink's
+    ``topic``, else the first the client may see), metadata
+    :data:`JOB_ABORTED`. Without it (no topic, or the group refused),
+    a straggler's transaction is aborted only by its timeout."""
+    try:
+        topic = sink.topic or next(iter(admin.list_topics(timeout=END_TIMEOUT)), None)
+        if topic is None:
+            raise KwireError("no topic to hold the marker")
+        admin.alter_group_offsets(prefix, {(topic, 0): OffsetAndMetadata(0, JOB_ABORTED)}, timeout=END_TIMEOUT)
+    except KwireError as e:
+        log.warning("kwire exactly-once: %s: the job's abort marker not written (%s): a task still running may "
+                    "leave a transaction open until transaction.timeout.ms", prefix, e)
 
 
 def fence(admin: Admin, transactional_ids: Sequence[str], batch_id: Optional[int]) -> None:
