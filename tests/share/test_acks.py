@@ -66,6 +66,28 @@ def test_take_acquired_delivers_the_acquired_records_and_reports_gaps():
         take_acquired(None, [])
 
 
+def test_acquired_rows_pick_the_columnar_rows_and_agree_with_take_acquired():
+    import array
+    import struct
+
+    from kwire._core.acquired import acquired_rows
+
+    offsets = [0, 1, 2, 4, 5, 8, 9]
+    ranges = [(1, 5, 2), (7, 11, 1)]
+    rows, counts, gaps = acquired_rows(memoryview(array.array("q", offsets)), ranges)
+    taken, want_gaps = take_acquired(_records(offsets), ranges)
+    assert [offsets[i] for i in struct.unpack(f"{len(rows) // 4}i", rows)] == [r.offset for r in taken]
+    assert list(struct.unpack(f"{len(counts) // 2}h", counts)) == [r.delivery_count for r in taken]
+    assert gaps == want_gaps
+    whole = acquired_rows(memoryview(array.array("q", [3, 4, 5])), [(3, 5, 4)])
+    assert whole == (None, struct.pack("3h", 4, 4, 4), [])                  # every row: the batch taken whole
+    assert acquired_rows(memoryview(array.array("q")), [(3, 4, 1)]) == (None, b"", [(3, 4)])
+    with pytest.raises(ValueError):
+        acquired_rows(memoryview(array.array("q", offsets)), [(5, 4, 1)])
+    with pytest.raises(TypeError):
+        acquired_rows(None, [])
+
+
 T1, T2 = uuid.uuid4(), uuid.uuid4()
 
 

@@ -1,7 +1,8 @@
 """kwire.aio.AsyncShareConsumer on Kafka 4.4: the blocking share consumer's
 logic on an event loop; a poll cancelled at any moment loses nothing (each
 record comes once, none is accepted without having been returned), and
-acknowledgements made before a cancelled poll are committed."""
+acknowledgements made before a cancelled poll are committed (poll and
+poll_columnar alike)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ async def _cancelled_polls(bootstrap: str, group: str, topic: str, records: int)
         deadline = time.monotonic() + 60
         while len(got) < records:
             assert time.monotonic() < deadline, len(got)
-            task = asyncio.ensure_future(c.poll(500))
+            columns = rng.random() < 0.5                    # records or Arrow batches, alike
+            task = asyncio.ensure_future(c.poll_columnar(500) if columns else c.poll(500))
             await asyncio.sleep(rng.choice((0, 0, 0.001, 0.01, 0.05, 0.2)))
             if not task.done():
                 task.cancel()
@@ -35,7 +37,11 @@ async def _cancelled_polls(bootstrap: str, group: str, topic: str, records: int)
                 out = await task
             except asyncio.CancelledError:
                 continue
-            got += [(r.partition, r.offset, r.delivery_count) for rs in out.values() for r in rs]
+            if columns:
+                got += [(tp.partition, o, n) for tp, b in out.items()
+                        for o, n in zip(b.column("offset").to_pylist(), b.column("delivery_count").to_pylist())]
+            else:
+                got += [(r.partition, r.offset, r.delivery_count) for rs in out.values() for r in rs]
         await c.commit_sync(10)
     return got
 

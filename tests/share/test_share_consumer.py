@@ -213,3 +213,39 @@ def test_renewed_records_keep_their_lock_and_come_back_to_be_acknowledged(kafka)
     finally:
         slow.close()
         other.close()
+
+
+def test_poll_columnar_rows_carry_their_delivery_count(kafka):
+    """poll_columnar: one Arrow batch per partition with the decoder's
+    columns and delivery_count; explicit acknowledgement by offset (the
+    offset column of a filter's rows): released rows come back with their
+    count raised, accepted and rejected ones never; implicit mode accepts
+    the last poll's rows."""
+    import pyarrow.compute as pc
+
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 2, 40), _group(bootstrap)
+    counts = collections.Counter()
+    with _member(bootstrap, group, topic, share_acknowledgement_mode="explicit") as c:
+        deadline = time.monotonic() + 60
+        while sum(counts.values()) < 40 + 20:          # each record once, the odd ones twice (released once)
+            assert time.monotonic() < deadline, counts
+            for tp, batch in c.poll_columnar(200).items():
+                assert batch.schema.names == ["offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                                              "delivery_count"]
+                assert str(batch.schema.field("delivery_count").type) == "int16"
+                for off, n in zip(batch.column("offset").to_pylist(), batch.column("delivery_count").to_pylist()):
+                    counts[(tp.partition, off)] += 1
+                    assert n == counts[(tp.partition, off)]
+                odd = pc.equal(pc.bit_wise_and(batch.column("offset"), 1), 1)
+                first = pc.equal(batch.column("delivery_count"), 1)
+                again = batch.filter(pc.and_(odd, first)).column("offset")
+                c.acknowledge_offsets(tp, again, AcknowledgeType.RELEASE)
+                c.acknowledge_offsets(tp, batch.filter(pc.invert(pc.and_(odd, first))).column("offset"))
+            with pytest.raises(IllegalStateError, match="not a record of the last poll"):
+                c.acknowledge_offsets((topic, 0), [10_000])
+        assert c.poll_columnar(1000) == {}
+        c.commit_sync()
+    assert sorted(counts.values()) == [1] * 20 + [2] * 20
+    with _member(bootstrap, group, topic) as c:                  # implicit: nothing left for another member
+        assert c.poll_columnar(2000) == {}

@@ -9,10 +9,12 @@ member's; the others are someone else's, or not available. An acquired
 offset without a record (a control record, an offset compacted away, the
 tail of a range past the last record) is a gap the member acknowledges as
 such. :func:`take_acquired` does that sorting in one pass, into
-:class:`ShareRecord` objects (used by :mod:`kwire.share`).
+:class:`ShareRecord` objects, and :func:`acquired_rows` for a columnar
+decode, into the indices of the rows to take and their delivery counts
+(used by :mod:`kwire.share`).
 """
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int16_t, int32_t, int64_t
 
 from kwire._core.records cimport BatchInfo, Record
 
@@ -69,6 +71,40 @@ cdef ShareRecord _share(Record r, int count, str topic, int partition):
     return s
 
 
+cdef Py_ssize_t _walk(const int64_t* offs, Py_ssize_t n, list ranges, int32_t* rows, int16_t* counts,
+                     list gaps) except -1:
+    """The one pass both takes make: the indices of the ``n`` ascending
+    offsets at ``offs`` inside ``ranges`` (into ``rows``, with the range's
+    delivery count into ``counts``; room for ``n`` each), and the acquired
+    offsets without one appended to ``gaps``. Returns how many were taken."""
+    cdef Py_ssize_t i = 0, taken = 0
+    cdef int64_t first, last, at, off, upto
+    cdef int count
+    for rng in ranges:
+        first, last, count = rng
+        if last < first:
+            raise ValueError(f"acquired range {first}..{last} ends before it begins")
+        at = first
+        while at <= last:
+            while i < n and offs[i] < at:
+                i += 1                      # before the range, or an offset already passed
+            if i == n:
+                gaps.append((at, last))
+                break
+            off = offs[i]
+            if off > at:                    # acquired offsets without a record, up to this one
+                upto = off - 1 if off - 1 < last else last
+                gaps.append((at, upto))
+                at = upto + 1
+                continue
+            rows[taken] = <int32_t>i
+            counts[taken] = <int16_t>count
+            taken += 1
+            i += 1
+            at += 1
+    return taken
+
+
 def take_acquired(list records not None, list ranges not None, str topic=None, int partition=-1):
     """Sort one partition's decoded ``records`` (of ``topic`` and ``partition``) (ascending offsets, as a
     decoder returns them) by the ``ranges`` acquired for the member: a list
@@ -79,31 +115,39 @@ def take_acquired(list records not None, list ranges not None, str topic=None, i
     :class:`ShareRecord` with that range's delivery count, in offset order,
     and the acquired offsets that had no record, as ``(first, last)``
     ranges. Records outside every range are left out."""
-    cdef list taken = []
+    cdef Py_ssize_t i, n = len(records), taken
+    cdef list out = []
     cdef list gaps = []
-    cdef Py_ssize_t i = 0, n = len(records)
-    cdef int64_t first, last, at, off, upto
-    cdef int count
-    cdef Record r
-    for rng in ranges:
-        first, last, count = rng
-        if last < first:
-            raise ValueError(f"acquired range {first}..{last} ends before it begins")
-        at = first
-        while at <= last:
-            while i < n and <int64_t>(<Record>records[i]).offset < at:
-                i += 1                      # before the range, or a record already passed
-            if i == n:
-                gaps.append((at, last))
-                break
-            r = <Record>records[i]
-            off = r.offset
-            if off > at:                    # acquired offsets without a record, up to this one
-                upto = off - 1 if off - 1 < last else last
-                gaps.append((at, upto))
-                at = upto + 1
-                continue
-            taken.append(_share(r, count, topic, partition))
-            i += 1
-            at += 1
-    return taken, gaps
+    cdef bytearray work = bytearray(14 * n + 1)     # offsets int64, rows int32, counts int16
+    cdef char* w = <char*>work
+    cdef int64_t* offs = <int64_t*>w
+    cdef int32_t* rows = <int32_t*>(w + 8 * n)
+    cdef int16_t* counts = <int16_t*>(w + 12 * n)
+    for i in range(n):
+        offs[i] = (<Record?>records[i]).offset
+    taken = _walk(offs, n, ranges, rows, counts, gaps)
+    for i in range(taken):
+        out.append(_share(<Record>records[rows[i]], counts[i], topic, partition))
+    return out, gaps
+
+
+def acquired_rows(const int64_t[::1] offsets not None, list ranges not None):
+    """:func:`take_acquired` for a columnar decode: ``offsets`` is the
+    ``offset`` column of one partition's decoded rows (ascending), ``ranges``
+    as there.
+
+    Returns ``(rows, counts, gaps)``: ``rows`` the indices (int32, native
+    order, as bytes) of the rows inside a range, in order, or None when
+    every row is (the decoded batch is taken whole); ``counts`` each taken
+    row's delivery count (int16, native order, as bytes); ``gaps`` as
+    :func:`take_acquired`'s."""
+    cdef Py_ssize_t n = offsets.shape[0], taken
+    cdef bytearray rows = bytearray(4 * n + 1)
+    cdef bytearray counts = bytearray(2 * n + 1)
+    cdef list gaps = []
+    taken = _walk(&offsets[0] if n else NULL, n, ranges, <int32_t*>(<char*>rows), <int16_t*>(<char*>counts), gaps)
+    del counts[2 * taken:]
+    if taken == n:                  # every row, in order
+        return None, bytes(counts), gaps
+    del rows[4 * taken:]
+    return bytes(rows), bytes(counts), gaps

@@ -15,7 +15,7 @@ in implicit mode, the acceptance of the poll before) are sent all the same.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire._core.acquired import ShareRecord
 from kwire.aio.client import AioClient
@@ -64,9 +64,17 @@ class AsyncShareConsumer:
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         self._c.acknowledge(record, type)
 
+    def acknowledge_offsets(self, tp: Tuple[str, int], offsets: Iterable[int],
+                            type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        self._c.acknowledge_offsets(tp, offsets, type)
+
     async def poll(self, timeout_ms: int = 0) -> Dict[TopicPartition, List[ShareRecord]]:
         self._c._check_open()
         return await self._client.arun(self._c._poll_steps(timeout_ms))
+
+    async def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms") -> Dict[TopicPartition, Any]:
+        self._c._check_open()
+        return await self._client.arun(self._c._poll_steps(timeout_ms, self._c._columns(timestamp_unit)))
 
     async def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[BaseException]]:
         self._c._check_open()

@@ -76,13 +76,15 @@ MAX_ACQUIRED = 100_000
 
 @dataclass
 class _Fetched:
-    """One partition's records from one ShareFetch answer, not yet returned."""
+    """One partition's records from one ShareFetch answer (or those of them
+    renewed), not yet returned: the answer's record batches and the ranges
+    acquired, decoded when a poll takes them, as records or as columns."""
 
     tp: TopicPartition
     part: Part
     node: int
-    records: List[ShareRecord]
-    gaps: List[Tuple[int, int]]
+    data: Any
+    ranges: List[Tuple[int, int, int]]
 
 
 @dataclass
@@ -115,14 +117,14 @@ class ShareConsumer:
         self._explicit = self.cfg["share_acknowledgement_mode"] == "explicit"
         self._decoder = Decoder(check_crcs=self.cfg["check_crcs"],
                                 max_decompressed_bytes=self.cfg["max_decompressed_bytes"])
+        self._columnar: Dict[str, Any] = {}       # a ColumnarDecoder per timestamp unit
         self._sessions: Dict[int, ShareSession] = {}
         self._flights: Dict[int, _Flight] = {}
         self._buffer: Deque[_Fetched] = collections.deque()
         # the last poll's records: (node, part) -> {offset: type or None (not acknowledged yet)}
         self._delivered: Dict[Tuple[int, Part], Dict[int, Optional[int]]] = {}
-        self._handed: Dict[Tuple[int, Part], Dict[int, ShareRecord]] = {}     # the last poll's records
-        self._renewing: Dict[Tuple[int, Part], Dict[int, ShareRecord]] = {}   # RENEW sent, not answered
-        self._renewed: Deque[Tuple[int, Part, ShareRecord]] = collections.deque()   # to be returned again
+        self._handed: Dict[Tuple[int, Part], List[_Fetched]] = {}     # what the last poll's records came from
+        self._renewing: Dict[Tuple[int, Part], Dict[int, _Fetched]] = {}   # RENEW sent, not answered: its record
         self._names: Dict[Part, TopicPartition] = {}
         self._to_send: Dict[int, Dict[Part, Dict[int, int]]] = {}   # acknowledgements taken, by node
         self._outcomes: Deque[Tuple[Dict[TopicPartition, Set[int]], Optional[BaseException]]] = collections.deque()
@@ -176,12 +178,52 @@ class ShareConsumer:
         raise IllegalStateError(f"{record.topic}[{record.partition}]@{record.offset} cannot be acknowledged: it "
                                 "is not a record of the last poll still waiting for its acknowledgement")
 
+    def acknowledge_offsets(self, tp: Tuple[str, int], offsets: Iterable[int],
+                            type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Acknowledge rows :meth:`poll_columnar` (or :meth:`poll`) returned, by offset (explicit mode): the
+        ``offset`` column of a partition's batch, or of the rows of it a filter kept (a ``pyarrow`` array, or
+        any iterable of ints). Each offset must be a record of the last poll; none is taken otherwise."""
+        self._check_open()
+        if not self._explicit:
+            raise IllegalStateError("acknowledge_offsets() needs share_acknowledgement_mode='explicit' (this "
+                                    "consumer accepts what a poll returned at the next poll or commit)")
+        kind = int(AcknowledgeType(type))
+        tp = TopicPartition(*tp)
+        if hasattr(offsets, "to_pylist"):
+            offsets = offsets.to_pylist()
+        found = [acks for (node, part), acks in self._delivered.items() if self._names.get(part) == tp]
+        todo = list(offsets)
+        for offset in todo:
+            if not any(offset in acks and acks[offset] != GAP for acks in found):
+                raise IllegalStateError(f"{tp.topic}[{tp.partition}]@{offset} cannot be acknowledged: it is not a "
+                                        "record of the last poll")
+        for offset in todo:
+            next(acks for acks in found if offset in acks)[offset] = kind
+
     def poll(self, timeout_ms: int = 0) -> Dict[TopicPartition, List[ShareRecord]]:
         """Records per partition, each with its ``delivery_count``: about ``max_poll_records`` (whole answers of
         a partition), waiting up to ``timeout_ms`` for some. First the last poll's records are acknowledged
         (implicit mode), or must have been (explicit mode)."""
         self._check_open()
         return self._client.run(self._poll_steps(timeout_ms))
+
+    def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms") -> Dict[TopicPartition, Any]:
+        """:meth:`poll` as one ``pyarrow.RecordBatch`` per partition, no Python object per record: the
+        columns of :class:`kwire.ColumnarDecoder` (``offset``, ``timestamp`` in ``timestamp_unit``,
+        ``timestamp_type``, ``key``, ``value``, ``headers``) and ``delivery_count`` (int16). Acknowledged as
+        :meth:`poll`'s records are: by the next poll in implicit mode; by :meth:`acknowledge_offsets` in
+        explicit mode."""
+        self._check_open()
+        return self._client.run(self._poll_steps(timeout_ms, self._columns(timestamp_unit)))
+
+    def _columns(self, timestamp_unit: str) -> Any:
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError("timestamp_unit must be 'ms' or 'us'")
+        if timestamp_unit not in self._columnar:
+            from kwire.share.columns import Columns      # pyarrow only when columns are asked for
+
+            self._columnar[timestamp_unit] = Columns(self.cfg, timestamp_unit)
+        return self._columnar[timestamp_unit]
 
     def commit_sync(self, timeout: Optional[float] = None) -> Dict[TopicPartition, Optional[BaseException]]:
         """Send the acknowledgements made (implicit mode: accept the last poll's records first) and wait for
@@ -217,7 +259,7 @@ class ShareConsumer:
         if self._in_callback:
             raise IllegalStateError("the acknowledgement commit callback may not call the share consumer")
 
-    def _poll_steps(self, timeout_ms: int) -> Steps:
+    def _poll_steps(self, timeout_ms: int, columns: Any = None) -> Steps:
         if not self._member.topics:
             raise IllegalStateError("the share consumer is not subscribed to any topics")
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
@@ -227,7 +269,7 @@ class ShareConsumer:
         turned = False
         while True:
             self._raise_errors()
-            out = self._take_records()
+            out = self._take_records(columns)
             if out:
                 # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none); the
                 # acknowledgements of the last poll's records go out now, alone
@@ -266,32 +308,50 @@ class ShareConsumer:
             for offset, kind in offsets.items():
                 acks[offset] = int(AcknowledgeType.ACCEPT) if kind is None else kind
                 if kind == AcknowledgeType.RENEW:
-                    self._renewing.setdefault((node, part), {})[offset] = self._handed[(node, part)][offset]
+                    self._renewing.setdefault((node, part), {})[offset] = self._source(node, part, offset)
         self._delivered, self._handed = {}, {}
 
-    def _take_records(self) -> Dict[TopicPartition, List[ShareRecord]]:
-        out: Dict[TopicPartition, List[ShareRecord]] = {}
+    def _source(self, node: int, part: Part, offset: int) -> _Fetched:
+        """The last poll's record at ``offset`` as a fetch of its own (its answer's batches, its delivery count)."""
+        for f in self._handed.get((node, part), ()):
+            for first, last, count in f.ranges:
+                if first <= offset <= last:
+                    return _Fetched(f.tp, part, node, f.data, [(offset, offset, count)])
+        raise IllegalStateError(f"offset {offset} is not a record of the last poll")
+
+    def _take_records(self, columns: Any = None) -> Dict[TopicPartition, Any]:
+        """The buffered answers, whole, up to ``max_poll_records`` records: as lists of records, or (``columns``,
+        a :class:`kwire.share.columns.Columns`) one Arrow batch per partition. A batch that cannot be decoded
+        is rejected (as Java's client does: it would fail every member alike) and its error raised next."""
+        out: Dict[TopicPartition, Any] = {}
         count = 0
-        while self._renewed:        # renewed records come again, to be acknowledged once more (as Java's)
-            node, part, r = self._renewed.popleft()
-            self._delivered.setdefault((node, part), {})[r.offset] = None
-            self._handed.setdefault((node, part), {})[r.offset] = r
-            out.setdefault(self._names[part], []).append(r)
-            count += 1
         while self._buffer and count < self.cfg["max_poll_records"]:
             f = self._buffer.popleft()
-            offsets: Dict[int, Optional[int]] = self._delivered.setdefault((f.node, f.part), {})
-            for first, last in f.gaps:
+            try:
+                taken, offsets, gaps = (columns.take(f) if columns is not None else self._records(f))
+            except KwireError as e:
+                self._to_send.setdefault(f.node, {}).setdefault(f.part, {}).update(
+                    {o: int(AcknowledgeType.REJECT) for first, last, _ in f.ranges for o in range(first, last + 1)})
+                self._hold(e)
+                continue
+            delivered: Dict[int, Optional[int]] = self._delivered.setdefault((f.node, f.part), {})
+            for first, last in gaps:
                 for o in range(first, last + 1):
-                    offsets[o] = GAP
-            handed = self._handed.setdefault((f.node, f.part), {})
-            for r in f.records:
-                offsets[r.offset] = None
-                handed[r.offset] = r
-            if f.records:
-                out.setdefault(f.tp, []).extend(f.records)
-                count += len(f.records)
-        return out
+                    delivered[o] = GAP
+            delivered.update(dict.fromkeys(offsets))
+            self._handed.setdefault((f.node, f.part), []).append(f)
+            if offsets:
+                out.setdefault(f.tp, []).append(taken)
+                count += len(offsets)
+        if columns is not None:
+            return {tp: columns.concat(batches) for tp, batches in out.items()}
+        return {tp: [r for rs in lists for r in rs] for tp, lists in out.items()}
+
+    def _records(self, f: _Fetched) -> Tuple[List[ShareRecord], List[int], List[Tuple[int, int]]]:
+        decoded = self._decoder.decode(f.data, topic=f.tp.topic, partition=f.tp.partition,
+                                       min_offset=f.ranges[0][0]).records
+        records, gaps = take_acquired(decoded, f.ranges, f.tp.topic, f.tp.partition)
+        return records, [r.offset for r in records], gaps
 
     # ------------------------------------------------------------ requests
     def _wanted(self) -> Dict[int, Set[Part]]:
@@ -435,15 +495,15 @@ class ShareConsumer:
 
     def _renewals_answered(self, node: int, part: Part, acks: Mapping[int, int],
                            error: Optional[BaseException]) -> None:
-        """Renewed records return with the next poll; those whose renewal failed are dropped (their lock
-        is gone: the broker delivers them again, to any member)."""
+        """Renewed records return with the next poll, first, to be acknowledged once more (as Java's); those
+        whose renewal failed are dropped (their lock is gone: the broker delivers them again, to any member)."""
         renewing = self._renewing.get((node, part))
         if not renewing:
             return
-        for offset, kind in acks.items():
-            r = renewing.pop(offset, None) if kind == AcknowledgeType.RENEW else None
-            if r is not None and error is None:
-                self._renewed.append((node, part, r))
+        for offset, kind in sorted(acks.items(), reverse=True):
+            f = renewing.pop(offset, None) if kind == AcknowledgeType.RENEW else None
+            if f is not None and error is None:
+                self._buffer.appendleft(f)
 
     def _part_error(self, code: int, part: Part, pr: Any) -> Optional[BaseException]:
         if not code:
@@ -474,17 +534,7 @@ class ShareConsumer:
                 f"{tp.topic}[{tp.partition}]: the broker acquired {acquired} offsets from offset "
                 f"{ranges[0][0] if ranges else '-'} in one ShareFetch answer, more than kwire takes ({MAX_ACQUIRED})"))
             return
-        try:
-            decoded = self._decoder.decode(pr.records or b"", topic=tp.topic, partition=tp.partition,
-                                           min_offset=ranges[0][0]).records
-        except KwireError as e:
-            # as Java's client: a batch that cannot be read is rejected (it would fail every member alike)
-            self._to_send.setdefault(node, {}).setdefault(part, {}).update(
-                {o: int(AcknowledgeType.REJECT) for first, last, _ in ranges for o in range(first, last + 1)})
-            self._hold(e)
-            return
-        records, gaps = take_acquired(decoded, ranges, tp.topic, tp.partition)
-        self._buffer.append(_Fetched(tp, part, node, records, gaps))
+        self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges))
 
     def _outcome(self, acks: Mapping[Part, Mapping[int, int]], error: Optional[BaseException]) -> None:
         for part, offsets in acks.items():
