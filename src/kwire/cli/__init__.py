@@ -538,7 +538,8 @@ def add_commands(sub: Any) -> None:
     add_consume(p)
     p.epilog = REGISTRY_HELP + "\n" + SECURITY_HELP
 
-    p = sub.add_parser("share", help="consume as a member of a share group (KIP-932): JSON lines with delivery counts")
+    p = sub.add_parser("share", help="consume as a member of a share group (KIP-932): JSON lines with delivery counts; "
+                                     "set its dead-letter topic")
     common(p)
     add_share(p)
     p.set_defaults(func=cmd_share)
