@@ -102,6 +102,7 @@ FAULT_TIMEOUT = 30.0      # seconds any one fault may take (a kill, a pause, a c
 RACKS = ("rack-a", "rack-b", "rack-c")
 EXTRA_RACK = "rack-d"     # the rack of a broker added to a running cluster (add_broker)
 CONTROLLER_ID = 100       # node id of the separate controller (controllers=1)
+SHARE_KEY = 2             # FindCoordinator's key type for a share-partition's state (KIP-932)
 
 def _cluster_properties(node_id: int, roles: str, workdir: Path, ports: Dict[str, int], voters: str,
                         rack: Optional[str], advertised_external: Optional[str]) -> Dict[str, str]:
@@ -139,6 +140,10 @@ def _cluster_properties(node_id: int, roles: str, workdir: Path, ports: Dict[str
             "transaction.state.log.num.partitions": "6",
             "share.coordinator.state.topic.replication.factor": "3",
             "share.coordinator.state.topic.min.isr": "2",
+            # share groups' bounds lowered so a test group may fail over within seconds (the defaults stay)
+            "group.share.min.session.timeout.ms": "6000",
+            "group.share.min.heartbeat.interval.ms": "1000",
+            "group.share.min.record.lock.duration.ms": "5000",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
             "replica.lag.time.max.ms": "10000",
@@ -439,13 +444,25 @@ class KafkaCluster:
         """The node the cluster names as the transactional id ``tid``'s transaction coordinator now
         (FindCoordinator, key type TRANSACTION, through the INTERNAL listeners: a proxy's fault
         does not hide it), retried while the cluster has none to name."""
-        from kwire.coordinator import TRANSACTION_KEY, coordinator_from_response, find_coordinator_request
+        from kwire.coordinator import TRANSACTION_KEY
+
+        return self.coordinator(tid, TRANSACTION_KEY, timeout)
+
+    def share_coordinator(self, group: str, topic_id: object, partition: int, timeout: float = 60.0) -> int:
+        """The node holding the share-partition state of ``group`` for the partition (KIP-932's share
+        coordinator: FindCoordinator key type SHARE, key ``group:topic id:partition``)."""
+        return self.coordinator(f"{group}:{topic_id}:{partition}", SHARE_KEY, timeout)
+
+    def coordinator(self, key: str, key_type: int, timeout: float = 60.0) -> int:
+        """The node the cluster names as ``key``'s coordinator of ``key_type`` now (through the INTERNAL
+        listeners), retried while the cluster has none to name."""
+        from kwire.coordinator import coordinator_from_response, find_coordinator_request
 
         def ask():
             with self.admin() as a:
-                resp = a._client.request_any(lambda v: find_coordinator_request(v, tid, TRANSACTION_KEY), 5)
-                return coordinator_from_response(resp, tid, TRANSACTION_KEY).node_id + 1     # (node 0 would be false)
-        return self.wait_until(f"the transaction coordinator of {tid!r}", ask, timeout) - 1
+                resp = a._client.request_any(lambda v: find_coordinator_request(v, key, key_type), 5)
+                return coordinator_from_response(resp, key, key_type).node_id + 1     # (node 0 would be false)
+        return self.wait_until(f"the coordinator of {key!r}", ask, timeout) - 1
 
     def replicated_topics(self, *prefixes: str, partitions: int = 3) -> List[str]:
         """A new topic per prefix (its name the prefix and a random suffix; replication factor 3,

@@ -85,6 +85,7 @@ class _Fetched:
     node: int
     data: Any
     ranges: List[Tuple[int, int, int]]
+    generation: int = 0          # of the node's share session that acquired them
 
 
 @dataclass
@@ -120,6 +121,8 @@ class ShareConsumer:
         self._columnar: Dict[str, Any] = {}       # a ColumnarDecoder per timestamp unit
         self._sessions: Dict[int, ShareSession] = {}
         self._flights: Dict[int, _Flight] = {}
+        self._retry_at: Dict[int, float] = {}      # a node whose last request failed: not asked again before
+        self._acks_until: Dict[Tuple[int, Part], float] = {}   # acknowledgements retried until then
         self._buffer: Deque[_Fetched] = collections.deque()
         # the last poll's records: (node, part) -> {offset: type or None (not acknowledged yet)}
         self._delivered: Dict[Tuple[int, Part], Dict[int, Optional[int]]] = {}
@@ -304,19 +307,27 @@ class ShareConsumer:
                 raise IllegalStateError(f"{left} records of the last poll are not acknowledged: acknowledge each "
                                         "(share_acknowledgement_mode='explicit') before polling or committing")
         for (node, part), offsets in self._delivered.items():
-            acks = self._to_send.setdefault(node, {}).setdefault(part, {})
-            for offset, kind in offsets.items():
-                acks[offset] = int(AcknowledgeType.ACCEPT) if kind is None else kind
+            taken = {o: int(AcknowledgeType.ACCEPT) if kind is None else kind for o, kind in offsets.items()}
+            if self._stale(node, part):
+                self._outcome({part: taken}, _session_ended(node))
+                continue
+            self._to_send.setdefault(node, {}).setdefault(part, {}).update(taken)
+            for offset, kind in taken.items():
                 if kind == AcknowledgeType.RENEW:
                     self._renewing.setdefault((node, part), {})[offset] = self._source(node, part, offset)
         self._delivered, self._handed = {}, {}
+
+    def _stale(self, node: int, part: Part) -> bool:
+        """Whether the last poll's records of ``part`` from ``node`` came in a share session since gone."""
+        session = self._sessions.get(node)
+        return session is None or any(f.generation != session.generation for f in self._handed.get((node, part), ()))
 
     def _source(self, node: int, part: Part, offset: int) -> _Fetched:
         """The last poll's record at ``offset`` as a fetch of its own (its answer's batches, its delivery count)."""
         for f in self._handed.get((node, part), ()):
             for first, last, count in f.ranges:
                 if first <= offset <= last:
-                    return _Fetched(f.tp, part, node, f.data, [(offset, offset, count)])
+                    return _Fetched(f.tp, part, node, f.data, [(offset, offset, count)], f.generation)
         raise IllegalStateError(f"offset {offset} is not a record of the last poll")
 
     def _take_records(self, columns: Any = None) -> Dict[TopicPartition, Any]:
@@ -386,7 +397,7 @@ class ShareConsumer:
         wanted = self._wanted()
         fetch = fetch and not self._buffer
         for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
-            if node not in self._flights:
+            if node not in self._flights and self._retry_at.get(node, 0.0) <= now:
                 self._send(node, wanted.get(node, set()), fetch)
 
     def _acks_for(self, node: int) -> Dict[Part, Dict[int, int]]:
@@ -458,15 +469,21 @@ class ShareConsumer:
         error = fut.exception()
         if error is not None:
             session.failed()
+            # the node may be gone: who leads its partitions now; it is asked again after retry_backoff_ms
+            self._client.request_metadata_update()
+            self._retry_at[node] = time.monotonic() + self.cfg["retry_backoff_ms"] / 1000.0
             log.debug("share group %s: request to node %s failed: %s", self.cfg["group_id"], node, error)
-            self._failed(node, flight.acks, error)
+            self._failed(node, _merged(self._to_send.pop(node, {}), flight.acks), error)
             return
         resp = fut.value
+        gone = session.generation
         session.answered(resp.error_code)
         if resp.error_code:
             err = protocol.error_for(resp.error_code, api=type(resp).__name__[:-len("Response")],
                                      message=resp.error_message or None)
-            self._failed(node, flight.acks, err)
+            # acknowledgements waiting for a session that ended cannot go in the next one
+            waiting = self._to_send.pop(node, {}) if session.generation != gone else {}
+            self._failed(node, _merged(waiting, flight.acks), err)
             if resp.error_code not in SESSION_ERRORS and not getattr(err, "retriable", False):
                 self._hold(err)
             return
@@ -480,13 +497,36 @@ class ShareConsumer:
                 ack_code = getattr(pr, "acknowledge_error_code", pr.error_code)
                 if part in flight.acks:
                     error = self._part_error(ack_code, part, pr)
-                    self._outcome({part: flight.acks[part]}, error)
-                    self._renewals_answered(node, part, flight.acks[part], error)
+                    if not self._retried(node, part, flight.acks[part], error):
+                        self._outcome({part: flight.acks[part]}, error)
+                        self._renewals_answered(node, part, flight.acks[part], error)
                 if flight.fetch and hasattr(pr, "acquired_records"):
-                    self._take_fetched(node, part, pr)
+                    self._take_fetched(node, part, pr, getattr(resp, "node_endpoints", None) or ())
         missing = {part: a for part, a in flight.acks.items() if part not in answered}
         if missing:
             self._failed(node, missing, KwireError("the broker's answer did not mention the partition acknowledged"))
+
+    def _retried(self, node: int, part: Part, acks: Mapping[int, int], error: Optional[BaseException]) -> bool:
+        """Acknowledgements a live broker refused with a retriable error that is not a leader change (its
+        share-partition state not written: REQUEST_TIMED_OUT while its share coordinator moves) go again to
+        the same broker after ``retry_backoff_ms``, as Java's client retries them, until
+        ``default_api_timeout_ms`` after the first refusal; the records stay acquired meanwhile."""
+        key = (node, part)
+        if error is None or not getattr(error, "retriable", False) or getattr(error, "invalid_metadata", False):
+            self._acks_until.pop(key, None)
+            return False
+        now = time.monotonic()
+        until = self._acks_until.setdefault(key, now + self.cfg["default_api_timeout_ms"] / 1000.0)
+        if now >= until or self._closed:
+            self._acks_until.pop(key, None)
+            return False
+        pending = self._to_send.setdefault(node, {}).setdefault(part, {})
+        for offset, kind in acks.items():
+            pending.setdefault(offset, kind)          # an acknowledgement made since counts
+        self._retry_at[node] = now + self.cfg["retry_backoff_ms"] / 1000.0
+        log.debug("share group %s: %d acknowledgements of %s refused (%s): sent again", self.cfg["group_id"],
+                  len(acks), self._names.get(part), error)
+        return True
 
     def _failed(self, node: int, acks: Mapping[Part, Mapping[int, int]], error: BaseException) -> None:
         self._outcome(acks, error)
@@ -513,11 +553,13 @@ class ShareConsumer:
         return protocol.error_for(code, api="ShareAcknowledge", topic=tp.topic if tp else None,
                                   message=msg or None)
 
-    def _take_fetched(self, node: int, part: Part, pr: Any) -> None:
+    def _take_fetched(self, node: int, part: Part, pr: Any, endpoints: Any) -> None:
         tp = self._names.get(part)
         if pr.error_code:
             if pr.error_code in _LEADER_ERRORS:
-                self._client.request_metadata_update()
+                # the answer's leader hint (KIP-951, as Fetch's) moves the partition at once; else metadata
+                if tp is None or not self._client.follow_leader_hints([(tuple(tp), pr, -1)], endpoints, "ShareFetch"):
+                    self._client.request_metadata_update()
             else:
                 self._hold(protocol.error_for(pr.error_code, api="ShareFetch",
                                                        topic=tp.topic if tp else None,
@@ -534,7 +576,7 @@ class ShareConsumer:
                 f"{tp.topic}[{tp.partition}]: the broker acquired {acquired} offsets from offset "
                 f"{ranges[0][0] if ranges else '-'} in one ShareFetch answer, more than kwire takes ({MAX_ACQUIRED})"))
             return
-        self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges))
+        self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges, self._sessions[node].generation))
 
     def _outcome(self, acks: Mapping[Part, Mapping[int, int]], error: Optional[BaseException]) -> None:
         for part, offsets in acks.items():
@@ -611,3 +653,17 @@ class ShareConsumer:
             acks = self._to_send.setdefault(node, {}).setdefault(part, {})
             acks.update({o: t for o, t in offsets.items() if t is not None})
         self._delivered, self._handed = {}, {}
+
+
+def _session_ended(node: int) -> KwireError:
+    """The outcome of acknowledgements whose records came in a share session since gone."""
+    return KwireError(f"the share session with node {node} ended before the acknowledgements were sent: the "
+                      "broker released their records (they are delivered again)")
+
+
+def _merged(*acks: Mapping[Part, Mapping[int, int]]) -> Dict[Part, Dict[int, int]]:
+    out: Dict[Part, Dict[int, int]] = {}
+    for each in acks:
+        for part, offsets in each.items():
+            out.setdefault(part, {}).update(offsets)
+    return out

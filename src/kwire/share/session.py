@@ -74,6 +74,7 @@ class ShareSession:
         self.epoch = INITIAL_EPOCH
         self.partitions: Set[Part] = set()      # what the broker holds for the member (after the last answer)
         self.in_flight: Optional[Plan] = None
+        self.generation = 0                     # counts resets: records fetched in an earlier one are not ours now
 
     @property
     def is_new(self) -> bool:
@@ -122,8 +123,11 @@ class ShareSession:
         self.reset()
 
     def reset(self) -> None:
+        """The session is gone (or closed): the records acquired in it are the broker's to release, and
+        acknowledgements of them cannot go in a new one (:attr:`generation` moves on)."""
         self.epoch = INITIAL_EPOCH
         self.partitions = set()
+        self.generation += 1
 
 
 def _order(p: Part) -> Tuple[str, int]:
