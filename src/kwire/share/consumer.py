@@ -497,6 +497,10 @@ class ShareConsumer:
                 ack_code = getattr(pr, "acknowledge_error_code", pr.error_code)
                 if part in flight.acks:
                     error = self._part_error(ack_code, part, pr)
+                    log.debug("share group %s: member %s: node %s answered %d acknowledgements of %s (%s..%s) in "
+                              "epoch %d: %s", self.cfg["group_id"], self._member.member_id, node,
+                              len(flight.acks[part]), self._names.get(part), min(flight.acks[part]),
+                              max(flight.acks[part]), flight.plan.epoch, error or "done")
                     if not self._retried(node, part, flight.acks[part], error):
                         self._outcome({part: flight.acks[part]}, error)
                         self._renewals_answered(node, part, flight.acks[part], error)
