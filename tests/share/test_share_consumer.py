@@ -220,7 +220,8 @@ def test_poll_columnar_rows_carry_their_delivery_count(kafka):
     columns and delivery_count; explicit acknowledgement by offset (the
     offset column of a filter's rows): released rows come back with their
     count raised, accepted and rejected ones never; implicit mode accepts
-    the last poll's rows."""
+    the last poll's rows. metrics() counts what was returned and
+    acknowledged, under Java's names."""
     import pyarrow.compute as pc
 
     bootstrap = kafka.bootstrap("plaintext")
@@ -246,6 +247,13 @@ def test_poll_columnar_rows_carry_their_delivery_count(kafka):
                 c.acknowledge_offsets((topic, 0), [10_000])
         assert c.poll_columnar(1000) == {}
         c.commit_sync()
+        m = c.metrics()                                           # Java's KafkaShareConsumer's names
+        fm = m["consumer-share-fetch-manager-metrics"]
+        assert fm["records-consumed-total"] == 60 and fm["bytes-consumed-total"] > 0
+        assert fm["acknowledgements-send-total"] == 60 and fm["acknowledgements-error-total"] == 0
+        assert fm["fetch-total"] >= 2 and fm["records-per-request-max"] >= 1
+        assert m["consumer-share-metrics"]["request-total"] > 0
+        assert any(k.startswith("consumer-share-node-metrics,node-id=node-") for k in m)
     assert sorted(counts.values()) == [1] * 20 + [2] * 20
     with _member(bootstrap, group, topic) as c:                  # implicit: nothing left for another member
         assert c.poll_columnar(2000) == {}

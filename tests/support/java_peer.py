@@ -206,6 +206,16 @@ def java_share_consume(config: Dict[str, str], topics: Sequence[str], *, max_rec
     return [(record_of(e), e["delivery_count"]) for e in events if e.get("event") == "record"]
 
 
+def java_share_command(config: Dict[str, str], topics: Sequence[str], idle_ms: int,
+                       timeout_ms: int) -> Tuple[List[str], str]:
+    """A quiet ``share-consume`` run for a caller to start itself (benchmarks/compare_share.py): the
+    command and its stdin; its one output line is the done event, with the first and last record's
+    wall clock and the JVM's CPU time."""
+    first = {"mode": "share-consume", "config": config, "subscribe": list(topics), "idle_ms": idle_ms,
+             "timeout_ms": timeout_ms, "quiet": True}
+    return _command(), json.dumps(first) + "\n"
+
+
 def java_describe_configs(config: Dict[str, str], resources: Sequence[Tuple[str, str]],
                           timeout: float = RUN_TIMEOUT) -> Dict[Tuple[str, str], Dict[str, Optional[str]]]:
     """Java's ``Admin.describeConfigs`` of ``resources`` ((type, name): "topic",

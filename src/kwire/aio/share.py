@@ -46,6 +46,9 @@ class AsyncShareConsumer:
     def acquisition_lock_timeout_ms(self) -> Optional[int]:
         return self._c.acquisition_lock_timeout_ms
 
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        return self._c.metrics()
+
     def subscribe(self, topics: Iterable[str]) -> None:
         topics = list(topics)
         if topics:

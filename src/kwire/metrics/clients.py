@@ -3,8 +3,9 @@
 :class:`FetchMetrics` (a consumer's records and bytes, per topic and
 partition, counted per decode call from the compiled decoder's own
 counters), :class:`ProduceMetrics` (a producer's batches, counted per
-batch) and :class:`GroupMetrics` (a group member's rebalances and
-commits). :mod:`kwire.metrics.names` names them as Java does.
+batch), :class:`GroupMetrics` (a group member's rebalances and
+commits) and :class:`ShareMetrics` (a share group member's records and
+acknowledgements, counted per answer). :mod:`kwire.metrics.names` names them as Java does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from kwire.metrics.stats import DEFAULT_WINDOW, Sampled
 
-__all__ = ["FetchMetrics", "PartitionFetched", "ProduceMetrics", "PartitionProduced", "GroupMetrics"]
+__all__ = ["FetchMetrics", "PartitionFetched", "ProduceMetrics", "PartitionProduced", "GroupMetrics", "ShareMetrics"]
 
 TP = Tuple[str, int]
 
@@ -175,3 +176,27 @@ class GroupMetrics:
 
     def lost(self) -> None:
         self.failed.record(1, time.monotonic())
+
+
+class ShareMetrics:
+    """A share group member's figures (Java's ``consumer-share-fetch-manager-metrics``): records and bytes
+    returned (per buffered answer a poll takes), records per ShareFetch answer, and acknowledgements sent
+    and failed (per request and per answer)."""
+
+    def __init__(self, window: float = DEFAULT_WINDOW) -> None:
+        self.records = Sampled(window)
+        self.bytes = Sampled(window)
+        self.per_request = Sampled(window)    # records acquired per ShareFetch answer with any
+        self.acks = Sampled(window)           # acknowledgements sent
+        self.ack_errors = Sampled(window)     # acknowledgements answered with an error (or not answered)
+
+    def taken(self, records: int, nbytes: int) -> None:
+        now = time.monotonic()
+        self.records.record(records, now)
+        self.bytes.record(nbytes, now)
+
+    def fetched(self, records: int) -> None:
+        self.per_request.record(records, time.monotonic())
+
+    def acknowledged(self, n: int, failed: bool) -> None:
+        (self.ack_errors if failed else self.acks).record(n, time.monotonic())

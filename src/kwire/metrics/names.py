@@ -16,14 +16,16 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from kwire.metrics.clients import FetchMetrics, GroupMetrics, PartitionFetched, ProduceMetrics
+from kwire.metrics.clients import FetchMetrics, GroupMetrics, PartitionFetched, ProduceMetrics, ShareMetrics
 from kwire.metrics.network import NetworkMetrics, NodeMetrics
 from kwire.metrics.stats import Sampled
 
-__all__ = ["Metric", "network_metrics", "client_network_metrics", "fetch_metrics", "group_metrics", "produce_metrics", "fold", "granular", "catalogue"]
+__all__ = ["Metric", "network_metrics", "client_network_metrics", "fetch_metrics", "group_metrics", "produce_metrics",
+           "share_metrics", "fold", "granular", "catalogue"]
 
 # API keys (kwire.protocol.api_keys.ApiKey; numbers here so that this package imports nothing of the clients)
 PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 0, 1, 8, 11, 12, 14, 68
+SHARE_FETCH = 78
 
 
 class Metric(NamedTuple):
@@ -194,6 +196,26 @@ def fetch_metrics(fm: FetchMetrics, net: NetworkMetrics, partitions: Iterable[Tu
             yield Metric(group, "compression-rate", tags, p.compressed / p.decompressed if p.decompressed else math.nan)
     yield Metric(group, "records-lag-max", (), float(max(lags)) if lags else math.nan)
     yield Metric(group, "records-lead-min", (), float(min(leads)) if leads else math.nan)
+
+
+def share_metrics(sm: ShareMetrics, net: NetworkMetrics, now: float) -> Iterator[Metric]:
+    """``consumer-share-fetch-manager-metrics`` (Java's KafkaShareConsumer's names)."""
+    group = "consumer-share-fetch-manager-metrics"
+    yield from _rated(group, "records-consumed", sm.records, now)
+    yield from _rated(group, "bytes-consumed", sm.bytes, now)
+    yield from _rated(group, "acknowledgements-send", sm.acks, now)
+    yield from _rated(group, "acknowledgements-error", sm.ack_errors, now)
+    yield Metric(group, "records-per-request-avg", (), sm.per_request.avg(now))
+    yield Metric(group, "records-per-request-max", (), sm.per_request.max(now))
+    fetch = net.apis.get(SHARE_FETCH)
+    if fetch is not None:
+        yield Metric(group, "fetch-total", (), float(fetch.latency.count))
+        yield Metric(group, "fetch-rate", (), fetch.latency.count_rate(now))
+        yield from _stat(group, "fetch-latency", fetch.latency, now, scale=1000.0)
+        yield from _stat(group, "fetch-size", fetch.size, now)
+    avg, top = _merged((m.throttle for m in net.nodes.values()), now)
+    yield Metric(group, "fetch-throttle-time-avg", (), avg)
+    yield Metric(group, "fetch-throttle-time-max", (), top)
 
 
 def group_metrics(prefix: str, gm: GroupMetrics, net: NetworkMetrics, assigned: int, now: float) -> Iterator[Metric]:

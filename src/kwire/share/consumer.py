@@ -49,6 +49,8 @@ from kwire.config import SHARE_CONSUMER, ConfigError, resolve
 from kwire.coordinator import GROUP_KEY, CoordinatorLink, RequestPump
 from kwire.errors import IllegalStateError, KwireError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
+from kwire.metrics.clients import ShareMetrics
+from kwire.metrics.names import client_network_metrics, fold, share_metrics
 from kwire.protocol.api_keys import ErrorCode
 from kwire.share.acks import GAP, AcknowledgeType, ack_batches, merge_ranges
 from kwire.share.membership import ShareMembership
@@ -133,6 +135,7 @@ class ShareConsumer:
         self._outcomes: Deque[Tuple[Dict[TopicPartition, Set[int]], Optional[BaseException]]] = collections.deque()
         self._errors: Deque[BaseException] = collections.deque()
         self._callback: Optional[AcknowledgementCallback] = None
+        self._metrics = ShareMetrics(self.cfg["metrics_sample_window_ms"] / 1000.0)
         self._in_callback = False
         self._callback_failed = False
         self.acquisition_lock_timeout_ms: Optional[int] = None
@@ -249,6 +252,14 @@ class ShareConsumer:
         within ``timeout`` seconds (default ``request_timeout_ms``)."""
         self._client.run(self._close_steps(timeout))
 
+    def metrics(self) -> Dict[str, Dict[str, float]]:
+        """The member's metrics, named as Java's KafkaShareConsumer names them (:mod:`kwire.metrics`):
+        ``{"consumer-share-fetch-manager-metrics": {"records-consumed-rate": ..., "acknowledgements-send-total":
+        ...}, "consumer-share-metrics": {...}, "consumer-share-node-metrics,node-id=node-1": {...}}``."""
+        now = time.monotonic()
+        return fold(client_network_metrics("consumer-share", [self._client], now)
+                    + list(share_metrics(self._metrics, self._client.metrics, now)))
+
     def __enter__(self) -> "ShareConsumer":
         return self
 
@@ -354,6 +365,7 @@ class ShareConsumer:
             if offsets:
                 out.setdefault(f.tp, []).append(taken)
                 count += len(offsets)
+                self._metrics.taken(len(offsets), len(f.data))
         if columns is not None:
             return {tp: columns.concat(batches) for tp, batches in out.items()}
         return {tp: [r for rs in lists for r in rs] for tp, lists in out.items()}
@@ -422,6 +434,8 @@ class ShareConsumer:
         else:
             return
         sent = {part: a for part, a in acks.items() if part in plan.named}
+        if sent:
+            self._metrics.acknowledged(sum(len(a) for a in sent.values()), False)
         for part in sent:
             del self._to_send[node][part]
         if not self._to_send.get(node, True):
@@ -573,6 +587,7 @@ class ShareConsumer:
             return
         ranges = merge_ranges((a.first_offset, a.last_offset, a.delivery_count) for a in pr.acquired_records)
         acquired = sum(last - first + 1 for first, last, _ in ranges)
+        self._metrics.fetched(acquired)
         if not ranges or acquired > MAX_ACQUIRED:
             # each acquired offset is acknowledged one by one: a broker's answer claiming more than a share
             # partition can hold in flight (Kafka's most is 4,000) is refused, not expanded; the locks lapse
@@ -583,6 +598,8 @@ class ShareConsumer:
         self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges, self._sessions[node].generation))
 
     def _outcome(self, acks: Mapping[Part, Mapping[int, int]], error: Optional[BaseException]) -> None:
+        if error is not None:
+            self._metrics.acknowledged(sum(len(offsets) for offsets in acks.values()), True)
         for part, offsets in acks.items():
             tp = self._names.get(part) or TopicPartition(str(part[0]), part[1])
             self._outcomes.append(({tp: set(offsets)}, error))

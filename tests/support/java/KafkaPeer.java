@@ -26,7 +26,9 @@
 //     does, with "delivery_count"; with explicit acknowledgement (share.acknowledgement.mode) it
 //     releases a record delivered fewer than release_below times and accepts the rest. Stops at
 //     max_records, after idle_ms without records or at timeout_ms; commitSync, close, then
-//     {"event": "done", "count": n, "reason": ...}.
+//     {"event": "done", "count": n, "reason": ...}. With "quiet": true no record is printed, and the
+//     done event adds "first_ms" and "last_ms" (wall clock of the first and last record) and
+//     "cpu_ms" (the JVM's CPU time then): benchmarks/compare_share.py.
 //
 //   {"mode": "group-member", "config": {...}, "subscribe": [t, ...]}
 //     stays in the group polling, printing "record" events and its rebalances
@@ -423,7 +425,11 @@ public final class KafkaPeer {
         int releaseBelow = cmd.path("release_below").asInt(0);
         Properties p = props(cmd);
         boolean explicit = "explicit".equals(p.getProperty("share.acknowledgement.mode"));
+        boolean quiet = cmd.path("quiet").asBoolean(false);
         long count = 0;
+        long firstMs = 0;
+        long lastMs = 0;
+        long cpuNs = 0;
         String reason = "timeout";
         try (KafkaShareConsumer<byte[], byte[]> c =
                  new KafkaShareConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
@@ -438,14 +444,22 @@ public final class KafkaPeer {
                 ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(100));
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     int delivered = r.deliveryCount().map(Short::intValue).orElse(-1);
-                    ObjectNode o = record(r);
-                    o.put("delivery_count", delivered);
-                    emit(o);
+                    if (!quiet) {
+                        ObjectNode o = record(r);
+                        o.put("delivery_count", delivered);
+                        emit(o);
+                    }
                     count++;
                     lastRecord = System.currentTimeMillis();
                     if (explicit) {
                         c.acknowledge(r, delivered < releaseBelow ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
                     }
+                }
+                if (!recs.isEmpty()) {
+                    lastMs = System.currentTimeMillis();
+                    firstMs = firstMs == 0 ? lastMs : firstMs;
+                    cpuNs = ((com.sun.management.OperatingSystemMXBean)
+                             java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
                 }
             }
             c.commitSync();
@@ -453,6 +467,11 @@ public final class KafkaPeer {
         ObjectNode done = event("done");
         done.put("count", count);
         done.put("reason", reason);
+        if (quiet) {
+            done.put("first_ms", firstMs);
+            done.put("last_ms", lastMs);
+            done.put("cpu_ms", cpuNs / 1_000_000);
+        }
         emit(done);
     }
 
