@@ -156,16 +156,10 @@ def fetch_metrics(fm: FetchMetrics, net: NetworkMetrics, partitions: Iterable[Tu
     yield from _rated(group, "records-consumed", fm.records, now)
     yield from _rated(group, "bytes-consumed", fm.bytes, now)
     fetch = net.apis.get(FETCH)
+    yield from _fetches(group, net, FETCH, now)
     if fetch is not None:
-        yield Metric(group, "fetch-total", (), float(fetch.latency.count))
-        yield Metric(group, "fetch-rate", (), fetch.latency.count_rate(now))
-        yield from _stat(group, "fetch-latency", fetch.latency, now, scale=1000.0)
-        yield from _stat(group, "fetch-size", fetch.size, now)
         per = fm.records.total / fetch.latency.count if fetch.latency.count else math.nan
         yield Metric(group, "records-per-request-avg", (), per)
-    avg, top = _merged((m.throttle for m in net.nodes.values()), now)
-    yield Metric(group, "fetch-throttle-time-avg", (), avg)
-    yield Metric(group, "fetch-throttle-time-max", (), top)
     compressed = sum(p.compressed for p in fm.parts.values())
     plain = sum(p.decompressed for p in fm.parts.values())
     yield Metric(group, "compression-rate-avg", (), compressed / plain if plain else math.nan)
@@ -207,7 +201,12 @@ def share_metrics(sm: ShareMetrics, net: NetworkMetrics, now: float) -> Iterator
     yield from _rated(group, "acknowledgements-error", sm.ack_errors, now)
     yield Metric(group, "records-per-request-avg", (), sm.per_request.avg(now))
     yield Metric(group, "records-per-request-max", (), sm.per_request.max(now))
-    fetch = net.apis.get(SHARE_FETCH)
+    yield from _fetches(group, net, SHARE_FETCH, now)
+
+
+def _fetches(group: str, net: NetworkMetrics, api: int, now: float) -> Iterator[Metric]:
+    """The requests of ``api`` (Fetch, ShareFetch) as ``fetch-*`` figures, and the brokers' throttling."""
+    fetch = net.apis.get(api)
     if fetch is not None:
         yield Metric(group, "fetch-total", (), float(fetch.latency.count))
         yield Metric(group, "fetch-rate", (), fetch.latency.count_rate(now))
