@@ -136,3 +136,18 @@ def test_closing_carries_the_last_acks_and_forgets_the_session():
     s.answered(0)
     assert s.is_new and s.partitions == set()
     assert (next_epoch(5), next_epoch(2 ** 31 - 1), next_epoch(-1)) == (6, 1, -1)
+
+
+def test_a_v1_broker_is_refused_renew_and_record_limit_by_name():
+    from kwire.errors import UnsupportedVersionError
+    from kwire.protocol.api_keys import ApiKey
+    from kwire.share.consumer import version_refusal
+
+    v1, v2 = {ApiKey.SHARE_FETCH: 1}, {ApiKey.SHARE_FETCH: 2}
+    assert version_refusal({}, 1, "record_limit", True) is None               # not connected yet: not known
+    assert version_refusal(v2, 1, "record_limit", True) is None
+    assert version_refusal(v1, 1, "batch_optimized", False) is None
+    renew = version_refusal(v1, 3, "batch_optimized", True)
+    assert isinstance(renew, UnsupportedVersionError) and "RENEW needs ShareFetch v2 (Kafka 4.2+); node 3" in str(renew)
+    limit = version_refusal(v1, 3, "record_limit", False)
+    assert isinstance(limit, UnsupportedVersionError) and "use 'batch_optimized'" in str(limit)

@@ -47,11 +47,11 @@ from kwire._core.acquired import ShareRecord, take_acquired
 from kwire.client import Client, Steps
 from kwire.config import SHARE_CONSUMER, ConfigError, resolve
 from kwire.coordinator import GROUP_KEY, CoordinatorLink, RequestPump
-from kwire.errors import IllegalStateError, KwireError, without_traceback
+from kwire.errors import IllegalStateError, KwireError, UnsupportedVersionError, without_traceback
 from kwire.future import Future, KafkaTimeoutError
 from kwire.metrics.clients import ShareMetrics
 from kwire.metrics.names import client_network_metrics, fold, share_metrics
-from kwire.protocol.api_keys import ErrorCode
+from kwire.protocol.api_keys import ApiKey, ErrorCode
 from kwire.share.acks import GAP, AcknowledgeType, ack_batches, merge_ranges
 from kwire.share.membership import ShareMembership
 from kwire.share.session import SESSION_ERRORS, Part, Plan, ShareSession
@@ -418,6 +418,20 @@ class ShareConsumer:
     def _send(self, node: int, wanted: Set[Part], fetch: bool, close: bool = False) -> None:
         session = self._sessions.setdefault(node, ShareSession(node))
         acks = {} if session.is_new else self._acks_for(node)
+        versions = self._client.versions(node)
+        renewals = {part: {o: t for o, t in a.items() if t == AcknowledgeType.RENEW} for part, a in acks.items()}
+        renewals = {part: r for part, r in renewals.items() if r}
+        refused = version_refusal(versions, node, "batch_optimized", True) if renewals else None
+        if refused is not None:          # renewals a v1 broker cannot take: failed (their records' locks lapse)
+            self._hold(refused)
+            for part, r in renewals.items():
+                for o in r:
+                    del acks[part][o]
+            self._failed(node, renewals, refused)
+        refused = version_refusal(versions, node, self.cfg["share_acquire_mode"], False) if fetch else None
+        if refused is not None:          # no fetch from this broker: poll raises why
+            self._hold(refused)
+            fetch = False
         batches = {part: ack_batches(a) for part, a in acks.items()}
         if close:
             if session.is_new:
@@ -688,3 +702,19 @@ def _merged(*acks: Mapping[Part, Mapping[int, int]]) -> Dict[Part, Dict[int, int
         for part, offsets in each.items():
             out.setdefault(part, {}).update(offsets)
     return out
+
+
+def version_refusal(versions: Mapping[int, int], node: int, acquire_mode: str, renew: bool) -> Optional[KwireError]:
+    """What a broker offering only ShareFetch v1 (Kafka 4.0 and 4.1's share groups) cannot do, as the
+    error :meth:`ShareConsumer.poll` raises: RENEW and ``share_acquire_mode="record_limit"`` came with v2
+    (Kafka 4.2). None when it can (or its versions are not known yet: no connection)."""
+    top = versions.get(ApiKey.SHARE_FETCH)
+    if top is None or top >= 2:
+        return None
+    if renew:
+        return UnsupportedVersionError(f"AcknowledgeType.RENEW needs ShareFetch v2 (Kafka 4.2+); node {node} offers "
+                                       f"v{top}: its renewals are reported failed")
+    if acquire_mode == "record_limit":
+        return UnsupportedVersionError(f"share_acquire_mode='record_limit' needs ShareFetch v2 (Kafka 4.2+); node "
+                                       f"{node} offers v{top}: use 'batch_optimized'")
+    return None
