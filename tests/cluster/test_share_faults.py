@@ -7,12 +7,16 @@ session):
   polls (explicit mode) and is killed by SIGKILL before acknowledging; what
   it held comes back after the lock timeout to the surviving member,
   delivery count 2, and every record is accepted once.
+- ``test_a_mixed_group_on_the_cluster``: kwire and Java members, every record
+  accepted once (tests/share/test_java_interop.py's run, on three nodes).
 - ``test_share_group_through_broker_faults``: two kwire members accept
   every record of a 3-partition topic (replication factor 3) while, in
-  turn, the leader of partition 0 is killed with a ShareAcknowledge in
-  flight (a commit_async just sent), the leader of partition 1 is killed
-  during a ShareFetch, and the broker holding the group's share-partition
-  state (the share coordinator) is killed; each is restarted.
+  turn, the leader of partition 0 is stopped with a ShareAcknowledge in
+  flight (a commit_async just sent), the leader of partition 1 during a
+  ShareFetch, and the broker holding the group's share-partition state
+  (the share coordinator); each is restarted. ``stop``: SIGTERM (a
+  controlled shutdown, as in a rolling restart); ``kill``: SIGKILL, with
+  ``--long``.
 
 Checked from what the members saw, in the order they saw it (a poll's
 records, and the acknowledgement outcomes each member's callback got):
@@ -292,3 +296,20 @@ def test_share_group_through_broker_faults(kafka_cluster, how):
         assert ledger.after_accept == [], ledger.anomalies()
     if STRICT:
         assert ledger.anomalies() == {}
+
+
+def test_a_mixed_group_on_the_cluster(kafka_cluster):
+    """tests/share/test_java_interop.py's mixed group (kwire and Java's KafkaShareConsumer), on the
+    three nodes: every record delivered and accepted once across the group."""
+    from share.test_java_interop import PARTITIONS, RECORDS, _mixed_run
+
+    class Cluster:
+        def bootstrap(self, _listener: str) -> str:
+            return kafka_cluster.bootstrap
+
+    kwire_got, java_got = _mixed_run(Cluster(), explicit=False)
+    every = {}
+    for p, o, n in kwire_got + java_got:
+        every[(p, o)] = every.get((p, o), 0) + 1
+    assert len(every) == RECORDS and set(every.values()) == {1} and PARTITIONS == 4
+    assert kwire_got and java_got, (len(kwire_got), len(java_got))
