@@ -8,10 +8,13 @@ earliest) on the same topic of ``--records`` records (16-byte key,
 100-byte value, ``--partitions`` partitions, written by kwire in 16 KiB
 batches) and starts its members, each a process of its own (so 4 Python
 members are not one interpreter's GIL), in implicit acknowledgement mode
-(every record accepted by the next poll). A member stops after
+(every record accepted by the next poll), each with ``max.poll.records``
+500 (``--max-poll-records``: kwire and Java ask each ShareFetch for that
+many records). A member stops after
 ``--idle`` seconds without a record. The rate is the group's: records
 over the time from the first record any member got to the last one (the
-joins and the idle wait not counted); CPU is the members' own, summed,
+joins and the idle wait not counted); CPU is the members' own from their
+first record to their last (start-up and imports not counted), summed,
 per million records. Clients take turns in each round, and each one's
 best round counts (noise on this shared 2-core machine, which also runs
 the broker, hits all alike). Then the ratios: kwire to confluent-kafka
@@ -19,7 +22,7 @@ the broker, hits all alike). Then the ratios: kwire to confluent-kafka
 Java.
 
     python -m benchmarks.compare_share [--records 300000] [--partitions 4] [--members 1,4] [--rounds 2]
-                                       [--clients kwire,kwire-columnar,confluent,java]
+                                       [--clients kwire,kwire-columnar,confluent,java] [--max-poll-records 500]
 """
 
 from __future__ import annotations
@@ -37,18 +40,20 @@ from typing import Any, Dict, List, Tuple
 
 CLIENTS = ("kwire", "kwire-columnar", "confluent", "java")
 TARGETS = [("kwire", "confluent", 2.0), ("kwire-columnar", "confluent", 5.0)]
-MAX_POLL_RECORDS = 500
+MAX_POLL_RECORDS = 500          # (--max-poll-records)
 
 
 # ------------------------------------------------------------------ a member (a process of its own)
 def member(client: str, bootstrap: str, group: str, topic: str, idle: float) -> Dict[str, Any]:
     """Consume as one member until ``idle`` s pass without a record: count, first and last record's wall
-    clock, and this process's CPU seconds at the last record."""
-    count, first, last, cpu = 0, 0.0, 0.0, 0.0
+    clock, and this process's CPU seconds from the first record to the last."""
+    count, first, last, cpu, cpu0 = 0, 0.0, 0.0, 0.0, 0.0
+    global MAX_POLL_RECORDS
+    MAX_POLL_RECORDS = int(os.environ.get("KWIRE_BENCH_MAX_POLL_RECORDS", MAX_POLL_RECORDS))
     if client == "confluent":
         from confluent_kafka import ShareConsumer as CK
 
-        c = CK({"bootstrap.servers": bootstrap, "group.id": group})
+        c = CK({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": str(MAX_POLL_RECORDS)})
         c.subscribe([topic])
         poll = lambda: sum(1 for m in c.poll(0.5) if m.error() is None)       # noqa: E731
     else:
@@ -67,12 +72,13 @@ def member(client: str, bootstrap: str, group: str, topic: str, idle: float) -> 
             count += n
             seen = time.monotonic()
             last = time.time()
-            first = first or last
             cpu = _cpu()
+            if not first:
+                first, cpu0 = last, cpu
         elif not count and time.monotonic() - seen > 120:
             break
     c.close()
-    return {"count": count, "first": first, "last": last, "cpu": cpu}
+    return {"count": count, "first": first, "last": last, "cpu": cpu - cpu0 if count else 0.0}
 
 
 def _cpu() -> float:
@@ -93,12 +99,13 @@ def _group(bootstrap: str) -> str:
 
 def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float) -> Dict[str, float]:
     group = _group(bootstrap)
+    max_poll = os.environ.get("KWIRE_BENCH_MAX_POLL_RECORDS", str(MAX_POLL_RECORDS))
     if client == "java":
         from support.java_peer import java_share_command
 
         cmd, stdin = java_share_command({"bootstrap.servers": bootstrap, "group.id": group,
-                                         "max.poll.records": str(MAX_POLL_RECORDS)}, [topic], int(idle * 1000),
-                                        600_000)
+                                         "max.poll.records": max_poll}, [topic],
+                                        int(max(idle, 15.0) * 1000), 600_000)    # (its idle time counts from its start)
         procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   text=True) for _ in range(members)]
         for p in procs:
@@ -149,7 +156,9 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--idle", type=float, default=4.0)
     ap.add_argument("--clients", default=",".join(CLIENTS))
+    ap.add_argument("--max-poll-records", type=int, default=MAX_POLL_RECORDS)
     args = ap.parse_args(argv)
+    os.environ["KWIRE_BENCH_MAX_POLL_RECORDS"] = str(args.max_poll_records)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from support.kafka import start_kafka
 
@@ -178,7 +187,8 @@ def main(argv: Any = None) -> int:
 
 def _table(best: Dict[Tuple[str, int], Dict[str, float]], clients: List[str], sizes: List[int], args: Any) -> None:
     print(f"\nshare group of {args.records:,} records (16-byte key, 100-byte value), {args.partitions} partitions, "
-          f"Kafka 4.4, implicit acknowledgement; best of {args.rounds} rounds")
+          f"Kafka 4.4, implicit acknowledgement, max.poll.records {args.max_poll_records}; best of {args.rounds} "
+          f"rounds")
     print(f"{'client':<16}{'members':>8}{'records/s':>12}{'CPU s/M':>10}{'vs confluent':>14}{'vs java':>10}")
     for members in sizes:
         for client in clients:

@@ -285,9 +285,12 @@ class ShareConsumer:
             self._raise_errors()
             out = self._take_records(columns)
             if out:
-                # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none); the
-                # acknowledgements of the last poll's records go out now, alone
-                self._turn(fetch=False)
+                # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none). Implicit
+                # mode, the buffer drained: the next ShareFetch goes out now, carrying the last poll's
+                # acceptances, so the broker answers while the application works. Explicit mode (or records
+                # buffered): the acknowledgements go alone, and nothing is acquired before the next poll (a
+                # record the application releases is not taken straight back)
+                self._turn(fetch=not self._explicit)
                 return out
             self._turn(fetch=True)
             self._run_callbacks()

@@ -28,7 +28,7 @@
 //     max_records, after idle_ms without records or at timeout_ms; commitSync, close, then
 //     {"event": "done", "count": n, "reason": ...}. With "quiet": true no record is printed, and the
 //     done event adds "first_ms" and "last_ms" (wall clock of the first and last record) and
-//     "cpu_ms" (the JVM's CPU time then): benchmarks/compare_share.py.
+//     "cpu_ms" (the JVM's CPU time from the first record to the last): benchmarks/compare_share.py.
 //
 //   {"mode": "group-member", "config": {...}, "subscribe": [t, ...]}
 //     stays in the group polling, printing "record" events and its rebalances
@@ -430,6 +430,7 @@ public final class KafkaPeer {
         long firstMs = 0;
         long lastMs = 0;
         long cpuNs = 0;
+        long firstCpuNs = 0;
         String reason = "timeout";
         try (KafkaShareConsumer<byte[], byte[]> c =
                  new KafkaShareConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
@@ -457,9 +458,12 @@ public final class KafkaPeer {
                 }
                 if (!recs.isEmpty()) {
                     lastMs = System.currentTimeMillis();
-                    firstMs = firstMs == 0 ? lastMs : firstMs;
                     cpuNs = ((com.sun.management.OperatingSystemMXBean)
                              java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
+                    if (firstMs == 0) {
+                        firstMs = lastMs;
+                        firstCpuNs = cpuNs;
+                    }
                 }
             }
             c.commitSync();
@@ -470,7 +474,7 @@ public final class KafkaPeer {
         if (quiet) {
             done.put("first_ms", firstMs);
             done.put("last_ms", lastMs);
-            done.put("cpu_ms", cpuNs / 1_000_000);
+            done.put("cpu_ms", (cpuNs - firstCpuNs) / 1_000_000);
         }
         emit(done);
     }
