@@ -15,7 +15,9 @@ Java's ``KafkaShareConsumer``:
 Acknowledgements ride on the next ShareFetch to the broker that delivered
 the records (piggy-backed, as Java's client does) and go alone
 (ShareAcknowledge) only when nothing is fetched: records still buffered, a
-commit, close. ``commit_sync`` waits for their answers and returns each
+commit, close. In implicit mode that ShareFetch goes out as a poll returns
+(the broker answers while the application works); in explicit mode at the
+next poll. ``commit_sync`` waits for their answers and returns each
 partition's outcome; the ``acknowledgement_commit_callback`` gets every
 outcome, in the polling thread. ``close()`` sends the acknowledgements made
 and closes each broker's share session, which releases every record still
