@@ -241,7 +241,7 @@ STRICT = os.environ.get("KWIRE_SHARE_STRICT") == "1"
 
 
 @pytest.mark.parametrize("how", ["stop", pytest.param("kill", marks=pytest.mark.skipif(
-    not LONG, reason="SIGKILL rounds with --long (KWIRE_LONG=1): Kafka 4.4 itself may then lose share state"))])
+    not LONG, reason="SIGKILL rounds with --long (KWIRE_LONG=1): see the module's docstring"))])
 def test_share_group_through_broker_faults(kafka_cluster, how):
     """``stop``: each broker stopped by SIGTERM (a controlled shutdown, as in a rolling restart); ``kill``:
     SIGKILL (see the module's docstring for what Kafka 4.4 does then)."""
