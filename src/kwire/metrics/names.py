@@ -19,13 +19,14 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Opt
 from kwire.metrics.clients import FetchMetrics, GroupMetrics, PartitionFetched, ProduceMetrics, ShareMetrics
 from kwire.metrics.network import NetworkMetrics, NodeMetrics
 from kwire.metrics.stats import Sampled
+from kwire.protocol.api_keys import ApiKey
 
 __all__ = ["Metric", "network_metrics", "client_network_metrics", "fetch_metrics", "group_metrics", "produce_metrics",
            "share_metrics", "fold", "granular", "catalogue"]
 
-# API keys (kwire.protocol.api_keys.ApiKey; numbers here so that this package imports nothing of the clients)
-PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = 0, 1, 8, 11, 12, 14, 68
-SHARE_FETCH = 78
+PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP
+HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT
+SHARE_FETCH = ApiKey.SHARE_FETCH
 
 
 class Metric(NamedTuple):
