@@ -15,7 +15,8 @@ many records). A member stops after
 over the time from the first record any member got to the last one (the
 joins and the idle wait not counted); CPU is the members' own from their
 first record to their last (start-up and imports not counted), summed,
-per million records. Clients take turns in each round, and each one's
+per million records; the broker's CPU is counted over the whole round
+(joins and idle wait included), per million records. Clients take turns in each round, and each one's
 best round counts (noise on this shared 2-core machine, which also runs
 the broker, hits all alike). Then the ratios: kwire to confluent-kafka
 (target 2x) and kwire's columns to confluent-kafka (target 5x), and to
@@ -97,8 +98,20 @@ def _group(bootstrap: str) -> str:
     return group
 
 
-def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float) -> Dict[str, float]:
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (Linux's /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float, broker_pid: int = 0
+              ) -> Dict[str, float]:
     group = _group(bootstrap)
+    broker_cpu = _proc_cpu(broker_pid)
     max_poll = os.environ.get("KWIRE_BENCH_MAX_POLL_RECORDS", str(MAX_POLL_RECORDS))
     if client == "java":
         from support.java_peer import java_share_command
@@ -125,8 +138,11 @@ def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float
     got = [o for o in outs if o["count"]]
     count = sum(o["count"] for o in outs)
     took = max(o["last"] for o in got) - min(o["first"] for o in got)
+    # the broker's CPU over the whole round (the joins and the idle wait included: an upper bound)
+    broker_cpu = _proc_cpu(broker_pid) - broker_cpu
     return {"count": count, "seconds": took, "rate": count / took if took > 0 else float("nan"),
-            "cpu_per_m": sum(o["cpu"] for o in outs) / count * 1e6 if count else float("nan")}
+            "cpu_per_m": sum(o["cpu"] for o in outs) / count * 1e6 if count else float("nan"),
+            "broker_cpu_per_m": broker_cpu / count * 1e6 if count else float("nan")}
 
 
 def _fill(bootstrap: str, records: int, partitions: int) -> str:
@@ -172,7 +188,7 @@ def main(argv: Any = None) -> int:
         for r in range(args.rounds):
             for members in sizes:
                 for client in clients:
-                    res = run_group(client, members, bootstrap, topic, args.idle)
+                    res = run_group(client, members, bootstrap, topic, args.idle, broker.pid)
                     print(f"round {r + 1}/{args.rounds} {client} x{members}: {res}", file=sys.stderr)
                     if res["count"] < args.records:
                         print(f"  {client} x{members} got {res['count']} of {args.records} records", file=sys.stderr)
@@ -189,13 +205,15 @@ def _table(best: Dict[Tuple[str, int], Dict[str, float]], clients: List[str], si
     print(f"\nshare group of {args.records:,} records (16-byte key, 100-byte value), {args.partitions} partitions, "
           f"Kafka 4.4, implicit acknowledgement, max.poll.records {args.max_poll_records}; best of {args.rounds} "
           f"rounds")
-    print(f"{'client':<16}{'members':>8}{'records/s':>12}{'CPU s/M':>10}{'vs confluent':>14}{'vs java':>10}")
+    print(f"{'client':<16}{'members':>8}{'records/s':>12}{'CPU s/M':>10}{'broker s/M':>12}{'vs confluent':>14}"
+          f"{'vs java':>10}")
     for members in sizes:
         for client in clients:
             res = best[(client, members)]
             ratio = lambda peer: (f"{res['rate'] / best[(peer, members)]['rate']:.2f}x"   # noqa: E731
                                   if (peer, members) in best else "-")
-            print(f"{client:<16}{members:>8}{res['rate']:>12,.0f}{res['cpu_per_m']:>10.2f}{ratio('confluent'):>14}"
+            print(f"{client:<16}{members:>8}{res['rate']:>12,.0f}{res['cpu_per_m']:>10.2f}"
+                  f"{res['broker_cpu_per_m']:>12.2f}{ratio('confluent'):>14}"
                   f"{ratio('java'):>10}")
     for client, peer, want in TARGETS:
         for members in sizes:

@@ -523,8 +523,14 @@ SHARE_CONSUMER: Dict[str, Option] = {
                                          "implicit: the next poll, commit_sync, commit_async accept what the last "
                                          "poll returned; explicit: each record is acknowledged with acknowledge()"),
     "share_acquire_mode": Option("batch_optimized", _choice("batch_optimized", "record_limit"),
-                                 "how the broker counts max_poll_records (ShareFetch v2): batch_optimized rounds "
-                                 "to whole batches; record_limit acquires at most that many records"),
+                                 "how the broker counts the records a ShareFetch asks for (ShareFetch v2): "
+                                 "batch_optimized rounds to whole batches; record_limit acquires at most that "
+                                 "many"),
+    "share_fetch_max_records": Option(4000, _int(1), "most records one ShareFetch asks the broker to acquire "
+                                      "(kwire's): the member buffers them for its next polls (each returns "
+                                      "max_poll_records at most); it asks for fewer, down to max_poll_records, "
+                                      "while the application is slow to take them (what it buffers is handed "
+                                      "out within a quarter of the record lock duration)"),
 }
 
 ADMIN: Dict[str, Option] = dict(COMMON)

@@ -257,3 +257,62 @@ def test_poll_columnar_rows_carry_their_delivery_count(kafka):
     assert sorted(counts.values()) == [1] * 20 + [2] * 20
     with _member(bootstrap, group, topic) as c:                  # implicit: nothing left for another member
         assert c.poll_columnar(2000) == {}
+
+
+def test_a_poll_hands_out_at_most_max_poll_records_of_a_larger_fetch(kafka):
+    """ShareFetch asks for more than a poll returns (share_fetch_max_records, once the application is seen to
+    keep up): each poll takes max_poll_records at most and leaves the rest buffered, decoded, for the next,
+    as records or as Arrow rows alike; explicit acknowledgements of a partial take count as any others."""
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 600), _group(bootstrap)
+    counts = collections.Counter()
+    polls = 0
+    with _member(bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=50,
+                 share_fetch_max_records=600) as c:
+        deadline = time.monotonic() + 60
+        while sum(counts.values()) < 600 + 86:          # each record once, those at multiples of 7 twice
+            assert time.monotonic() < deadline, sum(counts.values())
+            polls += 1
+            if polls % 2:
+                got = {tp: [(r.offset, r.delivery_count) for r in rs] for tp, rs in c.poll(200).items()}
+            else:
+                got = {tp: list(zip(b.column("offset").to_pylist(), b.column("delivery_count").to_pylist()))
+                       for tp, b in c.poll_columnar(200).items()}
+            assert sum(len(rows) for rows in got.values()) <= 50
+            for tp, rows in got.items():
+                for offset, n in rows:
+                    counts[offset] += 1
+                    assert n == counts[offset]
+                again = [o for o, n in rows if o % 7 == 0 and n == 1]
+                c.acknowledge_offsets(tp, again, AcknowledgeType.RELEASE)
+                c.acknowledge_offsets(tp, [o for o, n in rows if o not in again])
+        c.commit_sync(10)
+        assert c.metrics()["consumer-share-fetch-manager-metrics"]["records-per-request-max"] > 50
+    assert sorted(counts) == list(range(600))
+    assert all(n == (2 if o % 7 == 0 else 1) for o, n in counts.items())
+
+
+def test_buffered_records_whose_lock_lapsed_are_not_handed_out(kafka):
+    """Records a fetch acquired but no poll took before the group's lock duration ran out: the broker has
+    released them, so kwire drops them from its buffer (another member may have them) and they come back
+    from the broker with their delivery count raised."""
+    bootstrap = kafka.bootstrap("plaintext")
+    topic, group = _topic(bootstrap, 1, 100), _group(bootstrap)
+    with Admin(bootstrap_servers=bootstrap) as a:
+        a.incremental_alter_configs({("group", group): [AlterConfigOp("share.record.lock.duration.ms", "2000")]})
+    with _member(bootstrap, group, topic, max_poll_records=10, share_acquire_mode="record_limit",
+                 share_fetch_max_records=100) as c:
+        first = []
+        deadline = time.monotonic() + 30
+        while not first:
+            assert time.monotonic() < deadline
+            first = [r for rs in c.poll(200).values() for r in rs]
+        assert len(first) == 10 and all(r.delivery_count == 1 for r in first)
+        time.sleep(2.5)       # meanwhile the next 10 (the ShareFetch sent as the poll returned) lapse unread
+        later = []
+        while len(later) < 100 and time.monotonic() < deadline + 10:
+            later += [r for rs in c.poll(200).values() for r in rs]
+    # nothing that lapsed in the buffer was handed out: the first poll's 10 records and the 10 buffered came
+    # back from the broker delivered a second time, the rest once
+    got = [(r.offset, r.delivery_count) for r in later]
+    assert sorted(got) == [(o, 2 if o < 20 else 1) for o in range(100)], got

@@ -156,6 +156,7 @@ def _server_properties(node_dir: Path, ports: Dict[str, int], controller_port: i
         "transaction.state.log.num.partitions": "4",
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
+        "group.share.min.record.lock.duration.ms": "1000",     # (a test's group may lock records for 2 s)
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

@@ -84,6 +84,12 @@ def _batch(first: int, types: List[int]) -> AckBatch:
 def ack_batches(acks: Mapping[int, int]) -> List[AckBatch]:
     """``{offset: type}`` of one partition as AcknowledgementBatches, in
     offset order."""
+    if acks:
+        low, high = min(acks), max(acks)
+        if high - low + 1 == len(acks):
+            kinds = set(acks.values())
+            if len(kinds) == 1:                 # one run of one type (implicit mode's usual poll): one batch
+                return [(low, high, [int(kinds.pop())])]
     out: List[AckBatch] = []
     run_first, run_types = None, []
     for offset in sorted(acks):

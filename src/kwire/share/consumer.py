@@ -73,6 +73,11 @@ _LEADER_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_L
                             ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.INCONSISTENT_TOPIC_ID})
 
 
+_ACCEPT = int(AcknowledgeType.ACCEPT)
+
+#: Kafka's share.record.lock.duration.ms default: a buffered record's lock until an answer says the group's.
+DEFAULT_LOCK_MS = 30_000
+
 #: The most offsets one partition's ShareFetch answer may acquire (Kafka's share.partition.max.record.locks is
 #: at most 4,000 records in flight per share-partition; whole batches may go a little past it).
 MAX_ACQUIRED = 100_000
@@ -90,6 +95,14 @@ class _Fetched:
     data: Any
     ranges: List[Tuple[int, int, int]]
     generation: int = 0          # of the node's share session that acquired them
+    at: float = 0.0              # when they were acquired (or renewed): their locks lapse a lock duration later
+    # what a take decoded and left (a partial take): (columns or None, records or rows, their offsets, gaps)
+    cache: Any = None
+
+    @property
+    def size(self) -> int:
+        """The offsets acquired (records and gaps)."""
+        return sum(last - first + 1 for first, last, _ in self.ranges)
 
 
 @dataclass
@@ -99,6 +112,7 @@ class _Flight:
     plan: Plan
     acks: Dict[Part, Dict[int, int]] = field(default_factory=dict)
     fetch: bool = False
+    at: float = 0.0       # when it was sent: the records it acquires are locked from about then
 
 
 class ShareConsumer:
@@ -128,7 +142,7 @@ class ShareConsumer:
         self._retry_at: Dict[int, float] = {}      # a node whose last request failed: not asked again before
         self._acks_until: Dict[Tuple[int, Part], float] = {}   # acknowledgements retried until then
         self._buffer: Deque[_Fetched] = collections.deque()
-        # the last poll's records: (node, part) -> {offset: type or None (not acknowledged yet)}
+        # the last poll's records: (node, part) -> {offset: type; explicit mode: None until acknowledged}
         self._delivered: Dict[Tuple[int, Part], Dict[int, Optional[int]]] = {}
         self._handed: Dict[Tuple[int, Part], List[_Fetched]] = {}     # what the last poll's records came from
         self._renewing: Dict[Tuple[int, Part], Dict[int, _Fetched]] = {}   # RENEW sent, not answered: its record
@@ -141,6 +155,7 @@ class ShareConsumer:
         self._in_callback = False
         self._callback_failed = False
         self.acquisition_lock_timeout_ms: Optional[int] = None
+        self._pace, self._last_poll = 0.0, 0.0     # records/s the application takes (see _fetch_records)
         self._closed = False
 
     # ------------------------------------------------------------ the API
@@ -287,8 +302,9 @@ class ShareConsumer:
             self._raise_errors()
             out = self._take_records(columns)
             if out:
+                self._paced(sum(len(taken) for taken in out.values()))
                 # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none). Implicit
-                # mode, the buffer drained: the next ShareFetch goes out now, carrying the last poll's
+                # mode, less than a poll's records buffered: the next ShareFetch goes out now, carrying the last poll's
                 # acceptances, so the broker answers while the application works. Explicit mode (or records
                 # buffered): the acknowledgements go alone, and nothing is acquired before the next poll (a
                 # record the application releases is not taken straight back)
@@ -322,15 +338,16 @@ class ShareConsumer:
             if left:
                 raise IllegalStateError(f"{left} records of the last poll are not acknowledged: acknowledge each "
                                         "(share_acknowledgement_mode='explicit') before polling or committing")
-        for (node, part), offsets in self._delivered.items():
-            taken = {o: int(AcknowledgeType.ACCEPT) if kind is None else kind for o, kind in offsets.items()}
+        for (node, part), taken in self._delivered.items():
+            # implicit mode: the records are ACCEPT already (and the gaps GAP); explicit: each was acknowledged
             if self._stale(node, part):
                 self._outcome({part: taken}, _session_ended(node))
                 continue
             self._to_send.setdefault(node, {}).setdefault(part, {}).update(taken)
-            for offset, kind in taken.items():
-                if kind == AcknowledgeType.RENEW:
-                    self._renewing.setdefault((node, part), {})[offset] = self._source(node, part, offset)
+            if self._explicit:
+                for offset, kind in taken.items():
+                    if kind == AcknowledgeType.RENEW:
+                        self._renewing.setdefault((node, part), {})[offset] = self._source(node, part, offset)
         self._delivered, self._handed = {}, {}
 
     def _stale(self, node: int, part: Part) -> bool:
@@ -343,7 +360,7 @@ class ShareConsumer:
         for f in self._handed.get((node, part), ()):
             for first, last, count in f.ranges:
                 if first <= offset <= last:
-                    return _Fetched(f.tp, part, node, f.data, [(offset, offset, count)], f.generation)
+                    return _Fetched(f.tp, part, node, f.data, [(offset, offset, count)], f.generation, f.at)
         raise IllegalStateError(f"offset {offset} is not a record of the last poll")
 
     def _take_records(self, columns: Any = None) -> Dict[TopicPartition, Any]:
@@ -351,29 +368,73 @@ class ShareConsumer:
         a :class:`kwire.share.columns.Columns`) one Arrow batch per partition. A batch that cannot be decoded
         is rejected (as Java's client does: it would fail every member alike) and its error raised next."""
         out: Dict[TopicPartition, Any] = {}
-        count = 0
-        while self._buffer and count < self.cfg["max_poll_records"]:
+        count, limit = 0, self.cfg["max_poll_records"]
+        now, lock = time.monotonic(), self._lock_seconds()
+        while self._buffer and count < limit:
             f = self._buffer.popleft()
+            if now - f.at >= lock:
+                self._lapsed(f)
+                continue
+            fresh = f.cache is None
             try:
-                taken, offsets, gaps = (columns.take(f) if columns is not None else self._records(f))
+                taken, offsets, gaps = self._decoded(f, columns)
             except KwireError as e:
                 self._to_send.setdefault(f.node, {}).setdefault(f.part, {}).update(
                     {o: int(AcknowledgeType.REJECT) for first, last, _ in f.ranges for o in range(first, last + 1)})
                 self._hold(e)
                 continue
+            if count + len(offsets) > limit:        # the rest stays buffered, decoded, for the next poll
+                (taken, offsets, gaps), rest = _split(f, columns, taken, offsets, gaps, limit - count)
+                self._buffer.appendleft(rest)
             delivered: Dict[int, Optional[int]] = self._delivered.setdefault((f.node, f.part), {})
             for first, last in gaps:
                 for o in range(first, last + 1):
                     delivered[o] = GAP
-            delivered.update(dict.fromkeys(offsets))
+            delivered.update(dict.fromkeys(offsets, None if self._explicit else _ACCEPT))
             self._handed.setdefault((f.node, f.part), []).append(f)
             if offsets:
                 out.setdefault(f.tp, []).append(taken)
                 count += len(offsets)
-                self._metrics.taken(len(offsets), len(f.data))
+                self._metrics.taken(len(offsets), len(f.data) if fresh else 0)
         if columns is not None:
             return {tp: columns.concat(batches) for tp, batches in out.items()}
         return {tp: [r for rs in lists for r in rs] for tp, lists in out.items()}
+
+    def _decoded(self, f: _Fetched, columns: Any) -> Tuple[Any, List[int], List[Tuple[int, int]]]:
+        """``f``'s records (or rows), their offsets and its gaps: what a partial take left decoded, in the form
+        asked for, else decoded now."""
+        if f.cache is not None and f.cache[0] is columns:
+            return f.cache[1:]
+        return columns.take(f) if columns is not None else self._records(f)
+
+    def _lock_seconds(self) -> float:
+        """The broker's record lock duration (its ShareFetch answers say it; Kafka's default until then)."""
+        return (self.acquisition_lock_timeout_ms or DEFAULT_LOCK_MS) / 1000.0
+
+    def _lapsed(self, f: _Fetched) -> None:
+        """Buffered records held past their lock: the broker has released them (another member may have them
+        now), so they are not handed out, nor acknowledged."""
+        log.debug("share group %s: %d offsets of %s from %s lapsed in the buffer (held over the %.0f s lock): not "
+                  "returned", self.cfg["group_id"], f.size, f.tp, f.ranges[0][0], self._lock_seconds())
+
+    def _fetch_records(self) -> int:
+        """How many records the next ShareFetch asks for: ``max_poll_records``, and more
+        (``share_fetch_max_records`` at most) while the application takes them fast enough that what is
+        buffered is handed out within a quarter of the lock duration."""
+        polled = self.cfg["max_poll_records"]
+        want = int(self._pace * self._lock_seconds() / 4)
+        return max(polled, min(self.cfg["share_fetch_max_records"], want))
+
+    def _paced(self, count: int) -> None:
+        """A poll returned ``count`` records: the application's pace (records/s between polls, smoothed)."""
+        now = time.monotonic()
+        if self._last_poll:
+            rate = count / max(now - self._last_poll, 1e-6)
+            self._pace = rate if not self._pace else (self._pace + rate) / 2
+        self._last_poll = now
+
+    def _buffered(self) -> int:
+        return sum(f.size for f in self._buffer)
 
     def _records(self, f: _Fetched) -> Tuple[List[ShareRecord], List[int], List[Tuple[int, int]]]:
         decoded = self._decoder.decode(f.data, topic=f.tp.topic, partition=f.tp.partition,
@@ -412,7 +473,7 @@ class ShareConsumer:
         self._member.drive(now)
         self._pump.pump()
         wanted = self._wanted()
-        fetch = fetch and not self._buffer
+        fetch = fetch and self._buffered() < self.cfg["max_poll_records"]
         for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
             if node not in self._flights and self._retry_at.get(node, 0.0) <= now:
                 self._send(node, wanted.get(node, set()), fetch)
@@ -459,7 +520,7 @@ class ShareConsumer:
             del self._to_send[node][part]
         if not self._to_send.get(node, True):
             del self._to_send[node]
-        flight = self._flights[node] = _Flight(plan, sent, fetch)
+        flight = self._flights[node] = _Flight(plan, sent, fetch, time.monotonic())
         session.sent(plan)
         fut = self._client.send(node, request)
         fut.add_done_callback(lambda f: self._answered(node, flight, f))
@@ -477,11 +538,12 @@ class ShareConsumer:
         forgotten: Dict[uuid.UUID, List[int]] = {}
         for tid, p in plan.forgotten:
             forgotten.setdefault(tid, []).append(p)
-        n = self.cfg["max_poll_records"] if fetch else 0
+        n = self._fetch_records() if fetch else 0
         return cls(group_id=self.cfg["group_id"], member_id=self._member.member_id, share_session_epoch=plan.epoch,
                    max_wait_ms=self.cfg["fetch_max_wait_ms"] if fetch else 0,
                    min_bytes=self.cfg["fetch_min_bytes"] if fetch else 0,
-                   max_bytes=self.cfg["fetch_max_bytes"] if fetch else 0, max_records=n, batch_size=n,
+                   max_bytes=self.cfg["fetch_max_bytes"] if fetch else 0, max_records=n,
+                   batch_size=min(n, self.cfg["max_poll_records"]),
                    share_acquire_mode=1 if self.cfg["share_acquire_mode"] == "record_limit" else 0,
                    is_renew_ack=plan.renew,
                    topics=self._topics(plan, cls.FetchTopic, cls.FetchPartition, cls.AcknowledgementBatch),
@@ -538,7 +600,7 @@ class ShareConsumer:
                         self._outcome({part: flight.acks[part]}, error)
                         self._renewals_answered(node, part, flight.acks[part], error)
                 if flight.fetch and hasattr(pr, "acquired_records"):
-                    self._take_fetched(node, part, pr, getattr(resp, "node_endpoints", None) or ())
+                    self._take_fetched(node, part, pr, getattr(resp, "node_endpoints", None) or (), flight.at)
         missing = {part: a for part, a in flight.acks.items() if part not in answered}
         if missing:
             self._failed(node, missing, KwireError("the broker's answer did not mention the partition acknowledged"))
@@ -580,6 +642,7 @@ class ShareConsumer:
         for offset, kind in sorted(acks.items(), reverse=True):
             f = renewing.pop(offset, None) if kind == AcknowledgeType.RENEW else None
             if f is not None and error is None:
+                f.at = time.monotonic()          # the lock starts again
                 self._buffer.appendleft(f)
 
     def _part_error(self, code: int, part: Part, pr: Any) -> Optional[BaseException]:
@@ -590,7 +653,7 @@ class ShareConsumer:
         return protocol.error_for(code, api="ShareAcknowledge", topic=tp.topic if tp else None,
                                   message=msg or None)
 
-    def _take_fetched(self, node: int, part: Part, pr: Any, endpoints: Any) -> None:
+    def _take_fetched(self, node: int, part: Part, pr: Any, endpoints: Any, at: float) -> None:
         tp = self._names.get(part)
         if pr.error_code:
             if pr.error_code in _LEADER_ERRORS:
@@ -614,7 +677,7 @@ class ShareConsumer:
                 f"{tp.topic}[{tp.partition}]: the broker acquired {acquired} offsets from offset "
                 f"{ranges[0][0] if ranges else '-'} in one ShareFetch answer, more than kwire takes ({MAX_ACQUIRED})"))
             return
-        self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges, self._sessions[node].generation))
+        self._buffer.append(_Fetched(tp, part, node, pr.records or b"", ranges, self._sessions[node].generation, at))
 
     def _outcome(self, acks: Mapping[Part, Mapping[int, int]], error: Optional[BaseException]) -> None:
         if error is not None:
@@ -687,12 +750,32 @@ class ShareConsumer:
         yield from self._member.leave_steps(deadline)
 
     def _take_explicit_only(self) -> None:
-        """At close: the acknowledgements made become ones to send; records not acknowledged stay unsent (the
-        closed session releases them)."""
-        for (node, part), offsets in self._delivered.items():
+        """At close: the acknowledgements made (explicit mode) become ones to send; records not acknowledged
+        (implicit mode: the last poll's) stay unsent (the closed session releases them)."""
+        for (node, part), offsets in self._delivered.items() if self._explicit else ():
             acks = self._to_send.setdefault(node, {}).setdefault(part, {})
             acks.update({o: t for o, t in offsets.items() if t is not None})
         self._delivered, self._handed = {}, {}
+
+
+def _cut(ranges: List[Tuple[int, ...]], at: int) -> Tuple[List[Tuple[int, ...]], List[Tuple[int, ...]]]:
+    """Ranges ``(first, last, ...)`` split into the parts below offset ``at`` and from it."""
+    below = [(first, min(last, at - 1), *more) for first, last, *more in ranges if first < at]
+    above = [(max(first, at), last, *more) for first, last, *more in ranges if last >= at]
+    return below, above
+
+
+def _split(f: _Fetched, columns: Any, taken: Any, offsets: List[int], gaps: List[Tuple[int, int]], k: int
+           ) -> Tuple[Tuple[Any, List[int], List[Tuple[int, int]]], _Fetched]:
+    """A partial take of ``f``'s first ``k`` records (or rows): ``f`` keeps the offsets below the next record's
+    (the poll hands them out), and the rest, decoded already, is a buffered answer of its own."""
+    at = offsets[k]
+    f.ranges, ranges = _cut(f.ranges, at)
+    gaps, rest_gaps = _cut(gaps, at)
+    rest = _Fetched(f.tp, f.part, f.node, f.data, ranges, f.generation, f.at,
+                    (columns, taken[k:], offsets[k:], rest_gaps))
+    f.cache = None
+    return (taken[:k], offsets[:k], gaps), rest
 
 
 def _session_ended(node: int) -> KwireError:
