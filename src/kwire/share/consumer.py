@@ -467,21 +467,26 @@ class ShareConsumer:
 
     def _turn(self, fetch: bool) -> None:
         """Heartbeats, coordinator lookups, and each idle broker's next request: a ShareFetch when ``fetch``
-        (and nothing is buffered), else the acknowledgements waiting for it (ShareAcknowledge). Sends only:
-        the caller's wait lets the I/O run."""
+        and the buffer is running low (under half of what the next ShareFetch asks for, and at least a poll's
+        worth: the answer comes while the application takes the rest), else the acknowledgements waiting
+        (ShareAcknowledge). In implicit mode with records buffered, a poll's acceptances wait for the next
+        ShareFetch instead (they ride on it: the buffer is handed out within a quarter of the lock). Sends
+        only: the caller's wait lets the I/O run."""
         now = time.monotonic()
         self._member.drive(now)
         self._pump.pump()
         wanted = self._wanted()
-        fetch = fetch and self._buffered() < self.cfg["max_poll_records"]
+        due = self._buffered() < max(self.cfg["max_poll_records"], self._fetch_records() // 2)
+        alone = not (fetch and not due and not self._explicit)
+        fetch = fetch and due
         for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
             if node not in self._flights and self._retry_at.get(node, 0.0) <= now:
-                self._send(node, wanted.get(node, set()), fetch)
+                self._send(node, wanted.get(node, set()), fetch, acks_alone=alone)
 
     def _acks_for(self, node: int) -> Dict[Part, Dict[int, int]]:
         return {part: acks for part, acks in self._to_send.get(node, {}).items() if acks}
 
-    def _send(self, node: int, wanted: Set[Part], fetch: bool, close: bool = False) -> None:
+    def _send(self, node: int, wanted: Set[Part], fetch: bool, close: bool = False, acks_alone: bool = True) -> None:
         session = self._sessions.setdefault(node, ShareSession(node))
         acks = {} if session.is_new else self._acks_for(node)
         versions = self._client.versions(node)
@@ -508,7 +513,7 @@ class ShareConsumer:
             plan = session.plan(wanted, batches)
             fetch = fetch and not plan.renew
             request = self._fetch_request(plan, fetch)
-        elif batches:
+        elif batches and acks_alone:
             plan = session.plan(wanted, batches)
             request = self._acknowledge_request(plan)
         else:
