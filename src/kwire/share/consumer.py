@@ -14,22 +14,28 @@ Java's ``KafkaShareConsumer``:
 
 Acknowledgements ride on the next ShareFetch to the broker that delivered
 the records (piggy-backed, as Java's client does) and go alone
-(ShareAcknowledge) only when nothing is fetched: records still buffered, a
-commit, close. In implicit mode that ShareFetch goes out as a poll returns
-(the broker answers while the application works); in explicit mode at the
-next poll. ``commit_sync`` waits for their answers and returns each
-partition's outcome; the ``acknowledgement_commit_callback`` gets every
-outcome, in the polling thread. ``close()`` sends the acknowledgements made
-and closes each broker's share session, which releases every record still
-acquired (an implicit consumer's last records included: they are delivered
-again, as with Java's), then leaves the group.
+(ShareAcknowledge) only when no ShareFetch is due: a commit, close, explicit
+mode's acknowledgements. ``commit_sync`` waits for their answers and returns
+each partition's outcome; the ``acknowledgement_commit_callback`` gets
+every outcome, in the polling thread. ``close()`` sends the
+acknowledgements made and closes each broker's share session, which
+releases every record still acquired (an implicit consumer's last records
+included: they are delivered again, as with Java's), then leaves the group.
 
 Each broker has one request in flight at a time (its share session's epochs
-are a sequence, :mod:`kwire.share.session`). A poll that finds nothing
-buffered asks every broker leading an assigned partition for records (up to
-``max_poll_records`` each) and waits for the first answer with any; a
-ShareFetch answer's records are sorted by the ranges the broker acquired for
-the member (:func:`kwire._core.acquired.take_acquired`): only those are
+are a sequence, :mod:`kwire.share.session`). A ShareFetch asks every broker
+leading an assigned partition for records: ``max_poll_records``, and up to
+``share_fetch_max_records`` while the application takes them fast enough
+that what is buffered is handed out within a quarter of the record lock. A
+poll returns ``max_poll_records`` at most and leaves the rest buffered,
+decoded, for the next. In implicit mode the next ShareFetch goes out as a
+poll returns once less than half of what it asks for is buffered, carrying
+the acceptances, so the broker answers while the application works; in
+explicit mode only at a poll that finds nothing buffered, so a record the
+application releases is not taken straight back. Buffered records whose lock lapsed before a poll took
+them are dropped, not returned: the broker has released them. A ShareFetch
+answer's records are sorted by the ranges the broker acquired for the
+member (:func:`kwire._core.acquired.take_acquired`): only those are
 returned, with their delivery count; acquired offsets without a record are
 acknowledged as gaps with the rest.
 """
