@@ -38,12 +38,13 @@ with ``KWIRE_SHARE_STRICT=1``: a record's delivery count going down (2,
 then 1), because Kafka 4.4 writes a share-partition's state with
 acknowledgements and releases, not with each acquisition, so a record
 acquired but not acknowledged when its leader moves comes back from the
-new leader with the count last written; and under SIGKILL (``--long``) a
-record accepted by the old leader delivered again by the new one. Under SIGKILL
-(``--long``) Kafka 4.4 also stalls a share-partition whose share
-coordinator died with a write in flight: the records whose acknowledgement
-timed out then stay acquired until their member leaves, and that round
-may fail on "every record accepted".
+new leader with the count last written; and, seen in SIGKILL rounds (``--long``)
+before the consumer's acceptances rode on its ShareFetches (not since, in
+four rounds), a record accepted by the old leader delivered again by the
+new one, and a share-partition whose share coordinator died with a write in
+flight stalled: the records whose acknowledgement timed out stayed
+acquired until their member left, and that round failed on "every record
+accepted".
 """
 
 from __future__ import annotations
