@@ -1,5 +1,5 @@
 """kwire.aio's producer under backpressure, one build against another:
-``send_nowait`` falling back to ``await enqueue()`` (the README's pattern)
+``send_nowait`` falling back to ``await enqueue()`` (docs/guide/asyncio.md's pattern)
 and ``await enqueue()`` per record, on ``compare_clients``' mixed shape (a
 16-byte key, values of 50 to 1,000 bytes) through the producer's default
 ``buffer_memory`` (32 MiB) and ``batch_size`` (16 KiB), into the local

@@ -16,7 +16,7 @@ records (``poll``) and into Arrow (``poll_columnar``).
 
 ``kwire-aio`` is :mod:`kwire.aio` on one event loop: its producer queues
 every record with ``send_nowait`` (``await enqueue`` when that raises
-``WouldBlockError``: the README's fast pattern), then ``await flush()``;
+``WouldBlockError``: docs/guide/asyncio.md's fast pattern), then ``await flush()``;
 ``kwire-aio-enqueue`` awaits ``enqueue`` for every record instead (the
 coroutine path, which the fast one must not trail); its consumers ``await
 getmany`` (Python records) and ``await poll_columnar`` (``kwire-aio-columnar``).

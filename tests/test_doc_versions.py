@@ -1,4 +1,4 @@
-"""The versions the README and the workflows name are the ones the tests and
+"""The versions the docs (docs/guide/tested-against.md, the getting-started page) and the workflows name are the ones the tests and
 the build use: each is read from where it is set (pyproject.toml's pins and
 cibuildwheel selection, the Maven poms, the test support's constants), not
 written twice by hand."""
@@ -20,13 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def _section(text: str, heading: str) -> str:
-    start = text.index(f"\n## {heading}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else len(text)]
-
-
-TESTED_AGAINST = _section((ROOT / "README.md").read_text(), "Tested against")
+TESTED_AGAINST = (ROOT / "docs/guide/tested-against.md").read_text()
 
 
 def _pin(name: str) -> str:
@@ -82,6 +76,9 @@ def test_wheel_workflow_names_the_pythons_cibuildwheel_builds():
     assert named and set(named) == {_wheel_pythons()}, named
     comment = re.findall(r"CPython (3\.\d+-3\.\d+)", (ROOT / "pyproject.toml").read_text())
     assert set(comment) == {_wheel_pythons()}, comment
+    for page in ("README.md", "docs/guide/getting-started.md"):
+        named = re.findall(r"CPython (3\.\d+-3\.\d+)", (ROOT / page).read_text())
+        assert named and set(named) == {_wheel_pythons()}, (page, named)
 
 
 def test_requires_python_matches_the_oldest_wheel():

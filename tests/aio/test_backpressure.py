@@ -1,6 +1,6 @@
 """kwire.aio's fast path under backpressure, on both live brokers
 (``broker``): ``send_nowait``, falling back to ``await enqueue()`` when it
-raises WouldBlockError (the README's pattern), through a tiny
+raises WouldBlockError (docs/guide/asyncio.md's pattern), through a tiny
 ``buffer_memory`` delivers every record exactly once and in order per
 partition; each wait for room lasts until a share of the buffer is free, so
 the sends after it queue in a run (at least that share of bytes between two
@@ -48,7 +48,7 @@ def _read(bootstrap: str, topic: str, n: int) -> Dict[int, List[Tuple[int, bytes
 
 
 async def _send_nowait_or_enqueue(p: AsyncProducer, topic: str, records: List[Tuple[bytes, bytes]]):
-    """The README's pattern; returns the futures and how many sends were refused for room."""
+    """docs/guide/asyncio.md's pattern; returns the futures and how many sends were refused for room."""
     futures, refused = [], 0
     for key, value in records:
         try:

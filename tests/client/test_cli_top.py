@@ -1,5 +1,5 @@
 """``kwire top`` (kwire.cli.top) on Apache Kafka (Tansu 0.6.0's log end is its last batch's base
-offset + 1, see the README, so a lag there is not the lag): a group's
+offset + 1, see docs/guide/cli.md, so a lag there is not the lag): a group's
 lag and rates, and a running client's metrics (its StatsFile), as text
 (``--once``) and live in a terminal, driven and read through tmux."""
 

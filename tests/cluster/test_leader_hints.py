@@ -24,7 +24,7 @@ of a move: it is cheap, and its figures vary most); per fault, the time
 from the fault (for a move: the controller's answer to the election) to
 the first Produce sent to the new leader, and to the first
 acknowledgement of a record sent after the fault.
-Figures in the README's Failure handling section.
+Figures in docs/guide/failures.md.
 """
 
 from __future__ import annotations

@@ -327,7 +327,7 @@ class TestExecutorKilled:
         _rounds("a task's executor JVM or Python worker killed mid-write",
                 lambda rnd: _executor_round(standalone, eos_driver, bootstrap, tmp_path, rnd, "kwire"))
 
-    @pytest.mark.skipif(not LONG, reason="the README's contrast: with --long or KWIRE_EOS_ROUNDS")
+    @pytest.mark.skipif(not LONG, reason="docs/guide/spark.md's contrast: with --long or KWIRE_EOS_ROUNDS")
     def test_spark_sink_repeats_a_killed_executors_rows(self, standalone, eos_driver, kafka, tmp_path):
         """The contrast: Spark's sink under the same kill keeps what the dead attempt sent, and
         the task's second attempt sends it again."""

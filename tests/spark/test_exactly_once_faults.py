@@ -11,7 +11,7 @@ group (``kwire-<query id>-<Spark partition>``) the last batch id + 1.
 Spark's own sink (``format("kafka")``, at least once, as Spark documents)
 under the same faults is the contrast: the tests count the duplicates it
 leaves (and print them) and pass when there are some. They make the
-README's figures, and run with --long or ``KWIRE_EOS_ROUNDS`` (not in CI),
+docs/guide/spark.md's figures, and run with --long or ``KWIRE_EOS_ROUNDS`` (not in CI),
 as does the driver killed after all of a batch's commits.
 
 Each scenario runs ``KWIRE_EOS_ROUNDS`` rounds (default 1) on one query:
@@ -356,7 +356,7 @@ def test_driver_killed_mid_commit_then_rerun(kafka, runner, tmp_path, when):
 
 
 # ---------------------------------------------------- Spark's own sink, the contrast
-@pytest.mark.skipif(not LONG, reason="the README's contrast: with --long or KWIRE_EOS_ROUNDS")
+@pytest.mark.skipif(not LONG, reason="docs/guide/spark.md's contrast: with --long or KWIRE_EOS_ROUNDS")
 def test_spark_sink_repeats_a_failed_task(kafka, runner, tmp_path):
     """The contrast of the failing task: Spark's sink (at least once) keeps
     what the failed attempt sent, and the retry sends it again."""
@@ -370,7 +370,7 @@ def test_spark_sink_repeats_a_failed_task(kafka, runner, tmp_path):
     timed("Spark's sink, a task failing once", t)
 
 
-@pytest.mark.skipif(not LONG, reason="the README's contrast, a fresh Spark session (40 s): with --long or "
+@pytest.mark.skipif(not LONG, reason="docs/guide/spark.md's contrast, a fresh Spark session (40 s): with --long or "
                                      "KWIRE_EOS_ROUNDS")
 def test_spark_sink_repeats_a_batch_after_a_driver_kill(kafka, runner, connector, tmp_path):
     """The contrast of the driver killed mid-batch: the first batch's

@@ -1,7 +1,7 @@
 """Arrow values as JSON values: what the ``kwire`` command prints for a
 typed column, and what the JSON format encodes.
 
-How each type is written (README, "The kwire command"):
+How each type is written (docs/guide/cli.md, "The kwire command: typed values"):
 
 * timestamps: RFC 3339 text in UTC with the unit's digits
   (``2024-05-01T12:00:00.000000Z``; without a time zone, no ``Z``);

@@ -21,8 +21,9 @@ module                       what it holds
                              for one value or a whole Arrow column (pyarrow)
 :mod:`.naming`               subject name strategies: TopicName, RecordName,
                              TopicRecordName
-:mod:`.steps`, :mod:`.auth`, the calls as steps (one implementation, two drivers), the
-:mod:`.cache`                authentication headers, the caches
+:mod:`.steps`                the calls as steps (one implementation, two drivers)
+:mod:`.auth`                 the authentication headers
+:mod:`.cache`                the caches
 ===========================  ============================================================
 
 It speaks Confluent Schema Registry's API, which other registries serve

@@ -34,7 +34,7 @@ failed batch job is not resumed, it is run again as a new job, and its
 transactions are aborted by ``abort``, after an abort marker that tasks
 still running then read: :func:`close_job`).
 
-What it needs and what it cannot do (see the README):
+What it needs and what it cannot do (see docs/guide/spark.md, "Exactly-once writes"):
 
 * Deterministic input and partitioning of each micro-batch (Kafka's and
   kwire's source are replayable): a re-run batch's partition ``p`` must

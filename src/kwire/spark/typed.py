@@ -15,8 +15,8 @@ each decoded batch into that layout without copying what is already in it
 leaves below change their buffers), and turns a DataFrame's Spark arrays
 back into what the format's encoder takes (:meth:`Conv.to_format`).
 
-Where kwire's Arrow type differs from Spark's (README, "Typed records in
-Spark"):
+Where kwire's Arrow type differs from Spark's (docs/guide/spark.md, "Typed keys and
+values"):
 
 ==========================================  ======================================================
 kwire's Arrow                               Spark (as from_avro / from_protobuf give it)

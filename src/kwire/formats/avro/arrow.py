@@ -2,7 +2,7 @@
 written (:class:`Slot`: the column of :class:`kwire._core.typedcols.Columns`
 that a part fills, numbered as ``Columns`` numbers them: pre-order).
 
-The mapping (README, "Typed records"):
+The mapping (docs/guide/typed-records.md):
 
 * record -> struct (a field is nullable when its type is null or a union
   with null); array -> list; map -> map<string, ...>;

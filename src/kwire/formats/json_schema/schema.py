@@ -1,6 +1,6 @@
 """The Arrow type of a JSON Schema (and back: a JSON Schema of an Arrow type).
 
-The mapping (README, "JSON Schema"):
+The mapping (docs/guide/typed-records.md, "JSON"):
 
 * ``object`` with ``properties`` -> struct of them, in their order; a
   property is non-null when ``required`` lists it, its schema does not
