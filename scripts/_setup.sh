@@ -22,11 +22,19 @@ fi
 if ! command -v tmux >/dev/null; then
   SYSTEM_PACKAGES="$SYSTEM_PACKAGES tmux"
 fi
+# The docs' screenshots (tests/docs/test_screenshot.py) are taken by headless Chromium: Debian's package
+# when no Chromium or Google Chrome is on the PATH (its dependencies bring a font, fonts-dejavu-core).
+# Not on Ubuntu, whose chromium is a snap (its CI runners have Google Chrome), nor without apt-get.
+if command -v apt-get >/dev/null && ! grep -qsi ubuntu /etc/os-release \
+   && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+   && ! command -v google-chrome >/dev/null && ! command -v google-chrome-stable >/dev/null; then
+  SYSTEM_PACKAGES="$SYSTEM_PACKAGES chromium"
+fi
 if [[ ",${KWIRE_EXTRAS}," == *",test,"* ]] && [ -n "${SYSTEM_PACKAGES// /}" ]; then
   SUDO="none"
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
   if command -v apt-get >/dev/null && [ "$SUDO" != none ]; then
-    echo "[setup] installing $SYSTEM_PACKAGES for the tests (MIT Kerberos: the security tests; tmux: kwire top's)" >&2
+    echo "[setup] installing $SYSTEM_PACKAGES for the tests (MIT Kerberos: the security tests; tmux: kwire top's; chromium: the docs' screenshots)" >&2
     apt_install() {
       $SUDO env DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq --no-install-recommends \
         $SYSTEM_PACKAGES >/dev/null
@@ -34,7 +42,7 @@ if [[ ",${KWIRE_EXTRAS}," == *",test,"* ]] && [ -n "${SYSTEM_PACKAGES// /}" ]; t
     apt_install || { $SUDO timeout 300 apt-get update -qq >/dev/null && apt_install; }
   else
     echo "[setup] warning: $SYSTEM_PACKAGES cannot be installed here (apt-get as root needed):" \
-         "install them; the security tests, the gssapi package and kwire top's tests need them" >&2
+         "install them; the security tests, the gssapi package, kwire top's tests and the docs' screenshots need them" >&2
   fi
 fi
 echo "[setup] installing kwire[${KWIRE_EXTRAS}] (compiles the Cython core)" >&2

@@ -1,12 +1,17 @@
 """The ``kwire-config`` directive: the table of every client option, read
 from :mod:`kwire.config` when the docs are built (so it cannot drift from
-the code): its name, the dotted name it is also given by (Kafka's style;
-librdkafka's and kafka-python's other names from ``ALIASES``), what it
-accepts, its default, the clients that take it, and its meaning."""
+the code): its name; the Java client's name it matches (its dotted form,
+where Kafka's Java client of the version the tests run has it:
+``java_config_names.json``, written by ``scripts/gen_config_names.py``),
+else "kwire's"; librdkafka's and kafka-python's other names (``ALIASES``);
+what it accepts, its default, the clients that take it, and its meaning.
+Every option is also accepted by its dotted name."""
 
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 from typing import Any, Dict, List
 
 from docutils import nodes
@@ -38,9 +43,15 @@ def accepts(convert: Any) -> str:
     return NAMED.get(name, name.strip("_").replace("_", " "))
 
 
+def java_names() -> set:
+    names = json.loads((Path(__file__).with_name("java_config_names.json")).read_text())
+    return set(names["producer"]) | set(names["consumer"]) | set(names["admin"])
+
+
 def rows() -> List[Dict[str, str]]:
     from kwire import config
 
+    java = java_names()
     aliases: Dict[str, List[str]] = {}
     for other, name in config.ALIASES.items():
         aliases.setdefault(name, []).append(other.replace("_", "."))
@@ -53,7 +64,8 @@ def rows() -> List[Dict[str, str]]:
             secret = name in config.SECRET_OPTIONS
             seen[name] = {
                 "option": name,
-                "also": ", ".join([name.replace("_", ".")] + aliases.get(name, [])),
+                "java": name.replace("_", ".") if name.replace("_", ".") in java else "kwire's",
+                "also": ", ".join(aliases.get(name, [])) or "-",
                 "accepts": accepts(opt.convert),
                 "default": "(secret)" if secret and opt.default else repr(opt.default) if opt.default is not None else "-",
                 "clients": ", ".join(clients),
@@ -66,8 +78,8 @@ class ConfigTable(SphinxDirective):
     has_content = False
 
     def run(self) -> List[nodes.Node]:
-        heads = ("option", "also", "accepts", "default", "clients", "meaning")
-        widths = (14, 14, 12, 8, 10, 42)
+        heads = ("option", "java", "also", "accepts", "default", "clients", "meaning")
+        widths = (14, 14, 10, 12, 8, 10, 36)
         table = nodes.table(classes=["kwire-config"])
         group = nodes.tgroup(cols=len(heads))
         table += group
@@ -75,11 +87,12 @@ class ConfigTable(SphinxDirective):
             group += nodes.colspec(colwidth=w)
         head = nodes.thead()
         group += head
-        head += self._row(["option", "dotted name (and others)", "accepts", "default", "clients", "meaning"])
+        head += self._row(["option", "Java client's name", "librdkafka's or kafka-python's", "accepts", "default",
+                           "clients", "meaning"])
         body = nodes.tbody()
         group += body
         for r in rows():
-            body += self._row([r[h] for h in heads], literal=(0, 1, 3))
+            body += self._row([r[h] for h in heads], literal=(0, 1, 2, 4))
         return [table]
 
     @staticmethod
@@ -88,7 +101,8 @@ class ConfigTable(SphinxDirective):
         for i, text in enumerate(cells):
             entry = nodes.entry()
             para = nodes.paragraph()
-            para += nodes.literal(text=text) if i in literal and text != "-" else nodes.Text(text)
+            plain = text in ("-", "kwire's") or i not in literal
+            para += nodes.Text(text) if plain else nodes.literal(text=text)
             entry += para
             row += entry
         return row
