@@ -552,6 +552,14 @@ ALIASES = {
     "ssl_key_location": "ssl_keyfile",
     "ssl_key_password": "ssl_password",
     "sasl_oauth_token_provider": "oauth_cb",          # kafka-python's and aiokafka's token provider
+    # librdkafka's own aliases of Java's names (its CONFIGURATION.md)
+    "metadata_broker_list": "bootstrap_servers",
+    "queue_buffering_max_ms": "linger_ms",
+    "request_required_acks": "acks",
+    "message_send_max_retries": "retries",
+    "message_timeout_ms": "delivery_timeout_ms",
+    "fetch_wait_max_ms": "fetch_max_wait_ms",
+    "fetch_message_max_bytes": "max_partition_fetch_bytes",
 }
 
 

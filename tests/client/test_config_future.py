@@ -27,6 +27,13 @@ def test_librdkafka_and_java_spellings():
                              "sasl.mechanisms": "scram-sha-512", "ssl.endpoint.identification.algorithm": ""})
     assert (cfg["sasl_plain_username"], cfg["sasl_plain_password"], cfg["sasl_mechanism"]) == ("u", "p", "SCRAM-SHA-512")
     assert cfg["ssl_check_hostname"] is False
+    # librdkafka's aliases of Java's names
+    cfg = resolve(PRODUCER, {"metadata.broker.list": "x", "queue.buffering.max.ms": "7", "request.required.acks": "1",
+                             "message.send.max.retries": "3", "message.timeout.ms": "60000"})
+    assert (cfg["bootstrap_servers"], cfg["linger_ms"], cfg["acks"], cfg["retries"], cfg["delivery_timeout_ms"]) == \
+        ([("x", 9092)], 7, 1, 3, 60000)
+    cfg = resolve(CONSUMER, {"bootstrap.servers": "x", "fetch.wait.max.ms": "250", "fetch.message.max.bytes": "4096"})
+    assert (cfg["fetch_max_wait_ms"], cfg["max_partition_fetch_bytes"]) == (250, 4096)
 
 
 def test_endpoint_identification_accepts_only_https_or_empty():
