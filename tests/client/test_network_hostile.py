@@ -336,7 +336,7 @@ def test_poll_keeps_its_timeout_with_a_huge_metadata_response(broker):
     it in took 1.5 s inside one poll (200,000: 4.6 s for poll(0.5)). Now it
     is done on the helper thread: every poll(0.2) returns within 0.2 s plus
     the interpreter's own pauses (its cyclic GC runs over the million objects
-    the decoding makes), the metadata arrives, the helper thread ends. A
+    the decoding makes; 0.8 s allowed, on a busy machine), the metadata arrives, the helper thread ends. A
     client that asked for one topic keeps only that one."""
     b = broker({"t": 1})
     cache: dict = {}
@@ -348,7 +348,9 @@ def test_poll_keeps_its_timeout_with_a_huge_metadata_response(broker):
     try:
         everything.want_all_topics()
         slowest = _poll_until(everything, lambda: len(everything.cluster.partitions) == MANY + 1, 30, 0.2)
-        assert slowest < 0.2 + 0.5, slowest
+        # 0.8 s for the pauses: 0.75 s seen with the other worker building the docs site beside it; the
+        # decoding inside one poll took 1.5 s on an idle machine
+        assert slowest < 0.2 + 0.8, slowest
         one.add_topics(["t"])
         _poll_until(one, lambda: "t" in one.cluster.partitions, 30, 0.2)
         assert one.cluster.topics() == ["t"]
