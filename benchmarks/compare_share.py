@@ -39,6 +39,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+from benchmarks.procstat import process_cpu
+
 CLIENTS = ("kwire", "kwire-columnar", "confluent", "java")
 TARGETS = [("kwire", "confluent", 2.0), ("kwire-columnar", "confluent", 5.0)]
 MAX_POLL_RECORDS = 500          # (--max-poll-records)
@@ -98,20 +100,10 @@ def _group(bootstrap: str) -> str:
     return group
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` so far (Linux's /proc; 0 elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float, broker_pid: int = 0
               ) -> Dict[str, float]:
     group = _group(bootstrap)
-    broker_cpu = _proc_cpu(broker_pid)
+    broker_cpu = process_cpu(broker_pid)
     max_poll = os.environ.get("KWIRE_BENCH_MAX_POLL_RECORDS", str(MAX_POLL_RECORDS))
     if client == "java":
         from support.java_peer import java_share_command
@@ -139,7 +131,7 @@ def run_group(client: str, members: int, bootstrap: str, topic: str, idle: float
     count = sum(o["count"] for o in outs)
     took = max(o["last"] for o in got) - min(o["first"] for o in got)
     # the broker's CPU over the whole round (the joins and the idle wait included: an upper bound)
-    broker_cpu = _proc_cpu(broker_pid) - broker_cpu
+    broker_cpu = process_cpu(broker_pid) - broker_cpu
     return {"count": count, "seconds": took, "rate": count / took if took > 0 else float("nan"),
             "cpu_per_m": sum(o["cpu"] for o in outs) / count * 1e6 if count else float("nan"),
             "broker_cpu_per_m": broker_cpu / count * 1e6 if count else float("nan")}

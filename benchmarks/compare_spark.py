@@ -147,6 +147,7 @@ for _path in (ROOT, os.path.join(ROOT, "tests")):          # benchmarks.*, and s
         sys.path.insert(0, _path)
 
 from benchmarks import history  # noqa: E402
+from benchmarks.procstat import process_cpu  # noqa: E402
 from benchmarks.spark_rows import SHAPES, write_parquet  # noqa: E402
 from kwire.demo import DEFAULT_PARTITIONS, produce, spark_session, value_for  # noqa: E402
 from kwire.spark.compat import FEATURES  # noqa: E402
@@ -302,16 +303,6 @@ def native_df(spark, rows: int, partitions: int, columns: Sequence[str] = ()):
 
 
 # ------------------------------------------------------------ CPU seconds
-def process_cpu(pid: int) -> float:
-    """CPU seconds process ``pid`` has used (Linux /proc; 0 elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_busy() -> float:
     """CPU seconds every core of the machine has been busy (Linux /proc; 0 elsewhere)."""
     try:

@@ -27,7 +27,6 @@ and Maven needed), alone on the machine's cores with this process.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -37,14 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK      # utime, stime (fields 14 and 15)
+from benchmarks.procstat import process_cpu
 
 
 class _FetchCounter:
@@ -118,11 +110,11 @@ def _run(bootstrap: str, topic: str, partitions: int, seconds: float, rate: floa
             producer.start()
             time.sleep(1.0)                 # the producer connected
         counter.on = True
-        cpu0, t0 = _cpu_seconds(pid), time.monotonic()
+        cpu0, t0 = process_cpu(pid), time.monotonic()
         records = 0
         while time.monotonic() - t0 < seconds:
             records += sum(len(v) for v in c.poll(500).values())
-        cpu, wall, read = _cpu_seconds(pid) - cpu0, time.monotonic() - t0, counter.read
+        cpu, wall, read = process_cpu(pid) - cpu0, time.monotonic() - t0, counter.read
         counter.on = False
         stop.set()
         if rate > 0:
@@ -135,9 +127,9 @@ def _run(bootstrap: str, topic: str, partitions: int, seconds: float, rate: floa
 
 
 def _idle_cpu(pid: int, seconds: float) -> float:
-    cpu0 = _cpu_seconds(pid)
+    cpu0 = process_cpu(pid)
     time.sleep(seconds)
-    return _cpu_seconds(pid) - cpu0
+    return process_cpu(pid) - cpu0
 
 
 def main(argv: Any = None) -> int:
