@@ -24,10 +24,6 @@ from kwire.protocol.api_keys import ApiKey
 __all__ = ["Metric", "network_metrics", "client_network_metrics", "fetch_metrics", "group_metrics", "produce_metrics",
            "share_metrics", "fold", "granular", "catalogue"]
 
-PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP = ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP
-HEARTBEAT, SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT = ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT
-SHARE_FETCH = ApiKey.SHARE_FETCH
-
 
 class Metric(NamedTuple):
     group: str
@@ -156,8 +152,8 @@ def fetch_metrics(fm: FetchMetrics, net: NetworkMetrics, partitions: Iterable[Tu
     group = "consumer-fetch-manager-metrics"
     yield from _rated(group, "records-consumed", fm.records, now)
     yield from _rated(group, "bytes-consumed", fm.bytes, now)
-    fetch = net.apis.get(FETCH)
-    yield from _fetches(group, net, FETCH, now)
+    fetch = net.apis.get(ApiKey.FETCH)
+    yield from _fetches(group, net, ApiKey.FETCH, now)
     if fetch is not None:
         per = fm.records.total / fetch.latency.count if fetch.latency.count else math.nan
         yield Metric(group, "records-per-request-avg", (), per)
@@ -202,7 +198,7 @@ def share_metrics(sm: ShareMetrics, net: NetworkMetrics, now: float) -> Iterator
     yield from _rated(group, "acknowledgements-error", sm.ack_errors, now)
     yield Metric(group, "records-per-request-avg", (), sm.per_request.avg(now))
     yield Metric(group, "records-per-request-max", (), sm.per_request.max(now))
-    yield from _fetches(group, net, SHARE_FETCH, now)
+    yield from _fetches(group, net, ApiKey.SHARE_FETCH, now)
 
 
 def _fetches(group: str, net: NetworkMetrics, api: int, now: float) -> Iterator[Metric]:
@@ -229,8 +225,9 @@ def group_metrics(prefix: str, gm: GroupMetrics, net: NetworkMetrics, assigned: 
     yield Metric(group, "failed-rebalance-total", (), float(gm.failed.count))
     yield Metric(group, "last-rebalance-seconds-ago", (),
                  float(int(now - gm.last)) if gm.last is not None else -1.0)
-    for name, keys in (("commit", (OFFSET_COMMIT,)), ("join", (JOIN_GROUP,)), ("sync", (SYNC_GROUP,)),
-                       ("heartbeat", (HEARTBEAT, CONSUMER_GROUP_HEARTBEAT))):
+    for name, keys in (("commit", (ApiKey.OFFSET_COMMIT,)), ("join", (ApiKey.JOIN_GROUP,)),
+                       ("sync", (ApiKey.SYNC_GROUP,)),
+                       ("heartbeat", (ApiKey.HEARTBEAT, ApiKey.CONSUMER_GROUP_HEARTBEAT))):
         apis = [net.apis[k] for k in keys if k in net.apis]
         lat = [a.latency for a in apis]
         avg, top = _merged(lat, now)
@@ -256,7 +253,7 @@ def produce_metrics(pm: ProduceMetrics, net: NetworkMetrics, buffer_total: int, 
     yield from _stat(group, "batch-size", pm.batch_size, now)
     yield Metric(group, "compression-rate-avg", (), pm.compression.avg(now))
     yield from _stat(group, "record-queue-time", pm.queue_time, now)
-    produce = net.apis.get(PRODUCE)
+    produce = net.apis.get(ApiKey.PRODUCE)
     sent = produce.latency.count if produce is not None else 0
     yield Metric(group, "records-per-request-avg", (), pm.records.total / sent if sent else math.nan)
     yield Metric(group, "record-size-avg", (), pm.encoded / pm.records.total if pm.records.total else math.nan)
@@ -311,7 +308,8 @@ def catalogue(kind: str) -> List[Metric]:
     declare and the docs list."""
     net = NetworkMetrics()
     net.node(1)
-    for key in (PRODUCE, FETCH, OFFSET_COMMIT, JOIN_GROUP, SYNC_GROUP, HEARTBEAT):
+    for key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
+                ApiKey.HEARTBEAT):
         net.api(key)
     if kind == "admin":
         return list(network_metrics("admin-client", [net], {}, 0, 0.0))
