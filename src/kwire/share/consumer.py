@@ -32,12 +32,13 @@ decoded, for the next. In implicit mode the next ShareFetch goes out as a
 poll returns once less than half of what it asks for is buffered, carrying
 the acceptances, so the broker answers while the application works; in
 explicit mode only at a poll that finds nothing buffered, so a record the
-application releases is not taken straight back. Buffered records whose lock lapsed before a poll took
-them are dropped, not returned: the broker has released them. A ShareFetch
-answer's records are sorted by the ranges the broker acquired for the
-member (:func:`kwire._core.acquired.take_acquired`): only those are
-returned, with their delivery count; acquired offsets without a record are
-acknowledged as gaps with the rest.
+application releases is not taken straight back. Buffered records whose
+lock lapsed before a poll took them are dropped, not returned: the broker
+has released them. A ShareFetch answer's records are sorted by the ranges
+the broker acquired for the member
+(:func:`kwire._core.acquired.take_acquired`): only those are returned, with
+their delivery count; acquired offsets without a record are acknowledged as
+gaps with the rest.
 """
 
 from __future__ import annotations
@@ -310,10 +311,10 @@ class ShareConsumer:
             if out:
                 self._paced(sum(len(taken) for taken in out.values()))
                 # nothing awaited once records are taken (kwire.aio: a cancelled poll loses none). Implicit
-                # mode, less than a poll's records buffered: the next ShareFetch goes out now, carrying the last poll's
-                # acceptances, so the broker answers while the application works. Explicit mode (or records
-                # buffered): the acknowledgements go alone, and nothing is acquired before the next poll (a
-                # record the application releases is not taken straight back)
+                # mode: the next ShareFetch goes out now if the buffer runs low (carrying the acceptances, so the
+                # broker answers while the application works), else the acceptances wait for it. Explicit
+                # mode: the acknowledgements go alone, and nothing is acquired before the next poll (a record
+                # the application releases is not taken straight back)
                 self._turn(fetch=not self._explicit)
                 return out
             self._turn(fetch=True)
@@ -483,11 +484,11 @@ class ShareConsumer:
         self._pump.pump()
         wanted = self._wanted()
         due = self._buffered() < max(self.cfg["max_poll_records"], self._fetch_records() // 2)
-        alone = not (fetch and not due and not self._explicit)
+        wait_for_fetch = fetch and not due and not self._explicit      # the acceptances ride on the next one
         fetch = fetch and due
         for node in set(wanted) | set(self._to_send) | {n for n, s in self._sessions.items() if s.partitions}:
             if node not in self._flights and self._retry_at.get(node, 0.0) <= now:
-                self._send(node, wanted.get(node, set()), fetch, acks_alone=alone)
+                self._send(node, wanted.get(node, set()), fetch, acks_alone=not wait_for_fetch)
 
     def _acks_for(self, node: int) -> Dict[Part, Dict[int, int]]:
         return {part: acks for part, acks in self._to_send.get(node, {}).items() if acks}
