@@ -25,7 +25,8 @@ NAMED = {"_bool": "true or false", "_str": "string", "_opt_str": "string", "_opt
          "_acks": "all, -1, 0 or 1", "_compression": "none, gzip, snappy, lz4 or zstd",
          "_partitioner": "name or callable", "_store_type": "JKS, PKCS12 or PEM", "_any": "any",
          "_interceptors": "class names or objects", "_tracer_provider": "TracerProvider",
-         "_extensions": "key=value pairs", "_level": "int (per codec)"}
+         "_extensions": "key=value pairs", "_level": "int (per codec)",
+         "_reset_policy": "earliest, latest, none (librdkafka's smallest, beginning, largest, end, error)"}
 
 
 def accepts(convert: Any) -> str:

@@ -87,6 +87,22 @@ def _choice(*names: str, upper: bool = False) -> Callable[[Any], str]:
     return conv
 
 
+#: librdkafka's other values of auto.offset.reset (kafka-python's smallest and largest too)
+_RESET_ALIASES = {"smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest",
+                  "error": "none"}
+
+
+def _reset_policy(v: Any) -> str:
+    """``auto_offset_reset``: Java's earliest, latest or none, or librdkafka's
+    name for one of them (smallest, beginning, largest, end, error)."""
+    s = str(v).strip().lower()
+    s = _RESET_ALIASES.get(s, s)
+    if s not in ("earliest", "latest", "none"):
+        raise ValueError("expected one of earliest, latest, none (or librdkafka's smallest, beginning, largest, "
+                         "end, error)")
+    return s
+
+
 def _opt_str(v: Any) -> Optional[str]:
     return None if v is None else str(v)
 
@@ -474,7 +490,7 @@ CONSUMER: Dict[str, Option] = {
     **COMMON,
     "group_id": Option(None, _opt_str),
     "group_instance_id": Option(None, _opt_str),
-    "auto_offset_reset": Option("latest", _choice("earliest", "latest", "none")),
+    "auto_offset_reset": Option("latest", _reset_policy),
     "enable_auto_commit": Option(True, _bool),
     "auto_commit_interval_ms": Option(5000, _int(1)),
     "isolation_level": Option("read_uncommitted", _choice("read_uncommitted", "read_committed")),

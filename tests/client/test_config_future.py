@@ -34,6 +34,12 @@ def test_librdkafka_and_java_spellings():
         ([("x", 9092)], 7, 1, 3, 60000)
     cfg = resolve(CONSUMER, {"bootstrap.servers": "x", "fetch.wait.max.ms": "250", "fetch.message.max.bytes": "4096"})
     assert (cfg["fetch_max_wait_ms"], cfg["max_partition_fetch_bytes"]) == (250, 4096)
+    # librdkafka's values of auto.offset.reset (and kafka-python's old smallest / largest)
+    for value, policy in [("smallest", "earliest"), ("beginning", "earliest"), ("Largest", "latest"),
+                          ("end", "latest"), ("error", "none"), (" EARLIEST ", "earliest")]:
+        assert resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": value})["auto_offset_reset"] == policy
+    with pytest.raises(ConfigError, match="'auto.offset.reset'='oldest'.*smallest"):
+        resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": "oldest"})
 
 
 def test_endpoint_identification_accepts_only_https_or_empty():
