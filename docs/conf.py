@@ -2,8 +2,10 @@
 
 Sphinx with MyST Markdown and the Furo theme: the guides are Markdown (the
 README's sections moved here), the API reference is autodoc over the
-installed package (docstrings and type hints, the compiled modules too), and
-the options' table comes from kwire.config at build time (_ext/kwire_config).
+installed package (docstrings and type hints, the compiled modules too).
+Two things are made at build time: the options' table from kwire.config
+(_ext/kwire_config) and the performance page's plots from the benchmark
+history (_ext/kwire_plots).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "kwire_config",
+    "kwire_plots",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+# _generated: drawn at build time (kwire_plots), included by the pages that show it
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "deflist"]

@@ -7,6 +7,7 @@ and its links lead to files that exist."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,23 @@ def test_the_api_reference_documents_the_clients(site):
     for name in ("kwire.producer.Producer", "kwire.consumer.Consumer", "kwire.admin.Admin",
                  "kwire.share.consumer.ShareConsumer", "kwire.aio.AsyncConsumer", "kwire._codec.Decoder"):
         assert f'id="{name}"' in html, name
+
+
+def test_the_performance_page_shows_every_plot_of_the_history(site):
+    """docs/_ext/kwire_plots draws the committed history's plots at build time: one per gated path."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import history
+
+    lines = history.load(str(ROOT / "benchmarks" / "results" / "icount-history.jsonl"))
+    env, mine = history._newest(lines, "icount")
+    paths = set(history.series(mine, "icount")[env])
+    assert len(paths) >= 10
+    html = (site / "guide" / "performance.html").read_text(encoding="utf-8")
+    shown = set(re.findall(r'src="\.\./_images/(icount-[^"]+)\.png"', html))
+    assert shown == {f"icount-{history._slug(p)}" for p in paths} | {"icount-overview"}
+    for name in shown:
+        png = site / "_images" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_the_readme_is_short_and_its_links_lead_somewhere():
