@@ -390,6 +390,7 @@ class Admin:
 
     @waits
     def delete_topics(self, names: Sequence[str], timeout: Optional[float] = None) -> StepsOf[None]:
+        """Delete the topics ``names``; raises the first refusal after all were answered."""
         cls = protocol.message("DeleteTopicsRequest")
         ms = int(self._timeout(timeout) * 1000)
 
@@ -422,12 +423,15 @@ class Admin:
 
     @waits
     def list_topics(self, include_internal: bool = False, timeout: Optional[float] = None) -> StepsOf[List[str]]:
+        """The cluster's topic names (``__consumer_offsets`` and the other internal ones with ``include_internal``)."""
         md = yield from self._client.refresh_metadata_steps(timeout=self._timeout(timeout))
         return [t for t in md.topics() if include_internal or t not in md.internal_topics]
 
     @waits
     def describe_topics(self, names: Optional[Sequence[str]] = None,
                         timeout: Optional[float] = None) -> StepsOf[Dict[str, TopicDescription]]:
+        """{name: TopicDescription} of ``names`` (default: every topic): topic id, internal or not, and each
+        partition's leader, leader epoch, replicas and in-sync replicas."""
         md: ClusterMetadata = yield from self._client.refresh_metadata_steps(topics=names, timeout=self._timeout(timeout))
         out = {}
         errors = []

@@ -199,6 +199,7 @@ class Consumer(Fetcher):
         self._client.add_topics({tp.topic for tp in tps})
 
     def assignment(self) -> List[TopicPartition]:
+        """The partitions assigned to this consumer (by ``assign`` or by its group)."""
         return list(self._states)
 
     # ----------------------------------------------- group (kwire.group)
@@ -221,6 +222,7 @@ class Consumer(Fetcher):
             self._group.unsubscribe()
 
     def subscription(self) -> set:
+        """The topics subscribed to (empty without a group subscription)."""
         return set() if self._group is None else self._group.subscription()
 
     def commit(self, offsets: Any = None, asynchronous: bool = False, callback: Any = None,
@@ -234,6 +236,9 @@ class Consumer(Fetcher):
         return self._require_group().commit(offsets, timeout)
 
     def commit_async(self, offsets: Any = None, callback: Any = None) -> Future:
+        """Send a commit and return at once; ``callback(offsets, error)`` runs in a
+        later ``poll()`` or ``commit()``. The future completes with the offsets (or
+        fails). ``offsets``: as :meth:`commit`; default: the positions."""
         return self._require_group().commit_async(offsets, callback)
 
     def committed(self, partitions: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
@@ -317,10 +322,12 @@ class Consumer(Fetcher):
         self._move(tp, _check_offset(offset), None)
 
     def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
+        """Start these partitions (default: every assigned one) at their log start; looked up at the next poll."""
         for tp in tps or list(self._states):
             self._move(tp, None, EARLIEST)
 
     def seek_to_end(self, *tps: Tuple[str, int]) -> None:
+        """Start these partitions (default: every assigned one) at their log end; looked up at the next poll."""
         for tp in tps or list(self._states):
             self._move(tp, None, LATEST)
 
@@ -357,6 +364,7 @@ class Consumer(Fetcher):
 
     # ---------------------------------------------------------- offsets
     def beginning_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        """The log start offsets (ListOffsets at each leader)."""
         return self._client.run(self._offsets_steps(tps, EARLIEST, timeout))
 
     def end_offsets(self, tps: Iterable[Tuple[str, int]], timeout: Optional[float] = None) -> Dict[TopicPartition, int]:

@@ -90,18 +90,23 @@ class Future(Generic[T]):
         self._runner = 0          # the thread running the callbacks (0: none is)
 
     def done(self) -> bool:
+        """True once the future has a result or an error."""
         return self._value is not _PENDING or self._error is not None
 
     def succeeded(self) -> bool:
+        """True once the future has a result."""
         return self._value is not _PENDING
 
     def failed(self) -> bool:
+        """True once the future has an error."""
         return self._error is not None
 
     def set_result(self, value: T) -> None:
+        """Complete the future with ``value``; its callbacks run now (RuntimeError if already done)."""
         self._finish(value, None)
 
     def set_exception(self, error: BaseException) -> None:
+        """Fail the future with ``error``; its callbacks run now (RuntimeError if already done)."""
         self._finish(_PENDING, error)
 
     def _finish(self, value: Any, error: Optional[BaseException]) -> None:
@@ -147,6 +152,7 @@ class Future(Generic[T]):
         self._run(cb)
 
     def exception(self) -> Optional[BaseException]:
+        """The error the future failed with, or None (without waiting)."""
         return self._error
 
     @property

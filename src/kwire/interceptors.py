@@ -156,9 +156,11 @@ class ProducerInterceptors(_Chain):
         self._on_ack = self.having("on_acknowledgement")
 
     def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        """``record`` through each interceptor's ``on_send``, in order; one that fails is skipped (logged)."""
         return self.through(self._on_send, record, _is_record) if self._on_send else record
 
     def acknowledged(self, metadata: RecordMetadata, error: Optional[BaseException]) -> None:
+        """Each interceptor's ``on_acknowledgement(metadata, error)``; failures logged and ignored."""
         self.each(self._on_ack, metadata, error)
 
     def batch_done(self, batch: Any) -> None:
@@ -191,11 +193,14 @@ class ConsumerInterceptors(_Chain):
         self._on_commit = self.having("on_commit")
 
     def on_consume(self, records: Dict[Any, Any]) -> Dict[Any, Any]:
+        """A poll's records through each interceptor's ``on_consume``, in order."""
         return self.through(self._on_consume, records, _is_mapping) if records and self._on_consume else records
 
     def on_consume_columnar(self, batches: Dict[Any, Any]) -> Dict[Any, Any]:
+        """A columnar poll's batches through each interceptor's ``on_consume_columnar``, in order."""
         return self.through(self._on_columnar, batches, _is_mapping) if batches and self._on_columnar else batches
 
     def on_commit(self, offsets: Mapping[Any, Any]) -> None:
+        """Each interceptor's ``on_commit(offsets)`` once a commit succeeded."""
         if offsets:
             self.each(self._on_commit, dict(offsets))

@@ -529,6 +529,7 @@ class Producer(SendingProducer):
         self._transactions().init_transactions(timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until its commit or abort belong to it."""
         self._transactions().begin_transaction()
 
     def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_metadata: Any,
@@ -538,9 +539,15 @@ class Producer(SendingProducer):
         self._transactions().send_offsets_to_transaction(offsets, group_metadata, timeout)
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Flush the transaction's records and, if every one was written, commit it
+        (EndTxn). If a record failed, raise :class:`~kwire.transactions.TransactionStateError` chained to
+        its error: abort then. A commit that timed out may be called again."""
         self._transactions().commit_transaction(timeout)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort the transaction: unsent records fail with
+        :class:`~kwire.transactions.TransactionAbortedError`, records in flight are waited for, then
+        EndTxn(abort)."""
         self._transactions().abort_transaction(timeout)
 
     # ----------------------------------------------------- partitioning

@@ -115,6 +115,7 @@ class AsyncConsumer(Observed):
         self._drop_held(tps.__contains__)
 
     def assignment(self) -> List[TopicPartition]:
+        """The partitions assigned to this consumer (by ``assign`` or by its group)."""
         return self._c.assignment()
 
     def seek(self, tp: Tuple[str, int], offset: int) -> None:
@@ -123,10 +124,12 @@ class AsyncConsumer(Observed):
         self._drop_held(TopicPartition(*tp).__ne__)
 
     def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
+        """Start these partitions (default: every assigned one) at their log start; records held for them are dropped."""
         self._c.seek_to_beginning(*tps)
         self._drop_held(self._others(tps))
 
     def seek_to_end(self, *tps: Tuple[str, int]) -> None:
+        """Start these partitions (default: every assigned one) at their log end; records held for them are dropped."""
         self._c.seek_to_end(*tps)
         self._drop_held(self._others(tps))
 
@@ -159,6 +162,7 @@ class AsyncConsumer(Observed):
         self._c.resume(*tps)
 
     def paused(self) -> set:
+        """The partitions paused."""
         return self._c.paused()
 
     # ----------------------------------------------------------- group
@@ -178,6 +182,7 @@ class AsyncConsumer(Observed):
             await self._client.arun(group.unsubscribe_steps())
 
     def subscription(self) -> set:
+        """The topics subscribed to (empty without a group subscription)."""
         return self._c.subscription()
 
     async def commit(self, offsets: Any = None, timeout: Optional[float] = None) -> Dict[TopicPartition, Any]:
@@ -212,6 +217,7 @@ class AsyncConsumer(Observed):
         return await self._client.arun(self._c._require_group().committed_steps(partitions, timeout))
 
     def group_metadata(self) -> Any:
+        """The group's id, generation and member, for ``AsyncProducer.send_offsets_to_transaction``."""
         return self._c.group_metadata()
 
     def enforce_rebalance(self, reason: Optional[str] = None) -> None:
@@ -234,6 +240,7 @@ class AsyncConsumer(Observed):
 
     async def beginning_offsets(self, tps: Iterable[Tuple[str, int]],
                                 timeout: Optional[float] = None) -> Dict[TopicPartition, int]:
+        """The log start offsets (ListOffsets at each leader)."""
         return await self._client.arun(self._c._offsets_steps(tps, EARLIEST, timeout))
 
     async def end_offsets(self, tps: Iterable[Tuple[str, int]],

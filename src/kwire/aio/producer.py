@@ -341,6 +341,7 @@ class AsyncProducer(Observed):
         await self._run(self._p._transactions().init_transactions_steps(timeout))
 
     def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until its commit or abort belong to it."""
         self._p.begin_transaction()
 
     async def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Any], group_metadata: Any,

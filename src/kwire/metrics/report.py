@@ -62,6 +62,7 @@ class StatsReporter:
         return max(0.0, self.due - now)
 
     def maybe_report(self, now: float) -> None:
+        """Call the callback with the statistics document if a report is due at ``now``."""
         if now < self.due:
             return
         self.due = now + self.interval

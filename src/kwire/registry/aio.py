@@ -37,6 +37,7 @@ class AsyncSchemaRegistryClient:
 
     @property
     def options(self) -> Options:
+        """The registry client's options (URL, authentication, TLS, timeouts)."""
         return self._r.options
 
     def __repr__(self) -> str:

@@ -37,6 +37,7 @@ class SchemaReference:
     version: int
 
     def to_dict(self) -> Dict[str, Any]:
+        """The reference as the registry's REST API writes it."""
         return {"name": self.name, "subject": self.subject, "version": self.version}
 
     @classmethod

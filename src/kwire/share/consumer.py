@@ -177,6 +177,7 @@ class ShareConsumer:
         self._member.subscribe(topics)
 
     def subscription(self) -> Set[str]:
+        """The topics subscribed to."""
         return set(self._member.topics)
 
     def unsubscribe(self) -> None:

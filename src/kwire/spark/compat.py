@@ -79,9 +79,11 @@ class SparkFeatures:
     admission_control: bool
 
     def has(self) -> Tuple[str, ...]:
+        """The names of the features this Spark release has."""
         return tuple(f.name for f in fields(self) if f.name != "version" and getattr(self, f.name))
 
     def lacks(self) -> Tuple[str, ...]:
+        """The names of the features this Spark release lacks."""
         return tuple(f.name for f in fields(self) if f.name != "version" and not getattr(self, f.name))
 
     def describe(self) -> str:

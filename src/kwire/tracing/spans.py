@@ -133,6 +133,7 @@ class ConsumerTracing:
 
     @contextlib.contextmanager
     def rebalance(self, phase: str, partitions: int) -> Iterator[None]:
+        """A ``rebalance {phase}`` span around the listener's call for ``partitions`` partitions."""
         attrs = {"messaging.system": "kafka", "messaging.consumer.group.name": self.group or "",
                  "messaging.client.id": self.cfg.get("client_id", "kwire"), "kwire.rebalance.partitions": partitions}
         span = self.tracer.start_span(f"rebalance {phase}", kind=SpanKind.INTERNAL, attributes=attrs)
