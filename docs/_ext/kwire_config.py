@@ -25,8 +25,7 @@ NAMED = {"_bool": "true or false", "_str": "string", "_opt_str": "string", "_opt
          "_acks": "all, -1, 0 or 1", "_compression": "none, gzip, snappy, lz4 or zstd",
          "_partitioner": "name or callable", "_store_type": "JKS, PKCS12 or PEM", "_any": "any",
          "_interceptors": "class names or objects", "_tracer_provider": "TracerProvider",
-         "_extensions": "key=value pairs", "_level": "int (per codec)",
-         "_reset_policy": "earliest, latest, none (librdkafka's smallest, beginning, largest, end, error)"}
+         "_extensions": "key=value pairs", "_level": "int (per codec)"}
 
 
 def accepts(convert: Any) -> str:
@@ -40,7 +39,8 @@ def accepts(convert: Any) -> str:
     if name == "_float":
         return f"float in {free.get('lo')}..{free.get('hi')}"
     if name == "_choice":
-        return ", ".join(free.get("names", ()))
+        aliases = free.get("aliases") or {}
+        return ", ".join(free.get("names", ())) + (f" (also {', '.join(aliases)})" if aliases else "")
     return NAMED.get(name, name.strip("_").replace("_", " "))
 
 

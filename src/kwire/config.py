@@ -76,31 +76,20 @@ def _int(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[Any], 
     return conv
 
 
-def _choice(*names: str, upper: bool = False) -> Callable[[Any], str]:
+def _choice(*names: str, upper: bool = False, aliases: Optional[Mapping[str, str]] = None) -> Callable[[Any], str]:
+    """One of ``names`` (case folded); ``aliases`` maps other clients' values
+    onto them (each taken as the name it maps to)."""
+    also = f" (or {', '.join(aliases)})" if aliases else ""
+
     def conv(v: Any) -> str:
         s = str(v).strip()
         s = s.upper() if upper else s.lower()
+        s = aliases.get(s, s) if aliases else s
         if s not in names:
-            raise ValueError(f"expected one of {', '.join(names)}")
+            raise ValueError(f"expected one of {', '.join(names)}{also}")
         return s
 
     return conv
-
-
-#: librdkafka's other values of auto.offset.reset (kafka-python's smallest and largest too)
-_RESET_ALIASES = {"smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest",
-                  "error": "none"}
-
-
-def _reset_policy(v: Any) -> str:
-    """``auto_offset_reset``: Java's earliest, latest or none, or librdkafka's
-    name for one of them (smallest, beginning, largest, end, error)."""
-    s = str(v).strip().lower()
-    s = _RESET_ALIASES.get(s, s)
-    if s not in ("earliest", "latest", "none"):
-        raise ValueError("expected one of earliest, latest, none (or librdkafka's smallest, beginning, largest, "
-                         "end, error)")
-    return s
 
 
 def _opt_str(v: Any) -> Optional[str]:
@@ -490,7 +479,9 @@ CONSUMER: Dict[str, Option] = {
     **COMMON,
     "group_id": Option(None, _opt_str),
     "group_instance_id": Option(None, _opt_str),
-    "auto_offset_reset": Option("latest", _reset_policy),
+    "auto_offset_reset": Option("latest", _choice("earliest", "latest", "none", aliases={
+        # librdkafka's other values (kafka-python's smallest and largest too)
+        "smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest", "error": "none"})),
     "enable_auto_commit": Option(True, _bool),
     "auto_commit_interval_ms": Option(5000, _int(1)),
     "isolation_level": Option("read_uncommitted", _choice("read_uncommitted", "read_committed")),
