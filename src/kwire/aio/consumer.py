@@ -124,12 +124,14 @@ class AsyncConsumer(Observed):
         self._drop_held(TopicPartition(*tp).__ne__)
 
     def seek_to_beginning(self, *tps: Tuple[str, int]) -> None:
-        """Start these partitions (default: every assigned one) at their log start; records held for them are dropped."""
+        """Start these partitions (default: every assigned one) at their log start; records held for them
+        are dropped."""
         self._c.seek_to_beginning(*tps)
         self._drop_held(self._others(tps))
 
     def seek_to_end(self, *tps: Tuple[str, int]) -> None:
-        """Start these partitions (default: every assigned one) at their log end; records held for them are dropped."""
+        """Start these partitions (default: every assigned one) at their log end; records held for them
+        are dropped."""
         self._c.seek_to_end(*tps)
         self._drop_held(self._others(tps))
 

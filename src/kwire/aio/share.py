@@ -52,7 +52,8 @@ class AsyncShareConsumer:
         return self._c.metrics()
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        """Subscribe to ``topics`` (replacing the subscription); the next poll joins the group. No I/O here."""
+        """Subscribe to ``topics`` (replacing the subscription); the next poll joins the group. No I/O here,
+        so an empty list changes nothing: ``await unsubscribe()`` leaves."""
         topics = list(topics)
         if topics:
             self._c.subscribe(topics)
@@ -85,7 +86,8 @@ class AsyncShareConsumer:
         return await self._client.arun(self._c._poll_steps(timeout_ms))
 
     async def poll_columnar(self, timeout_ms: int = 0, *, timestamp_unit: str = "ms") -> Dict[TopicPartition, Any]:
-        """One ``pyarrow.RecordBatch`` per partition, with a ``delivery_count`` column, as :meth:`kwire.share.ShareConsumer.poll_columnar`."""
+        """One ``pyarrow.RecordBatch`` per partition, with a ``delivery_count`` column, as
+        :meth:`kwire.share.ShareConsumer.poll_columnar`."""
         self._c._check_open()
         return await self._client.arun(self._c._poll_steps(timeout_ms, self._c._columns(timestamp_unit)))
 
@@ -101,7 +103,8 @@ class AsyncShareConsumer:
         self._c._turn(fetch=False)
 
     async def close(self, timeout: Optional[float] = None) -> None:
-        """Send the acknowledgements made, close each share session (the broker releases the rest) and leave the group."""
+        """Send the acknowledgements made, close each share session (the broker releases the rest) and leave
+        the group."""
         await self._client.arun(self._c._close_steps(timeout))
 
     async def __aenter__(self) -> "AsyncShareConsumer":
