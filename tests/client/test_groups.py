@@ -12,6 +12,7 @@ Nothing here asserts how long anything took."""
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 import uuid
@@ -138,9 +139,22 @@ def share_group_with(kw, broker, topic, group, records, strategy, peer):
     produced before the group settles, half after: on Kafka, whose first
     rebalance does not wait, the first member may read the first half alone)."""
     _produce(broker.bootstrap, topic, 0, records // 2)
-    theirs, their_assignment = [], []
+    theirs, their_assignment, their_error = [], [], []
     stop = threading.Event()
-    t = threading.Thread(target=peer, args=(stop, theirs, their_assignment))
+
+    def run_peer():
+        try:
+            peer(stop, theirs, their_assignment)
+        except BaseException as e:       # the peer's own failure, told in the assertion below
+            their_error.append(e)
+            raise
+
+    t = threading.Thread(target=run_peer)
+    # each member's group steps, in the report of a failure
+    told = {name: logging.getLogger(name) for name in ("kwire.group", "kafka.coordinator")}
+    levels = {name: log.level for name, log in told.items()}
+    for log in told.values():
+        log.setLevel(logging.INFO)
     t.start()
     try:
         ours = []
@@ -158,7 +172,8 @@ def share_group_with(kw, broker, topic, group, records, strategy, peer):
                 produced = True
             if shared and produced and len(set(ours) | set(theirs)) >= records:
                 break
-        assert len(k.assignment()) == 2 and len(their_assignment) == 2
+        assert not their_error, f"the peer member failed: {their_error[0]!r}"
+        assert len(k.assignment()) == 2 and len(their_assignment) == 2, (k.assignment(), their_assignment)
         assert not set(k.assignment()) & set(their_assignment)
         assert {int(v) for v in set(ours) | set(theirs)} == set(range(records))
         assert ours and theirs
@@ -166,6 +181,8 @@ def share_group_with(kw, broker, topic, group, records, strategy, peer):
     finally:
         stop.set()
         t.join(30)
+        for name, log in told.items():
+            log.setLevel(levels[name])
 
 
 def test_mixed_group_with_confluent_kafka(kw, broker):
@@ -404,9 +421,16 @@ def test_mixed_group_with_kafka_python_roundrobin(kw, broker):
     topic, group = _topic(broker.bootstrap, 4), _group()
 
     def kafka_python_member(stop, theirs, their_assignment):
-        c = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
-                                auto_offset_reset="earliest", session_timeout_ms=SESSION_MS[broker.name], heartbeat_interval_ms=300,
+        c = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+                                session_timeout_ms=SESSION_MS[broker.name], heartbeat_interval_ms=300,
                                 partition_assignment_strategy=[RoundRobinPartitionAssignor])
+        # kafka-python joins as soon as it subscribes; as leader before its metadata has the topic, it assigns
+        # nothing ("No partition metadata"), and in one CI run it then left the group for good (kwire held all
+        # four partitions for a minute): it subscribes once its metadata has the topic, as a running service would
+        deadline = time.monotonic() + 30
+        while len(c.partitions_for_topic(topic) or ()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        c.subscribe([topic])
         try:
             while not stop.is_set():
                 for recs in c.poll(100).values():
