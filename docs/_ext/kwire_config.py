@@ -25,7 +25,8 @@ NAMED = {"_bool": "true or false", "_str": "string", "_opt_str": "string", "_opt
          "_acks": "all, -1, 0 or 1", "_compression": "none, gzip, snappy, lz4 or zstd",
          "_partitioner": "name or callable", "_store_type": "JKS, PKCS12 or PEM", "_any": "any",
          "_interceptors": "class names or objects", "_tracer_provider": "TracerProvider",
-         "_extensions": "key=value pairs", "_level": "int (per codec)"}
+         "_extensions": "key=value pairs", "_level": "int (per codec)",
+         "_opt_timeout_ms": "int >= 0 or None"}
 
 
 def accepts(convert: Any) -> str:
@@ -38,6 +39,9 @@ def accepts(convert: Any) -> str:
             (f" in {lo}..{hi}" if lo is not None and hi is not None else "")
     if name == "_float":
         return f"float in {free.get('lo')}..{free.get('hi')}"
+    if name == "_offset_reset":
+        from kwire.config import _RESET
+        return accepts(_RESET) + "; or by_duration:<ISO 8601 duration>"
     if name == "_choice":
         aliases = free.get("aliases") or {}
         return ", ".join(free.get("names", ())) + (f" (also {', '.join(aliases)})" if aliases else "")

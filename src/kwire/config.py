@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
@@ -35,6 +36,7 @@ __all__ = [
     "PEM_OPTION_NAMES",
     "check_stores",
     "ssl_option_name",
+    "parse_duration_ms",
 ]
 
 #: Options whose values are never shown (errors, logs, :func:`redact`): passwords,
@@ -92,8 +94,47 @@ def _choice(*names: str, upper: bool = False, aliases: Optional[Mapping[str, str
     return conv
 
 
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{1,9}))?S)?)?", re.I)
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO 8601 duration as Java's ``Duration.parse`` takes it
+    (``PnDTnHnMn.nS``: ``P1D``, ``PT1H30M``, ``PT0.5S``), in milliseconds.
+    Signs are refused: Java's ``by_duration`` refuses negative durations."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None or not any(m.groups()):
+        raise ValueError(f"expected an ISO 8601 duration such as PT1H or P1DT12H, not {text.strip()!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups()[:4])
+    millis = int(((m.group(5) or "") + "000")[:3])
+    return (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000 + millis
+
+
+_RESET = _choice("earliest", "latest", "none", aliases={
+    # librdkafka's other values (kafka-python's smallest and largest too)
+    "smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest", "error": "none"})
+
+
+def _offset_reset(v: Any) -> str:
+    """``auto_offset_reset``: earliest, latest or none (or another client's
+    name for one), or Java's ``by_duration:<ISO 8601 duration>`` (KIP-1106:
+    from the first record written at most that long before the reset)."""
+    s = str(v).strip()
+    if s.lower().startswith("by_duration:"):
+        duration = s.split(":", 1)[1].strip().upper()
+        parse_duration_ms(duration)
+        return f"by_duration:{duration}"
+    return _RESET(s)
+
+
 def _opt_str(v: Any) -> Optional[str]:
     return None if v is None else str(v)
+
+
+def _opt_timeout_ms(v: Any) -> Optional[int]:
+    """Milliseconds, or None (also kafka-python's ``float('inf')``): no limit."""
+    if v is None or (isinstance(v, float) and v == float("inf")) or str(v).strip().lower() in ("inf", "none", ""):
+        return None
+    return _int(0)(v)
 
 
 def _opt_assignor(v: Any) -> Optional[str]:
@@ -479,9 +520,7 @@ CONSUMER: Dict[str, Option] = {
     **COMMON,
     "group_id": Option(None, _opt_str),
     "group_instance_id": Option(None, _opt_str),
-    "auto_offset_reset": Option("latest", _choice("earliest", "latest", "none", aliases={
-        # librdkafka's other values (kafka-python's smallest and largest too)
-        "smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest", "error": "none"})),
+    "auto_offset_reset": Option("latest", _offset_reset),
     "enable_auto_commit": Option(True, _bool),
     "auto_commit_interval_ms": Option(5000, _int(1)),
     "isolation_level": Option("read_uncommitted", _choice("read_uncommitted", "read_committed")),
@@ -512,6 +551,8 @@ CONSUMER: Dict[str, Option] = {
     "client_rack": Option(None, _opt_str),
     "interceptor_classes": INTERCEPTORS,
     "exclude_internal_topics": Option(True, _bool),
+    "consumer_timeout_ms": Option(None, _opt_timeout_ms, "kafka-python's: iterating over the consumer (for record "
+                                  "in consumer) ends after this long without a record; None: it never ends"),
     "allow_auto_create_topics": Option(True, _bool, "ask the broker to create a subscribed or assigned topic that "
                                        "does not exist (it does if its auto.create.topics.enable is on)"),
 }

@@ -54,8 +54,9 @@ from __future__ import annotations
 
 import numbers
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
+from kwire import protocol
 from kwire._codec import Record
 from kwire.client import Client, Steps
 from kwire.config import CONSUMER, check_group_protocol, resolve
@@ -67,6 +68,7 @@ from kwire.interceptors import ConsumerInterceptors
 from kwire.metrics.names import Metric, client_network_metrics, fetch_metrics, fold, group_metrics
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
+from kwire.protocol.api_keys import ErrorCode
 from kwire.types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "OffsetAndTimestamp", "NoOffsetForPartitionError", "PositionOutOfRangeError",
@@ -385,6 +387,44 @@ class Consumer(Fetcher):
         got = yield from self._list_offsets_steps({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, timeout)
         return {tp: (None if o < 0 else OffsetAndTimestamp(o, ts)) for tp, (o, ts) in got.items()}
 
+    # --------------------------------------------------------- metadata
+    def topics(self, timeout: Optional[float] = None) -> Set[str]:
+        """The names of the cluster's topics this client may describe
+        (Java's ``listTopics``, kafka-python's ``topics``), without the
+        internal ones when ``exclude_internal_topics``: a Metadata request
+        now, which changes nothing the consumer follows."""
+        return self._client.run(self._topics_steps(timeout))
+
+    def _topics_steps(self, timeout: Optional[float]) -> Steps:
+        resp = yield from self._metadata_steps(None, timeout)
+        internal = self.cfg["exclude_internal_topics"]
+        return {t.name for t in resp.topics if not t.error_code and t.name and not (internal and t.is_internal)}
+
+    def partitions_for_topic(self, topic: str, timeout: Optional[float] = None) -> Optional[Set[int]]:
+        """The partition ids of ``topic`` (Java's ``partitionsFor``, as a set
+        like kafka-python's and aiokafka's), None when the cluster has no such
+        topic; a topic the client may not describe raises its error
+        (:class:`kwire.errors.TopicAuthorizationFailedError`). A Metadata
+        request now, asking the broker to create the topic only when
+        ``allow_auto_create_topics`` is on (as Java's consumer does)."""
+        return self._client.run(self._partitions_steps(topic, timeout))
+
+    def _partitions_steps(self, topic: str, timeout: Optional[float]) -> Steps:
+        resp = yield from self._metadata_steps([topic], timeout)
+        for t in resp.topics:
+            if t.name != topic:
+                continue
+            if t.error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION):
+                return None
+            if t.error_code and t.error_code != ErrorCode.LEADER_NOT_AVAILABLE:   # (being created: its partitions)
+                raise protocol.error_for(t.error_code, api="Metadata", topic=topic)
+            return {p.partition_index for p in t.partitions}
+        return None
+
+    def _metadata_steps(self, topics: Optional[List[str]], timeout: Optional[float]) -> Steps:
+        client = self._client
+        return (yield from client.request_any_steps(lambda v: client.metadata_request(v, topics), timeout))
+
     # ------------------------------------------------------------- poll
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[Record]]:
         """Records per partition: at most ``max_records`` (default
@@ -555,11 +595,21 @@ class Consumer(Fetcher):
         raise st.corrupt.at(st.corrupt.topic, st.corrupt.partition, st.corrupt.offset)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Every record, with its topic and partition (:class:`kwire.types.ConsumerRecord`)."""
+        """Every record, with its topic and partition
+        (:class:`kwire.types.ConsumerRecord`); the iteration ends after
+        ``consumer_timeout_ms`` without a record (never, by default)."""
+        quiet = self.cfg["consumer_timeout_ms"]
+        last = time.monotonic()
         while True:
-            for tp, records in self.poll(1000).items():
+            left = 1000.0 if quiet is None else quiet - (time.monotonic() - last) * 1000
+            if left <= 0:
+                return
+            got = self.poll(int(min(1000.0, left)))
+            for tp, records in got.items():
                 for r in records:
                     yield ConsumerRecord.of(tp, r)
+            if got:
+                last = time.monotonic()
 
     # ------------------------------------------------------------ close
     def close(self, timeout: Optional[float] = None) -> None:

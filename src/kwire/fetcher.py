@@ -81,6 +81,7 @@ from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, 
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, PartialBatch, Record, split_batches
 from kwire.client import STALLED, Client, Sleep, Steps
+from kwire.config import parse_duration_ms
 from kwire.errors import CorruptRecordError, KwireError, OffsetOutOfRangeError
 from kwire.fetch_session import FINAL_EPOCH, SESSION_ERRORS, FetchSession, Part
 from kwire.future import Future, KafkaTimeoutError
@@ -238,18 +239,22 @@ class Fetcher:
             query[tp] = reset
         if query:
             found = yield from self._list_offsets_steps(query, timeout)
+            late = {tp: LATEST for tp, (offset, _) in found.items() if offset < 0 and query[tp] >= 0}
+            if late:        # by_duration: no record that recent, so from the end (as Java's consumer)
+                found.update((yield from self._list_offsets_steps(late, timeout)))
             for tp, (offset, _) in found.items():
                 st = self._states[tp]
                 st.position, st.reset = offset, None
 
     def _reset_policy(self, tp: TopicPartition, st: _PartitionState) -> Optional[int]:
-        """EARLIEST or LATEST: where a partition without a position starts
-        (a seek_to_* or ``auto_offset_reset``); None when the policy is none."""
+        """EARLIEST, LATEST or (``by_duration``) a timestamp: where a
+        partition without a position starts (a seek_to_* or
+        ``auto_offset_reset``); None when the policy is none."""
         if st.reset is None:
             policy = self.cfg["auto_offset_reset"]
             if policy == "none":
                 return None
-            st.reset = EARLIEST if policy == "earliest" else LATEST
+            st.reset = reset_target(policy)
         return st.reset
 
     @staticmethod
@@ -358,6 +363,9 @@ class Fetcher:
                         st.retry_at = time.monotonic() + self._backoff
                     continue
                 offset = _answered_offset(p)
+                if offset < 0 and asked[tp] >= 0:     # by_duration: no record that recent, so from the end
+                    st.reset, st.retry_at = LATEST, 0.0
+                    continue
                 if offset < 0:
                     failed.setdefault("offset", (KwireError(f"the answer has no offset ({offset})"), []))[1].append(tp)
                     continue
@@ -914,7 +922,7 @@ class Fetcher:
                     api=api, topic=tp.topic, partition=tp.partition, offset=st.position)
                 return
             log.info("%s[%s]: offset %s out of range; resetting to %s", tp.topic, tp.partition, st.position, policy)
-            st.position, st.reset = None, EARLIEST if policy == "earliest" else LATEST
+            st.position, st.reset = None, reset_target(policy)
             return
         st.retry_at = time.monotonic() + self._backoff
         if getattr(err, "invalid_metadata", False) or getattr(err, "retriable", False):
@@ -1120,6 +1128,16 @@ class Fetcher:
 
 _NO_REPLICA: FrozenSet[TopicPartition] = frozenset()   # a Fetch whose partitions all go to their leader
 _LEADER = (-1, 0.0)                                      # no read replica (fetched from the leader)
+
+
+def reset_target(policy: str) -> int:
+    """What a reset by ``policy`` (``auto_offset_reset``, not none) asks
+    ListOffsets for: EARLIEST, LATEST, or for ``by_duration:<duration>`` the
+    timestamp that long ago, taken once per reset (so a retried lookup asks
+    for the same moment, not a later one)."""
+    if policy.startswith("by_duration:"):
+        return max(0, int(time.time() * 1000) - parse_duration_ms(policy.split(":", 1)[1]))
+    return EARLIEST if policy == "earliest" else LATEST
 
 
 def _show(tps: Sequence[TopicPartition]) -> str:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kwire.config import CONSUMER, PRODUCER, ConfigError, parse_bootstrap, redact, resolve
+from kwire.config import CONSUMER, PRODUCER, ConfigError, parse_bootstrap, parse_duration_ms, redact, resolve
 from kwire.future import Future, KafkaTimeoutError
 
 
@@ -40,6 +40,26 @@ def test_librdkafka_and_java_spellings():
         assert resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": value})["auto_offset_reset"] == policy
     with pytest.raises(ConfigError, match="'auto.offset.reset'='oldest'.*smallest"):
         resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": "oldest"})
+
+
+def test_auto_offset_reset_by_duration_takes_javas_iso_8601_durations():
+    """Java 4.x's ``by_duration:<duration>`` (KIP-1106), as Duration.parse reads it."""
+    for text, ms in [("PT1H", 3600000), ("P1D", 86400000), ("p1dt12h", 129600000), ("PT0.5S", 500),
+                     ("PT1M30.25S", 90250), ("P0D", 0)]:
+        assert parse_duration_ms(text) == ms, text
+    cfg = resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": "by_duration:pt15m"})
+    assert cfg["auto_offset_reset"] == "by_duration:PT15M"
+    for bad in ["P", "PT", "-PT1H", "PT-1H", "1H", "PT1.5H", ""]:
+        with pytest.raises(ConfigError, match="ISO 8601 duration"):
+            resolve(CONSUMER, {"bootstrap.servers": "x", "auto.offset.reset": f"by_duration:{bad}"})
+
+
+def test_consumer_timeout_ms_takes_kafka_pythons_values():
+    def value(v):
+        return resolve(CONSUMER, {"bootstrap.servers": "x", "consumer_timeout_ms": v})["consumer_timeout_ms"]
+    assert [value(v) for v in (None, float("inf"), "inf", 0, "250")] == [None, None, None, 0, 250]
+    with pytest.raises(ConfigError, match="consumer_timeout_ms"):
+        value(-1)
 
 
 def test_endpoint_identification_accepts_only_https_or_empty():

@@ -202,3 +202,63 @@ def test_list_offsets_by_timestamp_and_max_timestamp(kw, broker, batched):
         assert a.list_offsets({tp: "latest"})[tp][0] == len(STAMPS)          # the high watermark
         assert c.end_offsets([tp]) == {tp: len(STAMPS)}
         assert a.list_offsets({tp: "max_timestamp"})[tp] == (3, STAMPS[3])
+
+
+def test_auto_offset_reset_by_duration(kw, broker):
+    """Java 4.x's ``by_duration:<duration>`` (KIP-1106): a partition without
+    a position starts at the first record written at most that long ago (a
+    ListOffsets by the timestamp then), and at the end when none is that
+    recent; a poll and position() agree."""
+    if broker.is_tansu:
+        pytest.skip("Tansu 0.6.0 ignores ListOffsets' timestamps (test_list_offsets_by_timestamp_and_max_timestamp)")
+    topic = _topic(broker.bootstrap, 1, "by-duration")
+    tp = TopicPartition(topic, 0)
+    now = int(time.time() * 1000)
+    stamps = [now - 3 * 3600_000, now - 2 * 3600_000, now - 90 * 60_000, now - 30 * 60_000, now - 20 * 60_000]
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
+        for i, ts in enumerate(stamps):
+            p.send(topic, b"%d" % i, timestamp_ms=ts).get(10)
+    for reset, start in [("by_duration:PT1H", 3), ("by_duration:P1D", 0), ("by_duration:PT2H30M", 1),
+                         ("by_duration:PT5M", len(stamps))]:
+        with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset=reset) as c:
+            c.assign([tp])
+            assert c.position(tp, timeout=10) == start, reset
+        with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset=reset) as c:
+            c.assign([tp])
+            got: list = []
+            if start < len(stamps):
+                _until(lambda: got, 30, f"records after the {reset} reset",
+                       lambda: got.extend(r.offset for recs in c.poll(100).values() for r in recs))
+                assert got[0] == start, reset
+            else:
+                _until(lambda: c.position(tp) == start, 30, "the end", lambda: c.poll(100))
+
+
+def test_the_consumer_lists_topics_and_partitions(kw, broker):
+    """Java's listTopics / partitionsFor, kafka-python's topics() and
+    partitions_for_topic(): a Metadata request now; an unknown topic is None
+    (and not created when allow_auto_create_topics is off)."""
+    topic = _topic(broker.bootstrap, 3, "listed")
+    missing = f"listed-missing-{uuid.uuid4().hex[:8]}"
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, allow_auto_create_topics=False) as c:
+        names = c.topics()
+        assert topic in names and not any(n.startswith("__") for n in names)
+        assert c.partitions_for_topic(topic) == {0, 1, 2}
+        assert c.partitions_for_topic(missing) is None
+        assert missing not in c.topics() and c.assignment() == []
+
+
+def test_iterating_ends_after_consumer_timeout_ms(broker):
+    """kafka-python's ``consumer_timeout_ms``: ``for record in consumer``
+    yields every record, then ends after that long without one."""
+    topic = _topic(broker.bootstrap, 2, "iter")
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
+        for i in range(30):
+            p.send(topic, b"%d" % i, partition=i % 2)
+        p.flush(10)
+    with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=1500) as c:
+        c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        t0 = time.monotonic()
+        values = sorted(int(r.value) for r in c)
+        assert values == list(range(30))
+        assert time.monotonic() - t0 < 30

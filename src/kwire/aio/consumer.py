@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from kwire._codec import Record
 from kwire.aio.client import AioClient, Observed
@@ -255,6 +255,15 @@ class AsyncConsumer(Observed):
         """Per partition, the earliest offset whose timestamp is at least the
         given one (ms), or None when there is none."""
         return await self._client.arun(self._c._offsets_for_times_steps(timestamps, timeout))
+
+    async def topics(self, timeout: Optional[float] = None) -> Set[str]:
+        """The names of the cluster's topics (as :meth:`kwire.Consumer.topics`)."""
+        return await self._client.arun(self._c._topics_steps(timeout))
+
+    async def partitions_for_topic(self, topic: str, timeout: Optional[float] = None) -> Optional[Set[int]]:
+        """The partition ids of ``topic``, None when there is no such topic
+        (as :meth:`kwire.Consumer.partitions_for_topic`)."""
+        return await self._client.arun(self._c._partitions_steps(topic, timeout))
 
     # ------------------------------------------------------------- poll
     async def getmany(self, timeout_ms: int = 0, max_records: Optional[int] = None
