@@ -45,7 +45,8 @@ SECRET_OPTIONS = frozenset({"sasl_plain_password", "ssl_password", "ssl_truststo
                             "ssl_keystore_password", "sasl_oauthbearer_client_secret",
                             "sasl_oauthbearer_assertion_private_key_passphrase",
                             "sasl_oauthbearer_assertion_private_key_pem", "sasl_oauthbearer_assertion_private_key_file",
-                            "sasl_oauthbearer_assertion_file", "sasl_oauthbearer_config", "sasl_kerberos_keytab"})
+                            "sasl_oauthbearer_assertion_file", "sasl_oauthbearer_config", "sasl_kerberos_keytab",
+                            "ssl_keystore_key"})
 
 
 class ConfigError(KwireError, ValueError):
@@ -373,6 +374,12 @@ COMMON: Dict[str, Option] = {
     "ssl_keystore_type": Option(None, _store_type, "JKS (Kafka's default), PKCS12 or PEM, as ssl_truststore_type"),
     "ssl_keystore_password": Option(None, _opt_str, "the key store's password (none for PEM: its key's password "
                                     "is ssl_password)"),
+    "ssl_truststore_certificates": Option(None, _opt_str, "the CAs that verify brokers as PEM text, not a file "
+                                          "(Java's, with ssl_truststore_type PEM or unset; librdkafka's ssl.ca.pem)"),
+    "ssl_keystore_certificate_chain": Option(None, _opt_str, "the client's certificate chain as PEM text (Java's; "
+                                             "librdkafka's ssl.certificate.pem), with ssl_keystore_key"),
+    "ssl_keystore_key": Option(None, _opt_str, "the client's private key as PEM text, maybe encrypted with "
+                               "ssl_password (Java's; librdkafka's ssl.key.pem); never shown"),
     "ssl_check_hostname": Option(True, _bool, "verify the broker's name against its certificate"),
     "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
     "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
@@ -598,6 +605,9 @@ ALIASES = {
     "ssl_ca_location": "ssl_cafile",
     "ssl_certificate_location": "ssl_certfile",
     "ssl_key_location": "ssl_keyfile",
+    "ssl_ca_pem": "ssl_truststore_certificates",     # librdkafka's inline PEM
+    "ssl_certificate_pem": "ssl_keystore_certificate_chain",
+    "ssl_key_pem": "ssl_keystore_key",
     "ssl_key_password": "ssl_password",
     "sasl_oauth_token_provider": "oauth_cb",          # kafka-python's and aiokafka's token provider
     # librdkafka's own aliases of Java's names (its CONFIGURATION.md)
@@ -718,15 +728,17 @@ def check_stores(options: Mapping[str, Any], prefix: str = "") -> None:
     def name(n: str) -> str:
         return ssl_option_name(n, prefix)
 
+    _check_inline_pem(options, name)
     for store, pem, what in (("truststore", ("ssl_cafile",), "the trusted CAs"),
                              ("keystore", ("ssl_certfile", "ssl_keyfile"), "the client certificate and key")):
         location = f"ssl_{store}_location"
+        inline = INLINE_PEM[store]
         for n in (f"ssl_{store}_type", f"ssl_{store}_password"):
-            if _set(options, n) and not _set(options, location):
+            if _set(options, n) and not _set(options, location) and not (n.endswith("_type") and _set(options, inline)):
                 raise ConfigError(f"{name(n)} is set without {name(location)}")
         if not _set(options, location):
             continue
-        both = [n for n in pem if _set(options, n)]
+        both = [n for n in (*pem, inline) if _set(options, n)]
         if both:
             raise ConfigError(f"{name(location)} and {name(both[0])} both give {what}: set one")
         type_name = f"ssl_{store}_type"
@@ -738,11 +750,35 @@ def check_stores(options: Mapping[str, Any], prefix: str = "") -> None:
             key = f": its key's password is {name('ssl_password')}" if store == "keystore" else ""
             raise ConfigError(f"{name(f'ssl_{store}_password')} is not supported for a PEM {store}, as in "
                               f"Kafka{key}")
-    if not _set(options, "ssl_keystore_location") and not _set(options, "ssl_certfile"):
+    if not any(_set(options, n) for n in ("ssl_keystore_location", "ssl_certfile", "ssl_keystore_certificate_chain")):
         for n in ("ssl_keyfile", "ssl_password"):
             if _set(options, n):
                 raise ConfigError(f"{name(n)} is set without a client certificate: set {name('ssl_certfile')} "
                                   f"or {name('ssl_keystore_location')}")
+
+
+#: Per store, the option giving its contents as PEM text (Java's) rather than a file.
+INLINE_PEM = {"truststore": "ssl_truststore_certificates", "keystore": "ssl_keystore_certificate_chain"}
+
+
+def _check_inline_pem(options: Mapping[str, Any], name: Callable[[str], str]) -> None:
+    """Java's PEM text options: the chain and the key together, never beside
+    the files giving the same thing, and with the store's type PEM or unset."""
+    chain, key = "ssl_keystore_certificate_chain", "ssl_keystore_key"
+    if _set(options, chain) != _set(options, key):
+        given, missing = (chain, key) if _set(options, chain) else (key, chain)
+        raise ConfigError(f"{name(given)} is set without {name(missing)}: a client certificate needs both")
+    for store, files in (("truststore", ("ssl_cafile",)), ("keystore", ("ssl_certfile", "ssl_keyfile"))):
+        inline = INLINE_PEM[store]
+        if not _set(options, inline):
+            continue
+        both = [n for n in files if _set(options, n)]
+        if both:
+            raise ConfigError(f"{name(inline)} and {name(both[0])} both give the {store}'s contents: set one")
+        declared = options.get(f"ssl_{store}_type")
+        if declared not in (None, "") and str(declared).strip().upper() != "PEM":
+            raise ConfigError(f"{name(inline)} is PEM text, but {name(f'ssl_{store}_type')} is {declared!r}: "
+                              "leave it unset or PEM")
 
 
 def _endpoint_identification(raw: str, value: Any, what: str) -> bool:

@@ -17,6 +17,13 @@ process that makes the client, when it is made (not per connection), and
 is cached per process for an unchanged store (same options, same
 modification time and size).
 
+Java's PEM text options (``ssl.truststore.certificates``,
+``ssl.keystore.certificate.chain`` and ``ssl.keystore.key``; librdkafka's
+``ssl.ca.pem``, ``ssl.certificate.pem``, ``ssl.key.pem``) are written into
+that directory too, once per process for the same text, each PEM block
+given on one line wrapped as Python's ``ssl`` needs it; the text is never
+quoted in an error.
+
 The type of a store is read from its first bytes (JKS ``FEEDFEED``, JCEKS
 ``CECECECE``, PKCS12 a DER sequence), as Java's ``KeyStore`` with
 ``keystore.type.compat`` does for Kafka's default type JKS; ``PEM`` is taken
@@ -28,6 +35,7 @@ as another type is refused, saying so. Every refusal is a
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
 import os
 import re
@@ -46,7 +54,10 @@ __all__ = ["PemFiles", "pem_files", "STORE_OPTIONS"]
 #: kwire's names of Kafka's store options (``ssl.key.password`` is kwire's
 #: ``ssl_password``, which a PEM key file takes too).
 STORE_OPTIONS = ("ssl_truststore_location", "ssl_truststore_type", "ssl_truststore_password",
-                 "ssl_keystore_location", "ssl_keystore_type", "ssl_keystore_password")
+                 "ssl_keystore_location", "ssl_keystore_type", "ssl_keystore_password",
+                 "ssl_truststore_certificates", "ssl_keystore_certificate_chain", "ssl_keystore_key")
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
 
 #: How long one keytool run may take.
 KEYTOOL_TIMEOUT = 60.0
@@ -293,6 +304,54 @@ def _converted_store(store: _Store) -> PemFiles:
         return files
 
 
+def _pem_text(text: str, labels: Tuple[str, ...], option: str) -> bytes:
+    """The PEM blocks of ``text`` whose label ends with one of ``labels``, as
+    Python's ``ssl`` reads them: a block given on one line (as a Spark
+    option or an environment variable holds it) is wrapped at 64 columns;
+    a block with headers (a legacy encrypted key's ``DEK-Info``) is kept as
+    it is. Refuses text without such a block, naming ``option`` only."""
+    out = []
+    for label, body in _PEM_BLOCK.findall(text):
+        if not label.endswith(labels):
+            continue
+        if ":" not in body:
+            b64 = "".join(body.split())
+            body = "\n" + "".join(b64[i:i + 64] + "\n" for i in range(0, len(b64), 64))
+        out.append(f"-----BEGIN {label}-----{body}-----END {label}-----\n")
+    if not out:
+        raise ConfigError(f"{option} holds no PEM {' or '.join(labels).strip()} block")
+    return "".join(out).encode()
+
+
+def _inline_file(text: str, labels: Tuple[str, ...], option: str, suffix: str) -> str:
+    """A private file holding ``text``'s PEM blocks, written once per
+    process for the same text."""
+    data = _pem_text(text, labels, option)
+    key = ("inline", hashlib.sha256(data).hexdigest())
+    with _lock:
+        _this_process()
+        files = _converted.get(key)
+        if files is None:
+            files = _converted[key] = PemFiles(cafile=_write_private(data, suffix))
+        return files.cafile or ""
+
+
+def _inline_pem(options: Mapping[str, Any], out: PemFiles, prefix: str) -> PemFiles:
+    """Java's PEM text options (librdkafka's ``ssl.*.pem``) as files."""
+    certs = _str(options, "ssl_truststore_certificates")
+    if certs is not None:
+        out = replace(out, cafile=_inline_file(certs, ("CERTIFICATE",),
+                                               ssl_option_name("ssl_truststore_certificates", prefix), "-ca.pem"))
+    chain, key = _str(options, "ssl_keystore_certificate_chain"), _str(options, "ssl_keystore_key")
+    if chain is not None and key is not None:
+        out = replace(out, certfile=_inline_file(chain, ("CERTIFICATE",),
+                                                 ssl_option_name("ssl_keystore_certificate_chain", prefix),
+                                                 "-cert.pem"),
+                      keyfile=_inline_file(key, ("PRIVATE KEY",), ssl_option_name("ssl_keystore_key", prefix),
+                                           "-key.pem"))
+    return out
+
+
 def _str(options: Mapping[str, Any], name: str) -> Optional[str]:
     value = options.get(name)
     return None if value in (None, "") else str(value)
@@ -317,4 +376,4 @@ def pem_files(options: Mapping[str, Any], prefix: str = "") -> PemFiles:
         client = _converted_store(_Store("keystore", keys, _str(options, "ssl_keystore_type"),
                                          _str(options, "ssl_keystore_password"), out.password, prefix))
         out = replace(out, certfile=client.certfile, keyfile=client.keyfile, password=client.password)
-    return out
+    return _inline_pem(options, out, prefix)

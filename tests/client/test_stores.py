@@ -12,6 +12,7 @@ Apache Kafka only for the round trips: Tansu has no TLS listener.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -99,6 +100,36 @@ def test_stores_are_converted_once(kw, kafka, kafka_stores, tmp_path, monkeypatc
     with Admin(cfg) as admin:
         admin.list_topics(timeout=20)
     assert len([a for a in runs if "-importkeystore" in a]) == 3         # the key store again
+
+
+def _inline(pki, made, one_line: bool = False, librdkafka: bool = False) -> Dict[str, str]:
+    """The test PKI as PEM text options (the key encrypted, with its
+    password); ``one_line``: each block's base64 on one line, as a Spark
+    option or an environment variable holds it."""
+    def text(path: str) -> str:
+        pem = open(path).read()
+        if one_line:
+            pem = re.sub(r"-----\n(.*?)\n-----", lambda m: "-----" + m.group(1).replace("\n", "") + "-----", pem,
+                         flags=re.DOTALL)
+        return pem
+    key_pem = open(made["PEM"]["ssl.keystore.location"]).read().split("-----BEGIN CERTIFICATE")[0]
+    key_file = os.path.join(os.path.dirname(made["PEM"]["ssl.keystore.location"]), "inline-key.pem")
+    with open(key_file, "w") as f:
+        f.write(key_pem)
+    names = (("ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem") if librdkafka else
+             ("ssl.truststore.certificates", "ssl.keystore.certificate.chain", "ssl.keystore.key"))
+    return dict(zip(names, (text(pki.ca), text(pki.client_cert), text(key_file))), **{"ssl.key.password": "pem-key-pass"})
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("shape", ["java-names", "librdkafka-names-one-line"])
+def test_mutual_tls_with_pem_text(kw, kafka, kafka_stores, shape):
+    """Java's ssl.truststore.certificates / ssl.keystore.certificate.chain /
+    ssl.keystore.key (librdkafka's ssl.ca.pem / ssl.certificate.pem /
+    ssl.key.pem): the PKI as text, not files, on the listener that requires
+    a client certificate."""
+    cfg = _inline(kafka.pki, kafka_stores, one_line="one-line" in shape, librdkafka="librdkafka" in shape)
+    _round_trip(kw, {"bootstrap.servers": kafka.bootstrap("ssl"), "security.protocol": "SSL", **cfg})
 
 
 # ------------------------------------------------------------ without a broker
@@ -247,3 +278,39 @@ def test_store_passwords_are_secrets(local_stores):
     cfg = resolve(PRODUCER, _tls(made["JKS"]))
     shown = redact(cfg)
     assert all(shown[k] == "***" for k in ("ssl_truststore_password", "ssl_keystore_password", "ssl_password"))
+
+
+def test_pem_text_is_written_once_privately_and_never_shown(local_stores):
+    pki, made = local_stores
+    cfg = resolve(PRODUCER, _tls(_inline(pki, made, one_line=True)))
+    files = stores.pem_files(cfg)
+    assert stores.pem_files(cfg) == files                  # the same text: the same files
+    for path in (files.cafile, files.certfile, files.keyfile):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    assert b"ENCRYPTED PRIVATE KEY" in open(files.keyfile, "rb").read() and files.password == "pem-key-pass"
+    assert _context(_inline(pki, made)).get_ca_certs()[0]["subject"] == ((("commonName", "kwire test CA"),),)
+    assert redact(cfg)["ssl_keystore_key"] == "***"
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"ssl.keystore.certificate.chain": "x"}, "ssl.keystore.certificate.chain is set without ssl.keystore.key"),
+    ({"ssl.key.pem": "x"}, "ssl.keystore.key is set without ssl.keystore.certificate.chain"),
+    ({"ssl.ca.pem": "x", "ssl.ca.location": "/ca.pem"}, r"ssl.truststore.certificates and ssl_cafile \(ssl.ca.location\) both give"),
+    ({"ssl.truststore.certificates": "x", "ssl.truststore.type": "JKS"}, "leave it unset or PEM"),
+    ({"ssl.truststore.certificates": "x", "ssl.truststore.location": "/t.jks"},
+     "ssl.truststore.location and ssl.truststore.certificates both give"),
+])
+def test_pem_text_refusals(options, match):
+    with pytest.raises(ConfigError, match=match):
+        Producer(_tls(options))
+
+
+def test_pem_text_without_a_block_is_refused_without_showing_it(local_stores):
+    pki, made = local_stores
+    secret = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC-not-a-pem-block"
+    with pytest.raises(ConfigError, match="ssl.keystore.key holds no PEM PRIVATE KEY block") as info:
+        Producer(_tls({"ssl.truststore.certificates": open(pki.ca).read(),
+                       "ssl.keystore.certificate.chain": open(pki.client_cert).read(), "ssl.keystore.key": secret}))
+    assert secret not in str(info.value)
+    with pytest.raises(ConfigError, match="ssl.truststore.certificates holds no PEM CERTIFICATE block"):
+        Producer(_tls({"ssl.truststore.certificates": "not pem"}))

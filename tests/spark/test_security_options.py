@@ -12,6 +12,7 @@ Apache Kafka only: Tansu has no SASL or TLS listener.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 import uuid
@@ -101,6 +102,24 @@ def test_key_and_trust_stores_on_mutual_tls(spark, kafka, stores, kind):
         assert stat.S_IMODE(mode) == 0o600, (name, oct(mode))
         assert stat.S_IMODE(os.stat(os.path.dirname(cfg[name])).st_mode) == 0o700
     assert b"PRIVATE KEY" in open(cfg["ssl.key.location"], "rb").read()
+
+
+def test_pem_text_options_on_mutual_tls(spark, kafka):
+    """Java's ssl.truststore.certificates, ssl.keystore.certificate.chain
+    and ssl.keystore.key as kafka.* options, each PEM block's base64 on one
+    line as an option's value often holds it: written to private files in
+    each process; the key never reaches an option handed on."""
+    def one_line(path: str) -> str:
+        return re.sub(r"-----\n(.*?)\n-----", lambda m: "-----" + m.group(1).replace("\n", "") + "-----",
+                      open(path).read(), flags=re.DOTALL)
+    opts = {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.certificates": one_line(kafka.pki.ca),
+            "kafka.ssl.keystore.certificate.chain": one_line(kafka.pki.client_cert),
+            "kafka.ssl.keystore.key": one_line(kafka.pki.client_key)}
+    round_trip(spark, kafka.bootstrap("ssl"), kafka.bootstrap("plaintext"), opts)
+    cfg = translate_security({k[len("kafka."):]: v for k, v in opts.items()})
+    assert not any(k.startswith(("ssl.keystore", "ssl.truststore")) for k in cfg)
+    assert b"PRIVATE KEY" in open(cfg["ssl.key.location"], "rb").read()
+    assert stat.S_IMODE(os.stat(cfg["ssl.key.location"]).st_mode) == 0o600
 
 
 def test_store_errors_name_the_option(spark, kafka, stores):
