@@ -165,6 +165,15 @@ def _check_two_phase(cfg: Mapping[str, Any], given: Set[str]) -> None:
                           "two-phase commit transactions do not time out")
 
 
+
+def _abort_quietly(abort: Any, timeout: Optional[float]) -> None:
+    """Abort a transaction whose block raised: the block's exception is the
+    one to see, so an abort that fails as well is logged, not raised."""
+    try:
+        abort(timeout)
+    except Exception as e:          # noqa: BLE001 - the block's own exception is raised instead
+        log.error("the transaction's block raised, and its abort failed too: %s", e)
+
 class Producer(SendingProducer):
     """A Kafka producer.
 
@@ -549,6 +558,20 @@ class Producer(SendingProducer):
         :class:`~kwire.transactions.TransactionAbortedError`, records in flight are waited for, then
         EndTxn(abort)."""
         self._transactions().abort_transaction(timeout)
+
+    @contextlib.contextmanager
+    def transaction(self, timeout: Optional[float] = None) -> Iterator["Producer"]:
+        """``with producer.transaction():`` begins a transaction, commits it
+        when the block ends and aborts it when the block raises (the block's
+        exception goes on; an abort that fails too is logged), as aiokafka's
+        ``transaction()``. ``timeout``: for the commit or the abort."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            _abort_quietly(self.abort_transaction, timeout)
+            raise
+        self.commit_transaction(timeout)
 
     # ----------------------------------------------------- partitioning
     def _known_partitions(self, topic: str) -> Optional[Sequence[int]]:

@@ -25,6 +25,8 @@ each protocol sends and the epochs it adopts."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -34,6 +36,7 @@ import pytest
 from kwire import protocol
 from kwire._codec import Aborter, ColumnarDecoder, Decoder, RecordBatchBuilder, decode, parse_control_key
 from kwire.admin import Admin, NewTopic
+from kwire.aio import AsyncProducer
 from kwire.client import Client
 from kwire.config import ADMIN, resolve
 from kwire.consumer import Consumer, TopicPartition
@@ -211,6 +214,43 @@ def test_abort_writes_an_abort_marker_and_read_committed_drops_the_aborted_recor
     cols = ColumnarDecoder().decode(part.records, aborter=Aborter(aborted))
     assert cols.record_batch.column("value").to_pylist() == [b"kept-1", b"kept-2"]
     assert res.next_offset == cols.next_offset == everything[-1].offset + 1   # past the last COMMIT marker
+
+
+def test_the_transaction_context_managers(broker):
+    """``with producer.transaction():`` (and kwire.aio's ``async with``, as
+    aiokafka's): committed when the block ends, aborted when it raises, the
+    block's exception going on."""
+    topic = _topic(broker.bootstrap)
+
+    def block(p, value, fail):
+        p.send(topic, value)
+        p.flush(10)
+        if fail:
+            raise RuntimeError("the block failed")
+
+    with Producer(bootstrap_servers=broker.bootstrap, transactional_id=f"tid-{uuid.uuid4().hex[:8]}") as p:
+        p.init_transactions(20)
+        for value, fail in ((b"kept-1", False), (b"dropped-1", True)):
+            with pytest.raises(RuntimeError) if fail else contextlib.nullcontext():
+                with p.transaction(20):
+                    block(p, value, fail)
+
+    async def aio():
+        async with AsyncProducer(bootstrap_servers=broker.bootstrap,
+                                 transactional_id=f"tid-{uuid.uuid4().hex[:8]}") as p:
+            await p.init_transactions(20)
+            async with p.transaction(20):
+                await p.send(topic, b"kept-2")
+            with pytest.raises(RuntimeError):
+                async with p.transaction(20):
+                    await p.send(topic, b"dropped-2")
+                    raise RuntimeError("the block failed")
+
+    asyncio.run(aio())
+    everything = [b"kept-1", b"dropped-1", b"kept-2", b"dropped-2"]
+    assert _kwire_read(broker.bootstrap, topic, "read_uncommitted") == everything
+    if not broker.is_tansu:      # Tansu 0.6.0 sends no aborted-transactions list
+        assert _kwire_read(broker.bootstrap, topic, "read_committed") == [b"kept-1", b"kept-2"]
 
 
 def test_fencing_a_zombie_producer(kw, broker, txn_protocol):

@@ -34,10 +34,12 @@ Options and names are :class:`kwire.Producer`'s, transactions included
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import logging
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kwire._codec import RecordFuture, SendingProducer
 from kwire.aio.client import AioClient, Observed
@@ -61,6 +63,9 @@ def resume_at(buffer_memory: int, batch_size: int) -> int:
     ``buffer_memory`` lasts: an eighth of it free (at least a batch, at
     most half of it)."""
     return buffer_memory - min(buffer_memory // 2, max(batch_size, buffer_memory // 8))
+
+
+log = logging.getLogger("kwire.producer")
 
 
 class WouldBlockError(KwireError):
@@ -357,6 +362,22 @@ class AsyncProducer(Observed):
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """:meth:`kwire.Producer.abort_transaction`."""
         await self._run(self._p._transactions().abort_transaction_steps(timeout))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, timeout: Optional[float] = None) -> AsyncIterator["AsyncProducer"]:
+        """``async with producer.transaction():`` as aiokafka's (and
+        :meth:`kwire.Producer.transaction`): begin, commit when the block
+        ends, abort when it raises (an abort that fails too is logged)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            try:
+                await self.abort_transaction(timeout)
+            except Exception as e:       # noqa: BLE001 - the block's own exception is raised instead
+                log.error("the transaction's block raised, and its abort failed too: %s", e)
+            raise
+        await self.commit_transaction(timeout)
 
     async def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued and wait up to ``timeout`` s (None: until
