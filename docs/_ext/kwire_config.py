@@ -37,6 +37,8 @@ def accepts(convert: Any) -> str:
         lo, hi = free.get("lo"), free.get("hi")
         return "int" + (f" >= {lo}" if lo is not None and hi is None else "") + \
             (f" in {lo}..{hi}" if lo is not None and hi is not None else "")
+    if name == "_opt_int":
+        return f"int >= {free.get('lo')} or None"
     if name == "_float":
         return f"float in {free.get('lo')}..{free.get('hi')}"
     if name == "_offset_reset":

@@ -55,6 +55,7 @@ from kwire import protocol
 from kwire.assignors import COOPERATIVE, EAGER, Assignor, MemberSubscription, assignors_from_config
 from kwire.client import NoBrokersAvailableError
 from kwire.commit import grouped_partitions
+from kwire.config import rebalance_timeout_ms
 from kwire.coordinator import COORDINATOR_ERRORS
 from kwire.errors import KwireError, ProtocolError
 from kwire.future import Future, KafkaTimeoutError
@@ -365,13 +366,13 @@ class ClassicMembership(HostedMembership):
 
         def make(v: Mapping[int, int]) -> Any:
             return cls(group_id=self.group_id, session_timeout_ms=self.cfg["session_timeout_ms"],
-                       rebalance_timeout_ms=self.cfg["max_poll_interval_ms"], member_id=member,
+                       rebalance_timeout_ms=rebalance_timeout_ms(self.cfg), member_id=member,
                        group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
                        reason=(reason or None) if v.get(ApiKey.JOIN_GROUP, 0) >= 8 else None)
 
         log.debug("group %s: JoinGroup as %r", self.group_id, member or "(new member)")
-        # JoinGroup may wait a whole rebalance (up to max_poll_interval_ms) for its answer; as Kafka's client
-        wait = max(self.cfg["request_timeout_ms"], self.cfg["max_poll_interval_ms"] + 5000) / 1000.0
+        # JoinGroup may wait a whole rebalance (up to the rebalance timeout) for its answer; as Kafka's client
+        wait = max(self.cfg["request_timeout_ms"], rebalance_timeout_ms(self.cfg) + 5000) / 1000.0
         self._host.submit(node, make, response_timeout=wait).add_done_callback(lambda f: self._on_join(node, f))
 
     def _join_failed(self, node: int, error: BaseException, *, retry_in: Optional[float] = None) -> None:

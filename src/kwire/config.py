@@ -37,6 +37,7 @@ __all__ = [
     "check_stores",
     "ssl_option_name",
     "parse_duration_ms",
+    "rebalance_timeout_ms",
 ]
 
 #: Options whose values are never shown (errors, logs, :func:`redact`): passwords,
@@ -129,6 +130,14 @@ def _offset_reset(v: Any) -> str:
 
 def _opt_str(v: Any) -> Optional[str]:
     return None if v is None else str(v)
+
+
+def _opt_int(lo: int) -> Callable[[Any], Optional[int]]:
+    """An integer of at least ``lo``, or None."""
+    def conv(v: Any) -> Optional[int]:
+        return None if v is None else _int(lo)(v)
+
+    return conv
 
 
 def _opt_timeout_ms(v: Any) -> Optional[int]:
@@ -546,6 +555,9 @@ CONSUMER: Dict[str, Option] = {
     "session_timeout_ms": Option(45000, _int(1)),
     "heartbeat_interval_ms": Option(3000, _int(1)),
     "max_poll_interval_ms": Option(300000, _int(1)),
+    "rebalance_timeout_ms": Option(None, _opt_int(1),
+                                   "aiokafka's: how long the coordinator waits for the members to rejoin a "
+                                   "rebalance; None: max_poll_interval_ms (Java's, which has no option of its own)"),
     "partition_assignment_strategy": Option(None, _any, "assignor names or objects (group_protocol 'classic' "
                                             "only: a 'consumer' group's coordinator assigns)"),
     "group_protocol": Option("classic", _choice("classic", "consumer"),
@@ -779,6 +791,13 @@ def _check_inline_pem(options: Mapping[str, Any], name: Callable[[str], str]) ->
         if declared not in (None, "") and str(declared).strip().upper() != "PEM":
             raise ConfigError(f"{name(inline)} is PEM text, but {name(f'ssl_{store}_type')} is {declared!r}: "
                               "leave it unset or PEM")
+
+
+def rebalance_timeout_ms(cfg: Mapping[str, Any]) -> int:
+    """The rebalance timeout a member sends: ``rebalance_timeout_ms``, or
+    ``max_poll_interval_ms`` as Java's consumer sends."""
+    given = cfg.get("rebalance_timeout_ms")
+    return cfg["max_poll_interval_ms"] if given is None else given
 
 
 def _endpoint_identification(raw: str, value: Any, what: str) -> bool:

@@ -333,6 +333,31 @@ class Consumer(Fetcher):
         for tp in tps or list(self._states):
             self._move(tp, None, LATEST)
 
+    def seek_to_committed(self, *tps: Tuple[str, int], timeout: Optional[float] = None
+                          ) -> Dict[TopicPartition, Optional[int]]:
+        """Move these partitions (default: every assigned one) to the
+        group's committed offsets (aiokafka's ``seek_to_committed``); one
+        with nothing committed starts where ``auto_offset_reset`` says, at
+        the next poll. Returns the offsets moved to (None: reset)."""
+        return self._client.run(self._seek_to_committed_steps(tps, timeout))
+
+    def _seek_to_committed_steps(self, tps: Tuple[Tuple[str, int], ...], timeout: Optional[float]) -> Steps:
+        parts = [TopicPartition(*tp) for tp in tps or list(self._states)]
+        found = yield from self._require_group().committed_steps(parts, timeout)
+        moved: Dict[TopicPartition, Optional[int]] = {}
+        for tp in parts:
+            meta = found.get(tp)
+            moved[tp] = None if meta is None else meta.offset
+            self._move(tp, moved[tp], None)
+        return moved
+
+    def last_stable_offset(self, tp: Tuple[str, int]) -> Optional[int]:
+        """The partition's last stable offset from the last fetch (aiokafka's
+        ``last_stable_offset``): the first offset of a transaction still open,
+        else the high watermark; None before a fetch answered it."""
+        lso = self._state(tp).last_stable_offset
+        return None if lso < 0 else lso
+
     def _move(self, tp: Tuple[str, int], position: Optional[int], reset: Optional[int]) -> None:
         st = self._state(tp)
         st.position, st.reset, st.error, st.corrupt, st.epoch = position, reset, None, None, -1

@@ -63,6 +63,7 @@ from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 from kwire import protocol
 from kwire.client import NoBrokersAvailableError
+from kwire.config import rebalance_timeout_ms
 from kwire.coordinator import COORDINATOR_ERRORS
 from kwire.errors import KwireError
 from kwire.future import Future, KafkaTimeoutError
@@ -270,7 +271,7 @@ class ConsumerMembership(HostedMembership):
         """(lock held) What the coordinator is to know of the member."""
         pattern = self._host.pattern
         return {
-            "rebalance_timeout_ms": self.cfg["max_poll_interval_ms"],
+            "rebalance_timeout_ms": rebalance_timeout_ms(self.cfg),
             "subscribed_topic_names": None if pattern is not None else sorted(self._host.subscription()),
             "subscribed_topic_regex": None if pattern is None else pattern.pattern,
             "server_assignor": self.cfg["group_remote_assignor"],

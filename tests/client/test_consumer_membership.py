@@ -283,3 +283,10 @@ def test_a_commit_refused_with_stale_member_epoch_is_retried_while_in_the_group(
         group._membership.generation = -1      # out of the group: nothing to retry with
         stale = {TP("t", 0): protocol.error_for(ErrorCode.STALE_MEMBER_EPOCH, api="OffsetCommit")}
         assert isinstance(group._commit_error(stale), CommitFailedError)
+
+
+def test_the_rebalance_timeout_given_replaces_max_poll_interval_ms():
+    host = Host(group_remote_assignor="uniform", rebalance_timeout_ms=12000)
+    m = ConsumerMembership(host, threading.RLock())
+    m.subscription_changed()
+    assert _beat(host, m).rebalance_timeout_ms == 12000

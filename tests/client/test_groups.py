@@ -235,6 +235,25 @@ def test_commits_survive_restarts_with_metadata(kw, broker):
     c2.close()
 
 
+def test_seek_to_committed_and_the_last_stable_offset(kw, broker):
+    """aiokafka's seek_to_committed (a partition with nothing committed
+    starts where auto_offset_reset says) and last_stable_offset (the high
+    watermark with no transaction open)."""
+    topic, group = _topic(broker.bootstrap, 2), _group()
+    _produce(broker.bootstrap, topic, 0, 40)
+    c = _consumer(kw, broker, group, enable_auto_commit=False)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    c.assign(tps)
+    assert c.last_stable_offset(tps[0]) is None                 # no fetch answered yet
+    got = []
+    drive([c], got, lambda: len(got) >= 40)
+    c.commit({tps[0]: OffsetAndMetadata(3, "")})
+    assert c.seek_to_committed(*tps) == {tps[0]: 3, tps[1]: None}
+    assert (c.position(tps[0]), c.position(tps[1])) == (3, 0)   # tps[1]: auto_offset_reset earliest
+    assert c.last_stable_offset(tps[0]) == c.highwater(tps[0]) > 3
+    c.close()
+
+
 def test_async_and_auto_commit(kw, broker):
     topic, group = _topic(broker.bootstrap, 1), _group()
     _produce(broker.bootstrap, topic, 0, 50)

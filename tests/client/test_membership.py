@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from typing import Any, Optional, Set
 
 import pytest
@@ -20,6 +21,7 @@ from kwire.errors import KwireError
 from kwire.future import Future
 from kwire.group import GroupCoordinator
 from kwire.membership import JOINING, STABLE, UNJOINED, AssignmentChange, Membership, MembershipHost
+from kwire.protocol.api_keys import ApiKey
 
 
 def _members(proto: type) -> Set[str]:
@@ -147,3 +149,18 @@ def test_classic_rebalance_steps(strategy):
     # leaving: nothing lost (the coordinator handed the partitions back), no rejoin, no LeaveGroup without a coordinator
     m.leave("the consumer is closing", 0.0)
     assert (host.lost, m.state, m.next_change(), host.sent) == (1, UNJOINED, None, [])
+
+
+@pytest.mark.parametrize("given, sent", [({}, 300000), ({"max_poll_interval_ms": 45000}, 45000),
+                                         ({"rebalance_timeout_ms": 12000}, 12000)])
+def test_the_rebalance_timeout_a_member_sends(given, sent):
+    """Java's consumer sends max_poll_interval_ms; aiokafka's
+    rebalance_timeout_ms, when given, replaces it."""
+    host = _Host(**given)
+    host.coordinator = 1
+    m = ClassicMembership(host, threading.RLock())
+    m.subscription_changed()
+    m.handed_back(m.next_change())
+    m.drive(time.monotonic())
+    joins = [make({ApiKey.JOIN_GROUP: 9}) for _, make in host.sent]
+    assert [j.rebalance_timeout_ms for j in joins if hasattr(j, "rebalance_timeout_ms")] == [sent]

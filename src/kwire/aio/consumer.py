@@ -135,6 +135,17 @@ class AsyncConsumer(Observed):
         self._c.seek_to_end(*tps)
         self._drop_held(self._others(tps))
 
+    async def seek_to_committed(self, *tps: Tuple[str, int], timeout: Optional[float] = None
+                                ) -> Dict[TopicPartition, Optional[int]]:
+        """As :meth:`kwire.Consumer.seek_to_committed` (aiokafka's); records held for them are dropped."""
+        moved = await self._client.arun(self._c._seek_to_committed_steps(tps, timeout))
+        self._drop_held(self._others(tuple(moved)))
+        return moved
+
+    def last_stable_offset(self, tp: Tuple[str, int]) -> Optional[int]:
+        """As :meth:`kwire.Consumer.last_stable_offset`."""
+        return self._c.last_stable_offset(tp)
+
     @staticmethod
     def _others(tps: Tuple[Tuple[str, int], ...]) -> Any:
         moved = {TopicPartition(*tp) for tp in tps}
