@@ -539,6 +539,9 @@ CONSUMER: Dict[str, Option] = {
     "auto_offset_reset": Option("latest", _offset_reset),
     "enable_auto_commit": Option(True, _bool),
     "auto_commit_interval_ms": Option(5000, _int(1)),
+    "enable_auto_offset_store": Option(True, _bool, "librdkafka's: a commit without offsets (the auto commit's "
+                                       "too) takes each partition's position; off: only what store_offsets() "
+                                       "stored, so records handed to other threads commit once processed"),
     "isolation_level": Option("read_uncommitted", _choice("read_uncommitted", "read_committed")),
     "fetch_min_bytes": Option(1, _int(1)),
     "fetch_max_wait_ms": Option(500, _int(0)),

@@ -248,6 +248,27 @@ class Consumer(Fetcher):
         partition (None where nothing is committed)."""
         return self._require_group().committed(partitions, timeout)
 
+    def store_offsets(self, message: Any = None, offsets: Optional[Mapping[Tuple[str, int], int]] = None) -> None:
+        """librdkafka's ``store_offsets``, with ``enable_auto_offset_store``
+        off: what the next commit without offsets (the auto commit's too)
+        takes. ``message``: a :class:`kwire.ConsumerRecord` processed (its
+        offset + 1 is stored); ``offsets``: ``{(topic, partition): the next
+        offset to read}``. A partition not assigned raises
+        :class:`kwire.errors.IllegalStateError`."""
+        if self.cfg["enable_auto_offset_store"]:
+            raise IllegalStateError("store_offsets() needs enable_auto_offset_store=False (otherwise every commit "
+                                    "takes the positions)")
+        todo: Dict[TopicPartition, int] = {}
+        if message is not None:
+            todo[TopicPartition(message.topic, message.partition)] = message.offset + 1
+        for tp, offset in (offsets or {}).items():
+            todo[TopicPartition(*tp)] = _check_offset(offset)
+        missing = [tp for tp in todo if tp not in self._states]
+        if missing:
+            raise IllegalStateError(f"store_offsets: {', '.join(f'{t}[{p}]' for t, p in missing)} not assigned")
+        for tp, offset in todo.items():
+            self._states[tp].stored = offset
+
     def group_metadata(self) -> Any:
         """For ``Producer.send_offsets_to_transaction``."""
         return self._require_group().group_metadata()

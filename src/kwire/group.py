@@ -408,8 +408,15 @@ class GroupCoordinator:
     def _offsets_or_positions(self, offsets: Optional[OffsetsArg]) -> Dict[TopicPartition, OffsetAndMetadata]:
         if offsets is not None:
             return as_offsets(offsets)
-        return {tp: OffsetAndMetadata(st.position) for tp, st in self._consumer._states.items()
-                if st.position is not None}
+        return {tp: OffsetAndMetadata(offset) for tp, offset in self._to_commit().items()}
+
+    def _to_commit(self, among: Optional[Set[TopicPartition]] = None) -> Dict[TopicPartition, int]:
+        """What a commit without offsets commits (of ``among``, default every
+        assigned partition): the positions, or with ``enable_auto_offset_store``
+        off the offsets stored by ``Consumer.store_offsets``."""
+        auto = self.cfg["enable_auto_offset_store"]
+        found = ((tp, st.to_commit(auto)) for tp, st in self._consumer._states.items() if among is None or tp in among)
+        return {tp: offset for tp, offset in found if offset is not None}
 
     def _commit_generation(self) -> Tuple[int, str]:
         """The generation and member id a commit carries: -1 and "" for a
@@ -587,8 +594,7 @@ class GroupCoordinator:
         revoked = change.revoked
         offsets: Dict[TopicPartition, int] = {}
         if self.cfg["enable_auto_commit"]:
-            offsets = {tp: st.position for tp, st in self._consumer._states.items()
-                       if tp in revoked and st.position is not None}
+            offsets = self._to_commit(set(revoked))
         self._handover = _Handover(change, offsets, time.monotonic() + self.cfg["max_poll_interval_ms"] / 1000.0)
         return (yield from self._continue_handover())
 

@@ -21,6 +21,8 @@ import pytest
 
 from kwire.admin import Admin, NewTopic
 from kwire.consumer import Consumer, TopicPartition
+from kwire.errors import IllegalStateError
+from kwire.types import ConsumerRecord
 from kwire.group import CommitFailedError, OffsetAndMetadata, RebalanceListener
 from kwire.producer import Producer
 
@@ -252,6 +254,33 @@ def test_seek_to_committed_and_the_last_stable_offset(kw, broker):
     assert (c.position(tps[0]), c.position(tps[1])) == (3, 0)   # tps[1]: auto_offset_reset earliest
     assert c.last_stable_offset(tps[0]) == c.highwater(tps[0]) > 3
     c.close()
+
+
+def test_stored_offsets_are_what_the_auto_commit_takes(kw, broker):
+    """librdkafka's enable_auto_offset_store=false and store_offsets(): the
+    auto commit (and a commit without offsets, and the one at close) takes
+    only what was stored, not the positions polled past."""
+    topic, group = _topic(broker.bootstrap, 2), _group()
+    _produce(broker.bootstrap, topic, 0, 40)
+    c = _consumer(kw, broker, group, enable_auto_offset_store=False, auto_commit_interval_ms=100)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    c.assign(tps)
+    with pytest.raises(IllegalStateError, match="not assigned"):
+        c.store_offsets(offsets={(topic, 7): 1})
+    got = []
+    drive([c], got, lambda: len(got) >= 40)
+    assert c.committed(tps) == {tps[0]: None, tps[1]: None}         # polled past, nothing stored: nothing
+    c.store_offsets(ConsumerRecord(topic, 0, 4, -1, 0, None, None, (), None))
+    c.store_offsets(offsets={(topic, 1): 2})
+    deadline = time.monotonic() + 20
+    while {tp: om and om.offset for tp, om in c.committed(tps).items()} != {tps[0]: 5, tps[1]: 2}:
+        assert time.monotonic() < deadline, "the auto commit did not take the stored offsets"
+        c.poll(100)
+    c.store_offsets(offsets={(topic, 1): 9})
+    c.close()                                                        # commits what is stored
+    assert {tp: om.offset for tp, om in _consumer(kw, broker, group).committed(tps).items()} == {tps[0]: 5, tps[1]: 9}
+    with _consumer(kw, broker, _group()) as other, pytest.raises(IllegalStateError, match="enable_auto_offset_store"):
+        other.store_offsets(offsets={(topic, 0): 1})
 
 
 def test_async_and_auto_commit(kw, broker):

@@ -229,6 +229,10 @@ class AsyncConsumer(Observed):
         """The group's committed offsets (None where nothing is committed)."""
         return await self._client.arun(self._c._require_group().committed_steps(partitions, timeout))
 
+    def store_offsets(self, message: Any = None, offsets: Optional[Mapping[Tuple[str, int], int]] = None) -> None:
+        """As :meth:`kwire.Consumer.store_offsets`."""
+        self._c.store_offsets(message, offsets)
+
     def group_metadata(self) -> Any:
         """The group's id, generation and member, for ``AsyncProducer.send_offsets_to_transaction``."""
         return self._c.group_metadata()
