@@ -128,6 +128,22 @@ def _offset_reset(v: Any) -> str:
     return _RESET(s)
 
 
+TLS_VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+
+
+def _tls_protocols(v: Any) -> Optional[Tuple[str, ...]]:
+    """Java's ``ssl.enabled.protocols``: TLS versions, as a list or a comma
+    separated string (None: the default)."""
+    if v is None:
+        return None
+    names = [n.strip() for n in (v.split(",") if isinstance(v, str) else v) if n and n.strip()]
+    by_lower = {n.lower(): n for n in TLS_VERSIONS}
+    unknown = [n for n in names if n.lower() not in by_lower]
+    if unknown or not names:
+        raise ValueError(f"expected TLS versions among {', '.join(TLS_VERSIONS)}, not {unknown or v!r}")
+    return tuple(sorted({by_lower[n.lower()] for n in names}, key=TLS_VERSIONS.index))
+
+
 def _opt_str(v: Any) -> Optional[str]:
     return None if v is None else str(v)
 
@@ -390,6 +406,10 @@ COMMON: Dict[str, Option] = {
     "ssl_keystore_key": Option(None, _opt_str, "the client's private key as PEM text, maybe encrypted with "
                                "ssl_password (Java's; librdkafka's ssl.key.pem); never shown"),
     "ssl_check_hostname": Option(True, _bool, "verify the broker's name against its certificate"),
+    "ssl_crlfile": Option(None, _opt_str, "a PEM certificate revocation list: a broker certificate it revokes "
+                          "is refused (kafka-python's; librdkafka's ssl.crl.location)"),
+    "ssl_enabled_protocols": Option(None, _tls_protocols, "the TLS versions a connection may use (Java's; "
+                                    "None: TLSv1.2 and TLSv1.3, Java's default)"),
     "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
     "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
     "socket_receive_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
@@ -620,6 +640,7 @@ ALIASES = {
     "ssl_ca_location": "ssl_cafile",
     "ssl_certificate_location": "ssl_certfile",
     "ssl_key_location": "ssl_keyfile",
+    "ssl_crl_location": "ssl_crlfile",
     "ssl_ca_pem": "ssl_truststore_certificates",     # librdkafka's inline PEM
     "ssl_certificate_pem": "ssl_keystore_certificate_chain",
     "ssl_key_pem": "ssl_keystore_key",

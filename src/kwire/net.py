@@ -73,6 +73,7 @@ def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
                           f"({e})") from None
     ctx.check_hostname = bool(cfg.get("ssl_check_hostname", True))
     ctx.verify_mode = ssl.CERT_REQUIRED
+    _revocations_and_versions(ctx, cfg)
     if files.certfile:
         keys = "ssl_keystore_location" if cfg.get("ssl_keystore_location") else "ssl_certfile"
         try:
@@ -81,6 +82,27 @@ def ssl_context_from_config(cfg: Dict[str, Any]) -> ssl.SSLContext:
             raise ConfigError(f"{ssl_option_name(keys)} {cfg.get(keys)!r}: cannot load the client certificate "
                               f"and key ({e}; wrong {ssl_option_name('ssl_password')}?)") from None
     return ctx
+
+
+def _revocations_and_versions(ctx: ssl.SSLContext, cfg: Dict[str, Any]) -> None:
+    """``ssl_crlfile``: the broker's certificate checked against that
+    revocation list (as kafka-python does); ``ssl_enabled_protocols``: the
+    lowest to the highest TLS version listed."""
+    from kwire.config import TLS_VERSIONS, ConfigError
+
+    crl = cfg.get("ssl_crlfile")
+    if crl:
+        try:
+            ctx.load_verify_locations(cafile=crl)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"ssl_crlfile (ssl.crl.location) {crl!r}: cannot load the revocation list ({e})") \
+                from None
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+    versions = cfg.get("ssl_enabled_protocols")
+    if versions:
+        known = [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
+        chosen = [known[TLS_VERSIONS.index(v)] for v in versions]
+        ctx.minimum_version, ctx.maximum_version = min(chosen), max(chosen)
 
 
 def resolve(host: str, port: int) -> List[Tuple[Any, ...]]:

@@ -29,7 +29,7 @@ from kwire.config import PRODUCER, ConfigError, redact, resolve
 from kwire.consumer import Consumer
 from kwire.net import ssl_context_from_config
 from kwire.producer import Producer
-from support.proxies import make_pki
+from support.proxies import make_crl, make_pki
 from support.stores import make_stores
 
 KINDS = ("JKS", "PKCS12", "PEM")
@@ -314,3 +314,22 @@ def test_pem_text_without_a_block_is_refused_without_showing_it(local_stores):
     assert secret not in str(info.value)
     with pytest.raises(ConfigError, match="ssl.truststore.certificates holds no PEM CERTIFICATE block"):
         Producer(_tls({"ssl.truststore.certificates": "not pem"}))
+
+
+def test_tls_versions_and_revocation_lists_in_the_context(local_stores, tmp_path):
+    """ssl.enabled.protocols bounds the context's versions; ssl_crlfile
+    turns on the leaf's revocation check (tests/kafka/test_security.py
+    connects with both); what cannot be used is refused, naming it."""
+    import ssl
+
+    pki, _ = local_stores
+    ctx = _context({"ssl_cafile": pki.ca, "ssl.enabled.protocols": "TLSv1.3"})
+    assert (ctx.minimum_version, ctx.maximum_version) == (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_3)
+    ctx = _context({"ssl_cafile": pki.ca, "ssl.enabled.protocols": ["tlsv1.3", "TLSv1.2"]})
+    assert (ctx.minimum_version, ctx.maximum_version) == (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3)
+    with pytest.raises(ConfigError, match="'ssl.enabled.protocols'='SSLv3': expected TLS versions"):
+        _context({"ssl.enabled.protocols": "SSLv3"})
+    crl = make_crl(pki, str(tmp_path / "ca.crl"))
+    assert _context({"ssl_cafile": pki.ca, "ssl.crl.location": crl}).verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
+    with pytest.raises(ConfigError, match=r"ssl_crlfile \(ssl.crl.location\) .*cannot load the revocation list"):
+        _context({"ssl_crlfile": str(tmp_path / "missing.crl")})

@@ -21,6 +21,7 @@ from kwire.config import redact
 from kwire.net import TlsError
 from kwire.sasl import SaslAuthenticationError
 from client.test_security import _clients_refused, _internals
+from support.proxies import make_crl
 
 pytestmark = pytest.mark.kafka
 
@@ -79,6 +80,20 @@ def test_mutual_tls(kw, kafka):
     assert value == b"secret-value"
     err = _refused(kw, kafka.client_config("ssl", client_cert=False), TlsError, "client certificate")
     print(f"no client certificate: {err!r}")
+
+
+def test_a_revocation_list_and_the_tls_versions(kw, kafka, tmp_path):
+    """ssl_crlfile (librdkafka's ssl.crl.location): a list revoking nothing
+    lets the broker in, one revoking its certificate refuses it;
+    ssl.enabled.protocols: each version the listener speaks works alone."""
+    cfg = kafka.client_config("sasl_ssl")
+    clean = make_crl(kafka.pki, str(tmp_path / "clean.crl"))
+    assert _round_trip(kw, {**cfg, "ssl.crl.location": clean})[1] == b"secret-value"
+    revoked = make_crl(kafka.pki, str(tmp_path / "revoked.crl"), revoke=(kafka.pki.server_cert,))
+    _refused(kw, {**cfg, "ssl_crlfile": revoked}, TlsError, "revoked")
+    for versions in ("TLSv1.2", "TLSv1.3"):
+        with Admin({**cfg, "ssl.enabled.protocols": versions}) as a:
+            assert a.list_topics(timeout=15) is not None
 
 
 @pytest.mark.parametrize("listener", ["sasl_plaintext", "sasl_ssl"])

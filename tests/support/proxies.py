@@ -202,6 +202,7 @@ class Pki:
     client_cert: str
     client_key: str
     other_ca: str          # a CA that signed nothing of ours
+    ca_key: str = ""       # the CA's key (revocation lists: make_crl)
 
 
 def make_pki(directory: str, server_names: Tuple[str, ...] = ("localhost", "127.0.0.1")) -> Pki:
@@ -268,7 +269,31 @@ def make_pki(directory: str, server_names: Tuple[str, ...] = ("localhost", "127.
     d = directory
     return Pki(write(os.path.join(d, "ca.pem"), ca), write(os.path.join(d, "server.pem"), srv),
                write(os.path.join(d, "server.key"), srv_k), write(os.path.join(d, "client.pem"), cli),
-               write(os.path.join(d, "client.key"), cli_k), write(os.path.join(d, "other-ca.pem"), other))
+               write(os.path.join(d, "client.key"), cli_k), write(os.path.join(d, "other-ca.pem"), other),
+               write(os.path.join(d, "ca.key"), ca_k))
+
+
+def make_crl(pki: Pki, path: str, revoke: Tuple[str, ...] = ()) -> str:
+    """A revocation list of ``pki``'s CA, revoking the certificates in the
+    PEM files ``revoke``, written to ``path``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    with open(pki.ca, "rb") as f:
+        ca = x509.load_pem_x509_certificate(f.read())
+    with open(pki.ca_key, "rb") as f:
+        ca_key = serialization.load_pem_private_key(f.read(), None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject).last_update(now - datetime.timedelta(hours=1))
+         .next_update(now + datetime.timedelta(days=1)))
+    for cert_path in revoke:
+        with open(cert_path, "rb") as f:
+            serial = x509.load_pem_x509_certificate(f.read()).serial_number
+        b = b.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(serial)
+                                      .revocation_date(now - datetime.timedelta(minutes=5)).build())
+    with open(path, "wb") as f:
+        f.write(b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    return path
 
 
 class TlsProxy(_Relay):
