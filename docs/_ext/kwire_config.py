@@ -26,7 +26,8 @@ NAMED = {"_bool": "true or false", "_str": "string", "_opt_str": "string", "_opt
          "_partitioner": "name or callable", "_store_type": "JKS, PKCS12 or PEM", "_any": "any",
          "_interceptors": "class names or objects", "_tracer_provider": "TracerProvider",
          "_extensions": "key=value pairs", "_level": "int (per codec)",
-         "_opt_timeout_ms": "int >= 0 or None", "_tls_protocols": "TLS versions (a list)"}
+         "_opt_timeout_ms": "int >= 0 or None", "_tls_protocols": "TLS versions (a list)",
+         "_callback": "callable or module:function"}
 
 
 def accepts(convert: Any) -> str:

@@ -51,6 +51,7 @@ from kwire.errors import KwireError, UnsupportedVersionError
 from kwire.fetcher import list_offsets_steps
 from kwire.future import KafkaTimeoutError
 from kwire.metrics.names import Metric, client_network_metrics, fold
+from kwire.metrics.events import ClientEvents
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
 from kwire.protocol.api_keys import ApiKey, ErrorCode
@@ -266,6 +267,7 @@ class Admin:
         self._client.want_all_topics()
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+        self._client.events = ClientEvents.from_config(self.cfg)
         self._client.telemetry = TelemetryReporter(self._client, self._metric_list, dict)
 
     def metrics(self) -> Dict[str, Dict[str, float]]:

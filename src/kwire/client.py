@@ -74,6 +74,7 @@ from kwire import protocol
 from kwire._codec import Generation
 from kwire.errors import KwireError, error_for_code, without_traceback
 from kwire.future import Future, KafkaTimeoutError
+from kwire.metrics.events import ClientEvents
 from kwire.metrics.network import NetworkMetrics
 from kwire.metrics.report import StatsReporter
 from kwire.metrics.telemetry import TelemetryReporter
@@ -545,6 +546,8 @@ class Client:
         self.metrics = NetworkMetrics(cfg.get("metrics_sample_window_ms", 30000) / 1000.0)
         self.reporter: Optional[StatsReporter] = None      # stats_cb's, set by the client that owns this one
         self.telemetry: Optional[TelemetryReporter] = None  # KIP-714's pushes, set by the client that owns this one
+        self._events: Optional[ClientEvents] = None      # error_cb's and throttle_cb's, set the same way
+        self._all_down_said = False                      # error_cb was told that no broker can be reached
         self._conns: Dict[int, Connection] = {}
         self._masks: Dict[int, int] = {}
         self._backoff: Dict[int, Tuple[float, float]] = {}     # node -> (not before, last backoff)
@@ -726,6 +729,7 @@ class Client:
                 self.finalized_features_epoch = channel.finalized_features_epoch
             if conn.broker_ranges.get(ApiKey.API_VERSIONS, (0, 0))[1] >= CLUSTER_CHECK_VERSION:
                 self._checks_cluster = True
+            self._all_down_said = False
             err = self._errors.pop(node, None)
             if err is None or getattr(err, "retriable", True):
                 self._backoff.pop(node, None)
@@ -744,6 +748,7 @@ class Client:
             wait = min(top, last * 2) if last else first
             self._backoff[node] = (time.monotonic() + wait, wait)
             if conn.error is not None:
+                self._errors[node] = conn.error
                 said = str(conn.error)
                 said_before = self._logged.setdefault(node, set())
                 if said not in said_before and len(said_before) < 8:
@@ -753,7 +758,8 @@ class Client:
                     where = "" if f"node {node} " in said else f"node {node} ({conn.host}:{conn.port}): "
                     log.log(level, "%s%s", where, said)
                     said_before.add(said)
-                self._errors[node] = conn.error
+                    if self._events is not None and not getattr(conn.error, "retriable", True):
+                        self._events.error(conn.error)     # refused for good (each failure once): error_cb
             if node >= 0:
                 self._metadata_wanted = True
             if isinstance(conn.error, MisroutedConnectionError) and self._recovers:
@@ -1312,6 +1318,32 @@ class Client:
                 timeout = left
         return timeout
 
+    @property
+    def events(self) -> Optional[ClientEvents]:
+        """The owner's ``error_cb`` and ``throttle_cb`` (:mod:`kwire.metrics.events`)."""
+        return self._events
+
+    @events.setter
+    def events(self, events: Optional[ClientEvents]) -> None:
+        self._events = events
+        if events is not None and events.throttle_cb is not None:
+            self.metrics.on_throttle = lambda node, ms: events.throttled(self._broker_name(node), node, ms)
+
+    def _broker_name(self, node: int) -> str:
+        conn = self._conns.get(node)
+        return f"{conn.host}:{conn.port}/{node}" if conn is not None else f"node {node}"
+
+    def _tell_all_down(self, events: ClientEvents) -> None:
+        """error_cb, once until a broker connects again: the last attempt
+        at every broker the client knows (those learned, else the bootstrap
+        servers) failed, and no connection is up."""
+        known = set(self.cluster.brokers) or {b.node_id for b in self._bootstrap}
+        if not known <= set(self._errors) or any(c.ready for c in self._conns.values()):
+            return
+        self._all_down_said = True
+        failures = "; ".join(f"{self._broker_name(n)}: {self._errors[n]}" for n in sorted(known))
+        events.error(NoBrokersAvailableError(f"all brokers are down ({failures})"))
+
     def tick(self) -> None:
         """What follows I/O, whichever driver did it: complete the helper
         thread's decodes, check deadlines, close idle connections, start a
@@ -1321,6 +1353,10 @@ class Client:
         self._maybe_rebootstrap(now)
         if self.reporter is not None:
             self.reporter.maybe_report(now)
+        if self._events is not None:
+            if not self._all_down_said:
+                self._tell_all_down(self._events)
+            self._events.deliver()
         if self.telemetry is not None and not self._closed:
             self.telemetry.tick(now)
         idle = self.cfg.get("connections_max_idle_ms", 540000)

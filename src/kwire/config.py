@@ -325,6 +325,14 @@ def _function(v: Any, option: str) -> Any:
     raise ValueError("expected a callable or module:function")
 
 
+def _callback(option: str) -> Callable[[Any], Any]:
+    """The converter of a callback option (:func:`_function`)."""
+    def conv(v: Any) -> Any:
+        return _function(v, option)
+
+    return conv
+
+
 def _extensions(v: Any) -> Optional[Dict[str, str]]:
     """SASL extensions (KIP-342): a mapping, or librdkafka's
     ``key=value,key=value``."""
@@ -411,8 +419,8 @@ COMMON: Dict[str, Option] = {
     "ssl_enabled_protocols": Option(None, _tls_protocols, "the TLS versions a connection may use (Java's; "
                                     "None: TLSv1.2 and TLSv1.3, Java's default)"),
     "ssl_context": Option(None, _ssl_context, "a ready ssl.SSLContext (overrides the ssl_* options)"),
-    "socket_send_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
-    "socket_receive_buffer_bytes": Option(None, lambda v: None if v is None else _int(-1)(v)),
+    "socket_send_buffer_bytes": Option(None, _opt_int(-1)),
+    "socket_receive_buffer_bytes": Option(None, _opt_int(-1)),
     "connections_max_idle_ms": Option(540000, _int(-1),
                                       "close connections idle this long (nothing in flight); -1: never"),
     "receive_message_max_bytes": Option(100_000_000, _int(1000, 2**31 - 1),
@@ -420,10 +428,16 @@ COMMON: Dict[str, Option] = {
     "statistics_interval_ms": Option(0, _int(0, 86_400_000),
                                      "librdkafka's statistics.interval.ms: call stats_cb with the client's "
                                      "statistics (JSON, kwire.metrics.report) this often; 0: never"),
-    "stats_cb": Option(None, lambda v: _function(v, "stats_cb"),
+    "stats_cb": Option(None, _callback("stats_cb"),
                        "librdkafka's stats_cb: called with the statistics JSON every statistics_interval_ms, where "
                        "the client's I/O runs (a consumer's poll(), a producer's I/O thread, kwire.aio's loop); "
                        "a callable or module:function"),
+    "error_cb": Option(None, _callback("error_cb"),
+                       "librdkafka's error_cb: called with a kwire error when every broker is unreachable (once "
+                       "until one connects) or one refuses the client for good (kwire.metrics.events)"),
+    "throttle_cb": Option(None, _callback("throttle_cb"),
+                          "librdkafka's throttle_cb: called with a ThrottleEvent (broker_name, broker_id, "
+                          "throttle_time in seconds) when a broker's quota delays the client"),
     "enable_metrics_push": Option(True, _bool,
                                   "Java's enable.metrics.push (KIP-714): push this client's metrics to the "
                                   "brokers whose client metrics subscriptions ask for them "

@@ -66,6 +66,7 @@ from kwire.future import Future
 from kwire.group import GroupCoordinator
 from kwire.interceptors import ConsumerInterceptors
 from kwire.metrics.names import Metric, client_network_metrics, fetch_metrics, fold, group_metrics
+from kwire.metrics.events import ClientEvents
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
 from kwire.protocol.api_keys import ErrorCode
@@ -117,6 +118,7 @@ class Consumer(Fetcher):
             self._group = GroupCoordinator(self)
         self._started = time.monotonic()
         self._client.reporter = stats_reporter(self.cfg, self._stats_doc)
+        self._client.events = ClientEvents.from_config(self.cfg)
         self._tracing: Any = None
         if self.cfg["tracer_provider"]:
             from kwire.tracing import tracing_for       # only when asked for: it needs kwire[otel]

@@ -59,6 +59,7 @@ from kwire.future import Future, KafkaTimeoutError
 from kwire.interceptors import ProducerInterceptors
 from kwire.metrics.clients import ProduceMetrics
 from kwire.metrics.names import Metric, client_network_metrics, fold, produce_metrics
+from kwire.metrics.events import ClientEvents
 from kwire.metrics.report import brokers_doc, header_doc, stats_reporter
 from kwire.metrics.telemetry import TelemetryReporter
 from kwire.net import Connection
@@ -269,6 +270,7 @@ class Producer(SendingProducer):
         self._started = time.monotonic()
         self._produce_metrics = ProduceMetrics(cfg["metrics_sample_window_ms"] / 1000.0)
         self._client.reporter = stats_reporter(cfg, self._stats_doc)
+        self._client.events = ClientEvents.from_config(cfg)
         self._client.telemetry = TelemetryReporter(self._client, self._metric_list, dict)
         self._start_sender()
 

@@ -114,7 +114,9 @@ def test_produce_rate_settles_at_the_quota(quota_kafka, quota_client, throttle_l
     with Admin(kafka.client_config(LISTENER)) as admin:
         admin.create_topics([NewTopic(topic, 1)])
     acked = []        # (time, bytes) of each acknowledged record
-    cfg = _alice(kafka, client_id=quota_client, buffer_memory=256 * 1024, batch_size=64 * 1024, linger_ms=5)
+    told: list = []   # throttle_cb's events
+    cfg = _alice(kafka, client_id=quota_client, buffer_memory=256 * 1024, batch_size=64 * 1024, linger_ms=5,
+                 throttle_cb=told.append)
     with Producer(cfg) as p:
         t0 = time.monotonic()
         while time.monotonic() - t0 < WARMUP + MEASURE:
@@ -124,6 +126,10 @@ def test_produce_rate_settles_at_the_quota(quota_kafka, quota_client, throttle_l
     start = t0 + WARMUP
     measured = sum(n for t, n in acked if start <= t < start + MEASURE)
     _report("produce", measured / MEASURE, throttle_log)
+    # librdkafka's throttle_cb: each throttled response told, as a ThrottleEvent (seconds)
+    assert told and len(told) <= len(throttle_log["throttles"])
+    assert all(e.broker_name.endswith(f"/{e.broker_id}") and e.broker_id >= 0 for e in told)
+    assert {round(e.throttle_time * 1000) for e in told} <= set(throttle_log["throttles"])
 
 
 def test_fetch_rate_settles_at_the_quota(quota_kafka, quota_client, throttle_log):

@@ -64,6 +64,9 @@ class _Relay:
                 conn, _ = self._srv.accept()
             except OSError:
                 return
+            if self._stopped:        # accepted as stop() closed the socket: refused, as later ones are
+                conn.close()
+                return
             with self._lock:
                 self.connections += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
@@ -127,6 +130,12 @@ class _Relay:
 
     def stop(self) -> None:
         self._stopped = True
+        try:
+            # close() alone leaves a thread blocked in accept() on the listening socket (Linux), which
+            # then took one more connection and relayed it: shutdown() wakes it first
+            self._srv.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._srv.close()
         except OSError:

@@ -10,7 +10,7 @@ as Java's ``*-metrics`` and ``*-node-metrics`` are named.
 from __future__ import annotations
 
 import time
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 from kwire.metrics.stats import DEFAULT_WINDOW, Sampled
 
@@ -61,6 +61,7 @@ class NetworkMetrics:
         self.selects = 0
         self.connects = Sampled(window)
         self.disconnects = Sampled(window)
+        self.on_throttle: Optional[Callable[[int, int], None]] = None    # throttle_cb's (kwire.metrics.events)
 
     def node(self, node_id: int) -> NodeMetrics:
         m = self.nodes.get(node_id)
@@ -96,6 +97,8 @@ class NetworkMetrics:
 
     def throttled(self, node_id: int, ms: int) -> None:
         self.node(node_id).throttle.record(ms, time.monotonic())
+        if self.on_throttle is not None:
+            self.on_throttle(node_id, ms)
 
     def connected(self, node_id: int) -> None:
         self.node(node_id).connects += 1
