@@ -76,6 +76,7 @@ class PemFiles:
 
 _lock = threading.Lock()              # held while a store is converted
 _converted: Dict[Tuple[Any, ...], PemFiles] = {}
+_written: Dict[str, str] = {}         # PEM text options: the digest of what was written (and its kind) -> its file
 _private_dir: Optional[str] = None
 _owner_pid = 0                        # the process _converted and _private_dir belong to
 
@@ -87,6 +88,7 @@ def _this_process() -> None:
     if _owner_pid != os.getpid():
         _owner_pid, _private_dir = os.getpid(), None
         _converted.clear()
+        _written.clear()
 
 
 def _remove(path: str, pid: int) -> None:
@@ -327,13 +329,13 @@ def _inline_file(text: str, labels: Tuple[str, ...], option: str, suffix: str) -
     """A private file holding ``text``'s PEM blocks, written once per
     process for the same text."""
     data = _pem_text(text, labels, option)
-    key = ("inline", hashlib.sha256(data).hexdigest())
+    key = hashlib.sha256(data).hexdigest() + suffix
     with _lock:
         _this_process()
-        files = _converted.get(key)
-        if files is None:
-            files = _converted[key] = PemFiles(cafile=_write_private(data, suffix))
-        return files.cafile or ""
+        path = _written.get(key)
+        if path is None:
+            path = _written[key] = _write_private(data, suffix)
+        return path
 
 
 def _inline_pem(options: Mapping[str, Any], out: PemFiles, prefix: str) -> PemFiles:
