@@ -202,6 +202,20 @@ class Consumer(Fetcher):
         self._validating &= set(self._states)
         self._client.add_topics({tp.topic for tp in tps})
 
+    def incremental_assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """Add ``partitions`` to the assignment (confluent-kafka's); those
+        already assigned keep their positions and buffered records. Start
+        the new ones elsewhere than ``auto_offset_reset`` with :meth:`seek`."""
+        current = self.assignment()
+        have = set(current)
+        self.assign(current + [tp for tp in map(TopicPartition._make, partitions) if tp not in have])
+
+    def incremental_unassign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """Remove ``partitions`` from the assignment (confluent-kafka's); the
+        others go on where they are."""
+        gone = set(map(TopicPartition._make, partitions))
+        self.assign([tp for tp in self.assignment() if tp not in gone])
+
     def assignment(self) -> List[TopicPartition]:
         """The partitions assigned to this consumer (by ``assign`` or by its group)."""
         return list(self._states)

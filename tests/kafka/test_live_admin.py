@@ -262,3 +262,28 @@ def test_iterating_ends_after_consumer_timeout_ms(broker):
         values = sorted(int(r.value) for r in c)
         assert values == list(range(30))
         assert time.monotonic() - t0 < 30
+
+
+def test_incremental_assign_and_unassign(kw, broker):
+    """confluent-kafka's incremental_assign / incremental_unassign: the
+    partitions kept go on from where they were."""
+    topic = _topic(broker.bootstrap, 2, "incremental")
+    with Producer(bootstrap_servers=broker.bootstrap) as p:
+        for i in range(20):
+            p.send(topic, b"%d" % i, partition=i % 2)
+        p.flush(10)
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with kw.Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", max_poll_records=4) as c:
+        c.assign([p0])
+        got: list = []
+        _until(lambda: len(got) >= 4, 30, "records of p0",
+               lambda: got.extend(int(r.value) for recs in c.poll(100).values() for r in recs))
+        kept = c.position(p0)
+        c.incremental_assign([(topic, 1), (topic, 0)])
+        assert sorted(c.assignment()) == [p0, p1] and c.position(p0) == kept
+        c.incremental_unassign([p0])
+        assert c.assignment() == [p1]
+        rest: list = []
+        _until(lambda: len(rest) >= 10, 30, "records of p1",
+               lambda: rest.extend(int(r.value) for recs in c.poll(100).values() for r in recs))
+        assert rest == list(range(1, 20, 2))

@@ -114,6 +114,16 @@ class AsyncConsumer(Observed):
         self._c.assign(tps)
         self._drop_held(tps.__contains__)
 
+    def incremental_assign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """As :meth:`kwire.Consumer.incremental_assign`."""
+        self._c.incremental_assign(partitions)
+
+    def incremental_unassign(self, partitions: Iterable[Tuple[str, int]]) -> None:
+        """As :meth:`kwire.Consumer.incremental_unassign`; records held for them are dropped."""
+        gone = set(map(TopicPartition._make, partitions))
+        self._c.incremental_unassign(gone)
+        self._drop_held(lambda tp: tp not in gone)
+
     def assignment(self) -> List[TopicPartition]:
         """The partitions assigned to this consumer (by ``assign`` or by its group)."""
         return self._c.assignment()
