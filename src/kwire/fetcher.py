@@ -131,7 +131,7 @@ class _PartitionState:
     skipped: int = 0                        # records dropped: their offset was not above the last one returned
     paused: bool = False                    # Consumer.pause: neither fetched nor returned until resumed
     end_asked: bool = False                 # a ListOffsets for its end is in flight (Consumer.current_lag)
-    stored: Optional[int] = None            # Consumer.store_offsets: committed by default (enable_auto_offset_store off)
+    stored: Optional[int] = None            # Consumer.store_offsets (committed when enable_auto_offset_store is off)
 
     def to_commit(self, auto_store: bool) -> Optional[int]:
         """The offset a commit without offsets takes for the partition: its

@@ -118,7 +118,8 @@ def _inline(pki, made, one_line: bool = False, librdkafka: bool = False) -> Dict
         f.write(key_pem)
     names = (("ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem") if librdkafka else
              ("ssl.truststore.certificates", "ssl.keystore.certificate.chain", "ssl.keystore.key"))
-    return dict(zip(names, (text(pki.ca), text(pki.client_cert), text(key_file))), **{"ssl.key.password": "pem-key-pass"})
+    return {**dict(zip(names, (text(pki.ca), text(pki.client_cert), text(key_file)))),
+            "ssl.key.password": "pem-key-pass"}
 
 
 @pytest.mark.kafka
@@ -295,7 +296,8 @@ def test_pem_text_is_written_once_privately_and_never_shown(local_stores):
 @pytest.mark.parametrize("options, match", [
     ({"ssl.keystore.certificate.chain": "x"}, "ssl.keystore.certificate.chain is set without ssl.keystore.key"),
     ({"ssl.key.pem": "x"}, "ssl.keystore.key is set without ssl.keystore.certificate.chain"),
-    ({"ssl.ca.pem": "x", "ssl.ca.location": "/ca.pem"}, r"ssl.truststore.certificates and ssl_cafile \(ssl.ca.location\) both give"),
+    ({"ssl.ca.pem": "x", "ssl.ca.location": "/ca.pem"},
+     r"ssl.truststore.certificates and ssl_cafile \(ssl.ca.location\) both give"),
     ({"ssl.truststore.certificates": "x", "ssl.truststore.type": "JKS"}, "leave it unset or PEM"),
     ({"ssl.truststore.certificates": "x", "ssl.truststore.location": "/t.jks"},
      "ssl.truststore.location and ssl.truststore.certificates both give"),
