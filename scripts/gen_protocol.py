@@ -56,6 +56,8 @@ APIS = [
     "ElectLeaders",
     # moving replicas and retiring a broker (issue 17: brokers leaving the cluster)
     "AlterPartitionReassignments", "UnregisterBroker",
+    # the moves in progress (kwire reassign-partitions --list, --verify)
+    "ListPartitionReassignments",
     # delegation tokens (issue 30; their definitions from the kafka-clients jar)
     "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken",
     # the rest of Kafka's admin calls (issue 33): configs, group offsets, log dirs, SCRAM credentials,

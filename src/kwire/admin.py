@@ -21,8 +21,9 @@ from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Opti
 
 from kwire import protocol
 from kwire.acl import AclBinding
-from kwire.admin_ops.cluster import (FeatureMetadata, FeatureUpdate, QuorumInfo, ReplicaState, api_versions_request,
-                                     describe_quorum_request, feature_metadata, quorum_info, update_features_errors,
+from kwire.admin_ops.cluster import (FeatureMetadata, FeatureUpdate, PartitionReassignment, QuorumInfo, ReplicaState,
+                                     api_versions_request, describe_quorum_request, feature_metadata,
+                                     list_reassignments_request, quorum_info, reassignments, update_features_errors,
                                      update_features_request)
 from kwire.admin_ops.configs import (RESOURCE_TYPES, AlterConfigOp, ConfigResource, alter_request, by_node,
                                      incremental_alter_request, resource_errors, type_name)
@@ -65,7 +66,7 @@ __all__ = ["Admin", "NewTopic", "TopicDescription", "ClusterDescription", "Confi
            "LogDirDescription", "ReplicaInfo", "TopicPartitionReplica", "ScramCredentialInfo",
            "UserScramCredentialUpsertion", "UserScramCredentialDeletion", "UserScramCredentialsDescription",
            "ProducerState", "TransactionListing", "TransactionDescription", "AbortTransactionSpec", "QuorumInfo",
-           "ReplicaState", "FeatureMetadata", "FeatureUpdate"]
+           "ReplicaState", "FeatureMetadata", "FeatureUpdate", "PartitionReassignment"]
 
 
 @dataclass(frozen=True)
@@ -597,6 +598,18 @@ class Admin:
                   for t in resp.responses for p in t.partitions if p.error_code]
         self._client.request_metadata_update()
         self._raise_first(errors)
+
+    @waits
+    def list_partition_reassignments(self, partitions: Optional[Iterable[Tuple[str, int]]] = None,
+                                     timeout: Optional[float] = None
+                                     ) -> StepsOf[Dict[Tuple[str, int], PartitionReassignment]]:
+        """The reassignments in progress (ListPartitionReassignments, Java's
+        ``listPartitionReassignments``) of ``partitions``, or of every
+        partition (None): {(topic, partition): PartitionReassignment}."""
+        wanted = None if partitions is None else list(partitions)
+        ms = int(self._timeout(timeout) * 1000)
+        resp = yield from self._to_controller(lambda v: list_reassignments_request(wanted, ms), timeout)
+        return reassignments(resp)
 
     @waits
     def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> StepsOf[None]:

@@ -19,12 +19,14 @@ expiry) are tests/client/test_follower_fetch.py.
 
 The same racks carry rack-aware assignment (KIP-881): a mixed group of kwire
 and Java consumers, one per rack, each ends with its rack's partitions; a
-KIP-848 member's rack reaches the coordinator."""
+KIP-848 member's rack reaches the coordinator. ``kwire reassign-partitions``
+moves a replica between the nodes here too."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import threading
 import time
@@ -311,6 +313,29 @@ def _swap_and_follow(cluster, topic: str, placement, racks, members, owned, sett
                     racks[3]: [(topic, 2), (topic, 5)]}
     _until(lambda: settled(want), 60, f"the partitions to follow their racks to {want} (owned: {owned})")
     print(f"partitions 0 and 1 swapped racks: reassigned in rack {time.monotonic() - t0:.1f} s later")
+
+
+def test_the_cli_reassigns_a_partition(kafka_cluster, capsys, tmp_path):
+    """``kwire reassign-partitions --execute`` moves a partition's replica to
+    another broker; ``--verify`` says so once the move is done, ``--list``
+    shows no move left."""
+    from support.cli_run import cli_runner
+
+    cluster = kafka_cluster
+    topic = f"reassign-{uuid.uuid4().hex[:8]}"
+    with cluster.admin() as a:
+        a.create_topics([NewTopic(topic, 1, replica_assignment={0: [1]})])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2]}]}))
+    run = cli_runner(capsys, cluster.bootstrap())
+    run("reassign-partitions", "--execute", "--reassignment-json-file", str(plan))
+
+    def state() -> str:
+        return json.loads(run("reassign-partitions", "--verify", "--reassignment-json-file", str(plan),
+                              "--json")[1])["state"]
+    _until(lambda: state() == "complete", 60, "the replica to move to broker 2")
+    assert not [r for r in map(json.loads, run("reassign-partitions", "--list", "--json")[1].splitlines())
+                if r["topic"] == topic]
 
 
 def test_a_consumer_protocol_member_tells_the_coordinator_its_rack(kafka_cluster):

@@ -3,18 +3,23 @@ the session's broker (its one dir, a topic's replicas with their sizes,
 the dir's total and usable bytes); AlterReplicaLogDirs on a broker of its
 own with two log dirs (``two_dir_kafka``: a single dir cannot show a
 move): a replica moved to the other dir, its records still read; a dir
-the broker does not have is refused per replica."""
+the broker does not have is refused per replica; ``kwire log-dirs alter``
+moves one too."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
 from kwire.admin import Admin, NewTopic, TopicPartitionReplica
 from kwire.errors import LogDirNotFoundError
+from kwire.producer import Producer
 from kwire.types import TopicPartition
+from support.cli_run import cli_runner
 from support.kafka import start_kafka
 
 pytestmark = pytest.mark.kafka
@@ -82,3 +87,23 @@ def test_alter_replica_log_dirs(kw, two_dir_kafka):
             for recs in c.poll(200).values():
                 got.extend(r.value for r in recs)
     assert sorted(got) == sorted(b"v%d" % i for i in range(10))
+
+
+def test_the_cli_moves_a_replica_between_log_dirs(two_dir_kafka, capsys):
+    """``kwire log-dirs alter``: the move, seen by ``kwire log-dirs describe --json``."""
+    broker, dirs = two_dir_kafka
+    topic = _fill(SimpleNamespace(Producer=Producer), broker.bootstrap())
+    run = cli_runner(capsys, broker.bootstrap())
+
+    def where() -> list:
+        return [r["log_dir"] for r in map(json.loads, run("log-dirs", "describe", "--json")[1].splitlines())
+                if r["topic"] == topic and not r["is_future"]]
+
+    (before,) = where()
+    other = next(d for d in dirs if d != before)
+    node = str(json.loads(run("log-dirs", "describe", "--json")[1].splitlines()[0])["broker"])
+    run("log-dirs", "alter", "--broker", node, "--topic", topic, "--partition", "0", "--dir", other)
+    deadline = time.monotonic() + 30
+    while where() != [other]:
+        assert time.monotonic() < deadline, f"the replica stayed in {where()}"
+        time.sleep(0.2)

@@ -14,9 +14,42 @@ from kwire.channel import kwire_version
 from kwire.errors import UnsupportedVersionError
 from kwire.protocol.api_keys import ApiKey
 
-__all__ = ["ReplicaState", "QuorumInfo", "FeatureMetadata", "FeatureUpdate", "UPGRADE_TYPES", "describe_quorum_request",
+__all__ = ["PartitionReassignment", "list_reassignments_request", "reassignments", "ReplicaState", "QuorumInfo", "FeatureMetadata", "FeatureUpdate", "UPGRADE_TYPES", "describe_quorum_request",
            "quorum_info", "api_versions_request", "feature_metadata", "update_features_request",
            "update_features_errors"]
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A partition's reassignment in progress, as Java's: its replicas now,
+    those being added and those being removed (broker ids)."""
+
+    replicas: Tuple[int, ...]
+    adding_replicas: Tuple[int, ...]
+    removing_replicas: Tuple[int, ...]
+
+
+def list_reassignments_request(partitions: Optional[Any], timeout_ms: int) -> Any:
+    """ListPartitionReassignments for ``partitions`` ((topic, partition)
+    pairs; None: every reassignment in progress)."""
+    cls = protocol.message("ListPartitionReassignmentsRequest")
+    topics = None
+    if partitions is not None:
+        by_topic: Dict[str, List[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [cls.ListPartitionReassignmentsTopics(name=t, partition_indexes=sorted(ps))
+                  for t, ps in sorted(by_topic.items())]
+    return cls(timeout_ms=timeout_ms, topics=topics)
+
+
+def reassignments(resp: Any) -> Dict[Tuple[str, int], PartitionReassignment]:
+    """The reassignments a ListPartitionReassignments answer lists, by (topic, partition)."""
+    if resp.error_code:
+        raise protocol.error_for(resp.error_code, api="ListPartitionReassignments", message=resp.error_message)
+    return {(t.name, p.partition_index): PartitionReassignment(tuple(p.replicas), tuple(p.adding_replicas),
+                                                               tuple(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
+
 
 #: The metadata log's topic and partition (DescribeQuorum asks about it).
 METADATA_TOPIC = "__cluster_metadata"

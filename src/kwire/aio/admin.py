@@ -103,6 +103,11 @@ class AsyncAdmin(Observed):
         """:meth:`kwire.admin.Admin.alter_partition_reassignments`."""
         return await self._run(Admin.alter_partition_reassignments.steps(self._a, moves, timeout))
 
+    async def list_partition_reassignments(self, partitions: Optional[Iterable[Tuple[str, int]]] = None,
+                                           timeout: Optional[float] = None) -> Dict[Tuple[str, int], Any]:
+        """:meth:`kwire.admin.Admin.list_partition_reassignments`."""
+        return await self._run(Admin.list_partition_reassignments.steps(self._a, partitions, timeout))
+
     async def unregister_broker(self, node_id: int, timeout: Optional[float] = None) -> None:
         """:meth:`kwire.admin.Admin.unregister_broker`."""
         return await self._run(Admin.unregister_broker.steps(self._a, node_id, timeout))

@@ -32,8 +32,9 @@ import json
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
+from kwire.cli.cluster import add_cluster_commands
 from kwire.cli.consume import add_consume
-from kwire.cli.options import client_config
+from kwire.cli.options import client_config, print_rows
 from kwire.cli.produce import add_produce
 from kwire.cli.share import add_share, cmd_share
 from kwire.cli.top import add_top
@@ -96,6 +97,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
             a.delete_topics(args.names)
             for n in args.names:
                 print(f"deleted {n}", file=sys.stderr)
+        elif args.action == "alter":        # kafka-topics.sh --alter --partitions
+            if not args.names or args.partitions <= 1:
+                raise SystemExit("kwire topics alter: name the topics and give their new --partitions count")
+            a.create_partitions({n: args.partitions for n in args.names})
+            for n in args.names:
+                print(f"{n} now has {args.partitions} partitions", file=sys.stderr)
         elif args.action == "describe":
             for name, d in a.describe_topics(args.names or None).items():
                 print(f"{name}  id={d.topic_id}  partitions={len(d.partitions)}")
@@ -162,10 +169,29 @@ def _describe_share_group(a: Any, gid: str) -> None:
         print(f"  {tp.topic}\t{tp.partition}\t{start}\t{lag}\t{','.join(owners.get(tp, [])) or '-'}")
 
 
-def cmd_groups(args: argparse.Namespace) -> int:
-    """``kwire groups list | describe GROUP... | reset-offsets GROUP | delete GROUP...``."""
-    from kwire.admin import Admin
+def _group_partitions(a: Any, args: argparse.Namespace) -> List[Any]:
+    """``--topic``'s partitions (``--partitions``, default all of them)."""
     from kwire.types import TopicPartition
+
+    parts = ([int(p) for p in args.partitions.split(",")] if args.partitions else
+             [p.partition for p in a.describe_topics([args.topic])[args.topic].partitions])
+    return [TopicPartition(args.topic, p) for p in parts]
+
+
+def _delete_group_offsets(a: Any, args: argparse.Namespace) -> int:
+    """``kwire groups delete-offsets GROUP --topic T [--partitions 0,1]``."""
+    if len(args.groups) != 1 or not args.topic:
+        raise SystemExit("kwire groups delete-offsets: one group, and --topic")
+    tps = _group_partitions(a, args)
+    a.delete_consumer_group_offsets(args.groups[0], tps)
+    print(f"deleted the committed offsets of {len(tps)} partitions of {args.topic} for group {args.groups[0]}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    """``kwire groups list | describe GROUP... | reset-offsets GROUP | delete GROUP... | delete-offsets GROUP``."""
+    from kwire.admin import Admin
 
     with Admin(client_config(args)) as a:
         if args.action == "list":
@@ -208,6 +234,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
             for gid in args.groups:
                 print(f"deleted group {gid}", file=sys.stderr)
             return 0
+        if args.action == "delete-offsets":     # kafka-consumer-groups.sh --delete-offsets
+            return _delete_group_offsets(a, args)
         # reset-offsets
         if len(args.groups) != 1:
             raise SystemExit("kwire groups reset-offsets: one group at a time")
@@ -218,12 +246,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             raise SystemExit("kwire groups reset-offsets: give one of --to-earliest, --to-latest, --to-offset, "
                              "--to-datetime, --shift-by")
         committed = a.list_group_offsets(gid)
-        if args.topic:
-            parts = ([int(p) for p in args.partitions.split(",")] if args.partitions else
-                     [p.partition for p in a.describe_topics([args.topic])[args.topic].partitions])
-            tps = [TopicPartition(args.topic, p) for p in parts]
-        else:
-            tps = sorted(committed)
+        tps = _group_partitions(a, args) if args.topic else sorted(committed)
         if not tps:
             raise SystemExit(f"kwire groups reset-offsets: group {gid} has no committed offsets; name a --topic")
         target = _reset_target(a, args, tps, committed)
@@ -302,17 +325,6 @@ def cmd_configs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_rows(args: argparse.Namespace, header: List[str], rows: Iterable[Dict[str, Any]]) -> None:
-    """Rows as JSON lines (``--json``) or tab-separated under ``header`` (their keys, in order)."""
-    if not args.json:
-        print("\t".join(header))
-    for row in rows:
-        if args.json:
-            print(json.dumps(row))
-        else:
-            print("\t".join("-" if row[k] is None else str(row[k]) for k in header))
-
-
 def _abort_spec(a: Any, args: argparse.Namespace) -> Any:
     """The transaction ``kwire transactions abort`` aborts: given by
     producer, or found among the partition's producers by ``--start-offset``
@@ -347,7 +359,7 @@ def _clean_up_query(a: Any, args: argparse.Namespace) -> None:
     run = leftovers.forget if args.action == "forget" else leftovers.abort
     found, fenced = run(a, prefix)
     states = dict(found.transactions)
-    _print_rows(args, ["transactional_id", "state", "action"], (
+    print_rows(args, ["transactional_id", "state", "action"], (
         {"transactional_id": tid, "state": states[tid], "action": "aborted" if tid in fenced else "-"}
         for tid in sorted(states)))
     said = f"{prefix}: {len(found.transactions)} transactional ids, {len(fenced)} open transactions aborted"
@@ -364,14 +376,14 @@ def cmd_transactions(args: argparse.Namespace) -> int:
 
     with Admin(client_config(args)) as a:
         if args.action == "list":
-            _print_rows(args, ["transactional_id", "producer_id", "state"], (
+            print_rows(args, ["transactional_id", "producer_id", "state"], (
                 {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
                 for t in a.list_transactions(args.state or (), args.producer_id_filter or (), args.duration_filter)))
         elif args.action == "describe":
             if not args.transactional_id:
                 raise SystemExit("kwire transactions describe: give --transactional-id")
             got = a.describe_transactions(args.transactional_id)
-            _print_rows(args, ["transactional_id", "coordinator_id", "state", "producer_id", "producer_epoch",
+            print_rows(args, ["transactional_id", "coordinator_id", "state", "producer_id", "producer_epoch",
                                "timeout_ms", "start_time_ms", "partitions"], (
                 {"transactional_id": tid, "coordinator_id": d.coordinator_id, "state": d.state,
                  "producer_id": d.producer_id, "producer_epoch": d.producer_epoch,
@@ -382,7 +394,7 @@ def cmd_transactions(args: argparse.Namespace) -> int:
             if args.topic is None or args.partition is None:
                 raise SystemExit("kwire transactions describe-producers: give --topic and --partition")
             tp = TopicPartition(args.topic, args.partition)
-            _print_rows(args, ["producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch",
+            print_rows(args, ["producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch",
                                "current_transaction_start_offset"], (
                 {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch, "last_sequence": s.last_sequence,
                  "last_timestamp": s.last_timestamp, "coordinator_epoch": s.coordinator_epoch,
@@ -398,7 +410,7 @@ def cmd_transactions(args: argparse.Namespace) -> int:
         else:
             if not args.transactional_id:
                 raise SystemExit("kwire transactions fence: give --transactional-id")
-            _print_rows(args, ["transactional_id", "producer_id", "producer_epoch"], (
+            print_rows(args, ["transactional_id", "producer_id", "producer_epoch"], (
                 {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
                 for tid, (pid, epoch) in a.fence_producers(args.transactional_id).items()))
     return 0
@@ -411,7 +423,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     with Admin(client_config(args)) as a:
         if args.action == "describe":
             f = a.describe_features()
-            _print_rows(args, ["feature", "supported_min", "supported_max", "finalized"], (
+            print_rows(args, ["feature", "supported_min", "supported_max", "finalized"], (
                 {"feature": name, "supported_min": lo, "supported_max": hi,
                  "finalized": f.finalized_features.get(name, (None, None))[1]}
                 for name, (lo, hi) in sorted(f.supported_features.items())))
@@ -439,7 +451,7 @@ def cmd_metadata_quorum(args: argparse.Namespace) -> int:
     with Admin(client_config(args)) as a:
         q = a.describe_metadata_quorum()
     print(f"leader {q.leader_id}  epoch {q.leader_epoch}  high watermark {q.high_watermark}", file=sys.stderr)
-    _print_rows(args, ["node_id", "role", "log_end_offset", "lag", "last_fetch_ms", "last_caught_up_ms"], (
+    print_rows(args, ["node_id", "role", "log_end_offset", "lag", "last_fetch_ms", "last_caught_up_ms"], (
         {"node_id": r.replica_id, "role": "leader" if r.replica_id == q.leader_id else role,
          "log_end_offset": r.log_end_offset, "lag": max(0, q.high_watermark - r.log_end_offset),
          "last_fetch_ms": r.last_fetch_timestamp, "last_caught_up_ms": r.last_caught_up_timestamp}
@@ -448,13 +460,23 @@ def cmd_metadata_quorum(args: argparse.Namespace) -> int:
 
 
 def cmd_log_dirs(args: argparse.Namespace) -> int:
-    """``kwire log-dirs describe [--broker ID...]``: each replica in each log dir (kafka-log-dirs.sh's)."""
-    from kwire.admin import Admin
+    """``kwire log-dirs describe [--broker ID...]``: each replica in each log
+    dir (kafka-log-dirs.sh's); ``kwire log-dirs alter --broker ID --topic T
+    --partition P --dir PATH``: move a replica to another of its broker's
+    log dirs (kafka-reassign-partitions.sh's ``log_dirs``)."""
+    from kwire.admin import Admin, TopicPartitionReplica
 
     with Admin(client_config(args)) as a:
+        if args.action == "alter":
+            if len(args.broker or ()) != 1 or args.topic is None or args.partition is None or not args.dir:
+                raise SystemExit("kwire log-dirs alter: give one --broker, --topic, --partition and --dir")
+            a.alter_replica_log_dirs({TopicPartitionReplica(args.topic, args.partition, args.broker[0]): args.dir})
+            print(f"moving {args.topic}[{args.partition}] on broker {args.broker[0]} to {args.dir}; describe shows "
+                  "it as a future replica until it has caught up", file=sys.stderr)
+            return 0
         brokers = args.broker or [b.node_id for b in a.describe_cluster().brokers]
         got = a.describe_log_dirs(brokers)
-    _print_rows(args, ["broker", "log_dir", "topic", "partition", "size", "offset_lag", "is_future", "error"], (
+    print_rows(args, ["broker", "log_dir", "topic", "partition", "size", "offset_lag", "is_future", "error"], (
         {"broker": node, "log_dir": path, "topic": tp.topic, "partition": tp.partition, "size": r.size,
          "offset_lag": r.offset_lag, "is_future": r.is_future, "error": None if d.error is None else str(d.error)}
         for node, dirs in sorted(got.items()) for path, d in sorted(dirs.items())
@@ -546,9 +568,9 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("topics", help="list, create, delete or describe topics")
     common(p)
-    p.add_argument("action", choices=["list", "create", "delete", "describe"])
+    p.add_argument("action", choices=["list", "create", "delete", "describe", "alter"])
     p.add_argument("names", nargs="*")
-    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--partitions", type=int, default=1, help="create: the count; alter: the new, larger count")
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--config", action="append", metavar="NAME=VALUE")
     p.add_argument("--internal", action="store_true", help="list internal topics too")
@@ -562,10 +584,12 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("groups", help="list, describe (with lag), reset offsets of, or delete consumer groups")
     common(p)
-    p.add_argument("action", choices=["list", "describe", "reset-offsets", "delete"])
+    p.add_argument("action", choices=["list", "describe", "reset-offsets", "delete", "delete-offsets"])
     p.add_argument("groups", nargs="*")
-    p.add_argument("--topic", help="reset-offsets: the topic (default: every partition with a committed offset)")
-    p.add_argument("--partitions", help="reset-offsets: comma-separated partitions of --topic (default: all)")
+    p.add_argument("--topic", help="reset-offsets: the topic (default: every partition with a committed offset); "
+                                   "delete-offsets: the topic")
+    p.add_argument("--partitions", help="reset-offsets, delete-offsets: comma-separated partitions of --topic "
+                                        "(default: all)")
     p.add_argument("--to-earliest", action="store_true")
     p.add_argument("--to-latest", action="store_true")
     p.add_argument("--to-offset", type=int)
@@ -626,10 +650,14 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.set_defaults(func=cmd_metadata_quorum)
 
-    p = sub.add_parser("log-dirs", help="describe brokers' log dirs and the replicas in them")
+    p = sub.add_parser("log-dirs", help="describe brokers' log dirs and the replicas in them, or move a replica")
     common(p)
-    p.add_argument("action", choices=["describe"])
-    p.add_argument("--broker", action="append", type=int, metavar="ID", help="(repeatable; default: every broker)")
+    p.add_argument("action", choices=["describe", "alter"])
+    p.add_argument("--broker", action="append", type=int, metavar="ID",
+                   help="describe: (repeatable; default: every broker); alter: the replica's broker")
+    p.add_argument("--topic", help="alter: the replica's topic")
+    p.add_argument("--partition", type=int, help="alter: the replica's partition")
+    p.add_argument("--dir", help="alter: the broker's log dir to move it to (absolute)")
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.set_defaults(func=cmd_log_dirs)
 
@@ -650,6 +678,8 @@ def add_commands(sub: Any) -> None:
                    help="expire: when the token expires, from now (default: at once)")
     p.add_argument("--show-hmac", action="store_true", help="describe: print each token's HMAC (its password)")
     p.set_defaults(func=cmd_delegation_token)
+
+    add_cluster_commands(sub, common)
 
     p = sub.add_parser("top", help="a live view of consumer groups' lag and rates, or of a running client's metrics")
     common(p)

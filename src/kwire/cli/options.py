@@ -1,15 +1,17 @@
 """What every ``kwire`` client subcommand shares: its client options
-(``--command-config``, ``-b``, ``-X``) and its progress on stderr."""
+(``--command-config``, ``-b``, ``-X``), its rows (tab-separated, or JSON
+lines with ``--json``) and its progress on stderr."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, Dict, Iterable, List, Optional, TextIO
 
-__all__ = ["client_config", "given_options", "Progress"]
+__all__ = ["client_config", "given_options", "print_rows", "Progress"]
 
 
 def _dotted(name: str) -> str:
@@ -38,6 +40,17 @@ def client_config(args: argparse.Namespace, given: Optional[Dict[str, Any]] = No
     from kwire.sasl.login import translate_login
 
     return translate_login(given_options(args) if given is None else given)
+
+
+def print_rows(args: argparse.Namespace, header: List[str], rows: Iterable[Dict[str, Any]]) -> None:
+    """Rows as JSON lines (``--json``) or tab-separated under ``header`` (their keys, in order)."""
+    if not args.json:
+        print("\t".join(header))
+    for row in rows:
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print("\t".join("-" if row[k] is None else str(row[k]) for k in header))
 
 
 class Progress:

@@ -3023,6 +3023,74 @@ UnregisterBrokerResponse.MIN_VERSION = 0
 UnregisterBrokerResponse.MAX_VERSION = 0
 UnregisterBrokerResponse.FLEXIBLE_MIN = 0
 
+class ListPartitionReassignmentsRequest(_Message):
+    __slots__ = ('timeout_ms', 'topics', 'unknown_tags')
+    _FIELDS = ('timeout_ms', 'topics')
+    timeout_ms: int
+    topics: Optional[List[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics]]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class ListPartitionReassignmentsTopics(_Message):
+        __slots__ = ('name', 'partition_indexes', 'unknown_tags')
+        _FIELDS = ('name', 'partition_indexes')
+        name: str
+        partition_indexes: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partition_indexes: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is _UNSET else partition_indexes
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, timeout_ms: int = 60000, topics: Optional[List[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics]] = None, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+        self.unknown_tags = unknown_tags
+ListPartitionReassignmentsRequest.API_KEY = 46
+ListPartitionReassignmentsRequest.MIN_VERSION = 0
+ListPartitionReassignmentsRequest.MAX_VERSION = 0
+ListPartitionReassignmentsRequest.FLEXIBLE_MIN = 0
+
+class ListPartitionReassignmentsResponse(_Message):
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'topics', 'unknown_tags')
+    _FIELDS = ('throttle_time_ms', 'error_code', 'error_message', 'topics')
+    throttle_time_ms: int
+    error_code: int
+    error_message: Optional[str]
+    topics: List[ListPartitionReassignmentsResponse.OngoingTopicReassignment]
+    unknown_tags: Optional[Dict[int, bytes]]
+    class OngoingTopicReassignment(_Message):
+        __slots__ = ('name', 'partitions', 'unknown_tags')
+        _FIELDS = ('name', 'partitions')
+        name: str
+        partitions: List[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, name: str = '', partitions: List[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.name = name
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+    class OngoingPartitionReassignment(_Message):
+        __slots__ = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas', 'unknown_tags')
+        _FIELDS = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas')
+        partition_index: int
+        replicas: List[int]
+        adding_replicas: List[int]
+        removing_replicas: List[int]
+        unknown_tags: Optional[Dict[int, bytes]]
+        def __init__(self, *, partition_index: int = 0, replicas: List[int] = _UNSET, adding_replicas: List[int] = _UNSET, removing_replicas: List[int] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+            self.partition_index = partition_index
+            self.replicas = [] if replicas is _UNSET else replicas
+            self.adding_replicas = [] if adding_replicas is _UNSET else adding_replicas
+            self.removing_replicas = [] if removing_replicas is _UNSET else removing_replicas
+            self.unknown_tags = unknown_tags
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: Optional[str] = '', topics: List[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = _UNSET, unknown_tags: Optional[Dict[int, bytes]] = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is _UNSET else topics
+        self.unknown_tags = unknown_tags
+ListPartitionReassignmentsResponse.API_KEY = 46
+ListPartitionReassignmentsResponse.MIN_VERSION = 0
+ListPartitionReassignmentsResponse.MAX_VERSION = 0
+ListPartitionReassignmentsResponse.FLEXIBLE_MIN = 0
+
 class CreateDelegationTokenRequest(_Message):
     __slots__ = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms', 'unknown_tags')
     _FIELDS = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms')
@@ -5171,144 +5239,149 @@ _C187 = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 _C188 = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
 _C189 = UnregisterBrokerRequest
 _C190 = UnregisterBrokerResponse
-_C191 = CreateDelegationTokenRequest
-_C192 = CreateDelegationTokenRequest.CreatableRenewers
-_C193 = CreateDelegationTokenResponse
-_C194 = RenewDelegationTokenRequest
-_C195 = RenewDelegationTokenResponse
-_C196 = ExpireDelegationTokenRequest
-_C197 = ExpireDelegationTokenResponse
-_C198 = DescribeDelegationTokenRequest
-_C199 = DescribeDelegationTokenRequest.DescribeDelegationTokenOwner
-_C200 = DescribeDelegationTokenResponse
-_C201 = DescribeDelegationTokenResponse.DescribedDelegationToken
-_C202 = DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
-_C203 = IncrementalAlterConfigsRequest
-_C204 = IncrementalAlterConfigsRequest.AlterConfigsResource
-_C205 = IncrementalAlterConfigsRequest.AlterableConfig
-_C206 = IncrementalAlterConfigsResponse
-_C207 = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-_C208 = AlterConfigsRequest
-_C209 = AlterConfigsRequest.AlterConfigsResource
-_C210 = AlterConfigsRequest.AlterableConfig
-_C211 = AlterConfigsResponse
-_C212 = AlterConfigsResponse.AlterConfigsResourceResponse
-_C213 = OffsetDeleteRequest
-_C214 = OffsetDeleteRequest.OffsetDeleteRequestTopic
-_C215 = OffsetDeleteRequest.OffsetDeleteRequestPartition
-_C216 = OffsetDeleteResponse
-_C217 = OffsetDeleteResponse.OffsetDeleteResponseTopic
-_C218 = OffsetDeleteResponse.OffsetDeleteResponsePartition
-_C219 = DescribeLogDirsRequest
-_C220 = DescribeLogDirsRequest.DescribableLogDirTopic
-_C221 = DescribeLogDirsResponse
-_C222 = DescribeLogDirsResponse.DescribeLogDirsResult
-_C223 = DescribeLogDirsResponse.DescribeLogDirsTopic
-_C224 = DescribeLogDirsResponse.DescribeLogDirsPartition
-_C225 = AlterReplicaLogDirsRequest
-_C226 = AlterReplicaLogDirsRequest.AlterReplicaLogDir
-_C227 = AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic
-_C228 = AlterReplicaLogDirsResponse
-_C229 = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
-_C230 = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
-_C231 = DescribeUserScramCredentialsRequest
-_C232 = DescribeUserScramCredentialsRequest.UserName
-_C233 = DescribeUserScramCredentialsResponse
-_C234 = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-_C235 = DescribeUserScramCredentialsResponse.CredentialInfo
-_C236 = AlterUserScramCredentialsRequest
-_C237 = AlterUserScramCredentialsRequest.ScramCredentialDeletion
-_C238 = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
-_C239 = AlterUserScramCredentialsResponse
-_C240 = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-_C241 = DescribeProducersRequest
-_C242 = DescribeProducersRequest.TopicRequest
-_C243 = DescribeProducersResponse
-_C244 = DescribeProducersResponse.TopicResponse
-_C245 = DescribeProducersResponse.PartitionResponse
-_C246 = DescribeProducersResponse.ProducerState
-_C247 = ListTransactionsRequest
-_C248 = ListTransactionsResponse
-_C249 = ListTransactionsResponse.TransactionState
-_C250 = DescribeTransactionsRequest
-_C251 = DescribeTransactionsResponse
-_C252 = DescribeTransactionsResponse.TransactionState
-_C253 = DescribeTransactionsResponse.TopicData
-_C254 = WriteTxnMarkersRequest
-_C255 = WriteTxnMarkersRequest.WritableTxnMarker
-_C256 = WriteTxnMarkersRequest.WritableTxnMarkerTopic
-_C257 = WriteTxnMarkersResponse
-_C258 = WriteTxnMarkersResponse.WritableTxnMarkerResult
-_C259 = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
-_C260 = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
-_C261 = DescribeQuorumRequest
-_C262 = DescribeQuorumRequest.TopicData
-_C263 = DescribeQuorumRequest.PartitionData
-_C264 = DescribeQuorumResponse
-_C265 = DescribeQuorumResponse.TopicData
-_C266 = DescribeQuorumResponse.PartitionData
-_C267 = DescribeQuorumResponse.ReplicaState
-_C268 = DescribeQuorumResponse.Node
-_C269 = DescribeQuorumResponse.Listener
-_C270 = UpdateFeaturesRequest
-_C271 = UpdateFeaturesRequest.FeatureUpdateKey
-_C272 = UpdateFeaturesResponse
-_C273 = UpdateFeaturesResponse.UpdatableFeatureResult
-_C274 = GetTelemetrySubscriptionsRequest
-_C275 = GetTelemetrySubscriptionsResponse
-_C276 = PushTelemetryRequest
-_C277 = PushTelemetryResponse
-_C278 = ShareGroupHeartbeatRequest
-_C279 = ShareGroupHeartbeatResponse
-_C280 = ShareGroupHeartbeatResponse.Assignment
-_C281 = ShareGroupHeartbeatResponse.TopicPartitions
-_C282 = ShareGroupDescribeRequest
-_C283 = ShareGroupDescribeResponse
-_C284 = ShareGroupDescribeResponse.DescribedGroup
-_C285 = ShareGroupDescribeResponse.Member
-_C286 = ShareGroupDescribeResponse.Assignment
-_C287 = ShareGroupDescribeResponse.TopicPartitions
-_C288 = ShareFetchRequest
-_C289 = ShareFetchRequest.FetchTopic
-_C290 = ShareFetchRequest.FetchPartition
-_C291 = ShareFetchRequest.AcknowledgementBatch
-_C292 = ShareFetchRequest.ForgottenTopic
-_C293 = ShareFetchResponse
-_C294 = ShareFetchResponse.ShareFetchableTopicResponse
-_C295 = ShareFetchResponse.PartitionData
-_C296 = ShareFetchResponse.LeaderIdAndEpoch
-_C297 = ShareFetchResponse.AcquiredRecords
-_C298 = ShareFetchResponse.NodeEndpoint
-_C299 = ShareAcknowledgeRequest
-_C300 = ShareAcknowledgeRequest.AcknowledgeTopic
-_C301 = ShareAcknowledgeRequest.AcknowledgePartition
-_C302 = ShareAcknowledgeRequest.AcknowledgementBatch
-_C303 = ShareAcknowledgeResponse
-_C304 = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
-_C305 = ShareAcknowledgeResponse.PartitionData
-_C306 = ShareAcknowledgeResponse.LeaderIdAndEpoch
-_C307 = ShareAcknowledgeResponse.NodeEndpoint
-_C308 = DescribeShareGroupOffsetsRequest
-_C309 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
-_C310 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic
-_C311 = DescribeShareGroupOffsetsResponse
-_C312 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup
-_C313 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic
-_C314 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition
-_C315 = AlterShareGroupOffsetsRequest
-_C316 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
-_C317 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition
-_C318 = AlterShareGroupOffsetsResponse
-_C319 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic
-_C320 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition
-_C321 = DeleteShareGroupOffsetsRequest
-_C322 = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
-_C323 = DeleteShareGroupOffsetsResponse
-_C324 = DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic
-_C325 = ConsumerProtocolSubscription
-_C326 = ConsumerProtocolSubscription.TopicPartition
-_C327 = ConsumerProtocolAssignment
-_C328 = ConsumerProtocolAssignment.TopicPartition
+_C191 = ListPartitionReassignmentsRequest
+_C192 = ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics
+_C193 = ListPartitionReassignmentsResponse
+_C194 = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+_C195 = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
+_C196 = CreateDelegationTokenRequest
+_C197 = CreateDelegationTokenRequest.CreatableRenewers
+_C198 = CreateDelegationTokenResponse
+_C199 = RenewDelegationTokenRequest
+_C200 = RenewDelegationTokenResponse
+_C201 = ExpireDelegationTokenRequest
+_C202 = ExpireDelegationTokenResponse
+_C203 = DescribeDelegationTokenRequest
+_C204 = DescribeDelegationTokenRequest.DescribeDelegationTokenOwner
+_C205 = DescribeDelegationTokenResponse
+_C206 = DescribeDelegationTokenResponse.DescribedDelegationToken
+_C207 = DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
+_C208 = IncrementalAlterConfigsRequest
+_C209 = IncrementalAlterConfigsRequest.AlterConfigsResource
+_C210 = IncrementalAlterConfigsRequest.AlterableConfig
+_C211 = IncrementalAlterConfigsResponse
+_C212 = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+_C213 = AlterConfigsRequest
+_C214 = AlterConfigsRequest.AlterConfigsResource
+_C215 = AlterConfigsRequest.AlterableConfig
+_C216 = AlterConfigsResponse
+_C217 = AlterConfigsResponse.AlterConfigsResourceResponse
+_C218 = OffsetDeleteRequest
+_C219 = OffsetDeleteRequest.OffsetDeleteRequestTopic
+_C220 = OffsetDeleteRequest.OffsetDeleteRequestPartition
+_C221 = OffsetDeleteResponse
+_C222 = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_C223 = OffsetDeleteResponse.OffsetDeleteResponsePartition
+_C224 = DescribeLogDirsRequest
+_C225 = DescribeLogDirsRequest.DescribableLogDirTopic
+_C226 = DescribeLogDirsResponse
+_C227 = DescribeLogDirsResponse.DescribeLogDirsResult
+_C228 = DescribeLogDirsResponse.DescribeLogDirsTopic
+_C229 = DescribeLogDirsResponse.DescribeLogDirsPartition
+_C230 = AlterReplicaLogDirsRequest
+_C231 = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+_C232 = AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic
+_C233 = AlterReplicaLogDirsResponse
+_C234 = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
+_C235 = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
+_C236 = DescribeUserScramCredentialsRequest
+_C237 = DescribeUserScramCredentialsRequest.UserName
+_C238 = DescribeUserScramCredentialsResponse
+_C239 = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+_C240 = DescribeUserScramCredentialsResponse.CredentialInfo
+_C241 = AlterUserScramCredentialsRequest
+_C242 = AlterUserScramCredentialsRequest.ScramCredentialDeletion
+_C243 = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
+_C244 = AlterUserScramCredentialsResponse
+_C245 = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+_C246 = DescribeProducersRequest
+_C247 = DescribeProducersRequest.TopicRequest
+_C248 = DescribeProducersResponse
+_C249 = DescribeProducersResponse.TopicResponse
+_C250 = DescribeProducersResponse.PartitionResponse
+_C251 = DescribeProducersResponse.ProducerState
+_C252 = ListTransactionsRequest
+_C253 = ListTransactionsResponse
+_C254 = ListTransactionsResponse.TransactionState
+_C255 = DescribeTransactionsRequest
+_C256 = DescribeTransactionsResponse
+_C257 = DescribeTransactionsResponse.TransactionState
+_C258 = DescribeTransactionsResponse.TopicData
+_C259 = WriteTxnMarkersRequest
+_C260 = WriteTxnMarkersRequest.WritableTxnMarker
+_C261 = WriteTxnMarkersRequest.WritableTxnMarkerTopic
+_C262 = WriteTxnMarkersResponse
+_C263 = WriteTxnMarkersResponse.WritableTxnMarkerResult
+_C264 = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
+_C265 = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+_C266 = DescribeQuorumRequest
+_C267 = DescribeQuorumRequest.TopicData
+_C268 = DescribeQuorumRequest.PartitionData
+_C269 = DescribeQuorumResponse
+_C270 = DescribeQuorumResponse.TopicData
+_C271 = DescribeQuorumResponse.PartitionData
+_C272 = DescribeQuorumResponse.ReplicaState
+_C273 = DescribeQuorumResponse.Node
+_C274 = DescribeQuorumResponse.Listener
+_C275 = UpdateFeaturesRequest
+_C276 = UpdateFeaturesRequest.FeatureUpdateKey
+_C277 = UpdateFeaturesResponse
+_C278 = UpdateFeaturesResponse.UpdatableFeatureResult
+_C279 = GetTelemetrySubscriptionsRequest
+_C280 = GetTelemetrySubscriptionsResponse
+_C281 = PushTelemetryRequest
+_C282 = PushTelemetryResponse
+_C283 = ShareGroupHeartbeatRequest
+_C284 = ShareGroupHeartbeatResponse
+_C285 = ShareGroupHeartbeatResponse.Assignment
+_C286 = ShareGroupHeartbeatResponse.TopicPartitions
+_C287 = ShareGroupDescribeRequest
+_C288 = ShareGroupDescribeResponse
+_C289 = ShareGroupDescribeResponse.DescribedGroup
+_C290 = ShareGroupDescribeResponse.Member
+_C291 = ShareGroupDescribeResponse.Assignment
+_C292 = ShareGroupDescribeResponse.TopicPartitions
+_C293 = ShareFetchRequest
+_C294 = ShareFetchRequest.FetchTopic
+_C295 = ShareFetchRequest.FetchPartition
+_C296 = ShareFetchRequest.AcknowledgementBatch
+_C297 = ShareFetchRequest.ForgottenTopic
+_C298 = ShareFetchResponse
+_C299 = ShareFetchResponse.ShareFetchableTopicResponse
+_C300 = ShareFetchResponse.PartitionData
+_C301 = ShareFetchResponse.LeaderIdAndEpoch
+_C302 = ShareFetchResponse.AcquiredRecords
+_C303 = ShareFetchResponse.NodeEndpoint
+_C304 = ShareAcknowledgeRequest
+_C305 = ShareAcknowledgeRequest.AcknowledgeTopic
+_C306 = ShareAcknowledgeRequest.AcknowledgePartition
+_C307 = ShareAcknowledgeRequest.AcknowledgementBatch
+_C308 = ShareAcknowledgeResponse
+_C309 = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse
+_C310 = ShareAcknowledgeResponse.PartitionData
+_C311 = ShareAcknowledgeResponse.LeaderIdAndEpoch
+_C312 = ShareAcknowledgeResponse.NodeEndpoint
+_C313 = DescribeShareGroupOffsetsRequest
+_C314 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+_C315 = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic
+_C316 = DescribeShareGroupOffsetsResponse
+_C317 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup
+_C318 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic
+_C319 = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition
+_C320 = AlterShareGroupOffsetsRequest
+_C321 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic
+_C322 = AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition
+_C323 = AlterShareGroupOffsetsResponse
+_C324 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic
+_C325 = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition
+_C326 = DeleteShareGroupOffsetsRequest
+_C327 = DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic
+_C328 = DeleteShareGroupOffsetsResponse
+_C329 = DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic
+_C330 = ConsumerProtocolSubscription
+_C331 = ConsumerProtocolSubscription.TopicPartition
+_C332 = ConsumerProtocolAssignment
+_C333 = ConsumerProtocolAssignment.TopicPartition
 
 def _decode_ApiVersionsRequest_v0(buf, pos, end):
     o = _C0.__new__(_C0)
@@ -18619,14 +18692,159 @@ def _encode_UnregisterBrokerResponse_v0(o, out, chunks):
     out += _S28.pack(o.throttle_time_ms, o.error_code)
     _put_str_cn(o.error_message, out, chunks)
     _put_tags(out, None, o.unknown_tags)
-def _decode_CreateDelegationTokenRequest_CreatableRenewers_v1(buf, pos, end):
+def _decode_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0(buf, pos, end):
     o = _C192.__new__(_C192)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partition_indexes, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.partition_indexes = []
+    else:
+        o.partition_indexes = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ListPartitionReassignmentsRequest_v0(buf, pos, end):
+    o = _C191.__new__(_C191)
+    if pos + 4 > end: _short()
+    o.timeout_ms, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, True)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ListPartitionReassignmentsRequest_v0(o, out, chunks):
+    out += _S0.pack(o.timeout_ms)
+    _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array_nullable(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, pos, end):
+    o = _C195.__new__(_C195)
+    if pos + 4 > end: _short()
+    o.partition_index, = _S0.unpack_from(buf, pos)
+    pos += 4
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.replicas = []
+    else:
+        o.replicas = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.adding_replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.adding_replicas = []
+    else:
+        o.adding_replicas = _null(n, False)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.removing_replicas, pos = _array_n(buf, pos, end, _fx_int32, n, 4)
+    elif n == 0:
+        o.removing_replicas = []
+    else:
+        o.removing_replicas = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(buf, pos, end):
+    o = _C194.__new__(_C194)
+    o.name, pos = _str_c(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.partitions, pos = _array_n(buf, pos, end, _decode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0, n, 8)
+    elif n == 0:
+        o.partitions = []
+    else:
+        o.partitions = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _decode_ListPartitionReassignmentsResponse_v0(buf, pos, end):
+    o = _C193.__new__(_C193)
+    if pos + 6 > end: _short()
+    o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
+    pos += 6
+    o.error_message, pos = _str_cn(buf, pos, end)
+    if pos >= end: _short()
+    n = buf[pos] - 1
+    if n < 0x7f: pos += 1
+    else: n, pos = _len_c(buf, pos, end)
+    if n > 0:
+        o.topics, pos = _array_n(buf, pos, end, _decode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0, n, 3)
+    elif n == 0:
+        o.topics = []
+    else:
+        o.topics = _null(n, False)
+    if pos < end and buf[pos] == 0:
+        pos += 1
+        o.unknown_tags = None
+        return o, pos
+    o.unknown_tags, pos = _tags(buf, pos, end)
+    return o, pos
+def _encode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(o, out, chunks):
+    out += _S0.pack(o.partition_index)
+    _encode_int32_array_compact(o.replicas, out, chunks)
+    _encode_int32_array_compact(o.adding_replicas, out, chunks)
+    _encode_int32_array_compact(o.removing_replicas, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0, True, False)
+def _encode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(o, out, chunks):
+    _put_str_c(o.name, out, chunks)
+    _encode_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0_array(o.partitions, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _encode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0_array(x, out, chunks):
+    _put_array(x, out, chunks, _encode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0, True, False)
+def _encode_ListPartitionReassignmentsResponse_v0(o, out, chunks):
+    out += _S28.pack(o.throttle_time_ms, o.error_code)
+    _put_str_cn(o.error_message, out, chunks)
+    _encode_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0_array(o.topics, out, chunks)
+    _put_tags(out, None, o.unknown_tags)
+def _decode_CreateDelegationTokenRequest_CreatableRenewers_v1(buf, pos, end):
+    o = _C197.__new__(_C197)
     o.principal_type, pos = _str_k(buf, pos, end)
     o.principal_name, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
 def _decode_CreateDelegationTokenRequest_v1(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C196.__new__(_C196)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -18654,7 +18872,7 @@ def _encode_CreateDelegationTokenRequest_v1(o, out, chunks):
     _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array(o.renewers, out, chunks)
     out += _S29.pack(o.max_lifetime_ms)
 def _decode_CreateDelegationTokenRequest_CreatableRenewers_v2(buf, pos, end):
-    o = _C192.__new__(_C192)
+    o = _C197.__new__(_C197)
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -18664,7 +18882,7 @@ def _decode_CreateDelegationTokenRequest_CreatableRenewers_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_CreateDelegationTokenRequest_v2(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C196.__new__(_C196)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -18699,7 +18917,7 @@ def _encode_CreateDelegationTokenRequest_v2(o, out, chunks):
     out += _S29.pack(o.max_lifetime_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateDelegationTokenRequest_v3(buf, pos, end):
-    o = _C191.__new__(_C191)
+    o = _C196.__new__(_C196)
     o.owner_principal_type, pos = _str_cn(buf, pos, end)
     o.owner_principal_name, pos = _str_cn(buf, pos, end)
     if pos >= end: _short()
@@ -18728,7 +18946,7 @@ def _encode_CreateDelegationTokenRequest_v3(o, out, chunks):
     out += _S29.pack(o.max_lifetime_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateDelegationTokenResponse_v1(buf, pos, end):
-    o = _C193.__new__(_C193)
+    o = _C198.__new__(_C198)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -18757,7 +18975,7 @@ def _encode_CreateDelegationTokenResponse_v1(o, out, chunks):
     _put_bytes_k(o.hmac, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
 def _decode_CreateDelegationTokenResponse_v2(buf, pos, end):
-    o = _C193.__new__(_C193)
+    o = _C198.__new__(_C198)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -18795,7 +19013,7 @@ def _encode_CreateDelegationTokenResponse_v2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_CreateDelegationTokenResponse_v3(buf, pos, end):
-    o = _C193.__new__(_C193)
+    o = _C198.__new__(_C198)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -18833,7 +19051,7 @@ def _encode_CreateDelegationTokenResponse_v3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_RenewDelegationTokenRequest_v1(buf, pos, end):
-    o = _C194.__new__(_C194)
+    o = _C199.__new__(_C199)
     o.hmac, pos = _bytes_k(buf, pos, end)
     if pos + 8 > end: _short()
     o.renew_period_ms, = _S29.unpack_from(buf, pos)
@@ -18844,7 +19062,7 @@ def _encode_RenewDelegationTokenRequest_v1(o, out, chunks):
     _put_bytes_k(o.hmac, out, chunks)
     out += _S29.pack(o.renew_period_ms)
 def _decode_RenewDelegationTokenRequest_v2(buf, pos, end):
-    o = _C194.__new__(_C194)
+    o = _C199.__new__(_C199)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -18864,7 +19082,7 @@ def _encode_RenewDelegationTokenRequest_v2(o, out, chunks):
     out += _S29.pack(o.renew_period_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_RenewDelegationTokenResponse_v1(buf, pos, end):
-    o = _C195.__new__(_C195)
+    o = _C200.__new__(_C200)
     if pos + 14 > end: _short()
     o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
     pos += 14
@@ -18873,7 +19091,7 @@ def _decode_RenewDelegationTokenResponse_v1(buf, pos, end):
 def _encode_RenewDelegationTokenResponse_v1(o, out, chunks):
     out += _S47.pack(o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms)
 def _decode_RenewDelegationTokenResponse_v2(buf, pos, end):
-    o = _C195.__new__(_C195)
+    o = _C200.__new__(_C200)
     if pos + 14 > end: _short()
     o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
     pos += 14
@@ -18887,7 +19105,7 @@ def _encode_RenewDelegationTokenResponse_v2(o, out, chunks):
     out += _S47.pack(o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ExpireDelegationTokenRequest_v1(buf, pos, end):
-    o = _C196.__new__(_C196)
+    o = _C201.__new__(_C201)
     o.hmac, pos = _bytes_k(buf, pos, end)
     if pos + 8 > end: _short()
     o.expiry_time_period_ms, = _S29.unpack_from(buf, pos)
@@ -18898,7 +19116,7 @@ def _encode_ExpireDelegationTokenRequest_v1(o, out, chunks):
     _put_bytes_k(o.hmac, out, chunks)
     out += _S29.pack(o.expiry_time_period_ms)
 def _decode_ExpireDelegationTokenRequest_v2(buf, pos, end):
-    o = _C196.__new__(_C196)
+    o = _C201.__new__(_C201)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -18918,14 +19136,14 @@ def _encode_ExpireDelegationTokenRequest_v2(o, out, chunks):
     out += _S29.pack(o.expiry_time_period_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ExpireDelegationTokenResponse_v1(buf, pos, end):
-    o = _C197.__new__(_C197)
+    o = _C202.__new__(_C202)
     if pos + 14 > end: _short()
     o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
     pos += 14
     o.unknown_tags = None
     return o, pos
 def _decode_ExpireDelegationTokenResponse_v2(buf, pos, end):
-    o = _C197.__new__(_C197)
+    o = _C202.__new__(_C202)
     if pos + 14 > end: _short()
     o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S47.unpack_from(buf, pos)
     pos += 14
@@ -18936,13 +19154,13 @@ def _decode_ExpireDelegationTokenResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v1(buf, pos, end):
-    o = _C199.__new__(_C199)
+    o = _C204.__new__(_C204)
     o.principal_type, pos = _str_k(buf, pos, end)
     o.principal_name, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeDelegationTokenRequest_v1(buf, pos, end):
-    o = _C198.__new__(_C198)
+    o = _C203.__new__(_C203)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -18959,7 +19177,7 @@ def _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array_nullable(x, 
 def _encode_DescribeDelegationTokenRequest_v1(o, out, chunks):
     _encode_CreateDelegationTokenRequest_CreatableRenewers_v1_array_nullable(o.owners, out, chunks)
 def _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v2(buf, pos, end):
-    o = _C199.__new__(_C199)
+    o = _C204.__new__(_C204)
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -18969,7 +19187,7 @@ def _decode_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v2(buf, 
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeDelegationTokenRequest_v2(buf, pos, end):
-    o = _C198.__new__(_C198)
+    o = _C203.__new__(_C203)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -18992,13 +19210,13 @@ def _encode_DescribeDelegationTokenRequest_v2(o, out, chunks):
     _encode_CreateDelegationTokenRequest_CreatableRenewers_v2_array_nullable(o.owners, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v1(buf, pos, end):
-    o = _C202.__new__(_C202)
+    o = _C207.__new__(_C207)
     o.principal_type, pos = _str_k(buf, pos, end)
     o.principal_name, pos = _str_k(buf, pos, end)
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(buf, pos, end):
-    o = _C201.__new__(_C201)
+    o = _C206.__new__(_C206)
     o.principal_type, pos = _str_k(buf, pos, end)
     o.principal_name, pos = _str_k(buf, pos, end)
     if pos + 24 > end: _short()
@@ -19020,7 +19238,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1(buf, pos
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeDelegationTokenResponse_v1(buf, pos, end):
-    o = _C200.__new__(_C200)
+    o = _C205.__new__(_C205)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19054,7 +19272,7 @@ def _encode_DescribeDelegationTokenResponse_v1(o, out, chunks):
     _encode_DescribeDelegationTokenResponse_DescribedDelegationToken_v1_array(o.tokens, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf, pos, end):
-    o = _C202.__new__(_C202)
+    o = _C207.__new__(_C207)
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -19064,7 +19282,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(b
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf, pos, end):
-    o = _C201.__new__(_C201)
+    o = _C206.__new__(_C206)
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
     if pos + 24 > end: _short()
@@ -19095,7 +19313,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeDelegationTokenResponse_v2(buf, pos, end):
-    o = _C200.__new__(_C200)
+    o = _C205.__new__(_C205)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19136,7 +19354,7 @@ def _encode_DescribeDelegationTokenResponse_v2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos, end):
-    o = _C201.__new__(_C201)
+    o = _C206.__new__(_C206)
     o.principal_type, pos = _str_c(buf, pos, end)
     o.principal_name, pos = _str_c(buf, pos, end)
     o.token_requester_principal_type, pos = _str_c(buf, pos, end)
@@ -19167,7 +19385,7 @@ def _decode_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeDelegationTokenResponse_v3(buf, pos, end):
-    o = _C200.__new__(_C200)
+    o = _C205.__new__(_C205)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19208,7 +19426,7 @@ def _encode_DescribeDelegationTokenResponse_v3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _put_tags(out, None, o.unknown_tags)
 def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
-    o = _C205.__new__(_C205)
+    o = _C210.__new__(_C210)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 1 > end: _short()
     o.config_operation, = _S27.unpack_from(buf, pos)
@@ -19217,7 +19435,7 @@ def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end):
-    o = _C204.__new__(_C204)
+    o = _C209.__new__(_C209)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
@@ -19234,7 +19452,7 @@ def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end
     o.unknown_tags = None
     return o, pos
 def _decode_IncrementalAlterConfigsRequest_v0(buf, pos, end):
-    o = _C203.__new__(_C203)
+    o = _C208.__new__(_C208)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -19265,7 +19483,7 @@ def _encode_IncrementalAlterConfigsRequest_v0(o, out, chunks):
     _encode_IncrementalAlterConfigsRequest_AlterConfigsResource_v0_array(o.resources, out, chunks)
     out += _S4.pack(o.validate_only)
 def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos, end):
-    o = _C205.__new__(_C205)
+    o = _C210.__new__(_C210)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 1 > end: _short()
     o.config_operation, = _S27.unpack_from(buf, pos)
@@ -19278,7 +19496,7 @@ def _decode_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos, end):
-    o = _C204.__new__(_C204)
+    o = _C209.__new__(_C209)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
@@ -19300,7 +19518,7 @@ def _decode_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos, end
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_IncrementalAlterConfigsRequest_v1(buf, pos, end):
-    o = _C203.__new__(_C203)
+    o = _C208.__new__(_C208)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -19339,7 +19557,7 @@ def _encode_IncrementalAlterConfigsRequest_v1(o, out, chunks):
     out += _S4.pack(o.validate_only)
     _put_tags(out, None, o.unknown_tags)
 def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
-    o = _C207.__new__(_C207)
+    o = _C212.__new__(_C212)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19351,7 +19569,7 @@ def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf,
     o.unknown_tags = None
     return o, pos
 def _decode_IncrementalAlterConfigsResponse_v0(buf, pos, end):
-    o = _C206.__new__(_C206)
+    o = _C211.__new__(_C211)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19377,7 +19595,7 @@ def _encode_IncrementalAlterConfigsResponse_v0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0_array(o.responses, out, chunks)
 def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos, end):
-    o = _C207.__new__(_C207)
+    o = _C212.__new__(_C212)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19393,7 +19611,7 @@ def _decode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf,
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_IncrementalAlterConfigsResponse_v1(buf, pos, end):
-    o = _C206.__new__(_C206)
+    o = _C211.__new__(_C211)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19426,13 +19644,13 @@ def _encode_IncrementalAlterConfigsResponse_v1(o, out, chunks):
     _encode_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterConfigsRequest_AlterableConfig_v0(buf, pos, end):
-    o = _C210.__new__(_C210)
+    o = _C215.__new__(_C215)
     o.name, pos = _str_k(buf, pos, end)
     o.value, pos = _str_kn(buf, pos, end)
     o.unknown_tags = None
     return o, pos
 def _decode_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end):
-    o = _C209.__new__(_C209)
+    o = _C214.__new__(_C214)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
@@ -19449,7 +19667,7 @@ def _decode_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_AlterConfigsRequest_v0(buf, pos, end):
-    o = _C208.__new__(_C208)
+    o = _C213.__new__(_C213)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -19474,7 +19692,7 @@ def _encode_AlterConfigsRequest_v0(o, out, chunks):
     _encode_AlterConfigsRequest_AlterConfigsResource_v0_array(o.resources, out, chunks)
     out += _S4.pack(o.validate_only)
 def _decode_AlterConfigsRequest_AlterableConfig_v2(buf, pos, end):
-    o = _C210.__new__(_C210)
+    o = _C215.__new__(_C215)
     o.name, pos = _str_c(buf, pos, end)
     o.value, pos = _str_cn(buf, pos, end)
     if pos < end and buf[pos] == 0:
@@ -19484,7 +19702,7 @@ def _decode_AlterConfigsRequest_AlterableConfig_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterConfigsRequest_AlterConfigsResource_v2(buf, pos, end):
-    o = _C209.__new__(_C209)
+    o = _C214.__new__(_C214)
     if pos + 1 > end: _short()
     o.resource_type, = _S27.unpack_from(buf, pos)
     pos += 1
@@ -19506,7 +19724,7 @@ def _decode_AlterConfigsRequest_AlterConfigsResource_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterConfigsRequest_v2(buf, pos, end):
-    o = _C208.__new__(_C208)
+    o = _C213.__new__(_C213)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -19538,7 +19756,7 @@ def _encode_AlterConfigsRequest_v2(o, out, chunks):
     out += _S4.pack(o.validate_only)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
-    o = _C212.__new__(_C212)
+    o = _C217.__new__(_C217)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19550,7 +19768,7 @@ def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_AlterConfigsResponse_v0(buf, pos, end):
-    o = _C211.__new__(_C211)
+    o = _C216.__new__(_C216)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19566,7 +19784,7 @@ def _decode_AlterConfigsResponse_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos, end):
-    o = _C212.__new__(_C212)
+    o = _C217.__new__(_C217)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19582,7 +19800,7 @@ def _decode_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterConfigsResponse_v2(buf, pos, end):
-    o = _C211.__new__(_C211)
+    o = _C216.__new__(_C216)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19603,14 +19821,14 @@ def _decode_AlterConfigsResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos, end):
-    o = _C215.__new__(_C215)
+    o = _C220.__new__(_C220)
     if pos + 4 > end: _short()
     o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
     return o, pos
 def _decode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos, end):
-    o = _C214.__new__(_C214)
+    o = _C219.__new__(_C219)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19624,7 +19842,7 @@ def _decode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_OffsetDeleteRequest_v0(buf, pos, end):
-    o = _C213.__new__(_C213)
+    o = _C218.__new__(_C218)
     o.group_id, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19650,14 +19868,14 @@ def _encode_OffsetDeleteRequest_v0(o, out, chunks):
     _put_str_k(o.group_id, out, chunks)
     _encode_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0_array(o.topics, out, chunks)
 def _decode_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0(buf, pos, end):
-    o = _C218.__new__(_C218)
+    o = _C223.__new__(_C223)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
 def _decode_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos, end):
-    o = _C217.__new__(_C217)
+    o = _C222.__new__(_C222)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19671,7 +19889,7 @@ def _decode_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_OffsetDeleteResponse_v0(buf, pos, end):
-    o = _C216.__new__(_C216)
+    o = _C221.__new__(_C221)
     if pos + 6 > end: _short()
     o.error_code, o.throttle_time_ms = _S9.unpack_from(buf, pos)
     pos += 6
@@ -19690,7 +19908,7 @@ def _encode_OffsetDeleteResponse_v0(o, out, chunks):
     out += _S9.pack(o.error_code, o.throttle_time_ms)
     _encode_OffsetCommitResponse_OffsetCommitResponseTopic_v2_array(o.topics, out, chunks)
 def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v1(buf, pos, end):
-    o = _C220.__new__(_C220)
+    o = _C225.__new__(_C225)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19704,7 +19922,7 @@ def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeLogDirsRequest_v1(buf, pos, end):
-    o = _C219.__new__(_C219)
+    o = _C224.__new__(_C224)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -19719,7 +19937,7 @@ def _decode_DescribeLogDirsRequest_v1(buf, pos, end):
 def _encode_DescribeLogDirsRequest_v1(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array_nullable(o.topics, out, chunks)
 def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf, pos, end):
-    o = _C220.__new__(_C220)
+    o = _C225.__new__(_C225)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19738,7 +19956,7 @@ def _decode_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsRequest_v2(buf, pos, end):
-    o = _C219.__new__(_C219)
+    o = _C224.__new__(_C224)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -19759,14 +19977,14 @@ def _encode_DescribeLogDirsRequest_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v12_array_nullable(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos, end):
-    o = _C224.__new__(_C224)
+    o = _C229.__new__(_C229)
     if pos + 21 > end: _short()
     o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S48.unpack_from(buf, pos)
     pos += 21
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos, end):
-    o = _C223.__new__(_C223)
+    o = _C228.__new__(_C228)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -19780,7 +19998,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos, end):
-    o = _C222.__new__(_C222)
+    o = _C227.__new__(_C227)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19800,7 +20018,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_DescribeLogDirsResponse_v1(buf, pos, end):
-    o = _C221.__new__(_C221)
+    o = _C226.__new__(_C226)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19835,7 +20053,7 @@ def _encode_DescribeLogDirsResponse_v1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v1_array(o.results, out, chunks)
 def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos, end):
-    o = _C224.__new__(_C224)
+    o = _C229.__new__(_C229)
     if pos + 21 > end: _short()
     o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S48.unpack_from(buf, pos)
     pos += 21
@@ -19846,7 +20064,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos, end):
-    o = _C223.__new__(_C223)
+    o = _C228.__new__(_C228)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -19865,7 +20083,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos, end):
-    o = _C222.__new__(_C222)
+    o = _C227.__new__(_C227)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19890,7 +20108,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsResponse_v2(buf, pos, end):
-    o = _C221.__new__(_C221)
+    o = _C226.__new__(_C226)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -19934,7 +20152,7 @@ def _encode_DescribeLogDirsResponse_v2(o, out, chunks):
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeLogDirsResponse_v3(buf, pos, end):
-    o = _C221.__new__(_C221)
+    o = _C226.__new__(_C226)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -19959,7 +20177,7 @@ def _encode_DescribeLogDirsResponse_v3(o, out, chunks):
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos, end):
-    o = _C222.__new__(_C222)
+    o = _C227.__new__(_C227)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -19985,7 +20203,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsResponse_v4(buf, pos, end):
-    o = _C221.__new__(_C221)
+    o = _C226.__new__(_C226)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20018,7 +20236,7 @@ def _encode_DescribeLogDirsResponse_v4(o, out, chunks):
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v4_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos, end):
-    o = _C222.__new__(_C222)
+    o = _C227.__new__(_C227)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -20043,7 +20261,7 @@ def _decode_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeLogDirsResponse_v5(buf, pos, end):
-    o = _C221.__new__(_C221)
+    o = _C226.__new__(_C226)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20076,7 +20294,7 @@ def _encode_DescribeLogDirsResponse_v5(o, out, chunks):
     _encode_DescribeLogDirsResponse_DescribeLogDirsResult_v5_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1(buf, pos, end):
-    o = _C227.__new__(_C227)
+    o = _C232.__new__(_C232)
     o.name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -20090,7 +20308,7 @@ def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1(buf, pos, end)
     o.unknown_tags = None
     return o, pos
 def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(buf, pos, end):
-    o = _C226.__new__(_C226)
+    o = _C231.__new__(_C231)
     o.path, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -20104,7 +20322,7 @@ def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_AlterReplicaLogDirsRequest_v1(buf, pos, end):
-    o = _C225.__new__(_C225)
+    o = _C230.__new__(_C230)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -20124,7 +20342,7 @@ def _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1_array(x, out, chunk
 def _encode_AlterReplicaLogDirsRequest_v1(o, out, chunks):
     _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1_array(o.dirs, out, chunks)
 def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2(buf, pos, end):
-    o = _C227.__new__(_C227)
+    o = _C232.__new__(_C232)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20143,7 +20361,7 @@ def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2(buf, pos, end)
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(buf, pos, end):
-    o = _C226.__new__(_C226)
+    o = _C231.__new__(_C231)
     o.path, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20162,7 +20380,7 @@ def _decode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterReplicaLogDirsRequest_v2(buf, pos, end):
-    o = _C225.__new__(_C225)
+    o = _C230.__new__(_C230)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20189,14 +20407,14 @@ def _encode_AlterReplicaLogDirsRequest_v2(o, out, chunks):
     _encode_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2_array(o.dirs, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v1(buf, pos, end):
-    o = _C230.__new__(_C230)
+    o = _C235.__new__(_C235)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
     o.unknown_tags = None
     return o, pos
 def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, pos, end):
-    o = _C229.__new__(_C229)
+    o = _C234.__new__(_C234)
     o.topic_name, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -20210,7 +20428,7 @@ def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, po
     o.unknown_tags = None
     return o, pos
 def _decode_AlterReplicaLogDirsResponse_v1(buf, pos, end):
-    o = _C228.__new__(_C228)
+    o = _C233.__new__(_C233)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -20234,7 +20452,7 @@ def _encode_AlterReplicaLogDirsResponse_v1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1_array(o.results, out, chunks)
 def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2(buf, pos, end):
-    o = _C230.__new__(_C230)
+    o = _C235.__new__(_C235)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20245,7 +20463,7 @@ def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2(buf
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf, pos, end):
-    o = _C229.__new__(_C229)
+    o = _C234.__new__(_C234)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20264,7 +20482,7 @@ def _decode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf, po
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterReplicaLogDirsResponse_v2(buf, pos, end):
-    o = _C228.__new__(_C228)
+    o = _C233.__new__(_C233)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -20295,7 +20513,7 @@ def _encode_AlterReplicaLogDirsResponse_v2(o, out, chunks):
     _encode_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos, end):
-    o = _C232.__new__(_C232)
+    o = _C237.__new__(_C237)
     o.name, pos = _str_c(buf, pos, end)
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -20304,7 +20522,7 @@ def _decode_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeUserScramCredentialsRequest_v0(buf, pos, end):
-    o = _C231.__new__(_C231)
+    o = _C236.__new__(_C236)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20325,7 +20543,7 @@ def _encode_DescribeUserScramCredentialsRequest_v0(o, out, chunks):
     _encode_MetadataRequest_MetadataRequestTopic_v9_array_nullable(o.users, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeUserScramCredentialsResponse_CredentialInfo_v0(buf, pos, end):
-    o = _C235.__new__(_C235)
+    o = _C240.__new__(_C240)
     if pos + 5 > end: _short()
     o.mechanism, o.iterations = _S50.unpack_from(buf, pos)
     pos += 5
@@ -20336,7 +20554,7 @@ def _decode_DescribeUserScramCredentialsResponse_CredentialInfo_v0(buf, pos, end
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(buf, pos, end):
-    o = _C234.__new__(_C234)
+    o = _C239.__new__(_C239)
     o.user, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
@@ -20359,7 +20577,7 @@ def _decode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsRes
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeUserScramCredentialsResponse_v0(buf, pos, end):
-    o = _C233.__new__(_C233)
+    o = _C238.__new__(_C238)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20399,7 +20617,7 @@ def _encode_DescribeUserScramCredentialsResponse_v0(o, out, chunks):
     _encode_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(buf, pos, end):
-    o = _C237.__new__(_C237)
+    o = _C242.__new__(_C242)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 1 > end: _short()
     o.mechanism, = _S27.unpack_from(buf, pos)
@@ -20411,7 +20629,7 @@ def _decode_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(buf, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(buf, pos, end):
-    o = _C238.__new__(_C238)
+    o = _C243.__new__(_C243)
     o.name, pos = _str_c(buf, pos, end)
     if pos + 5 > end: _short()
     o.mechanism, o.iterations = _S50.unpack_from(buf, pos)
@@ -20433,7 +20651,7 @@ def _decode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(buf, po
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterUserScramCredentialsRequest_v0(buf, pos, end):
-    o = _C236.__new__(_C236)
+    o = _C241.__new__(_C241)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20479,7 +20697,7 @@ def _encode_AlterUserScramCredentialsRequest_v0(o, out, chunks):
     _encode_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0_array(o.upsertions, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(buf, pos, end):
-    o = _C240.__new__(_C240)
+    o = _C245.__new__(_C245)
     o.user, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
@@ -20492,7 +20710,7 @@ def _decode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterUserScramCredentialsResponse_v0(buf, pos, end):
-    o = _C239.__new__(_C239)
+    o = _C244.__new__(_C244)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -20524,7 +20742,7 @@ def _encode_AlterUserScramCredentialsResponse_v0(o, out, chunks):
     _encode_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeProducersRequest_TopicRequest_v0(buf, pos, end):
-    o = _C242.__new__(_C242)
+    o = _C247.__new__(_C247)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20543,7 +20761,7 @@ def _decode_DescribeProducersRequest_TopicRequest_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeProducersRequest_v0(buf, pos, end):
-    o = _C241.__new__(_C241)
+    o = _C246.__new__(_C246)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20566,7 +20784,7 @@ def _encode_DescribeProducersRequest_v0(o, out, chunks):
     _encode_OffsetFetchRequest_OffsetFetchRequestTopic_v6_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeProducersResponse_ProducerState_v0(buf, pos, end):
-    o = _C246.__new__(_C246)
+    o = _C251.__new__(_C251)
     if pos + 36 > end: _short()
     o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset = _S51.unpack_from(buf, pos)
     pos += 36
@@ -20577,7 +20795,7 @@ def _decode_DescribeProducersResponse_ProducerState_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeProducersResponse_PartitionResponse_v0(buf, pos, end):
-    o = _C245.__new__(_C245)
+    o = _C250.__new__(_C250)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20599,7 +20817,7 @@ def _decode_DescribeProducersResponse_PartitionResponse_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeProducersResponse_TopicResponse_v0(buf, pos, end):
-    o = _C244.__new__(_C244)
+    o = _C249.__new__(_C249)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20618,7 +20836,7 @@ def _decode_DescribeProducersResponse_TopicResponse_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeProducersResponse_v0(buf, pos, end):
-    o = _C243.__new__(_C243)
+    o = _C248.__new__(_C248)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -20661,7 +20879,7 @@ def _encode_DescribeProducersResponse_v0(o, out, chunks):
     _encode_DescribeProducersResponse_TopicResponse_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListTransactionsRequest_v0(buf, pos, end):
-    o = _C247.__new__(_C247)
+    o = _C252.__new__(_C252)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20699,7 +20917,7 @@ def _encode_ListTransactionsRequest_v0(o, out, chunks):
     if o.transactional_id_pattern != None: _absent('ListTransactionsRequest', 'transactional_id_pattern', 0)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListTransactionsRequest_v1(buf, pos, end):
-    o = _C247.__new__(_C247)
+    o = _C252.__new__(_C252)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20737,7 +20955,7 @@ def _encode_ListTransactionsRequest_v1(o, out, chunks):
     out += _S29.pack(o.duration_filter)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListTransactionsRequest_v2(buf, pos, end):
-    o = _C247.__new__(_C247)
+    o = _C252.__new__(_C252)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20775,7 +20993,7 @@ def _encode_ListTransactionsRequest_v2(o, out, chunks):
     _put_str_cn(o.transactional_id_pattern, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ListTransactionsResponse_TransactionState_v0(buf, pos, end):
-    o = _C249.__new__(_C249)
+    o = _C254.__new__(_C254)
     o.transactional_id, pos = _str_c(buf, pos, end)
     if pos + 8 > end: _short()
     o.producer_id, = _S29.unpack_from(buf, pos)
@@ -20788,7 +21006,7 @@ def _decode_ListTransactionsResponse_TransactionState_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ListTransactionsResponse_v0(buf, pos, end):
-    o = _C248.__new__(_C248)
+    o = _C253.__new__(_C253)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -20831,7 +21049,7 @@ def _encode_ListTransactionsResponse_v0(o, out, chunks):
     _encode_ListTransactionsResponse_TransactionState_v0_array(o.transaction_states, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeTransactionsRequest_v0(buf, pos, end):
-    o = _C250.__new__(_C250)
+    o = _C255.__new__(_C255)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -20852,7 +21070,7 @@ def _encode_DescribeTransactionsRequest_v0(o, out, chunks):
     _encode_string_array_compact(o.transactional_ids, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeTransactionsResponse_TopicData_v0(buf, pos, end):
-    o = _C253.__new__(_C253)
+    o = _C258.__new__(_C258)
     o.topic, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20871,7 +21089,7 @@ def _decode_DescribeTransactionsResponse_TopicData_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeTransactionsResponse_TransactionState_v0(buf, pos, end):
-    o = _C252.__new__(_C252)
+    o = _C257.__new__(_C257)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -20897,7 +21115,7 @@ def _decode_DescribeTransactionsResponse_TransactionState_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeTransactionsResponse_v0(buf, pos, end):
-    o = _C251.__new__(_C251)
+    o = _C256.__new__(_C256)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -20931,7 +21149,7 @@ def _encode_DescribeTransactionsResponse_v0(o, out, chunks):
     _encode_DescribeTransactionsResponse_TransactionState_v0_array(o.transaction_states, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos, end):
-    o = _C256.__new__(_C256)
+    o = _C261.__new__(_C261)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -20950,7 +21168,7 @@ def _decode_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos, end):
-    o = _C255.__new__(_C255)
+    o = _C260.__new__(_C260)
     if pos + 11 > end: _short()
     o.producer_id, o.producer_epoch, o.transaction_result = _S37.unpack_from(buf, pos)
     pos += 11
@@ -20975,7 +21193,7 @@ def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersRequest_v1(buf, pos, end):
-    o = _C254.__new__(_C254)
+    o = _C259.__new__(_C259)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21003,7 +21221,7 @@ def _encode_WriteTxnMarkersRequest_v1(o, out, chunks):
     _encode_WriteTxnMarkersRequest_WritableTxnMarker_v1_array(o.markers, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos, end):
-    o = _C255.__new__(_C255)
+    o = _C260.__new__(_C260)
     if pos + 11 > end: _short()
     o.producer_id, o.producer_epoch, o.transaction_result = _S37.unpack_from(buf, pos)
     pos += 11
@@ -21027,7 +21245,7 @@ def _decode_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersRequest_v2(buf, pos, end):
-    o = _C254.__new__(_C254)
+    o = _C259.__new__(_C259)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21055,7 +21273,7 @@ def _encode_WriteTxnMarkersRequest_v2(o, out, chunks):
     _encode_WriteTxnMarkersRequest_WritableTxnMarker_v2_array(o.markers, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos, end):
-    o = _C260.__new__(_C260)
+    o = _C265.__new__(_C265)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21066,7 +21284,7 @@ def _decode_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos, end):
-    o = _C259.__new__(_C259)
+    o = _C264.__new__(_C264)
     o.name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21085,7 +21303,7 @@ def _decode_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos, en
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos, end):
-    o = _C258.__new__(_C258)
+    o = _C263.__new__(_C263)
     if pos + 8 > end: _short()
     o.producer_id, = _S29.unpack_from(buf, pos)
     pos += 8
@@ -21106,7 +21324,7 @@ def _decode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_WriteTxnMarkersResponse_v1(buf, pos, end):
-    o = _C257.__new__(_C257)
+    o = _C262.__new__(_C262)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21133,7 +21351,7 @@ def _encode_WriteTxnMarkersResponse_v1(o, out, chunks):
     _encode_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1_array(o.markers, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeQuorumRequest_PartitionData_v0(buf, pos, end):
-    o = _C263.__new__(_C263)
+    o = _C268.__new__(_C268)
     if pos + 4 > end: _short()
     o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -21144,7 +21362,7 @@ def _decode_DescribeQuorumRequest_PartitionData_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumRequest_TopicData_v0(buf, pos, end):
-    o = _C262.__new__(_C262)
+    o = _C267.__new__(_C267)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21163,7 +21381,7 @@ def _decode_DescribeQuorumRequest_TopicData_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumRequest_v0(buf, pos, end):
-    o = _C261.__new__(_C261)
+    o = _C266.__new__(_C266)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21195,7 +21413,7 @@ def _encode_DescribeQuorumRequest_v0(o, out, chunks):
     _encode_DescribeQuorumRequest_TopicData_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeQuorumResponse_ReplicaState_v0(buf, pos, end):
-    o = _C267.__new__(_C267)
+    o = _C272.__new__(_C272)
     if pos + 12 > end: _short()
     o.replica_id, o.log_end_offset = _S20.unpack_from(buf, pos)
     pos += 12
@@ -21209,7 +21427,7 @@ def _decode_DescribeQuorumResponse_ReplicaState_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_PartitionData_v0(buf, pos, end):
-    o = _C266.__new__(_C266)
+    o = _C271.__new__(_C271)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S53.unpack_from(buf, pos)
     pos += 22
@@ -21241,7 +21459,7 @@ def _decode_DescribeQuorumResponse_PartitionData_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_TopicData_v0(buf, pos, end):
-    o = _C265.__new__(_C265)
+    o = _C270.__new__(_C270)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21260,7 +21478,7 @@ def _decode_DescribeQuorumResponse_TopicData_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_v0(buf, pos, end):
-    o = _C264.__new__(_C264)
+    o = _C269.__new__(_C269)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -21307,7 +21525,7 @@ def _encode_DescribeQuorumResponse_v0(o, out, chunks):
     if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 0)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeQuorumResponse_ReplicaState_v1(buf, pos, end):
-    o = _C267.__new__(_C267)
+    o = _C272.__new__(_C272)
     if pos + 28 > end: _short()
     o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S54.unpack_from(buf, pos)
     pos += 28
@@ -21319,7 +21537,7 @@ def _decode_DescribeQuorumResponse_ReplicaState_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_PartitionData_v1(buf, pos, end):
-    o = _C266.__new__(_C266)
+    o = _C271.__new__(_C271)
     if pos + 22 > end: _short()
     o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S53.unpack_from(buf, pos)
     pos += 22
@@ -21351,7 +21569,7 @@ def _decode_DescribeQuorumResponse_PartitionData_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_TopicData_v1(buf, pos, end):
-    o = _C265.__new__(_C265)
+    o = _C270.__new__(_C270)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21370,7 +21588,7 @@ def _decode_DescribeQuorumResponse_TopicData_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_v1(buf, pos, end):
-    o = _C264.__new__(_C264)
+    o = _C269.__new__(_C269)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -21417,7 +21635,7 @@ def _encode_DescribeQuorumResponse_v1(o, out, chunks):
     if o.nodes != []: _absent('DescribeQuorumResponse', 'nodes', 1)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeQuorumResponse_ReplicaState_v2(buf, pos, end):
-    o = _C267.__new__(_C267)
+    o = _C272.__new__(_C272)
     if pos + 4 > end: _short()
     o.replica_id, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -21432,7 +21650,7 @@ def _decode_DescribeQuorumResponse_ReplicaState_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_PartitionData_v2(buf, pos, end):
-    o = _C266.__new__(_C266)
+    o = _C271.__new__(_C271)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21467,7 +21685,7 @@ def _decode_DescribeQuorumResponse_PartitionData_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_TopicData_v2(buf, pos, end):
-    o = _C265.__new__(_C265)
+    o = _C270.__new__(_C270)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21486,7 +21704,7 @@ def _decode_DescribeQuorumResponse_TopicData_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_Listener_v2(buf, pos, end):
-    o = _C269.__new__(_C269)
+    o = _C274.__new__(_C274)
     o.name, pos = _str_c(buf, pos, end)
     o.host, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
@@ -21499,7 +21717,7 @@ def _decode_DescribeQuorumResponse_Listener_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_Node_v2(buf, pos, end):
-    o = _C268.__new__(_C268)
+    o = _C273.__new__(_C273)
     if pos + 4 > end: _short()
     o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -21520,7 +21738,7 @@ def _decode_DescribeQuorumResponse_Node_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeQuorumResponse_v2(buf, pos, end):
-    o = _C264.__new__(_C264)
+    o = _C269.__new__(_C269)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -21593,7 +21811,7 @@ def _encode_DescribeQuorumResponse_v2(o, out, chunks):
     _encode_DescribeQuorumResponse_Node_v2_array(o.nodes, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf, pos, end):
-    o = _C271.__new__(_C271)
+    o = _C276.__new__(_C276)
     o.feature, pos = _str_c(buf, pos, end)
     if pos + 3 > end: _short()
     o.max_version_level, o.allow_downgrade = _S56.unpack_from(buf, pos)
@@ -21606,7 +21824,7 @@ def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_UpdateFeaturesRequest_v0(buf, pos, end):
-    o = _C270.__new__(_C270)
+    o = _C275.__new__(_C275)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -21640,7 +21858,7 @@ def _encode_UpdateFeaturesRequest_v0(o, out, chunks):
     if o.validate_only != False: _absent('UpdateFeaturesRequest', 'validate_only', 0)
     _put_tags(out, None, o.unknown_tags)
 def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v1(buf, pos, end):
-    o = _C271.__new__(_C271)
+    o = _C276.__new__(_C276)
     o.feature, pos = _str_c(buf, pos, end)
     if pos + 3 > end: _short()
     o.max_version_level, o.upgrade_type = _S57.unpack_from(buf, pos)
@@ -21653,7 +21871,7 @@ def _decode_UpdateFeaturesRequest_FeatureUpdateKey_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_UpdateFeaturesRequest_v1(buf, pos, end):
-    o = _C270.__new__(_C270)
+    o = _C275.__new__(_C275)
     if pos + 4 > end: _short()
     o.timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -21701,7 +21919,7 @@ def _encode_UpdateFeaturesRequest_v2(o, out, chunks):
     out += _S4.pack(o.validate_only)
     _put_tags(out, None, o.unknown_tags)
 def _decode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(buf, pos, end):
-    o = _C273.__new__(_C273)
+    o = _C278.__new__(_C278)
     o.feature, pos = _str_c(buf, pos, end)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
@@ -21714,7 +21932,7 @@ def _decode_UpdateFeaturesResponse_UpdatableFeatureResult_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_UpdateFeaturesResponse_v0(buf, pos, end):
-    o = _C272.__new__(_C272)
+    o = _C277.__new__(_C277)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21748,7 +21966,7 @@ def _encode_UpdateFeaturesResponse_v0(o, out, chunks):
     _encode_UpdateFeaturesResponse_UpdatableFeatureResult_v0_array(o.results, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_UpdateFeaturesResponse_v2(buf, pos, end):
-    o = _C272.__new__(_C272)
+    o = _C277.__new__(_C277)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21761,7 +21979,7 @@ def _decode_UpdateFeaturesResponse_v2(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_GetTelemetrySubscriptionsRequest_v0(buf, pos, end):
-    o = _C274.__new__(_C274)
+    o = _C279.__new__(_C279)
     o.client_instance_id, pos = _uuid(buf, pos, end)
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -21773,7 +21991,7 @@ def _encode_GetTelemetrySubscriptionsRequest_v0(o, out, chunks):
     _put_uuid(o.client_instance_id, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_GetTelemetrySubscriptionsResponse_v0(buf, pos, end):
-    o = _C275.__new__(_C275)
+    o = _C280.__new__(_C280)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21821,7 +22039,7 @@ def _encode_GetTelemetrySubscriptionsResponse_v0(o, out, chunks):
     _encode_string_array_compact(o.requested_metrics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_PushTelemetryRequest_v0(buf, pos, end):
-    o = _C276.__new__(_C276)
+    o = _C281.__new__(_C281)
     o.client_instance_id, pos = _uuid(buf, pos, end)
     if pos + 6 > end: _short()
     o.subscription_id, o.terminating, o.compression_type = _S59.unpack_from(buf, pos)
@@ -21843,7 +22061,7 @@ def _encode_PushTelemetryRequest_v0(o, out, chunks):
     _put_bytes_c(o.metrics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_PushTelemetryResponse_v0(buf, pos, end):
-    o = _C277.__new__(_C277)
+    o = _C282.__new__(_C282)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21854,7 +22072,7 @@ def _decode_PushTelemetryResponse_v0(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupHeartbeatRequest_v1(buf, pos, end):
-    o = _C278.__new__(_C278)
+    o = _C283.__new__(_C283)
     o.group_id, pos = _str_c(buf, pos, end)
     o.member_id, pos = _str_c(buf, pos, end)
     if pos + 4 > end: _short()
@@ -21885,7 +22103,7 @@ def _encode_ShareGroupHeartbeatRequest_v1(o, out, chunks):
     _encode_string_array_compact_nullable(o.subscribed_topic_names, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareGroupHeartbeatResponse_TopicPartitions_v1(buf, pos, end):
-    o = _C281.__new__(_C281)
+    o = _C286.__new__(_C286)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -21904,7 +22122,7 @@ def _decode_ShareGroupHeartbeatResponse_TopicPartitions_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupHeartbeatResponse_Assignment_v1(buf, pos, end):
-    o = _C280.__new__(_C280)
+    o = _C285.__new__(_C285)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21926,7 +22144,7 @@ def _decode_ShareGroupHeartbeatResponse_Assignment_v1_nullable(buf, pos, end):
     if buf[pos] >= 0x80: return None, pos + 1
     return _decode_ShareGroupHeartbeatResponse_Assignment_v1(buf, pos + 1, end)
 def _decode_ShareGroupHeartbeatResponse_v1(buf, pos, end):
-    o = _C279.__new__(_C279)
+    o = _C284.__new__(_C284)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -21943,7 +22161,7 @@ def _decode_ShareGroupHeartbeatResponse_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeRequest_v1(buf, pos, end):
-    o = _C282.__new__(_C282)
+    o = _C287.__new__(_C287)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -21964,7 +22182,7 @@ def _decode_ShareGroupDescribeRequest_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeResponse_TopicPartitions_v1(buf, pos, end):
-    o = _C287.__new__(_C287)
+    o = _C292.__new__(_C292)
     o.topic_id, pos = _uuid(buf, pos, end)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
@@ -21984,7 +22202,7 @@ def _decode_ShareGroupDescribeResponse_TopicPartitions_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeResponse_Assignment_v1(buf, pos, end):
-    o = _C286.__new__(_C286)
+    o = _C291.__new__(_C291)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -22002,7 +22220,7 @@ def _decode_ShareGroupDescribeResponse_Assignment_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeResponse_Member_v1(buf, pos, end):
-    o = _C285.__new__(_C285)
+    o = _C290.__new__(_C290)
     o.member_id, pos = _str_c(buf, pos, end)
     o.rack_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -22028,7 +22246,7 @@ def _decode_ShareGroupDescribeResponse_Member_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
-    o = _C284.__new__(_C284)
+    o = _C289.__new__(_C289)
     if pos + 2 > end: _short()
     o.error_code, = _S1.unpack_from(buf, pos)
     pos += 2
@@ -22059,7 +22277,7 @@ def _decode_ShareGroupDescribeResponse_DescribedGroup_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareGroupDescribeResponse_v1(buf, pos, end):
-    o = _C283.__new__(_C283)
+    o = _C288.__new__(_C288)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22107,7 +22325,7 @@ def _encode_ShareGroupDescribeResponse_v1(o, out, chunks):
     _encode_ShareGroupDescribeResponse_DescribedGroup_v1_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareFetchRequest_AcknowledgementBatch_v1(buf, pos, end):
-    o = _C291.__new__(_C291)
+    o = _C296.__new__(_C296)
     if pos + 16 > end: _short()
     o.first_offset, o.last_offset = _S21.unpack_from(buf, pos)
     pos += 16
@@ -22128,7 +22346,7 @@ def _decode_ShareFetchRequest_AcknowledgementBatch_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchRequest_FetchPartition_v1(buf, pos, end):
-    o = _C290.__new__(_C290)
+    o = _C295.__new__(_C295)
     if pos + 4 > end: _short()
     o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22150,7 +22368,7 @@ def _decode_ShareFetchRequest_FetchPartition_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchRequest_FetchTopic_v1(buf, pos, end):
-    o = _C289.__new__(_C289)
+    o = _C294.__new__(_C294)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22169,7 +22387,7 @@ def _decode_ShareFetchRequest_FetchTopic_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchRequest_ForgottenTopic_v1(buf, pos, end):
-    o = _C292.__new__(_C292)
+    o = _C297.__new__(_C297)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22188,7 +22406,7 @@ def _decode_ShareFetchRequest_ForgottenTopic_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchRequest_v1(buf, pos, end):
-    o = _C288.__new__(_C288)
+    o = _C293.__new__(_C293)
     o.group_id, pos = _str_cn(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 24 > end: _short()
@@ -22250,7 +22468,7 @@ def _encode_ShareFetchRequest_v1(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareFetchRequest_v2(buf, pos, end):
-    o = _C288.__new__(_C288)
+    o = _C293.__new__(_C293)
     o.group_id, pos = _str_cn(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 26 > end: _short()
@@ -22303,7 +22521,7 @@ def _encode_ShareFetchRequest_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v13_array(o.forgotten_topics_data, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareFetchResponse_LeaderIdAndEpoch_v1(buf, pos, end):
-    o = _C296.__new__(_C296)
+    o = _C301.__new__(_C301)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
     pos += 8
@@ -22314,7 +22532,7 @@ def _decode_ShareFetchResponse_LeaderIdAndEpoch_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchResponse_AcquiredRecords_v1(buf, pos, end):
-    o = _C297.__new__(_C297)
+    o = _C302.__new__(_C302)
     if pos + 18 > end: _short()
     o.first_offset, o.last_offset, o.delivery_count = _S62.unpack_from(buf, pos)
     pos += 18
@@ -22325,7 +22543,7 @@ def _decode_ShareFetchResponse_AcquiredRecords_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchResponse_PartitionData_v1(buf, pos, end):
-    o = _C295.__new__(_C295)
+    o = _C300.__new__(_C300)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -22357,7 +22575,7 @@ def _decode_ShareFetchResponse_PartitionData_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf, pos, end):
-    o = _C294.__new__(_C294)
+    o = _C299.__new__(_C299)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22376,7 +22594,7 @@ def _decode_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchResponse_NodeEndpoint_v1(buf, pos, end):
-    o = _C298.__new__(_C298)
+    o = _C303.__new__(_C303)
     if pos + 4 > end: _short()
     o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22392,7 +22610,7 @@ def _decode_ShareFetchResponse_NodeEndpoint_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareFetchResponse_v1(buf, pos, end):
-    o = _C293.__new__(_C293)
+    o = _C298.__new__(_C298)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -22456,7 +22674,7 @@ def _encode_ShareFetchResponse_v1(o, out, chunks):
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareAcknowledgeRequest_AcknowledgementBatch_v1(buf, pos, end):
-    o = _C302.__new__(_C302)
+    o = _C307.__new__(_C307)
     if pos + 16 > end: _short()
     o.first_offset, o.last_offset = _S21.unpack_from(buf, pos)
     pos += 16
@@ -22477,7 +22695,7 @@ def _decode_ShareAcknowledgeRequest_AcknowledgementBatch_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeRequest_AcknowledgePartition_v1(buf, pos, end):
-    o = _C301.__new__(_C301)
+    o = _C306.__new__(_C306)
     if pos + 4 > end: _short()
     o.partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22498,7 +22716,7 @@ def _decode_ShareAcknowledgeRequest_AcknowledgePartition_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeRequest_AcknowledgeTopic_v1(buf, pos, end):
-    o = _C300.__new__(_C300)
+    o = _C305.__new__(_C305)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22517,7 +22735,7 @@ def _decode_ShareAcknowledgeRequest_AcknowledgeTopic_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeRequest_v1(buf, pos, end):
-    o = _C299.__new__(_C299)
+    o = _C304.__new__(_C304)
     o.group_id, pos = _str_cn(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 4 > end: _short()
@@ -22560,7 +22778,7 @@ def _encode_ShareAcknowledgeRequest_v1(o, out, chunks):
     _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareAcknowledgeRequest_v2(buf, pos, end):
-    o = _C299.__new__(_C299)
+    o = _C304.__new__(_C304)
     o.group_id, pos = _str_cn(buf, pos, end)
     o.member_id, pos = _str_cn(buf, pos, end)
     if pos + 5 > end: _short()
@@ -22589,7 +22807,7 @@ def _encode_ShareAcknowledgeRequest_v2(o, out, chunks):
     _encode_ShareAcknowledgeRequest_AcknowledgeTopic_v1_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareAcknowledgeResponse_LeaderIdAndEpoch_v1(buf, pos, end):
-    o = _C306.__new__(_C306)
+    o = _C311.__new__(_C311)
     if pos + 8 > end: _short()
     o.leader_id, o.leader_epoch = _S12.unpack_from(buf, pos)
     pos += 8
@@ -22600,7 +22818,7 @@ def _decode_ShareAcknowledgeResponse_LeaderIdAndEpoch_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeResponse_PartitionData_v1(buf, pos, end):
-    o = _C305.__new__(_C305)
+    o = _C310.__new__(_C310)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -22613,7 +22831,7 @@ def _decode_ShareAcknowledgeResponse_PartitionData_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1(buf, pos, end):
-    o = _C304.__new__(_C304)
+    o = _C309.__new__(_C309)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22632,7 +22850,7 @@ def _decode_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v1(buf, pos, 
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeResponse_NodeEndpoint_v1(buf, pos, end):
-    o = _C307.__new__(_C307)
+    o = _C312.__new__(_C312)
     if pos + 4 > end: _short()
     o.node_id, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22648,7 +22866,7 @@ def _decode_ShareAcknowledgeResponse_NodeEndpoint_v1(buf, pos, end):
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_ShareAcknowledgeResponse_v1(buf, pos, end):
-    o = _C303.__new__(_C303)
+    o = _C308.__new__(_C308)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -22700,7 +22918,7 @@ def _encode_ShareAcknowledgeResponse_v1(o, out, chunks):
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ShareAcknowledgeResponse_v2(buf, pos, end):
-    o = _C303.__new__(_C303)
+    o = _C308.__new__(_C308)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -22742,7 +22960,7 @@ def _encode_ShareAcknowledgeResponse_v2(o, out, chunks):
     _encode_MetadataResponse_MetadataResponseBroker_v9_array(o.node_endpoints, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0(buf, pos, end):
-    o = _C310.__new__(_C310)
+    o = _C315.__new__(_C315)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22761,7 +22979,7 @@ def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTop
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0(buf, pos, end):
-    o = _C309.__new__(_C309)
+    o = _C314.__new__(_C314)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22780,7 +22998,7 @@ def _decode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGro
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsRequest_v0(buf, pos, end):
-    o = _C308.__new__(_C308)
+    o = _C313.__new__(_C313)
     if pos >= end: _short()
     n = buf[pos] - 1
     if n < 0x7f: pos += 1
@@ -22813,7 +23031,7 @@ def _encode_DescribeShareGroupOffsetsRequest_v0(o, out, chunks):
     _encode_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0(buf, pos, end):
-    o = _C314.__new__(_C314)
+    o = _C319.__new__(_C319)
     if pos + 18 > end: _short()
     o.partition_index, o.start_offset, o.leader_epoch, o.error_code = _S63.unpack_from(buf, pos)
     pos += 18
@@ -22826,7 +23044,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseP
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0(buf, pos, end):
-    o = _C313.__new__(_C313)
+    o = _C318.__new__(_C318)
     o.topic_name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -22846,7 +23064,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseT
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0(buf, pos, end):
-    o = _C312.__new__(_C312)
+    o = _C317.__new__(_C317)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22869,7 +23087,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseG
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_v0(buf, pos, end):
-    o = _C311.__new__(_C311)
+    o = _C316.__new__(_C316)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -22915,7 +23133,7 @@ def _encode_DescribeShareGroupOffsetsResponse_v0(o, out, chunks):
     _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1(buf, pos, end):
-    o = _C314.__new__(_C314)
+    o = _C319.__new__(_C319)
     if pos + 26 > end: _short()
     o.partition_index, o.start_offset, o.leader_epoch, o.lag, o.error_code = _S64.unpack_from(buf, pos)
     pos += 26
@@ -22927,7 +23145,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseP
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1(buf, pos, end):
-    o = _C313.__new__(_C313)
+    o = _C318.__new__(_C318)
     o.topic_name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -22947,7 +23165,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseT
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1(buf, pos, end):
-    o = _C312.__new__(_C312)
+    o = _C317.__new__(_C317)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -22970,7 +23188,7 @@ def _decode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseG
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DescribeShareGroupOffsetsResponse_v1(buf, pos, end):
-    o = _C311.__new__(_C311)
+    o = _C316.__new__(_C316)
     if pos + 4 > end: _short()
     o.throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
@@ -23016,7 +23234,7 @@ def _encode_DescribeShareGroupOffsetsResponse_v1(o, out, chunks):
     _encode_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1_array(o.groups, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0(buf, pos, end):
-    o = _C317.__new__(_C317)
+    o = _C322.__new__(_C322)
     if pos + 12 > end: _short()
     o.partition_index, o.start_offset = _S20.unpack_from(buf, pos)
     pos += 12
@@ -23027,7 +23245,7 @@ def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(buf, pos, end):
-    o = _C316.__new__(_C316)
+    o = _C321.__new__(_C321)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -23046,7 +23264,7 @@ def _decode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterShareGroupOffsetsRequest_v0(buf, pos, end):
-    o = _C315.__new__(_C315)
+    o = _C320.__new__(_C320)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -23080,7 +23298,7 @@ def _encode_AlterShareGroupOffsetsRequest_v0(o, out, chunks):
     _encode_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartition_v0(buf, pos, end):
-    o = _C320.__new__(_C320)
+    o = _C325.__new__(_C325)
     if pos + 6 > end: _short()
     o.partition_index, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -23092,7 +23310,7 @@ def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartiti
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0(buf, pos, end):
-    o = _C319.__new__(_C319)
+    o = _C324.__new__(_C324)
     o.topic_name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos >= end: _short()
@@ -23112,7 +23330,7 @@ def _decode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_AlterShareGroupOffsetsResponse_v0(buf, pos, end):
-    o = _C318.__new__(_C318)
+    o = _C323.__new__(_C323)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -23146,7 +23364,7 @@ def _encode_AlterShareGroupOffsetsResponse_v0(o, out, chunks):
     _encode_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0(buf, pos, end):
-    o = _C322.__new__(_C322)
+    o = _C327.__new__(_C327)
     o.topic_name, pos = _str_c(buf, pos, end)
     if pos < end and buf[pos] == 0:
         pos += 1
@@ -23155,7 +23373,7 @@ def _decode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DeleteShareGroupOffsetsRequest_v0(buf, pos, end):
-    o = _C321.__new__(_C321)
+    o = _C326.__new__(_C326)
     o.group_id, pos = _str_c(buf, pos, end)
     if pos >= end: _short()
     n = buf[pos] - 1
@@ -23183,7 +23401,7 @@ def _encode_DeleteShareGroupOffsetsRequest_v0(o, out, chunks):
     _encode_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0_array(o.topics, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0(buf, pos, end):
-    o = _C324.__new__(_C324)
+    o = _C329.__new__(_C329)
     o.topic_name, pos = _str_c(buf, pos, end)
     o.topic_id, pos = _uuid(buf, pos, end)
     if pos + 2 > end: _short()
@@ -23197,7 +23415,7 @@ def _decode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic
     o.unknown_tags, pos = _tags(buf, pos, end)
     return o, pos
 def _decode_DeleteShareGroupOffsetsResponse_v0(buf, pos, end):
-    o = _C323.__new__(_C323)
+    o = _C328.__new__(_C328)
     if pos + 6 > end: _short()
     o.throttle_time_ms, o.error_code = _S28.unpack_from(buf, pos)
     pos += 6
@@ -23232,7 +23450,7 @@ def _encode_DeleteShareGroupOffsetsResponse_v0(o, out, chunks):
     _encode_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0_array(o.responses, out, chunks)
     _put_tags(out, None, o.unknown_tags)
 def _decode_ConsumerProtocolSubscription_v0(buf, pos, end):
-    o = _C325.__new__(_C325)
+    o = _C330.__new__(_C330)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -23252,7 +23470,7 @@ def _encode_ConsumerProtocolSubscription_v0(o, out, chunks):
     _encode_string_array(o.topics, out, chunks)
     _put_bytes_kn(o.user_data, out, chunks)
 def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
-    o = _C326.__new__(_C326)
+    o = _C331.__new__(_C331)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -23266,7 +23484,7 @@ def _decode_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolSubscription_v1(buf, pos, end):
-    o = _C325.__new__(_C325)
+    o = _C330.__new__(_C330)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -23295,7 +23513,7 @@ def _encode_ConsumerProtocolSubscription_v1(o, out, chunks):
     _put_bytes_kn(o.user_data, out, chunks)
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
 def _decode_ConsumerProtocolSubscription_v2(buf, pos, end):
-    o = _C325.__new__(_C325)
+    o = _C330.__new__(_C330)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -23327,7 +23545,7 @@ def _encode_ConsumerProtocolSubscription_v2(o, out, chunks):
     _encode_FetchRequest_ForgottenTopic_v7_array(o.owned_partitions, out, chunks)
     out += _S0.pack(o.generation_id)
 def _decode_ConsumerProtocolSubscription_v3(buf, pos, end):
-    o = _C325.__new__(_C325)
+    o = _C330.__new__(_C330)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -23360,7 +23578,7 @@ def _encode_ConsumerProtocolSubscription_v3(o, out, chunks):
     out += _S0.pack(o.generation_id)
     _put_str_kn(o.rack_id, out, chunks)
 def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
-    o = _C328.__new__(_C328)
+    o = _C333.__new__(_C333)
     o.topic, pos = _str_k(buf, pos, end)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
@@ -23374,7 +23592,7 @@ def _decode_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos, end):
     o.unknown_tags = None
     return o, pos
 def _decode_ConsumerProtocolAssignment_v0(buf, pos, end):
-    o = _C327.__new__(_C327)
+    o = _C332.__new__(_C332)
     if pos + 4 > end: _short()
     n = _i32.unpack_from(buf, pos)[0]
     pos += 4
@@ -23547,6 +23765,10 @@ UnregisterBrokerRequest._DECODERS = {0: _decode_UnregisterBrokerRequest_v0}
 UnregisterBrokerRequest._ENCODERS = {0: _encode_UnregisterBrokerRequest_v0}
 UnregisterBrokerResponse._DECODERS = {0: _decode_UnregisterBrokerResponse_v0}
 UnregisterBrokerResponse._ENCODERS = {0: _encode_UnregisterBrokerResponse_v0}
+ListPartitionReassignmentsRequest._DECODERS = {0: _decode_ListPartitionReassignmentsRequest_v0}
+ListPartitionReassignmentsRequest._ENCODERS = {0: _encode_ListPartitionReassignmentsRequest_v0}
+ListPartitionReassignmentsResponse._DECODERS = {0: _decode_ListPartitionReassignmentsResponse_v0}
+ListPartitionReassignmentsResponse._ENCODERS = {0: _encode_ListPartitionReassignmentsResponse_v0}
 CreateDelegationTokenRequest._DECODERS = {1: _decode_CreateDelegationTokenRequest_v1, 2: _decode_CreateDelegationTokenRequest_v2, 3: _decode_CreateDelegationTokenRequest_v3}
 CreateDelegationTokenRequest._ENCODERS = {1: _encode_CreateDelegationTokenRequest_v1, 2: _encode_CreateDelegationTokenRequest_v2, 3: _encode_CreateDelegationTokenRequest_v3}
 CreateDelegationTokenResponse._DECODERS = {1: _decode_CreateDelegationTokenResponse_v1, 2: _decode_CreateDelegationTokenResponse_v2, 3: _decode_CreateDelegationTokenResponse_v3}
@@ -23699,6 +23921,7 @@ APIS = {
     43: (ElectLeadersRequest, ElectLeadersResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     47: (OffsetDeleteRequest, OffsetDeleteResponse),
     48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
@@ -23723,4 +23946,4 @@ APIS = {
     91: (AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse),
     92: (DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse),
 }
-MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, PushTelemetryRequest, PushTelemetryResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareFetchRequest, ShareFetchResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
+MESSAGES = {c.__name__: c for c in (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse, HeartbeatRequest, HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, DeleteGroupsRequest, DeleteGroupsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DescribeConfigsRequest, DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, SaslHandshakeRequest, SaslHandshakeResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsRequest, DescribeAclsResponse, DeleteAclsRequest, DeleteAclsResponse, AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest, ElectLeadersResponse, AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, CreateDelegationTokenRequest, CreateDelegationTokenResponse, RenewDelegationTokenRequest, RenewDelegationTokenResponse, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, AlterConfigsRequest, AlterConfigsResponse, OffsetDeleteRequest, OffsetDeleteResponse, DescribeLogDirsRequest, DescribeLogDirsResponse, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, DescribeProducersRequest, DescribeProducersResponse, ListTransactionsRequest, ListTransactionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse, DescribeQuorumRequest, DescribeQuorumResponse, UpdateFeaturesRequest, UpdateFeaturesResponse, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse, PushTelemetryRequest, PushTelemetryResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareFetchRequest, ShareFetchResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, ConsumerProtocolSubscription, ConsumerProtocolAssignment)}
