@@ -327,7 +327,7 @@ def test_the_cli_reassigns_a_partition(kafka_cluster, capsys, tmp_path):
         a.create_topics([NewTopic(topic, 1, replica_assignment={0: [1]})])
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2]}]}))
-    run = cli_runner(capsys, cluster.bootstrap())
+    run = cli_runner(capsys, cluster.bootstrap)
     run("reassign-partitions", "--execute", "--reassignment-json-file", str(plan))
 
     def state() -> str:
