@@ -87,6 +87,8 @@ def test_quotas_describe_alter(kafka, capsys):
         f"client-id={client},user=alice"
     run("quotas", "alter", *entity, "--delete", "producer_byte_rate", "--delete", "request_percentage")
     _until(lambda: shown() == {}, 10, "the quotas removed")
+    with pytest.raises(SystemExit, match="name the entity"):
+        run("quotas", "describe")
 
 
 def test_user_scram_credentials_log_in(kafka, capsys, monkeypatch):

@@ -144,10 +144,10 @@ def cmd_quotas(args: argparse.Namespace) -> int:
     from kwire.admin import Admin
 
     entity = _quota_entity(args)
+    if not entity:
+        raise SystemExit(f"kwire quotas {args.action}: name the entity (--user, --client-id, --ip or a *-default)")
     with Admin(client_config(args)) as a:
         if args.action == "alter":
-            if not entity:
-                raise SystemExit("kwire quotas alter: name the entity (--user, --client-id, --ip or a *-default)")
             changes: Dict[str, Optional[float]] = {k: float(v) for k, v in _pairs(args.add, "quotas").items()}
             changes.update((k, None) for k in args.delete or ())
             if not changes:
@@ -156,7 +156,7 @@ def cmd_quotas(args: argparse.Namespace) -> int:
             print(f"{'checked' if args.validate_only else 'altered'} the quotas of "
                   f"{_entity_text(tuple(entity.items()))}", file=sys.stderr)
             return 0
-        found = a.describe_client_quotas(entity or {"user": None, "client-id": None, "ip": None}, strict=args.strict)
+        found = a.describe_client_quotas(entity, strict=args.strict)
     print_rows(args, ["entity", "quota", "value"], (
         {"entity": _entity_text(key), "quota": name, "value": value}
         for key, quotas in sorted(found.items(), key=lambda kv: _entity_text(kv[0]))
