@@ -233,3 +233,16 @@ def test_kcat_style_group_commits_exactly_what_it_printed(broker, capsys, monkey
     assert rc == 0 and len(out.split()) == 40
     rc, _, err = run(["consume", topic, "-o", "stored", *b])
     assert rc == 1 and "needs a group" in err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["quotas", "alter", "--user", "a", "--add", "producer_byte_rate=lots"], "the value must be a number"),
+    (["acls", "add", "--topic", "t", "--allow-principal", "User:a", "--operation", "Fly"], "operation 'fly'"),
+    (["configs", "alter", "--topic", "t", "--set", "oops"], "--set 'oops': expected NAME=VALUE"),
+    (["topics", "list", "-X", "bad"], "-X 'bad': expected NAME=VALUE"),
+])
+def test_bad_values_stop_with_one_line_before_connecting(argv, said):
+    """What the command line got wrong is said before any broker is asked
+    (the bootstrap server here does not exist), never as a traceback."""
+    with pytest.raises(SystemExit, match=said.replace("(", r"\(")):
+        main([*argv, "-b", "127.0.0.1:1"])

@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from kwire.cli.cluster import add_cluster_commands
 from kwire.cli.consume import add_consume
-from kwire.cli.options import client_config, print_rows
+from kwire.cli.options import client_config, name_value, print_rows
 from kwire.cli.produce import add_produce
 from kwire.cli.share import add_share, cmd_share
 from kwire.cli.top import add_top
@@ -288,10 +288,7 @@ def _config_ops(args: argparse.Namespace) -> List[Any]:
     ops = []
     for op_type in ("set", "append", "subtract"):
         for item in getattr(args, op_type) or ():
-            name, sep, value = item.partition("=")
-            if not sep or not name:
-                raise SystemExit(f"kwire configs alter: --{op_type} {item!r}: expected NAME=VALUE")
-            ops.append(AlterConfigOp(name, value, op_type))
+            ops.append(AlterConfigOp(*name_value(item, f"kwire configs alter: --{op_type}"), op_type))
     ops.extend(AlterConfigOp(name, None, "delete") for name in args.delete or ())
     if not ops:
         raise SystemExit("kwire configs alter: give --set, --delete, --append or --subtract")
@@ -430,8 +427,8 @@ def cmd_features(args: argparse.Namespace) -> int:
             return 0
         updates = {}
         for item in args.feature or ():
-            name, sep, level = item.partition("=")
-            if not sep or not level.isdigit():
+            name, level = name_value(item, f"kwire features {args.action}: --feature")
+            if not level.isdigit():
                 raise SystemExit(f"kwire features {args.action}: --feature {item!r}: expected NAME=LEVEL")
             updates[name] = FeatureUpdate(int(level), "upgrade" if args.action == "upgrade" else
                                           "unsafe_downgrade" if args.unsafe else "safe_downgrade")

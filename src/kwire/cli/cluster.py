@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from kwire.cli.options import client_config, print_rows
+from kwire.cli.options import client_config, name_value, print_rows
 
 __all__ = ["add_cluster_commands"]
 
@@ -92,9 +92,12 @@ def cmd_acls(args: argparse.Namespace) -> int:
     """``kwire acls list | add | remove`` (kafka-acls.sh's)."""
     from kwire.admin import Admin
 
+    try:
+        bindings, filters = (_acl_bindings(args), []) if args.action == "add" else ([], _acl_filters(args))
+    except ValueError as e:          # an operation or pattern type Kafka does not have: AclBinding says which
+        raise SystemExit(f"kwire acls {args.action}: {e}") from None
     with Admin(client_config(args)) as a:
         if args.action == "add":
-            bindings = _acl_bindings(args)
             if not bindings:
                 raise SystemExit("kwire acls add: name a resource (--topic, --group, --transactional-id, --cluster), "
                                  "--allow-principal or --deny-principal, and --operation (or --producer, --consumer)")
@@ -102,7 +105,6 @@ def cmd_acls(args: argparse.Namespace) -> int:
             print_rows(args, ACL_HEADER, map(_acl_row, bindings))
             print(f"added {len(bindings)} ACLs", file=sys.stderr)
             return 0
-        filters = _acl_filters(args)
         if args.action == "list" or not args.force:
             rows = sorted({b for f in filters for b in a.describe_acls(f)}, key=lambda b: [str(v) for v in
                                                                                          _acl_row(b).values()])
@@ -129,14 +131,17 @@ def _quota_entity(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     return entity
 
 
-def _pairs(items: Optional[Iterable[str]], what: str) -> Dict[str, str]:
-    out = {}
-    for item in items or ():
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"kwire {what}: {item!r}: expected name=value")
-        out[name.strip()] = value.strip()
-    return out
+def _quota_changes(args: argparse.Namespace) -> Dict[str, Optional[float]]:
+    """``--add NAME=VALUE`` (a number) and ``--delete NAME``: the quotas to set and remove."""
+    changes: Dict[str, Optional[float]] = {}
+    for item in args.add or ():
+        name, value = name_value(item, "kwire quotas alter: --add")
+        try:
+            changes[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"kwire quotas alter: --add {item!r}: the value must be a number") from None
+    changes.update((name, None) for name in args.delete or ())
+    return changes
 
 
 def cmd_quotas(args: argparse.Namespace) -> int:
@@ -148,8 +153,7 @@ def cmd_quotas(args: argparse.Namespace) -> int:
         raise SystemExit(f"kwire quotas {args.action}: name the entity (--user, --client-id, --ip or a *-default)")
     with Admin(client_config(args)) as a:
         if args.action == "alter":
-            changes: Dict[str, Optional[float]] = {k: float(v) for k, v in _pairs(args.add, "quotas").items()}
-            changes.update((k, None) for k in args.delete or ())
+            changes = _quota_changes(args)
             if not changes:
                 raise SystemExit("kwire quotas alter: give --add NAME=VALUE or --delete NAME")
             a.alter_client_quotas(entity, changes, validate_only=args.validate_only)

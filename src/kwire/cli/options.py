@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, TextIO
 
-__all__ = ["client_config", "given_options", "print_rows", "Progress"]
+__all__ = ["client_config", "given_options", "name_value", "print_rows", "Progress"]
 
 
 def _dotted(name: str) -> str:
@@ -27,9 +27,7 @@ def given_options(args: argparse.Namespace) -> Dict[str, Any]:
     if args.bootstrap_servers or "bootstrap.servers" not in cfg:
         cfg["bootstrap.servers"] = args.bootstrap_servers or os.environ.get("KWIRE_BOOTSTRAP", "127.0.0.1:9092")
     for item in args.X or []:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"kwire: -X {item!r}: expected name=value")
+        name, value = name_value(item, "kwire: -X")
         cfg[_dotted(name)] = value
     return cfg
 
@@ -40,6 +38,15 @@ def client_config(args: argparse.Namespace, given: Optional[Dict[str, Any]] = No
     from kwire.sasl.login import translate_login
 
     return translate_login(given_options(args) if given is None else given)
+
+
+def name_value(item: str, where: str) -> "tuple[str, str]":
+    """``NAME=VALUE`` split at the first ``=``; anything else stops the
+    command, saying ``where`` (``kwire configs alter: --set``)."""
+    name, sep, value = item.partition("=")
+    if not sep or not name.strip():
+        raise SystemExit(f"{where} {item!r}: expected NAME=VALUE")
+    return name.strip(), value
 
 
 def print_rows(args: argparse.Namespace, header: List[str], rows: Iterable[Dict[str, Any]]) -> None:
