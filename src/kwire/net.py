@@ -88,7 +88,7 @@ def _revocations_and_versions(ctx: ssl.SSLContext, cfg: Dict[str, Any]) -> None:
     """``ssl_crlfile``: the broker's certificate checked against that
     revocation list (as kafka-python does); ``ssl_enabled_protocols``: the
     lowest to the highest TLS version listed."""
-    from kwire.config import TLS_VERSIONS, ConfigError
+    from kwire.config import ConfigError
 
     crl = cfg.get("ssl_crlfile")
     if crl:
@@ -100,8 +100,7 @@ def _revocations_and_versions(ctx: ssl.SSLContext, cfg: Dict[str, Any]) -> None:
         ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     versions = cfg.get("ssl_enabled_protocols")
     if versions:
-        known = [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
-        chosen = [known[TLS_VERSIONS.index(v)] for v in versions]
+        chosen = [ssl.TLSVersion[v.replace(".", "_")] for v in versions]      # TLSv1.2: TLSVersion.TLSv1_2
         ctx.minimum_version, ctx.maximum_version = min(chosen), max(chosen)
 
 
